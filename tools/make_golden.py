@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""Generate the PyTorch golden files for the chapter-3 causal MultiHeadAttention.
+
+Run with Debian's interpreter (it carries python3-torch and numpy):
+
+    /usr/bin/python3 tools/make_golden.py [--out DIR]     # DIR defaults to tests/golden
+
+Everything is seeded, so reruns reproduce the files byte for byte.  Each case
+becomes DIR/mha_<name>.safetensors holding
+
+  * the module's state_dict under PyTorch's names (W_query.weight, W_key.weight,
+    W_value.weight, [W_query.bias, W_key.bias, W_value.bias], out_proj.weight,
+    out_proj.bias; a few cases also keep the book's persistent F32 "mask" buffer),
+  * "input" F32 [b, T, d_in] and "expected" F32 [b, T, d_out] (fp32 eval forward),
+  * __metadata__ (all strings): d_in, d_out, num_heads, context_length,
+    qkv_bias ("true"/"false"), tolerance, description.  A result passes when
+    max|out - expected| <= tolerance * max(1, max|expected|).
+
+DIR/bad/<name>.safetensors are tiny files the engine must reject; their
+metadata adds expect_error="true" and an error_hint naming the defect.
+"""
+
+import argparse
+import copy
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import torch
+from torch import nn
+
+TOLERANCE = "1e-5"  # pass: max|out - expected| <= TOLERANCE * max(1, max|expected|)
+DTYPES = {torch.float32: ("F32", "<f4"), torch.float16: ("F16", "<f2")}
+
+
+class MultiHeadAttention(nn.Module):
+    """The book's chapter-3 class, verbatim in behaviour and state_dict layout."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        keys = self.W_key(x)
+        queries = self.W_query(x)
+        values = self.W_value(x)
+        keys = keys.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        values = values.view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        attn_scores = queries @ keys.transpose(2, 3)
+        mask_bool = self.mask.bool()[:num_tokens, :num_tokens]
+        attn_scores.masked_fill_(mask_bool, -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        attn_weights = self.dropout(attn_weights)
+        context_vec = (attn_weights @ values).transpose(1, 2)
+        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
+        return self.out_proj(context_vec)
+
+
+def save_safetensors(path, tensors, metadata):
+    """Write name -> tensor (F32/F16) contiguously in dict order after a space-padded JSON header."""
+    header, blobs, offset = {"__metadata__": metadata}, [], 0
+    for name, t in tensors.items():
+        tag, np_dtype = DTYPES[t.dtype]
+        raw = t.detach().contiguous().numpy().astype(np_dtype).tobytes()
+        header[name] = {"dtype": tag, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+BOOK_INPUTS = torch.tensor([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
+                            [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]])
+
+# name: (b, T, context_length, d_in, d_out, num_heads, qkv_bias, options, description)
+# options: keep_mask (store the book's mask buffer), x_scale (input multiplier),
+# scale ({param: factor} applied after init), tie_rows (rows 2k and 2k+1 of the input equal).
+CASES = {
+    "book": (2, 6, 6, 3, 2, 2, False, {"keep_mask": True},
+             "book ch.3 example: seed 123, MHA(3, 2, 6, 0.0, num_heads=2), the six-token input twice"),
+    "t1": (1, 1, 4, 8, 8, 2, False, {}, "single token (T=1 < context_length)"),
+    "t7_hd3_bias": (3, 7, 7, 5, 6, 2, True, {}, "odd T == context_length, head_dim 3, qkv_bias, batch 3"),
+    "t13_hd5_mask": (2, 13, 16, 20, 10, 2, False, {"keep_mask": True},
+                     "odd T < context_length with the book's 16x16 mask buffer, d_in > d_out, head_dim 5"),
+    "hd1": (2, 5, 8, 4, 4, 4, True, {}, "head_dim 1, qkv_bias"),
+    "hd24": (1, 9, 12, 16, 48, 2, True, {}, "head_dim 24, d_in < d_out, qkv_bias"),
+    "hd80": (1, 11, 11, 32, 80, 1, False, {}, "single head of dim 80, T == context_length"),
+    "hd128": (2, 6, 8, 16, 128, 1, True, {}, "single head of dim 128, qkv_bias"),
+    "many_heads": (2, 10, 10, 24, 48, 16, True, {}, "16 heads of dim 3, qkv_bias"),
+    "peaked": (2, 12, 12, 16, 32, 4, False, {"scale": {"W_query.weight": 40.0}},
+               "W_query x40: |scores| up to ~44, most softmax rows nearly one-hot"),
+    "huge_logits": (2, 9, 9, 16, 16, 2, True, {"scale": {"W_query.weight": 1e3, "W_key.weight": 1e2}},
+                    "W_query x1e3, W_key x1e2: |scores| up to ~1e5, needs a max-subtracted softmax"),
+    "ties": (2, 10, 10, 8, 12, 3, False, {"tie_rows": True, "scale": {"W_query.weight": 10.0}},
+             "input rows 2k and 2k+1 identical, so logits come in tied pairs; W_query x10"),
+    "large_input": (2, 8, 8, 12, 16, 4, True,
+                    {"x_scale": 1e3, "scale": {"W_query.weight": 1e-3, "W_key.weight": 1e-3}},
+                    "input x1e3 with W_query/W_key x1e-3: ordinary attention, outputs ~1e2..1e3"),
+    "moderate": (2, 64, 64, 96, 128, 4, False, {}, "moderately sized: b 2, T 64, d_in 96, d_out 128, 4 heads"),
+}
+
+
+def metadata(d_in, d_out, num_heads, context_length, qkv_bias, description):
+    return {"d_in": str(d_in), "d_out": str(d_out), "num_heads": str(num_heads),
+            "context_length": str(context_length), "qkv_bias": str(qkv_bias).lower(),
+            "tolerance": TOLERANCE, "description": description}
+
+
+def make_case(name, b, T, ctx, d_in, d_out, heads, qkv_bias, opts):
+    """Build the seeded module and input; return (state tensors, input, fp32 output)."""
+    torch.manual_seed(123 if name == "book" else zlib.crc32(name.encode()))
+    mha = MultiHeadAttention(d_in, d_out, ctx, 0.0, num_heads=heads, qkv_bias=qkv_bias).eval()
+    if name == "book":
+        x = torch.stack((BOOK_INPUTS, BOOK_INPUTS))
+    else:
+        x = torch.randn(b, T, d_in) * opts.get("x_scale", 1.0)
+    if opts.get("tie_rows"):
+        x = x[:, torch.arange(T) // 2]
+    with torch.no_grad():
+        for param, factor in opts.get("scale", {}).items():
+            mha.get_parameter(param).mul_(factor)
+        y = mha(x)
+        y64 = copy.deepcopy(mha).double()(x.double())
+    state = {k: v for k, v in mha.state_dict().items() if k != "mask" or opts.get("keep_mask")}
+    # The case must be well conditioned: fp32 PyTorch within a tenth of the tolerance of fp64.
+    bound = float(TOLERANCE) * max(1.0, y.abs().max().item())
+    err = (y.double() - y64).abs().max().item()
+    assert torch.isfinite(y).all() and err <= bound / 10, f"{name}: fp32 vs fp64 error {err:.3g}"
+    return state, x, y
+
+
+def bad_cases():
+    """Tiny invalid files: (name, error_hint, tensors, metadata), each with exactly one defect."""
+    edits = {
+        "wkey_transposed": ("W_key.weight has shape [d_in, d_out] instead of [d_out, d_in]",
+                            lambda t, m: t.update({"W_key.weight": t["W_key.weight"].T})),
+        "heads_not_divisible": ("d_out 4 is not divisible by num_heads 3",
+                                lambda t, m: m.update(num_heads="3")),
+        "t_exceeds_context": ("input has T 5 > context_length 4",
+                              lambda t, m: t.update(input=torch.randn(1, 5, 3))),
+        "input_wrong_d_in": ("input last dimension 5 != d_in 3",
+                             lambda t, m: t.update(input=torch.randn(1, 3, 5))),
+        "input_rank2": ("input has rank 2, expected [b, T, d_in]",
+                        lambda t, m: t.update(input=t["input"][0])),
+        "f16_weight": ("W_value.weight has dtype F16, only F32 is supported",
+                       lambda t, m: t.update({"W_value.weight": t["W_value.weight"].half()})),
+        "missing_out_proj_bias": ("tensor out_proj.bias is missing",
+                                  lambda t, m: t.pop("out_proj.bias")),
+        "partial_qkv_bias": ("qkv_bias is true but W_value.bias is missing (W_query.bias, W_key.bias present)",
+                             lambda t, m: t.pop("W_value.bias")),
+    }
+    for name, (hint, edit) in edits.items():
+        torch.manual_seed(zlib.crc32(name.encode()))
+        mha = MultiHeadAttention(3, 4, 4, 0.0, num_heads=2, qkv_bias=True)
+        tensors = {k: v for k, v in mha.state_dict().items() if k != "mask"}
+        tensors["input"] = torch.randn(1, 3, 3)
+        meta = metadata(3, 4, 2, 4, True, "invalid: " + hint)
+        edit(tensors, meta)
+        meta.update(expect_error="true", error_hint=hint)
+        yield name, hint, tensors, meta
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "tests" / "golden")
+    out = parser.parse_args().out
+    (out / "bad").mkdir(parents=True, exist_ok=True)
+    for stale in [*out.glob("mha_*.safetensors"), *(out / "bad").glob("*.safetensors")]:
+        stale.unlink()
+    torch.set_num_threads(1)  # fixed reduction order, so reruns are byte-identical
+
+    for name, (b, T, ctx, d_in, d_out, heads, qkv_bias, opts, description) in CASES.items():
+        state, x, y = make_case(name, b, T, ctx, d_in, d_out, heads, qkv_bias, opts)
+        if name == "book":
+            assert [round(v, 4) for v in y[0, 0].tolist()] == [0.3190, 0.4858], y[0, 0]
+            assert [round(v, 4) for v in y[0, -1].tolist()] == [0.2575, 0.4028], y[0, -1]
+        save_safetensors(out / f"mha_{name}.safetensors", {**state, "input": x, "expected": y},
+                         metadata(d_in, d_out, heads, ctx, qkv_bias, description))
+        print(f"mha_{name}: b={b} T={T} ctx={ctx} d_in={d_in} d_out={d_out} heads={heads} "
+              f"bias={qkv_bias} max|expected|={y.abs().max().item():.4g}")
+    for name, hint, tensors, meta in bad_cases():
+        save_safetensors(out / "bad" / f"{name}.safetensors", tensors, meta)
+        print(f"bad/{name}: {hint}")
+
+
+if __name__ == "__main__":
+    main()
