@@ -1,0 +1,126 @@
+/* attn/attn.hpp: C++ API for batched causal multi-head attention on the CPU.
+ * The chapter-3 MultiHeadAttention of "Build a Large Language Model (From
+ * Scratch)", with PyTorch's weight names. See attn/status.hpp for errors. */
+#ifndef ATTN_ATTN_HPP_
+#define ATTN_ATTN_HPP_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "attn/export.h"
+#include "attn/status.hpp"
+
+namespace attn {
+
+enum class DType {
+  kF32,   // fp32 everywhere (the default)
+  kBF16,  // bf16 matmuls with fp32 accumulation; softmax in fp32
+};
+
+// The module's hyper-parameters, as in the book's constructor.
+struct MhaConfig {
+  int64_t d_in = 0;
+  int64_t d_out = 0;
+  int64_t num_heads = 0;
+  int64_t context_length = 0;  // longest sequence accepted; 0 = no limit
+  bool qkv_bias = false;
+  float dropout = 0.0f;  // accepted for parity; identity at inference
+};
+
+// How to load and run a model. Zeros mean "not set here".
+struct MhaOptions {
+  int64_t num_heads = 0;       // else metadata "num_heads"
+  int64_t context_length = 0;  // else metadata "context_length", then the
+                               // book's "mask" buffer, else no limit
+  int num_threads = 0;         // else ATTN_NUM_THREADS, else the cores this
+                               // process may run on
+  DType dtype = DType::kF32;
+};
+
+// Non-owning fp32 weights in PyTorch layout (nn.Linear: [out, in]).
+// b_query, b_key and b_value are all null (qkv_bias = false) or all set.
+struct MhaWeights {
+  const float* w_query = nullptr;  // [d_out, d_in]
+  const float* w_key = nullptr;    // [d_out, d_in]
+  const float* w_value = nullptr;  // [d_out, d_in]
+  const float* b_query = nullptr;  // [d_out]
+  const float* b_key = nullptr;    // [d_out]
+  const float* b_value = nullptr;  // [d_out]
+  const float* w_out = nullptr;    // out_proj.weight [d_out, d_out]
+  const float* b_out = nullptr;    // out_proj.bias [d_out]
+};
+
+// Loaded, validated weights and configuration. Immutable: one model may be
+// shared by many threads, each running its own MhaSession.
+class ATTN_API MhaModel {
+ public:
+  // Reads PyTorch state_dict names from a safetensors file: W_query.weight,
+  // W_key.weight, W_value.weight, optional W_query.bias, W_key.bias,
+  // W_value.bias, out_proj.weight, out_proj.bias. d_in, d_out and qkv_bias
+  // follow from the tensors; other tensors in the file are ignored.
+  static Result<std::shared_ptr<const MhaModel>> Load(
+      const std::string& path, const MhaOptions& options = {});
+  // Copies weights given in memory. config.d_in, d_out, num_heads and
+  // qkv_bias must match `weights`; options.num_heads and context_length,
+  // when set, override config.
+  static Result<std::shared_ptr<const MhaModel>> Create(
+      const MhaConfig& config, const MhaWeights& weights,
+      const MhaOptions& options = {});
+
+  ~MhaModel();
+  const MhaConfig& config() const;
+  DType dtype() const;
+  int num_threads() const;  // the resolved team size
+
+ private:
+  friend class MhaSession;
+  struct Impl;
+  explicit MhaModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Per-thread execution state: the primitives and buffers for the last input
+// shape. Not thread-safe: one session per thread. Results are bitwise
+// identical for any thread count and between sessions of one model.
+class ATTN_API MhaSession {
+ public:
+  explicit MhaSession(std::shared_ptr<const MhaModel> model);
+  MhaSession(MhaSession&&) noexcept;
+  MhaSession& operator=(MhaSession&&) noexcept;
+  ~MhaSession();
+
+  // input: [batch, seq_len, d_in] fp32, output: [batch, seq_len, d_out]
+  // fp32, both dense. A new (batch, seq_len) prepares the primitives and
+  // buffers once; repeated calls with the same shape allocate nothing.
+  // NaN or Inf in the input propagate as in PyTorch: every query row that can
+  // see a non-finite key, value or query comes out NaN.
+  Status Run(const float* input, int64_t batch, int64_t seq_len, float* output);
+
+  // Prepares for (batch, seq_len) without running (for benchmarks).
+  Status Prepare(int64_t batch, int64_t seq_len);
+  // Bytes this session holds for the current shape (buffers and packed
+  // weights; not counting the model).
+  size_t workspace_bytes() const;
+
+ private:
+  struct Plan;
+  std::shared_ptr<const MhaModel> model_;
+  std::unique_ptr<Plan> plan_;
+};
+
+// Facts about the running build and machine, for logs and benchmarks.
+struct RuntimeInfo {
+  std::string version;      // attn's version
+  std::string simd_target;  // Highway target the kernels dispatch to
+  std::string onednn_isa;   // oneDNN's effective ISA
+  std::string onednn_version;
+  bool native_bf16 = false;  // oneDNN can run bf16 matmuls natively
+  int default_threads = 0;   // team size with nothing set
+};
+ATTN_API RuntimeInfo GetRuntimeInfo();
+
+}  // namespace attn
+
+#endif  // ATTN_ATTN_HPP_

@@ -1,0 +1,22 @@
+// MhaModel's internals, shared by the engine's sources (never installed).
+#ifndef ATTN_ENGINE_MHA_MODEL_H_
+#define ATTN_ENGINE_MHA_MODEL_H_
+
+#include <vector>
+
+#include "attn/attn.hpp"
+
+namespace attn {
+
+struct MhaModel::Impl {
+  MhaConfig config;
+  DType dtype = DType::kF32;
+  int num_threads = 1;
+  // W_query, W_key, W_value stacked: [3 * d_out, d_in]; their biases
+  // stacked: [3 * d_out] (empty without qkv_bias). out_proj as in PyTorch.
+  std::vector<float> w_qkv, b_qkv, w_out, b_out;
+};
+
+}  // namespace attn
+
+#endif  // ATTN_ENGINE_MHA_MODEL_H_

@@ -1,0 +1,368 @@
+// Safetensors reading (mapped, validated up front) and atomic writing.
+#include "attn/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "nlohmann/json.hpp"
+
+namespace attn {
+namespace {
+
+using nlohmann::json;
+
+// Limits checked before anything is allocated for a tensor.
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // as the reference reader
+constexpr size_t kMaxTensors = 1u << 16;
+constexpr size_t kMaxRank = 8;
+
+size_t DTypeSize(const std::string& dtype) {
+  static const std::pair<const char*, size_t> kSizes[] = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+      {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U64", 8},     {"U32", 4},
+      {"U16", 2}, {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+  for (const auto& [name, size] : kSizes) {
+    if (dtype == name) return size;
+  }
+  return 0;
+}
+
+std::string Quoted(const std::string& path) { return "'" + path + "'"; }
+
+// Read-only mapping of a whole file.
+struct Mapping {
+  const unsigned char* data = nullptr;
+  size_t size = 0;
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (data) munmap(const_cast<unsigned char*>(data), size);
+  }
+};
+
+Status MapFile(const std::string& path, Mapping* mapping) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return IoError("cannot open " + Quoted(path) + ": " + std::strerror(errno));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return IoError(Quoted(path) + " is not a regular file");
+  }
+  mapping->size = static_cast<size_t>(st.st_size);
+  if (mapping->size > 0) {
+    void* p = mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      close(fd);
+      return IoError("cannot map " + Quoted(path) + ": " +
+                     std::strerror(errno));
+    }
+    mapping->data = static_cast<const unsigned char*>(p);
+  }
+  close(fd);
+  return {};
+}
+
+// Parses the header, refusing duplicate keys in any object (nlohmann keeps
+// the last one silently).
+Status ParseHeader(const std::string& where, const char* begin, const char* end,
+                   json* header) {
+  std::vector<std::set<std::string>> keys_per_depth;
+  std::string duplicate;
+  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
+    const auto d = static_cast<size_t>(depth);
+    if (event == json::parse_event_t::object_start) {
+      if (keys_per_depth.size() <= d + 1) keys_per_depth.resize(d + 2);
+      keys_per_depth[d + 1].clear();
+    } else if (event == json::parse_event_t::key) {
+      if (keys_per_depth.size() <= d) keys_per_depth.resize(d + 1);
+      if (!keys_per_depth[d].insert(parsed.get<std::string>()).second &&
+          duplicate.empty()) {
+        duplicate = parsed.get<std::string>();
+      }
+    }
+    return true;
+  };
+  try {
+    *header = json::parse(begin, end, callback);
+  } catch (const json::exception& e) {
+    return InvalidArgument("header of " + where +
+                           " is not valid JSON: " + e.what());
+  }
+  if (!duplicate.empty()) {
+    return InvalidArgument("header of " + where + " names '" + duplicate +
+                           "' twice");
+  }
+  if (!header->is_object()) {
+    return InvalidArgument("header of " + where +
+                           " is not a JSON object of tensors");
+  }
+  return {};
+}
+
+// Reads a non-negative integer that fits in uint64_t (JSON floats refused).
+bool AsCount(const json& value, uint64_t* out) {
+  if (!value.is_number_unsigned()) return false;
+  *out = value.get<uint64_t>();
+  return true;
+}
+
+}  // namespace
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+struct SafetensorsFile::Impl {
+  std::string path;
+  Mapping mapping;
+  std::vector<TensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+SafetensorsFile::SafetensorsFile(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept =
+    default;
+SafetensorsFile::~SafetensorsFile() = default;
+
+Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  ATTN_RETURN_IF_ERROR(MapFile(path, &impl->mapping));
+  const std::string where = Quoted(path);
+  const unsigned char* bytes = impl->mapping.data;
+  const size_t file_size = impl->mapping.size;
+  if (file_size < 8) {
+    return InvalidArgument(where + " is " + std::to_string(file_size) +
+                           " bytes: not a safetensors file (want an 8-byte "
+                           "header length, then a JSON header)");
+  }
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | bytes[i];
+  if (header_len > kMaxHeaderBytes) {
+    return InvalidArgument("header length " + std::to_string(header_len) +
+                           " of " + where + " is over the limit of " +
+                           std::to_string(kMaxHeaderBytes) + " bytes");
+  }
+  if (header_len > file_size - 8) {
+    return InvalidArgument("header length " + std::to_string(header_len) +
+                           " of " + where + " runs past the end of the file (" +
+                           std::to_string(file_size) + " bytes)");
+  }
+  const char* header_begin = reinterpret_cast<const char*>(bytes + 8);
+  json header;
+  ATTN_RETURN_IF_ERROR(
+      ParseHeader(where, header_begin, header_begin + header_len, &header));
+
+  const unsigned char* data = bytes + 8 + header_len;
+  const uint64_t data_size = file_size - 8 - header_len;
+  if (header.size() > kMaxTensors + 1) {
+    return InvalidArgument(where + " lists " + std::to_string(header.size()) +
+                           " tensors, over the limit of " +
+                           std::to_string(kMaxTensors));
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end), bytes
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) {
+        return InvalidArgument("__metadata__ of " + where +
+                               " is not a JSON object");
+      }
+      for (const auto& [key, value] : entry.items()) {
+        if (!value.is_string()) {
+          return InvalidArgument("__metadata__ key '" + key + "' of " + where +
+                                 " is " + value.type_name() +
+                                 ", want a string");
+        }
+        impl->metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    const std::string tensor = "tensor '" + name + "' in " + where;
+    if (!entry.is_object() || entry.size() != 3 || !entry.contains("dtype") ||
+        !entry.contains("shape") || !entry.contains("data_offsets")) {
+      return InvalidArgument(tensor +
+                             " must have exactly dtype, shape, data_offsets");
+    }
+    TensorInfo info;
+    info.name = name;
+    const json& dtype = entry["dtype"];
+    const size_t elem =
+        dtype.is_string() ? DTypeSize(dtype.get<std::string>()) : 0;
+    if (elem == 0) {
+      return InvalidArgument(tensor + " has unknown dtype " + dtype.dump());
+    }
+    info.dtype = dtype.get<std::string>();
+    const json& shape = entry["shape"];
+    if (!shape.is_array() || shape.size() > kMaxRank) {
+      return InvalidArgument(tensor + " has shape " + shape.dump() +
+                             ", want an array of at most " +
+                             std::to_string(kMaxRank) + " sizes");
+    }
+    uint64_t bytes_wanted = elem;
+    for (const json& dim : shape) {
+      uint64_t size = 0;
+      if (!AsCount(dim, &size) || size > (uint64_t{1} << 48)) {
+        return InvalidArgument(tensor + " has shape " + shape.dump() +
+                               ", want non-negative integers");
+      }
+      if (size != 0 && bytes_wanted > UINT64_MAX / size) {
+        return InvalidArgument(tensor + " has shape " + shape.dump() +
+                               " whose byte size overflows");
+      }
+      bytes_wanted *= size;
+      info.shape.push_back(static_cast<int64_t>(size));
+    }
+    const json& offsets = entry["data_offsets"];
+    uint64_t begin = 0, end = 0;
+    if (!offsets.is_array() || offsets.size() != 2 ||
+        !AsCount(offsets[0], &begin) || !AsCount(offsets[1], &end)) {
+      return InvalidArgument(tensor + " has data_offsets " + offsets.dump() +
+                             ", want [begin, end] as non-negative integers");
+    }
+    if (begin > end || end > data_size) {
+      return InvalidArgument(tensor + " has data_offsets " + offsets.dump() +
+                             " outside the data section of " +
+                             std::to_string(data_size) + " bytes");
+    }
+    if (end - begin != bytes_wanted) {
+      return InvalidArgument(tensor + " spans " + std::to_string(end - begin) +
+                             " bytes, but " + info.dtype + " " +
+                             ShapeString(info.shape) + " needs " +
+                             std::to_string(bytes_wanted));
+    }
+    info.data = data + begin;
+    info.size_bytes = static_cast<size_t>(end - begin);
+    ranges.emplace_back(begin, end);
+    impl->tensors.push_back(std::move(info));
+  }
+  // The tensors must tile the data section exactly: no overlap, hole or
+  // trailing byte.
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t covered = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (begin < covered) {
+      return InvalidArgument("tensors in " + where + " overlap at byte " +
+                             std::to_string(begin) + " of the data section");
+    }
+    if (begin > covered) {
+      return InvalidArgument("data section of " + where + " has a hole at " +
+                             "bytes [" + std::to_string(covered) + ", " +
+                             std::to_string(begin) + ")");
+    }
+    covered = end;
+  }
+  if (covered != data_size) {
+    return InvalidArgument("data section of " + where + " has " +
+                           std::to_string(data_size - covered) +
+                           " trailing bytes that no tensor covers");
+  }
+  return SafetensorsFile(std::move(impl));
+}
+
+const std::string& SafetensorsFile::path() const { return impl_->path; }
+const std::vector<TensorInfo>& SafetensorsFile::tensors() const {
+  return impl_->tensors;
+}
+const std::map<std::string, std::string>& SafetensorsFile::metadata() const {
+  return impl_->metadata;
+}
+
+const TensorInfo* SafetensorsFile::Find(const std::string& name) const {
+  for (const TensorInfo& t : impl_->tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+Result<std::vector<float>> SafetensorsFile::ReadF32(
+    const std::string& name) const {
+  const TensorInfo* t = Find(name);
+  if (!t) {
+    return InvalidArgument("tensor '" + name + "' is missing from " +
+                           Quoted(impl_->path));
+  }
+  if (t->dtype != "F32") {
+    return InvalidArgument("tensor '" + name + "' has dtype " + t->dtype +
+                           ", want F32");
+  }
+  std::vector<float> values(t->size_bytes / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), t->data, t->size_bytes);
+  return values;
+}
+
+Status WriteSafetensors(const std::string& path,
+                        const std::vector<F32Tensor>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const F32Tensor& t : tensors) {
+    uint64_t count = 1;
+    for (int64_t dim : t.shape) count *= static_cast<uint64_t>(dim);
+    const uint64_t bytes = count * sizeof(float);
+    if (header.contains(t.name)) {
+      return InvalidArgument("tensor '" + t.name + "' is written twice");
+    }
+    header[t.name] = {{"dtype", "F32"},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // 8-aligned data section
+
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = mkstemp(tmp.data());
+  if (fd < 0) {
+    return IoError("cannot create a temporary file beside " + Quoted(path) +
+                   ": " + std::strerror(errno));
+  }
+  auto write_all = [fd](const void* p, size_t n) {
+    const auto* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t w = write(fd, c, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      c += w;
+      n -= static_cast<size_t>(w);
+    }
+    return true;
+  };
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i)
+    len[i] = static_cast<unsigned char>(text.size() >> (8 * i));
+  bool ok = write_all(len, 8) && write_all(text.data(), text.size());
+  for (const F32Tensor& t : tensors) {
+    uint64_t count = 1;
+    for (int64_t dim : t.shape) count *= static_cast<uint64_t>(dim);
+    ok = ok && write_all(t.data, count * sizeof(float));
+  }
+  ok = ok && fsync(fd) == 0;
+  const int write_errno = errno;
+  ok = close(fd) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(ok ? errno : write_errno);
+    unlink(tmp.c_str());
+    return IoError("cannot write " + Quoted(path) + ": " + reason);
+  }
+  return {};
+}
+
+}  // namespace attn

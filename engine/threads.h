@@ -1,0 +1,36 @@
+// The one setting that decides the team size, for our OpenMP loops and for
+// oneDNN's alike (see README "Threads").
+#ifndef ATTN_ENGINE_THREADS_H_
+#define ATTN_ENGINE_THREADS_H_
+
+#include "attn/status.hpp"
+
+namespace attn {
+
+// The number of cores this process may run on (its affinity mask).
+int AffinityCores();
+
+// `requested` when > 0, else ATTN_NUM_THREADS, else AffinityCores(). A
+// malformed ATTN_NUM_THREADS is an error, not silently ignored.
+Result<int> ResolveNumThreads(int requested);
+
+// Sets the calling thread's OpenMP team size (which oneDNN follows) for the
+// scope's lifetime and restores the caller's setting after. Inside an
+// enclosing parallel region the team is 1: the host's threads are already
+// busy, and nesting would oversubscribe the cores.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int num_threads);
+  ~ThreadScope();
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+  int num_threads() const { return num_threads_; }
+
+ private:
+  int saved_;
+  int num_threads_;
+};
+
+}  // namespace attn
+
+#endif  // ATTN_ENGINE_THREADS_H_

@@ -1,0 +1,103 @@
+// The attention core (see attention.h): per (batch, head, query block) one
+// matmul for the scores, the Highway causal softmax, one matmul into ctx.
+#include "kernels/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/softmax.h"
+
+namespace attn::kernels {
+namespace {
+
+size_t AlignUp(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+}  // namespace
+
+Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
+  CausalAttention core;
+  core.shape_ = shape;
+  const int64_t T = shape.seq_len, D = shape.head_dim;
+  const int64_t H = shape.num_heads, C = H * D;
+  const int64_t Bq = std::min(shape.query_block, T);
+  const DataType type = shape.type;
+  core.scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+
+  size_t mm_scratch = 0;
+  for (int64_t i0 = 0; i0 < T; i0 += Bq) {
+    const int64_t M = std::min(Bq, T - i0);  // query rows
+    const int64_t N = i0 + M;                // keys they may see
+    // scores [M, N] f32 = q [M, D] x k^T, with k stored [N, D].
+    Result<MatMul> scores =
+        MatMul::Create({{M, D}, {}, type}, {{D, N}, {1, D}, type}, nullptr,
+                       {{M, N}, {}, DataType::kF32}, /*single_threaded=*/true);
+    if (!scores.ok()) return scores.status();
+    // ctx [M, D], row stride C = probs [M, N] x v [N, D].
+    Result<MatMul> context =
+        MatMul::Create({{M, N}, {}, type}, {{N, D}, {D, 1}, type}, nullptr,
+                       {{M, D}, {C, 1}, type}, /*single_threaded=*/true);
+    if (!context.ok()) return context.status();
+    mm_scratch = std::max(
+        {mm_scratch, scores->scratch_bytes(), context->scratch_bytes()});
+    core.scores_mm_.push_back(std::move(scores).value());
+    core.context_mm_.push_back(std::move(context).value());
+  }
+  core.scores_bytes_ = AlignUp(static_cast<size_t>(Bq * T) * sizeof(float));
+  core.probs_bytes_ =
+      type == DataType::kBF16 ? AlignUp(static_cast<size_t>(Bq * T) * 2) : 0;
+  core.worker_scratch_bytes_ =
+      core.scores_bytes_ + core.probs_bytes_ + AlignUp(mm_scratch);
+  return core;
+}
+
+void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
+                          int num_threads) const {
+  // Shapes: B batch, T seq_len, H heads, D head_dim, C = H * D.
+  const int64_t B = shape_.batch, T = shape_.seq_len, H = shape_.num_heads;
+  const int64_t D = shape_.head_dim, C = H * D;
+  const int64_t Bq = std::min(shape_.query_block, T);
+  const int64_t num_blocks = static_cast<int64_t>(scores_mm_.size());
+  const size_t elem = SizeOf(shape_.type);
+  const auto* qkv_bytes = static_cast<const char*>(qkv);
+  auto* ctx_bytes = static_cast<char*>(ctx);
+  const size_t plane = static_cast<size_t>(H * B * T * D) * elem;
+  const int64_t num_items = B * H * num_blocks;
+
+  // The last query blocks see the most keys: hand them out first.
+#pragma omp parallel for num_threads(num_threads) schedule(dynamic, 1)
+  for (int64_t item = 0; item < num_items; ++item) {
+    const int64_t qb = num_blocks - 1 - item / (B * H);
+    const int64_t b = item % (B * H) / H, h = item % H;
+    const int64_t i0 = qb * Bq, M = std::min(Bq, T - i0), N = i0 + M;
+
+    char* worker =
+        static_cast<char*>(scratch) +
+        static_cast<size_t>(omp_get_thread_num()) * worker_scratch_bytes_;
+    auto* scores = reinterpret_cast<float*>(worker);
+    void* probs = shape_.type == DataType::kBF16
+                      ? static_cast<void*>(worker + scores_bytes_)
+                      : static_cast<void*>(scores);
+    void* mm_scratch = worker + scores_bytes_ + probs_bytes_;
+
+    // Rows of head h in batch b start here in each of the q, k, v planes.
+    const size_t head_rows = static_cast<size_t>((h * B + b) * T * D) * elem;
+    const char* q = qkv_bytes + head_rows + static_cast<size_t>(i0 * D) * elem;
+    const char* k = qkv_bytes + plane + head_rows;
+    const char* v = qkv_bytes + 2 * plane + head_rows;
+    char* out =
+        ctx_bytes + static_cast<size_t>((b * T + i0) * C + h * D) * elem;
+
+    scores_mm_[qb].Run(q, k, nullptr, scores, mm_scratch);
+    if (shape_.type == DataType::kBF16) {
+      CausalSoftmaxToBF16(scores, M, N, N, i0, scale_,
+                          static_cast<hwy::bfloat16_t*>(probs), N);
+    } else {
+      CausalSoftmax(scores, M, N, N, i0, scale_);
+    }
+    context_mm_[qb].Run(probs, v, nullptr, out, mm_scratch);
+  }
+}
+
+}  // namespace attn::kernels

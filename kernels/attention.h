@@ -1,0 +1,55 @@
+// The attention core: softmax(Q K^T * scale, causal) V for every (batch,
+// head), in query blocks handed out by OpenMP. Only the keys a query block
+// can see are computed; score memory is one query block x seq_len per worker.
+#ifndef ATTN_KERNELS_ATTENTION_H_
+#define ATTN_KERNELS_ATTENTION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "attn/status.hpp"
+#include "kernels/matmul.h"
+
+namespace attn::kernels {
+
+struct AttentionShape {
+  int64_t batch = 0;
+  int64_t seq_len = 0;
+  int64_t num_heads = 0;
+  int64_t head_dim = 0;
+  int64_t query_block = 64;        // rows of Q per work item
+  DataType type = DataType::kF32;  // of q, k, v, probabilities and ctx
+};
+
+class CausalAttention {
+ public:
+  // Creates the per-block primitives (single-threaded ones: each work item
+  // runs on one worker). Requires every field of `shape` > 0.
+  static Result<CausalAttention> Create(const AttentionShape& shape);
+
+  // Scratch one worker needs; Run takes num_threads of them, back to back.
+  size_t worker_scratch_bytes() const { return worker_scratch_bytes_; }
+
+  // qkv: [3, num_heads, batch * seq_len, head_dim] dense (q, k, v planes;
+  // the layout the fused projection writes). ctx: [batch, seq_len,
+  // num_heads * head_dim], heads merged. scratch: num_threads workers'
+  // scratch, 64-byte aligned. Results do not depend on num_threads.
+  void Run(const void* qkv, void* ctx, void* scratch, int num_threads) const;
+
+ private:
+  CausalAttention() = default;
+
+  AttentionShape shape_;
+  float scale_ = 0.0f;
+  size_t worker_scratch_bytes_ = 0;
+  size_t scores_bytes_ = 0;  // offset of the bf16 probabilities
+  size_t probs_bytes_ = 0;   // offset of the matmul scratch, after scores
+  // Per query block qb: scores = q_blk k^T and ctx_blk = probs v.
+  std::vector<MatMul> scores_mm_;
+  std::vector<MatMul> context_mm_;
+};
+
+}  // namespace attn::kernels
+
+#endif  // ATTN_KERNELS_ATTENTION_H_

@@ -1,0 +1,43 @@
+// Plain scalar, double-accumulating implementations: the executable spec the
+// kernels and the engine are tested against. Written for clarity, not speed.
+#ifndef ATTN_KERNELS_REFERENCE_H_
+#define ATTN_KERNELS_REFERENCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace attn::reference {
+
+// softmax(scale * x[0, valid)) followed by zeros up to x.size(); an empty
+// prefix gives all zeros.
+std::vector<double> CausalSoftmaxRow(const std::vector<float>& x, size_t valid,
+                                     double scale);
+
+// Chapter-3 MultiHeadAttention weights in PyTorch layout ([out, in]
+// row-major); biases may be null (the q/k/v ones together).
+struct MhaWeights {
+  const float* w_query = nullptr;
+  const float* w_key = nullptr;
+  const float* w_value = nullptr;
+  const float* b_query = nullptr;
+  const float* b_key = nullptr;
+  const float* b_value = nullptr;
+  const float* w_out = nullptr;
+  const float* b_out = nullptr;
+};
+
+// x: [batch, seq_len, d_in] -> [batch, seq_len, d_out].
+std::vector<double> MhaForward(const float* x, int64_t batch, int64_t seq_len,
+                               int64_t d_in, int64_t d_out, int64_t num_heads,
+                               const MhaWeights& weights);
+
+// The attention core alone. qkv: [3, num_heads, batch * seq_len, head_dim];
+// returns ctx [batch, seq_len, num_heads * head_dim].
+std::vector<double> CausalAttention(const float* qkv, int64_t batch,
+                                    int64_t seq_len, int64_t num_heads,
+                                    int64_t head_dim);
+
+}  // namespace attn::reference
+
+#endif  // ATTN_KERNELS_REFERENCE_H_

@@ -1,0 +1,150 @@
+// Per-target body of the causal softmax (see softmax.h for the contract).
+// Included once per Highway target by softmax.cc and by the tests.
+
+// Per-target include guard (Highway idiom; see hwy/examples/skeleton-inl.h).
+#if defined(ATTN_KERNELS_SOFTMAX_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_KERNELS_SOFTMAX_INL_H_
+#undef ATTN_KERNELS_SOFTMAX_INL_H_
+#else
+#define ATTN_KERNELS_SOFTMAX_INL_H_
+#endif
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Stores v (all lanes, or the first `count`) to p as float.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void StoreProbs(D d, V v, float* p, size_t count) {
+  if (count == hn::Lanes(d)) {
+    hn::StoreU(v, d, p);
+  } else {
+    hn::BlendedStore(v, hn::FirstN(d, count), d, p);
+  }
+}
+
+// Stores v to p as bfloat16, rounding to nearest even (Highway 1.0.3's
+// DemoteTo truncates, which would bias every probability downwards).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void StoreProbs(D /*d*/, V v, hwy::bfloat16_t* p, size_t count) {
+  const hn::RebindToUnsigned<D> du32;
+  const hn::Rebind<uint16_t, D> du16;
+  const auto bits = hn::BitCast(du32, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du32, 1));
+  const auto rounded = hn::Add(hn::Add(bits, hn::Set(du32, 0x7FFF)), lsb);
+  const auto halves = hn::DemoteTo(
+      du16, hn::BitCast(hn::RebindToSigned<D>(), hn::ShiftRight<16>(rounded)));
+  alignas(64) uint16_t buf[hn::MaxLanes(du16)];
+  hn::Store(halves, du16, buf);
+  std::memcpy(p, buf, count * sizeof(uint16_t));
+}
+
+// x[0, valid) := softmax(scale * x[0, valid)), written to out[0, cols) with
+// zeros over [valid, cols). x is clobbered. x and out may alias.
+template <class D, typename TOut>
+HWY_INLINE void CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
+                                  float scale, TOut* out) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d);
+  const V neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+
+  // Pass 1: the row max, and whether a NaN is present (Max drops NaNs on
+  // x86, and Exp maps NaN to 0, so NaN must be tracked explicitly).
+  V vmax = neg_inf;
+  auto nan_seen = hn::Lt(vmax, vmax);  // all false
+  size_t i = 0;
+  for (; i + N <= valid; i += N) {
+    const V v = hn::LoadU(d, x + i);
+    vmax = hn::Max(vmax, v);
+    nan_seen = hn::Or(nan_seen, hn::IsNaN(v));
+  }
+  if (i < valid) {
+    const V v =
+        hn::IfThenElse(hn::FirstN(d, valid - i), hn::LoadU(d, x + i), neg_inf);
+    vmax = hn::Max(vmax, v);
+    nan_seen = hn::Or(nan_seen, hn::IsNaN(v));
+  }
+  const float row_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+
+  float fill = -1.0f;  // >= 0 when the whole valid prefix is one value
+  if (valid == 0 || row_max == -std::numeric_limits<float>::infinity()) {
+    fill = 0.0f;  // nothing to attend to: zeros, never NaN
+  } else if (!hn::AllFalse(d, nan_seen) ||
+             row_max == std::numeric_limits<float>::infinity()) {
+    fill = std::numeric_limits<float>::quiet_NaN();
+  }
+
+  size_t end = 0;  // columns [0, end) are written by the passes below
+  if (fill != -1.0f) {
+    const V vfill = hn::Set(d, fill);
+    for (i = 0; i < valid; i += N) {
+      StoreProbs(d, vfill, out + i, std::min(N, valid - i));
+    }
+    end = valid;
+  } else {
+    // Pass 2: e = exp(scale * (x - max)) and its sum. Subtracting the max
+    // keeps exp finite; the tail lanes are excluded from the sum.
+    const V vscale = hn::Set(d, scale);
+    const V vrow_max = hn::Set(d, row_max);
+    V vsum = hn::Zero(d);
+    for (i = 0; i + N <= valid; i += N) {
+      const V e =
+          hn::Exp(d, hn::Mul(hn::Sub(hn::LoadU(d, x + i), vrow_max), vscale));
+      hn::StoreU(e, d, x + i);
+      vsum = hn::Add(vsum, e);
+    }
+    if (i < valid) {
+      const auto m = hn::FirstN(d, valid - i);
+      const V e = hn::IfThenElseZero(
+          m,
+          hn::Exp(d, hn::Mul(hn::Sub(hn::LoadU(d, x + i), vrow_max), vscale)));
+      hn::BlendedStore(e, m, d, x + i);
+      vsum = hn::Add(vsum, e);
+    }
+    // Pass 3: normalise. The max element contributes exp(0) = 1, so sum >= 1.
+    const V inv_sum = hn::Div(hn::Set(d, 1.0f), hn::SumOfLanes(d, vsum));
+    for (i = 0; i + N <= valid; i += N) {
+      StoreProbs(d, hn::Mul(hn::LoadU(d, x + i), inv_sum), out + i, N);
+    }
+    if (i < valid) {
+      const V v = hn::Mul(hn::LoadU(d, x + i), inv_sum);
+      StoreProbs(d, v, out + i, valid - i);
+    }
+    end = valid;
+  }
+  // Masked suffix.
+  const V zero = hn::Zero(d);
+  for (i = end; i < cols; i += N) {
+    StoreProbs(d, zero, out + i, std::min(N, cols - i));
+  }
+}
+
+// The tile loop shared by both output types.
+template <typename TOut>
+HWY_INLINE void CausalSoftmaxT(float* scores, size_t rows, size_t cols,
+                               size_t stride, ptrdiff_t diagonal, float scale,
+                               TOut* out, size_t out_stride) {
+  const hn::ScalableTag<float> d;
+  for (size_t r = 0; r < rows; ++r) {
+    const ptrdiff_t valid =
+        std::clamp<ptrdiff_t>(static_cast<ptrdiff_t>(r) + diagonal + 1, 0,
+                              static_cast<ptrdiff_t>(cols));
+    CausalSoftmaxRowT(d, scores + r * stride, static_cast<size_t>(valid), cols,
+                      scale, out + r * out_stride);
+  }
+}
+
+}  // namespace attn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTN_KERNELS_SOFTMAX_INL_H_

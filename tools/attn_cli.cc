@@ -1,0 +1,40 @@
+// attn: the command-line front end (run, bench, info). Uses only the public
+// API, exactly as an embedder would; every error is one line on stderr.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tools/cli.h"
+
+namespace attn::cli {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "attn: error: %s\n", message.c_str());
+  return kExitError;
+}
+
+}  // namespace attn::cli
+
+int main(int argc, char** argv) {
+  using namespace attn::cli;
+  CLI::App app{"attn: batched causal multi-head attention on the CPU"};
+  app.require_subcommand(1);
+  const std::vector<Command> commands = {
+      AddRunCommand(app), AddBenchCommand(app), AddInfoCommand(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help
+  } catch (const CLI::ParseError& e) {
+    std::string message = e.what();
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    std::fprintf(stderr, "attn: usage error: %s (see --help)\n",
+                 message.c_str());
+    return kExitUsage;
+  }
+  for (const Command& command : commands) {
+    if (*command.app) return command.run();
+  }
+  return kExitUsage;
+}

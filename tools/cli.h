@@ -1,0 +1,31 @@
+// Shared pieces of the attn CLI: each subcommand lives in its own cmd_*.cc
+// and registers itself on the app; main() runs the one that was chosen.
+#ifndef ATTN_TOOLS_CLI_H_
+#define ATTN_TOOLS_CLI_H_
+
+#include <functional>
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+namespace attn::cli {
+
+// Exit codes: 0 success, 1 a library or input error, 2 a usage error.
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+// Prints "attn: error: <message>" as one line on stderr; returns kExitError.
+int Fail(const std::string& message);
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;  // called after a successful parse
+};
+
+Command AddRunCommand(CLI::App& app);
+Command AddBenchCommand(CLI::App& app);
+Command AddInfoCommand(CLI::App& app);
+
+}  // namespace attn::cli
+
+#endif  // ATTN_TOOLS_CLI_H_

@@ -1,0 +1,121 @@
+// attn run: one forward pass from a safetensors input to a safetensors output.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/safetensors.hpp"
+#include "tools/cli.h"
+
+namespace attn::cli {
+namespace {
+
+struct RunArgs {
+  std::string weights, input, output, input_name = "input", dtype = "f32";
+  int64_t heads = 0, context_length = 0;
+  int threads = 0;
+  bool allow_nonfinite = false;
+};
+
+int RunMha(const RunArgs& args) {
+  attn::MhaOptions options;
+  options.num_heads = args.heads;
+  options.context_length = args.context_length;
+  options.num_threads = args.threads;
+  options.dtype = args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
+  auto model = attn::MhaModel::Load(args.weights, options);
+  if (!model.ok()) return Fail(model.status().message());
+  const attn::MhaConfig& config = (*model)->config();
+
+  auto file = attn::SafetensorsFile::Open(args.input);
+  if (!file.ok()) return Fail(file.status().message());
+  const attn::TensorInfo* x = file->Find(args.input_name);
+  if (!x) {
+    return Fail("input tensor '" + args.input_name + "' is missing from '" +
+                args.input + "' (name another with --input-name)");
+  }
+  if (x->dtype != "F32") {
+    return Fail("input tensor '" + args.input_name + "' has dtype " + x->dtype +
+                ", want F32");
+  }
+  const std::string want =
+      "[batch, seq_len, " + std::to_string(config.d_in) + "]";
+  if (x->shape.size() != 3 || x->shape[2] != config.d_in || x->shape[0] <= 0 ||
+      x->shape[1] <= 0) {
+    return Fail("input tensor '" + args.input_name + "' has shape " +
+                attn::ShapeString(x->shape) + ", want " + want);
+  }
+  const int64_t batch = x->shape[0], seq_len = x->shape[1];
+  auto values = file->ReadF32(args.input_name);
+  if (!values.ok()) return Fail(values.status().message());
+  if (!args.allow_nonfinite) {
+    const auto bad = std::find_if(values->begin(), values->end(),
+                                  [](float v) { return !std::isfinite(v); });
+    if (bad != values->end()) {
+      return Fail("input tensor '" + args.input_name + "' holds " +
+                  std::to_string(*bad) + " at element " +
+                  std::to_string(bad - values->begin()) +
+                  ", want finite values (--allow-nonfinite passes them "
+                  "through as PyTorch would)");
+    }
+  }
+  std::vector<float> y(static_cast<size_t>(batch * seq_len * config.d_out));
+  attn::MhaSession session(*model);
+  const attn::Status status =
+      session.Run(values->data(), batch, seq_len, y.data());
+  if (!status.ok()) return Fail(status.message());
+  const attn::Status written = attn::WriteSafetensors(
+      args.output, {{"output", {batch, seq_len, config.d_out}, y.data()}});
+  if (!written.ok()) return Fail(written.message());
+  return 0;
+}
+
+}  // namespace
+
+Command AddRunCommand(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  RunArgs& run = *args;
+  CLI::App* run_cmd = app.add_subcommand(
+      "run", "Run the chapter-3 MultiHeadAttention on a safetensors input");
+  run_cmd
+      ->add_option("--weights", run.weights,
+                   "safetensors file with PyTorch's state_dict names")
+      ->required();
+  run_cmd
+      ->add_option("--input", run.input,
+                   "safetensors file holding the input [b, T, d_in] F32")
+      ->required();
+  run_cmd
+      ->add_option("--output", run.output,
+                   "safetensors file to write 'output' [b, T, d_out] to")
+      ->required();
+  run_cmd
+      ->add_option("--heads", run.heads,
+                   "number of heads (default: metadata num_heads)")
+      ->check(CLI::PositiveNumber);
+  run_cmd
+      ->add_option("--context-length", run.context_length,
+                   "longest sequence accepted (default: metadata "
+                   "context_length, then the book's mask buffer)")
+      ->check(CLI::PositiveNumber);
+  run_cmd
+      ->add_option("--threads", run.threads,
+                   "threads (default: ATTN_NUM_THREADS, then all cores "
+                   "this process may use)")
+      ->check(CLI::PositiveNumber);
+  run_cmd
+      ->add_option("--input-name", run.input_name, "name of the input tensor")
+      ->capture_default_str();
+  run_cmd->add_option("--dtype", run.dtype, "matmul precision")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  run_cmd->add_flag("--allow-nonfinite", run.allow_nonfinite,
+                    "accept NaN/Inf in the input (they propagate as in "
+                    "PyTorch) instead of refusing it");
+
+  return {run_cmd, [args] { return RunMha(*args); }};
+}
+
+}  // namespace attn::cli
