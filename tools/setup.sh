@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian 12 machine: installs what is missing,
+# builds, and runs the main job or the tests.
+#   tools/setup.sh bench       deps + release build + `attn bench` on the grid
+#   tools/setup.sh test        deps + release build + every test (ctest)
+#   tools/setup.sh test-asan   deps + ASan/UBSan build + every test
+#   tools/setup.sh deps        only install the Debian packages
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev
+          libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
+          nlohmann-json3-dev)
+
+install_deps() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+      || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "installing: ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+build() {  # build DIR [cmake args...]
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DATTN_WARNINGS_AS_ERRORS=ON "$@" >/dev/null
+  cmake --build "$dir" -j"$(nproc)"
+}
+
+case "${1:-}" in
+  deps) install_deps ;;
+  bench)
+    install_deps
+    build build
+    build/bin/attn bench ;;
+  test)
+    install_deps
+    build build
+    ctest --test-dir build --output-on-failure -j"$(nproc)" ;;
+  test-asan)
+    install_deps
+    build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DATTN_SANITIZE=address;undefined" \
+      -DATTN_BUILD_BENCHMARKS=OFF
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --test-dir build-asan --output-on-failure -j"$(nproc)" ;;
+  *)
+    echo "usage: tools/setup.sh bench|test|test-asan|deps" >&2
+    exit 2 ;;
+esac
