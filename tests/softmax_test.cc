@@ -1,0 +1,147 @@
+// Tests the causal softmax on every compiled Highway target against the
+// scalar reference: lengths around the vector width, every causal prefix,
+// fully masked rows, huge logits, NaN and Inf.
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "tests/softmax_test.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/tests/hwy_gtest.h"
+#include "kernels/reference.h"
+#include "kernels/softmax-inl.h"
+#include "tests/test_util.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::kernels::HWY_NAMESPACE {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Runs the per-target tile loop on one row of `x` with `valid` keys.
+std::vector<float> SoftmaxRow(std::vector<float> x, size_t valid, float scale) {
+  CausalSoftmaxT(x.data(), 1, x.size(), x.size(),
+                 static_cast<ptrdiff_t>(valid) - 1, scale, x.data(), x.size());
+  return x;
+}
+
+void TestMatchesReferenceForEveryPrefix() {
+  const size_t N = hn::Lanes(hn::ScalableTag<float>());
+  std::mt19937 rng(1);
+  for (size_t cols :
+       {size_t{1}, N - 1, N, N + 1, 2 * N, 3 * N + 2, size_t{257}}) {
+    if (cols == 0) continue;
+    for (size_t valid = 0; valid <= cols; ++valid) {
+      // Values in [90, 100]: exp overflows unless the max is subtracted.
+      const std::vector<float> x = test::RandomVector(rng, cols, 90.f, 100.f);
+      const std::vector<double> expected =
+          reference::CausalSoftmaxRow(x, valid, 0.7);
+      const std::vector<float> actual = SoftmaxRow(x, valid, 0.7f);
+      test::ExpectAllClose(
+          expected, actual.data(), 1e-6,
+          "cols " + std::to_string(cols) + " valid " + std::to_string(valid));
+    }
+  }
+}
+
+void TestTileRowsFollowTheDiagonal() {
+  std::mt19937 rng(2);
+  const size_t rows = 19, cols = 37, stride = 41;
+  for (ptrdiff_t diagonal : {-3, 0, 5, 18, 40}) {
+    std::vector<float> tile = test::RandomVector(rng, rows * stride, -5.f, 5.f);
+    const std::vector<float> before = tile;
+    CausalSoftmaxT(tile.data(), rows, cols, stride, diagonal, 0.25f,
+                   tile.data(), stride);
+    for (size_t r = 0; r < rows; ++r) {
+      const ptrdiff_t valid = std::clamp<ptrdiff_t>(
+          static_cast<ptrdiff_t>(r) + diagonal + 1, 0, cols);
+      const std::vector<float> row(before.begin() + r * stride,
+                                   before.begin() + r * stride + cols);
+      test::ExpectAllClose(
+          reference::CausalSoftmaxRow(row, static_cast<size_t>(valid), 0.25),
+          tile.data() + r * stride, 1e-6, "row " + std::to_string(r));
+      // Padding between rows is untouched.
+      for (size_t c = cols; c < stride && r * stride + c < tile.size(); ++c) {
+        EXPECT_EQ(tile[r * stride + c], before[r * stride + c]);
+      }
+    }
+  }
+}
+
+void TestFullyMaskedRowsAreZero() {
+  for (size_t cols : {size_t{1}, size_t{7}, size_t{64}}) {
+    std::vector<float> x(cols, -kInf);
+    for (float v : SoftmaxRow(x, cols, 1.0f)) EXPECT_EQ(v, 0.0f);
+    x.assign(cols, 3.0f);
+    for (float v : SoftmaxRow(x, 0, 1.0f)) EXPECT_EQ(v, 0.0f);
+  }
+}
+
+void TestHugeAndEqualLogits() {
+  for (size_t cols : {size_t{5}, size_t{33}}) {
+    // ±1e30: finite inputs always give a finite, normalised row.
+    std::vector<float> x(cols);
+    for (size_t i = 0; i < cols; ++i) x[i] = (i % 2 ? 1e30f : -1e30f);
+    const std::vector<float> p = SoftmaxRow(x, cols, 1.0f);
+    test::ExpectAllClose(reference::CausalSoftmaxRow(x, cols, 1.0), p.data(),
+                         1e-6, "huge logits");
+    // All equal: uniform.
+    const std::vector<float> u =
+        SoftmaxRow(std::vector<float>(cols, 1e30f), cols, 1.0f);
+    for (float v : u) EXPECT_FLOAT_EQ(v, 1.0f / float(cols));
+  }
+}
+
+void TestNonFiniteScoresGiveNaNLikePyTorch() {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), kInf}) {
+    std::vector<float> x = {0.5f, bad, 1.0f, 2.0f, 7.0f};
+    std::vector<float> p = SoftmaxRow(x, 3, 1.0f);
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(std::isnan(p[i])) << i;
+    EXPECT_EQ(p[3], 0.0f);
+    EXPECT_EQ(p[4], 0.0f);
+    // A non-finite score beyond the causal prefix is never looked at.
+    p = SoftmaxRow(x, 1, 1.0f);
+    EXPECT_EQ(p[0], 1.0f);
+  }
+  // -inf among finite scores is just a zero probability.
+  const std::vector<float> p = SoftmaxRow({-kInf, 0.0f, 0.0f}, 3, 1.0f);
+  EXPECT_EQ(p[0], 0.0f);
+  EXPECT_FLOAT_EQ(p[1], 0.5f);
+}
+
+void TestBF16OutputRoundsToNearest() {
+  std::mt19937 rng(3);
+  const size_t cols = 45;
+  std::vector<float> x = test::RandomVector(rng, cols, -4.f, 4.f);
+  const std::vector<double> expected = reference::CausalSoftmaxRow(x, 30, 1.0);
+  std::vector<hwy::bfloat16_t> probs(cols);
+  CausalSoftmaxT(x.data(), 1, cols, cols, 29, 1.0f, probs.data(), cols);
+  for (size_t i = 0; i < cols; ++i) {
+    const double got = hwy::F32FromBF16(probs[i]);
+    // Round to nearest: within half a bf16 ulp (2^-8 relative), plus the
+    // fp32 error of the probability itself.
+    EXPECT_LE(std::abs(got - expected[i]), expected[i] * (1.0 / 256) + 1e-7)
+        << i;
+  }
+}
+
+}  // namespace
+}  // namespace attn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::kernels {
+namespace {
+HWY_BEFORE_TEST(SoftmaxTest);
+HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestMatchesReferenceForEveryPrefix);
+HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestTileRowsFollowTheDiagonal);
+HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestFullyMaskedRowsAreZero);
+HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestHugeAndEqualLogits);
+HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestNonFiniteScoresGiveNaNLikePyTorch);
+HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestBF16OutputRoundsToNearest);
+}  // namespace
+}  // namespace attn::kernels
+#endif  // HWY_ONCE
