@@ -1,0 +1,264 @@
+// Tests the decode attention kernel on every compiled Highway target against
+// a scalar double reference and against reference::CausalAttention: key
+// counts around the chunk size, head dims around the padding, ragged rows,
+// huge logits, NaN and Inf, and bitwise identity across thread counts.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "tests/decode_test.cc"
+#include "hwy/aligned_allocator.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/tests/hwy_gtest.h"
+#include "kernels/decode-inl.h"
+#include "kernels/reference.h"
+#include "tests/test_util.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::kernels::HWY_NAMESPACE {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// A cache of `seqs` sequences x H heads x `capacity` rows, zero padded, and
+// one query row per entry of `keys` (row r belongs to sequence r % seqs).
+struct Case {
+  size_t H, D, Dp, capacity, seqs;
+  std::vector<size_t> keys;
+  std::vector<float> q, k, v, ctx, partials;
+  std::vector<DecodeRow> rows;
+  DecodeParams params;
+
+  Case(std::mt19937& rng, size_t heads, size_t head_dim, size_t num_seqs,
+       std::vector<size_t> row_keys, float lo, float hi)
+      : H(heads),
+        D(head_dim),
+        Dp(DecodePaddedDim(head_dim)),
+        capacity(*std::max_element(row_keys.begin(), row_keys.end())),
+        seqs(num_seqs),
+        keys(std::move(row_keys)) {
+    auto fill = [&](std::vector<float>& x, size_t rows_total) {
+      x.assign(rows_total * Dp, 0.0f);
+      std::uniform_real_distribution<float> dist(lo, hi);
+      for (size_t r = 0; r < rows_total; ++r) {
+        for (size_t i = 0; i < D; ++i) x[r * Dp + i] = dist(rng);
+      }
+    };
+    fill(q, keys.size() * H);
+    fill(k, seqs * H * capacity);
+    fill(v, seqs * H * capacity);
+    params.num_heads = H;
+    params.head_dim = D;
+    params.row_stride = Dp;
+    params.head_stride = capacity * Dp;
+    params.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+    ctx.assign(keys.size() * H * D, -1.0f);
+    size_t first = 0;
+    for (size_t r = 0; r < keys.size(); ++r) {
+      DecodeRow row;
+      const size_t s = r % seqs;
+      row.q = q.data() + r * H * Dp;
+      row.k = k.data() + s * H * capacity * Dp;
+      row.v = v.data() + s * H * capacity * Dp;
+      row.num_keys = keys[r];
+      row.ctx = ctx.data() + r * H * D;
+      row.first_partial = first;
+      first += H * DecodeChunks(keys[r]);
+      rows.push_back(row);
+    }
+    // 64-byte aligned partials: over-allocate and offset.
+    partials.assign(first * DecodePartialFloats(Dp) + kDecodeAlign, 0.0f);
+  }
+
+  float* AlignedPartials() {
+    const auto addr = reinterpret_cast<uintptr_t>(partials.data());
+    return partials.data() + ((64 - addr % 64) % 64) / sizeof(float);
+  }
+
+  void Run(int threads) {
+    DecodeAttentionT(params, rows.data(), rows.size(), AlignedPartials(),
+                     threads);
+  }
+
+  // Scalar double reference: softmax(scale * q.k_j) . v over j < keys[r].
+  std::vector<double> Expected() const {
+    std::vector<double> out(keys.size() * H * D, 0.0);
+    for (size_t r = 0; r < keys.size(); ++r) {
+      const size_t s = r % seqs;
+      for (size_t h = 0; h < H; ++h) {
+        const float* qr = q.data() + (r * H + h) * Dp;
+        const float* kh = k.data() + (s * H + h) * capacity * Dp;
+        const float* vh = v.data() + (s * H + h) * capacity * Dp;
+        std::vector<double> p(keys[r]);
+        double max = -INFINITY;
+        for (size_t j = 0; j < keys[r]; ++j) {
+          double dot = 0.0;
+          for (size_t i = 0; i < D; ++i) dot += double(qr[i]) * kh[j * Dp + i];
+          p[j] = dot * params.scale;
+          max = std::max(max, p[j]);
+        }
+        double sum = 0.0;
+        for (double& x : p) sum += x = std::exp(x - max);
+        for (size_t j = 0; j < keys[r]; ++j) {
+          for (size_t i = 0; i < D; ++i) {
+            out[(r * H + h) * D + i] += p[j] / sum * vh[j * Dp + i];
+          }
+        }
+      }
+    }
+    return out;
+  }
+};
+
+void TestMatchesReferenceAroundChunkAndPadding() {
+  std::mt19937 rng(7);
+  const size_t C = kDecodeChunk;
+  for (size_t D : {size_t{1}, size_t{5}, size_t{16}, size_t{24}, size_t{64},
+                   size_t{80}, size_t{130}}) {
+    for (size_t keys : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, C - 1, C,
+                        C + 1, 2 * C + 3}) {
+      Case c(rng, /*heads=*/2, D, /*num_seqs=*/1, {keys}, -1.0f, 1.0f);
+      c.Run(2);
+      const auto expected = c.Expected();
+      test::ExpectAllClose(
+          expected, c.ctx.data(), 1e-5 * std::max(1.0, test::MaxAbs(expected)),
+          "D " + std::to_string(D) + " keys " + std::to_string(keys));
+    }
+  }
+}
+
+void TestRaggedRowsMatchReference() {
+  std::mt19937 rng(11);
+  // Rows of three sequences with different lengths, in one call.
+  Case c(rng, /*heads=*/3, /*head_dim=*/24, /*num_seqs=*/3,
+         {1, 700, 257, 300, 9, 1}, -2.0f, 2.0f);
+  c.Run(3);
+  const auto expected = c.Expected();
+  test::ExpectAllClose(expected, c.ctx.data(),
+                       1e-5 * std::max(1.0, test::MaxAbs(expected)), "ragged");
+}
+
+void TestHugeLogitsStayFinite() {
+  std::mt19937 rng(3);
+  // Scores around 1e4: exp overflows unless each chunk subtracts its max,
+  // and the merge rescales by exp(m_c - m).
+  Case c(rng, /*heads=*/1, /*head_dim=*/16, /*num_seqs=*/1, {600}, 20.0f,
+         30.0f);
+  c.Run(2);
+  const auto expected = c.Expected();
+  test::ExpectAllClose(expected, c.ctx.data(),
+                       1e-5 * std::max(1.0, test::MaxAbs(expected)), "huge");
+}
+
+void TestBitwiseIdenticalAcrossThreadCounts() {
+  std::mt19937 rng(5);
+  Case c(rng, /*heads=*/2, /*head_dim=*/64, /*num_seqs=*/2, {1000, 3, 513, 256},
+         -1.0f, 1.0f);
+  c.Run(1);
+  const std::vector<float> one = c.ctx;
+  for (int threads : {2, 3, 7}) {
+    std::fill(c.ctx.begin(), c.ctx.end(), 0.0f);
+    c.Run(threads);
+    EXPECT_EQ(0,
+              std::memcmp(one.data(), c.ctx.data(), one.size() * sizeof(float)))
+        << "threads " << threads;
+  }
+}
+
+void TestNonFinitePropagates() {
+  std::mt19937 rng(9);
+  Case c(rng, /*heads=*/2, /*head_dim=*/8, /*num_seqs=*/1, {300, 300, 4}, -1.0f,
+         1.0f);
+  // Head 0: a NaN key in the second chunk. Head 1: +inf in a value.
+  c.k[(0 * c.capacity + 280) * c.Dp + 3] = NAN;
+  c.v[(1 * c.capacity + 2) * c.Dp + 1] = kInf;
+  c.Run(2);
+  for (size_t r = 0; r < 3; ++r) {
+    for (size_t i = 0; i < c.D; ++i) {
+      const float h0 = c.ctx[(r * c.H + 0) * c.D + i];
+      const float h1 = c.ctx[(r * c.H + 1) * c.D + i];
+      // Row 2 sees only keys 0..3: the NaN key is not visible to it.
+      EXPECT_EQ(r < 2, std::isnan(h0)) << "row " << r << " i " << i;
+      EXPECT_TRUE(std::isnan(h1) || std::isinf(h1) || i != 1)
+          << "row " << r << " i " << i;
+    }
+  }
+}
+
+void TestMatchesFullCausalAttention() {
+  // qkv planes [3, H, B*T, D] as the full-sequence core takes them; every
+  // position t of every sequence is decoded as a row with t + 1 keys.
+  std::mt19937 rng(13);
+  const size_t B = 2, T = 300, H = 2, D = 8, Dp = DecodePaddedDim(D);
+  const std::vector<float> qkv =
+      test::RandomVector(rng, 3 * H * B * T * D, -1.0f, 1.0f);
+  auto at = [&](size_t which, size_t h, size_t b, size_t t) {
+    return qkv.data() + (((which * H + h) * B + b) * T + t) * D;
+  };
+  std::vector<float> q(B * T * H * Dp, 0.f), k(B * H * T * Dp, 0.f),
+      v(B * H * T * Dp, 0.f), ctx(B * T * H * D, 0.f);
+  for (size_t b = 0; b < B; ++b) {
+    for (size_t h = 0; h < H; ++h) {
+      for (size_t t = 0; t < T; ++t) {
+        std::memcpy(&q[((b * T + t) * H + h) * Dp], at(0, h, b, t),
+                    D * sizeof(float));
+        std::memcpy(&k[((b * H + h) * T + t) * Dp], at(1, h, b, t),
+                    D * sizeof(float));
+        std::memcpy(&v[((b * H + h) * T + t) * Dp], at(2, h, b, t),
+                    D * sizeof(float));
+      }
+    }
+  }
+  DecodeParams params;
+  params.num_heads = H;
+  params.head_dim = D;
+  params.row_stride = Dp;
+  params.head_stride = T * Dp;
+  params.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+  std::vector<DecodeRow> rows;
+  size_t first = 0;
+  for (size_t b = 0; b < B; ++b) {
+    for (size_t t = 0; t < T; ++t) {
+      DecodeRow row;
+      row.q = &q[(b * T + t) * H * Dp];
+      row.k = &k[b * H * T * Dp];
+      row.v = &v[b * H * T * Dp];
+      row.num_keys = t + 1;
+      row.ctx = &ctx[(b * T + t) * H * D];
+      row.first_partial = first;
+      first += H * DecodeChunks(t + 1);
+      rows.push_back(row);
+    }
+  }
+  hwy::AlignedFreeUniquePtr<float[]> partials =
+      hwy::AllocateAligned<float>(first * DecodePartialFloats(Dp));
+  DecodeAttentionT(params, rows.data(), rows.size(), partials.get(), 2);
+  const std::vector<double> expected =
+      reference::CausalAttention(qkv.data(), B, T, H, D);
+  test::ExpectAllClose(expected, ctx.data(),
+                       1e-5 * std::max(1.0, test::MaxAbs(expected)),
+                       "full causal");
+}
+
+}  // namespace
+}  // namespace attn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::kernels {
+namespace {
+HWY_BEFORE_TEST(DecodeTest);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestMatchesReferenceAroundChunkAndPadding);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestRaggedRowsMatchReference);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestHugeLogitsStayFinite);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestBitwiseIdenticalAcrossThreadCounts);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestNonFinitePropagates);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestMatchesFullCausalAttention);
+}  // namespace
+}  // namespace attn::kernels
+#endif  // HWY_ONCE
