@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/softmax.h"
 
@@ -20,7 +21,6 @@ Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
   CausalAttention core;
   core.shape_ = shape;
   const int64_t T = shape.seq_len, D = shape.head_dim;
-  const int64_t H = shape.num_heads, C = H * D;
   const int64_t Bq = std::min(shape.query_block, T);
   const DataType type = shape.type;
   core.scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
@@ -34,10 +34,11 @@ Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
         MatMul::Create({{M, D}, {}, type}, {{D, N}, {1, D}, type}, nullptr,
                        {{M, N}, {}, DataType::kF32}, /*single_threaded=*/true);
     if (!scores.ok()) return scores.status();
-    // ctx [M, D], row stride C = probs [M, N] x v [N, D].
+    // ctx_blk [M, D] = probs [M, N] x v [N, D], dense: oneDNN 2.6 runs a
+    // strided dst (row stride C) on its slower gemm:jit, not brgemm.
     Result<MatMul> context =
         MatMul::Create({{M, N}, {}, type}, {{N, D}, {D, 1}, type}, nullptr,
-                       {{M, D}, {C, 1}, type}, /*single_threaded=*/true);
+                       {{M, D}, {}, type}, /*single_threaded=*/true);
     if (!context.ok()) return context.status();
     mm_scratch = std::max(
         {mm_scratch, scores->scratch_bytes(), context->scratch_bytes()});
@@ -47,8 +48,9 @@ Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
   core.scores_bytes_ = AlignUp(static_cast<size_t>(Bq * T) * sizeof(float));
   core.probs_bytes_ =
       type == DataType::kBF16 ? AlignUp(static_cast<size_t>(Bq * T) * 2) : 0;
-  core.worker_scratch_bytes_ =
-      core.scores_bytes_ + core.probs_bytes_ + AlignUp(mm_scratch);
+  core.block_ctx_bytes_ = AlignUp(static_cast<size_t>(Bq * D) * SizeOf(type));
+  core.worker_scratch_bytes_ = core.scores_bytes_ + core.probs_bytes_ +
+                               core.block_ctx_bytes_ + AlignUp(mm_scratch);
   return core;
 }
 
@@ -79,7 +81,8 @@ void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
     void* probs = shape_.type == DataType::kBF16
                       ? static_cast<void*>(worker + scores_bytes_)
                       : static_cast<void*>(scores);
-    void* mm_scratch = worker + scores_bytes_ + probs_bytes_;
+    char* block_ctx = worker + scores_bytes_ + probs_bytes_;
+    void* mm_scratch = block_ctx + block_ctx_bytes_;
 
     // Rows of head h in batch b start here in each of the q, k, v planes.
     const size_t head_rows = static_cast<size_t>((h * B + b) * T * D) * elem;
@@ -96,7 +99,12 @@ void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
     } else {
       CausalSoftmax(scores, M, N, N, i0, scale_);
     }
-    context_mm_[qb].Run(probs, v, nullptr, out, mm_scratch);
+    context_mm_[qb].Run(probs, v, nullptr, block_ctx, mm_scratch);
+    const size_t row_bytes = static_cast<size_t>(D) * elem;
+    for (int64_t r = 0; r < M; ++r) {
+      std::memcpy(out + static_cast<size_t>(r * C) * elem,
+                  block_ctx + static_cast<size_t>(r) * row_bytes, row_bytes);
+    }
   }
 }
 

@@ -43,8 +43,9 @@ class CausalAttention {
   AttentionShape shape_;
   float scale_ = 0.0f;
   size_t worker_scratch_bytes_ = 0;
-  size_t scores_bytes_ = 0;  // offset of the bf16 probabilities
-  size_t probs_bytes_ = 0;   // offset of the matmul scratch, after scores
+  size_t scores_bytes_ = 0;     // offset of the bf16 probabilities
+  size_t probs_bytes_ = 0;      // bf16 probabilities (0 for f32)
+  size_t block_ctx_bytes_ = 0;  // one query block's context, dense
   // Per query block qb: scores = q_blk k^T and ctx_blk = probs v.
   std::vector<MatMul> scores_mm_;
   std::vector<MatMul> context_mm_;
