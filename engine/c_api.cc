@@ -1,0 +1,324 @@
+// The C API (attn/attn.h): a thin shim over the C++ API (attn/attn.hpp).
+// Every entry point catches everything, turns Status into attn_status and
+// keeps the message in a thread-local string.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attn/attn.h"
+#include "attn/attn.hpp"
+#include "attn/safetensors.hpp"
+#include "engine/threads.h"
+
+struct attn_model {
+  std::shared_ptr<const attn::MhaModel> mha;
+};
+
+struct attn_session {
+  explicit attn_session(std::shared_ptr<const attn::MhaModel> model)
+      : mha(std::move(model)) {}
+  attn::MhaSession mha;  // holds the model alive
+};
+
+namespace {
+
+// This thread's last failure. `error_lost` is set when even recording the
+// message ran out of memory.
+thread_local std::string error_message;
+thread_local bool error_lost = false;
+
+attn_status Fail(attn_status code, const char* message,
+                 const char* detail = "") noexcept {
+  try {
+    error_message.assign(message);
+    error_message.append(detail);
+    error_lost = false;
+  } catch (...) {
+    error_lost = true;
+  }
+  return code;
+}
+
+attn_status ToC(attn::StatusCode code) {
+  switch (code) {
+    case attn::StatusCode::kOk:
+      return ATTN_OK;
+    case attn::StatusCode::kInvalidArgument:
+      return ATTN_INVALID_ARGUMENT;
+    case attn::StatusCode::kIoError:
+      return ATTN_IO_ERROR;
+    case attn::StatusCode::kUnsupported:
+      return ATTN_UNSUPPORTED;
+    case attn::StatusCode::kOutOfMemory:
+      return ATTN_OUT_OF_MEMORY;
+    case attn::StatusCode::kInternal:
+      return ATTN_INTERNAL;
+  }
+  return ATTN_INTERNAL;
+}
+
+attn_status Check(const attn::Status& status) noexcept {
+  if (status.ok()) return ATTN_OK;
+  return Fail(ToC(status.code()), status.message().c_str());
+}
+
+// Runs `body`, turning any exception into a status: no exception crosses the
+// C API.
+template <class Body>
+attn_status Guard(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Fail(ATTN_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(ATTN_INTERNAL, "internal error: ", e.what());
+  } catch (...) {
+    return Fail(ATTN_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+attn_status NullArgument(const char* what) {
+  return Fail(ATTN_INVALID_ARGUMENT, what, " must not be NULL");
+}
+
+// Whether the field [offset, offset + size) lies inside a caller's struct of
+// `struct_size` bytes (one from an older header may end before it).
+bool Inside(size_t struct_size, size_t offset, size_t size) {
+  return struct_size >= offset + size;
+}
+
+// Larger structs than 1 KiB are taken for an uninitialised struct_size.
+constexpr size_t kMaxStructSize = 1024;
+
+attn_status CheckStructSize(const char* what, const void* object,
+                            size_t struct_size, size_t known) {
+  const std::string want = std::string("; set it to sizeof(") + what + ") (" +
+                           std::to_string(known) +
+                           " in this library, version " ATTN_VERSION ")";
+  if (struct_size < sizeof(size_t) || struct_size > kMaxStructSize) {
+    return Fail(
+        ATTN_INVALID_ARGUMENT,
+        (std::string(what) + ".struct_size is " + std::to_string(struct_size) +
+         (struct_size == 0 ? "" : ", which looks uninitialised") + want)
+            .c_str());
+  }
+  // A struct from a newer header: fine while the fields we do not know are
+  // zero (the "not set" of every field).
+  const auto* bytes = static_cast<const unsigned char*>(object);
+  for (size_t i = known; i < struct_size; ++i) {
+    if (bytes[i] != 0) {
+      return Fail(ATTN_UNSUPPORTED,
+                  (std::string(what) + " sets a field this library does not " +
+                   "know: byte " + std::to_string(i) + " of its " +
+                   std::to_string(struct_size) +
+                   " is nonzero, and this library (version " ATTN_VERSION
+                   ") knows the first " +
+                   std::to_string(known))
+                      .c_str());
+    }
+  }
+  return ATTN_OK;
+}
+
+attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
+  if (!c) return ATTN_OK;
+  const size_t size = c->struct_size;
+  if (attn_status s = CheckStructSize("attn_mha_options", c, size, sizeof(*c));
+      s != ATTN_OK) {
+    return s;
+  }
+  if (Inside(size, offsetof(attn_mha_options, num_heads), sizeof(int))) {
+    options->num_heads = c->num_heads;
+  }
+  if (Inside(size, offsetof(attn_mha_options, context_length), sizeof(int))) {
+    options->context_length = c->context_length;
+  }
+  if (Inside(size, offsetof(attn_mha_options, num_threads), sizeof(int))) {
+    options->num_threads = c->num_threads;
+  }
+  return ATTN_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+attn_status attn_model_load_mha(const char* safetensors_path,
+                                const attn_mha_options* options,
+                                attn_model** model) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    *model = nullptr;
+    if (!safetensors_path) return NullArgument("safetensors_path");
+    attn::MhaOptions opts;
+    if (attn_status s = ToOptions(options, &opts); s != ATTN_OK) return s;
+    auto loaded = attn::MhaModel::Load(safetensors_path, opts);
+    if (!loaded.ok()) return Check(loaded.status());
+    auto handle = std::make_unique<attn_model>();
+    handle->mha = std::move(loaded).value();
+    *model = handle.release();
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_model_dims(const attn_model* model, int64_t* d_in,
+                            int64_t* d_out) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    const attn::MhaConfig& c = model->mha->config();
+    if (d_in) *d_in = c.d_in;
+    if (d_out) *d_out = c.d_out;
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    if (!info) return NullArgument("info");
+    const size_t size = info->struct_size;
+    // Writes only what fits the caller's struct, so its tail is never
+    // touched; a newer struct's unknown fields are left as they are.
+    if (size < sizeof(size_t) || size > kMaxStructSize) {
+      return CheckStructSize("attn_model_info", info, size, sizeof(*info));
+    }
+    const attn::MhaConfig& c = model->mha->config();
+    attn_model_info full;
+    full.struct_size = size;
+    full.d_in = c.d_in;
+    full.d_out = c.d_out;
+    full.num_heads = c.num_heads;
+    full.context_length = c.context_length;
+    full.qkv_bias = c.qkv_bias ? 1 : 0;
+    full.num_threads = model->mha->num_threads();
+    // Field by field, so padding never counts as a field.
+    auto copy = [&](size_t offset, size_t bytes) {
+      if (Inside(size, offset, bytes)) {
+        std::memcpy(reinterpret_cast<unsigned char*>(info) + offset,
+                    reinterpret_cast<const unsigned char*>(&full) + offset,
+                    bytes);
+      }
+    };
+    copy(offsetof(attn_model_info, d_in), sizeof(int64_t));
+    copy(offsetof(attn_model_info, d_out), sizeof(int64_t));
+    copy(offsetof(attn_model_info, num_heads), sizeof(int64_t));
+    copy(offsetof(attn_model_info, context_length), sizeof(int64_t));
+    copy(offsetof(attn_model_info, qkv_bias), sizeof(int));
+    copy(offsetof(attn_model_info, num_threads), sizeof(int));
+    return ATTN_OK;
+  });
+}
+
+void attn_model_destroy(attn_model* model) { delete model; }
+
+attn_status attn_session_create(const attn_model* model,
+                                attn_session** session) {
+  return Guard([&] {
+    if (!session) return NullArgument("session");
+    *session = nullptr;
+    if (!model) return NullArgument("model");
+    *session = new attn_session(model->mha);
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_session_run(attn_session* session, const float* input,
+                             int64_t batch, int64_t seq_len, float* output) {
+  return Guard([&] {
+    if (!session) return NullArgument("session");
+    if (!input) return NullArgument("input");
+    if (!output) return NullArgument("output");
+    return Check(session->mha.Run(input, batch, seq_len, output));
+  });
+}
+
+void attn_session_destroy(attn_session* session) { delete session; }
+
+const char* attn_last_error_message(void) {
+  if (error_lost) return "out of memory (while recording an error message)";
+  return error_message.c_str();
+}
+
+const char* attn_status_string(attn_status status) {
+  switch (status) {
+    case ATTN_OK:
+      return "ATTN_OK";
+    case ATTN_INVALID_ARGUMENT:
+      return "ATTN_INVALID_ARGUMENT";
+    case ATTN_IO_ERROR:
+      return "ATTN_IO_ERROR";
+    case ATTN_UNSUPPORTED:
+      return "ATTN_UNSUPPORTED";
+    case ATTN_OUT_OF_MEMORY:
+      return "ATTN_OUT_OF_MEMORY";
+    case ATTN_INTERNAL:
+      return "ATTN_INTERNAL";
+  }
+  return "unknown attn_status";
+}
+
+const char* attn_version(void) { return ATTN_VERSION; }
+
+int attn_default_num_threads(void) {
+  int threads = -1;
+  const attn_status status = Guard([&] {
+    attn::Result<int> resolved = attn::ResolveNumThreads(0);
+    if (!resolved.ok()) return Check(resolved.status());
+    threads = *resolved;
+    return ATTN_OK;
+  });
+  return status == ATTN_OK ? threads : -1;
+}
+
+attn_status attn_tensor_read_f32(const char* safetensors_path, const char* name,
+                                 float* data, size_t capacity, int64_t* shape,
+                                 int* rank) {
+  return Guard([&] {
+    if (!safetensors_path) return NullArgument("safetensors_path");
+    if (!name) return NullArgument("name");
+    auto file = attn::SafetensorsFile::Open(safetensors_path);
+    if (!file.ok()) return Check(file.status());
+    const attn::TensorInfo* t = file->Find(name);
+    if (!t) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  ("tensor '" + std::string(name) + "' is missing from '" +
+                   safetensors_path + "'")
+                      .c_str());
+    }
+    if (t->shape.size() > ATTN_MAX_RANK) {
+      return Fail(ATTN_UNSUPPORTED,
+                  ("tensor '" + t->name + "' has rank " +
+                   std::to_string(t->shape.size()) + ", want at most " +
+                   std::to_string(ATTN_MAX_RANK))
+                      .c_str());
+    }
+    if (data) {
+      auto values = file->ReadF32(name);
+      if (!values.ok()) return Check(values.status());
+      if (values->size() > capacity) {
+        return Fail(ATTN_INVALID_ARGUMENT,
+                    ("tensor '" + t->name + "' " + attn::ShapeString(t->shape) +
+                     " has " + std::to_string(values->size()) +
+                     " elements, but capacity is " + std::to_string(capacity))
+                        .c_str());
+      }
+      std::memcpy(data, values->data(), values->size() * sizeof(float));
+    } else if (t->dtype != "F32") {
+      return Fail(
+          ATTN_INVALID_ARGUMENT,
+          ("tensor '" + t->name + "' has dtype " + t->dtype + ", want F32")
+              .c_str());
+    }
+    if (shape) std::copy(t->shape.begin(), t->shape.end(), shape);
+    if (rank) *rank = static_cast<int>(t->shape.size());
+    return ATTN_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,296 @@
+/* The C API (attn/attn.h), compiled as C99 so the header can never need C++:
+ * golden results, every argument check, the struct_size rules, the
+ * per-thread error message. Links attn::attn exactly as an embedder does.
+ * Usage: c_api_test SOURCE_DIR */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn.h"
+
+static int failures = 0;
+
+#define EXPECT(cond)                                                     \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      fprintf(stderr, "%s:%d: FAILED: %s\n  last error: %s\n", __FILE__, \
+              __LINE__, #cond, attn_last_error_message());               \
+      ++failures;                                                        \
+    }                                                                    \
+  } while (0)
+
+/* EXPECT that `call` returns `want` and, when failing, leaves a message
+ * containing `needle`. */
+#define EXPECT_STATUS(want, call, needle)                                      \
+  do {                                                                         \
+    const attn_status got_ = (call);                                           \
+    if (got_ != (want)) {                                                      \
+      fprintf(stderr, "%s:%d: FAILED: %s\n  got %s, want %s; message: %s\n",   \
+              __FILE__, __LINE__, #call, attn_status_string(got_),             \
+              attn_status_string(want), attn_last_error_message());            \
+      ++failures;                                                              \
+    } else if ((want) != ATTN_OK &&                                            \
+               strstr(attn_last_error_message(), (needle)) == NULL) {          \
+      fprintf(stderr, "%s:%d: FAILED: %s\n  message '%s' lacks '%s'\n",        \
+              __FILE__, __LINE__, #call, attn_last_error_message(), (needle)); \
+      ++failures;                                                              \
+    }                                                                          \
+  } while (0)
+
+static char book[4096], moderate[4096], missing[4096], bad_dir[4096];
+
+enum { kCap = 1 << 16 };
+static float x[kCap], want[kCap], y[kCap];
+
+static double MaxAbsDiff(const float* a, const float* b, int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) worst = fmax(worst, fabs(a[i] - b[i]));
+  return worst;
+}
+
+/* Loads `path`, runs its `input`, compares with its `expected`. */
+static void TestGolden(const char* path) {
+  int64_t shape[ATTN_MAX_RANK], d_in = 0, d_out = 0;
+  int rank = 0;
+  attn_model* model = NULL;
+  attn_session* session = NULL;
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(path, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(path, "input", x, kCap, shape, &rank), "");
+  EXPECT(rank == 3);
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(path, "expected", want, kCap, NULL, NULL),
+                "");
+  EXPECT_STATUS(ATTN_OK, attn_model_dims(model, &d_in, &d_out), "");
+  EXPECT(d_in == shape[2]);
+  EXPECT_STATUS(ATTN_OK, attn_session_create(model, &session), "");
+  EXPECT_STATUS(ATTN_OK, attn_session_run(session, x, shape[0], shape[1], y),
+                "");
+  EXPECT(MaxAbsDiff(y, want, shape[0] * shape[1] * d_out) < 1e-5);
+  attn_session_destroy(session);
+  attn_model_destroy(model);
+}
+
+static void TestBookAndDims(void) {
+  attn_model* model = NULL;
+  attn_session* session = NULL;
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  int64_t d_in = -1, d_out = -1;
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_dims(model, &d_in, &d_out), "");
+  EXPECT(d_in == 3 && d_out == 2);
+  EXPECT_STATUS(ATTN_OK, attn_model_dims(model, NULL, NULL), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.d_in == 3 && info.d_out == 2 && info.num_heads == 2);
+  EXPECT(info.context_length == 6 && info.qkv_bias == 0);
+  EXPECT(info.num_threads >= 1);
+
+  /* T > context_length is refused with a message naming both. */
+  EXPECT_STATUS(ATTN_OK, attn_session_create(model, &session), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_session_run(session, x, 1, 7, y),
+                "exceeds context_length 6");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_session_run(session, x, 0, 6, y),
+                "batch");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_session_run(session, NULL, 1, 6, y),
+                "input must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_session_run(session, x, 1, 6, NULL),
+                "output must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_session_run(NULL, x, 1, 6, y),
+                "session must not be NULL");
+  /* The session stays usable after failures, and after the model is gone. */
+  attn_model_destroy(model);
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(book, "input", x, kCap, NULL, NULL), "");
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(book, "expected", want, kCap, NULL, NULL),
+                "");
+  EXPECT_STATUS(ATTN_OK, attn_session_run(session, x, 2, 6, y), "");
+  EXPECT(MaxAbsDiff(y, want, 2 * 6 * 2) < 1e-5);
+  attn_session_destroy(session);
+}
+
+static void TestNullsAndFiles(void) {
+  attn_model* model = (attn_model*)&model; /* must be reset to NULL */
+  attn_session* session = (attn_session*)&session;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_load_mha(NULL, NULL, &model),
+                "safetensors_path must not be NULL");
+  EXPECT(model == NULL);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_load_mha(book, NULL, NULL),
+                "model must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_session_create(NULL, &session),
+                "model must not be NULL");
+  EXPECT(session == NULL);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_dims(NULL, NULL, NULL),
+                "model must not be NULL");
+  EXPECT_STATUS(ATTN_IO_ERROR, attn_model_load_mha(missing, NULL, &model),
+                "cannot open");
+  EXPECT(model == NULL);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load_mha(bad_dir, NULL, &model), "not divisible");
+  attn_model_destroy(NULL);
+  attn_session_destroy(NULL);
+}
+
+static void TestOptions(void) {
+  attn_model* model = NULL;
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  unsigned char newer[sizeof(attn_mha_options) + 16];
+
+  options.struct_size = 0;
+  EXPECT_STATUS(
+      ATTN_INVALID_ARGUMENT, attn_model_load_mha(book, &options, &model),
+      "attn_mha_options.struct_size is 0; set it to sizeof(attn_mha_options)");
+  options.struct_size = (size_t)0xdeadbeefcafe;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load_mha(book, &options, &model),
+                "looks uninitialised");
+  EXPECT(model == NULL);
+
+  /* Options override the metadata. */
+  options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+  options.num_heads = 1;
+  options.context_length = 4;
+  options.num_threads = 3;
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, &options, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.num_heads == 1 && info.context_length == 4 &&
+         info.num_threads == 3);
+  attn_model_destroy(model);
+
+  /* An older, smaller struct: fields past its end are not read. */
+  options.struct_size = offsetof(attn_mha_options, context_length);
+  options.context_length = -5; /* outside the struct: ignored */
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, &options, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.num_heads == 1 && info.context_length == 6);
+  attn_model_destroy(model);
+
+  /* A newer, larger struct: fine while its unknown fields are zero. */
+  memset(newer, 0, sizeof newer);
+  options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+  options.struct_size = sizeof newer;
+  options.num_threads = 2;
+  memcpy(newer, &options, sizeof options);
+  EXPECT_STATUS(
+      ATTN_OK,
+      attn_model_load_mha(book, (const attn_mha_options*)newer, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.num_threads == 2);
+  attn_model_destroy(model);
+  newer[sizeof(attn_mha_options) + 4] = 1;
+  EXPECT_STATUS(
+      ATTN_UNSUPPORTED,
+      attn_model_load_mha(book, (const attn_mha_options*)newer, &model),
+      "does not know");
+
+  /* Bad values name the field. */
+  options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+  options.num_threads = -1;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load_mha(book, &options, &model),
+                "num_threads is -1");
+  options.num_threads = 0;
+  options.num_heads = 3;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load_mha(book, &options, &model),
+                "not divisible by num_heads 3");
+
+  /* attn_model_info: a smaller struct gets only what fits. */
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, NULL, &model), "");
+  memset(&info, 0x7f, sizeof info);
+  info.struct_size = offsetof(attn_model_info, num_heads);
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.d_in == 3 && info.d_out == 2);
+  EXPECT(info.num_heads == 0x7f7f7f7f7f7f7f7fLL);
+  info.struct_size = 0;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_config(model, &info),
+                "attn_model_info.struct_size is 0");
+  attn_model_destroy(model);
+}
+
+static void TestTensorRead(void) {
+  int64_t shape[ATTN_MAX_RANK];
+  int rank = 0;
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(book, "input", NULL, 0, shape, &rank), "");
+  EXPECT(rank == 3 && shape[0] == 2 && shape[1] == 6 && shape[2] == 3);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_tensor_read_f32(book, "input", x, 35, NULL, NULL),
+                "capacity is 35");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_tensor_read_f32(book, "nope", x, kCap, NULL, NULL),
+                "'nope' is missing");
+  EXPECT_STATUS(ATTN_IO_ERROR,
+                attn_tensor_read_f32(missing, "input", x, kCap, NULL, NULL),
+                "cannot open");
+}
+
+static void TestStrings(void) {
+  EXPECT(strcmp(attn_status_string(ATTN_OK), "ATTN_OK") == 0);
+  EXPECT(strcmp(attn_status_string(ATTN_OUT_OF_MEMORY), "ATTN_OUT_OF_MEMORY") ==
+         0);
+  EXPECT(strcmp(attn_status_string((attn_status)42), "unknown attn_status") ==
+         0);
+  EXPECT(attn_version() != NULL && strchr(attn_version(), '.') != NULL);
+  EXPECT(attn_default_num_threads() >= 1);
+  EXPECT(ATTN_OK == 0);
+}
+
+/* The message is per thread: a fresh thread has none, and its failure does
+ * not replace this thread's. */
+static void* OtherThread(void* arg) {
+  attn_model* model = NULL;
+  int ok = strcmp(attn_last_error_message(), "") == 0;
+  ok = ok && attn_model_load_mha(missing, NULL, &model) == ATTN_IO_ERROR;
+  ok = ok && strstr(attn_last_error_message(), "cannot open") != NULL;
+  *(int*)arg = ok;
+  return NULL;
+}
+
+static void TestThreadLocalMessage(void) {
+  pthread_t thread;
+  int ok = 0;
+  attn_model* model = NULL;
+  EXPECT(attn_last_error_message() != NULL);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_load_mha(NULL, NULL, &model),
+                "safetensors_path");
+  EXPECT(pthread_create(&thread, NULL, OtherThread, &ok) == 0);
+  EXPECT(pthread_join(thread, NULL) == 0);
+  EXPECT(ok);
+  EXPECT(strstr(attn_last_error_message(), "safetensors_path") != NULL);
+  /* Success leaves the last failure's message in place. */
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, NULL, &model), "");
+  EXPECT(strstr(attn_last_error_message(), "safetensors_path") != NULL);
+  attn_model_destroy(model);
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s SOURCE_DIR\n", argv[0]);
+    return 2;
+  }
+  snprintf(book, sizeof book, "%s/tests/golden/mha_book.safetensors", argv[1]);
+  snprintf(moderate, sizeof moderate,
+           "%s/tests/golden/mha_moderate.safetensors", argv[1]);
+  snprintf(missing, sizeof missing, "%s/tests/golden/no_such_file.safetensors",
+           argv[1]);
+  snprintf(bad_dir, sizeof bad_dir,
+           "%s/tests/golden/bad/heads_not_divisible.safetensors", argv[1]);
+  TestThreadLocalMessage(); /* first: this thread has no message yet */
+  TestStrings();
+  TestGolden(book);
+  TestGolden(moderate);
+  TestBookAndDims();
+  TestNullsAndFiles();
+  TestOptions();
+  TestTensorRead();
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("c_api_test: all checks passed\n");
+  return 0;
+}

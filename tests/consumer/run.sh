@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs attn from a build tree into a temporary prefix, then builds the
+# consumer programs (mha_c.c, mha_cpp.cc) against that install twice, through
+# CMake's find_package(attn) and through pkg-config, and runs each on a golden
+# file. Also checks that libattn exports only the public API.
+#   tests/consumer/run.sh BUILD_DIR [GOLDEN.safetensors]
+# ctest runs it as the `consumer` test.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "$1" && pwd)
+golden=${2:-$here/../golden/mha_book.safetensors}
+work=$(mktemp -d "${TMPDIR:-/tmp}/attn-consumer.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+
+echo "== install into $prefix"
+cmake --install "$build" --prefix "$prefix" >/dev/null
+
+lib=$(find "$prefix" -name 'libattn.so*' -type f | head -n1)
+if [ -n "$lib" ]; then
+  echo "== exported symbols of $(basename "$lib")"
+  # Public API only: the C functions attn_* and the C++ namespace attn.
+  bad=$(nm -D --defined-only "$lib" | awk '{print $3}' | c++filt |
+        grep -v -E '^(attn_[a-z0-9_]+|attn::.*)$' || true)
+  if [ -n "$bad" ]; then
+    echo "libattn exports symbols outside the public API:" >&2
+    echo "$bad" | head -n 20 >&2
+    exit 1
+  fi
+  echo "$(nm -D --defined-only "$lib" | grep -c ' attn_') C functions," \
+       "$(nm -D --defined-only "$lib" | awk '{print $3}' | c++filt |
+          grep -c '^attn::') C++ symbols, nothing else"
+fi
+
+echo "== CMake find_package(attn)"
+cmake -S "$here" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/cmake-build" >/dev/null
+"$work/cmake-build/mha_c" "$golden"
+"$work/cmake-build/mha_cpp" "$golden"
+
+echo "== pkg-config"
+export PKG_CONFIG_PATH="$(dirname "$(find "$prefix" -name attn.pc | head -n1)")"
+pkg-config --exists --print-errors attn
+libdir=$(pkg-config --variable=libdir attn)
+cc -std=c99 -Wall -Wextra -Werror -o "$work/mha_c" "$here/mha_c.c" \
+  $(pkg-config --cflags attn) $(pkg-config --libs attn) -lm \
+  -Wl,-rpath,"$libdir"
+c++ -std=c++17 -Wall -Wextra -Werror -o "$work/mha_cpp" "$here/mha_cpp.cc" \
+  $(pkg-config --cflags attn) $(pkg-config --libs attn) -pthread \
+  -Wl,-rpath,"$libdir"
+"$work/mha_c" "$golden"
+"$work/mha_cpp" "$golden"
+echo "consumer: OK (version $(pkg-config --modversion attn))"

@@ -1,0 +1,175 @@
+// Thread control (engine/threads.h, README "Threads"): the precedence of the
+// API option, ATTN_NUM_THREADS and the affinity mask, and one thread inside a
+// host's OpenMP parallel region. White-box: links attn_testing.
+#include "engine/threads.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <sched.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attn/attn.h"
+
+namespace attn {
+namespace {
+
+std::string Book() {
+  return std::string(ATTN_SOURCE_DIR) + "/tests/golden/mha_book.safetensors";
+}
+
+// Clears every source of a default team size above the affinity mask.
+void ClearThreadEnvironment() {
+  unsetenv("ATTN_NUM_THREADS");
+  unsetenv("ATTN_CONFIG");  // the tuned file
+}
+
+// The resolved team size of a model loaded with `num_threads`; -1 on error.
+int LoadedThreads(int num_threads) {
+  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  options.num_threads = num_threads;
+  attn_model* model = nullptr;
+  if (attn_model_load_mha(Book().c_str(), &options, &model) != ATTN_OK) {
+    return -1;
+  }
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  const int threads =
+      attn_model_config(model, &info) == ATTN_OK ? info.num_threads : -1;
+  attn_model_destroy(model);
+  return threads;
+}
+
+TEST(Threads, OptionBeatsEnvironmentBeatsAffinity) {
+  ClearThreadEnvironment();
+  EXPECT_EQ(attn_default_num_threads(), AffinityCores());
+  EXPECT_EQ(LoadedThreads(0), AffinityCores());
+  setenv("ATTN_NUM_THREADS", "3", 1);
+  EXPECT_EQ(attn_default_num_threads(), 3);
+  EXPECT_EQ(LoadedThreads(0), 3);
+  EXPECT_EQ(LoadedThreads(5), 5);  // the API option (and so --threads) wins
+  Result<int> resolved = ResolveNumThreads(0);
+  ASSERT_TRUE(resolved.ok());
+  EXPECT_EQ(*resolved, 3);
+  ClearThreadEnvironment();
+}
+
+TEST(Threads, MalformedEnvironmentIsAnError) {
+  ClearThreadEnvironment();
+  for (const char* bad : {"two", "0", "-1", "3x", "99999"}) {
+    setenv("ATTN_NUM_THREADS", bad, 1);
+    EXPECT_EQ(attn_default_num_threads(), -1) << bad;
+    EXPECT_EQ(LoadedThreads(0), -1) << bad;
+    EXPECT_NE(std::strstr(attn_last_error_message(), "ATTN_NUM_THREADS"),
+              nullptr)
+        << attn_last_error_message();
+    EXPECT_EQ(LoadedThreads(2), 2) << "the option needs no environment";
+  }
+  ClearThreadEnvironment();
+  EXPECT_EQ(LoadedThreads(-2), -1);
+  EXPECT_NE(std::strstr(attn_last_error_message(), "num_threads is -2"),
+            nullptr);
+}
+
+// The default follows the affinity mask of the thread that loads the model
+// (taskset, cgroup cpusets), not the machine's core count.
+TEST(Threads, DefaultFollowsTheAffinityMask) {
+  ClearThreadEnvironment();
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &all)) cpus.push_back(c);
+  }
+  ASSERT_FALSE(cpus.empty());
+  // sched_setaffinity(0, ...) binds only the calling thread: do it on a
+  // thread of our own so the rest of the process keeps its mask.
+  for (size_t want : {size_t{1}, size_t{2}}) {
+    if (want > cpus.size()) continue;
+    int affinity = 0, api = 0, loaded = 0;
+    std::thread thread([&] {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (size_t i = 0; i < want; ++i) CPU_SET(cpus[i], &set);
+      if (sched_setaffinity(0, sizeof(set), &set) != 0) return;
+      affinity = AffinityCores();
+      api = attn_default_num_threads();
+      loaded = LoadedThreads(0);
+    });
+    thread.join();
+    EXPECT_EQ(affinity, static_cast<int>(want));
+    EXPECT_EQ(api, static_cast<int>(want));
+    EXPECT_EQ(loaded, static_cast<int>(want));
+  }
+}
+
+TEST(Threads, ScopeSetsAndRestoresTheTeam) {
+  omp_set_num_threads(5);
+  {
+    const ThreadScope scope(2);
+    EXPECT_EQ(scope.num_threads(), 2);
+    EXPECT_EQ(omp_get_max_threads(), 2);
+  }
+  EXPECT_EQ(omp_get_max_threads(), 5);
+}
+
+// Inside the host's parallel region a run uses one thread (no nested teams),
+// and every host thread's run still gives bitwise the serial output.
+TEST(Threads, InsideHostParallelRegionRunsSingleThreaded) {
+  ClearThreadEnvironment();
+  const std::string path =
+      std::string(ATTN_SOURCE_DIR) + "/tests/golden/mha_moderate.safetensors";
+  attn_model* model = nullptr;
+  ASSERT_EQ(attn_model_load_mha(path.c_str(), nullptr, &model), ATTN_OK)
+      << attn_last_error_message();
+  int64_t shape[ATTN_MAX_RANK];
+  int rank = 0;
+  ASSERT_EQ(
+      attn_tensor_read_f32(path.c_str(), "input", nullptr, 0, shape, &rank),
+      ATTN_OK);
+  const size_t in = static_cast<size_t>(shape[0] * shape[1] * shape[2]);
+  std::vector<float> x(in);
+  ASSERT_EQ(attn_tensor_read_f32(path.c_str(), "input", x.data(), in, nullptr,
+                                 nullptr),
+            ATTN_OK);
+  int64_t d_out = 0;
+  ASSERT_EQ(attn_model_dims(model, nullptr, &d_out), ATTN_OK);
+  const size_t out = static_cast<size_t>(shape[0] * shape[1] * d_out);
+  std::vector<float> serial(out);
+  attn_session* session = nullptr;
+  ASSERT_EQ(attn_session_create(model, &session), ATTN_OK);
+  ASSERT_EQ(
+      attn_session_run(session, x.data(), shape[0], shape[1], serial.data()),
+      ATTN_OK);
+  attn_session_destroy(session);
+
+  constexpr int kHostThreads = 3;
+  std::vector<std::vector<float>> outputs(kHostThreads,
+                                          std::vector<float>(out));
+  int scope_teams[kHostThreads] = {};
+  int ok[kHostThreads] = {};
+#pragma omp parallel num_threads(kHostThreads)
+  {
+    const int t = omp_get_thread_num();
+    scope_teams[t] = ThreadScope(4).num_threads();
+    attn_session* s = nullptr;
+    ok[t] = attn_session_create(model, &s) == ATTN_OK &&
+            attn_session_run(s, x.data(), shape[0], shape[1],
+                             outputs[t].data()) == ATTN_OK;
+    attn_session_destroy(s);
+  }
+  attn_model_destroy(model);
+  for (int t = 0; t < kHostThreads; ++t) {
+    EXPECT_EQ(scope_teams[t], 1) << "host thread " << t;
+    EXPECT_TRUE(ok[t]) << "host thread " << t;
+    EXPECT_EQ(
+        std::memcmp(outputs[t].data(), serial.data(), out * sizeof(float)), 0)
+        << "host thread " << t;
+  }
+}
+
+}  // namespace
+}  // namespace attn
