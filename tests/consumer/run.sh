@@ -13,6 +13,15 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/attn-consumer.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
 
+# The README's "Using attn as a library" shows these very programs.
+readme=$here/../../README.md
+for src in mha_c.c mha_cpp.cc; do
+  if [[ "$(cat "$readme")" != *"$(cat "$here/$src")"* ]]; then
+    echo "README.md does not show tests/consumer/$src verbatim: copy it in" >&2
+    exit 1
+  fi
+done
+
 echo "== install into $prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 
