@@ -28,6 +28,16 @@ int main(int argc, char** argv) {
     return app.exit(e);  // --help
   } catch (const CLI::ParseError& e) {
     std::string message = e.what();
+    std::string known;
+    bool named = false;  // does argv[1] name a subcommand?
+    for (const Command& command : commands) {
+      known += (known.empty() ? "" : ", ") + command.app->get_name();
+      named = named || (argc > 1 && command.app->get_name() == argv[1]);
+    }
+    if (argc > 1 && argv[1][0] != '-' && !named) {
+      message = "unknown subcommand '" + std::string(argv[1]) +
+                "', want one of " + known;
+    }
     std::replace(message.begin(), message.end(), '\n', ' ');
     std::fprintf(stderr, "attn: usage error: %s (see --help)\n",
                  message.c_str());

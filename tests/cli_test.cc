@@ -1,0 +1,230 @@
+// `attn run` as a user meets it: a good run matches PyTorch, and every bad
+// input (file, header, weights, input, flags) ends with exit code 1 or 2,
+// one line on stderr naming the problem, and no output file.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attn/safetensors.hpp"
+
+namespace attn {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kGolden = fs::path(ATTN_SOURCE_DIR) / "tests" / "golden";
+const std::string kBook = (kGolden / "mha_book.safetensors").string();
+
+struct Outcome {
+  int exit_code;
+  std::string stderr_text;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("attn_cli_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    output_ = (dir_ / "out.safetensors").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Outcome Attn(const std::string& args) {
+    const std::string err = (dir_ / "stderr.txt").string();
+    const int status =
+        std::system((std::string(ATTN_CLI) + " " + args + " 2>" + err).c_str());
+    std::ifstream in(err);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+            std::string(std::istreambuf_iterator<char>(in), {})};
+  }
+
+  Outcome RunOn(const std::string& weights, const std::string& input,
+                const std::string& extra = "") {
+    return Attn("run --weights " + weights + " --input " + input +
+                " --output " + output_ + " " + extra);
+  }
+
+  // Expects a clean failure: `code`, one stderr line containing `needle`,
+  // and no output file.
+  void ExpectRefused(const Outcome& outcome, int code,
+                     const std::string& needle) {
+    EXPECT_EQ(outcome.exit_code, code) << outcome.stderr_text;
+    EXPECT_NE(outcome.stderr_text.find(needle), std::string::npos)
+        << "stderr '" << outcome.stderr_text << "' lacks '" << needle << "'";
+    EXPECT_EQ(std::count(outcome.stderr_text.begin(), outcome.stderr_text.end(),
+                         '\n'),
+              1)
+        << outcome.stderr_text;
+    EXPECT_FALSE(fs::exists(output_));
+  }
+
+  // Writes a safetensors file from a raw header and data bytes.
+  std::string WriteRaw(const std::string& name, const std::string& header,
+                       const std::string& data, uint64_t header_len = 0) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream out(path, std::ios::binary);
+    if (header_len == 0) header_len = header.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>(header_len >> 8 * i));
+    out << header << data;
+    return path;
+  }
+
+  fs::path dir_;
+  std::string output_;
+};
+
+TEST_F(CliTest, RunMatchesPyTorchAtOneAndTwoThreads) {
+  std::vector<float> previous;
+  for (int threads : {1, 2}) {
+    const Outcome outcome =
+        RunOn(kBook, kBook, "--threads " + std::to_string(threads));
+    ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+    EXPECT_EQ(outcome.stderr_text, "");
+    auto out = SafetensorsFile::Open(output_);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    ASSERT_EQ(out->tensors().size(), 1u);
+    EXPECT_EQ(out->tensors()[0].name, "output");
+    EXPECT_EQ(out->tensors()[0].shape, (std::vector<int64_t>{2, 6, 2}));
+    auto y = out->ReadF32("output");
+    auto expected = SafetensorsFile::Open(kBook)->ReadF32("expected");
+    for (size_t i = 0; i < y->size(); ++i) {
+      EXPECT_NEAR((*y)[i], (*expected)[i], 1e-5) << i;
+    }
+    if (!previous.empty()) EXPECT_EQ(previous, *y);
+    previous = *y;
+    fs::remove(output_);
+  }
+}
+
+TEST_F(CliTest, InputNameAndHeadsFlags) {
+  // The golden file's `expected` has the input's shape only by chance of
+  // d_out; use a file whose input is also stored under another name.
+  auto book = SafetensorsFile::Open(kBook);
+  auto x = book->ReadF32("input");
+  const std::string input = (dir_ / "x.safetensors").string();
+  ASSERT_TRUE(WriteSafetensors(input, {{"tokens", {2, 6, 3}, x->data()}}).ok());
+  EXPECT_EQ(RunOn(kBook, input, "--input-name tokens").exit_code, 0);
+  fs::remove(output_);
+  ExpectRefused(RunOn(kBook, input), 1, "input tensor 'input' is missing");
+  ExpectRefused(RunOn(kBook, input, "--input-name tokens --heads 3"), 1,
+                "not divisible by num_heads 3");
+  ExpectRefused(RunOn(kBook, input, "--input-name tokens --context-length 5"),
+                1, "sequence length 6 exceeds context_length 5");
+}
+
+TEST_F(CliTest, BadGoldenFilesAreRefused) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"wkey_transposed", "'W_key.weight' has shape [3, 4], want [4, 3]"},
+      {"heads_not_divisible", "not divisible by num_heads 3"},
+      {"t_exceeds_context", "sequence length 5 exceeds context_length 4"},
+      {"input_wrong_d_in", "has shape [1, 3, 5], want [batch, seq_len, 3]"},
+      {"input_rank2", "has shape [3, 3], want [batch, seq_len, 3]"},
+      {"f16_weight", "'W_value.weight' has dtype F16, want F32"},
+      {"missing_out_proj_bias", "'out_proj.bias' is missing"},
+      {"partial_qkv_bias", "'W_value.bias' is missing"},
+  };
+  for (const auto& [name, needle] : cases) {
+    SCOPED_TRACE(name);
+    const std::string path =
+        (kGolden / "bad" / (std::string(name) + ".safetensors")).string();
+    ExpectRefused(RunOn(path, path), 1, needle);
+  }
+}
+
+TEST_F(CliTest, BrokenFilesAreRefused) {
+  const std::string text = (dir_ / "notes.txt").string();
+  std::ofstream(text) << "these are not tensors at all, just words\n";
+  ExpectRefused(RunOn((dir_ / "absent.safetensors").string(), kBook), 1,
+                "No such file or directory");
+  ExpectRefused(RunOn(kBook, (dir_ / "absent.safetensors").string()), 1,
+                "No such file or directory");
+  ExpectRefused(RunOn(dir_.string(), kBook), 1, "not a regular file");
+  ExpectRefused(RunOn(text, kBook), 1, "header length");
+
+  // Truncated: the first 200 bytes of a real file.
+  std::ifstream in(kBook, std::ios::binary);
+  std::string bytes(std::istreambuf_iterator<char>(in), {});
+  const std::string truncated = (dir_ / "truncated.safetensors").string();
+  std::ofstream(truncated, std::ios::binary) << bytes.substr(0, 200);
+  ExpectRefused(RunOn(truncated, kBook), 1, "runs past the end");
+  ExpectRefused(RunOn(kBook, truncated), 1, "runs past the end");
+  const std::string tiny = (dir_ / "tiny.safetensors").string();
+  std::ofstream(tiny, std::ios::binary) << bytes.substr(0, 5);
+  ExpectRefused(RunOn(tiny, kBook), 1, "not a safetensors file");
+
+  const std::string f4(16, '\0');  // four floats
+  const auto tensor = [](const char* offsets) {
+    return std::string(R"({"input":{"dtype":"F32","shape":[1,1,3],)") +
+           R"("data_offsets":)" + offsets + "}";
+  };
+  ExpectRefused(
+      RunOn(kBook, WriteRaw("past.st", tensor("[4,16]") + "}", f4, 1000)), 1,
+      "header length 1000");
+  ExpectRefused(RunOn(kBook, WriteRaw("json.st", "{\"input\": [", f4)), 1,
+                "not valid JSON");
+  ExpectRefused(RunOn(kBook, WriteRaw("range.st", tensor("[4,20]") + "}", f4)),
+                1, "outside the data section");
+  ExpectRefused(
+      RunOn(kBook, WriteRaw("reversed.st", tensor("[12,0]") + "}", f4)), 1,
+      "outside the data section");
+  ExpectRefused(
+      RunOn(
+          kBook,
+          WriteRaw(
+              "overlap.st",
+              tensor("[0,12]") +
+                  R"(,"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+              f4)),
+      1, "overlap");
+  ExpectRefused(RunOn(kBook, WriteRaw("hole.st", tensor("[4,16]") + "}", f4)),
+                1, "hole");
+  ExpectRefused(RunOn(kBook, WriteRaw("span.st", tensor("[0,16]") + "}", f4)),
+                1, "spans 16 bytes, but F32 [1, 1, 3] needs 12");
+}
+
+TEST_F(CliTest, NonFiniteInputIsRefusedUnlessAllowed) {
+  auto book = SafetensorsFile::Open(kBook);
+  std::vector<float> x = *book->ReadF32("input");
+  x[7] = std::numeric_limits<float>::quiet_NaN();
+  const std::string input = (dir_ / "nan.safetensors").string();
+  ASSERT_TRUE(WriteSafetensors(input, {{"input", {2, 6, 3}, x.data()}}).ok());
+  ExpectRefused(RunOn(kBook, input), 1, "holds nan at element 7");
+  EXPECT_EQ(RunOn(kBook, input, "--allow-nonfinite").exit_code, 0);
+  auto y = SafetensorsFile::Open(output_)->ReadF32("output");
+  EXPECT_TRUE(std::isnan((*y)[2 * 2]));     // sequence 0 from token 2 on
+  EXPECT_TRUE(std::isfinite((*y)[6 * 2]));  // sequence 1 untouched
+}
+
+TEST_F(CliTest, UsageErrorsExitWithTwo) {
+  ExpectRefused(Attn("run --weights " + kBook + " --input " + kBook), 2,
+                "--output is required");
+  ExpectRefused(RunOn(kBook, kBook, "--threads 0"), 2, "--threads");
+  ExpectRefused(RunOn(kBook, kBook, "--heads two"), 2, "--heads");
+  ExpectRefused(RunOn(kBook, kBook, "--dtype f64"), 2, "--dtype");
+  ExpectRefused(Attn("frobnicate"), 2, "frobnicate");
+  EXPECT_EQ(Attn("run --help").exit_code, 0);
+  EXPECT_EQ(Attn("info").exit_code, 0);
+}
+
+TEST_F(CliTest, FailedRunKeepsAnExistingOutput) {
+  std::ofstream(output_) << "previous result";
+  EXPECT_EQ(RunOn(kBook, kBook, "--heads 3").exit_code, 1);
+  std::ifstream in(output_);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}),
+            "previous result");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), {}), 2)
+      << "a temporary file was left behind";
+}
+
+}  // namespace
+}  // namespace attn
