@@ -15,6 +15,7 @@
 #include "attn/attn.hpp"
 #include "nlohmann/json.hpp"
 #include "tools/cli.h"
+#include "tools/decode_cli.h"
 
 namespace attn::cli {
 namespace {
@@ -240,7 +241,13 @@ Command AddBenchCommand(CLI::App& app) {
       ->capture_default_str();
   bench_cmd->add_flag("--json", bench.json, "one JSON object per line");
 
-  return {bench_cmd, [args] { return Bench(*args); }};
+  const auto decode = AddDecodeBenchOptions(*bench_cmd);  // --decode
+  return {bench_cmd, [args, decode] {
+            if (const DecodeBench run_decode = decode()) {
+              return run_decode(args->threads, args->min_time, args->json);
+            }
+            return Bench(*args);
+          }};
 }
 
 }  // namespace attn::cli

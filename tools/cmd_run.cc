@@ -8,6 +8,7 @@
 #include "attn/attn.hpp"
 #include "attn/safetensors.hpp"
 #include "tools/cli.h"
+#include "tools/decode_cli.h"
 
 namespace attn::cli {
 namespace {
@@ -17,6 +18,7 @@ struct RunArgs {
   int64_t heads = 0, context_length = 0;
   int threads = 0;
   bool allow_nonfinite = false;
+  bool incremental = false;  // through the KV cache (tools/run_incremental.cc)
 };
 
 int RunMha(const RunArgs& args) {
@@ -64,7 +66,9 @@ int RunMha(const RunArgs& args) {
   std::vector<float> y(static_cast<size_t>(batch * seq_len * config.d_out));
   attn::MhaSession session(*model);
   const attn::Status status =
-      session.Run(values->data(), batch, seq_len, y.data());
+      args.incremental
+          ? RunIncremental(*model, values->data(), batch, seq_len, y.data())
+          : session.Run(values->data(), batch, seq_len, y.data());
   if (!status.ok()) return Fail(status.message());
   const attn::Status written = attn::WriteSafetensors(
       args.output, {{"output", {batch, seq_len, config.d_out}, y.data()}});
@@ -111,6 +115,9 @@ Command AddRunCommand(CLI::App& app) {
   run_cmd->add_option("--dtype", run.dtype, "matmul precision")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
+  run_cmd->add_flag("--incremental", run.incremental,
+                    "run through the KV cache one token at a time (Prefill "
+                    "the first token, Decode the rest); same output");
   run_cmd->add_flag("--allow-nonfinite", run.allow_nonfinite,
                     "accept NaN/Inf in the input (they propagate as in "
                     "PyTorch) instead of refusing it");

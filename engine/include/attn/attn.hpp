@@ -76,6 +76,7 @@ class ATTN_API MhaModel {
 
  private:
   friend class MhaSession;
+  friend class MhaDecoder;  // attn/decode.hpp
   struct Impl;
   explicit MhaModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -1,0 +1,404 @@
+// The KV-cache decoder (attn/decode.hpp) against the full causal forward:
+// token by token, prompt then tokens, mixed-length batches, truncation; its
+// errors; bitwise identity across thread counts; and `attn run
+// --incremental` on PyTorch's golden files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/decode.hpp"
+#include "attn/safetensors.hpp"
+#include "kernels/reference.h"
+#include "tests/test_util.h"
+
+namespace attn {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Shape {
+  int64_t d_in, d_out, heads;
+  bool qkv_bias;
+  int64_t context;  // 0: none
+};
+
+// Seeded random weights (nn.Linear's range), kept alive for the model.
+struct Weights {
+  std::vector<float> wq, wk, wv, bq, bk, bv, wo, bo;
+  Shape shape;
+
+  Weights(const Shape& s, uint32_t seed) : shape(s) {
+    std::mt19937 rng(seed);
+    const auto in = static_cast<size_t>(s.d_in);
+    const auto out = static_cast<size_t>(s.d_out);
+    const float a = 1.0f / std::sqrt(float(s.d_in));
+    const float b = 1.0f / std::sqrt(float(s.d_out));
+    wq = test::RandomVector(rng, out * in, -a, a);
+    wk = test::RandomVector(rng, out * in, -a, a);
+    wv = test::RandomVector(rng, out * in, -a, a);
+    if (s.qkv_bias) {
+      bq = test::RandomVector(rng, out, -a, a);
+      bk = test::RandomVector(rng, out, -a, a);
+      bv = test::RandomVector(rng, out, -a, a);
+    }
+    wo = test::RandomVector(rng, out * out, -b, b);
+    bo = test::RandomVector(rng, out, -b, b);
+  }
+
+  std::shared_ptr<const MhaModel> Model(int threads = 0) const {
+    MhaConfig config;
+    config.d_in = shape.d_in;
+    config.d_out = shape.d_out;
+    config.num_heads = shape.heads;
+    config.context_length = shape.context;
+    config.qkv_bias = shape.qkv_bias;
+    MhaWeights w;
+    w.w_query = wq.data();
+    w.w_key = wk.data();
+    w.w_value = wv.data();
+    if (shape.qkv_bias) {
+      w.b_query = bq.data();
+      w.b_key = bk.data();
+      w.b_value = bv.data();
+    }
+    w.w_out = wo.data();
+    w.b_out = bo.data();
+    MhaOptions options;
+    options.num_threads = threads;
+    auto model = MhaModel::Create(config, w, options);
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    return model.ok() ? *model : nullptr;
+  }
+
+  // The double reference over x [batch, T, d_in].
+  std::vector<double> Reference(const std::vector<float>& x, int64_t batch,
+                                int64_t T) const {
+    reference::MhaWeights w;
+    w.w_query = wq.data();
+    w.w_key = wk.data();
+    w.w_value = wv.data();
+    if (shape.qkv_bias) {
+      w.b_query = bq.data();
+      w.b_key = bk.data();
+      w.b_value = bv.data();
+    }
+    w.w_out = wo.data();
+    w.b_out = bo.data();
+    return reference::MhaForward(x.data(), batch, T, shape.d_in, shape.d_out,
+                                 shape.heads, w);
+  }
+};
+
+std::unique_ptr<MhaDecoder> MakeDecoder(std::shared_ptr<const MhaModel> model,
+                                        int64_t batch, int64_t max_length) {
+  DecoderOptions options;
+  options.batch = batch;
+  options.max_length = max_length;
+  auto decoder = MhaDecoder::Create(std::move(model), options);
+  EXPECT_TRUE(decoder.ok()) << decoder.status().message();
+  return decoder.ok() ? std::move(decoder).value() : nullptr;
+}
+
+// Runs x [B, T, d_in] through the decoder: the first `prompt` tokens of every
+// sequence in one Prefill, then one Decode per further token. Returns
+// [B, T, d_out].
+std::vector<float> Incremental(MhaDecoder& decoder, const std::vector<float>& x,
+                               int64_t B, int64_t T, int64_t d_in,
+                               int64_t d_out, int64_t prompt) {
+  std::vector<float> y(static_cast<size_t>(B * T * d_out));
+  const auto in = static_cast<size_t>(d_in), out = static_cast<size_t>(d_out);
+  std::vector<float> xs(static_cast<size_t>(B * prompt) * in),
+      ys(static_cast<size_t>(B * prompt) * out);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy_n(&x[static_cast<size_t>(b * T) * in],
+                static_cast<size_t>(prompt) * in,
+                &xs[static_cast<size_t>(b * prompt) * in]);
+  }
+  Status st = decoder.Prefill(xs.data(), prompt, ys.data());
+  EXPECT_TRUE(st.ok()) << st.message();
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy_n(&ys[static_cast<size_t>(b * prompt) * out],
+                static_cast<size_t>(prompt) * out,
+                &y[static_cast<size_t>(b * T) * out]);
+  }
+  std::vector<float> x1(static_cast<size_t>(B) * in),
+      y1(static_cast<size_t>(B) * out);
+  for (int64_t t = prompt; t < T; ++t) {
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy_n(&x[static_cast<size_t>(b * T + t) * in], in,
+                  &x1[static_cast<size_t>(b) * in]);
+    }
+    st = decoder.Decode(x1.data(), B, y1.data());
+    EXPECT_TRUE(st.ok()) << st.message();
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy_n(&y1[static_cast<size_t>(b) * out], out,
+                  &y[static_cast<size_t>(b * T + t) * out]);
+    }
+  }
+  return y;
+}
+
+void ExpectMatches(const std::vector<double>& expected,
+                   const std::vector<float>& actual, const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  test::ExpectAllClose(expected, actual.data(),
+                       1e-5 * std::max(1.0, test::MaxAbs(expected)), what);
+}
+
+TEST(DecoderTest, TokenByTokenMatchesFullForward) {
+  struct Case {
+    Shape shape;
+    int64_t B, T, prompt;
+  };
+  const Case cases[] = {
+      {{3, 2, 2, false, 6}, 2, 6, 1},          // the book's example shape
+      {{4, 4, 1, false, 0}, 1, 1, 1},          // T = 1
+      {{7, 6, 2, true, 0}, 3, 9, 1},           // qkv bias, head_dim 3
+      {{5, 10, 2, false, 0}, 2, 13, 4},        // prompt, then tokens
+      {{16, 32, 4, true, 40}, 2, 40, 1},       // T = context_length
+      {{8, 16, 1, false, 0}, 1, 300, 1},       // crosses the 256-key chunk
+      {{12, 48, 3, false, 600}, 1, 530, 200},  // head_dim 16, 3 chunks
+      {{6, 160, 2, false, 0}, 2, 20, 1},       // head_dim 80
+  };
+  uint32_t seed = 1;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("d_in " + std::to_string(c.shape.d_in) + " d_out " +
+                 std::to_string(c.shape.d_out) + " B " + std::to_string(c.B) +
+                 " T " + std::to_string(c.T));
+    const Weights w(c.shape, seed++);
+    auto model = w.Model();
+    ASSERT_TRUE(model);
+    auto decoder = MakeDecoder(model, c.B, c.shape.context ? 0 : c.T);
+    ASSERT_TRUE(decoder);
+    std::mt19937 rng(seed++);
+    const auto x = test::RandomVector(
+        rng, static_cast<size_t>(c.B * c.T * c.shape.d_in), -1.0f, 1.0f);
+    const auto y = Incremental(*decoder, x, c.B, c.T, c.shape.d_in,
+                               c.shape.d_out, c.prompt);
+    ExpectMatches(w.Reference(x, c.B, c.T), y, "vs reference");
+    EXPECT_EQ(decoder->length(0), c.T);
+    // And against the engine's own full forward.
+    std::vector<float> full(y.size());
+    MhaSession session(model);
+    ASSERT_TRUE(session.Run(x.data(), c.B, c.T, full.data()).ok());
+    std::vector<double> full_d(full.begin(), full.end());
+    ExpectMatches(full_d, y, "vs MhaSession");
+  }
+}
+
+TEST(DecoderTest, MixedLengthBatchEqualsEachSequenceAlone) {
+  const Shape shape{10, 24, 3, true, 0};
+  const Weights w(shape, 42);
+  auto model = w.Model();
+  ASSERT_TRUE(model);
+  // Three sequences: prompts of 5, 1 and 270 tokens, then 4 decode steps.
+  const std::vector<int64_t> prompts = {5, 1, 270};
+  const int64_t steps = 4, B = 3, d_in = 10, d_out = 24;
+  auto decoder = MakeDecoder(model, B, 300);
+  ASSERT_TRUE(decoder);
+  std::mt19937 rng(3);
+  std::vector<std::vector<float>> seqs;  // each [prompt + steps, d_in]
+  std::vector<float> packed;
+  for (int64_t p : prompts) {
+    seqs.push_back(test::RandomVector(
+        rng, static_cast<size_t>((p + steps) * d_in), -1.0f, 1.0f));
+    packed.insert(packed.end(), seqs.back().begin(),
+                  seqs.back().begin() + p * d_in);
+  }
+  std::vector<float> out(packed.size() / d_in * d_out);
+  ASSERT_TRUE(decoder->Prefill(packed.data(), prompts.data(), out.data()).ok());
+  std::vector<std::vector<float>> ys(B);
+  size_t row = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < prompts[b]; ++t, ++row) {
+      ys[b].insert(ys[b].end(), out.begin() + row * d_out,
+                   out.begin() + (row + 1) * d_out);
+    }
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    std::vector<float> x1, y1(B * d_out);
+    for (int64_t b = 0; b < B; ++b) {
+      const auto at = seqs[b].begin() + (prompts[b] + s) * d_in;
+      x1.insert(x1.end(), at, at + d_in);
+    }
+    ASSERT_TRUE(decoder->Decode(x1.data(), B, y1.data()).ok());
+    for (int64_t b = 0; b < B; ++b) {
+      ys[b].insert(ys[b].end(), y1.begin() + b * d_out,
+                   y1.begin() + (b + 1) * d_out);
+    }
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    SCOPED_TRACE("sequence " + std::to_string(b));
+    EXPECT_EQ(decoder->length(b), prompts[b] + steps);
+    ExpectMatches(w.Reference(seqs[b], 1, prompts[b] + steps), ys[b],
+                  "mixed batch vs alone");
+  }
+  // A sequence may also sit out a Prefill (count 0) and grow later.
+  const std::vector<int64_t> only_middle = {0, 2, 0};
+  std::vector<float> x2(2 * d_in, 0.5f), y2(2 * d_out);
+  ASSERT_TRUE(decoder->Prefill(x2.data(), only_middle.data(), y2.data()).ok());
+  EXPECT_EQ(decoder->length(0), prompts[0] + steps);
+  EXPECT_EQ(decoder->length(1), prompts[1] + steps + 2);
+}
+
+TEST(DecoderTest, TruncateThenRedecodeRepeatsTheOutputs) {
+  const Shape shape{8, 16, 2, false, 64};
+  const Weights w(shape, 5);
+  auto model = w.Model();
+  auto decoder = MakeDecoder(model, 2, 0);
+  ASSERT_TRUE(decoder);
+  EXPECT_EQ(decoder->max_length(), 64);
+  std::mt19937 rng(8);
+  const auto x = test::RandomVector(rng, 2 * 20 * 8, -1.0f, 1.0f);
+  const auto first = Incremental(*decoder, x, 2, 20, 8, 16, 1);
+  // Rewind both sequences to their first token and decode the rest again.
+  ASSERT_TRUE(decoder->Truncate(0, 1).ok());
+  ASSERT_TRUE(decoder->Truncate(1, 1).ok());
+  std::vector<float> x1(2 * 8), y1(2 * 16);
+  for (int64_t t = 1; t < 20; ++t) {
+    for (int64_t b = 0; b < 2; ++b) {
+      std::copy_n(&x[(b * 20 + t) * 8], 8, &x1[b * 8]);
+    }
+    ASSERT_TRUE(decoder->Decode(x1.data(), 2, y1.data()).ok());
+    for (int64_t b = 0; b < 2; ++b) {
+      EXPECT_EQ(0, std::memcmp(&y1[b * 16], &first[(b * 20 + t) * 16],
+                               16 * sizeof(float)))
+          << "b " << b << " t " << t;
+    }
+  }
+  // Reset, then the same tokens again from scratch.
+  decoder->Reset();
+  EXPECT_EQ(decoder->length(0), 0);
+  EXPECT_EQ(Incremental(*decoder, x, 2, 20, 8, 16, 1), first);
+}
+
+TEST(DecoderTest, Errors) {
+  const Shape shape{4, 8, 2, false, 5};
+  const Weights w(shape, 9);
+  auto model = w.Model();
+  ASSERT_TRUE(model);
+  auto decoder = MakeDecoder(model, 2, 0);
+  ASSERT_TRUE(decoder);
+  std::vector<float> x(2 * 5 * 4, 0.25f), y(2 * 5 * 8);
+
+  // Decode before any prompt (and after Reset): the sequences are empty.
+  Status st = decoder->Decode(x.data(), 2, y.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("empty"), std::string::npos) << st.message();
+
+  // Mismatched batch.
+  ASSERT_TRUE(decoder->Prefill(x.data(), 4, y.data()).ok());
+  st = decoder->Decode(x.data(), 3, y.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("batch is 3"), std::string::npos) << st.message();
+
+  // Decode past context_length (5): the fifth token fits, the sixth not,
+  // and a refused step changes nothing.
+  ASSERT_TRUE(decoder->Decode(x.data(), 2, y.data()).ok());
+  st = decoder->Decode(x.data(), 2, y.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("exceed max_length 5"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(decoder->length(0), 5);
+  EXPECT_EQ(decoder->length(1), 5);
+  const std::vector<int64_t> counts = {0, 1};
+  EXPECT_FALSE(decoder->Prefill(x.data(), counts.data(), y.data()).ok());
+  const std::vector<int64_t> negative = {-1, 0};
+  EXPECT_FALSE(decoder->Prefill(x.data(), negative.data(), y.data()).ok());
+
+  // Use after Reset: empty again.
+  decoder->Reset();
+  st = decoder->Decode(x.data(), 2, y.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(decoder->Prefill(x.data(), 1, y.data()).ok());
+  ASSERT_TRUE(decoder->Reset(1).ok());
+  EXPECT_FALSE(decoder->Decode(x.data(), 2, y.data()).ok());
+
+  // Truncate and Reset arguments.
+  EXPECT_FALSE(decoder->Truncate(0, 2).ok());  // holds 1
+  EXPECT_FALSE(decoder->Truncate(2, 0).ok());  // no sequence 2
+  EXPECT_FALSE(decoder->Reset(-1).ok());
+  EXPECT_EQ(decoder->length(7), -1);
+  EXPECT_FALSE(decoder->Decode(nullptr, 2, y.data()).ok());
+
+  // Creation: max_length past context_length; no length at all; bad batch.
+  DecoderOptions options;
+  options.max_length = 6;
+  auto too_long = MhaDecoder::Create(model, options);
+  EXPECT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("context_length 5"),
+            std::string::npos);
+  const Weights unbounded(Shape{4, 8, 2, false, 0}, 10);
+  auto no_length = MhaDecoder::Create(unbounded.Model(), DecoderOptions{});
+  EXPECT_FALSE(no_length.ok());
+  options.max_length = 0;
+  options.batch = 0;
+  EXPECT_FALSE(MhaDecoder::Create(model, options).ok());
+  EXPECT_FALSE(MhaDecoder::Create(nullptr, DecoderOptions{}).ok());
+}
+
+TEST(DecoderTest, BitwiseIdenticalAtOneAndTwoThreads) {
+  const Shape shape{32, 64, 2, true, 0};
+  const Weights w(shape, 77);
+  std::mt19937 rng(4);
+  // B x heads = 2 < 2 threads x chunks: the keys are split across threads.
+  const int64_t B = 1, T = 600;
+  const auto x = test::RandomVector(rng, B * T * 32, -1.0f, 1.0f);
+  std::vector<float> results[2];
+  for (int threads : {1, 2}) {
+    auto decoder = MakeDecoder(w.Model(threads), B, T);
+    ASSERT_TRUE(decoder);
+    results[threads - 1] = Incremental(*decoder, x, B, T, 32, 64, 100);
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  EXPECT_EQ(0, std::memcmp(results[0].data(), results[1].data(),
+                           results[0].size() * sizeof(float)))
+      << "1 and 2 threads differ";
+}
+
+// `attn run --incremental` on every golden file matches PyTorch's forward.
+TEST(DecoderTest, CliIncrementalMatchesGoldenFiles) {
+  const fs::path golden = fs::path(ATTN_SOURCE_DIR) / "tests" / "golden";
+  const fs::path out_dir = fs::temp_directory_path() /
+                           ("attn_decoder_test_" + std::to_string(::getpid()));
+  fs::create_directories(out_dir);
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(golden)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    SCOPED_TRACE(entry.path().filename().string());
+    const fs::path out = out_dir / entry.path().filename();
+    for (const char* threads : {"1", "2"}) {
+      const std::string command =
+          std::string(ATTN_CLI) + " run --incremental --threads " + threads +
+          " --weights " + entry.path().string() + " --input " +
+          entry.path().string() + " --output " + out.string();
+      ASSERT_EQ(std::system(command.c_str()), 0) << command;
+      auto file = SafetensorsFile::Open(entry.path().string());
+      ASSERT_TRUE(file.ok());
+      auto expected = file->ReadF32("expected");
+      ASSERT_TRUE(expected.ok());
+      auto written = SafetensorsFile::Open(out.string());
+      ASSERT_TRUE(written.ok()) << written.status().message();
+      auto y = written->ReadF32("output");
+      ASSERT_TRUE(y.ok());
+      std::vector<double> e(expected->begin(), expected->end());
+      ExpectMatches(e, *y, std::string("threads ") + threads);
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+  fs::remove_all(out_dir);
+}
+
+}  // namespace
+}  // namespace attn

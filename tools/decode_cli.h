@@ -1,0 +1,34 @@
+// The CLI's KV-cache decoding pieces (issue 7): `attn run --incremental` and
+// `attn bench --decode`. Defined in run_incremental.cc and bench_decode.cc so
+// that cmd_run.cc and cmd_bench.cc only call in.
+#ifndef ATTN_TOOLS_DECODE_CLI_H_
+#define ATTN_TOOLS_DECODE_CLI_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "tools/cli.h"
+
+namespace attn::cli {
+
+// input [batch, seq_len, d_in] -> output [batch, seq_len, d_out] through an
+// MhaDecoder one token at a time: the first token of every sequence is its
+// prompt (Prefill), each later one a Decode step. The same output as
+// MhaSession::Run, within rounding.
+Status RunIncremental(std::shared_ptr<const MhaModel> model, const float* input,
+                      int64_t batch, int64_t seq_len, float* output);
+
+// Adds --decode, --context, --batch and --dims to `bench`. The returned
+// function is non-null when --decode was given (check after parsing: call it
+// with the bench's --threads, --min-time and --json to run the decode
+// benchmark).
+using DecodeBench = std::function<int(const std::vector<int>& threads,
+                                      double min_time, bool json)>;
+std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench);
+
+}  // namespace attn::cli
+
+#endif  // ATTN_TOOLS_DECODE_CLI_H_
