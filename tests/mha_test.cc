@@ -145,7 +145,9 @@ TEST(MhaTest, NonFiniteInputStaysInsideItsSequence) {
   const std::vector<float> y = Forward(m, x, 2, 5, 2);
   for (int t = 0; t < 5; ++t) {
     for (int c = 0; c < 4; ++c) {
-      if (t >= 2) EXPECT_TRUE(std::isnan(y[t * 4 + c])) << "token " << t;
+      if (t >= 2) {
+        EXPECT_TRUE(std::isnan(y[t * 4 + c])) << "token " << t;
+      }
       EXPECT_TRUE(std::isfinite(y[(5 + t) * 4 + c])) << "sequence 1";
     }
   }
