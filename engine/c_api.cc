@@ -13,6 +13,7 @@
 
 #include "attn/attn.h"
 #include "attn/attn.hpp"
+#include "attn/decode.hpp"
 #include "attn/safetensors.hpp"
 #include "engine/threads.h"
 
@@ -320,5 +321,64 @@ attn_status attn_tensor_read_f32(const char* safetensors_path, const char* name,
     return ATTN_OK;
   });
 }
+
+// Incremental decoding (attn/decode.hpp).
+struct attn_decoder {
+  std::unique_ptr<attn::MhaDecoder> mha;
+};
+
+attn_status attn_decoder_create(const attn_model* model, int64_t batch,
+                                int64_t max_length, attn_decoder** decoder) {
+  return Guard([&] {
+    if (!decoder) return NullArgument("decoder");
+    *decoder = nullptr;
+    if (!model) return NullArgument("model");
+    attn::DecoderOptions options;
+    options.batch = batch;
+    options.max_length = max_length;
+    auto created = attn::MhaDecoder::Create(model->mha, options);
+    if (!created.ok()) return Check(created.status());
+    *decoder = new attn_decoder{std::move(created).value()};
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_decoder_prefill(attn_decoder* decoder, const float* input,
+                                 const int64_t* counts, float* output) {
+  return Guard([&] {
+    if (!decoder) return NullArgument("decoder");
+    return Check(decoder->mha->Prefill(input, counts, output));
+  });
+}
+
+attn_status attn_decoder_decode(attn_decoder* decoder, const float* input,
+                                int64_t batch, float* output) {
+  return Guard([&] {
+    if (!decoder) return NullArgument("decoder");
+    return Check(decoder->mha->Decode(input, batch, output));
+  });
+}
+
+attn_status attn_decoder_truncate(attn_decoder* decoder, int64_t sequence,
+                                  int64_t length) {
+  return Guard([&] {
+    if (!decoder) return NullArgument("decoder");
+    return Check(decoder->mha->Truncate(sequence, length));
+  });
+}
+
+attn_status attn_decoder_reset(attn_decoder* decoder) {
+  return Guard([&] {
+    if (!decoder) return NullArgument("decoder");
+    decoder->mha->Reset();
+    return ATTN_OK;
+  });
+}
+
+int64_t attn_decoder_length(const attn_decoder* decoder, int64_t sequence) {
+  return decoder ? decoder->mha->length(sequence) : -1;
+}
+
+void attn_decoder_destroy(attn_decoder* decoder) { delete decoder; }
 
 }  // extern "C"

@@ -143,6 +143,53 @@ ATTN_API attn_status attn_tensor_read_f32(const char* safetensors_path,
                                           size_t capacity, int64_t* shape,
                                           int* rank);
 
+/* ---------------------------------------------------------------------------
+ * Incremental decoding with a KV cache (C++: attn/decode.hpp, MhaDecoder).
+ * A decoder holds, for each of `batch` sequences, the projected keys and
+ * values of every token it has seen (at most max_length). A token appended
+ * at position p of sequence b (counting from 0) attends to keys 0..p of
+ * sequence b only; sequences have their own lengths and nothing is padded.
+ * Per-thread state like a session; it keeps the model's weights alive.
+ * ------------------------------------------------------------------------- */
+typedef struct attn_decoder attn_decoder;
+
+/* A decoder for `batch` sequences of up to max_length tokens each (0: the
+ * model's context_length, which must then be set; more is refused). On
+ * failure *decoder is set to NULL. */
+ATTN_API attn_status attn_decoder_create(const attn_model* model,
+                                         int64_t batch, int64_t max_length,
+                                         attn_decoder** decoder);
+
+/* Appends counts[b] tokens (>= 0) to sequence b for each of the batch's
+ * sequences. input: the new tokens packed sequence after sequence,
+ * [sum(counts), d_in]; output: [sum(counts), d_out] in the same order. A
+ * sequence that would pass max_length is refused and nothing changes. */
+ATTN_API attn_status attn_decoder_prefill(attn_decoder* decoder,
+                                          const float* input,
+                                          const int64_t* counts, float* output);
+
+/* The next token of every sequence: input [batch, d_in], output
+ * [batch, d_out]. batch must be the decoder's; every sequence must hold at
+ * least one token (Prefill its prompt first, also after a reset). */
+ATTN_API attn_status attn_decoder_decode(attn_decoder* decoder,
+                                         const float* input, int64_t batch,
+                                         float* output);
+
+/* Keeps the first `length` tokens of `sequence` (0 empties it); length may
+ * not exceed what the sequence holds. */
+ATTN_API attn_status attn_decoder_truncate(attn_decoder* decoder,
+                                           int64_t sequence, int64_t length);
+
+/* Empties every sequence; the memory stays allocated. */
+ATTN_API attn_status attn_decoder_reset(attn_decoder* decoder);
+
+/* Tokens `sequence` holds, or -1 for a NULL decoder or a bad index. */
+ATTN_API int64_t attn_decoder_length(const attn_decoder* decoder,
+                                     int64_t sequence);
+
+/* Releases the decoder. NULL is a no-op. */
+ATTN_API void attn_decoder_destroy(attn_decoder* decoder);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
