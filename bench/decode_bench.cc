@@ -1,0 +1,206 @@
+// Decode with a KV cache against recomputing the prefix (the chapter-3 way),
+// and the machine's memory bandwidth measured STREAM-style, so the decode
+// step's K/V read can be put next to what the memory can deliver.
+//
+//   BM_StreamCopy   a[i] = b[i] over 2 x 256 MiB: STREAM's copy, counting
+//                   read + write bytes as STREAM does.
+//   BM_StreamRead   sum of 256 MiB: read-only, the access pattern of decode.
+//   BM_DecodeStep   one MhaDecoder::Decode step of `batch` sequences whose
+//                   new token attends to `context` keys; bytes = K/V read.
+//   BM_RecomputePrefix  MhaSession::Run over [batch, context]: what one new
+//                   token per sequence costs without a cache.
+// Model: d_in = d_out = 768, 12 heads (gpt2). Run with OMP_PROC_BIND=close
+// for stable numbers (README "Threads").
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/decode.hpp"
+
+namespace {
+
+constexpr size_t kStreamFloats = size_t{64} << 20;  // 256 MiB per array
+constexpr int64_t kDim = 768, kHeads = 12;
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using Floats = std::unique_ptr<float[], FreeDeleter>;
+
+// 64-byte aligned, first touched by the threads that will use it.
+Floats AllocateTouched(size_t n, float value) {
+  Floats p(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
+  const auto count = static_cast<int64_t>(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) p[static_cast<size_t>(i)] = value;
+  return p;
+}
+
+void BM_StreamCopy(benchmark::State& state) {
+  const Floats a = AllocateTouched(kStreamFloats, 0.0f);
+  const Floats b = AllocateTouched(kStreamFloats, 1.0f);
+  const auto n = static_cast<int64_t>(kStreamFloats);
+  for (auto _ : state) {
+    float* dst = a.get();
+    const float* src = b.get();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+    benchmark::ClobberMemory();
+  }
+  state.counters["bytes/s"] =
+      benchmark::Counter(2.0 * sizeof(float) * double(kStreamFloats),
+                         benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+  state.counters["threads"] = omp_get_max_threads();
+}
+BENCHMARK(BM_StreamCopy)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void BM_StreamRead(benchmark::State& state) {
+  const Floats a = AllocateTouched(kStreamFloats, 1.0f);
+  // 16-float blocks with independent partial sums: vectorises without
+  // reassociation flags.
+  typedef float V4 __attribute__((vector_size(16)));
+  const auto blocks = static_cast<int64_t>(kStreamFloats / 16);
+  for (auto _ : state) {
+    float total = 0.0f;
+#pragma omp parallel reduction(+ : total)
+    {
+      V4 s0 = {0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < blocks; ++i) {
+        const V4* p = reinterpret_cast<const V4*>(a.get() + i * 16);
+        s0 += p[0];
+        s1 += p[1];
+        s2 += p[2];
+        s3 += p[3];
+      }
+      const V4 s = s0 + s1 + s2 + s3;
+      total += s[0] + s[1] + s[2] + s[3];
+    }
+    benchmark::DoNotOptimize(total);
+  }
+  state.counters["bytes/s"] =
+      benchmark::Counter(sizeof(float) * double(kStreamFloats),
+                         benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+  state.counters["threads"] = omp_get_max_threads();
+}
+BENCHMARK(BM_StreamRead)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+std::vector<float> Random(std::mt19937& rng, size_t n, float bound) {
+  std::uniform_real_distribution<float> dist(-bound, bound);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Seeded gpt2-sized weights.
+std::shared_ptr<const attn::MhaModel> Model() {
+  static const std::shared_ptr<const attn::MhaModel> model = [] {
+    std::mt19937 rng(0);
+    const auto n = static_cast<size_t>(kDim);
+    const float bound = 1.0f / std::sqrt(float(kDim));
+    static const std::vector<float> wq = Random(rng, n * n, bound),
+                                    wk = Random(rng, n * n, bound),
+                                    wv = Random(rng, n * n, bound),
+                                    wo = Random(rng, n * n, bound),
+                                    bo = Random(rng, n, bound);
+    attn::MhaConfig config;
+    config.d_in = config.d_out = kDim;
+    config.num_heads = kHeads;
+    attn::MhaWeights w;
+    w.w_query = wq.data();
+    w.w_key = wk.data();
+    w.w_value = wv.data();
+    w.w_out = wo.data();
+    w.b_out = bo.data();
+    auto created = attn::MhaModel::Create(config, w);
+    if (!created.ok()) std::abort();
+    return *created;
+  }();
+  return model;
+}
+
+void BM_DecodeStep(benchmark::State& state) {
+  const int64_t context = state.range(0), batch = state.range(1);
+  const int64_t prompt = context - 1;
+  attn::DecoderOptions options;
+  options.batch = batch;
+  options.max_length = context;
+  auto decoder = attn::MhaDecoder::Create(Model(), options);
+  if (!decoder.ok()) {
+    state.SkipWithError(decoder.status().message().c_str());
+    return;
+  }
+  attn::MhaDecoder& dec = **decoder;
+  std::mt19937 rng(1);
+  const auto d = static_cast<size_t>(kDim), b = static_cast<size_t>(batch);
+  {  // Not timed: the prompt fills the cache to context - 1 tokens.
+    const auto x = Random(rng, b * static_cast<size_t>(prompt) * d, 1.0f);
+    std::vector<float> y(x.size());
+    if (!dec.Prefill(x.data(), prompt, y.data()).ok()) std::abort();
+  }
+  const auto x1 = Random(rng, b * d, 1.0f);
+  std::vector<float> y1(b * d);
+  const double kv_bytes = double(dec.decode_kv_bytes());
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (int64_t s = 0; s < batch; ++s) (void)dec.Truncate(s, prompt);
+    state.ResumeTiming();
+    if (!dec.Decode(x1.data(), batch, y1.data()).ok()) std::abort();
+  }
+  state.counters["tokens/s"] =
+      benchmark::Counter(double(batch), benchmark::Counter::kIsRate);
+  state.counters["kv_bytes/s"] = benchmark::Counter(
+      kv_bytes, benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_DecodeStep)
+    ->ArgNames({"context", "batch"})
+    ->ArgsProduct({{1024, 4096}, {1, 8}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_RecomputePrefix(benchmark::State& state) {
+  const int64_t context = state.range(0), batch = state.range(1);
+  std::mt19937 rng(2);
+  const auto x = Random(rng, static_cast<size_t>(batch * context * kDim), 1.0f);
+  std::vector<float> y(x.size());
+  attn::MhaSession session(Model());
+  if (!session.Run(x.data(), batch, context, y.data()).ok()) std::abort();
+  for (auto _ : state) {
+    if (!session.Run(x.data(), batch, context, y.data()).ok()) std::abort();
+  }
+  // One new token per sequence per forward pass.
+  state.counters["tokens/s"] =
+      benchmark::Counter(double(batch), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_RecomputePrefix)
+    ->ArgNames({"context", "batch"})
+    ->ArgsProduct({{1024, 4096}, {1, 8}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const attn::RuntimeInfo info = attn::GetRuntimeInfo();
+  benchmark::AddCustomContext("highway_target", info.simd_target);
+  benchmark::AddCustomContext("onednn_isa", info.onednn_isa);
+  benchmark::AddCustomContext("omp_threads",
+                              std::to_string(omp_get_max_threads()));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
