@@ -16,6 +16,7 @@
 #include "engine/buffer.h"
 #include "engine/mha_model.h"
 #include "engine/threads.h"
+#include "kernels/attention.h"
 #include "kernels/decode.h"
 #include "kernels/matmul.h"
 
@@ -61,9 +62,17 @@ struct MhaDecoder::Impl {
   std::vector<int64_t> counts;  // Decode's all-ones counts
   Projection step;              // rows == B: Decode, and Prefill when equal
   Projection other;             // the last other Prefill size
+  // Fresh prompts of one length run through the full-sequence causal core.
+  struct {
+    int64_t batch = 0, seq_len = 0;
+    std::optional<kernels::CausalAttention> core;
+    AlignedBuffer qkv;  // [3, H, batch * seq_len, D], head-major
+    AlignedBuffer scratch;
+  } prompt;
 
   Status MakeProjection(int64_t rows, Projection& p) const;
   Status Append(const float* input, const int64_t* new_tokens, float* output);
+  Status PreparePrompt(int64_t batch, int64_t seq_len);
 };
 
 Status MhaDecoder::Impl::MakeProjection(int64_t R, Projection& p) const {
@@ -110,6 +119,35 @@ Status MhaDecoder::Impl::MakeProjection(int64_t R, Projection& p) const {
   p.qkv_proj.emplace(std::move(qkv_proj).value());
   p.out_proj.emplace(std::move(out_proj).value());
   p.rows = R;
+  return {};
+}
+
+Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
+  if (prompt.core && prompt.batch == batch && prompt.seq_len == seq_len) {
+    return {};
+  }
+  prompt.core.reset();
+  prompt.batch = prompt.seq_len = 0;
+  kernels::AttentionShape shape;
+  shape.batch = batch;
+  shape.seq_len = seq_len;
+  shape.num_heads = H;
+  shape.head_dim = D;
+  Result<kernels::CausalAttention> core =
+      kernels::CausalAttention::Create(shape);
+  if (!core.ok()) return core.status();
+  const size_t bytes = static_cast<size_t>(3 * batch * seq_len) *
+                       static_cast<size_t>(d_out) * sizeof(float);
+  Result<AlignedBuffer> qkv = AlignedBuffer::Allocate(bytes);
+  if (!qkv.ok()) return qkv.status();
+  Result<AlignedBuffer> scratch = AlignedBuffer::Allocate(
+      core->worker_scratch_bytes() * static_cast<size_t>(num_threads));
+  if (!scratch.ok()) return scratch.status();
+  prompt.qkv = std::move(qkv).value();
+  prompt.scratch = std::move(scratch).value();
+  prompt.core.emplace(std::move(core).value());
+  prompt.batch = batch;
+  prompt.seq_len = seq_len;
   return {};
 }
 
@@ -162,6 +200,21 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
   p->qkv_proj->Run(input, p->w_qkv.data(), m->b_qkv.data(), qkv,
                    p->scratch.data());
 
+  // Prompts of one length n >= kPromptCore, every one starting an empty
+  // sequence, are the full causal forward: the matmul-based core does them
+  // (as MhaSession::Run). Everything else goes through the decode kernel.
+  constexpr int64_t kPromptCore = 64;
+  int64_t n = 0, seqs = 0;
+  bool fresh = true;
+  for (int64_t b = 0; b < B; ++b) {
+    if (new_tokens[b] == 0) continue;
+    fresh = fresh && lengths[b] == 0 && (n == 0 || new_tokens[b] == n);
+    n = new_tokens[b];
+    ++seqs;
+  }
+  const bool use_core = fresh && n >= kPromptCore;
+  if (use_core) ATTN_RETURN_IF_ERROR(PreparePrompt(seqs, n));
+
   // q into its padded rows; k and v appended to their sequence's cache.
   // Row r is token i of sequence b, at position lengths[b] + i.
   rows.clear();
@@ -185,9 +238,11 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
     const kernels::DecodeRow& row = rows[static_cast<size_t>(ri)];
     const float* src = qkv + static_cast<size_t>(ri) * 3 * C;
     const size_t pos = row.num_keys - 1;
-    for (size_t h = 0; h < Hs; ++h) {
+    for (size_t h = 0; h < Hs && !use_core; ++h) {
       std::memcpy(const_cast<float*>(row.q) + h * Dps, src + h * Ds,
                   Ds * sizeof(float));
+    }
+    for (size_t h = 0; h < Hs; ++h) {
       float* k = const_cast<float*>(row.k) + (h * cap + pos) * Dps;
       float* v = const_cast<float*>(row.v) + (h * cap + pos) * Dps;
       std::memcpy(k, src + C + h * Ds, Ds * sizeof(float));
@@ -195,6 +250,22 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
       std::fill(k + Ds, k + Dps, 0.0f);  // padding lanes must be zero
       std::fill(v + Ds, v + Dps, 0.0f);
     }
+  }
+
+  if (use_core) {
+    // qkv [R, 3, H, D] -> [3, H, R, D], the layout the core takes; then per
+    // (sequence, head, query block) softmax(q k^T / sqrt(D), causal) v.
+    auto* hm = static_cast<float*>(prompt.qkv.data());
+#pragma omp parallel for num_threads(threads.num_threads())
+    for (int64_t ri = 0; ri < rows_total; ++ri) {
+      const auto row = static_cast<size_t>(ri);
+      for (size_t g = 0; g < 3 * Hs; ++g) {
+        std::memcpy(hm + (g * static_cast<size_t>(R) + row) * Ds,
+                    qkv + row * 3 * C + g * Ds, Ds * sizeof(float));
+      }
+    }
+    prompt.core->Run(hm, ctx, prompt.scratch.data(), threads.num_threads());
+    rows.clear();  // nothing left for the decode kernel
   }
 
   // Per (row, head, key chunk): softmax(q k^T / sqrt(D)) v over the row's
@@ -211,7 +282,7 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
   for (size_t i = 0; i <= rows.size(); ++i) {
     const size_t need =
         i < rows.size() ? Hs * kernels::DecodeChunks(rows[i].num_keys) : 0;
-    if (i == rows.size() || used + need > max_partials) {
+    if ((i == rows.size() && i > begin) || used + need > max_partials) {
       kernels::DecodeAttention(params, rows.data() + begin, i - begin,
                                partial_data, threads.num_threads());
       begin = i;
@@ -372,7 +443,8 @@ size_t MhaDecoder::cache_bytes() const {
   return impl_->k_cache.size() + impl_->v_cache.size();
 }
 size_t MhaDecoder::workspace_bytes() const {
-  return impl_->partials.size() + impl_->step.bytes() + impl_->other.bytes();
+  return impl_->partials.size() + impl_->step.bytes() + impl_->other.bytes() +
+         impl_->prompt.qkv.size() + impl_->prompt.scratch.size();
 }
 size_t MhaDecoder::decode_kv_bytes() const {
   size_t keys = 0;
