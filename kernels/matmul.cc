@@ -46,6 +46,8 @@ struct MatMul::Impl {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
   bool has_bias = false;
+  bool has_residual = false;
+  int residual_index = 0;  // of the binary post-op
 };
 
 MatMul::MatMul(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -55,7 +57,8 @@ MatMul::~MatMul() = default;
 
 Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
                               const Operand* bias, const Operand& dst,
-                              bool single_threaded) {
+                              bool single_threaded,
+                              const PostOps& post_ops) {
   const int saved_threads = omp_get_max_threads();
   if (single_threaded) omp_set_num_threads(1);
   try {
@@ -66,6 +69,18 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
     const memory::desc dst_md = ToDesc(dst, false);
     auto impl = std::make_unique<Impl>();
     impl->has_bias = bias != nullptr;
+    dnnl::post_ops ops;
+    if (post_ops.gelu_tanh) {
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+    }
+    if (post_ops.add_residual) {
+      // A binary add reads the residual wherever it lives; a sum post-op
+      // would need it copied into dst first.
+      impl->has_residual = true;
+      impl->residual_index = ops.len();
+      ops.append_binary(dnnl::algorithm::binary_add, dst_md);
+    }
+    attr.set_post_ops(ops);
     const auto desc =
         bias ? dnnl::matmul::desc(src_md, wei_md, ToDesc(*bias, false), dst_md)
              : dnnl::matmul::desc(src_md, wei_md, dst_md);
@@ -105,7 +120,7 @@ Status MatMul::PackWeights(const Operand& plain, const void* plain_data,
 }
 
 void MatMul::Run(const void* src, const void* wei, const void* bias, void* dst,
-                 void* scratch) const {
+                 void* scratch, const void* residual) const {
   const auto& engine = CpuEngine();
   thread_local dnnl::stream stream(engine);
   std::unordered_map<int, memory> args = {
@@ -119,6 +134,11 @@ void MatMul::Run(const void* src, const void* wei, const void* bias, void* dst,
   if (impl_->has_bias) {
     args.emplace(DNNL_ARG_BIAS, memory(impl_->pd.bias_desc(), engine,
                                        const_cast<void*>(bias)));
+  }
+  if (impl_->has_residual) {
+    args.emplace(
+        DNNL_ARG_ATTR_MULTIPLE_POST_OP(impl_->residual_index) | DNNL_ARG_SRC_1,
+        memory(impl_->pd.dst_desc(), engine, const_cast<void*>(residual)));
   }
   impl_->prim.execute(stream, args);
 }

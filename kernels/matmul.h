@@ -26,6 +26,15 @@ struct Operand {
   DataType type = DataType::kF32;
 };
 
+// Element-wise steps oneDNN applies to dst = src x wei + bias before storing
+// it, in this order: gelu, then the residual add.
+struct PostOps {
+  bool gelu_tanh = false;  // dst = gelu(dst), the tanh approximation
+  // dst = dst + residual, residual shaped and laid out like dst (Run's
+  // `residual`). Exact: one f32 addition, as PyTorch's x + linear(h).
+  bool add_residual = false;
+};
+
 class MatMul {
  public:
   // `bias`, if given, broadcasts over dims of size 1. Creating may JIT code.
@@ -34,7 +43,8 @@ class MatMul {
   // team size).
   static Result<MatMul> Create(const Operand& src, const Operand& wei,
                                const Operand* bias, const Operand& dst,
-                               bool single_threaded = false);
+                               bool single_threaded = false,
+                               const PostOps& post_ops = {});
 
   MatMul(MatMul&&) noexcept;
   MatMul& operator=(MatMul&&) noexcept;
@@ -51,8 +61,9 @@ class MatMul {
   // alone; outside: the whole team). Pointers must match the operands given
   // to Create; `wei` is in the packed layout when Create was asked for one.
   // Thread-safe when each concurrent caller passes its own `scratch`.
+  // `residual` is read only with PostOps::add_residual.
   void Run(const void* src, const void* wei, const void* bias, void* dst,
-           void* scratch) const;
+           void* scratch, const void* residual = nullptr) const;
 
   // oneDNN's name for the implementation it chose, e.g. "brg:avx512_core".
   const char* impl_name() const;

@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/cli.h"
 #include "tools/decode_cli.h"
+#include "tools/graph_cli.h"
 
 namespace attn::cli {
 namespace {
@@ -242,9 +243,14 @@ Command AddBenchCommand(CLI::App& app) {
   bench_cmd->add_flag("--json", bench.json, "one JSON object per line");
 
   const auto decode = AddDecodeBenchOptions(*bench_cmd);  // --decode
-  return {bench_cmd, [args, decode] {
+  const auto graph = AddGraphBenchOptions(*bench_cmd);     // --graph
+  return {bench_cmd, [args, decode, graph] {
             if (const DecodeBench run_decode = decode()) {
               return run_decode(args->threads, args->min_time, args->json);
+            }
+            if (const GraphBench run_graph = graph()) {
+              return run_graph(args->shape, args->threads, args->min_time,
+                               args->json);
             }
             return Bench(*args);
           }};

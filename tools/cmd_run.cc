@@ -9,6 +9,7 @@
 #include "attn/safetensors.hpp"
 #include "tools/cli.h"
 #include "tools/decode_cli.h"
+#include "tools/graph_cli.h"
 
 namespace attn::cli {
 namespace {
@@ -19,6 +20,8 @@ struct RunArgs {
   int threads = 0;
   bool allow_nonfinite = false;
   bool incremental = false;  // through the KV cache (tools/run_incremental.cc)
+  std::string graph;      // a JSON graph instead (tools/run_graph.cc)
+  int64_t layers = 0;     // --graph: runs, weights under trf_blocks.{i}.
 };
 
 int RunMha(const RunArgs& args) {
@@ -122,7 +125,24 @@ Command AddRunCommand(CLI::App& app) {
                     "accept NaN/Inf in the input (they propagate as in "
                     "PyTorch) instead of refusing it");
 
-  return {run_cmd, [args] { return RunMha(*args); }};
+  run_cmd->add_option("--graph", run.graph,
+                      "run this JSON graph (e.g. tools/graphs/"
+                      "transformer_block.json) instead of the MHA alone");
+  run_cmd
+      ->add_option("--layers", run.layers,
+                   "with --graph: run it N times, the i-th with weights "
+                   "trf_blocks.{i}.* (default: metadata n_layers, else once "
+                   "with the names as written)")
+      ->check(CLI::PositiveNumber);
+
+  return {
+      run_cmd, [args] {
+        if (args->graph.empty()) return RunMha(*args);
+        const RunArgs& a = *args;
+        return RunGraph({a.graph, a.weights, a.input, a.output, a.input_name,
+                         a.dtype, a.heads, a.context_length, a.layers,
+                         a.threads, a.allow_nonfinite, a.incremental});
+      }};
 }
 
 }  // namespace attn::cli

@@ -18,6 +18,14 @@ becomes DIR/mha_<name>.safetensors holding
 
 DIR/bad/<name>.safetensors are tiny files the engine must reject; their
 metadata adds expect_error="true" and an error_hint naming the defect.
+
+DIR/graph/<name>.safetensors are the graph runner's cases (chapter 4): the
+book's LayerNorm, GELU, FeedForward and TransformerBlock in eval mode with
+non-trivial norm weights, under their state_dict names ("trf_blocks.{i}."
+for a stack run with --layers), plus "input" and "expected" and metadata
+num_heads, context_length, n_layers, qkv_bias, tolerance, description.
+graph/block_too_long.safetensors has an input longer than context_length
+(expect_error="true").
 """
 
 import argparse
@@ -66,6 +74,54 @@ class MultiHeadAttention(nn.Module):
         context_vec = (attn_weights @ values).transpose(1, 2)
         context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
         return self.out_proj(context_vec)
+
+
+class LayerNorm(nn.Module):
+    """The book's chapter-4 LayerNorm: learnable scale and shift, biased variance."""
+
+    def __init__(self, emb_dim):
+        super().__init__()
+        self.eps = 1e-5
+        self.scale = nn.Parameter(torch.ones(emb_dim))
+        self.shift = nn.Parameter(torch.zeros(emb_dim))
+
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        return self.scale * (x - mean) / torch.sqrt(var + self.eps) + self.shift
+
+
+class GELU(nn.Module):
+    """The book's tanh approximation."""
+
+    def forward(self, x):
+        return 0.5 * x * (1 + torch.tanh(torch.sqrt(torch.tensor(2.0 / torch.pi)) *
+                                         (x + 0.044715 * torch.pow(x, 3))))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, emb_dim):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(emb_dim, 4 * emb_dim), GELU(), nn.Linear(4 * emb_dim, emb_dim))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+class TransformerBlock(nn.Module):
+    """The book's chapter-4 block: x + att(norm1(x)), then x + ff(norm2(x))."""
+
+    def __init__(self, emb_dim, context_length, n_heads, qkv_bias, drop_rate=0.1):
+        super().__init__()
+        self.att = MultiHeadAttention(emb_dim, emb_dim, context_length, drop_rate, n_heads, qkv_bias)
+        self.ff = FeedForward(emb_dim)
+        self.norm1 = LayerNorm(emb_dim)
+        self.norm2 = LayerNorm(emb_dim)
+        self.drop_shortcut = nn.Dropout(drop_rate)
+
+    def forward(self, x):
+        x = x + self.drop_shortcut(self.att(self.norm1(x)))
+        return x + self.drop_shortcut(self.ff(self.norm2(x)))
 
 
 def save_safetensors(path, tensors, metadata):
@@ -173,12 +229,70 @@ def bad_cases():
         yield name, hint, tensors, meta
 
 
+# name: (module, b, T, emb_dim, n_heads, context_length, qkv_bias, n_layers, description);
+# module is "layernorm", "gelu", "feedforward", "block" or "stack" (n_layers blocks).
+GRAPH_CASES = {
+    "layernorm": ("layernorm", 2, 5, 37, 0, 0, False, 0,
+                  "LayerNorm(37), scale ~1+0.5N, shift ~0.5N, input 3N+2"),
+    "gelu": ("gelu", 2, 5, 37, 0, 0, False, 0, "GELU on 3N over [2, 5, 37], tails included"),
+    "feedforward": ("feedforward", 2, 5, 12, 0, 0, False, 0, "FeedForward(12): Linear(12, 48), GELU, Linear(48, 12)"),
+    "block": ("block", 2, 7, 16, 4, 8, False, 0, "TransformerBlock(emb 16, 4 heads, ctx 8), T 7 < ctx"),
+    "block_qkv_bias": ("block", 3, 5, 24, 3, 5, True, 0,
+                       "TransformerBlock(emb 24, 3 heads of 8, ctx 5, qkv_bias), T == ctx"),
+    "stack3": ("stack", 2, 6, 12, 2, 6, True, 3,
+               "3 TransformerBlocks (emb 12, 2 heads, qkv_bias) as trf_blocks.{i}., run with --layers 3"),
+    "block_too_long": ("block", 1, 6, 8, 2, 4, False, 0, "invalid: input has T 6 > context_length 4"),
+}
+
+
+def perturb_norms(module):
+    """Non-trivial LayerNorm weights, so scale and shift are really tested."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, LayerNorm):
+                m.scale.copy_(1 + 0.5 * torch.randn_like(m.scale))
+                m.shift.copy_(0.5 * torch.randn_like(m.shift))
+
+
+def make_graph_case(name, kind, b, T, emb, heads, ctx, qkv_bias, n_layers):
+    """Build the seeded module and input; return (state tensors, input, fp32 output)."""
+    torch.manual_seed(zlib.crc32(("graph/" + name).encode()))
+    if kind == "layernorm":
+        module = LayerNorm(emb)
+    elif kind == "gelu":
+        module = GELU()
+    elif kind == "feedforward":
+        module = FeedForward(emb)
+    elif kind == "block":
+        module = TransformerBlock(emb, ctx, heads, qkv_bias)
+    else:  # named like GPTModel.trf_blocks
+        module = nn.Module()
+        module.trf_blocks = nn.Sequential(*[TransformerBlock(emb, ctx, heads, qkv_bias) for _ in range(n_layers)])
+        module.forward = module.trf_blocks.forward
+    perturb_norms(module)
+    module.eval()
+    x = torch.randn(b, T, emb) * (3 if kind in ("gelu", "layernorm") else 1)
+    if kind == "layernorm":
+        x = x + 2  # a mean far from zero
+    if name == "block_too_long":
+        return dict(module.state_dict()), x, None
+    with torch.inference_mode():
+        y = module(x)
+        y64 = copy.deepcopy(module).double()(x.double())
+    bound = float(TOLERANCE) * max(1.0, y.abs().max().item())
+    err = (y.double() - y64).abs().max().item()
+    assert torch.isfinite(y).all() and err <= bound / 10, f"graph/{name}: fp32 vs fp64 error {err:.3g}"
+    return dict(module.state_dict()), x, y
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "tests" / "golden")
     out = parser.parse_args().out
     (out / "bad").mkdir(parents=True, exist_ok=True)
-    for stale in [*out.glob("mha_*.safetensors"), *(out / "bad").glob("*.safetensors")]:
+    (out / "graph").mkdir(parents=True, exist_ok=True)
+    for stale in [*out.glob("mha_*.safetensors"), *(out / "bad").glob("*.safetensors"),
+                  *(out / "graph").glob("*.safetensors")]:
         stale.unlink()
     torch.set_num_threads(1)  # fixed reduction order, so reruns are byte-identical
 
@@ -194,6 +308,19 @@ def main():
     for name, hint, tensors, meta in bad_cases():
         save_safetensors(out / "bad" / f"{name}.safetensors", tensors, meta)
         print(f"bad/{name}: {hint}")
+    for name, (kind, b, T, emb, heads, ctx, qkv_bias, n_layers, description) in GRAPH_CASES.items():
+        state, x, y = make_graph_case(name, kind, b, T, emb, heads, ctx, qkv_bias, n_layers)
+        meta = {key: str(value) for key, value in
+                (("num_heads", heads), ("context_length", ctx), ("n_layers", n_layers)) if value}
+        meta.update(qkv_bias=str(qkv_bias).lower(), tolerance=TOLERANCE, description=description)
+        tensors = {**state, "input": x}
+        if y is None:
+            meta.update(expect_error="true", error_hint="sequence length exceeds context_length")
+        else:
+            tensors["expected"] = y
+        save_safetensors(out / "graph" / f"{name}.safetensors", tensors, meta)
+        print(f"graph/{name}: {kind} b={b} T={T} emb={emb} heads={heads} ctx={ctx} bias={qkv_bias} "
+              f"layers={n_layers}" + ("" if y is None else f" max|expected|={y.abs().max().item():.4g}"))
 
 
 if __name__ == "__main__":

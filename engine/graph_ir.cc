@@ -1,0 +1,440 @@
+// Parsing, validation and lowering of the graph JSON (see graph_ir.h and the
+// README's "Graphs" section for the format).
+#include "engine/graph_ir.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "nlohmann/json.hpp"
+
+namespace attn::graph {
+namespace {
+
+using nlohmann::json;
+
+struct OpSpec {
+  Op op;
+  const char* name;
+  size_t num_inputs;
+  std::vector<std::string> required_roles, optional_roles, attributes;
+};
+
+const std::vector<OpSpec>& Specs() {
+  static const std::vector<OpSpec> specs = {
+      {Op::kLinear, "linear", 1, {"weight"}, {"bias"}, {}},
+      {Op::kMha,
+       "mha",
+       1,
+       {"W_query.weight", "W_key.weight", "W_value.weight", "out_proj.weight",
+        "out_proj.bias"},
+       {"W_query.bias", "W_key.bias", "W_value.bias", "mask"},
+       {"num_heads", "context_length", "dropout"}},
+      {Op::kLayerNorm, "layernorm", 1, {"scale", "shift"}, {}, {"eps"}},
+      {Op::kGelu, "gelu", 1, {}, {}, {"approximate"}},
+      {Op::kAdd, "add", 2, {}, {}, {}},
+      {Op::kDropout, "dropout", 1, {}, {}, {"p"}},
+  };
+  return specs;
+}
+
+std::string Join(const std::vector<std::string>& items) {
+  if (items.empty()) return "none";
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// The JSON value's text, for "got ..." in messages.
+std::string Got(const json& value) { return value.dump(); }
+
+// Reads a list of tensor names (a non-empty array of non-empty strings).
+Status ReadNames(const json& value, const std::string& what,
+                 std::vector<std::string>& names) {
+  if (!value.is_array()) {
+    return InvalidArgument(what + " is " + Got(value) +
+                           ", want an array of tensor names");
+  }
+  for (const json& item : value) {
+    if (!item.is_string() || item.get<std::string>().empty()) {
+      return InvalidArgument(what + " holds " + Got(item) +
+                             ", want non-empty tensor names");
+    }
+    names.push_back(item.get<std::string>());
+  }
+  return {};
+}
+
+Result<int64_t> PositiveInt(const json& value, const std::string& what) {
+  if (!value.is_number_integer() || value.get<int64_t>() <= 0) {
+    return InvalidArgument(what + " is " + Got(value) +
+                           ", want a positive integer");
+  }
+  return value.get<int64_t>();
+}
+
+Status Probability(const json& value, const std::string& what) {
+  if (!value.is_number() || !(value.get<double>() >= 0.0) ||
+      !(value.get<double>() < 1.0)) {
+    return InvalidArgument(what + " is " + Got(value) +
+                           ", want a probability in [0, 1)");
+  }
+  return {};
+}
+
+Status ParseAttribute(Node& node, const std::string& key, const json& value) {
+  const std::string what = node.Describe() + ": attribute '" + key + "'";
+  if (key == "num_heads" || key == "context_length") {
+    Result<int64_t> n = PositiveInt(value, what);
+    if (!n.ok()) return n.status();
+    (key == "num_heads" ? node.num_heads : node.context_length) = *n;
+  } else if (key == "eps") {
+    if (!value.is_number() || !(value.get<double>() > 0.0)) {
+      return InvalidArgument(what + " is " + Got(value) +
+                             ", want a positive number");
+    }
+    node.eps = value.get<float>();
+  } else if (key == "approximate") {
+    if (value != "tanh") {
+      return InvalidArgument(what + " is " + Got(value) +
+                             ", want \"tanh\" (the book's GELU)");
+    }
+  } else {  // "dropout" of mha, "p" of dropout: identity at inference
+    return Probability(value, what);
+  }
+  return {};
+}
+
+Result<Node> ParseNode(const json& j, size_t index) {
+  const std::string where = "node " + std::to_string(index);
+  if (!j.is_object()) {
+    return InvalidArgument(where + " is " + Got(j) + ", want an object");
+  }
+  for (const auto& [key, value] : j.items()) {
+    static const std::set<std::string> kKeys = {
+        "op", "name", "inputs", "outputs", "weights", "attributes"};
+    if (!kKeys.count(key)) {
+      return InvalidArgument(where + ": unknown field '" + key +
+                             "', want op, name, inputs, outputs, weights, "
+                             "attributes");
+    }
+  }
+  if (!j.contains("op") || !j["op"].is_string()) {
+    return InvalidArgument(where + ": field 'op' is missing or not a string");
+  }
+  const std::string op = j["op"];
+  const auto spec = std::find_if(Specs().begin(), Specs().end(),
+                                 [&](const OpSpec& s) { return op == s.name; });
+  if (spec == Specs().end()) {
+    std::vector<std::string> known;
+    for (const OpSpec& s : Specs()) known.push_back(s.name);
+    return InvalidArgument(where + ": unknown op '" + op + "', want one of " +
+                           Join(known));
+  }
+  Node node;
+  node.op = spec->op;
+  node.name = op + "_" + std::to_string(index);
+  if (j.contains("name")) {
+    if (!j["name"].is_string() || j["name"].get<std::string>().empty()) {
+      return InvalidArgument(where + ": name is " + Got(j["name"]) +
+                             ", want a non-empty string");
+    }
+    node.name = j["name"];
+  }
+  for (const char* field : {"inputs", "outputs"}) {
+    if (!j.contains(field)) {
+      return InvalidArgument(node.Describe() + ": field '" + field +
+                             "' is missing");
+    }
+    auto& names = field[0] == 'i' ? node.inputs : node.outputs;
+    ATTN_RETURN_IF_ERROR(
+        ReadNames(j[field], node.Describe() + ": " + field, names));
+  }
+  if (node.inputs.size() != spec->num_inputs) {
+    return InvalidArgument(node.Describe() + ": has " +
+                           std::to_string(node.inputs.size()) +
+                           " inputs, want " + std::to_string(spec->num_inputs));
+  }
+  if (node.outputs.size() != 1) {
+    return InvalidArgument(node.Describe() + ": has " +
+                           std::to_string(node.outputs.size()) +
+                           " outputs, want 1");
+  }
+  const json weights = j.value("weights", json::object());
+  if (!weights.is_object()) {
+    return InvalidArgument(node.Describe() + ": weights is " + Got(weights) +
+                           ", want an object of role: tensor name");
+  }
+  for (const auto& [role, name] : weights.items()) {
+    const bool known = std::count(spec->required_roles.begin(),
+                                  spec->required_roles.end(), role) ||
+                       std::count(spec->optional_roles.begin(),
+                                  spec->optional_roles.end(), role);
+    if (!known) {
+      std::vector<std::string> roles = spec->required_roles;
+      roles.insert(roles.end(), spec->optional_roles.begin(),
+                   spec->optional_roles.end());
+      return InvalidArgument(node.Describe() + ": unknown weight '" + role +
+                             "', want " + Join(roles));
+    }
+    if (!name.is_string() || name.get<std::string>().empty()) {
+      return InvalidArgument(node.Describe() + ": weight '" + role + "' is " +
+                             Got(name) + ", want a tensor name");
+    }
+    node.weights.emplace_back(role, name.get<std::string>());
+  }
+  for (const std::string& role : spec->required_roles) {
+    if (!node.Weight(role)) {
+      return InvalidArgument(node.Describe() + ": weight '" + role +
+                             "' is not named, want it in 'weights'");
+    }
+  }
+  const json attributes = j.value("attributes", json::object());
+  if (!attributes.is_object()) {
+    return InvalidArgument(node.Describe() + ": attributes is " +
+                           Got(attributes) + ", want an object");
+  }
+  for (const auto& [key, value] : attributes.items()) {
+    if (!std::count(spec->attributes.begin(), spec->attributes.end(), key)) {
+      return InvalidArgument(node.Describe() + ": unknown attribute '" + key +
+                             "', want " + Join(spec->attributes));
+    }
+    ATTN_RETURN_IF_ERROR(ParseAttribute(node, key, value));
+  }
+  return node;
+}
+
+// Orders `nodes` so that each comes after the producers of its inputs
+// (Kahn's algorithm, stable in file order), checking every tensor's origin.
+Status Order(const std::string& input, const std::string& output,
+             std::vector<Node>& nodes) {
+  std::map<std::string, size_t> producer;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string& t = nodes[i].outputs[0];
+    if (t == input) {
+      return InvalidArgument(nodes[i].Describe() +
+                             ": writes the graph input '" + t +
+                             "', want a new tensor name");
+    }
+    if (const auto [it, fresh] = producer.emplace(t, i); !fresh) {
+      return InvalidArgument("tensor '" + t + "' is written by " +
+                             nodes[it->second].Describe() + " and " +
+                             nodes[i].Describe() + ", want one producer");
+    }
+  }
+  std::map<std::string, size_t> uses;
+  for (const Node& node : nodes) {
+    for (const std::string& t : node.inputs) {
+      if (t != input && !producer.count(t)) {
+        return InvalidArgument(node.Describe() + ": input '" + t +
+                               "' is undefined, want the graph input or "
+                               "another node's output");
+      }
+      ++uses[t];
+    }
+  }
+  if (output != input && !producer.count(output)) {
+    return InvalidArgument("graph output '" + output +
+                           "' is undefined, want a node's output");
+  }
+  if (!uses.count(input) && output != input) {
+    return InvalidArgument("graph input '" + input + "' is never used");
+  }
+  for (const Node& node : nodes) {
+    if (!uses.count(node.outputs[0]) && node.outputs[0] != output) {
+      return InvalidArgument(node.Describe() + ": output '" + node.outputs[0] +
+                             "' is never used, want it read by a node or "
+                             "made the graph output");
+    }
+  }
+  std::vector<size_t> waiting(nodes.size(), 0);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const std::string& t : nodes[i].inputs) waiting[i] += t != input;
+  }
+  std::vector<Node> ordered;
+  std::vector<bool> done(nodes.size(), false);
+  while (ordered.size() < nodes.size()) {
+    size_t next = nodes.size();
+    for (size_t i = 0; i < nodes.size() && next == nodes.size(); ++i) {
+      if (!done[i] && waiting[i] == 0) next = i;
+    }
+    if (next == nodes.size()) {
+      std::vector<std::string> stuck;
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (!done[i]) stuck.push_back("'" + nodes[i].name + "'");
+      }
+      return InvalidArgument("the graph has a cycle through nodes " +
+                             Join(stuck) + ", want a DAG");
+    }
+    done[next] = true;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      for (const std::string& t : nodes[i].inputs) {
+        waiting[i] -= t == nodes[next].outputs[0];
+      }
+    }
+    ordered.push_back(nodes[next]);
+  }
+  nodes = std::move(ordered);
+  return {};
+}
+
+}  // namespace
+
+const char* OpName(Op op) {
+  for (const OpSpec& s : Specs()) {
+    if (s.op == op) return s.name;
+  }
+  return "?";
+}
+
+const std::string* Node::Weight(const std::string& role) const {
+  for (const auto& [r, name] : weights) {
+    if (r == role) return &name;
+  }
+  return nullptr;
+}
+
+std::string Node::Describe() const {
+  return "node '" + name + "' (" + OpName(op) + ")";
+}
+
+Result<GraphDef> ParseGraph(const std::string& text,
+                            const std::string& source) {
+  auto fail = [&](const Status& s) -> Status {
+    return InvalidArgument(source + ": " + s.message());
+  };
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    return InvalidArgument(source + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) {
+    return fail(InvalidArgument("top level is " + Got(j).substr(0, 40) +
+                                ", want an object"));
+  }
+  for (const auto& [key, value] : j.items()) {
+    static const std::set<std::string> kKeys = {"name", "description", "inputs",
+                                                "outputs", "nodes"};
+    if (!kKeys.count(key)) {
+      return fail(InvalidArgument("unknown field '" + key +
+                                  "', want name, description, inputs, "
+                                  "outputs, nodes"));
+    }
+  }
+  GraphDef def;
+  for (const char* field : {"inputs", "outputs"}) {
+    std::vector<std::string> names;
+    if (!j.contains(field)) {
+      return fail(
+          InvalidArgument(std::string("field '") + field + "' is missing"));
+    }
+    if (Status s = ReadNames(j[field], field, names); !s.ok()) return fail(s);
+    if (names.size() != 1) {
+      return fail(InvalidArgument(std::string(field) + " has " +
+                                  std::to_string(names.size()) +
+                                  " tensors, want exactly 1"));
+    }
+    (field[0] == 'i' ? def.input : def.output) = names[0];
+  }
+  if (!j.contains("nodes") || !j["nodes"].is_array()) {
+    return fail(InvalidArgument("field 'nodes' is missing or not an array"));
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < j["nodes"].size(); ++i) {
+    Result<Node> node = ParseNode(j["nodes"][i], i);
+    if (!node.ok()) return fail(node.status());
+    if (!names.insert(node->name).second) {
+      return fail(InvalidArgument("node name '" + node->name +
+                                  "' is used twice, want unique names"));
+    }
+    def.nodes.push_back(std::move(node).value());
+  }
+  if (Status s = Order(def.input, def.output, def.nodes); !s.ok()) {
+    return fail(s);
+  }
+  return def;
+}
+
+Program Lower(const GraphDef& def) {
+  // Dropout is the identity at inference: its output names its input.
+  std::map<std::string, std::string> alias;
+  auto resolve = [&](const std::string& t) {
+    const auto it = alias.find(t);
+    return it == alias.end() ? t : it->second;
+  };
+  Program program;
+  std::map<std::string, int> ids;
+  auto id = [&](const std::string& t) {
+    const std::string name = resolve(t);
+    const auto [it, fresh] = ids.emplace(name, ids.size());
+    if (fresh) program.tensors.push_back(name);
+    return it->second;
+  };
+  program.input = id(def.input);
+  for (size_t i = 0; i < def.nodes.size(); ++i) {
+    const Node& node = def.nodes[i];
+    if (node.op == Op::kDropout) {
+      alias[node.outputs[0]] = resolve(node.inputs[0]);
+      continue;
+    }
+    Step step;
+    step.op = node.op;
+    step.node = i;
+    step.src = id(node.inputs[0]);
+    if (node.op == Op::kAdd) step.src2 = id(node.inputs[1]);
+    step.dst = id(node.outputs[0]);
+    program.steps.push_back(step);
+  }
+  program.output = id(def.output);
+
+  // Uses of each tensor; the graph output counts as one.
+  std::vector<int> uses(program.tensors.size(), 0);
+  for (const Step& s : program.steps) {
+    ++uses[s.src];
+    if (s.src2 >= 0) ++uses[s.src2];
+  }
+  ++uses[program.output];
+  std::vector<bool> gone(program.steps.size(), false);
+  auto linear_producing = [&](int tensor) -> Step* {
+    for (size_t i = 0; i < program.steps.size(); ++i) {
+      Step& s = program.steps[i];
+      if (!gone[i] && s.dst == tensor && s.op == Op::kLinear && s.src2 < 0 &&
+          uses[tensor] == 1) {
+        return &s;
+      }
+    }
+    return nullptr;
+  };
+  // Fuse into the consumer's place: its other operand may be defined after
+  // the linear, and nothing else reads the linear's output.
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    Step& s = program.steps[i];
+    Step* linear = nullptr;
+    int residual = -1;
+    if (s.op == Op::kGelu) {
+      linear = linear_producing(s.src);
+      if (linear && linear->gelu) linear = nullptr;
+    } else if (s.op == Op::kAdd) {
+      if ((linear = linear_producing(s.src2))) {
+        residual = s.src;
+      } else if ((linear = linear_producing(s.src))) {
+        residual = s.src2;
+      }
+    }
+    if (!linear) continue;
+    linear->gelu = linear->gelu || s.op == Op::kGelu;
+    linear->src2 = residual;
+    linear->dst = s.dst;
+    gone[static_cast<size_t>(linear - program.steps.data())] = true;
+    s = *linear;
+  }
+  std::vector<Step> fused;
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    if (!gone[i]) fused.push_back(program.steps[i]);
+  }
+  program.steps = std::move(fused);
+  return program;
+}
+
+}  // namespace attn::graph

@@ -1,0 +1,63 @@
+// Dynamic dispatch and OpenMP split for the element-wise kernels: one
+// HWY_DYNAMIC_DISPATCH per chunk of elements.
+#include "kernels/elementwise.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/elementwise.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/elementwise-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::kernels::HWY_NAMESPACE {
+
+void GeluChunk(const float* x, float* y, size_t count) { GeluT(x, y, count); }
+
+void AddChunk(const float* a, const float* b, float* y, size_t count) {
+  AddT(a, b, y, count);
+}
+
+}  // namespace attn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::kernels {
+
+HWY_EXPORT(GeluChunk);
+HWY_EXPORT(AddChunk);
+
+namespace {
+
+// 16 KiB of floats per chunk: big enough to amortise the dispatch, small
+// enough to balance a few threads over one activation.
+constexpr size_t kChunk = 4096;
+
+int64_t NumChunks(size_t count, size_t chunk) {
+  return static_cast<int64_t>((count + chunk - 1) / chunk);
+}
+
+}  // namespace
+
+void Gelu(const float* x, float* y, size_t count, int num_threads) {
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+  for (int64_t c = 0; c < NumChunks(count, kChunk); ++c) {
+    const size_t i = static_cast<size_t>(c) * kChunk;
+    HWY_DYNAMIC_DISPATCH(GeluChunk)(x + i, y + i, std::min(kChunk, count - i));
+  }
+}
+
+void Add(const float* a, const float* b, float* y, size_t count,
+         int num_threads) {
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+  for (int64_t c = 0; c < NumChunks(count, kChunk); ++c) {
+    const size_t i = static_cast<size_t>(c) * kChunk;
+    HWY_DYNAMIC_DISPATCH(AddChunk)
+    (a + i, b + i, y + i, std::min(kChunk, count - i));
+  }
+}
+
+}  // namespace attn::kernels
+#endif  // HWY_ONCE

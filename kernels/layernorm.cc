@@ -1,0 +1,45 @@
+// Dynamic dispatch and OpenMP split for the LayerNorm: one
+// HWY_DYNAMIC_DISPATCH per block of rows.
+#include "kernels/layernorm.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/layernorm.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/layernorm-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::kernels::HWY_NAMESPACE {
+
+void LayerNormBlock(const float* x, const float* scale, const float* shift,
+                    float* y, size_t rows, size_t cols, float eps) {
+  LayerNormRowsT(x, scale, shift, y, rows, cols, eps);
+}
+
+}  // namespace attn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::kernels {
+
+HWY_EXPORT(LayerNormBlock);
+
+void LayerNorm(const float* x, const float* scale, const float* shift, float* y,
+               size_t rows, size_t cols, float eps, int num_threads) {
+  // About 16 KiB of input per block: a few blocks per thread even at b*T = 8.
+  const size_t block = std::max<size_t>(1, 4096 / std::max<size_t>(cols, 1));
+  const auto blocks = static_cast<int64_t>((rows + block - 1) / block);
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t r = static_cast<size_t>(b) * block;
+    HWY_DYNAMIC_DISPATCH(LayerNormBlock)
+    (x + r * cols, scale, shift, y + r * cols, std::min(block, rows - r), cols,
+     eps);
+  }
+}
+
+}  // namespace attn::kernels
+#endif  // HWY_ONCE

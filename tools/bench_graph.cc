@@ -1,0 +1,238 @@
+// attn bench --graph: times a JSON graph (attn/graph.hpp) on named or given
+// shapes. Without --weights it runs on seeded random weights under the book's
+// TransformerBlock names (emb e, hidden 4e), as transformer_block.json reads.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/graph.hpp"
+#include "attn/safetensors.hpp"
+#include "nlohmann/json.hpp"
+#include "tools/graph_cli.h"
+
+namespace attn::cli {
+namespace {
+
+struct GraphArgs {
+  std::string graph, weights;
+};
+
+struct BlockShape {
+  std::string name;
+  int64_t batch, seq_len, emb, heads;
+};
+
+// "gpt2-128,gpt2-1k" or "b,T,e,h"; the two shapes when empty.
+Result<std::vector<BlockShape>> ParseShapes(const std::string& spec) {
+  static const std::vector<BlockShape> kNamed = {
+      {"gpt2-128", 8, 128, 768, 12},
+      {"gpt2-1k", 1, 1024, 768, 12},
+      {"gpt2-1k-b4", 4, 1024, 768, 12}};
+  if (spec.empty()) return std::vector<BlockShape>{kNamed[0], kNamed[1]};
+  BlockShape s{spec, 0, 0, 0, 0};
+  char tail = 0;
+  if (std::sscanf(spec.c_str(), "%ld,%ld,%ld,%ld%c", &s.batch, &s.seq_len,
+                  &s.emb, &s.heads, &tail) == 4) {
+    if (s.batch <= 0 || s.seq_len <= 0 || s.emb <= 0 || s.heads <= 0) {
+      return InvalidArgument("--shape '" + spec +
+                             "' has a size <= 0, want positive b,T,e,h");
+    }
+    return std::vector<BlockShape>{s};
+  }
+  std::vector<BlockShape> shapes;
+  std::stringstream names(spec);
+  for (std::string name; std::getline(names, name, ',');) {
+    const auto it =
+        std::find_if(kNamed.begin(), kNamed.end(),
+                     [&](const BlockShape& n) { return n.name == name; });
+    if (it == kNamed.end()) {
+      return InvalidArgument("--shape '" + name +
+                             "' is unknown with --graph, want gpt2-128, "
+                             "gpt2-1k, gpt2-1k-b4 or b,T,e,h");
+    }
+    shapes.push_back(*it);
+  }
+  return shapes;
+}
+
+// Writes seeded random TransformerBlock weights for emb `e` to `path`, with
+// nn.Linear's init range and LayerNorm weights near (1, 0).
+Status WriteRandomBlock(const std::string& path, int64_t e) {
+  std::mt19937 rng(0);
+  std::vector<std::vector<float>> values;
+  std::vector<F32Tensor> tensors;
+  values.reserve(16);
+  auto add = [&](const std::string& name, std::vector<int64_t> shape,
+                 double center, double bound) {
+    std::uniform_real_distribution<float> dist(float(center - bound),
+                                               float(center + bound));
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    values.emplace_back(n);
+    for (float& v : values.back()) v = dist(rng);
+    tensors.push_back({name, std::move(shape), values.back().data()});
+  };
+  const double in = 1.0 / std::sqrt(double(e)), hidden = 0.5 * in;
+  for (const char* norm : {"norm1", "norm2"}) {
+    add(std::string(norm) + ".scale", {e}, 1.0, 0.1);
+    add(std::string(norm) + ".shift", {e}, 0.0, 0.1);
+  }
+  for (const char* proj : {"W_query", "W_key", "W_value", "out_proj"}) {
+    add(std::string("att.") + proj + ".weight", {e, e}, 0.0, in);
+  }
+  add("att.out_proj.bias", {e}, 0.0, in);
+  add("ff.layers.0.weight", {4 * e, e}, 0.0, in);
+  add("ff.layers.0.bias", {4 * e}, 0.0, in);
+  add("ff.layers.2.weight", {e, 4 * e}, 0.0, hidden);
+  add("ff.layers.2.bias", {e}, 0.0, hidden);
+  return WriteSafetensors(path, tensors);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int Run(const GraphArgs& args, const std::string& spec,
+        const std::vector<int>& threads_list, double min_time, bool json) {
+  auto shapes = ParseShapes(spec);
+  if (!shapes.ok()) return Fail(shapes.status().message());
+  const std::vector<int> thread_counts =
+      threads_list.empty() ? std::vector<int>{0} : threads_list;
+  const RuntimeInfo info = GetRuntimeInfo();
+  if (!json) {
+    std::printf("attn %s | graph %s | highway %s | oneDNN %s %s\n",
+                info.version.c_str(), args.graph.c_str(),
+                info.simd_target.c_str(), info.onednn_version.c_str(),
+                info.onednn_isa.c_str());
+    std::printf("%-18s %7s %10s %10s %12s %9s %11s\n", "shape", "threads",
+                "median_ms", "min_ms", "tokens/s", "GFLOP/s", "arena_MB");
+  }
+  const std::string temp =
+      (std::filesystem::temp_directory_path() /
+       ("attn_bench_graph_" + std::to_string(getpid()) + ".safetensors"))
+          .string();
+  for (const BlockShape& s : *shapes) {
+    if (args.weights.empty()) {
+      const Status written = WriteRandomBlock(temp, s.emb);
+      if (!written.ok()) return Fail(written.message());
+    }
+    const std::vector<float> x = [&] {
+      std::mt19937 rng(1);
+      std::normal_distribution<float> dist;
+      std::vector<float> v(static_cast<size_t>(s.batch * s.seq_len * s.emb));
+      for (float& f : v) f = dist(rng);
+      return v;
+    }();
+    for (int threads : thread_counts) {
+      GraphOptions options;
+      options.num_heads = s.heads;
+      options.num_threads = threads;
+      auto graph = Graph::Load(
+          args.graph, args.weights.empty() ? temp : args.weights, options);
+      if (!graph.ok()) {
+        std::filesystem::remove(temp);
+        return Fail(graph.status().message());
+      }
+      if ((*graph)->input_width() != s.emb) {
+        return Fail("--shape '" + s.name + "' has e " + std::to_string(s.emb) +
+                    ", but the graph's input width is " +
+                    std::to_string((*graph)->input_width()));
+      }
+      std::vector<float> y(
+          static_cast<size_t>(s.batch * s.seq_len * (*graph)->output_width()));
+      using Clock = std::chrono::steady_clock;
+      std::vector<double> ms;
+      for (int warmup = 0; warmup < 2; ++warmup) {
+        const Status st = (*graph)->Run(x.data(), s.batch, s.seq_len, y.data());
+        if (!st.ok()) return Fail(st.message());
+      }
+      const auto start = Clock::now();
+      while (ms.size() < 5 ||
+             std::chrono::duration<double>(Clock::now() - start).count() <
+                 min_time) {
+        const auto t0 = Clock::now();
+        const Status st = (*graph)->Run(x.data(), s.batch, s.seq_len, y.data());
+        const auto t1 = Clock::now();
+        if (!st.ok()) return Fail(st.message());
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+      // The block's matmuls (q, k, v, out: 4e^2; ff: 8e^2 per token) and the
+      // attention core at its causal half, as the MHA benchmarks count it.
+      const double rows = double(s.batch * s.seq_len), e = double(s.emb);
+      const double flops =
+          double((*graph)->layers()) *
+          (2.0 * rows * 12.0 * e * e + 2.0 * rows * s.seq_len * e);
+      const double median = Median(ms);
+      const double tokens = rows / (median / 1e3);
+      const double gflops = flops / (median / 1e3) / 1e9;
+      const GraphMemory mem = (*graph)->memory();
+      const double arena_mb = double(mem.planned_peak) / (1 << 20);
+      if (json) {
+        const nlohmann::json line = {
+            {"kind", "graph"},
+            {"graph", args.graph},
+            {"shape", s.name},
+            {"b", s.batch},
+            {"T", s.seq_len},
+            {"e", s.emb},
+            {"h", s.heads},
+            {"threads", (*graph)->num_threads()},
+            {"median_ms", median},
+            {"min_ms", *std::min_element(ms.begin(), ms.end())},
+            {"reps", ms.size()},
+            {"tokens_per_s", tokens},
+            {"gflops", gflops},
+            {"arena_bytes", mem.planned_peak},
+            {"intermediates_bytes", mem.intermediates_total},
+            {"workspace_bytes", mem.workspace}};
+        std::printf("%s\n", line.dump().c_str());
+      } else {
+        std::printf("%-18s %7d %10.3f %10.3f %12.0f %9.1f %11.2f\n",
+                    (s.name + " " + std::to_string(s.batch) + "x" +
+                     std::to_string(s.seq_len))
+                        .c_str(),
+                    (*graph)->num_threads(), median,
+                    *std::min_element(ms.begin(), ms.end()), tokens, gflops,
+                    arena_mb);
+      }
+      std::fflush(stdout);
+    }
+  }
+  std::filesystem::remove(temp);
+  return 0;
+}
+
+}  // namespace
+
+std::function<GraphBench()> AddGraphBenchOptions(CLI::App& bench) {
+  auto args = std::make_shared<GraphArgs>();
+  bench.add_option("--graph", args->graph,
+                   "time this JSON graph (e.g. tools/graphs/"
+                   "transformer_block.json); --shape then takes gpt2-128, "
+                   "gpt2-1k, gpt2-1k-b4 or b,T,e,h");
+  bench.add_option("--weights", args->weights,
+                   "with --graph: weights file (default: random weights "
+                   "under the book's TransformerBlock names)");
+  return [args]() -> GraphBench {
+    if (args->graph.empty()) return nullptr;
+    return [args](const std::string& shapes, const std::vector<int>& threads,
+                  double min_time, bool json) {
+      return Run(*args, shapes, threads, min_time, json);
+    };
+  };
+}
+
+}  // namespace attn::cli
