@@ -374,12 +374,14 @@ Result<std::unique_ptr<Graph>> Graph::FromJson(const std::string& json,
   for (size_t l = 0; l < impl->layer.size(); ++l) {
     const std::string prefix =
         layers ? "trf_blocks." + std::to_string(l) + "." : "";
-    ATTN_RETURN_IF_ERROR(binder.Bind(impl->def, prefix, impl->layer[l]));
+    if (Status s = binder.Bind(impl->def, prefix, impl->layer[l]); !s.ok()) {
+      return Status(s.code(), source + ": " + s.message());
+    }
     const int64_t in = binder.widths()[impl->def.input];
     const int64_t out = binder.widths()[impl->def.output];
     if (l == 0 && impl->layer.size() > 1 && in != out) {
       return InvalidArgument(
-          "graph input '" + impl->def.input + "' has width " +
+          source + ": graph input '" + impl->def.input + "' has width " +
           std::to_string(in) + " but output '" + impl->def.output +
           "' has width " + std::to_string(out) +
           ", want equal widths to stack " + std::to_string(layers) + " layers");
@@ -487,11 +489,13 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
       if (src >= 0) requests[src].last = k;
     }
   }
+  std::vector<bool> written(T, false);
+  for (const graph::Step& step : program.steps) written[step.dst] = true;
   for (size_t t = 0; t < T; ++t) {
-    const bool external = static_cast<int>(t) == program.input ||
-                          static_cast<int>(t) == program.output;
+    // Fusion leaves some tensors unwritten; the output is the caller's.
+    const bool planned = written[t] && static_cast<int>(t) != program.output;
     requests[t].bytes =
-        external ? 0 : static_cast<size_t>(R * widths[t]) * sizeof(float);
+        planned ? static_cast<size_t>(R * widths[t]) * sizeof(float) : 0;
     memory.intermediates_total += (requests[t].bytes + 63) / 64 * 64;
   }
   const graph::BufferPlan plan = graph::PlanBuffers(requests);

@@ -1,0 +1,436 @@
+// The graph runner: parsing and validation errors, fusion, the buffer
+// planner, the matmul post-ops, and the book's LayerNorm, GELU, FeedForward
+// and TransformerBlock (single, qkv_bias, stacked) against PyTorch's golden
+// files, through the C++ API and through `attn run --graph`.
+#include "attn/graph.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attn/safetensors.hpp"
+#include "engine/graph_ir.h"
+#include "engine/graph_plan.h"
+#include "kernels/elementwise.h"
+#include "kernels/matmul.h"
+#include "tests/test_util.h"
+
+namespace attn {
+namespace {
+
+const std::string kGolden =
+    std::string(ATTN_SOURCE_DIR) + "/tests/golden/graph/";
+const std::string kBlock =
+    std::string(ATTN_SOURCE_DIR) + "/tools/graphs/transformer_block.json";
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct Golden {
+  std::vector<float> input, expected;
+  std::vector<int64_t> shape;  // of the input
+  double tolerance = 0.0;      // absolute: 1e-5 * max(1, max|expected|)
+};
+
+Golden ReadGolden(const std::string& name) {
+  Golden g;
+  auto file = SafetensorsFile::Open(kGolden + name + ".safetensors");
+  EXPECT_TRUE(file.ok()) << file.status().message()
+                         << " (regenerate: /usr/bin/python3 "
+                            "tools/make_golden.py)";
+  if (!file.ok()) return g;
+  g.input = file->ReadF32("input").value();
+  g.shape = file->Find("input")->shape;
+  if (file->Find("expected")) g.expected = file->ReadF32("expected").value();
+  g.tolerance = std::stod(file->metadata().at("tolerance")) *
+                std::max(1.0, test::MaxAbs(g.expected));
+  return g;
+}
+
+// Runs `graph` (JSON text) on golden case `name` through the C++ API.
+void ExpectGraphMatchesGolden(const std::string& json, const std::string& name,
+                              GraphOptions options = {}) {
+  const Golden g = ReadGolden(name);
+  auto graph = Graph::FromJson(json, kGolden + name + ".safetensors", options);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  std::vector<float> y(g.expected.size());
+  const Status st =
+      (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], y.data());
+  ASSERT_TRUE(st.ok()) << st.message();
+  test::ExpectAllClose(g.expected, y.data(), g.tolerance, name);
+}
+
+TEST(GraphGoldenTest, TransformerBlock) {
+  for (int threads : {1, 2}) {
+    GraphOptions options;
+    options.num_threads = threads;
+    ExpectGraphMatchesGolden(ReadText(kBlock), "block", options);
+    ExpectGraphMatchesGolden(ReadText(kBlock), "block_qkv_bias", options);
+  }
+}
+
+TEST(GraphGoldenTest, StackOfBlocksWithLayers) {
+  GraphOptions options;
+  options.layers = 3;
+  ExpectGraphMatchesGolden(ReadText(kBlock), "stack3", options);
+  ExpectGraphMatchesGolden(ReadText(kBlock), "stack3");  // metadata n_layers
+}
+
+TEST(GraphGoldenTest, LayerNormAndFeedForward) {
+  ExpectGraphMatchesGolden(R"({"inputs": ["x"], "outputs": ["y"], "nodes": [
+      {"op": "layernorm", "inputs": ["x"], "outputs": ["y"],
+       "weights": {"scale": "scale", "shift": "shift"}}]})",
+                           "layernorm");
+  ExpectGraphMatchesGolden(R"({"inputs": ["x"], "outputs": ["y"], "nodes": [
+      {"op": "linear", "inputs": ["x"], "outputs": ["h"],
+       "weights": {"weight": "layers.0.weight", "bias": "layers.0.bias"}},
+      {"op": "gelu", "inputs": ["h"], "outputs": ["g"],
+       "attributes": {"approximate": "tanh"}},
+      {"op": "linear", "inputs": ["g"], "outputs": ["y"],
+       "weights": {"weight": "layers.2.weight", "bias": "layers.2.bias"}}]})",
+                           "feedforward");
+}
+
+TEST(GraphGoldenTest, GeluKernel) {
+  const Golden g = ReadGolden("gelu");
+  std::vector<float> y(g.input.size());
+  kernels::Gelu(g.input.data(), y.data(), y.size(), 2);
+  test::ExpectAllClose(g.expected, y.data(), g.tolerance, "gelu");
+}
+
+TEST(GraphGoldenTest, OverLongSequenceFailsCleanly) {
+  const Golden g = ReadGolden("block_too_long");
+  auto graph = Graph::Load(kBlock, kGolden + "block_too_long.safetensors");
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  std::vector<float> y(g.input.size(), -1.0f);
+  const Status st =
+      (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], y.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("sequence length 6 exceeds context_length 4"),
+            std::string::npos)
+      << st.message();
+}
+
+// ---------------------------------------------------------------- CLI
+
+struct CliResult {
+  int code = -1;
+  std::string err;
+};
+
+CliResult RunCli(const std::string& args) {
+  const std::string err = testing::TempDir() + "graph_cli_err.txt";
+  const int status =
+      std::system((std::string(ATTN_CLI) + " " + args + " 2>" + err).c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadText(err)};
+}
+
+TEST(GraphCliTest, RunGraphMatchesGolden) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"block", ""},
+      {"block_qkv_bias", " --threads 1"},
+      {"stack3", " --layers 3"}};
+  for (const auto& [name, extra] : cases) {
+    const std::string file = kGolden + name + ".safetensors";
+    const std::string out =
+        testing::TempDir() + "graph_" + name + ".safetensors";
+    const CliResult r = RunCli("run --graph " + kBlock + " --weights " + file +
+                               " --input " + file + " --output " + out + extra);
+    ASSERT_EQ(r.code, 0) << name << ": " << r.err;
+    auto y = SafetensorsFile::Open(out);
+    ASSERT_TRUE(y.ok()) << y.status().message();
+    const Golden g = ReadGolden(name);
+    EXPECT_EQ(y->Find("output")->shape, g.shape);
+    test::ExpectAllClose(g.expected, y->ReadF32("output")->data(), g.tolerance,
+                         name);
+  }
+}
+
+TEST(GraphCliTest, ErrorsAreOneLineAndLeaveNoOutput) {
+  const std::string out = testing::TempDir() + "graph_never.safetensors";
+  std::filesystem::remove(out);
+  const std::string too_long = kGolden + "block_too_long.safetensors";
+  const std::string block = kGolden + "block.safetensors";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--weights " + too_long + " --input " + too_long,
+       "sequence length 6 exceeds context_length 4"},
+      {"--weights " + block + " --input " + block + " --layers 2",
+       "weight 'trf_blocks.0.norm1.scale' is missing"},
+      {"--weights " + block + " --input " + kGolden + "layernorm.safetensors",
+       "want [batch, seq_len, 16]"},
+  };
+  for (const auto& [args, want] : cases) {
+    const CliResult r =
+        RunCli("run --graph " + kBlock + " " + args + " --output " + out);
+    EXPECT_EQ(r.code, 1) << args;
+    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out)) << args;
+  }
+}
+
+// ---------------------------------------------------------------- validation
+
+// Loads `nodes` (a JSON array) over block.safetensors; returns the error.
+std::string LoadError(const std::string& nodes,
+                      const std::string& outputs = R"(["y"])") {
+  const std::string json = R"({"inputs": ["x"], "outputs": )" + outputs +
+                           R"(, "nodes": )" + nodes + "}";
+  auto graph =
+      Graph::FromJson(json, kGolden + "block.safetensors", {}, "g.json");
+  if (graph.ok()) return "(loaded)";
+  EXPECT_EQ(graph.status().message().find('\n'), std::string::npos);
+  EXPECT_EQ(graph.status().message().rfind("g.json: ", 0), 0u)
+      << graph.status().message();
+  return graph.status().message();
+}
+
+#define EXPECT_ERROR(nodes, text)                                \
+  do {                                                           \
+    const std::string message = LoadError(nodes);                \
+    EXPECT_NE(message.find(text), std::string::npos) << message; \
+  } while (0)
+
+const char kNorm[] =
+    R"("weights": {"scale": "norm1.scale", "shift": "norm1.shift"})";
+
+TEST(GraphValidationTest, EachMistakeIsNamed) {
+  EXPECT_ERROR(R"([{"op": "conv", "inputs": ["x"], "outputs": ["y"]}])",
+               "node 0: unknown op 'conv', want one of linear, mha");
+  EXPECT_ERROR(
+      std::string(
+          R"([{"op": "layernorm", "inputs": ["x"], "outputs": ["y"], )") +
+          kNorm + R"(, "attributes": {"alpha": 1}}])",
+      "node 'layernorm_0' (layernorm): unknown attribute 'alpha', want eps");
+  EXPECT_ERROR(R"([{"op": "gelu", "inputs": ["x"], "outputs": ["y"],
+                    "attributes": {"approximate": "none"}}])",
+               "attribute 'approximate' is \"none\", want \"tanh\"");
+  EXPECT_ERROR(R"([{"op": "linear", "inputs": ["x"], "outputs": ["y"],
+                    "weights": {"weight": "nope.weight"}}])",
+               "weight 'nope.weight' is missing from");
+  EXPECT_ERROR(R"([{"op": "linear", "inputs": ["x"], "outputs": ["y"]}])",
+               "weight 'weight' is not named");
+  EXPECT_ERROR(R"([{"op": "linear", "inputs": ["x"], "outputs": ["y"],
+                    "weights": {"weight": "ff.layers.0.weight", "scale": "s"}}])",
+               "unknown weight 'scale', want weight, bias");
+  // Mis-shaped: [16, 64] cannot follow a [64, 16] linear's 64 outputs...
+  EXPECT_ERROR(R"([{"op": "linear", "inputs": ["x"], "outputs": ["h"],
+                    "weights": {"weight": "ff.layers.0.weight"}},
+                   {"op": "linear", "inputs": ["h"], "outputs": ["y"],
+                    "weights": {"weight": "att.out_proj.weight"}}])",
+               "weight 'att.out_proj.weight' of shape [16, 16] wants input "
+               "'h' of width 16, but tensor 'h' has width 64");
+  // ... and a shift must be as wide as the scale.
+  EXPECT_ERROR(R"([{"op": "layernorm", "inputs": ["x"], "outputs": ["y"],
+                    "weights": {"scale": "norm1.scale", "shift": "ff.layers.0.bias"}}])",
+               "weight 'ff.layers.0.bias' has shape [64], want [16]");
+  EXPECT_ERROR(R"([{"op": "add", "inputs": ["x", "ghost"], "outputs": ["y"]}])",
+               "input 'ghost' is undefined");
+  EXPECT_ERROR(R"([{"op": "add", "inputs": ["x", "b"], "outputs": ["a"]},
+                   {"op": "add", "inputs": ["x", "a"], "outputs": ["b"]},
+                   {"op": "add", "inputs": ["x", "x"], "outputs": ["y"]}])",
+               "cycle through nodes 'add_0', 'add_1'");
+  EXPECT_ERROR(R"([{"op": "gelu", "inputs": ["x"], "outputs": ["unused"]},
+                   {"op": "dropout", "inputs": ["x"], "outputs": ["y"]}])",
+               "output 'unused' is never used");
+  EXPECT_ERROR(R"([{"op": "dropout", "inputs": ["x"], "outputs": ["y"]},
+                   {"op": "dropout", "inputs": ["x"], "outputs": ["y"]}])",
+               "tensor 'y' is written by");
+  EXPECT_ERROR(R"([{"op": "dropout", "inputs": ["x"], "outputs": ["y"],
+                    "attributes": {"p": 1.5}}])",
+               "attribute 'p' is 1.5, want a probability in [0, 1)");
+  EXPECT_ERROR(R"([{"op": "dropout", "input": ["x"], "outputs": ["y"]}])",
+               "unknown field 'input'");
+  EXPECT_ERROR(R"([{"op": "gelu", "inputs": ["x"], "outputs": ["y"]}])",
+               "cannot infer the width of tensor 'x'");
+  EXPECT_NE(LoadError("[", "[]").find("not valid JSON"), std::string::npos);
+}
+
+// Copies golden `name` to a temporary file without tensor `skip` and
+// without metadata; returns its path.
+std::string CopyWithout(const std::string& name, const std::string& skip) {
+  auto file = SafetensorsFile::Open(kGolden + name + ".safetensors");
+  EXPECT_TRUE(file.ok());
+  std::vector<std::vector<float>> values;
+  std::vector<const TensorInfo*> kept;
+  for (const TensorInfo& t : file->tensors()) {
+    if (t.name == skip) continue;
+    values.push_back(file->ReadF32(t.name).value());
+    kept.push_back(&t);
+  }
+  std::vector<F32Tensor> tensors;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    tensors.push_back({kept[i]->name, kept[i]->shape, values[i].data()});
+  }
+  const std::string path = testing::TempDir() + "graph_" + name + "_without_" +
+                           (skip.empty() ? "metadata" : skip) + ".safetensors";
+  EXPECT_TRUE(WriteSafetensors(path, tensors).ok());
+  return path;
+}
+
+TEST(GraphValidationTest, PartialQkvBias) {
+  GraphOptions options;
+  options.num_heads = 3;
+  auto graph = Graph::Load(
+      kBlock, CopyWithout("block_qkv_bias", "att.W_value.bias"), options);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find(
+                "node 'att' (mha): weight 'att.W_value.bias' is missing from"),
+            std::string::npos)
+      << graph.status().message();
+  EXPECT_NE(graph.status().message().find("want all q/k/v biases or none"),
+            std::string::npos);
+}
+
+TEST(GraphValidationTest, HeadsFromOptionsElseMetadataElseError) {
+  const std::string path = CopyWithout("block", "");
+  auto no_heads = Graph::Load(kBlock, path);
+  ASSERT_FALSE(no_heads.ok());
+  EXPECT_NE(no_heads.status().message().find("num_heads is not given"),
+            std::string::npos)
+      << no_heads.status().message();
+  GraphOptions options;
+  options.num_heads = 5;  // 16 is not divisible by 5
+  auto bad_heads = Graph::Load(kBlock, path, options);
+  ASSERT_FALSE(bad_heads.ok());
+  EXPECT_NE(bad_heads.status().message().find(
+                "d_out 16 is not divisible by num_heads 5"),
+            std::string::npos)
+      << bad_heads.status().message();
+}
+
+// ---------------------------------------------------------------- lowering
+
+TEST(GraphLoweringTest, BlockFusesGeluAndTheFeedForwardResidual) {
+  auto def = graph::ParseGraph(ReadText(kBlock), "block");
+  ASSERT_TRUE(def.ok()) << def.status().message();
+  const graph::Program p = graph::Lower(*def);
+  using graph::Op;
+  ASSERT_EQ(p.steps.size(), 6u);  // dropouts gone, GELU and add2 fused
+  const Op want[] = {Op::kLayerNorm, Op::kMha,    Op::kAdd,
+                     Op::kLayerNorm, Op::kLinear, Op::kLinear};
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(p.steps[i].op, want[i]) << i;
+  EXPECT_TRUE(p.steps[4].gelu);
+  EXPECT_LT(p.steps[4].src2, 0);
+  EXPECT_EQ(p.tensors[p.steps[5].src2], "x1");  // the residual, read in place
+  EXPECT_EQ(p.steps[5].dst, p.output);
+  EXPECT_EQ(p.tensors[p.steps[2].src2], "att_out");  // dropout aliased away
+}
+
+// ---------------------------------------------------------------- planner
+
+// No two requests live at the same step may share a byte.
+void ExpectNoLiveOverlap(const std::vector<graph::BufferRequest>& req,
+                         const graph::BufferPlan& plan) {
+  for (size_t a = 0; a < req.size(); ++a) {
+    EXPECT_EQ(plan.offsets[a] % 64, 0u);
+    EXPECT_LE(plan.offsets[a] + req[a].bytes, plan.peak_bytes);
+    for (size_t b = a + 1; b < req.size(); ++b) {
+      const bool live_together =
+          req[a].first <= req[b].last && req[b].first <= req[a].last;
+      const bool bytes_overlap =
+          plan.offsets[a] < plan.offsets[b] + req[b].bytes &&
+          plan.offsets[b] < plan.offsets[a] + req[a].bytes;
+      EXPECT_FALSE(live_together && bytes_overlap && req[a].bytes &&
+                   req[b].bytes)
+          << "requests " << a << " and " << b;
+    }
+  }
+}
+
+TEST(GraphPlannerTest, ChainReusesTwoBuffers) {
+  // t_i written by step i, read by step i + 1: only neighbours coexist.
+  std::vector<graph::BufferRequest> req;
+  for (size_t i = 0; i < 6; ++i) req.push_back({1000, i, i + 1});
+  const graph::BufferPlan plan = graph::PlanBuffers(req);
+  EXPECT_EQ(plan.peak_bytes, 2 * 1024u);
+  EXPECT_EQ(plan.offsets[0], plan.offsets[2]);  // memory reused
+  ExpectNoLiveOverlap(req, plan);
+}
+
+TEST(GraphPlannerTest, RandomLiveRangesNeverOverlap) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<graph::BufferRequest> req(1 + rng() % 20);
+    size_t total = 0;
+    for (auto& r : req) {
+      r.first = rng() % 12;
+      r.last = r.first + rng() % 5;
+      r.bytes = 1 + rng() % 5000;
+      total += (r.bytes + 63) / 64 * 64;
+    }
+    const graph::BufferPlan plan = graph::PlanBuffers(req);
+    EXPECT_LE(plan.peak_bytes, total);
+    ExpectNoLiveOverlap(req, plan);
+  }
+}
+
+TEST(GraphPlannerTest, BlockPeakIsBelowTheSumOfIntermediates) {
+  GraphOptions options;
+  auto graph = Graph::Load(kBlock, kGolden + "block.safetensors", options);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  ASSERT_TRUE((*graph)->Compile(2, 7).ok());
+  const GraphMemory m = (*graph)->memory();
+  // x_norm1, att_out, x1, x_norm2, ff_act (4e): 8e + 4e live at most.
+  const size_t row = 2 * 7 * 16 * sizeof(float);
+  EXPECT_EQ(m.intermediates_total, 8 * row);
+  EXPECT_LT(m.planned_peak, m.intermediates_total);
+  EXPECT_EQ(m.planned_peak, 6 * row);  // x1 + x_norm2 + ff_act at the FF in
+}
+
+// ---------------------------------------------------------------- post-ops
+
+TEST(GraphMatMulTest, GeluAndResidualPostOpsMatchScalar) {
+  std::mt19937 rng(9);
+  const int64_t M = 13, K = 21, N = 35;
+  const auto x = test::RandomVector(rng, M * K, -2.f, 2.f);
+  const auto w = test::RandomVector(rng, N * K, -0.5f, 0.5f);  // [N, K]
+  const auto bias = test::RandomVector(rng, N, -1.f, 1.f);
+  const auto residual = test::RandomVector(rng, M * N, -3.f, 3.f);
+  using kernels::DataType;
+  kernels::PostOps post;
+  post.gelu_tanh = true;
+  post.add_residual = true;
+  const kernels::Operand bias_op{{1, N}, {}, DataType::kF32};
+  auto mm = kernels::MatMul::Create({{M, K}, {}, DataType::kF32},
+                                    {{K, N}, {}, DataType::kF32}, &bias_op,
+                                    {{M, N}, {}, DataType::kF32}, false, post);
+  ASSERT_TRUE(mm.ok()) << mm.status().message();
+  std::vector<char> packed(mm->packed_weights_bytes() + 64);
+  std::vector<char> scratch(mm->scratch_bytes() + 64);
+  ASSERT_TRUE(
+      mm->PackWeights({{K, N}, {1, K}, DataType::kF32}, w.data(), packed.data())
+          .ok());
+  std::vector<float> y(M * N);
+  mm->Run(x.data(), packed.data(), bias.data(), y.data(), scratch.data(),
+          residual.data());
+  std::vector<double> expected(M * N);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = bias[j];
+      for (int64_t k = 0; k < K; ++k)
+        acc += double(x[i * K + k]) * w[j * K + k];
+      const double g = 0.5 * acc *
+                       (1 + std::tanh(std::sqrt(2 / M_PI) *
+                                      (acc + 0.044715 * acc * acc * acc)));
+      expected[i * N + j] = g + residual[i * N + j];
+    }
+  }
+  test::ExpectAllClose(expected, y.data(), 1e-5 * test::MaxAbs(expected),
+                       "post-ops");
+}
+
+}  // namespace
+}  // namespace attn
