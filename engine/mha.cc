@@ -14,6 +14,7 @@
 #include "attn/attn.hpp"
 #include "attn/safetensors.hpp"
 #include "engine/buffer.h"
+#include "engine/limits.h"
 #include "engine/mha_model.h"
 #include "engine/threads.h"
 #include "kernels/attention.h"
@@ -75,6 +76,15 @@ Result<int64_t> MetadataCount(const SafetensorsFile& file,
                            "' is '" + text + "', want a positive integer");
   }
   return value;
+}
+
+// Bytes of the fp32 weights a model of config `c` holds (saturating).
+uint64_t WeightBytes(const MhaConfig& c) {
+  const auto in = static_cast<uint64_t>(c.d_in);
+  const auto out = static_cast<uint64_t>(c.d_out);
+  uint64_t floats = AddSat(MulSat(3 * out, in), MulSat(out, out));
+  floats = AddSat(floats, (c.qkv_bias ? 4 : 1) * out);
+  return MulSat(floats, sizeof(float));
 }
 
 // Checks that tensor `name` is F32 of shape `want` and copies it out.
@@ -139,6 +149,9 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
   Result<int> threads = ResolveNumThreads(options.num_threads);
   if (!threads.ok()) return threads.status();
   impl->num_threads = *threads;
+  impl->max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
+  ATTN_RETURN_IF_ERROR(CheckMemory("the model's weights", WeightBytes(c),
+                                   impl->max_memory_bytes));
 
   const auto in = static_cast<size_t>(c.d_in);
   const auto out = static_cast<size_t>(c.d_out);
@@ -219,6 +232,10 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
         wanted.end(),
         {{"W_query.bias", vec}, {"W_key.bias", vec}, {"W_value.bias", vec}});
   }
+  // Reading copies the weights once, then Create copies them again.
+  ATTN_RETURN_IF_ERROR(CheckMemory("loading the weights of '" + path + "'",
+                                   MulSat(2, WeightBytes(config)),
+                                   ResolveMaxMemory(options.max_memory_bytes)));
   std::vector<std::vector<float>> values;
   for (const auto& [name, shape] : wanted) {
     Result<std::vector<float>> v = ReadWeight(file, name, shape);
@@ -250,6 +267,9 @@ struct MhaSession::Plan {
   AlignedBuffer w_qkv, b_qkv, w_out, b_out;  // packed for the primitives
   AlignedBuffer x_low, qkv, ctx, proj_scratch, core_scratch;
   int num_threads = 1;
+  // Tiny blocks run kernels::TinyMhaForward (no primitives) with `qkv` as
+  // its scratch.
+  std::optional<kernels::TinyMhaShape> tiny;
 
   size_t bytes() const {
     size_t total = 0;
@@ -309,9 +329,35 @@ Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
   const DataType low =
       m.dtype == DType::kBF16 ? DataType::kBF16 : DataType::kF32;
   const size_t elem = kernels::SizeOf(low);
+  // The memory cap, checked before any primitive or buffer exists: the
+  // activations and packed weights estimated here, exactly below.
+  const std::string run_what = "a run of batch " + std::to_string(batch) +
+                               " x seq_len " + std::to_string(seq_len);
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  const uint64_t activations =
+      MulSat(u(R), u(4 * d_out + (elem == sizeof(float) ? 0 : d_in)));
+  const uint64_t packed = MulSat(u(3 * d_in + d_out), u(d_out));
+  ATTN_RETURN_IF_ERROR(CheckMemory(
+      run_what,
+      AddSat(MulSat(AddSat(activations, packed), elem), WeightBytes(c)),
+      m.max_memory_bytes));
   auto plan = std::make_unique<Plan>();
   plan->batch = batch;
   plan->seq_len = seq_len;
+  // The FLOP count of the convention (the core at its causal half).
+  const double flops =
+      2.0 * double(R) * (3.0 * double(d_in) * d_out + double(d_out) * d_out) +
+      2.0 * double(R) * double(seq_len) * d_out;
+  if (low == DataType::kF32 && flops < kernels::kTinyMhaMaxFlops) {
+    const kernels::TinyMhaShape tiny{batch, seq_len, d_in, d_out, H};
+    Result<AlignedBuffer> scratch =
+        Allocate(kernels::TinyMhaScratchFloats(tiny) * sizeof(float));
+    if (!scratch.ok()) return scratch.status();
+    plan->qkv = std::move(scratch).value();
+    plan->tiny = tiny;
+    plan_ = std::move(plan);
+    return {};
+  }
   const ThreadScope threads(m.num_threads);
   plan->num_threads = threads.num_threads();
 
@@ -356,6 +402,9 @@ Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
        std::max(qkv_proj->scratch_bytes(), out_proj->scratch_bytes())},
       {&plan->core_scratch,
        core->worker_scratch_bytes() * static_cast<size_t>(plan->num_threads)}};
+  uint64_t need = WeightBytes(c);
+  for (const Want& want : wants) need = AddSat(need, want.bytes);
+  ATTN_RETURN_IF_ERROR(CheckMemory(run_what, need, m.max_memory_bytes));
   for (const Want& want : wants) {
     Result<AlignedBuffer> buffer = Allocate(want.bytes);
     if (!buffer.ok()) return buffer.status();
@@ -393,6 +442,14 @@ Status MhaSession::Run(const float* input, int64_t batch, int64_t seq_len,
   }
   ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
   Plan& p = *plan_;
+  if (p.tiny) {
+    const MhaModel::Impl& m = *model_->impl_;
+    kernels::TinyMhaForward(*p.tiny, input, m.w_qkv.data(),
+                            m.b_qkv.empty() ? nullptr : m.b_qkv.data(),
+                            m.w_out.data(), m.b_out.data(),
+                            static_cast<float*>(p.qkv.data()), output);
+    return {};
+  }
   const ThreadScope threads(p.num_threads);
   // x: [B*T, d_in] -> qkv: [3, H, B*T, D], one fused projection.
   const void* x = input;

@@ -4,8 +4,13 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <string>
+
+#include "nlohmann/json.hpp"
 
 namespace attn {
 
@@ -16,6 +21,36 @@ int AffinityCores() {
     if (count > 0) return count;
   }
   return omp_get_num_procs();
+}
+
+Result<TunedConfig> ReadTunedConfig(const std::string& path) {
+  const std::string what = "tuned config '" + path + "'";
+  std::ifstream file(path);
+  if (!file) {
+    return InvalidArgument(what + " cannot be opened: " + std::strerror(errno));
+  }
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(file);
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(what + " is not valid JSON: " + e.what());
+  }
+  if (!json.is_object()) {
+    return InvalidArgument(what + " is " + json.type_name() +
+                           ", want a JSON object like {\"num_threads\": 2}");
+  }
+  const auto threads = json.find("num_threads");
+  if (threads == json.end()) {
+    return InvalidArgument(what + " has no \"num_threads\"");
+  }
+  if (!threads->is_number_integer() || threads->get<int64_t>() <= 0 ||
+      threads->get<int64_t>() > 4096) {
+    return InvalidArgument(what + " has \"num_threads\": " + threads->dump() +
+                           ", want a positive integer");
+  }
+  TunedConfig config;
+  config.num_threads = threads->get<int>();
+  return config;
 }
 
 Result<int> ResolveNumThreads(int requested) {
@@ -33,7 +68,18 @@ Result<int> ResolveNumThreads(int requested) {
     }
     return static_cast<int>(value);
   }
+  if (const char* path = std::getenv("ATTN_CONFIG"); path && *path) {
+    Result<TunedConfig> tuned = ReadTunedConfig(path);
+    if (!tuned.ok()) return tuned.status();
+    return tuned->num_threads;
+  }
   return AffinityCores();
+}
+
+Result<int> ReadTunedThreads(const std::string& path) {
+  Result<TunedConfig> tuned = ReadTunedConfig(path);
+  if (!tuned.ok()) return tuned.status();
+  return tuned->num_threads;
 }
 
 ThreadScope::ThreadScope(int num_threads)

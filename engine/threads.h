@@ -3,6 +3,9 @@
 #ifndef ATTN_ENGINE_THREADS_H_
 #define ATTN_ENGINE_THREADS_H_
 
+#include <string>
+
+#include "attn/attn.hpp"
 #include "attn/status.hpp"
 
 namespace attn {
@@ -10,8 +13,18 @@ namespace attn {
 // The number of cores this process may run on (its affinity mask).
 int AffinityCores();
 
-// `requested` when > 0, else ATTN_NUM_THREADS, else AffinityCores(). A
-// malformed ATTN_NUM_THREADS is an error, not silently ignored.
+// What `attn tune --save` recorded: a JSON object whose "num_threads" is
+// the recommended team size (other keys describe the sweep and are ignored).
+struct TunedConfig {
+  int num_threads = 0;
+};
+
+// Reads a tuned file. Each error is one line naming the file and the fault.
+Result<TunedConfig> ReadTunedConfig(const std::string& path);
+
+// `requested` when > 0, else ATTN_NUM_THREADS, else the tuned file named by
+// ATTN_CONFIG, else AffinityCores(). A malformed ATTN_NUM_THREADS or tuned
+// file is an error, not silently ignored.
 Result<int> ResolveNumThreads(int requested);
 
 // Sets the calling thread's OpenMP team size (which oneDNN follows) for the

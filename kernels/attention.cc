@@ -108,4 +108,63 @@ void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
   }
 }
 
+size_t TinyMhaScratchFloats(const TinyMhaShape& s) {
+  const auto rows = static_cast<size_t>(s.batch * s.seq_len);
+  const auto t = static_cast<size_t>(s.seq_len);
+  return rows * static_cast<size_t>(4 * s.d_out) + t * t;
+}
+
+void TinyMhaForward(const TinyMhaShape& s, const float* x, const float* w_qkv,
+                    const float* b_qkv, const float* w_out, const float* b_out,
+                    float* scratch, float* y) {
+  const int64_t R = s.batch * s.seq_len, T = s.seq_len, C = s.d_out;
+  const int64_t D = C / s.num_heads;
+  float* qkv = scratch;             // [R, 3C]: q, k, v of row r side by side
+  float* scores = qkv + R * 3 * C;  // [T, T], one (batch, head) at a time
+  float* ctx = scores + T * T;      // [R, C], heads merged
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t j = 0; j < 3 * C; ++j) {
+      float sum = b_qkv ? b_qkv[j] : 0.0f;
+      for (int64_t i = 0; i < s.d_in; ++i) {
+        sum += x[r * s.d_in + i] * w_qkv[j * s.d_in + i];
+      }
+      qkv[r * 3 * C + j] = sum;
+    }
+  }
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.num_heads; ++h) {
+      const float* q = qkv + b * T * 3 * C + h * D;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      for (int64_t i = 0; i < T; ++i) {
+        for (int64_t t = 0; t <= i; ++t) {
+          float dot = 0.0f;
+          for (int64_t d = 0; d < D; ++d) {
+            dot += q[i * 3 * C + d] * k[t * 3 * C + d];
+          }
+          scores[i * T + t] = dot;
+        }
+      }
+      CausalSoftmax(scores, static_cast<size_t>(T), static_cast<size_t>(T),
+                    static_cast<size_t>(T), 0, scale);
+      for (int64_t i = 0; i < T; ++i) {
+        float* out = ctx + (b * T + i) * C + h * D;
+        for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
+        for (int64_t t = 0; t <= i; ++t) {
+          const float p = scores[i * T + t];
+          for (int64_t d = 0; d < D; ++d) out[d] += p * v[t * 3 * C + d];
+        }
+      }
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t j = 0; j < C; ++j) {
+      float sum = b_out[j];
+      for (int64_t d = 0; d < C; ++d) sum += ctx[r * C + d] * w_out[j * C + d];
+      y[r * C + j] = sum;
+    }
+  }
+}
+
 }  // namespace attn::kernels

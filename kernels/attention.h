@@ -51,6 +51,27 @@ class CausalAttention {
   std::vector<MatMul> context_mm_;
 };
 
+// The whole block for shapes so small that oneDNN's and OpenMP's fixed cost
+// per call (microseconds) outweighs the arithmetic: plain loops with fp32
+// accumulation on the calling thread, and the same CausalSoftmax as the core.
+struct TinyMhaShape {
+  int64_t batch = 0, seq_len = 0, d_in = 0, d_out = 0, num_heads = 0;
+};
+
+// Worth taking when the block's FLOPs are below this (the crossover with the
+// oneDNN path is near 10^5 FLOPs on AVX-512; seed, 816 FLOPs, is far below).
+constexpr double kTinyMhaMaxFlops = 32768;
+
+// Floats of scratch TinyMhaForward needs: qkv, one head's scores, ctx.
+size_t TinyMhaScratchFloats(const TinyMhaShape& shape);
+
+// x [B, T, d_in] -> y [B, T, d_out]. w_qkv: W_query, W_key, W_value stacked
+// [3 * d_out, d_in] (PyTorch layout); b_qkv [3 * d_out] or null; w_out
+// [d_out, d_out]; b_out [d_out].
+void TinyMhaForward(const TinyMhaShape& shape, const float* x,
+                    const float* w_qkv, const float* b_qkv, const float* w_out,
+                    const float* b_out, float* scratch, float* y);
+
 }  // namespace attn::kernels
 
 #endif  // ATTN_KERNELS_ATTENTION_H_

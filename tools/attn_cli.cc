@@ -2,9 +2,11 @@
 // API, exactly as an embedder would; every error is one line on stderr.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "attn/attn.hpp"
 #include "tools/cli.h"
 
 namespace attn::cli {
@@ -14,6 +16,14 @@ int Fail(const std::string& message) {
   return kExitError;
 }
 
+int UseConfigFile(const std::string& path) {
+  if (path.empty()) return 0;
+  const attn::Result<int> threads = attn::ReadTunedThreads(path);
+  if (!threads.ok()) return Fail(threads.status().message());
+  setenv("ATTN_CONFIG", path.c_str(), 1);
+  return 0;
+}
+
 }  // namespace attn::cli
 
 int main(int argc, char** argv) {
@@ -21,7 +31,8 @@ int main(int argc, char** argv) {
   CLI::App app{"attn: batched causal multi-head attention on the CPU"};
   app.require_subcommand(1);
   const std::vector<Command> commands = {
-      AddRunCommand(app), AddBenchCommand(app), AddInfoCommand(app)};
+      AddRunCommand(app), AddBenchCommand(app), AddInfoCommand(app),
+      AddSoakCommand(app), AddTuneCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -17,6 +17,10 @@ constexpr int kExitUsage = 2;
 // Prints "attn: error: <message>" as one line on stderr; returns kExitError.
 int Fail(const std::string& message);
 
+// --config FILE: checks the tuned file and names it in ATTN_CONFIG for this
+// process, so the library reads it back. Returns 0, or Fail's code.
+int UseConfigFile(const std::string& path);
+
 struct Command {
   CLI::App* app;
   std::function<int()> run;  // called after a successful parse
@@ -25,6 +29,8 @@ struct Command {
 Command AddRunCommand(CLI::App& app);
 Command AddBenchCommand(CLI::App& app);
 Command AddInfoCommand(CLI::App& app);
+Command AddTuneCommand(CLI::App& app);
+Command AddSoakCommand(CLI::App& app);
 
 }  // namespace attn::cli
 

@@ -1,12 +1,14 @@
 // attn run: one forward pass from a safetensors input to a safetensors output.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
 #include "attn/safetensors.hpp"
+#include "tools/atomic_output.h"
 #include "tools/cli.h"
 #include "tools/decode_cli.h"
 #include "tools/graph_cli.h"
@@ -16,20 +18,25 @@ namespace {
 
 struct RunArgs {
   std::string weights, input, output, input_name = "input", dtype = "f32";
+  std::string config;  // tuned file (attn tune --save)
   int64_t heads = 0, context_length = 0;
   int threads = 0;
   bool allow_nonfinite = false;
   bool incremental = false;  // through the KV cache (tools/run_incremental.cc)
-  std::string graph;      // a JSON graph instead (tools/run_graph.cc)
-  int64_t layers = 0;     // --graph: runs, weights under trf_blocks.{i}.
+  std::string graph;         // a JSON graph instead (tools/run_graph.cc)
+  int64_t layers = 0;        // --graph: runs, weights under trf_blocks.{i}.
+  uint64_t max_memory = 0;   // bytes; 0 = attn::DefaultMaxMemoryBytes()
 };
 
 int RunMha(const RunArgs& args) {
+  if (const int rc = UseConfigFile(args.config)) return rc;
   attn::MhaOptions options;
   options.num_heads = args.heads;
   options.context_length = args.context_length;
   options.num_threads = args.threads;
   options.dtype = args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
+  options.max_memory_bytes = args.max_memory;
+  InstallInterruptHandlers();
   auto model = attn::MhaModel::Load(args.weights, options);
   if (!model.ok()) return Fail(model.status().message());
   const attn::MhaConfig& config = (*model)->config();
@@ -53,6 +60,18 @@ int RunMha(const RunArgs& args) {
                 attn::ShapeString(x->shape) + ", want " + want);
   }
   const int64_t batch = x->shape[0], seq_len = x->shape[1];
+  // The input's copy and the output, checked before either is allocated.
+  const uint64_t max_memory =
+      args.max_memory ? args.max_memory : attn::DefaultMaxMemoryBytes();
+  const double io_bytes =
+      static_cast<double>(x->size_bytes) + 4.0 * batch * seq_len * config.d_out;
+  if (io_bytes > static_cast<double>(max_memory)) {
+    return Fail("input and output of shape " + attn::ShapeString(x->shape) +
+                " need " + std::to_string(static_cast<uint64_t>(io_bytes)) +
+                " bytes, over the memory limit of " +
+                std::to_string(max_memory) +
+                " bytes (raise it with --max-memory)");
+  }
   auto values = file->ReadF32(args.input_name);
   if (!values.ok()) return Fail(values.status().message());
   if (!args.allow_nonfinite) {
@@ -73,7 +92,24 @@ int RunMha(const RunArgs& args) {
           ? RunIncremental(*model, values->data(), batch, seq_len, y.data())
           : session.Run(values->data(), batch, seq_len, y.data());
   if (!status.ok()) return Fail(status.message());
-  const attn::Status written = attn::WriteSafetensors(
+  if (!args.allow_nonfinite) {
+    // Finite input, non-finite output: an intermediate (projection or score)
+    // overflowed fp32. Refuse rather than write NaN where the math is finite.
+    const auto bad = std::find_if(y.begin(), y.end(),
+                                  [](float v) { return !std::isfinite(v); });
+    if (bad != y.end()) {
+      float largest = 0.0f;
+      for (float v : *values) largest = std::max(largest, std::fabs(v));
+      char largest_text[32];
+      std::snprintf(largest_text, sizeof(largest_text), "%g", largest);
+      return Fail("output element " + std::to_string(bad - y.begin()) + " is " +
+                  std::to_string(*bad) +
+                  ": the input is finite but an intermediate overflowed fp32 "
+                  "(largest |input| is " +
+                  largest_text + "); scale the input down");
+    }
+  }
+  const attn::Status written = WriteOutputAtomically(
       args.output, {{"output", {batch, seq_len, config.d_out}, y.data()}});
   if (!written.ok()) return Fail(written.message());
   return 0;
@@ -109,15 +145,22 @@ Command AddRunCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   run_cmd
       ->add_option("--threads", run.threads,
-                   "threads (default: ATTN_NUM_THREADS, then all cores "
-                   "this process may use)")
+                   "threads (default: ATTN_NUM_THREADS, then the tuned "
+                   "file, then all cores this process may use)")
       ->check(CLI::PositiveNumber);
+  run_cmd->add_option("--config", run.config,
+                      "tuned file from attn tune --save (as ATTN_CONFIG)");
   run_cmd
       ->add_option("--input-name", run.input_name, "name of the input tensor")
       ->capture_default_str();
   run_cmd->add_option("--dtype", run.dtype, "matmul precision")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
+  run_cmd
+      ->add_option("--max-memory", run.max_memory,
+                   "most memory the model or the run may ask for, e.g. 512M, "
+                   "4G (default: half of the physical memory)")
+      ->transform(CLI::AsSizeValue(false));
   run_cmd->add_flag("--incremental", run.incremental,
                     "run through the KV cache one token at a time (Prefill "
                     "the first token, Decode the rest); same output");

@@ -37,7 +37,14 @@ struct MhaOptions {
   int num_threads = 0;         // else ATTN_NUM_THREADS, else the cores this
                                // process may run on
   DType dtype = DType::kF32;
+  // Most bytes the model's weights, or a session's buffers plus the weights,
+  // may take; a larger request is refused (kOutOfMemory) before anything is
+  // allocated. 0 = DefaultMaxMemoryBytes().
+  uint64_t max_memory_bytes = 0;
 };
+
+// Half of the physical memory (or of the cgroup's memory.max, if lower).
+ATTN_API uint64_t DefaultMaxMemoryBytes();
 
 // Non-owning fp32 weights in PyTorch layout (nn.Linear: [out, in]).
 // b_query, b_key and b_value are all null (qkv_bias = false) or all set.
@@ -121,6 +128,11 @@ struct RuntimeInfo {
   int default_threads = 0;   // team size with nothing set
 };
 ATTN_API RuntimeInfo GetRuntimeInfo();
+
+// Reads the team size from a tuned file (`attn tune --save`, a JSON object
+// with "num_threads"). Naming the file in ATTN_CONFIG makes it the default
+// when neither MhaOptions::num_threads nor ATTN_NUM_THREADS is set.
+ATTN_API Result<int> ReadTunedThreads(const std::string& path);
 
 }  // namespace attn
 

@@ -1,0 +1,167 @@
+// The shape grid, random blocks and the timing loop (see bench_common.h).
+#include "tools/bench_common.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace attn::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Peak resident memory since the last reset, in bytes (Linux).
+size_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoul(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// Resets the peak to the current resident size.
+void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+}  // namespace
+
+const std::vector<Shape>& Grid() {
+  static const std::vector<Shape> grid = {
+      {"seed", 2, 6, 3, 2, 2},
+      {"gpt2-128", 8, 128, 768, 768, 12},
+      {"gpt2-1k", 1, 1024, 768, 768, 12},
+      {"gpt2-1k-b4", 4, 1024, 768, 768, 12},
+      {"long-4k", 1, 4096, 512, 512, 8},
+      {"long-32k", 1, 32768, 512, 512, 8},
+  };
+  return grid;
+}
+
+Result<std::vector<Shape>> ParseShapes(const std::string& spec,
+                                       const std::string& fallback) {
+  if (spec.empty()) return ParseShapes(fallback, "");
+  if (std::isdigit(static_cast<unsigned char>(spec[0]))) {
+    Shape s{spec, 0, 0, 0, 0, 0};
+    char tail = 0;
+    if (std::sscanf(spec.c_str(), "%ld,%ld,%ld,%ld,%ld%c", &s.batch, &s.seq_len,
+                    &s.d_in, &s.d_out, &s.heads, &tail) != 5 ||
+        s.batch <= 0 || s.seq_len <= 0 || s.d_in <= 0 || s.d_out <= 0 ||
+        s.heads <= 0) {
+      return InvalidArgument("--shape '" + spec +
+                             "' is not b,T,d_in,d_out,h with positive "
+                             "integers");
+    }
+    return std::vector<Shape>{s};
+  }
+  std::vector<Shape> shapes;
+  std::stringstream names(spec);
+  for (std::string name; std::getline(names, name, ',');) {
+    const auto it =
+        std::find_if(Grid().begin(), Grid().end(),
+                     [&](const Shape& s) { return s.name == name; });
+    if (it == Grid().end()) {
+      std::string known;
+      for (const Shape& s : Grid()) {
+        known += (known.empty() ? "" : ", ") + s.name;
+      }
+      return InvalidArgument("--shape '" + name + "' is unknown, want " +
+                             known + " or b,T,d_in,d_out,h");
+    }
+    shapes.push_back(*it);
+  }
+  return shapes;
+}
+
+double Flops(const Shape& s) {
+  const double rows = static_cast<double>(s.batch * s.seq_len);
+  return 2.0 * rows * (3.0 * s.d_in * s.d_out + 1.0 * s.d_out * s.d_out) +
+         2.0 * rows * static_cast<double>(s.seq_len) * s.d_out;
+}
+
+RandomBlock::RandomBlock(const Shape& s) : shape(s) {
+  std::mt19937 rng(0);
+  auto random = [&rng](size_t n, double bound) {
+    std::uniform_real_distribution<float> dist(static_cast<float>(-bound),
+                                               static_cast<float>(bound));
+    std::vector<float> v(n);
+    for (float& value : v) value = dist(rng);
+    return v;
+  };
+  const auto din = static_cast<size_t>(s.d_in);
+  const auto dout = static_cast<size_t>(s.d_out);
+  const auto rows = static_cast<size_t>(s.batch * s.seq_len);
+  const double in_bound = 1.0 / std::sqrt(double(s.d_in));
+  const double out_bound = 1.0 / std::sqrt(double(s.d_out));
+  wq = random(dout * din, in_bound);
+  wk = random(dout * din, in_bound);
+  wv = random(dout * din, in_bound);
+  wo = random(dout * dout, out_bound);
+  bo = random(dout, out_bound);
+  x = random(rows * din, 1.0);
+  y.resize(rows * dout);
+  config.d_in = s.d_in;
+  config.d_out = s.d_out;
+  config.num_heads = s.heads;
+  weights.w_query = wq.data();
+  weights.w_key = wk.data();
+  weights.w_value = wv.data();
+  weights.w_out = wo.data();
+  weights.b_out = bo.data();
+}
+
+double TokensPerSecond(const Shape& s, double ms) {
+  return static_cast<double>(s.batch * s.seq_len) / (ms / 1e3);
+}
+
+Result<Timing> TimeBlock(RandomBlock& block, const MhaOptions& options,
+                         double min_time,
+                         const std::function<void(int threads)>& on_start) {
+  ResetPeakRss();
+  auto model = MhaModel::Create(block.config, block.weights, options);
+  if (!model.ok()) return model.status();
+  Timing timing;
+  timing.threads = (*model)->num_threads();
+  if (on_start) on_start(timing.threads);
+  MhaSession session(*model);
+  const Shape& s = block.shape;
+  auto run = [&]() -> Result<double> {
+    const auto t0 = Clock::now();
+    const Status st =
+        session.Run(block.x.data(), s.batch, s.seq_len, block.y.data());
+    if (!st.ok()) return st;
+    return Seconds(t0) * 1e3;
+  };
+  // Warm-up: the first run prepares the session and faults pages in; then
+  // a tenth of the budget, so caches and clocks settle.
+  const auto warm_start = Clock::now();
+  do {
+    Result<double> ms = run();
+    if (!ms.ok()) return ms.status();
+  } while (Seconds(warm_start) < 0.1 * min_time);
+
+  std::vector<double> ms;
+  const auto start = Clock::now();
+  while (ms.size() < 3 || Seconds(start) < min_time ||
+         (ms.size() < 5 && ms.back() < 1e3)) {
+    Result<double> one = run();
+    if (!one.ok()) return one.status();
+    ms.push_back(*one);
+  }
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  timing.median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  timing.min_ms = ms.front();
+  timing.reps = n;
+  timing.peak_rss_bytes = PeakRssBytes();
+  return timing;
+}
+
+}  // namespace attn::cli

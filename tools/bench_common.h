@@ -1,0 +1,60 @@
+// What `attn bench` and `attn tune` share: the named shape grid (the peers'
+// grid in ../shared/anchors), the FLOP convention, seeded random blocks and
+// the timing loop. Public API only, like any embedder.
+#ifndef ATTN_TOOLS_BENCH_COMMON_H_
+#define ATTN_TOOLS_BENCH_COMMON_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+
+namespace attn::cli {
+
+struct Shape {
+  std::string name;
+  int64_t batch, seq_len, d_in, d_out, heads;
+};
+
+// seed, gpt2-128, gpt2-1k, gpt2-1k-b4, long-4k, long-32k.
+const std::vector<Shape>& Grid();
+
+// "gpt2-1k,long-4k" or "b,T,d_in,d_out,h"; `fallback` (names) when empty.
+Result<std::vector<Shape>> ParseShapes(const std::string& spec,
+                                       const std::string& fallback);
+
+// 2*b*T*(3*d_in*d_out + d_out^2) + 2*b*T^2*d_out: the attention core at its
+// causal half, as the peer benchmarks count it.
+double Flops(const Shape& s);
+// b*T tokens per second for one run of `ms` milliseconds.
+double TokensPerSecond(const Shape& s, double ms);
+
+// One block of seeded random weights (nn.Linear's init range) and input.
+struct RandomBlock {
+  explicit RandomBlock(const Shape& shape);
+  Shape shape;
+  MhaConfig config;
+  MhaWeights weights;  // points into the vectors below
+  std::vector<float> wq, wk, wv, wo, bo, x, y;
+};
+
+struct Timing {
+  int threads = 0;  // the resolved team size
+  double median_ms = 0, min_ms = 0;
+  size_t reps = 0;
+  size_t peak_rss_bytes = 0;  // the process's peak while this point ran
+};
+
+// Creates a model with `options`, warms up, then runs until `min_time`
+// seconds have passed and at least 5 runs (3 when a run takes over a
+// second) are timed. `on_start` gets the resolved team size before timing.
+Result<Timing> TimeBlock(RandomBlock& block, const MhaOptions& options,
+                         double min_time,
+                         const std::function<void(int threads)>& on_start);
+
+}  // namespace attn::cli
+
+#endif  // ATTN_TOOLS_BENCH_COMMON_H_

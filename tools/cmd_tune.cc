@@ -1,0 +1,179 @@
+// attn tune: times the block at each thread count on the chosen shapes,
+// prints throughput and scaling efficiency, recommends a team size and can
+// save it for `attn run`, `attn bench` and the library (ATTN_CONFIG).
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "nlohmann/json.hpp"
+#include "tools/bench_common.h"
+#include "tools/cli.h"
+
+namespace attn::cli {
+namespace {
+
+// Within this fraction of the fastest, fewer threads win: they leave cores
+// to the rest of the machine and the difference is within run-to-run noise.
+constexpr double kTieFraction = 0.03;
+
+struct TuneArgs {
+  std::string shape, threads, dtype = "f32", save;
+  double min_time = 1.0;
+};
+
+int AffinityCount() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return 1;
+}
+
+// "1..N", "A..B" or "1,2,4"; empty: 1 up to the cores this process may use.
+Result<std::vector<int>> ParseThreads(const std::string& spec) {
+  std::vector<int> counts;
+  const std::string usage =
+      "--threads '" + spec + "' is not a range A..B or a list like 1,2,4";
+  if (spec.empty()) {
+    for (int n = 1; n <= AffinityCount(); ++n) counts.push_back(n);
+    return counts;
+  }
+  if (const size_t dots = spec.find(".."); dots != std::string::npos) {
+    int lo = 0, hi = 0;
+    char tail = 0;
+    if (std::sscanf(spec.c_str(), "%d..%d%c", &lo, &hi, &tail) != 2 ||
+        lo <= 0 || hi < lo || hi > 4096) {
+      return InvalidArgument(usage);
+    }
+    for (int n = lo; n <= hi; ++n) counts.push_back(n);
+    return counts;
+  }
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, comma - pos);
+    int n = 0;
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%d%c", &n, &tail) != 1 || n <= 0 ||
+        n > 4096) {
+      return InvalidArgument(usage);
+    }
+    counts.push_back(n);
+    pos = comma + 1;
+  }
+  return counts;
+}
+
+int Tune(const TuneArgs& args) {
+  auto shapes = ParseShapes(args.shape, "gpt2-1k");
+  if (!shapes.ok()) return Fail(shapes.status().message());
+  auto counts = ParseThreads(args.threads);
+  if (!counts.ok()) return Fail(counts.status().message());
+  const attn::RuntimeInfo info = attn::GetRuntimeInfo();
+  std::printf("attn %s | highway %s | oneDNN %s | dtype %s | %d cores\n",
+              info.version.c_str(), info.simd_target.c_str(),
+              info.onednn_isa.c_str(), args.dtype.c_str(), AffinityCount());
+  std::printf("%-12s %7s %10s %12s %8s %10s\n", "shape", "threads", "median_ms",
+              "tokens/s", "speedup", "efficiency");
+
+  // log(tokens/s) summed over the shapes, per thread count: the geometric
+  // mean ranks the counts without letting the biggest shape dominate.
+  std::vector<double> log_rate(counts->size(), 0.0);
+  nlohmann::json sweep = nlohmann::json::array();
+  const size_t total = shapes->size() * counts->size();
+  size_t done = 0;
+  for (const Shape& s : *shapes) {
+    RandomBlock block(s);
+    double base_ms = 0;
+    for (size_t i = 0; i < counts->size(); ++i) {
+      ++done;
+      attn::MhaOptions options;
+      options.num_threads = (*counts)[i];
+      options.dtype =
+          args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
+      Result<Timing> t = TimeBlock(block, options, args.min_time, [&](int) {
+        std::fprintf(stderr, "\r[%zu/%zu] %s threads=%d ...", done, total,
+                     s.name.c_str(), (*counts)[i]);
+        std::fflush(stderr);
+      });
+      std::fprintf(stderr, "\r\033[K");
+      if (!t.ok()) return Fail(s.name + ": " + t.status().message());
+      // Relative to the first (smallest) count, normally 1 thread.
+      if (i == 0) base_ms = t->median_ms;
+      const double speedup = base_ms / t->median_ms;
+      const double efficiency = speedup * (*counts)[0] / (*counts)[i];
+      const double tokens = TokensPerSecond(s, t->median_ms);
+      log_rate[i] += std::log(tokens);
+      std::printf("%-12s %7d %10.4g %12.0f %7.2fx %9.0f%%\n", s.name.c_str(),
+                  (*counts)[i], t->median_ms, tokens, speedup,
+                  100.0 * efficiency);
+      std::fflush(stdout);
+      sweep.push_back({{"shape", s.name},
+                       {"threads", (*counts)[i]},
+                       {"median_ms", t->median_ms},
+                       {"tokens_per_s", tokens},
+                       {"efficiency", efficiency}});
+    }
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < counts->size(); ++i) {
+    if (log_rate[i] > log_rate[best]) best = i;
+  }
+  const double n_shapes = static_cast<double>(shapes->size());
+  for (size_t i = 0; i < best; ++i) {  // fewest threads within the tie band
+    if (std::exp((log_rate[i] - log_rate[best]) / n_shapes) >=
+        1.0 - kTieFraction) {
+      best = i;
+      break;
+    }
+  }
+  const int recommended = (*counts)[best];
+  std::printf("recommended: %d thread%s\n", recommended,
+              recommended == 1 ? "" : "s");
+  if (args.save.empty()) return 0;
+
+  nlohmann::json saved = {
+      {"num_threads", recommended},    {"attn", info.version},
+      {"dtype", args.dtype},           {"simd_target", info.simd_target},
+      {"onednn_isa", info.onednn_isa}, {"sweep", sweep}};
+  std::ofstream out(args.save);
+  out << saved.dump(2) << "\n";
+  out.close();
+  if (!out) return Fail("cannot write the tuned file '" + args.save + "'");
+  std::printf("saved to %s (use it with --config %s or ATTN_CONFIG=%s)\n",
+              args.save.c_str(), args.save.c_str(), args.save.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command AddTuneCommand(CLI::App& app) {
+  auto args = std::make_shared<TuneArgs>();
+  TuneArgs& tune = *args;
+  CLI::App* cmd = app.add_subcommand(
+      "tune", "Sweep thread counts, report scaling and recommend the best");
+  cmd->add_option("--shape", tune.shape,
+                  "comma-separated names (seed, gpt2-128, gpt2-1k, "
+                  "gpt2-1k-b4, long-4k, long-32k) or b,T,d_in,d_out,h; "
+                  "default: gpt2-1k");
+  cmd->add_option("--threads", tune.threads,
+                  "thread counts: a range A..B or a list 1,2,4 (default: 1 "
+                  "up to the cores this process may use)");
+  cmd->add_option("--dtype", tune.dtype, "matmul precision")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--min-time", tune.min_time, "seconds to measure each point")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--save", tune.save,
+                  "write the recommendation as JSON, for --config FILE or "
+                  "ATTN_CONFIG=FILE");
+  return {cmd, [args] { return Tune(*args); }};
+}
+
+}  // namespace attn::cli
