@@ -5,8 +5,11 @@
 #include <cstddef>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <memory>
 #include <new>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,17 +17,29 @@
 #include "attn/attn.h"
 #include "attn/attn.hpp"
 #include "attn/decode.hpp"
+#include "attn/graph.hpp"
 #include "attn/safetensors.hpp"
 #include "engine/threads.h"
 
+// A validated graph, as the sessions need it: attn::Graph holds its weights
+// and compiled plan together and is not thread-safe, so every session builds
+// its own Graph from the same JSON text and weights file.
+struct GraphSource {
+  std::string json, source, weights_path;
+  attn::GraphOptions options;
+  int64_t input_width = 0, output_width = 0;
+  int num_threads = 1;
+};
+
+// Exactly one of `mha` and `graph` is set.
 struct attn_model {
   std::shared_ptr<const attn::MhaModel> mha;
+  std::shared_ptr<const GraphSource> graph;
 };
 
 struct attn_session {
-  explicit attn_session(std::shared_ptr<const attn::MhaModel> model)
-      : mha(std::move(model)) {}
-  attn::MhaSession mha;  // holds the model alive
+  std::optional<attn::MhaSession> mha;  // holds the model alive
+  std::unique_ptr<attn::Graph> graph;
 };
 
 namespace {
@@ -146,6 +161,30 @@ attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
   return ATTN_OK;
 }
 
+attn_status ToGraphOptions(const attn_graph_options* c,
+                           attn::GraphOptions* options) {
+  if (!c) return ATTN_OK;
+  const size_t size = c->struct_size;
+  if (attn_status s =
+          CheckStructSize("attn_graph_options", c, size, sizeof(*c));
+      s != ATTN_OK) {
+    return s;
+  }
+  if (Inside(size, offsetof(attn_graph_options, num_heads), sizeof(int))) {
+    options->num_heads = c->num_heads;
+  }
+  if (Inside(size, offsetof(attn_graph_options, context_length), sizeof(int))) {
+    options->context_length = c->context_length;
+  }
+  if (Inside(size, offsetof(attn_graph_options, layers), sizeof(int))) {
+    options->layers = c->layers;
+  }
+  if (Inside(size, offsetof(attn_graph_options, num_threads), sizeof(int))) {
+    options->num_threads = c->num_threads;
+  }
+  return ATTN_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -168,10 +207,53 @@ attn_status attn_model_load_mha(const char* safetensors_path,
   });
 }
 
+attn_status attn_model_load_graph(const char* graph_json_path,
+                                  const char* safetensors_path,
+                                  const attn_graph_options* options,
+                                  attn_model** model) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    *model = nullptr;
+    if (!graph_json_path) return NullArgument("graph_json_path");
+    if (!safetensors_path) return NullArgument("safetensors_path");
+    auto source = std::make_shared<GraphSource>();
+    if (attn_status s = ToGraphOptions(options, &source->options);
+        s != ATTN_OK) {
+      return s;
+    }
+    source->source = graph_json_path;
+    std::ifstream in(graph_json_path);
+    std::stringstream text;
+    if (!(in && text << in.rdbuf())) {
+      return Fail(ATTN_IO_ERROR, ("graph file '" + source->source +
+                                  "' cannot be read, want a JSON file")
+                                     .c_str());
+    }
+    source->json = text.str();
+    source->weights_path = safetensors_path;
+    // Validates everything once, here; sessions repeat it on the same input.
+    auto graph = attn::Graph::FromJson(source->json, source->weights_path,
+                                       source->options, source->source);
+    if (!graph.ok()) return Check(graph.status());
+    source->input_width = (*graph)->input_width();
+    source->output_width = (*graph)->output_width();
+    source->num_threads = (*graph)->num_threads();
+    auto handle = std::make_unique<attn_model>();
+    handle->graph = std::move(source);
+    *model = handle.release();
+    return ATTN_OK;
+  });
+}
+
 attn_status attn_model_dims(const attn_model* model, int64_t* d_in,
                             int64_t* d_out) {
   return Guard([&] {
     if (!model) return NullArgument("model");
+    if (model->graph) {
+      if (d_in) *d_in = model->graph->input_width;
+      if (d_out) *d_out = model->graph->output_width;
+      return ATTN_OK;
+    }
     const attn::MhaConfig& c = model->mha->config();
     if (d_in) *d_in = c.d_in;
     if (d_out) *d_out = c.d_out;
@@ -189,15 +271,21 @@ attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
     if (size < sizeof(size_t) || size > kMaxStructSize) {
       return CheckStructSize("attn_model_info", info, size, sizeof(*info));
     }
-    const attn::MhaConfig& c = model->mha->config();
-    attn_model_info full;
+    attn_model_info full = ATTN_MODEL_INFO_INIT;
     full.struct_size = size;
-    full.d_in = c.d_in;
-    full.d_out = c.d_out;
-    full.num_heads = c.num_heads;
-    full.context_length = c.context_length;
-    full.qkv_bias = c.qkv_bias ? 1 : 0;
-    full.num_threads = model->mha->num_threads();
+    if (const GraphSource* g = model->graph.get()) {
+      full.d_in = g->input_width;
+      full.d_out = g->output_width;
+      full.num_threads = g->num_threads;
+    } else {
+      const attn::MhaConfig& c = model->mha->config();
+      full.d_in = c.d_in;
+      full.d_out = c.d_out;
+      full.num_heads = c.num_heads;
+      full.context_length = c.context_length;
+      full.qkv_bias = c.qkv_bias ? 1 : 0;
+      full.num_threads = model->mha->num_threads();
+    }
     // Field by field, so padding never counts as a field.
     auto copy = [&](size_t offset, size_t bytes) {
       if (Inside(size, offset, bytes)) {
@@ -224,7 +312,16 @@ attn_status attn_session_create(const attn_model* model,
     if (!session) return NullArgument("session");
     *session = nullptr;
     if (!model) return NullArgument("model");
-    *session = new attn_session(model->mha);
+    auto handle = std::make_unique<attn_session>();
+    if (const GraphSource* g = model->graph.get()) {
+      auto graph = attn::Graph::FromJson(g->json, g->weights_path, g->options,
+                                         g->source);
+      if (!graph.ok()) return Check(graph.status());
+      handle->graph = std::move(graph).value();
+    } else {
+      handle->mha.emplace(model->mha);
+    }
+    *session = handle.release();
     return ATTN_OK;
   });
 }
@@ -235,7 +332,10 @@ attn_status attn_session_run(attn_session* session, const float* input,
     if (!session) return NullArgument("session");
     if (!input) return NullArgument("input");
     if (!output) return NullArgument("output");
-    return Check(session->mha.Run(input, batch, seq_len, output));
+    if (session->graph) {
+      return Check(session->graph->Run(input, batch, seq_len, output));
+    }
+    return Check(session->mha->Run(input, batch, seq_len, output));
   });
 }
 
@@ -333,6 +433,11 @@ attn_status attn_decoder_create(const attn_model* model, int64_t batch,
     if (!decoder) return NullArgument("decoder");
     *decoder = nullptr;
     if (!model) return NullArgument("model");
+    if (!model->mha) {
+      return Fail(ATTN_UNSUPPORTED,
+                  "a decoder needs a model from attn_model_load_mha, not a "
+                  "graph");
+    }
     attn::DecoderOptions options;
     options.batch = batch;
     options.max_length = max_length;

@@ -40,6 +40,7 @@ static int failures = 0;
   } while (0)
 
 static char book[4096], moderate[4096], missing[4096], bad_dir[4096];
+static char block_json[4096], golden_graph[4096];
 
 enum { kCap = 1 << 16 };
 static float x[kCap], want[kCap], y[kCap];
@@ -228,6 +229,83 @@ static void TestTensorRead(void) {
                 "cannot open");
 }
 
+/* Graphs (attn/graph.hpp) through the same model/session calls. */
+static void TestGraph(void) {
+  char weights[4200];
+  int64_t shape[ATTN_MAX_RANK], d_in = 0, d_out = 0;
+  attn_model* model = NULL;
+  attn_session* session = NULL;
+  attn_decoder* decoder = NULL;
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  attn_graph_options options = ATTN_GRAPH_OPTIONS_INIT;
+
+  snprintf(weights, sizeof weights, "%s/block.safetensors", golden_graph);
+  EXPECT_STATUS(ATTN_OK,
+                attn_model_load_graph(block_json, weights, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_dims(model, &d_in, &d_out), "");
+  EXPECT(d_in == 16 && d_out == 16);
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.d_in == 16 && info.num_heads == 0 && info.num_threads >= 1);
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(weights, "input", x, kCap, shape, NULL),
+                "");
+  EXPECT_STATUS(
+      ATTN_OK,
+      attn_tensor_read_f32(weights, "expected", want, kCap, NULL, NULL), "");
+  EXPECT_STATUS(ATTN_OK, attn_session_create(model, &session), "");
+  EXPECT_STATUS(ATTN_OK, attn_session_run(session, x, shape[0], shape[1], y),
+                "");
+  EXPECT(MaxAbsDiff(y, want, shape[0] * shape[1] * d_out) < 1e-5);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_session_run(session, x, 1, 9, y),
+                "context_length");
+  EXPECT_STATUS(ATTN_UNSUPPORTED, attn_decoder_create(model, 1, 8, &decoder),
+                "not a graph");
+  EXPECT(decoder == NULL);
+  attn_model_destroy(model); /* the session keeps working */
+  EXPECT_STATUS(ATTN_OK, attn_session_run(session, x, shape[0], shape[1], y),
+                "");
+  EXPECT(MaxAbsDiff(y, want, shape[0] * shape[1] * d_out) < 1e-5);
+  attn_session_destroy(session);
+
+  /* Three stacked blocks: layers from the option (also in the metadata). */
+  snprintf(weights, sizeof weights, "%s/stack3.safetensors", golden_graph);
+  options.layers = 3;
+  options.num_threads = 1;
+  EXPECT_STATUS(ATTN_OK,
+                attn_model_load_graph(block_json, weights, &options, &model),
+                "");
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(weights, "input", x, kCap, shape, NULL),
+                "");
+  EXPECT_STATUS(
+      ATTN_OK,
+      attn_tensor_read_f32(weights, "expected", want, kCap, NULL, NULL), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.num_threads == 1);
+  EXPECT_STATUS(ATTN_OK, attn_session_create(model, &session), "");
+  EXPECT_STATUS(ATTN_OK, attn_session_run(session, x, shape[0], shape[1], y),
+                "");
+  EXPECT(MaxAbsDiff(y, want, shape[0] * shape[1] * shape[2]) < 1e-5);
+  attn_session_destroy(session);
+  attn_model_destroy(model);
+
+  /* Errors: no JSON file, a bad options struct, weights it cannot bind. */
+  EXPECT_STATUS(ATTN_IO_ERROR,
+                attn_model_load_graph(missing, weights, NULL, &model),
+                "cannot be read");
+  EXPECT(model == NULL);
+  options.struct_size = 0;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load_graph(block_json, weights, &options, &model),
+                "attn_graph_options.struct_size is 0");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load_graph(block_json, book, NULL, &model),
+                "norm1.scale");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load_graph(block_json, NULL, NULL, &model),
+                "safetensors_path must not be NULL");
+}
+
 static void TestStrings(void) {
   EXPECT(strcmp(attn_status_string(ATTN_OK), "ATTN_OK") == 0);
   EXPECT(strcmp(attn_status_string(ATTN_OUT_OF_MEMORY), "ATTN_OUT_OF_MEMORY") ==
@@ -277,12 +355,16 @@ int main(int argc, char** argv) {
            "%s/tests/golden/mha_moderate.safetensors", argv[1]);
   snprintf(missing, sizeof missing, "%s/tests/golden/no_such_file.safetensors",
            argv[1]);
+  snprintf(block_json, sizeof block_json,
+           "%s/tools/graphs/transformer_block.json", argv[1]);
+  snprintf(golden_graph, sizeof golden_graph, "%s/tests/golden/graph", argv[1]);
   snprintf(bad_dir, sizeof bad_dir,
            "%s/tests/golden/bad/heads_not_divisible.safetensors", argv[1]);
   TestThreadLocalMessage(); /* first: this thread has no message yet */
   TestStrings();
   TestGolden(book);
   TestGolden(moderate);
+  TestGraph();
   TestBookAndDims();
   TestNullsAndFiles();
   TestOptions();

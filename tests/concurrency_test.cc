@@ -170,6 +170,48 @@ TEST(Concurrency, SessionsKeepTheModelAlive) {
     EXPECT_TRUE(BitwiseEqual(y, serial));
 }
 
+// The same promise for a graph model (the chapter-4 TransformerBlock): every
+// thread's session gives bitwise the serial output.
+TEST(Concurrency, GraphModelManyThreadsMatchesSerialBitwise) {
+  const std::string json =
+      std::string(ATTN_SOURCE_DIR) + "/tools/graphs/transformer_block.json";
+  const std::string weights =
+      std::string(ATTN_SOURCE_DIR) + "/tests/golden/graph/block.safetensors";
+  attn_model* model = nullptr;
+  ASSERT_EQ(
+      attn_model_load_graph(json.c_str(), weights.c_str(), nullptr, &model),
+      ATTN_OK)
+      << attn_last_error_message();
+  int64_t d_out = 0;
+  ASSERT_EQ(attn_model_dims(model, nullptr, &d_out), ATTN_OK);
+  const Tensor x = Read(weights, "input");
+  const std::vector<float> serial =
+      RunOnce(model, x.data.data(), x.shape[0], x.shape[1], d_out);
+  ASSERT_FALSE(serial.empty()) << attn_last_error_message();
+  constexpr int kThreads = 4, kRuns = 10;
+  std::vector<int> bad(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      attn_session* session = nullptr;
+      std::vector<float> y(serial.size());
+      if (attn_session_create(model, &session) != ATTN_OK) {
+        bad[t] = kRuns;
+        return;
+      }
+      for (int r = 0; r < kRuns; ++r) {
+        const bool ok = attn_session_run(session, x.data.data(), x.shape[0],
+                                         x.shape[1], y.data()) == ATTN_OK;
+        bad[t] += !ok || !BitwiseEqual(y, serial);
+      }
+      attn_session_destroy(session);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  attn_model_destroy(model);
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(bad[t], 0) << "thread " << t;
+}
+
 size_t ResidentBytes() {
   long pages = 0, resident = 0;
   FILE* f = std::fopen("/proc/self/statm", "r");

@@ -17,10 +17,11 @@ extern "C" {
 /* ---------------------------------------------------------------------------
  * Concurrency promise
  *
- * - An attn_model is immutable once loaded. Any number of threads may use one
- *   model at the same time (attn_session_create, attn_model_dims,
- *   attn_model_config), each running its own attn_session. The outputs are
- *   bitwise identical to those of a serial run of the same model.
+ * - An attn_model (MHA or graph) is immutable once loaded. Any number of
+ *   threads may use one model at the same time (attn_session_create,
+ *   attn_model_dims, attn_model_config, attn_decoder_create), each running
+ *   its own attn_session. The outputs are bitwise identical to those of a
+ *   serial run of the same model.
  * - An attn_session is per-thread execution state: it must not be used by two
  *   threads at once. It may move between threads between calls.
  * - A session keeps the model's weights alive: destroying the model while
@@ -69,6 +70,34 @@ typedef struct attn_mha_options {
 ATTN_API attn_status attn_model_load_mha(const char* safetensors_path,
                                          const attn_mha_options* options,
                                          attn_model** model);
+
+/* How to load a graph (a block described in JSON, see README "Graphs"). Zero
+ * means "not set here"; struct_size as for attn_mha_options. */
+typedef struct attn_graph_options {
+  size_t struct_size;
+  int num_heads;      /* mha nodes: else their attribute, else the metadata */
+  int context_length; /* mha nodes: else attribute, metadata, mask buffer */
+  int layers;         /* run the graph this many times, the i-th time with
+                         weight names prefixed "trf_blocks.{i}." (the book's
+                         GPTModel); 0: metadata "n_layers", else once as is */
+  int num_threads;    /* as in attn_mha_options */
+} attn_graph_options;
+
+#define ATTN_GRAPH_OPTIONS_INIT \
+  { sizeof(attn_graph_options), 0, 0, 0, 0 }
+
+/* Loads the graph in the JSON file `graph_json_path` with the weights it
+ * names in a safetensors file, and validates both (unknown op, missing
+ * weight, shape mismatch, cycle: each a clear error). The model then runs
+ * like an MHA one: attn_session_create, attn_session_run ([b, T, d_in] ->
+ * [b, T, d_out]), the same concurrency promise. Each session of a graph
+ * holds its own copy of the weights, read from the file when the session is
+ * created: leave the file unchanged while the model is in use. For a graph,
+ * attn_model_config reports num_heads, context_length and qkv_bias as 0. */
+ATTN_API attn_status attn_model_load_graph(const char* graph_json_path,
+                                           const char* safetensors_path,
+                                           const attn_graph_options* options,
+                                           attn_model** model);
 
 /* Input and output feature sizes: input [b, T, d_in], output [b, T, d_out].
  * Either pointer may be NULL. */
@@ -156,8 +185,8 @@ typedef struct attn_decoder attn_decoder;
 /* A decoder for `batch` sequences of up to max_length tokens each (0: the
  * model's context_length, which must then be set; more is refused). On
  * failure *decoder is set to NULL. */
-ATTN_API attn_status attn_decoder_create(const attn_model* model,
-                                         int64_t batch, int64_t max_length,
+ATTN_API attn_status attn_decoder_create(const attn_model* model, int64_t batch,
+                                         int64_t max_length,
                                          attn_decoder** decoder);
 
 /* Appends counts[b] tokens (>= 0) to sequence b for each of the batch's
