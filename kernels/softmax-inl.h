@@ -23,13 +23,26 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Stores v (all lanes, or the first `count`) to p as float.
+// Loads the first `count` floats at p; the other lanes hold `fill`. Never
+// reads past p + count (Highway 1.0.3's MaskedLoad does on SSE4).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V LoadTail(D d, const float* p, size_t count, V fill) {
+  alignas(64) float buf[hn::MaxLanes(d)];
+  hn::Store(fill, d, buf);
+  std::memcpy(buf, p, count * sizeof(float));
+  return hn::Load(d, buf);
+}
+
+// Stores v (all lanes, or the first `count`) to p as float. Never touches
+// memory past p + count: another worker may own it.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE void StoreProbs(D d, V v, float* p, size_t count) {
   if (count == hn::Lanes(d)) {
     hn::StoreU(v, d, p);
   } else {
-    hn::BlendedStore(v, hn::FirstN(d, count), d, p);
+    alignas(64) float buf[hn::MaxLanes(d)];
+    hn::Store(v, d, buf);
+    std::memcpy(p, buf, count * sizeof(float));
   }
 }
 
@@ -69,8 +82,7 @@ HWY_INLINE void CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
     nan_seen = hn::Or(nan_seen, hn::IsNaN(v));
   }
   if (i < valid) {
-    const V v =
-        hn::IfThenElse(hn::FirstN(d, valid - i), hn::LoadU(d, x + i), neg_inf);
+    const V v = LoadTail(d, x + i, valid - i, neg_inf);
     vmax = hn::Max(vmax, v);
     nan_seen = hn::Or(nan_seen, hn::IsNaN(v));
   }
@@ -104,12 +116,12 @@ HWY_INLINE void CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
       vsum = hn::Add(vsum, e);
     }
     if (i < valid) {
-      const auto m = hn::FirstN(d, valid - i);
-      const V e = hn::IfThenElseZero(
-          m,
-          hn::Exp(d, hn::Mul(hn::Sub(hn::LoadU(d, x + i), vrow_max), vscale)));
-      hn::BlendedStore(e, m, d, x + i);
-      vsum = hn::Add(vsum, e);
+      // Tail lanes load the max, a finite value; they are kept out of the sum.
+      const V e = hn::Exp(
+          d, hn::Mul(hn::Sub(LoadTail(d, x + i, valid - i, vrow_max), vrow_max),
+                     vscale));
+      StoreProbs(d, e, x + i, valid - i);
+      vsum = hn::Add(vsum, hn::IfThenElseZero(hn::FirstN(d, valid - i), e));
     }
     // Pass 3: normalise. The max element contributes exp(0) = 1, so sum >= 1.
     const V inv_sum = hn::Div(hn::Set(d, 1.0f), hn::SumOfLanes(d, vsum));
@@ -117,7 +129,7 @@ HWY_INLINE void CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
       StoreProbs(d, hn::Mul(hn::LoadU(d, x + i), inv_sum), out + i, N);
     }
     if (i < valid) {
-      const V v = hn::Mul(hn::LoadU(d, x + i), inv_sum);
+      const V v = hn::Mul(LoadTail(d, x + i, valid - i, hn::Zero(d)), inv_sum);
       StoreProbs(d, v, out + i, valid - i);
     }
     end = valid;

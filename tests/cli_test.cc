@@ -100,7 +100,9 @@ TEST_F(CliTest, RunMatchesPyTorchAtOneAndTwoThreads) {
     for (size_t i = 0; i < y->size(); ++i) {
       EXPECT_NEAR((*y)[i], (*expected)[i], 1e-5) << i;
     }
-    if (!previous.empty()) EXPECT_EQ(previous, *y);
+    if (!previous.empty()) {
+      EXPECT_EQ(previous, *y);
+    }
     previous = *y;
     fs::remove(output_);
   }
