@@ -57,10 +57,23 @@ typedef struct attn_mha_options {
                          book's "mask" buffer, else no limit */
   int num_threads;    /* 0 = default: ATTN_NUM_THREADS, then the tuned file,
                          then the cores the loading thread may run on */
+  /* Fields after the first four are read only when struct_size covers them. */
+  uint64_t max_memory_bytes; /* most bytes the weights, or a session's
+                                buffers plus the weights, may take; a larger
+                                need fails with ATTN_OUT_OF_MEMORY before
+                                anything is allocated. 0 = half the physical
+                                memory (or of the cgroup's limit) */
+  int dtype;                 /* an attn_dtype; 0 = ATTN_DTYPE_F32 */
 } attn_mha_options;
 
 #define ATTN_MHA_OPTIONS_INIT \
-  { sizeof(attn_mha_options), 0, 0, 0 }
+  { sizeof(attn_mha_options), 0, 0, 0, 0, 0 }
+
+typedef enum attn_dtype {
+  ATTN_DTYPE_F32 = 0, /* fp32 everywhere */
+  ATTN_DTYPE_BF16 = 1 /* bf16 matmuls with fp32 accumulation, fp32 softmax;
+                         ATTN_UNSUPPORTED without AVX512_BF16 */
+} attn_dtype;
 
 /* Loads weights under PyTorch's state_dict names (W_query.weight,
  * W_key.weight, W_value.weight, optional W_query/W_key/W_value.bias,
