@@ -12,6 +12,7 @@ struct MhaModel::Impl {
   MhaConfig config;
   DType dtype = DType::kF32;
   int num_threads = 1;
+  uint64_t max_memory_bytes = 0;  // resolved: never 0
   // W_query, W_key, W_value stacked: [3 * d_out, d_in]; their biases
   // stacked: [3 * d_out] (empty without qkv_bias). out_proj as in PyTorch.
   std::vector<float> w_qkv, b_qkv, w_out, b_out;

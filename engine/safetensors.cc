@@ -73,35 +73,107 @@ Status MapFile(const std::string& path, Mapping* mapping) {
   return {};
 }
 
-// Parses the header, refusing duplicate keys in any object (nlohmann keeps
-// the last one silently).
-Status ParseHeader(const std::string& where, const char* begin, const char* end,
-                   json* header) {
-  std::vector<std::set<std::string>> keys_per_depth;
-  std::string duplicate;
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    const auto d = static_cast<size_t>(depth);
-    if (event == json::parse_event_t::object_start) {
-      if (keys_per_depth.size() <= d + 1) keys_per_depth.resize(d + 2);
-      keys_per_depth[d + 1].clear();
-    } else if (event == json::parse_event_t::key) {
-      if (keys_per_depth.size() <= d) keys_per_depth.resize(d + 1);
-      if (!keys_per_depth[d].insert(parsed.get<std::string>()).second &&
-          duplicate.empty()) {
-        duplicate = parsed.get<std::string>();
-      }
+// First pass over a header: JSON syntax, duplicate keys in any object
+// (nlohmann's DOM keeps the last one silently) and the limits on tensors,
+// nesting and array lengths, without building anything. A SAX handler that
+// stops at the first problem: linear time and memory bounded by the
+// header, where nlohmann's callback parser is quadratic in the number of
+// tensors.
+class HeaderChecker : public nlohmann::json_sax<json> {
+ public:
+  std::string problem;  // empty when the header passed
+
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override {
+    return Value();
+  }
+  bool string(string_t&) override { return Value(); }
+  bool binary(binary_t&) override { return Value(); }
+  bool start_object(std::size_t) override {
+    // The root, then tensor entries and __metadata__: nothing deeper.
+    if (!Value()) return false;
+    if (open_.size() >= 2) {
+      return Fail("nests objects deeper than a tensor entry");
+    }
+    open_.push_back({true, 0, {}});
+    return true;
+  }
+  bool key(string_t& name) override {
+    Container& object = open_.back();
+    if (open_.size() == 1 && name != "__metadata__" &&
+        ++tensors_ > kMaxTensors) {
+      return Fail("lists more than " + std::to_string(kMaxTensors) +
+                  " tensors, the limit");
+    }
+    if (!object.keys.insert(name).second) {
+      return Fail("names '" + name + "' twice");
     }
     return true;
+  }
+  bool end_object() override {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    // shape and data_offsets hold numbers only.
+    if (!Value()) return false;
+    if (open_.size() >= 3) return Fail("nests arrays inside arrays");
+    open_.push_back({false, 0, {}});
+    return true;
+  }
+  bool end_array() override {
+    open_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& e) override {
+    return Fail(std::string("is not valid JSON: ") + e.what());
+  }
+
+ private:
+  struct Container {
+    bool is_object;
+    size_t items;
+    std::set<std::string> keys;
   };
+  bool Fail(std::string what) {
+    if (problem.empty()) problem = std::move(what);
+    return false;
+  }
+  // Counts a value (or container) placed in the innermost array.
+  bool Value() {
+    if (!open_.empty() && !open_.back().is_object &&
+        ++open_.back().items > kMaxRank) {
+      return Fail("has an array of more than " + std::to_string(kMaxRank) +
+                  " items (the rank limit)");
+    }
+    return true;
+  }
+  std::vector<Container> open_;
+  size_t tensors_ = 0;
+};
+
+// Checks the header (HeaderChecker), then parses it.
+Status ParseHeader(const std::string& where, const char* begin, const char* end,
+                   json* header) {
+  if (begin == end || *begin != '{') {
+    return InvalidArgument("header of " + where +
+                           " does not start with '{' (want a JSON object)");
+  }
+  HeaderChecker checker;
+  if (!json::sax_parse(begin, end, &checker) || !checker.problem.empty()) {
+    return InvalidArgument(
+        "header of " + where + " " +
+        (checker.problem.empty() ? "is not valid JSON" : checker.problem));
+  }
   try {
-    *header = json::parse(begin, end, callback);
+    *header = json::parse(begin, end);
   } catch (const json::exception& e) {
     return InvalidArgument("header of " + where +
                            " is not valid JSON: " + e.what());
-  }
-  if (!duplicate.empty()) {
-    return InvalidArgument("header of " + where + " names '" + duplicate +
-                           "' twice");
   }
   if (!header->is_object()) {
     return InvalidArgument("header of " + where +
@@ -172,7 +244,7 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
 
   const unsigned char* data = bytes + 8 + header_len;
   const uint64_t data_size = file_size - 8 - header_len;
-  if (header.size() > kMaxTensors + 1) {
+  if (header.size() - header.count("__metadata__") > kMaxTensors) {
     return InvalidArgument(where + " lists " + std::to_string(header.size()) +
                            " tensors, over the limit of " +
                            std::to_string(kMaxTensors));

@@ -4,6 +4,7 @@
 #   tools/setup.sh bench       deps + release build + `attn bench` on the grid
 #   tools/setup.sh test        deps + release build + every test (ctest)
 #   tools/setup.sh test-asan   deps + ASan/UBSan build + every test
+#   tools/setup.sh fuzz [S]    deps + clang + the libFuzzer targets, S s each (60)
 #   tools/setup.sh deps        only install the Debian packages
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,10 @@ build() {  # build DIR [cmake args...]
 
 case "${1:-}" in
   deps) install_deps ;;
+  fuzz)
+    PACKAGES+=(clang-14 libclang-rt-14-dev libomp-14-dev)
+    install_deps
+    tests/fuzz/run.sh "${2:-60}" ;;
   bench)
     install_deps
     build build
@@ -49,6 +54,6 @@ case "${1:-}" in
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --test-dir build-asan --output-on-failure -j"$(nproc)" ;;
   *)
-    echo "usage: tools/setup.sh bench|test|test-asan|deps" >&2
+    echo "usage: tools/setup.sh bench|test|test-asan|fuzz [SECONDS]|deps" >&2
     exit 2 ;;
 esac

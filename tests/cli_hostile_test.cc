@@ -1,0 +1,280 @@
+// `attn run` under hostile input and faults: every hostile file, as the
+// weights and as the input, ends in an exit code from 1 to 123 with a message
+// on stderr and no output file; a failed or interrupted run never leaves a
+// partial output nor replaces an existing one. The 20 s bound per run is a
+// hang guard (an alarm set before exec), not a timing assertion.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attn/safetensors.hpp"
+#include "tests/hostile_files.h"
+#include "tests/temp_dir.h"
+
+namespace attn {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+struct Outcome {
+  int exit_code = -1;  // -1 when ended by a signal
+  int signal = 0;
+  std::string err;
+};
+
+// Starts `attn args...` with stderr to `err_path`; returns its pid.
+pid_t Start(const std::vector<std::string>& args, const std::string& err_path,
+            const std::string& shell_prefix = "") {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);  // the hang guard: a run past 20 s dies of SIGALRM
+    const int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    if (!shell_prefix.empty()) {
+      std::string cmd = shell_prefix + " exec '" ATTN_CLI "'";
+      for (const std::string& a : args) cmd += " '" + a + "'";
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    } else {
+      std::vector<char*> argv = {const_cast<char*>(ATTN_CLI)};
+      for (const std::string& a : args)
+        argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(ATTN_CLI, argv.data());
+    }
+    _exit(127);
+  }
+  return pid;
+}
+
+Outcome Wait(pid_t pid, const std::string& err_path) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Outcome out;
+  if (WIFEXITED(status)) out.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) out.signal = WTERMSIG(status);
+  out.err = ReadAll(err_path);
+  return out;
+}
+
+class CliHostileTest : public ::testing::Test {
+ protected:
+  Outcome Run(const std::vector<std::string>& args,
+              const std::string& shell_prefix = "") {
+    const std::string err = scratch_.Path("stderr");
+    return Wait(Start(args, err, shell_prefix), err);
+  }
+  std::vector<std::string> RunArgs(const std::string& weights,
+                                   const std::string& input) {
+    return {"run",      "--weights", weights,     "--input", input,
+            "--output", output_,     "--threads", "1"};
+  }
+  // Files in the work directory other than the ones the test put there.
+  std::vector<std::string> Leftovers(const std::vector<std::string>& mine) {
+    std::vector<std::string> extra;
+    for (const std::string& f : dir_.Files()) {
+      if (std::find(mine.begin(), mine.end(), f) == mine.end()) {
+        extra.push_back(f);
+      }
+    }
+    return extra;
+  }
+  test::TempDir dir_, scratch_;
+  const std::string output_ = dir_.Path("out.safetensors");
+};
+
+TEST_F(CliHostileTest, TinyModelRuns) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string x = dir_.Write("x", test::TinyInput());
+  const Outcome out = Run(RunArgs(w, x));
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  Result<SafetensorsFile> y = SafetensorsFile::Open(output_);
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  ASSERT_NE(y->Find("output"), nullptr);
+  EXPECT_EQ(y->Find("output")->shape, (std::vector<int64_t>{1, 4, 2}));
+  EXPECT_EQ(Leftovers({"w", "x", "out.safetensors"}),
+            std::vector<std::string>{});
+}
+
+// The check: each hostile file as --weights and as --input.
+TEST_F(CliHostileTest, EveryHostileFileFailsCleanly) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string x = dir_.Write("x", test::TinyInput());
+  for (const test::HostileFile& f : test::HostileFiles()) {
+    const std::string bad = dir_.Write("bad", f.bytes);
+    for (const bool as_weights : {true, false}) {
+      SCOPED_TRACE(f.name + (as_weights ? " as --weights" : " as --input"));
+      const Outcome out = Run(as_weights ? RunArgs(bad, x) : RunArgs(w, bad));
+      EXPECT_GE(out.exit_code, 1) << "signal " << out.signal << ": " << out.err;
+      EXPECT_LE(out.exit_code, 123);
+      EXPECT_NE(out.err.find("attn: error: "), std::string::npos) << out.err;
+      EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
+      EXPECT_FALSE(Exists(output_));
+      EXPECT_EQ(Leftovers({"w", "x", "bad"}), std::vector<std::string>{});
+    }
+  }
+}
+
+// A file that is not there, a directory, /dev/zero: refused, not hung.
+TEST_F(CliHostileTest, SpecialPathsFailCleanly) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string x = dir_.Write("x", test::TinyInput());
+  for (const std::string& bad :
+       {dir_.Path("missing"), dir_.path(), std::string("/dev/zero"),
+        std::string("/dev/null")}) {
+    for (const bool as_weights : {true, false}) {
+      SCOPED_TRACE(bad);
+      const Outcome out = Run(as_weights ? RunArgs(bad, x) : RunArgs(w, bad));
+      EXPECT_EQ(out.exit_code, 1) << out.err;
+      EXPECT_NE(out.err.find("attn: error: "), std::string::npos);
+      EXPECT_FALSE(Exists(output_));
+    }
+  }
+}
+
+TEST_F(CliHostileTest, FailedRunKeepsTheExistingOutput) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string bad = dir_.Write("bad", test::LyingLength(99, "{}", ""));
+  dir_.Write("out.safetensors", "previous");
+  const Outcome out = Run(RunArgs(w, bad));
+  EXPECT_EQ(out.exit_code, 1);
+  EXPECT_EQ(ReadAll(output_), "previous");
+}
+
+// A write that fails midway (here: over the file-size limit, EFBIG) leaves
+// the existing output as it was and no temporary file behind.
+TEST_F(CliHostileTest, FailedWriteKeepsTheExistingOutput) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  // Output 1000 x 2 floats: over a 1-block file-size limit, which the
+  // one-line message on stderr (a file too) stays under.
+  const std::string x = dir_.Write(
+      "x", test::SafetensorsBytes(
+               "{" + test::Entry("input", "F32", "[1,1000,3]", 0, 12000) + "}",
+               test::Floats(3000, 0.5f)));
+  dir_.Write("out.safetensors", "previous");
+  const Outcome out = Run(RunArgs(w, x), "ulimit -f 1;");
+  EXPECT_EQ(out.exit_code, 1) << out.err;
+  EXPECT_NE(out.err.find("attn: error: cannot "), std::string::npos) << out.err;
+  EXPECT_EQ(ReadAll(output_), "previous");
+  EXPECT_EQ(Leftovers({"w", "x", "out.safetensors"}),
+            std::vector<std::string>{});
+  // An output directory that does not exist.
+  const std::vector<std::string> args = {
+      "run",
+      "--weights",
+      w,
+      "--input",
+      x,
+      "--output",
+      dir_.Path("no/such/dir/out.safetensors")};
+  const Outcome missing = Run(args);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("attn: error: "), std::string::npos);
+}
+
+// SIGTERM or SIGINT at any moment: the run either finished (a complete,
+// valid output) or died of the signal leaving no output and no temporary
+// file. The delays sweep the load, the run and the write.
+TEST_F(CliHostileTest, InterruptedRunNeverLeavesAPartialOutput) {
+  const int64_t d = 128, T = 1024;
+  std::string header = "{\"__metadata__\":{\"num_heads\":\"4\"},";
+  header += test::Entry("W_query.weight", "F32", "[128,128]", 0, 65536) + ",";
+  header +=
+      test::Entry("W_key.weight", "F32", "[128,128]", 65536, 131072) + ",";
+  header +=
+      test::Entry("W_value.weight", "F32", "[128,128]", 131072, 196608) + ",";
+  header +=
+      test::Entry("out_proj.weight", "F32", "[128,128]", 196608, 262144) + ",";
+  header += test::Entry("out_proj.bias", "F32", "[128]", 262144, 262656) + "}";
+  const std::string w = dir_.Write(
+      "w", test::SafetensorsBytes(header, test::Floats(4 * d * d + d, 0.01f)));
+  const std::string x = dir_.Write(
+      "x",
+      test::SafetensorsBytes(
+          "{" + test::Entry("input", "F32", "[4,1024,128]", 0, 4 * T * d * 4) +
+              "}",
+          test::Floats(static_cast<size_t>(4 * T * d), 0.5f)));
+  int finished = 0, interrupted = 0;
+  for (const int sig : {SIGTERM, SIGINT}) {
+    for (const int delay_ms : {0, 1, 3, 10, 30, 60, 100, 150, 250, 400}) {
+      SCOPED_TRACE("signal " + std::to_string(sig) + " after " +
+                   std::to_string(delay_ms) + " ms");
+      unlink(output_.c_str());
+      const std::string err = scratch_.Path("stderr");
+      const pid_t pid = Start(RunArgs(w, x), err);
+      const timespec pause = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+      nanosleep(&pause, nullptr);
+      kill(pid, sig);
+      const Outcome out = Wait(pid, err);
+      if (out.exit_code == 0) {
+        ++finished;
+        Result<SafetensorsFile> y = SafetensorsFile::Open(output_);
+        ASSERT_TRUE(y.ok()) << y.status().message();
+        ASSERT_NE(y->Find("output"), nullptr);
+        EXPECT_EQ(y->Find("output")->shape, (std::vector<int64_t>{4, T, d}));
+      } else {
+        ++interrupted;
+        EXPECT_EQ(out.signal, sig)
+            << "exit " << out.exit_code << ": " << out.err;
+        EXPECT_FALSE(Exists(output_));
+      }
+      EXPECT_EQ(Leftovers({"w", "x", "out.safetensors"}),
+                std::vector<std::string>{});
+    }
+  }
+  RecordProperty("finished", finished);
+  RecordProperty("interrupted", interrupted);
+  EXPECT_GT(interrupted, 0);
+}
+
+TEST_F(CliHostileTest, MemoryCapIsEnforcedAndParsed) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string x = dir_.Write("x", test::TinyInput());
+  std::vector<std::string> args = RunArgs(w, x);
+  args.insert(args.end(), {"--max-memory", "150"});
+  Outcome out = Run(args);
+  EXPECT_EQ(out.exit_code, 1) << out.err;
+  EXPECT_NE(out.err.find("over the memory limit"), std::string::npos)
+      << out.err;
+  EXPECT_FALSE(Exists(output_));
+  args.back() = "1M";
+  out = Run(args);
+  EXPECT_EQ(out.exit_code, 0) << out.err;
+  args.back() = "lots";
+  out = Run(args);
+  EXPECT_EQ(out.exit_code, 2) << out.err;
+}
+
+// Finite input whose scores overflow fp32 (1e30 squared): refused, since
+// the math has a finite answer that fp32 cannot give; 1e15 is fine.
+TEST_F(CliHostileTest, OverflowingScoresAreRefusedNotWrittenAsNaN) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string huge = dir_.Write("x", test::TinyInput(1e30f));
+  Outcome out = Run(RunArgs(w, huge));
+  EXPECT_EQ(out.exit_code, 1) << out.err;
+  EXPECT_NE(out.err.find("overflowed fp32"), std::string::npos) << out.err;
+  EXPECT_FALSE(Exists(output_));
+  const std::string large = dir_.Write("x", test::TinyInput(1e15f));
+  out = Run(RunArgs(w, large));
+  EXPECT_EQ(out.exit_code, 0) << out.err;
+}
+
+}  // namespace
+}  // namespace attn

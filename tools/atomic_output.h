@@ -1,0 +1,29 @@
+// Interrupt-safe output for the attn CLI: SIGINT, SIGTERM and SIGHUP end the
+// process at once, except while an output file is being written; then they
+// are held until the write ends, and the staged file is removed instead of
+// renamed into place. No signal ever leaves a partial output.
+#ifndef ATTN_TOOLS_ATOMIC_OUTPUT_H_
+#define ATTN_TOOLS_ATOMIC_OUTPUT_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attn/safetensors.hpp"
+
+namespace attn::cli {
+
+// Installs the handlers (idempotent) and ignores SIGXFSZ, so a write over
+// the file-size limit fails with an error instead of killing the process.
+void InstallInterruptHandlers();
+
+// As attn::WriteSafetensors (temporary file beside `path`, fsync, rename),
+// with the signals above held for the duration: an interrupted write leaves
+// neither `path` nor a temporary file, and the process then dies of the
+// signal. A failed write leaves an existing `path` untouched.
+Status WriteOutputAtomically(const std::string& path,
+                             const std::vector<F32Tensor>& tensors);
+
+}  // namespace attn::cli
+
+#endif  // ATTN_TOOLS_ATOMIC_OUTPUT_H_

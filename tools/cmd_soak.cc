@@ -1,0 +1,308 @@
+// attn soak: runs the engine for a number of calls or seconds across random
+// shapes and thread counts, checks every output is finite and bitwise
+// repeatable, and reports throughput drift and memory (resident set and
+// heap in use) after warm-up and at the end. Fails when memory grows past
+// --max-growth percent. tools/soak.sh wraps it.
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "nlohmann/json.hpp"
+#include "tools/cli.h"
+
+namespace attn::cli {
+namespace {
+
+struct SoakArgs {
+  int64_t iterations = 0;
+  double seconds = 0.0;
+  uint64_t seed = 1;
+  int models = 6;
+  int64_t max_batch = 4, max_seq = 64, max_head_dim = 32, max_heads = 4;
+  std::vector<int> threads;
+  int64_t warmup = 0;
+  double max_growth = 1.0;
+  bool json = false;
+};
+
+// Resident set size, bytes (Linux /proc/self/statm).
+uint64_t RssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Bytes malloc has handed out and not had back (all arenas).
+uint64_t HeapInUse() { return mallinfo2().uordblks; }
+
+// A model at one thread count with two input shapes it alternates between
+// (so sessions re-plan), each with a fixed input and its first output.
+struct Case {
+  std::shared_ptr<const MhaModel> model;
+  std::unique_ptr<MhaSession> session;
+  int64_t d_in = 0, d_out = 0;
+  int64_t batch[2] = {0, 0}, seq_len[2] = {0, 0};
+  std::vector<float> x[2], first_y[2];
+  std::vector<float> y;
+};
+
+Result<std::vector<Case>> MakeCases(const SoakArgs& a, std::mt19937_64& rng) {
+  auto pick = [&rng](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<int> thread_counts = a.threads;
+  if (thread_counts.empty()) {
+    const int cores = GetRuntimeInfo().default_threads;
+    for (int t = 1; t <= cores; t *= 2) thread_counts.push_back(t);
+    if (thread_counts.back() != cores) thread_counts.push_back(cores);
+  }
+  std::vector<Case> cases;
+  for (int m = 0; m < a.models; ++m) {
+    MhaConfig config;
+    config.num_heads = pick(1, a.max_heads);
+    config.d_out = config.num_heads * pick(1, a.max_head_dim);
+    config.d_in = pick(1, a.max_heads * a.max_head_dim);
+    config.qkv_bias = pick(0, 1) == 1;
+    const auto din = static_cast<size_t>(config.d_in);
+    const auto dout = static_cast<size_t>(config.d_out);
+    auto random = [&](size_t n) {
+      std::vector<float> v(n);
+      for (float& f : v) f = value(rng) / std::sqrt(float(config.d_in));
+      return v;
+    };
+    const auto wq = random(dout * din), wk = random(dout * din),
+               wv = random(dout * din), wo = random(dout * dout),
+               bq = random(dout), bk = random(dout), bv = random(dout),
+               bo = random(dout);
+    MhaWeights w;
+    w.w_query = wq.data();
+    w.w_key = wk.data();
+    w.w_value = wv.data();
+    w.w_out = wo.data();
+    w.b_out = bo.data();
+    if (config.qkv_bias) {
+      w.b_query = bq.data();
+      w.b_key = bk.data();
+      w.b_value = bv.data();
+    }
+    for (int threads : thread_counts) {
+      MhaOptions options;
+      options.num_threads = threads;
+      auto model = MhaModel::Create(config, w, options);
+      if (!model.ok()) return model.status();
+      Case c;
+      c.model = *model;
+      c.session = std::make_unique<MhaSession>(c.model);
+      c.d_in = config.d_in;
+      c.d_out = config.d_out;
+      size_t most = 0;
+      for (int v = 0; v < 2; ++v) {
+        c.batch[v] = pick(1, a.max_batch);
+        c.seq_len[v] = pick(1, a.max_seq);
+        const auto rows = static_cast<size_t>(c.batch[v] * c.seq_len[v]);
+        c.x[v].resize(rows * din);
+        for (float& f : c.x[v]) f = value(rng);
+        most = std::max(most, rows * dout);
+      }
+      c.y.resize(most);
+      cases.push_back(std::move(c));
+    }
+  }
+  return cases;
+}
+
+// One call of case c at shape v; checks finiteness and repeatability.
+Status Call(Case& c, int v) {
+  ATTN_RETURN_IF_ERROR(
+      c.session->Run(c.x[v].data(), c.batch[v], c.seq_len[v], c.y.data()));
+  const size_t n = static_cast<size_t>(c.batch[v] * c.seq_len[v] * c.d_out);
+  if (c.first_y[v].empty()) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(c.y[i])) {
+        return Internal("soak: output element " + std::to_string(i) +
+                        " is not finite");
+      }
+    }
+    c.first_y[v].assign(c.y.begin(), c.y.begin() + static_cast<ptrdiff_t>(n));
+  } else if (std::memcmp(c.first_y[v].data(), c.y.data(), n * sizeof(float))) {
+    return Internal("soak: output of a repeated call differs from the first");
+  }
+  return {};
+}
+
+int Soak(const SoakArgs& a) {
+  if (a.iterations <= 0 && a.seconds <= 0.0) {
+    return Fail("give --iterations or --seconds");
+  }
+  std::mt19937_64 rng(a.seed);
+  auto cases = MakeCases(a, rng);
+  if (!cases.ok()) return Fail(cases.status().message());
+  const int n_cases = static_cast<int>(cases->size());
+  std::uniform_int_distribution<int> pick_case(0, n_cases - 1);
+
+  // Warm-up: every case at both shapes, then more random calls, so that
+  // oneDNN's caches, malloc's arenas and the thread pools have settled.
+  for (Case& c : *cases) {
+    for (int v : {0, 1, 0, 1}) {
+      const Status s = Call(c, v);
+      if (!s.ok()) return Fail(s.message());
+    }
+  }
+  const int64_t warmup =
+      a.warmup > 0
+          ? a.warmup
+          : std::max<int64_t>(200, a.iterations > 0 ? a.iterations / 100 : 0);
+  int64_t tokens = 0;
+  auto random_call = [&]() -> Status {
+    Case& c = (*cases)[static_cast<size_t>(pick_case(rng))];
+    const int v = static_cast<int>(rng() % 4 == 0);  // re-plan 1 call in 4
+    tokens += c.batch[v] * c.seq_len[v];
+    return Call(c, v);
+  };
+  for (int64_t i = 0; i < warmup; ++i) {
+    const Status s = random_call();
+    if (!s.ok()) return Fail(s.message());
+  }
+  malloc_trim(0);
+  const uint64_t rss0 = RssBytes(), heap0 = HeapInUse();
+
+  // The measured run, in 10 windows for the throughput drift.
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  std::vector<double> window_rate;  // tokens/s per window
+  int64_t calls = 0;
+  auto done = [&] {
+    return a.iterations > 0 ? calls >= a.iterations : elapsed() >= a.seconds;
+  };
+  // Window k (0..9) ends at k+1 tenths of the calls or of the seconds.
+  auto window_done = [&](size_t k) {
+    return a.iterations > 0
+               ? calls >= a.iterations * static_cast<int64_t>(k + 1) / 10
+               : elapsed() >= a.seconds * static_cast<double>(k + 1) / 10;
+  };
+  while (!done()) {
+    const double t0 = elapsed();
+    tokens = 0;
+    while (!done() && !window_done(window_rate.size())) {
+      const Status s = random_call();
+      if (!s.ok()) return Fail(s.message());
+      ++calls;
+    }
+    const double dt = elapsed() - t0;
+    window_rate.push_back(dt > 0 ? static_cast<double>(tokens) / dt : 0.0);
+  }
+  const double total_s = elapsed();
+  malloc_trim(0);
+  const uint64_t rss1 = RssBytes(), heap1 = HeapInUse();
+
+  const double first = window_rate.empty() ? 0.0 : window_rate.front();
+  const double last = window_rate.empty() ? 0.0 : window_rate.back();
+  const double drift = first > 0 ? 100.0 * (last - first) / first : 0.0;
+  const double rss_growth =
+      100.0 * (double(rss1) - double(rss0)) / double(rss0);
+  if (a.json) {
+    nlohmann::json j = {{"calls", calls},
+                        {"warmup_calls", warmup},
+                        {"cases", n_cases},
+                        {"seconds", total_s},
+                        {"calls_per_s", calls / total_s},
+                        {"first_window_tokens_per_s", first},
+                        {"last_window_tokens_per_s", last},
+                        {"throughput_drift_pct", drift},
+                        {"rss_after_warmup", rss0},
+                        {"rss_end", rss1},
+                        {"rss_growth_pct", rss_growth},
+                        {"heap_after_warmup", heap0},
+                        {"heap_end", heap1}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf(
+        "soak: %lld calls in %.1f s (%.0f calls/s) over %d cases, "
+        "after %lld warm-up calls\n",
+        static_cast<long long>(calls), total_s, calls / total_s, n_cases,
+        static_cast<long long>(warmup));
+    std::printf(
+        "throughput: first window %.0f tokens/s, last %.0f tokens/s, "
+        "drift %+.1f%%\n",
+        first, last, drift);
+    std::printf(
+        "resident memory: %.2f MiB after warm-up, %.2f MiB at the "
+        "end (%+.3f%%)\n",
+        rss0 / 1048576.0, rss1 / 1048576.0, rss_growth);
+    std::printf(
+        "heap in use: %.2f MiB after warm-up, %.2f MiB at the end "
+        "(%+lld bytes)\n",
+        heap0 / 1048576.0, heap1 / 1048576.0,
+        static_cast<long long>(heap1) - static_cast<long long>(heap0));
+  }
+  if (rss_growth > a.max_growth) {
+    return Fail("resident memory grew " + std::to_string(rss_growth) +
+                "% during the soak, over --max-growth " +
+                std::to_string(a.max_growth) + "%");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command AddSoakCommand(CLI::App& app) {
+  auto args = std::make_shared<SoakArgs>();
+  SoakArgs& s = *args;
+  CLI::App* cmd = app.add_subcommand(
+      "soak",
+      "Run the engine for many calls across random shapes and thread counts; "
+      "report throughput drift and memory growth");
+  cmd->add_option("--iterations", s.iterations, "calls to measure")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seconds", s.seconds, "or seconds to measure")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", s.seed, "seed of the shapes")
+      ->capture_default_str();
+  cmd->add_option("--models", s.models, "random models (x thread counts)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--max-batch", s.max_batch, "largest batch")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--max-seq", s.max_seq, "longest sequence")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  cmd->add_option("--max-head-dim", s.max_head_dim, "largest head_dim")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--max-heads", s.max_heads, "most heads")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--threads", s.threads,
+                  "thread counts to mix, e.g. 1,2 (default: 1, 2, 4, ... up "
+                  "to the cores)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", s.warmup,
+                  "random calls before the baseline (default: 1% of "
+                  "--iterations, at least 200)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-growth", s.max_growth,
+                  "fail when resident memory grows more than this percent")
+      ->capture_default_str();
+  cmd->add_flag("--json", s.json, "one JSON object");
+  return {cmd, [args] { return Soak(*args); }};
+}
+
+}  // namespace attn::cli
