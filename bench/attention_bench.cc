@@ -1,7 +1,8 @@
 // The attention core alone (kernels/attention.h): softmax(q k^T, causal) v
 // over every (batch, head, query block) of a grid shape, from the head-major
 // q/k/v the fused projection writes, at 1..N threads. FLOP/s counts the
-// causal half, 2*b*T^2*d_out, as the peers' convention does.
+// causal half, 2*b*T^2*d_out, as the peers' convention does; and the query
+// block size swept on one thread.
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -17,8 +18,9 @@ namespace {
 using kernels::DataType;
 
 void Core(benchmark::State& state, const GridShape& s, DataType type,
-          int threads) {
+          int threads, int64_t query_block) {
   kernels::AttentionShape shape;
+  shape.query_block = query_block;
   shape.batch = s.batch;
   shape.seq_len = s.seq_len;
   shape.num_heads = s.heads;
@@ -61,13 +63,29 @@ void RegisterAll() {
         const std::string name = std::string("core/") + s.name + "/" +
                                  (type == DataType::kF32 ? "f32" : "bf16") +
                                  "/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [&s, type, threads](benchmark::State& st) {
-                                       Core(st, s, type, threads);
-                                     })
+        benchmark::RegisterBenchmark(
+            name.c_str(),
+            [&s, type, threads](benchmark::State& st) {
+              Core(st, s, type, threads, kernels::AttentionShape().query_block);
+            })
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
       }
+    }
+  }
+  // The query block (kernels/attention.h fixes 128 rows), swept on one
+  // thread.
+  for (const GridShape& s : Grid()) {
+    if (s.seq_len < 1024) continue;
+    for (int64_t rows : {32, 64, 128, 256}) {
+      const std::string name = std::string("core_query_block/") + s.name +
+                               "/f32/rows:" + std::to_string(rows);
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [&s, rows](benchmark::State& st) {
+                                     Core(st, s, DataType::kF32, 1, rows);
+                                   })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
     }
   }
 }

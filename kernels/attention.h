@@ -18,7 +18,7 @@ struct AttentionShape {
   int64_t seq_len = 0;
   int64_t num_heads = 0;
   int64_t head_dim = 0;
-  int64_t query_block = 64;        // rows of Q per work item
+  int64_t query_block = 128;       // rows of Q per work item (bench/RESULTS.md)
   DataType type = DataType::kF32;  // of q, k, v, probabilities and ctx
 };
 
