@@ -257,6 +257,8 @@ attn_status attn_model_load_graph(const char* graph_json_path,
     source->input_width = (*graph)->input_width();
     source->output_width = (*graph)->output_width();
     source->num_threads = (*graph)->num_threads();
+    // Every session gets the team size resolved here, on the loading thread.
+    source->options.num_threads = source->num_threads;
     auto handle = std::make_unique<attn_model>();
     handle->graph = std::move(source);
     *model = handle.release();
