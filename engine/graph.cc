@@ -286,6 +286,7 @@ class Binder {
     weights.b_out = bo.data();
     MhaOptions mha_options;
     mha_options.num_threads = num_threads_;
+    mha_options.dtype = options_.dtype;
     auto model = MhaModel::Create(config, weights, mha_options);
     if (!model.ok()) {
       return Status(model.status().code(),
@@ -315,11 +316,16 @@ struct Graph::Impl {
   std::vector<int64_t> widths;                  // per program tensor
   std::vector<std::vector<NodeWeights>> layer;  // [layer][node]
   int num_threads = 1;
+  DType dtype = DType::kF32;
 
   // The compiled shape: per step its matmul (shared by the layers, whose
   // shapes agree) and per layer and step its packed weights or session.
   int64_t batch = 0, seq_len = 0;
   std::vector<std::optional<kernels::MatMul>> matmul;
+  // bf16 only: per linear step whose src is fp32, its conversion into
+  // `lowered` (a linear's bf16 output feeding only linears needs none).
+  std::vector<std::optional<kernels::Convert>> convert;
+  AlignedBuffer lowered;
   std::vector<std::vector<AlignedBuffer>> packed;
   std::vector<std::vector<std::unique_ptr<MhaSession>>> session;
   std::vector<size_t> offset;  // per program tensor, in the arena
@@ -358,6 +364,12 @@ Result<std::unique_ptr<Graph>> Graph::FromJson(const std::string& json,
   Result<int> threads = ResolveNumThreads(options.num_threads);
   if (!threads.ok()) return threads.status();
   impl->num_threads = *threads;
+  impl->dtype = options.dtype;
+  if (options.dtype == DType::kBF16 && !kernels::HasNativeBF16()) {
+    return Unsupported(std::string("dtype bf16 needs a CPU with AVX512_BF16 "
+                                   "(oneDNN reports ") +
+                       kernels::MatMulIsaName() + "); use f32");
+  }
 
   Result<SafetensorsFile> file = SafetensorsFile::Open(weights_path);
   if (!file.ok()) return file.status();
@@ -427,6 +439,8 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
   // Move-only members: cleared and resized rather than assigned.
   matmul.clear();
   matmul.resize(S);
+  convert.clear();
+  convert.resize(S);
   packed.clear();
   packed.resize(L);
   session.clear();
@@ -435,7 +449,23 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
     packed[l].resize(S);
     session[l].resize(S);
   }
-  size_t scratch_bytes = 0;
+  // With bf16, a tensor that a linear writes and only linears read (as
+  // their src) is stored bf16; every other tensor is fp32.
+  const size_t T = program.tensors.size();
+  const bool low = dtype == DType::kBF16;
+  std::vector<bool> bf16(T, false);
+  for (const graph::Step& step : program.steps) {
+    bf16[step.dst] = low && step.op == Op::kLinear;
+  }
+  for (const graph::Step& step : program.steps) {
+    if (step.op != Op::kLinear) bf16[step.src] = false;
+    if (step.src2 >= 0) bf16[step.src2] = false;
+  }
+  bf16[program.output] = false;
+  auto type_of = [&](int t) {
+    return bf16[t] ? kernels::DataType::kBF16 : kernels::DataType::kF32;
+  };
+  size_t scratch_bytes = 0, lowered_bytes = 0;
   for (size_t k = 0; k < S; ++k) {
     const graph::Step& step = program.steps[k];
     const Node& node = def.nodes[step.node];
@@ -456,11 +486,19 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
     kernels::PostOps post;
     post.gelu_tanh = step.gelu;
     post.add_residual = step.src2 >= 0;
+    const kernels::DataType mm_type =
+        low ? kernels::DataType::kBF16 : kernels::DataType::kF32;
+    if (low && !bf16[step.src]) {
+      Result<kernels::Convert> c = kernels::Convert::Create(
+          R * in, kernels::DataType::kF32, kernels::DataType::kBF16);
+      if (!c.ok()) return c.status();
+      convert[k].emplace(std::move(c).value());
+      lowered_bytes = std::max(lowered_bytes, static_cast<size_t>(R * in) * 2);
+    }
     Result<kernels::MatMul> mm = kernels::MatMul::Create(
-        {{R, in}, {}, kernels::DataType::kF32},
-        {{in, out}, {}, kernels::DataType::kF32},
+        {{R, in}, {}, mm_type}, {{in, out}, {}, mm_type},
         layer[0][step.node].bias.empty() ? nullptr : &bias,
-        {{R, out}, {}, kernels::DataType::kF32}, false, post);
+        {{R, out}, {}, type_of(step.dst)}, false, post);
     if (!mm.ok()) {
       return Status(mm.status().code(),
                     node.Describe() + ": " + mm.status().message());
@@ -480,7 +518,6 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
   }
 
   // Live ranges of the intermediates (neither the input nor the output).
-  const size_t T = program.tensors.size();
   std::vector<graph::BufferRequest> requests(T);
   for (size_t k = 0; k < S; ++k) {
     const graph::Step& step = program.steps[k];
@@ -494,8 +531,10 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
   for (size_t t = 0; t < T; ++t) {
     // Fusion leaves some tensors unwritten; the output is the caller's.
     const bool planned = written[t] && static_cast<int>(t) != program.output;
-    requests[t].bytes =
-        planned ? static_cast<size_t>(R * widths[t]) * sizeof(float) : 0;
+    requests[t].bytes = planned
+                            ? static_cast<size_t>(R * widths[t]) *
+                                  kernels::SizeOf(type_of(static_cast<int>(t)))
+                            : 0;
     memory.intermediates_total += (requests[t].bytes + 63) / 64 * 64;
   }
   const graph::BufferPlan plan = graph::PlanBuffers(requests);
@@ -509,6 +548,7 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
     size_t bytes;
   } wants[] = {{&arena, plan.peak_bytes},
                {&scratch, scratch_bytes},
+               {&lowered, lowered_bytes},
                {&hops[0], L > 1 ? hop_bytes : 0},
                {&hops[1], L > 2 ? hop_bytes : 0}};
   for (const auto& want : wants) {
@@ -516,7 +556,8 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
     if (!buffer.ok()) return buffer.status();
     *want.buffer = std::move(buffer).value();
   }
-  memory.workspace += scratch.size() + hops[0].size() + hops[1].size();
+  memory.workspace +=
+      scratch.size() + lowered.size() + hops[0].size() + hops[1].size();
   batch = new_batch;
   seq_len = new_seq_len;
   return {};
@@ -551,6 +592,7 @@ Status Graph::Impl::RunLayer(size_t l, const float* in, float* out,
                 R * static_cast<size_t>(widths[p.input]) * sizeof(float));
     return {};
   }
+  // bf16 tensors are only handed to matmuls, which take void*.
   auto at = [&](int t) {
     if (t == p.input) return const_cast<float*>(in);  // only ever read
     if (t == p.output) return out;
@@ -562,10 +604,16 @@ Status Graph::Impl::RunLayer(size_t l, const float* in, float* out,
     const NodeWeights& w = layer[l][s.node];
     const auto count = R * static_cast<size_t>(widths[s.dst]);
     switch (s.op) {
-      case Op::kLinear:
-        matmul[k]->Run(at(s.src), packed[l][k].data(), w.bias.data(), at(s.dst),
+      case Op::kLinear: {
+        const void* src = at(s.src);
+        if (convert[k]) {
+          convert[k]->Run(src, lowered.data());
+          src = lowered.data();
+        }
+        matmul[k]->Run(src, packed[l][k].data(), w.bias.data(), at(s.dst),
                        scratch.data(), s.src2 >= 0 ? at(s.src2) : nullptr);
         break;
+      }
       case Op::kMha:
         ATTN_RETURN_IF_ERROR(
             session[l][k]->Run(at(s.src), batch, seq_len, at(s.dst)));

@@ -81,6 +81,28 @@ TEST(GraphGoldenTest, TransformerBlock) {
   }
 }
 
+TEST(GraphGoldenTest, Bf16BlockIsCloseOrRefused) {
+  const Golden g = ReadGolden("block_qkv_bias");
+  GraphOptions options;
+  options.dtype = DType::kBF16;
+  auto graph =
+      Graph::Load(kBlock, kGolden + "block_qkv_bias.safetensors", options);
+  if (!kernels::HasNativeBF16()) {
+    ASSERT_FALSE(graph.ok());
+    EXPECT_EQ(graph.status().code(), StatusCode::kUnsupported);
+    return;
+  }
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  std::vector<float> y(g.expected.size());
+  ASSERT_TRUE(
+      (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], y.data()).ok());
+  // bf16 keeps 8 bits of mantissa: each matmul input is off by up to 2^-9
+  // relative; through the block's four matmul stages, 1% of max|y| is ample
+  // and still catches a wrong layout or a dropped bias.
+  test::ExpectAllClose(g.expected, y.data(), 1e-2 * test::MaxAbs(g.expected),
+                       "bf16 block");
+}
+
 TEST(GraphGoldenTest, StackOfBlocksWithLayers) {
   GraphOptions options;
   options.layers = 3;

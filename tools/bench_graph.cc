@@ -105,17 +105,18 @@ double Median(std::vector<double> v) {
 }
 
 int Run(const GraphArgs& args, const std::string& spec,
-        const std::vector<int>& threads_list, double min_time, bool json) {
+        const std::vector<int>& threads_list, const std::string& dtype,
+        double min_time, bool json) {
   auto shapes = ParseShapes(spec);
   if (!shapes.ok()) return Fail(shapes.status().message());
   const std::vector<int> thread_counts =
       threads_list.empty() ? std::vector<int>{0} : threads_list;
   const RuntimeInfo info = GetRuntimeInfo();
   if (!json) {
-    std::printf("attn %s | graph %s | highway %s | oneDNN %s %s\n",
+    std::printf("attn %s | graph %s | highway %s | oneDNN %s %s | dtype %s\n",
                 info.version.c_str(), args.graph.c_str(),
                 info.simd_target.c_str(), info.onednn_version.c_str(),
-                info.onednn_isa.c_str());
+                info.onednn_isa.c_str(), dtype.c_str());
     std::printf("%-18s %7s %10s %10s %12s %9s %11s\n", "shape", "threads",
                 "median_ms", "min_ms", "tokens/s", "GFLOP/s", "arena_MB");
   }
@@ -139,6 +140,7 @@ int Run(const GraphArgs& args, const std::string& spec,
       GraphOptions options;
       options.num_heads = s.heads;
       options.num_threads = threads;
+      options.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
       auto graph = Graph::Load(
           args.graph, args.weights.empty() ? temp : args.weights, options);
       if (!graph.ok()) {
@@ -190,6 +192,7 @@ int Run(const GraphArgs& args, const std::string& spec,
             {"e", s.emb},
             {"h", s.heads},
             {"threads", (*graph)->num_threads()},
+            {"dtype", dtype},
             {"median_ms", median},
             {"min_ms", *std::min_element(ms.begin(), ms.end())},
             {"reps", ms.size()},
@@ -229,8 +232,8 @@ std::function<GraphBench()> AddGraphBenchOptions(CLI::App& bench) {
   return [args]() -> GraphBench {
     if (args->graph.empty()) return nullptr;
     return [args](const std::string& shapes, const std::vector<int>& threads,
-                  double min_time, bool json) {
-      return Run(*args, shapes, threads, min_time, json);
+                  const std::string& dtype, double min_time, bool json) {
+      return Run(*args, shapes, threads, dtype, min_time, json);
     };
   };
 }

@@ -26,10 +26,10 @@ int RunGraph(const GraphRunArgs& args);
 
 // Adds --graph (and --weights) to `bench`. The returned function is non-null
 // when --graph was given (check after parsing: call it with the bench's
-// --shape, --threads, --min-time and --json).
-using GraphBench = std::function<int(const std::string& shapes,
-                                     const std::vector<int>& threads,
-                                     double min_time, bool json)>;
+// --shape, --threads, --dtype, --min-time and --json).
+using GraphBench = std::function<int(
+    const std::string& shapes, const std::vector<int>& threads,
+    const std::string& dtype, double min_time, bool json)>;
 std::function<GraphBench()> AddGraphBenchOptions(CLI::App& bench);
 
 }  // namespace attn::cli

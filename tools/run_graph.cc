@@ -13,11 +13,6 @@
 namespace attn::cli {
 
 int RunGraph(const GraphRunArgs& args) {
-  if (args.dtype != "f32") {
-    return Fail("--dtype " + args.dtype +
-                " is not supported with --graph, "
-                "want f32");
-  }
   if (args.incremental) {
     return Fail(
         "--incremental is not supported with --graph, want a whole "
@@ -29,6 +24,7 @@ int RunGraph(const GraphRunArgs& args) {
   options.context_length = args.context_length;
   options.layers = args.layers;
   options.num_threads = args.threads;
+  options.dtype = args.dtype == "bf16" ? DType::kBF16 : DType::kF32;
   auto graph = Graph::Load(args.graph, args.weights, options);
   if (!graph.ok()) return Fail(graph.status().message());
   const int64_t width = (*graph)->input_width();

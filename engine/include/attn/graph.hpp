@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "attn/attn.hpp"
 #include "attn/export.h"
 #include "attn/status.hpp"
 
@@ -26,6 +27,9 @@ struct GraphOptions {
   // with the names as written (else metadata "n_layers" when present).
   int64_t layers = 0;
   int num_threads = 0;  // else ATTN_NUM_THREADS, else the cores we may use
+  // kBF16: linear and mha matmuls in bf16 with fp32 accumulation; LayerNorm,
+  // GELU, softmax and residual adds stay fp32. Needs AVX512_BF16.
+  DType dtype = DType::kF32;
 };
 
 // Memory the compiled plan uses for one input shape, in bytes.
