@@ -112,8 +112,11 @@ bool Inside(size_t struct_size, size_t offset, size_t size) {
 // Larger structs than 1 KiB are taken for an uninitialised struct_size.
 constexpr size_t kMaxStructSize = 1024;
 
+// `known` is sizeof the struct here; `known_end` where its last field ends
+// (before any tail padding, where a newer header may have put a field).
 attn_status CheckStructSize(const char* what, const void* object,
-                            size_t struct_size, size_t known) {
+                            size_t struct_size, size_t known,
+                            size_t known_end) {
   const std::string want = std::string("; set it to sizeof(") + what + ") (" +
                            std::to_string(known) +
                            " in this library, version " ATTN_VERSION ")";
@@ -127,7 +130,8 @@ attn_status CheckStructSize(const char* what, const void* object,
   // A struct from a newer header: fine while the fields we do not know are
   // zero (the "not set" of every field).
   const auto* bytes = static_cast<const unsigned char*>(object);
-  for (size_t i = known; i < struct_size; ++i) {
+  for (size_t i = struct_size > known ? known_end : struct_size;
+       i < struct_size; ++i) {
     if (bytes[i] != 0) {
       return Fail(ATTN_UNSUPPORTED,
                   (std::string(what) + " sets a field this library does not " +
@@ -145,7 +149,9 @@ attn_status CheckStructSize(const char* what, const void* object,
 attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
   if (!c) return ATTN_OK;
   const size_t size = c->struct_size;
-  if (attn_status s = CheckStructSize("attn_mha_options", c, size, sizeof(*c));
+  if (attn_status s =
+          CheckStructSize("attn_mha_options", c, size, sizeof(*c),
+                          offsetof(attn_mha_options, dtype) + sizeof(int));
       s != ATTN_OK) {
     return s;
   }
@@ -184,8 +190,9 @@ attn_status ToGraphOptions(const attn_graph_options* c,
                            attn::GraphOptions* options) {
   if (!c) return ATTN_OK;
   const size_t size = c->struct_size;
-  if (attn_status s =
-          CheckStructSize("attn_graph_options", c, size, sizeof(*c));
+  if (attn_status s = CheckStructSize(
+          "attn_graph_options", c, size, sizeof(*c),
+          offsetof(attn_graph_options, num_threads) + sizeof(int));
       s != ATTN_OK) {
     return s;
   }
@@ -290,7 +297,8 @@ attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
     // Writes only what fits the caller's struct, so its tail is never
     // touched; a newer struct's unknown fields are left as they are.
     if (size < sizeof(size_t) || size > kMaxStructSize) {
-      return CheckStructSize("attn_model_info", info, size, sizeof(*info));
+      return CheckStructSize("attn_model_info", info, size, sizeof(*info),
+                             sizeof(*info));
     }
     attn_model_info full = ATTN_MODEL_INFO_INIT;
     full.struct_size = size;

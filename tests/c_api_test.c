@@ -138,7 +138,10 @@ static void TestOptions(void) {
   attn_model* model = NULL;
   attn_model_info info = ATTN_MODEL_INFO_INIT;
   attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
-  unsigned char newer[sizeof(attn_mha_options) + 16];
+  union { /* aligned like the struct it extends */
+    attn_mha_options options;
+    unsigned char bytes[sizeof(attn_mha_options) + 16];
+  } newer;
 
   options.struct_size = 0;
   EXPECT_STATUS(
@@ -209,22 +212,23 @@ static void TestOptions(void) {
   }
 
   /* A newer, larger struct: fine while its unknown fields are zero. */
-  memset(newer, 0, sizeof newer);
-  options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
-  options.struct_size = sizeof newer;
-  options.num_threads = 2;
-  memcpy(newer, &options, sizeof options);
-  EXPECT_STATUS(
-      ATTN_OK,
-      attn_model_load_mha(book, (const attn_mha_options*)newer, &model), "");
+  memset(&newer, 0, sizeof newer);
+  newer.options.struct_size = sizeof newer;
+  newer.options.num_threads = 2;
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, &newer.options, &model), "");
   EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
   EXPECT(info.num_threads == 2);
   attn_model_destroy(model);
-  newer[sizeof(attn_mha_options) + 4] = 1;
-  EXPECT_STATUS(
-      ATTN_UNSUPPORTED,
-      attn_model_load_mha(book, (const attn_mha_options*)newer, &model),
-      "does not know");
+  newer.bytes[sizeof(attn_mha_options) + 4] = 1;
+  EXPECT_STATUS(ATTN_UNSUPPORTED,
+                attn_model_load_mha(book, &newer.options, &model),
+                "does not know");
+  /* A newer header may put a field in this struct's tail padding. */
+  newer.bytes[sizeof(attn_mha_options) + 4] = 0;
+  newer.bytes[offsetof(attn_mha_options, dtype) + sizeof(int)] = 1;
+  EXPECT(offsetof(attn_mha_options, dtype) + sizeof(int) ==
+             sizeof(attn_mha_options) ||
+         attn_model_load_mha(book, &newer.options, &model) == ATTN_UNSUPPORTED);
 
   /* Bad values name the field. */
   options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
