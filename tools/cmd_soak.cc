@@ -33,6 +33,7 @@ struct SoakArgs {
   std::vector<int> threads;
   int64_t warmup = 0;
   double max_growth = 1.0;
+  int64_t replan_every = 100;
   bool json = false;
 };
 
@@ -168,7 +169,10 @@ int Soak(const SoakArgs& a) {
   int64_t tokens = 0;
   auto random_call = [&]() -> Status {
     Case& c = (*cases)[static_cast<size_t>(pick_case(rng))];
-    const int v = static_cast<int>(rng() % 4 == 0);  // re-plan 1 call in 4
+    // The case's second shape, which makes its session re-plan, 1 call in
+    // --replan-every (then back to the first shape).
+    const int v =
+        static_cast<int>(a.replan_every > 0 && rng() % a.replan_every == 0);
     tokens += c.batch[v] * c.seq_len[v];
     return Call(c, v);
   };
@@ -300,6 +304,11 @@ Command AddSoakCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-growth", s.max_growth,
                   "fail when resident memory grows more than this percent")
+      ->capture_default_str();
+  cmd->add_option("--replan-every", s.replan_every,
+                  "run a case's other shape (its session re-plans) 1 call in "
+                  "N; 0 never")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_flag("--json", s.json, "one JSON object");
   return {cmd, [args] { return Soak(*args); }};
