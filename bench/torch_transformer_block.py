@@ -3,11 +3,12 @@
 `attn bench --graph tools/graphs/transformer_block.json`, in the same run.
 
     /usr/bin/python3 bench/torch_transformer_block.py [--attn build/bin/attn]
-        [--shapes gpt2-128,gpt2-1k] [--threads 1,2] [--min-time 2]
+        [--shapes gpt2-128,gpt2-1k] [--threads 1,2] [--dtypes f32,bf16] [--min-time 2]
 
-For each shape and thread count it times PyTorch (eval, torch.inference_mode,
-torch.set_num_threads), then attn on the same shape and threads, and prints
-one JSON line per measurement and a Markdown table with the speed-up.
+For each shape and thread count it times PyTorch (fp32, eval,
+torch.inference_mode, torch.set_num_threads), then attn on the same shape and
+threads in each of --dtypes, and prints one JSON line per measurement and a
+Markdown table with the speed-ups.
 PyTorch runs with glibc's malloc told to keep its memory
 (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_: on VMs with free-page
 reporting, refaulting returned pages slows PyTorch 5-12x) and without
@@ -60,9 +61,10 @@ def time_torch(b, T, e, h, threads, min_time):
     return median(times), min(times), len(times)
 
 
-def time_attn(attn, shape, threads, min_time):
+def time_attn(attn, shape, threads, dtype, min_time):
     out = subprocess.run([attn, "bench", "--graph", str(ROOT / "tools/graphs/transformer_block.json"),
-                          "--shape", shape, "--threads", str(threads), "--min-time", str(min_time), "--json"],
+                          "--shape", shape, "--threads", str(threads), "--dtype", dtype,
+                          "--min-time", str(min_time), "--json"],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -72,8 +74,13 @@ def main():
     parser.add_argument("--attn", default=str(ROOT / "build/bin/attn"), help="the attn binary ('' to skip attn)")
     parser.add_argument("--shapes", default="gpt2-128,gpt2-1k")
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--dtypes", default="f32", help="attn precisions to time, e.g. f32,bf16")
     parser.add_argument("--min-time", type=float, default=2.0, help="seconds per measurement")
     args = parser.parse_args()
+    dtypes = args.dtypes.split(",")
+    unknown = [s for s in args.shapes.split(",") if s not in SHAPES]
+    if unknown:
+        parser.error(f"--shapes: unknown {', '.join(unknown)}, want some of {', '.join(SHAPES)}")
     rows = []
     for shape in args.shapes.split(","):
         b, T, e, h = SHAPES[shape]
@@ -84,16 +91,18 @@ def main():
                     "median_ms": t_med, "min_ms": t_min, "reps": reps, "tokens_per_s": b * T / t_med * 1e3,
                     "gflops": flops / t_med / 1e6, "torch": torch.__version__}
             print(json.dumps(line), flush=True)
-            a = time_attn(args.attn, shape, threads, args.min_time) if args.attn else None
-            if a:
+            attn_ms = []
+            for dtype in dtypes if args.attn else []:
+                a = time_attn(args.attn, shape, threads, dtype, args.min_time)
                 print(json.dumps(a), flush=True)
-            rows.append((shape, b, T, threads, t_med, a["median_ms"] if a else None))
-    print("\n| shape | b | T | threads | PyTorch ms | attn ms | speed-up |")
-    print("|---|---|---|---|---|---|---|")
-    for shape, b, T, threads, t_ms, a_ms in rows:
-        ratio = f"{t_ms / a_ms:.2f}x" if a_ms else "-"
-        a_text = f"{a_ms:.1f}" if a_ms else "-"
-        print(f"| {shape} | {b} | {T} | {threads} | {t_ms:.1f} | {a_text} | {ratio} |")
+                attn_ms.append(a["median_ms"])
+            rows.append((shape, b, T, threads, t_med, attn_ms))
+    head = "".join(f" attn {d} ms | speed-up {d} |" for d in dtypes)
+    print(f"\n| shape | b | T | threads | PyTorch ms |{head}")
+    print("|---" * (5 + 2 * len(dtypes)) + "|")
+    for shape, b, T, threads, t_ms, attn_ms in rows:
+        cells = "".join(f" {a:.1f} | {t_ms / a:.2f}x |" for a in attn_ms)
+        print(f"| {shape} | {b} | {T} | {threads} | {t_ms:.1f} |{cells}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 /* attn/graph.hpp: the graph runner. Runs a block described in JSON (ops such
  * as linear, mha, layernorm, gelu, add, dropout; see README "Graphs") with
  * weights from a safetensors file. Validation, primitives, packed weights
- * and memory planning happen once per input shape; runs allocate nothing. */
+ * and memory planning happen once per input shape; runs allocate no buffers. */
 #ifndef ATTN_GRAPH_HPP_
 #define ATTN_GRAPH_HPP_
 
@@ -63,7 +63,7 @@ class ATTN_API Graph {
   // input [batch, seq_len, input_width]. Run calls it when the shape changes.
   Status Compile(int64_t batch, int64_t seq_len);
   // input: [batch, seq_len, input_width] fp32, output: [batch, seq_len,
-  // output_width] fp32, dense, not overlapping. Allocates nothing when the
+  // output_width] fp32, dense, not overlapping. Allocates no buffers when the
   // shape is the compiled one.
   Status Run(const float* input, int64_t batch, int64_t seq_len, float* output);
   // The compiled shape's memory (zeros before Compile).
