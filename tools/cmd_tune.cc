@@ -34,6 +34,13 @@ int AffinityCount() {
   return 1;
 }
 
+// The 1-minute load average, or -1 where /proc/loadavg is missing.
+double LoadAverage() {
+  double load = -1;
+  std::ifstream("/proc/loadavg") >> load;
+  return load;
+}
+
 // "1..N", "A..B" or "1,2,4"; empty: 1 up to the cores this process may use.
 Result<std::vector<int>> ParseThreads(const std::string& spec) {
   std::vector<int> counts;
@@ -135,6 +142,13 @@ int Tune(const TuneArgs& args) {
   const int recommended = (*counts)[best];
   std::printf("recommended: %d thread%s\n", recommended,
               recommended == 1 ? "" : "s");
+  // A sweep on a busy machine measures the competition too: say so.
+  if (const double load = LoadAverage(); load > 0.5 * AffinityCount()) {
+    std::printf(
+        "note: load average %.1f on %d cores: other work competed with "
+        "the sweep; rerun on a quieter machine for the best setting\n",
+        load, AffinityCount());
+  }
   if (args.save.empty()) return 0;
 
   nlohmann::json saved = {
