@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/buffer.h"
+#include "engine/limits.h"
 #include "engine/mha_model.h"
 #include "engine/threads.h"
 #include "kernels/attention.h"
@@ -70,6 +71,17 @@ struct MhaDecoder::Impl {
     AlignedBuffer scratch;
   } prompt;
 
+  // Bytes the weights, the cache and the decode buffers hold.
+  uint64_t HeldBytes() const {
+    const uint64_t weights = 4 * (m->w_qkv.size() + m->b_qkv.size() +
+                                  m->w_out.size() + m->b_out.size());
+    return AddSat(AddSat(weights, k_cache.size() + v_cache.size()),
+                  partials.size() + step.bytes());
+  }
+  // The memory cap (MhaOptions::max_memory_bytes) against `extra` more.
+  Status CheckCap(const std::string& what, uint64_t extra) const {
+    return CheckMemory(what, AddSat(HeldBytes(), extra), m->max_memory_bytes);
+  }
   Status MakeProjection(int64_t rows, Projection& p) const;
   Status Append(const float* input, const int64_t* new_tokens, float* output);
   Status PreparePrompt(int64_t batch, int64_t seq_len);
@@ -91,6 +103,13 @@ Status MhaDecoder::Impl::MakeProjection(int64_t R, Projection& p) const {
       &out_bias, {{R, d_out}, {}, DataType::kF32});
   if (!out_proj.ok()) return out_proj.status();
   const auto rows = static_cast<size_t>(R);
+  const uint64_t per_row = 4 * static_cast<uint64_t>(4 * d_out + H * Dp);
+  ATTN_RETURN_IF_ERROR(CheckCap(
+      "a decoder step of " + Str(R) + " tokens",
+      AddSat(
+          MulSat(per_row, rows),
+          qkv_proj->packed_weights_bytes() + out_proj->packed_weights_bytes() +
+              std::max(qkv_proj->scratch_bytes(), out_proj->scratch_bytes()))));
   const struct {
     AlignedBuffer* buffer;
     size_t bytes;
@@ -138,6 +157,10 @@ Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
   if (!core.ok()) return core.status();
   const size_t bytes = static_cast<size_t>(3 * batch * seq_len) *
                        static_cast<size_t>(d_out) * sizeof(float);
+  ATTN_RETURN_IF_ERROR(CheckCap(
+      "a prompt of batch " + Str(batch) + " x " + Str(seq_len) + " tokens",
+      AddSat(AddSat(bytes, other.bytes()),
+             core->worker_scratch_bytes() * static_cast<size_t>(num_threads))));
   Result<AlignedBuffer> qkv = AlignedBuffer::Allocate(bytes);
   if (!qkv.ok()) return qkv.status();
   Result<AlignedBuffer> scratch = AlignedBuffer::Allocate(
@@ -355,6 +378,16 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   const size_t cache_bytes = static_cast<size_t>(impl->B * impl->H) *
                              static_cast<size_t>(capacity * impl->Dp) *
                              sizeof(float);
+  const size_t partial_bytes =
+      static_cast<size_t>(impl->B * impl->H) *
+      kernels::DecodeChunks(static_cast<size_t>(capacity)) *
+      kernels::DecodePartialFloats(static_cast<size_t>(impl->Dp)) *
+      sizeof(float);
+  impl->model = model;  // HeldBytes reads the weights through m
+  ATTN_RETURN_IF_ERROR(
+      impl->CheckCap("a decoder cache of batch " + Str(impl->B) +
+                         " x max_length " + Str(capacity),
+                     AddSat(MulSat(2, cache_bytes), partial_bytes)));
   impl->max_partials = static_cast<size_t>(impl->B * impl->H) *
                        kernels::DecodeChunks(static_cast<size_t>(capacity));
   for (auto [buffer, bytes] :

@@ -55,7 +55,8 @@ struct Weights {
     bo = test::RandomVector(rng, out, -b, b);
   }
 
-  std::shared_ptr<const MhaModel> Model(int threads = 0) const {
+  std::shared_ptr<const MhaModel> Model(int threads = 0,
+                                        uint64_t max_memory = 0) const {
     MhaConfig config;
     config.d_in = shape.d_in;
     config.d_out = shape.d_out;
@@ -75,6 +76,7 @@ struct Weights {
     w.b_out = bo.data();
     MhaOptions options;
     options.num_threads = threads;
+    options.max_memory_bytes = max_memory;
     auto model = MhaModel::Create(config, w, options);
     EXPECT_TRUE(model.ok()) << model.status().message();
     return model.ok() ? *model : nullptr;
@@ -345,6 +347,16 @@ TEST(DecoderTest, Errors) {
   options.batch = 0;
   EXPECT_FALSE(MhaDecoder::Create(model, options).ok());
   EXPECT_FALSE(MhaDecoder::Create(nullptr, DecoderOptions{}).ok());
+
+  // A cache over the memory cap is refused before anything is allocated.
+  auto capped = unbounded.Model(0, uint64_t{1} << 20);
+  ASSERT_TRUE(capped);
+  options.batch = 4;
+  options.max_length = int64_t{1} << 20;
+  auto too_big = MhaDecoder::Create(capped, options);
+  EXPECT_EQ(too_big.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(too_big.status().message().find("memory limit"), std::string::npos)
+      << too_big.status().message();
 }
 
 TEST(DecoderTest, BitwiseIdenticalAtOneAndTwoThreads) {
