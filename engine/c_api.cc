@@ -149,9 +149,9 @@ attn_status CheckStructSize(const char* what, const void* object,
 attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
   if (!c) return ATTN_OK;
   const size_t size = c->struct_size;
-  if (attn_status s =
-          CheckStructSize("attn_mha_options", c, size, sizeof(*c),
-                          offsetof(attn_mha_options, dtype) + sizeof(int));
+  if (attn_status s = CheckStructSize(
+          "attn_mha_options", c, size, sizeof(*c),
+          offsetof(attn_mha_options, num_threads) + sizeof(int));
       s != ATTN_OK) {
     return s;
   }
@@ -163,25 +163,6 @@ attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
   }
   if (Inside(size, offsetof(attn_mha_options, num_threads), sizeof(int))) {
     options->num_threads = c->num_threads;
-  }
-  if (Inside(size, offsetof(attn_mha_options, max_memory_bytes),
-             sizeof(uint64_t))) {
-    options->max_memory_bytes = c->max_memory_bytes;
-  }
-  if (Inside(size, offsetof(attn_mha_options, dtype), sizeof(int))) {
-    switch (c->dtype) {
-      case ATTN_DTYPE_F32:
-        options->dtype = attn::DType::kF32;
-        break;
-      case ATTN_DTYPE_BF16:
-        options->dtype = attn::DType::kBF16;
-        break;
-      default:
-        return Fail(ATTN_INVALID_ARGUMENT,
-                    ("attn_mha_options.dtype is " + std::to_string(c->dtype) +
-                     ", want ATTN_DTYPE_F32 (0) or ATTN_DTYPE_BF16 (1)")
-                        .c_str());
-    }
   }
   return ATTN_OK;
 }

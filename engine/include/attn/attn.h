@@ -49,7 +49,9 @@ typedef enum attn_status {
  * Set struct_size to sizeof(attn_mha_options) (ATTN_MHA_OPTIONS_INIT does):
  * later versions only append fields, a library reads only the fields that
  * lie wholly inside struct_size, and an options struct from a newer header is
- * accepted when the fields this library does not know are zero. */
+ * accepted when the fields this library does not know are zero. Initialise
+ * the whole struct (ATTN_MHA_OPTIONS_INIT, or = {0} and set struct_size) so
+ * that fields a later header appends start at 0 when you rebuild. */
 typedef struct attn_mha_options {
   size_t struct_size;
   int num_heads;      /* else the file's metadata "num_heads" */
@@ -57,23 +59,10 @@ typedef struct attn_mha_options {
                          book's "mask" buffer, else no limit */
   int num_threads;    /* 0 = default: ATTN_NUM_THREADS, then the tuned file,
                          then the cores the loading thread may run on */
-  /* Fields after the first four are read only when struct_size covers them. */
-  uint64_t max_memory_bytes; /* most bytes the weights, or a session's
-                                buffers plus the weights, may take; a larger
-                                need fails with ATTN_OUT_OF_MEMORY before
-                                anything is allocated. 0 = half the physical
-                                memory (or of the cgroup's limit) */
-  int dtype;                 /* an attn_dtype; 0 = ATTN_DTYPE_F32 */
 } attn_mha_options;
 
 #define ATTN_MHA_OPTIONS_INIT \
-  { sizeof(attn_mha_options), 0, 0, 0, 0, 0 }
-
-typedef enum attn_dtype {
-  ATTN_DTYPE_F32 = 0, /* fp32 everywhere */
-  ATTN_DTYPE_BF16 = 1 /* bf16 matmuls with fp32 accumulation, fp32 softmax;
-                         ATTN_UNSUPPORTED without AVX512_BF16 */
-} attn_dtype;
+  { sizeof(attn_mha_options), 0, 0, 0 }
 
 /* Loads weights under PyTorch's state_dict names (W_query.weight,
  * W_key.weight, W_value.weight, optional W_query/W_key/W_value.bias,
