@@ -3,6 +3,7 @@
 #define ATTN_ENGINE_BUFFER_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 
@@ -18,6 +19,10 @@ class AlignedBuffer {
   static Result<AlignedBuffer> Allocate(size_t bytes) {
     AlignedBuffer buffer;
     if (bytes == 0) return buffer;
+    if (bytes > SIZE_MAX - 63) {
+      return OutOfMemory("cannot allocate " + std::to_string(bytes) +
+                         " bytes of working memory");
+    }
     const size_t rounded = (bytes + 63) / 64 * 64;
     buffer.data_.reset(static_cast<char*>(std::aligned_alloc(64, rounded)));
     if (!buffer.data_) {

@@ -337,9 +337,16 @@ Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
   const uint64_t activations =
       MulSat(u(R), u(4 * d_out + (elem == sizeof(float) ? 0 : d_in)));
   const uint64_t packed = MulSat(u(3 * d_in + d_out), u(d_out));
+  // Each worker of the core holds one query block of scores (and of bf16
+  // probabilities) against every key.
+  const int64_t block =
+      std::min(kernels::AttentionShape{}.query_block, seq_len);
+  const uint64_t core_scratch =
+      MulSat(u(m.num_threads), MulSat(u(block * seq_len), 4 + elem));
   ATTN_RETURN_IF_ERROR(CheckMemory(
       run_what,
-      AddSat(MulSat(AddSat(activations, packed), elem), WeightBytes(c)),
+      AddSat(AddSat(MulSat(AddSat(activations, packed), elem), core_scratch),
+             WeightBytes(c)),
       m.max_memory_bytes));
   auto plan = std::make_unique<Plan>();
   plan->batch = batch;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <set>
 #include <utility>
 
@@ -50,7 +51,9 @@ struct Mapping {
 };
 
 Status MapFile(const std::string& path, Mapping* mapping) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; S_ISREG below
+  // refuses it.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return IoError("cannot open " + Quoted(path) + ": " + std::strerror(errno));
   }
@@ -108,6 +111,19 @@ class HeaderChecker : public nlohmann::json_sax<json> {
       return Fail("lists more than " + std::to_string(kMaxTensors) +
                   " tensors, the limit");
     }
+    if (open_.size() == 1) root_key_ = name;
+    // Bound the keys below the root too: a tensor entry has three known
+    // fields, and __metadata__ at most kMaxTensors keys.
+    if (open_.size() == 2 && root_key_ != "__metadata__" && name != "dtype" &&
+        name != "shape" && name != "data_offsets") {
+      return Fail("has unknown field '" + name + "' in tensor '" + root_key_ +
+                  "' (want dtype, shape, data_offsets)");
+    }
+    if (open_.size() == 2 && root_key_ == "__metadata__" &&
+        object.keys.size() >= kMaxTensors) {
+      return Fail("has more than " + std::to_string(kMaxTensors) +
+                  " metadata keys, the limit");
+    }
     if (!object.keys.insert(name).second) {
       return Fail("names '" + name + "' twice");
     }
@@ -153,6 +169,7 @@ class HeaderChecker : public nlohmann::json_sax<json> {
     return true;
   }
   std::vector<Container> open_;
+  std::string root_key_;  // the tensor (or __metadata__) being read
   size_t tensors_ = 0;
 };
 
@@ -171,6 +188,9 @@ Status ParseHeader(const std::string& where, const char* begin, const char* end,
   }
   try {
     *header = json::parse(begin, end);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("header of " + where +
+                       " needs more memory than there is");
   } catch (const json::exception& e) {
     return InvalidArgument("header of " + where +
                            " is not valid JSON: " + e.what());
@@ -374,9 +394,14 @@ Result<std::vector<float>> SafetensorsFile::ReadF32(
     return InvalidArgument("tensor '" + name + "' has dtype " + t->dtype +
                            ", want F32");
   }
-  std::vector<float> values(t->size_bytes / sizeof(float));
-  if (!values.empty()) std::memcpy(values.data(), t->data, t->size_bytes);
-  return values;
+  try {
+    std::vector<float> values(t->size_bytes / sizeof(float));
+    if (!values.empty()) std::memcpy(values.data(), t->data, t->size_bytes);
+    return values;
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("cannot allocate " + std::to_string(t->size_bytes) +
+                       " bytes for tensor '" + name + "'");
+  }
 }
 
 Status WriteSafetensors(const std::string& path,
@@ -384,18 +409,32 @@ Status WriteSafetensors(const std::string& path,
                         const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<uint64_t> sizes;  // bytes of each tensor
   uint64_t offset = 0;
   for (const F32Tensor& t : tensors) {
-    uint64_t count = 1;
-    for (int64_t dim : t.shape) count *= static_cast<uint64_t>(dim);
-    const uint64_t bytes = count * sizeof(float);
-    if (header.contains(t.name)) {
-      return InvalidArgument("tensor '" + t.name + "' is written twice");
+    const std::string tensor = "tensor '" + t.name + "'";
+    if (t.name.empty() || t.name == "__metadata__" || header.contains(t.name)) {
+      return InvalidArgument(tensor +
+                             " cannot be written: want a unique, "
+                             "non-empty name other than __metadata__");
     }
+    uint64_t count = 1;
+    for (int64_t dim : t.shape) {
+      const auto size = static_cast<uint64_t>(dim);
+      if (dim < 0 || (size != 0 && count > (uint64_t{1} << 60) / size)) {
+        return InvalidArgument(tensor + " has shape " + ShapeString(t.shape) +
+                               ", want non-negative sizes of sane product");
+      }
+      count *= size;
+    }
+    if (count != 0 && t.data == nullptr) {
+      return InvalidArgument(tensor + " has no data");
+    }
+    sizes.push_back(count * sizeof(float));
     header[t.name] = {{"dtype", "F32"},
                       {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+                      {"data_offsets", {offset, offset + sizes.back()}}};
+    offset += sizes.back();
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // 8-aligned data section
@@ -406,6 +445,11 @@ Status WriteSafetensors(const std::string& path,
     return IoError("cannot create a temporary file beside " + Quoted(path) +
                    ": " + std::strerror(errno));
   }
+  int error = 0;  // errno of the first failing call
+  auto check = [&error](bool ok) {
+    if (!ok && error == 0) error = errno ? errno : EIO;
+    return ok && error == 0;
+  };
   auto write_all = [fd](const void* p, size_t n) {
     const auto* c = static_cast<const char*>(p);
     while (n > 0) {
@@ -417,22 +461,24 @@ Status WriteSafetensors(const std::string& path,
     }
     return true;
   };
+  // mkstemp creates the file 0600; give it the mode a plain create would.
+  const mode_t mask = umask(0);
+  umask(mask);
+  check(fchmod(fd, 0666 & ~mask) == 0);
   unsigned char len[8];
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < 8; ++i) {
     len[i] = static_cast<unsigned char>(text.size() >> (8 * i));
-  bool ok = write_all(len, 8) && write_all(text.data(), text.size());
-  for (const F32Tensor& t : tensors) {
-    uint64_t count = 1;
-    for (int64_t dim : t.shape) count *= static_cast<uint64_t>(dim);
-    ok = ok && write_all(t.data, count * sizeof(float));
   }
-  ok = ok && fsync(fd) == 0;
-  const int write_errno = errno;
-  ok = close(fd) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(ok ? errno : write_errno);
+  check(write_all(len, 8) && write_all(text.data(), text.size()));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    check(write_all(tensors[i].data, sizes[i]));
+  }
+  check(fsync(fd) == 0);
+  check(close(fd) == 0);
+  if (!check(error == 0 && std::rename(tmp.c_str(), path.c_str()) == 0)) {
     unlink(tmp.c_str());
-    return IoError("cannot write " + Quoted(path) + ": " + reason);
+    return IoError("cannot write " + Quoted(path) + ": " +
+                   std::strerror(error));
   }
   return {};
 }

@@ -3,6 +3,7 @@
 
 #include <omp.h>
 #include <sched.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -25,6 +26,10 @@ int AffinityCores() {
 
 Result<TunedConfig> ReadTunedConfig(const std::string& path) {
   const std::string what = "tuned config '" + path + "'";
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return InvalidArgument(what + " is not a regular file");  // e.g. a FIFO
+  }
   std::ifstream file(path);
   if (!file) {
     return InvalidArgument(what + " cannot be opened: " + std::strerror(errno));
@@ -44,7 +49,7 @@ Result<TunedConfig> ReadTunedConfig(const std::string& path) {
     return InvalidArgument(what + " has no \"num_threads\"");
   }
   if (!threads->is_number_integer() || threads->get<int64_t>() <= 0 ||
-      threads->get<int64_t>() > 4096) {
+      threads->get<int64_t>() > kMaxThreads) {
     return InvalidArgument(what + " has \"num_threads\": " + threads->dump() +
                            ", want a positive integer");
   }
@@ -58,11 +63,15 @@ Result<int> ResolveNumThreads(int requested) {
     return InvalidArgument("num_threads is " + std::to_string(requested) +
                            ", want 0 (default) or a positive count");
   }
+  if (requested > kMaxThreads) {
+    return InvalidArgument("num_threads is " + std::to_string(requested) +
+                           ", want at most " + std::to_string(kMaxThreads));
+  }
   if (requested > 0) return requested;
   if (const char* env = std::getenv("ATTN_NUM_THREADS"); env && *env) {
     char* end = nullptr;
     const long value = std::strtol(env, &end, 10);
-    if (*end != '\0' || value <= 0 || value > 4096) {
+    if (*end != '\0' || value <= 0 || value > kMaxThreads) {
       return InvalidArgument(std::string("ATTN_NUM_THREADS is '") + env +
                              "', want a positive integer");
     }

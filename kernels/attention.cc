@@ -18,6 +18,10 @@ size_t AlignUp(size_t bytes) { return (bytes + 63) / 64 * 64; }
 }  // namespace
 
 Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
+  if (shape.batch <= 0 || shape.seq_len <= 0 || shape.num_heads <= 0 ||
+      shape.head_dim <= 0 || shape.query_block <= 0) {
+    return InvalidArgument("attention shape needs every size > 0");
+  }
   CausalAttention core;
   core.shape_ = shape;
   const int64_t T = shape.seq_len, D = shape.head_dim;

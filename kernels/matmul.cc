@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <new>
 #include <string>
 #include <unordered_map>
 
@@ -57,9 +58,12 @@ MatMul::~MatMul() = default;
 
 Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
                               const Operand* bias, const Operand& dst,
-                              bool single_threaded,
-                              const PostOps& post_ops) {
-  const int saved_threads = omp_get_max_threads();
+                              bool single_threaded, const PostOps& post_ops) {
+  // Restores the caller's team size however Create leaves.
+  struct TeamSize {
+    int saved = omp_get_max_threads();
+    ~TeamSize() { omp_set_num_threads(saved); }
+  } team;
   if (single_threaded) omp_set_num_threads(1);
   try {
     dnnl::primitive_attr attr;
@@ -86,13 +90,13 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
              : dnnl::matmul::desc(src_md, wei_md, dst_md);
     impl->pd = dnnl::matmul::primitive_desc(desc, attr, CpuEngine());
     impl->prim = dnnl::matmul(impl->pd);
-    if (single_threaded) omp_set_num_threads(saved_threads);
     return MatMul(std::move(impl));
   } catch (const dnnl::error& e) {
-    if (single_threaded) omp_set_num_threads(saved_threads);
     return Internal(std::string("oneDNN could not create a matmul: ") +
                     e.what() + " (status " +
                     std::to_string(static_cast<int>(e.status)) + ")");
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("cannot allocate a oneDNN matmul primitive");
   }
 }
 

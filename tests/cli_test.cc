@@ -2,6 +2,7 @@
 // input (file, header, weights, input, flags) ends with exit code 1 or 2,
 // one line on stderr naming the problem, and no output file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -216,6 +217,39 @@ TEST_F(CliTest, UsageErrorsExitWithTwo) {
   ExpectRefused(Attn("frobnicate"), 2, "frobnicate");
   EXPECT_EQ(Attn("run --help").exit_code, 0);
   EXPECT_EQ(Attn("info").exit_code, 0);
+}
+
+TEST_F(CliTest, FifoIsRefusedNotWaitedOn) {
+  const std::string fifo = (dir_ / "fifo.safetensors").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ExpectRefused(RunOn(fifo, kBook), 1, "is not a regular file");
+  ExpectRefused(RunOn(kBook, fifo), 1, "is not a regular file");
+}
+
+TEST_F(CliTest, OutputHasTheModeAPlainCreateGives) {
+  const mode_t mask = umask(022);
+  ASSERT_EQ(RunOn(kBook, kBook).exit_code, 0);
+  umask(mask);
+  EXPECT_EQ(fs::status(output_).permissions(),
+            fs::perms::owner_read | fs::perms::owner_write |
+                fs::perms::group_read | fs::perms::others_read);
+}
+
+TEST_F(CliTest, WriterRefusesMalformedTensors) {
+  const float x[2] = {1, 2};
+  EXPECT_EQ(WriteSafetensors(output_, {{"t", {-1, 2}, x}}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteSafetensors(output_, {{"t", {2}, nullptr}}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteSafetensors(output_, {{"t", {2}, x}, {"t", {2}, x}}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteSafetensors(output_, {{"__metadata__", {2}, x}}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(output_));
+  EXPECT_EQ(WriteSafetensors((dir_ / "no" / "dir.st").string(), {{"t", {2}, x}})
+                    .message()
+                    .find("No such file or directory") != std::string::npos,
+            true);
 }
 
 TEST_F(CliTest, FailedRunKeepsAnExistingOutput) {

@@ -178,6 +178,9 @@ TEST(MhaTest, RefusesBadConfigurations) {
   options.num_threads = -1;
   ExpectError(MhaModel::Create(m.config, m.Weights(), options).status(),
               StatusCode::kInvalidArgument, "num_threads is -1");
+  options.num_threads = 1000000;
+  ExpectError(MhaModel::Create(m.config, m.Weights(), options).status(),
+              StatusCode::kInvalidArgument, "want at most 4096");
 }
 
 TEST(MhaTest, RefusesBadCalls) {

@@ -55,7 +55,12 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   for (const Command& command : commands) {
-    if (*command.app) return command.run();
+    if (!*command.app) continue;
+    try {
+      return command.run();
+    } catch (const std::exception& e) {  // e.g. bad_alloc outside the API
+      return Fail(e.what());
+    }
   }
   return kExitUsage;
 }
