@@ -165,7 +165,7 @@ int Soak(const SoakArgs& a) {
   const int64_t warmup =
       a.warmup > 0
           ? a.warmup
-          : std::max<int64_t>(200, a.iterations > 0 ? a.iterations / 100 : 0);
+          : std::max<int64_t>(1000, a.iterations > 0 ? a.iterations / 100 : 0);
   int64_t tokens = 0;
   auto random_call = [&]() -> Status {
     Case& c = (*cases)[static_cast<size_t>(pick_case(rng))];
@@ -300,7 +300,7 @@ Command AddSoakCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", s.warmup,
                   "random calls before the baseline (default: 1% of "
-                  "--iterations, at least 200)")
+                  "--iterations, at least 1000)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-growth", s.max_growth,
                   "fail when resident memory grows more than this percent")
