@@ -89,11 +89,12 @@ HWY_INLINE void CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
   const float row_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
 
   float fill = -1.0f;  // >= 0 when the whole valid prefix is one value
-  if (valid == 0 || row_max == -std::numeric_limits<float>::infinity()) {
-    fill = 0.0f;  // nothing to attend to: zeros, never NaN
-  } else if (!hn::AllFalse(d, nan_seen) ||
-             row_max == std::numeric_limits<float>::infinity()) {
+  // NaN first: a row of NaN (or NaN and -inf) may leave the max at -inf.
+  if (!hn::AllFalse(d, nan_seen) ||
+      row_max == std::numeric_limits<float>::infinity()) {
     fill = std::numeric_limits<float>::quiet_NaN();
+  } else if (valid == 0 || row_max == -std::numeric_limits<float>::infinity()) {
+    fill = 0.0f;  // nothing to attend to: zeros, never NaN
   }
 
   size_t end = 0;  // columns [0, end) are written by the passes below

@@ -106,6 +106,13 @@ void TestNonFiniteScoresGiveNaNLikePyTorch() {
     p = SoftmaxRow(x, 1, 1.0f);
     EXPECT_EQ(p[0], 1.0f);
   }
+  // NaN wins over a row that is otherwise empty of finite scores.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const std::vector<float>& row :
+       {std::vector<float>{nan, nan}, std::vector<float>{-kInf, nan, -kInf}}) {
+    for (float v : SoftmaxRow(row, row.size(), 1.0f))
+      EXPECT_TRUE(std::isnan(v));
+  }
   // -inf among finite scores is just a zero probability.
   const std::vector<float> p = SoftmaxRow({-kInf, 0.0f, 0.0f}, 3, 1.0f);
   EXPECT_EQ(p[0], 0.0f);
