@@ -105,6 +105,8 @@ def main():
                              figsize=(6 * len(thread_counts), 4.5),
                              squeeze=False, sharey=True)
     width = 0.8 / len(series)
+    lowest = min(row["tokens_per_s"] for rows in (attn, ort, torch)
+                 for row in rows.values())
     for ax, threads in zip(axes[0], thread_counts):
         for i, (label, get) in enumerate(series):
             xs, ys = [], []
@@ -116,6 +118,7 @@ def main():
             if xs:
                 ax.bar(xs, ys, width, label=label)
         ax.set_yscale("log")
+        ax.set_ylim(bottom=lowest / 2)  # log bars need a floor below all
         ax.set_xticks(range(len(shapes)))
         ax.set_xticklabels(shapes, rotation=20)
         ax.set_title(f"{threads} thread{'s' if threads > 1 else ''}")
