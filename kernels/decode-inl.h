@@ -137,7 +137,15 @@ HWY_INLINE void DecodeChunkT(D d, const DecodeParams& params,
   const size_t dims = params.row_stride;
   constexpr float kInf = std::numeric_limits<float>::infinity();
   HWY_ALIGN float scores[kDecodeChunk];
+  // The loops prefetch kDecodePrefetchRows ahead; the first rows of k, and of
+  // v (needed after the softmax), are requested here.
+  for (size_t j = 0; j < std::min(n, kDecodePrefetchRows); ++j) {
+    DecodePrefetchRow(k + j * dims, dims);
+  }
   DecodeScoresT(d, q, k, dims, dims, n, scores);
+  for (size_t j = 0; j < std::min(n, kDecodePrefetchRows); ++j) {
+    DecodePrefetchRow(v + j * dims, dims);
+  }
   // Tail lanes read -inf: excluded from the max, and exp gives 0 there.
   const size_t padded = (n + N - 1) / N * N;
   for (size_t j = n; j < padded; ++j) scores[j] = -kInf;
