@@ -2,16 +2,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/graph.hpp"
 #include "attn/safetensors.hpp"
 #include "tools/atomic_output.h"
 #include "tools/cli.h"
 #include "tools/decode_cli.h"
-#include "tools/graph_cli.h"
 
 namespace attn::cli {
 namespace {
@@ -23,27 +24,22 @@ struct RunArgs {
   int threads = 0;
   bool allow_nonfinite = false;
   bool incremental = false;  // through the KV cache (tools/run_incremental.cc)
-  std::string graph;         // a JSON graph instead (tools/run_graph.cc)
+  std::string graph;         // a JSON graph (attn/graph.hpp) instead
   int64_t layers = 0;        // --graph: runs, weights under trf_blocks.{i}.
   uint64_t max_memory = 0;   // bytes; 0 = attn::DefaultMaxMemoryBytes()
 };
 
-int RunMha(const RunArgs& args) {
-  if (const int rc = UseConfigFile(args.config)) return rc;
-  attn::MhaOptions options;
-  options.num_heads = args.heads;
-  options.context_length = args.context_length;
-  options.num_threads = args.threads;
-  options.dtype = args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
-  options.max_memory_bytes = args.max_memory;
-  InstallInterruptHandlers();
-  auto model = attn::MhaModel::Load(args.weights, options);
-  if (!model.ok()) return Fail(model.status().message());
-  const attn::MhaConfig& config = (*model)->config();
+// One forward pass: input [batch, seq_len, in_width] -> output.
+using Forward = std::function<Status(const float* input, int64_t batch,
+                                     int64_t seq_len, float* output)>;
 
-  auto file = attn::SafetensorsFile::Open(args.input);
+// The part of `attn run` every model shares: read and check the input, run
+// `forward`, check the output and write it atomically. Returns the exit code.
+int RunForward(const RunArgs& args, int64_t in_width, int64_t out_width,
+               const Forward& forward) {
+  auto file = SafetensorsFile::Open(args.input);
   if (!file.ok()) return Fail(file.status().message());
-  const attn::TensorInfo* x = file->Find(args.input_name);
+  const TensorInfo* x = file->Find(args.input_name);
   if (!x) {
     return Fail("input tensor '" + args.input_name + "' is missing from '" +
                 args.input + "' (name another with --input-name)");
@@ -52,21 +48,20 @@ int RunMha(const RunArgs& args) {
     return Fail("input tensor '" + args.input_name + "' has dtype " + x->dtype +
                 ", want F32");
   }
-  const std::string want =
-      "[batch, seq_len, " + std::to_string(config.d_in) + "]";
-  if (x->shape.size() != 3 || x->shape[2] != config.d_in || x->shape[0] <= 0 ||
+  if (x->shape.size() != 3 || x->shape[2] != in_width || x->shape[0] <= 0 ||
       x->shape[1] <= 0) {
     return Fail("input tensor '" + args.input_name + "' has shape " +
-                attn::ShapeString(x->shape) + ", want " + want);
+                ShapeString(x->shape) + ", want [batch, seq_len, " +
+                std::to_string(in_width) + "]");
   }
   const int64_t batch = x->shape[0], seq_len = x->shape[1];
   // The input's copy and the output, checked before either is allocated.
   const uint64_t max_memory =
-      args.max_memory ? args.max_memory : attn::DefaultMaxMemoryBytes();
+      args.max_memory ? args.max_memory : DefaultMaxMemoryBytes();
   const double io_bytes =
-      static_cast<double>(x->size_bytes) + 4.0 * batch * seq_len * config.d_out;
+      static_cast<double>(x->size_bytes) + 4.0 * batch * seq_len * out_width;
   if (io_bytes > static_cast<double>(max_memory)) {
-    return Fail("input and output of shape " + attn::ShapeString(x->shape) +
+    return Fail("input and output of shape " + ShapeString(x->shape) +
                 " need " + std::to_string(static_cast<uint64_t>(io_bytes)) +
                 " bytes, over the memory limit of " +
                 std::to_string(max_memory) +
@@ -74,9 +69,9 @@ int RunMha(const RunArgs& args) {
   }
   auto values = file->ReadF32(args.input_name);
   if (!values.ok()) return Fail(values.status().message());
+  const auto not_finite = [](float v) { return !std::isfinite(v); };
   if (!args.allow_nonfinite) {
-    const auto bad = std::find_if(values->begin(), values->end(),
-                                  [](float v) { return !std::isfinite(v); });
+    const auto bad = std::find_if(values->begin(), values->end(), not_finite);
     if (bad != values->end()) {
       return Fail("input tensor '" + args.input_name + "' holds " +
                   std::to_string(*bad) + " at element " +
@@ -85,18 +80,13 @@ int RunMha(const RunArgs& args) {
                   "through as PyTorch would)");
     }
   }
-  std::vector<float> y(static_cast<size_t>(batch * seq_len * config.d_out));
-  attn::MhaSession session(*model);
-  const attn::Status status =
-      args.incremental
-          ? RunIncremental(*model, values->data(), batch, seq_len, y.data())
-          : session.Run(values->data(), batch, seq_len, y.data());
+  std::vector<float> y(static_cast<size_t>(batch * seq_len * out_width));
+  const Status status = forward(values->data(), batch, seq_len, y.data());
   if (!status.ok()) return Fail(status.message());
   if (!args.allow_nonfinite) {
     // Finite input, non-finite output: an intermediate (projection or score)
     // overflowed fp32. Refuse rather than write NaN where the math is finite.
-    const auto bad = std::find_if(y.begin(), y.end(),
-                                  [](float v) { return !std::isfinite(v); });
+    const auto bad = std::find_if(y.begin(), y.end(), not_finite);
     if (bad != y.end()) {
       float largest = 0.0f;
       for (float v : *values) largest = std::max(largest, std::fabs(v));
@@ -109,10 +99,58 @@ int RunMha(const RunArgs& args) {
                   largest_text + "); scale the input down");
     }
   }
-  const attn::Status written = WriteOutputAtomically(
-      args.output, {{"output", {batch, seq_len, config.d_out}, y.data()}});
+  const Status written = WriteOutputAtomically(
+      args.output, {{"output", {batch, seq_len, out_width}, y.data()}});
   if (!written.ok()) return Fail(written.message());
   return 0;
+}
+
+DType ParseDType(const std::string& dtype) {
+  return dtype == "bf16" ? DType::kBF16 : DType::kF32;
+}
+
+int RunMha(const RunArgs& args) {
+  MhaOptions options;
+  options.num_heads = args.heads;
+  options.context_length = args.context_length;
+  options.num_threads = args.threads;
+  options.dtype = ParseDType(args.dtype);
+  options.max_memory_bytes = args.max_memory;
+  auto model = MhaModel::Load(args.weights, options);
+  if (!model.ok()) return Fail(model.status().message());
+  MhaSession session(*model);
+  return RunForward(
+      args, (*model)->config().d_in, (*model)->config().d_out,
+      [&](const float* x, int64_t batch, int64_t seq_len, float* y) {
+        return args.incremental ? RunIncremental(*model, x, batch, seq_len, y)
+                                : session.Run(x, batch, seq_len, y);
+      });
+}
+
+int RunGraph(const RunArgs& args) {
+  if (args.incremental) {
+    return Fail(
+        "--incremental is not supported with --graph, want a whole "
+        "sequence per run");
+  }
+  GraphOptions options;
+  options.num_heads = args.heads;
+  options.context_length = args.context_length;
+  options.layers = args.layers;
+  options.num_threads = args.threads;
+  options.dtype = ParseDType(args.dtype);
+  auto graph = Graph::Load(args.graph, args.weights, options);
+  if (!graph.ok()) return Fail(graph.status().message());
+  Graph& g = **graph;
+  return RunForward(args, g.input_width(), g.output_width(),
+                    [&](const float* x, int64_t batch, int64_t seq_len,
+                        float* y) { return g.Run(x, batch, seq_len, y); });
+}
+
+int Run(const RunArgs& args) {
+  if (const int rc = UseConfigFile(args.config)) return rc;
+  InstallInterruptHandlers();
+  return args.graph.empty() ? RunMha(args) : RunGraph(args);
 }
 
 }  // namespace
@@ -178,14 +216,7 @@ Command AddRunCommand(CLI::App& app) {
                    "with the names as written)")
       ->check(CLI::PositiveNumber);
 
-  return {
-      run_cmd, [args] {
-        if (args->graph.empty()) return RunMha(*args);
-        const RunArgs& a = *args;
-        return RunGraph({a.graph, a.weights, a.input, a.output, a.input_name,
-                         a.dtype, a.heads, a.context_length, a.layers,
-                         a.threads, a.allow_nonfinite, a.incremental});
-      }};
+  return {run_cmd, [args] { return Run(*args); }};
 }
 
 }  // namespace attn::cli
