@@ -101,7 +101,7 @@ class ATTN_API MhaSession {
 
   // input: [batch, seq_len, d_in] fp32, output: [batch, seq_len, d_out]
   // fp32, both dense. A new (batch, seq_len) prepares the primitives and
-  // buffers once; repeated calls with the same shape allocate nothing.
+  // buffers once; repeated calls with the same shape allocate no buffers.
   // NaN or Inf in the input propagate as in PyTorch: every query row that can
   // see a non-finite key, value or query comes out NaN.
   Status Run(const float* input, int64_t batch, int64_t seq_len, float* output);
