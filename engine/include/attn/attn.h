@@ -136,7 +136,7 @@ ATTN_API attn_status attn_session_create(const attn_model* model,
 /* input: [batch, seq_len, d_in] fp32, output: [batch, seq_len, d_out] fp32,
  * both dense, row-major, not overlapping. seq_len above the model's
  * context_length is refused. A new (batch, seq_len) prepares primitives and
- * buffers once; repeated runs at that shape allocate nothing. NaN and Inf in
+ * buffers once; repeated runs at that shape allocate no buffers. NaN and Inf in
  * the input propagate as in PyTorch. */
 ATTN_API attn_status attn_session_run(attn_session* session, const float* input,
                                       int64_t batch, int64_t seq_len,
