@@ -18,6 +18,7 @@
 #include "engine/buffer.h"
 #include "engine/graph_ir.h"
 #include "engine/graph_plan.h"
+#include "engine/limits.h"
 #include "engine/threads.h"
 #include "kernels/elementwise.h"
 #include "kernels/layernorm.h"
@@ -287,6 +288,7 @@ class Binder {
     MhaOptions mha_options;
     mha_options.num_threads = num_threads_;
     mha_options.dtype = options_.dtype;
+    mha_options.max_memory_bytes = options_.max_memory_bytes;
     auto model = MhaModel::Create(config, weights, mha_options);
     if (!model.ok()) {
       return Status(model.status().code(),
@@ -317,6 +319,7 @@ struct Graph::Impl {
   std::vector<std::vector<NodeWeights>> layer;  // [layer][node]
   int num_threads = 1;
   DType dtype = DType::kF32;
+  uint64_t max_memory_bytes = 0;  // resolved cap
 
   // The compiled shape: per step its matmul (shared by the layers, whose
   // shapes agree) and per layer and step its packed weights or session.
@@ -373,6 +376,15 @@ Result<std::unique_ptr<Graph>> Graph::FromJson(const std::string& json,
 
   Result<SafetensorsFile> file = SafetensorsFile::Open(weights_path);
   if (!file.ok()) return file.status();
+  // Every weight is copied out of the file once (the mapping itself is not
+  // counted: its pages are the file's).
+  impl->max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
+  uint64_t file_bytes = 0;
+  for (const TensorInfo& t : file->tensors()) {
+    file_bytes = AddSat(file_bytes, t.size_bytes);
+  }
+  ATTN_RETURN_IF_ERROR(CheckMemory("the weights of '" + weights_path + "'",
+                                   file_bytes, impl->max_memory_bytes));
   if (options.layers < 0) {
     return InvalidArgument("layers is " + std::to_string(options.layers) +
                            ", want a positive count (or 0 for one pass "
@@ -551,6 +563,12 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
                {&lowered, lowered_bytes},
                {&hops[0], L > 1 ? hop_bytes : 0},
                {&hops[1], L > 2 ? hop_bytes : 0}};
+  uint64_t need = memory.workspace;  // packed weights and sessions so far
+  for (const auto& want : wants) need = AddSat(need, want.bytes);
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory("a run of batch " + std::to_string(new_batch) +
+                      " x seq_len " + std::to_string(new_seq_len),
+                  need, max_memory_bytes));
   for (const auto& want : wants) {
     Result<AlignedBuffer> buffer = Allocate(want.bytes);
     if (!buffer.ok()) return buffer.status();

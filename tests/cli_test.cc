@@ -252,6 +252,17 @@ TEST_F(CliTest, WriterRefusesMalformedTensors) {
             true);
 }
 
+TEST_F(CliTest, MemoryCapCoversGraphs) {
+  const std::string graph = (fs::path(ATTN_SOURCE_DIR) / "tools" / "graphs" /
+                             "transformer_block.json")
+                                .string();
+  const std::string block = (kGolden / "graph" / "block.safetensors").string();
+  EXPECT_EQ(RunOn(block, block, "--graph " + graph).exit_code, 0);
+  fs::remove(output_);
+  ExpectRefused(RunOn(block, block, "--graph " + graph + " --max-memory 4096"),
+                1, "over the memory limit");
+}
+
 TEST_F(CliTest, FailedRunKeepsAnExistingOutput) {
   std::ofstream(output_) << "previous result";
   EXPECT_EQ(RunOn(kBook, kBook, "--heads 3").exit_code, 1);

@@ -139,6 +139,7 @@ int RunGraph(const RunArgs& args) {
   options.layers = args.layers;
   options.num_threads = args.threads;
   options.dtype = ParseDType(args.dtype);
+  options.max_memory_bytes = args.max_memory;
   auto graph = Graph::Load(args.graph, args.weights, options);
   if (!graph.ok()) return Fail(graph.status().message());
   Graph& g = **graph;

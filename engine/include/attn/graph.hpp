@@ -30,6 +30,9 @@ struct GraphOptions {
   // kBF16: linear and mha matmuls in bf16 with fp32 accumulation; LayerNorm,
   // GELU, softmax and residual adds stay fp32. Needs AVX512_BF16.
   DType dtype = DType::kF32;
+  // Most memory the weights, or one compiled shape's buffers, may ask for;
+  // 0: DefaultMaxMemoryBytes(). Checked before allocating, as for MhaModel.
+  uint64_t max_memory_bytes = 0;
 };
 
 // Memory the compiled plan uses for one input shape, in bytes.
