@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/softmax.h"
 
@@ -38,11 +37,11 @@ Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
         MatMul::Create({{M, D}, {}, type}, {{D, N}, {1, D}, type}, nullptr,
                        {{M, N}, {}, DataType::kF32}, /*single_threaded=*/true);
     if (!scores.ok()) return scores.status();
-    // ctx_blk [M, D] = probs [M, N] x v [N, D], dense: oneDNN 2.6 runs a
-    // strided dst (row stride C) on its slower gemm:jit, not brgemm.
-    Result<MatMul> context =
-        MatMul::Create({{M, N}, {}, type}, {{N, D}, {D, 1}, type}, nullptr,
-                       {{M, D}, {}, type}, /*single_threaded=*/true);
+    // ctx_blk [M, D] f32 = probs [M, N] x v [N, D], dense: oneDNN 2.6 runs
+    // a strided dst (row stride C) on its slower gemm:jit, not brgemm.
+    Result<MatMul> context = MatMul::Create(
+        {{M, N}, {}, type}, {{N, D}, {D, 1}, type}, nullptr,
+        {{M, D}, {}, DataType::kF32}, /*single_threaded=*/true);
     if (!context.ok()) return context.status();
     mm_scratch = std::max(
         {mm_scratch, scores->scratch_bytes(), context->scratch_bytes()});
@@ -52,9 +51,11 @@ Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
   core.scores_bytes_ = AlignUp(static_cast<size_t>(Bq * T) * sizeof(float));
   core.probs_bytes_ =
       type == DataType::kBF16 ? AlignUp(static_cast<size_t>(Bq * T) * 2) : 0;
-  core.block_ctx_bytes_ = AlignUp(static_cast<size_t>(Bq * D) * SizeOf(type));
+  core.block_ctx_bytes_ = AlignUp(static_cast<size_t>(Bq * D) * sizeof(float));
+  core.row_scale_bytes_ = AlignUp(static_cast<size_t>(Bq) * sizeof(float));
   core.worker_scratch_bytes_ = core.scores_bytes_ + core.probs_bytes_ +
-                               core.block_ctx_bytes_ + AlignUp(mm_scratch);
+                               core.block_ctx_bytes_ + core.row_scale_bytes_ +
+                               AlignUp(mm_scratch);
   return core;
 }
 
@@ -85,8 +86,11 @@ void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
     void* probs = shape_.type == DataType::kBF16
                       ? static_cast<void*>(worker + scores_bytes_)
                       : static_cast<void*>(scores);
-    char* block_ctx = worker + scores_bytes_ + probs_bytes_;
-    void* mm_scratch = block_ctx + block_ctx_bytes_;
+    auto* block_ctx =
+        reinterpret_cast<float*>(worker + scores_bytes_ + probs_bytes_);
+    auto* row_scale = reinterpret_cast<float*>(
+        reinterpret_cast<char*>(block_ctx) + block_ctx_bytes_);
+    void* mm_scratch = reinterpret_cast<char*>(row_scale) + row_scale_bytes_;
 
     // Rows of head h in batch b start here in each of the q, k, v planes.
     const size_t head_rows = static_cast<size_t>((h * B + b) * T * D) * elem;
@@ -96,18 +100,22 @@ void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
     char* out =
         ctx_bytes + static_cast<size_t>((b * T + i0) * C + h * D) * elem;
 
+    // The softmax's normalisation waits for the M x D context rather than
+    // rescaling the M x N probabilities.
     scores_mm_[qb].Run(q, k, nullptr, scores, mm_scratch);
     if (shape_.type == DataType::kBF16) {
-      CausalSoftmaxToBF16(scores, M, N, N, i0, scale_,
-                          static_cast<hwy::bfloat16_t*>(probs), N);
+      CausalSoftmaxUnnormalizedToBF16(scores, M, N, N, i0, scale_,
+                                      static_cast<hwy::bfloat16_t*>(probs), N,
+                                      row_scale);
     } else {
-      CausalSoftmax(scores, M, N, N, i0, scale_);
+      CausalSoftmaxUnnormalized(scores, M, N, N, i0, scale_, row_scale);
     }
     context_mm_[qb].Run(probs, v, nullptr, block_ctx, mm_scratch);
-    const size_t row_bytes = static_cast<size_t>(D) * elem;
-    for (int64_t r = 0; r < M; ++r) {
-      std::memcpy(out + static_cast<size_t>(r * C) * elem,
-                  block_ctx + static_cast<size_t>(r) * row_bytes, row_bytes);
+    if (shape_.type == DataType::kBF16) {
+      ScaleRowsToBF16(block_ctx, M, D, row_scale,
+                      reinterpret_cast<hwy::bfloat16_t*>(out), C);
+    } else {
+      ScaleRows(block_ctx, M, D, row_scale, reinterpret_cast<float*>(out), C);
     }
   }
 }

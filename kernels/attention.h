@@ -45,7 +45,8 @@ class CausalAttention {
   size_t worker_scratch_bytes_ = 0;
   size_t scores_bytes_ = 0;     // offset of the bf16 probabilities
   size_t probs_bytes_ = 0;      // bf16 probabilities (0 for f32)
-  size_t block_ctx_bytes_ = 0;  // one query block's context, dense
+  size_t block_ctx_bytes_ = 0;  // one query block's f32 context, dense
+  size_t row_scale_bytes_ = 0;  // its rows' softmax normalisers
   // Per query block qb: scores = q_blk k^T and ctx_blk = probs v.
   std::vector<MatMul> scores_mm_;
   std::vector<MatMul> context_mm_;

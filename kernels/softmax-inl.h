@@ -33,6 +33,35 @@ HWY_INLINE V LoadTail(D d, const float* p, size_t count, V fill) {
   return hn::Load(d, buf);
 }
 
+// exp(t) for t <= 0, the softmax's shifted logits: hn::Exp's range
+// reduction and polynomial, but one exponent add instead of hn::Exp's sign
+// handling and two-step scaling, which only its t > 0 range needs. Results
+// below exp(-87) (< 2e-38, beneath any row sum >= 1) are 0.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V ExpNonPositive(D d, V t) {
+  const hn::RebindToSigned<D> di;
+  // t = n ln2 + r with |r| <= ln2 / 2; clamped so that n >= -127 and the
+  // exponent arithmetic below stays in range even for t = -inf.
+  const auto n = hn::NearestInt(
+      hn::Max(hn::Mul(t, hn::Set(d, 1.44269504088896341f)), hn::Set(d, -127.0f)));
+  const V nf = hn::ConvertTo(d, n);
+  // ln2 in two parts: nf * the first part is exact.
+  V r = hn::MulAdd(nf, hn::Set(d, -0.693145751953125f), t);
+  r = hn::MulAdd(nf, hn::Set(d, -1.428606765330187045e-6f), r);
+  // exp(r) = 1 + r + r^2 (c0 + c1 r + ... + c5 r^5), minimax coefficients.
+  V p = hn::Set(d, 0.000198527617612853646278381f);
+  p = hn::MulAdd(p, r, hn::Set(d, 0.00139304355252534151077271f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.00833336077630519866943359f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.0416664853692054748535156f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.166666671633720397949219f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+  p = hn::Add(hn::MulAdd(p, hn::Mul(r, r), r), hn::Set(d, 1.0f));
+  // times 2^n: add n to the exponent field (the result is normal here).
+  const V scaled =
+      hn::BitCast(d, hn::Add(hn::BitCast(di, p), hn::ShiftLeft<23>(n)));
+  return hn::IfThenElseZero(hn::Ge(t, hn::Set(d, -87.0f)), scaled);
+}
+
 // Stores v (all lanes, or the first `count`) to p as float. Never touches
 // memory past p + count: another worker may own it.
 template <class D, class V = hn::Vec<D>>
@@ -57,16 +86,22 @@ HWY_INLINE void StoreProbs(D /*d*/, V v, hwy::bfloat16_t* p, size_t count) {
   const auto rounded = hn::Add(hn::Add(bits, hn::Set(du32, 0x7FFF)), lsb);
   const auto halves = hn::DemoteTo(
       du16, hn::BitCast(hn::RebindToSigned<D>(), hn::ShiftRight<16>(rounded)));
-  alignas(64) uint16_t buf[hn::MaxLanes(du16)];
-  hn::Store(halves, du16, buf);
-  std::memcpy(p, buf, count * sizeof(uint16_t));
+  if (count == hn::Lanes(du16)) {
+    hn::StoreU(halves, du16, reinterpret_cast<uint16_t*>(p));
+  } else {
+    alignas(64) uint16_t buf[hn::MaxLanes(du16)];
+    hn::Store(halves, du16, buf);
+    std::memcpy(p, buf, count * sizeof(uint16_t));
+  }
 }
 
 // x[0, valid) := softmax(scale * x[0, valid)), written to out[0, cols) with
-// zeros over [valid, cols). x is clobbered. x and out may alias.
-template <class D, typename TOut>
-HWY_INLINE void CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
-                                  float scale, TOut* out) {
+// zeros over [valid, cols). x is clobbered. x and out may alias. Without
+// kNormalize, writes exp(scale * (x - max)) instead and returns the factor
+// 1 / sum that normalises it (1 for rows written as zeros or NaN).
+template <bool kNormalize, class D, typename TOut>
+HWY_INLINE float CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
+                                   float scale, TOut* out) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
   const V neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
@@ -97,63 +132,103 @@ HWY_INLINE void CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
     fill = 0.0f;  // nothing to attend to: zeros, never NaN
   }
 
-  size_t end = 0;  // columns [0, end) are written by the passes below
+  float factor = 1.0f;
   if (fill != -1.0f) {
     const V vfill = hn::Set(d, fill);
     for (i = 0; i < valid; i += N) {
       StoreProbs(d, vfill, out + i, std::min(N, valid - i));
     }
-    end = valid;
   } else {
     // Pass 2: e = exp(scale * (x - max)) and its sum. Subtracting the max
-    // keeps exp finite; the tail lanes are excluded from the sum.
+    // keeps exp finite; the tail lanes are excluded from the sum. Normalised
+    // rows keep e in x for pass 3; the others store it as their output.
     const V vscale = hn::Set(d, scale);
     const V vrow_max = hn::Set(d, row_max);
     V vsum = hn::Zero(d);
     for (i = 0; i + N <= valid; i += N) {
-      const V e =
-          hn::Exp(d, hn::Mul(hn::Sub(hn::LoadU(d, x + i), vrow_max), vscale));
-      hn::StoreU(e, d, x + i);
+      const V e = ExpNonPositive(
+          d, hn::Mul(hn::Sub(hn::LoadU(d, x + i), vrow_max), vscale));
+      if (kNormalize) {
+        hn::StoreU(e, d, x + i);
+      } else {
+        StoreProbs(d, e, out + i, N);
+      }
       vsum = hn::Add(vsum, e);
     }
     if (i < valid) {
       // Tail lanes load the max, a finite value; they are kept out of the sum.
-      const V e = hn::Exp(
+      const V e = ExpNonPositive(
           d, hn::Mul(hn::Sub(LoadTail(d, x + i, valid - i, vrow_max), vrow_max),
                      vscale));
-      StoreProbs(d, e, x + i, valid - i);
+      if (kNormalize) {
+        StoreProbs(d, e, x + i, valid - i);
+      } else {
+        StoreProbs(d, e, out + i, valid - i);
+      }
       vsum = hn::Add(vsum, hn::IfThenElseZero(hn::FirstN(d, valid - i), e));
     }
-    // Pass 3: normalise. The max element contributes exp(0) = 1, so sum >= 1.
-    const V inv_sum = hn::Div(hn::Set(d, 1.0f), hn::SumOfLanes(d, vsum));
-    for (i = 0; i + N <= valid; i += N) {
-      StoreProbs(d, hn::Mul(hn::LoadU(d, x + i), inv_sum), out + i, N);
+    // The max element contributes exp(0) = 1, so sum >= 1.
+    factor = 1.0f / hn::GetLane(hn::SumOfLanes(d, vsum));
+    if (kNormalize) {
+      // Pass 3: normalise.
+      const V inv_sum = hn::Set(d, factor);
+      for (i = 0; i + N <= valid; i += N) {
+        StoreProbs(d, hn::Mul(hn::LoadU(d, x + i), inv_sum), out + i, N);
+      }
+      if (i < valid) {
+        const V v =
+            hn::Mul(LoadTail(d, x + i, valid - i, hn::Zero(d)), inv_sum);
+        StoreProbs(d, v, out + i, valid - i);
+      }
+      factor = 1.0f;
     }
-    if (i < valid) {
-      const V v = hn::Mul(LoadTail(d, x + i, valid - i, hn::Zero(d)), inv_sum);
-      StoreProbs(d, v, out + i, valid - i);
-    }
-    end = valid;
   }
   // Masked suffix.
   const V zero = hn::Zero(d);
-  for (i = end; i < cols; i += N) {
+  for (i = valid; i < cols; i += N) {
     StoreProbs(d, zero, out + i, std::min(N, cols - i));
   }
+  return factor;
 }
 
-// The tile loop shared by both output types.
-template <typename TOut>
+// The tile loop shared by every variant. Without kNormalize, row r's factor
+// goes to row_scale[r].
+template <bool kNormalize, typename TOut>
 HWY_INLINE void CausalSoftmaxT(float* scores, size_t rows, size_t cols,
                                size_t stride, ptrdiff_t diagonal, float scale,
-                               TOut* out, size_t out_stride) {
+                               TOut* out, size_t out_stride,
+                               float* row_scale = nullptr) {
   const hn::ScalableTag<float> d;
   for (size_t r = 0; r < rows; ++r) {
     const ptrdiff_t valid =
         std::clamp<ptrdiff_t>(static_cast<ptrdiff_t>(r) + diagonal + 1, 0,
                               static_cast<ptrdiff_t>(cols));
-    CausalSoftmaxRowT(d, scores + r * stride, static_cast<size_t>(valid), cols,
-                      scale, out + r * out_stride);
+    const float factor = CausalSoftmaxRowT<kNormalize>(
+        d, scores + r * stride, static_cast<size_t>(valid), cols, scale,
+        out + r * out_stride);
+    if (!kNormalize) row_scale[r] = factor;
+  }
+}
+
+// dst row r := src row r * row_scale[r], for `rows` dense rows of `cols`.
+template <typename TOut>
+HWY_INLINE void ScaleRowsT(const float* src, size_t rows, size_t cols,
+                           const float* row_scale, TOut* dst,
+                           size_t dst_stride) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* in = src + r * cols;
+    TOut* out = dst + r * dst_stride;
+    const auto factor = hn::Set(d, row_scale[r]);
+    size_t i = 0;
+    for (; i + N <= cols; i += N) {
+      StoreProbs(d, hn::Mul(hn::LoadU(d, in + i), factor), out + i, N);
+    }
+    if (i < cols) {
+      const auto v = LoadTail(d, in + i, cols - i, hn::Zero(d));
+      StoreProbs(d, hn::Mul(v, factor), out + i, cols - i);
+    }
   }
 }
 

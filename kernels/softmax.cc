@@ -12,14 +12,34 @@ namespace attn::kernels::HWY_NAMESPACE {
 
 void CausalSoftmaxF32(float* scores, size_t rows, size_t cols, size_t stride,
                       ptrdiff_t diagonal, float scale) {
-  CausalSoftmaxT(scores, rows, cols, stride, diagonal, scale, scores, stride);
+  CausalSoftmaxT<true>(scores, rows, cols, stride, diagonal, scale, scores,
+                       stride);
 }
 
-void CausalSoftmaxBF16(float* scores, size_t rows, size_t cols, size_t stride,
-                       ptrdiff_t diagonal, float scale, hwy::bfloat16_t* probs,
-                       size_t probs_stride) {
-  CausalSoftmaxT(scores, rows, cols, stride, diagonal, scale, probs,
-                 probs_stride);
+void CausalSoftmaxExpF32(float* scores, size_t rows, size_t cols,
+                         size_t stride, ptrdiff_t diagonal, float scale,
+                         float* row_scale) {
+  CausalSoftmaxT<false>(scores, rows, cols, stride, diagonal, scale, scores,
+                        stride, row_scale);
+}
+
+void CausalSoftmaxExpBF16(float* scores, size_t rows, size_t cols,
+                          size_t stride, ptrdiff_t diagonal, float scale,
+                          hwy::bfloat16_t* probs, size_t probs_stride,
+                          float* row_scale) {
+  CausalSoftmaxT<false>(scores, rows, cols, stride, diagonal, scale, probs,
+                        probs_stride, row_scale);
+}
+
+void ScaleRowsF32(const float* src, size_t rows, size_t cols,
+                  const float* row_scale, float* dst, size_t dst_stride) {
+  ScaleRowsT(src, rows, cols, row_scale, dst, dst_stride);
+}
+
+void ScaleRowsBF16(const float* src, size_t rows, size_t cols,
+                   const float* row_scale, hwy::bfloat16_t* dst,
+                   size_t dst_stride) {
+  ScaleRowsT(src, rows, cols, row_scale, dst, dst_stride);
 }
 
 const char* TargetNameOfThisTarget() { return hwy::TargetName(HWY_TARGET); }
@@ -31,7 +51,10 @@ HWY_AFTER_NAMESPACE();
 namespace attn::kernels {
 
 HWY_EXPORT(CausalSoftmaxF32);
-HWY_EXPORT(CausalSoftmaxBF16);
+HWY_EXPORT(CausalSoftmaxExpF32);
+HWY_EXPORT(CausalSoftmaxExpBF16);
+HWY_EXPORT(ScaleRowsF32);
+HWY_EXPORT(ScaleRowsBF16);
 HWY_EXPORT(TargetNameOfThisTarget);
 
 void CausalSoftmax(float* scores, size_t rows, size_t cols, size_t stride,
@@ -40,11 +63,32 @@ void CausalSoftmax(float* scores, size_t rows, size_t cols, size_t stride,
   (scores, rows, cols, stride, diagonal, scale);
 }
 
-void CausalSoftmaxToBF16(float* scores, size_t rows, size_t cols, size_t stride,
-                         ptrdiff_t diagonal, float scale,
-                         hwy::bfloat16_t* probs, size_t probs_stride) {
-  HWY_DYNAMIC_DISPATCH(CausalSoftmaxBF16)
-  (scores, rows, cols, stride, diagonal, scale, probs, probs_stride);
+void CausalSoftmaxUnnormalized(float* scores, size_t rows, size_t cols,
+                               size_t stride, ptrdiff_t diagonal, float scale,
+                               float* row_scale) {
+  HWY_DYNAMIC_DISPATCH(CausalSoftmaxExpF32)
+  (scores, rows, cols, stride, diagonal, scale, row_scale);
+}
+
+void CausalSoftmaxUnnormalizedToBF16(float* scores, size_t rows, size_t cols,
+                                     size_t stride, ptrdiff_t diagonal,
+                                     float scale, hwy::bfloat16_t* probs,
+                                     size_t probs_stride, float* row_scale) {
+  HWY_DYNAMIC_DISPATCH(CausalSoftmaxExpBF16)
+  (scores, rows, cols, stride, diagonal, scale, probs, probs_stride,
+   row_scale);
+}
+
+void ScaleRows(const float* src, size_t rows, size_t cols,
+               const float* row_scale, float* dst, size_t dst_stride) {
+  HWY_DYNAMIC_DISPATCH(ScaleRowsF32)(src, rows, cols, row_scale, dst, dst_stride);
+}
+
+void ScaleRowsToBF16(const float* src, size_t rows, size_t cols,
+                     const float* row_scale, hwy::bfloat16_t* dst,
+                     size_t dst_stride) {
+  HWY_DYNAMIC_DISPATCH(ScaleRowsBF16)
+  (src, rows, cols, row_scale, dst, dst_stride);
 }
 
 const char* SimdTargetName() {

@@ -20,12 +20,29 @@ namespace attn::kernels {
 void CausalSoftmax(float* scores, size_t rows, size_t cols, size_t stride,
                    ptrdiff_t diagonal, float scale);
 
-// As CausalSoftmax, but writes the probabilities as bfloat16 (rounded to
-// nearest even) to `probs` (`probs_stride` elements between rows); `scores`
-// is clobbered.
-void CausalSoftmaxToBF16(float* scores, size_t rows, size_t cols, size_t stride,
-                         ptrdiff_t diagonal, float scale,
-                         hwy::bfloat16_t* probs, size_t probs_stride);
+// The attention core's softmax, split around the P x V matmul so that no
+// pass rescales the whole tile: as CausalSoftmax, but row r holds the
+// unnormalised exp(scale * (s - row max)) over [0, valid_r), and
+// row_scale[r] the factor 1 / sum that normalises it (1 for rows written as
+// zeros or NaN). The ...ToBF16 variant writes those values as bfloat16
+// (rounded to nearest even) to `probs`, `probs_stride` elements between
+// rows, and clobbers `scores`.
+void CausalSoftmaxUnnormalized(float* scores, size_t rows, size_t cols,
+                               size_t stride, ptrdiff_t diagonal, float scale,
+                               float* row_scale);
+void CausalSoftmaxUnnormalizedToBF16(float* scores, size_t rows, size_t cols,
+                                     size_t stride, ptrdiff_t diagonal,
+                                     float scale, hwy::bfloat16_t* probs,
+                                     size_t probs_stride, float* row_scale);
+
+// Finishes the split softmax: dst row r := src row r * row_scale[r], for
+// `rows` dense rows of `cols` floats; `dst_stride` elements between rows of
+// dst. The ...ToBF16 variant rounds to nearest even.
+void ScaleRows(const float* src, size_t rows, size_t cols,
+               const float* row_scale, float* dst, size_t dst_stride);
+void ScaleRowsToBF16(const float* src, size_t rows, size_t cols,
+                     const float* row_scale, hwy::bfloat16_t* dst,
+                     size_t dst_stride);
 
 // Name of the Highway target the kernels dispatch to on this machine.
 const char* SimdTargetName();

@@ -1,9 +1,11 @@
 // Tests the causal softmax on every compiled Highway target against the
 // scalar reference: lengths around the vector width, every causal prefix,
 // fully masked rows, huge logits, NaN and Inf.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
@@ -23,7 +25,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Runs the per-target tile loop on one row of `x` with `valid` keys.
 std::vector<float> SoftmaxRow(std::vector<float> x, size_t valid, float scale) {
-  CausalSoftmaxT(x.data(), 1, x.size(), x.size(),
+  CausalSoftmaxT<true>(x.data(), 1, x.size(), x.size(),
                  static_cast<ptrdiff_t>(valid) - 1, scale, x.data(), x.size());
   return x;
 }
@@ -53,8 +55,8 @@ void TestTileRowsFollowTheDiagonal() {
   for (ptrdiff_t diagonal : {-3, 0, 5, 18, 40}) {
     std::vector<float> tile = test::RandomVector(rng, rows * stride, -5.f, 5.f);
     const std::vector<float> before = tile;
-    CausalSoftmaxT(tile.data(), rows, cols, stride, diagonal, 0.25f,
-                   tile.data(), stride);
+    CausalSoftmaxT<true>(tile.data(), rows, cols, stride, diagonal, 0.25f,
+                         tile.data(), stride);
     for (size_t r = 0; r < rows; ++r) {
       const ptrdiff_t valid = std::clamp<ptrdiff_t>(
           static_cast<ptrdiff_t>(r) + diagonal + 1, 0, cols);
@@ -119,18 +121,106 @@ void TestNonFiniteScoresGiveNaNLikePyTorch() {
   EXPECT_FLOAT_EQ(p[1], 0.5f);
 }
 
-void TestBF16OutputRoundsToNearest() {
+// The split softmax of the attention core: exp values, then rows scaled by
+// their factor, against the reference softmax; padding stays untouched.
+void TestUnnormalizedRowsScaleToTheSoftmax() {
+  std::mt19937 rng(4);
+  const size_t rows = 23, stride = 53, out_stride = 61;
+  for (size_t cols : {size_t{1}, size_t{17}, size_t{50}}) {
+    for (ptrdiff_t diagonal : {-4, 0, 9, 49}) {
+      std::vector<float> tile =
+          test::RandomVector(rng, rows * stride, 60.f, 70.f);
+      const std::vector<float> before = tile;
+      std::vector<float> row_scale(rows, -1.0f);
+      CausalSoftmaxT<false>(tile.data(), rows, cols, stride, diagonal, 0.3f,
+                            tile.data(), stride, row_scale.data());
+      // ScaleRowsT takes dense rows.
+      std::vector<float> dense(rows * cols);
+      for (size_t r = 0; r < rows; ++r) {
+        std::copy_n(tile.begin() + r * stride, cols, dense.begin() + r * cols);
+      }
+      std::vector<float> out(rows * out_stride, 42.0f);
+      ScaleRowsT(dense.data(), rows, cols, row_scale.data(), out.data(),
+                 out_stride);
+      for (size_t r = 0; r < rows; ++r) {
+        const ptrdiff_t valid = std::clamp<ptrdiff_t>(
+            static_cast<ptrdiff_t>(r) + diagonal + 1, 0, cols);
+        const std::vector<float> row(before.begin() + r * stride,
+                                     before.begin() + r * stride + cols);
+        const std::string where = "cols " + std::to_string(cols) +
+                                  " diagonal " + std::to_string(diagonal) +
+                                  " row " + std::to_string(r);
+        test::ExpectAllClose(
+            reference::CausalSoftmaxRow(row, static_cast<size_t>(valid), 0.3),
+            out.data() + r * out_stride, 1e-6, where);
+        if (valid == 0) {
+          EXPECT_EQ(row_scale[r], 1.0f) << where;
+        }
+        for (size_t c = cols; c < out_stride && r * out_stride + c < out.size();
+             ++c) {
+          EXPECT_EQ(out[r * out_stride + c], 42.0f) << where;
+        }
+      }
+    }
+  }
+}
+
+// NaN and +inf rows are final before scaling (factor 1), like masked rows.
+void TestUnnormalizedNonFiniteRowsHaveFactorOne() {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> tile = {0.5f, nan, 2.0f, 1.0f, kInf, 3.0f,
+                             -kInf, -kInf, 1.0f};
+  std::vector<float> row_scale(3);
+  // Row r sees r + 2 keys: rows 0 and 1 hold a non-finite score, row 2 a
+  // -inf prefix and one finite score.
+  CausalSoftmaxT<false>(tile.data(), 3, 3, 3, 1, 1.0f, tile.data(), 3,
+                        row_scale.data());
+  for (size_t r : {0, 1}) {
+    EXPECT_EQ(row_scale[r], 1.0f);
+    for (size_t c = 0; c < 2; ++c) EXPECT_TRUE(std::isnan(tile[r * 3 + c]));
+  }
+  EXPECT_EQ(tile[2], 0.0f);  // masked
+  EXPECT_TRUE(std::isnan(tile[5]));
+  EXPECT_EQ(tile[6], 0.0f);
+  EXPECT_EQ(tile[7], 0.0f);
+  EXPECT_EQ(tile[8], 1.0f);
+  EXPECT_EQ(row_scale[2], 1.0f);
+}
+
+// bf16 results are rounded to nearest, both the exp values and the scaled
+// rows: within half a bf16 ulp (2^-8 relative) plus fp32 error.
+void TestBF16OutputsRoundToNearest() {
   std::mt19937 rng(3);
-  const size_t cols = 45;
+  const size_t cols = 45, valid = 30;
+  const float scale = 1.0f;
   std::vector<float> x = test::RandomVector(rng, cols, -4.f, 4.f);
-  const std::vector<double> expected = reference::CausalSoftmaxRow(x, 30, 1.0);
+  const float max = *std::max_element(x.begin(), x.begin() + valid);
+  std::vector<double> expected_exp(cols, 0.0);
+  for (size_t i = 0; i < valid; ++i) {
+    expected_exp[i] = std::exp(double(scale) * (double(x[i]) - max));
+  }
   std::vector<hwy::bfloat16_t> probs(cols);
-  CausalSoftmaxT(x.data(), 1, cols, cols, 29, 1.0f, probs.data(), cols);
+  float row_scale = 0.0f;
+  CausalSoftmaxT<false>(x.data(), 1, cols, cols, valid - 1, scale,
+                        probs.data(), cols, &row_scale);
+  double sum = 0.0;
   for (size_t i = 0; i < cols; ++i) {
     const double got = hwy::F32FromBF16(probs[i]);
-    // Round to nearest: within half a bf16 ulp (2^-8 relative), plus the
-    // fp32 error of the probability itself.
-    EXPECT_LE(std::abs(got - expected[i]), expected[i] * (1.0 / 256) + 1e-7)
+    EXPECT_LE(std::abs(got - expected_exp[i]),
+              expected_exp[i] * (1.0 / 256) + 1e-7)
+        << i;
+    sum += expected_exp[i];
+  }
+  EXPECT_NEAR(row_scale, 1.0 / sum, 1e-6 / sum);
+
+  const std::vector<float> src = test::RandomVector(rng, cols, -3.f, 3.f);
+  const float factor = 0.37f;
+  std::vector<hwy::bfloat16_t> scaled(cols);
+  ScaleRowsT(src.data(), 1, cols, &factor, scaled.data(), cols);
+  for (size_t i = 0; i < cols; ++i) {
+    const double want = double(src[i]) * factor;
+    EXPECT_LE(std::abs(hwy::F32FromBF16(scaled[i]) - want),
+              std::abs(want) * (1.0 / 256) + 1e-7)
         << i;
   }
 }
@@ -148,7 +238,9 @@ HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestTileRowsFollowTheDiagonal);
 HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestFullyMaskedRowsAreZero);
 HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestHugeAndEqualLogits);
 HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestNonFiniteScoresGiveNaNLikePyTorch);
-HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestBF16OutputRoundsToNearest);
+HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestUnnormalizedRowsScaleToTheSoftmax);
+HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestUnnormalizedNonFiniteRowsHaveFactorOne);
+HWY_EXPORT_AND_TEST_P(SoftmaxTest, TestBF16OutputsRoundToNearest);
 }  // namespace
 }  // namespace attn::kernels
 #endif  // HWY_ONCE
