@@ -23,14 +23,34 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Masked loads and stores that never touch memory past the mask: AVX2's
+// and AVX-512's. Highway 1.0.3 emulates them on SSE4 with whole-vector
+// accesses, and AVX2 has no 16-bit masked store; those go through a buffer.
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
+    HWY_TARGET == HWY_AVX3_DL
+#define ATTN_MASKED_F32 1
+#else
+#define ATTN_MASKED_F32 0
+#endif
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define ATTN_MASKED_U16 1
+#else
+#define ATTN_MASKED_U16 0
+#endif
+
 // Loads the first `count` floats at p; the other lanes hold `fill`. Never
-// reads past p + count (Highway 1.0.3's MaskedLoad does on SSE4).
+// reads past p + count.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V LoadTail(D d, const float* p, size_t count, V fill) {
+#if ATTN_MASKED_F32
+  const auto first = hn::FirstN(d, count);
+  return hn::IfThenElse(first, hn::MaskedLoad(first, d, p), fill);
+#else
   alignas(64) float buf[hn::MaxLanes(d)];
   hn::Store(fill, d, buf);
   std::memcpy(buf, p, count * sizeof(float));
   return hn::Load(d, buf);
+#endif
 }
 
 // exp(t) for t <= 0, the softmax's shifted logits: hn::Exp's range
@@ -69,9 +89,13 @@ HWY_INLINE void StoreProbs(D d, V v, float* p, size_t count) {
   if (count == hn::Lanes(d)) {
     hn::StoreU(v, d, p);
   } else {
+#if ATTN_MASKED_F32
+    hn::BlendedStore(v, hn::FirstN(d, count), d, p);
+#else
     alignas(64) float buf[hn::MaxLanes(d)];
     hn::Store(v, d, buf);
     std::memcpy(p, buf, count * sizeof(float));
+#endif
   }
 }
 
@@ -86,12 +110,17 @@ HWY_INLINE void StoreProbs(D /*d*/, V v, hwy::bfloat16_t* p, size_t count) {
   const auto rounded = hn::Add(hn::Add(bits, hn::Set(du32, 0x7FFF)), lsb);
   const auto halves = hn::DemoteTo(
       du16, hn::BitCast(hn::RebindToSigned<D>(), hn::ShiftRight<16>(rounded)));
+  auto* out = reinterpret_cast<uint16_t*>(p);
   if (count == hn::Lanes(du16)) {
-    hn::StoreU(halves, du16, reinterpret_cast<uint16_t*>(p));
+    hn::StoreU(halves, du16, out);
   } else {
+#if ATTN_MASKED_U16
+    hn::BlendedStore(halves, hn::FirstN(du16, count), du16, out);
+#else
     alignas(64) uint16_t buf[hn::MaxLanes(du16)];
     hn::Store(halves, du16, buf);
     std::memcpy(p, buf, count * sizeof(uint16_t));
+#endif
   }
 }
 
@@ -231,6 +260,9 @@ HWY_INLINE void ScaleRowsT(const float* src, size_t rows, size_t cols,
     }
   }
 }
+
+#undef ATTN_MASKED_F32
+#undef ATTN_MASKED_U16
 
 }  // namespace attn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
