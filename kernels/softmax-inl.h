@@ -99,17 +99,23 @@ HWY_INLINE void StoreProbs(D d, V v, float* p, size_t count) {
   }
 }
 
-// Stores v to p as bfloat16, rounding to nearest even (Highway 1.0.3's
-// DemoteTo truncates, which would bias every probability downwards).
+// The bfloat16 bits of v rounded to nearest (ties away from zero: one add;
+// Highway 1.0.3's DemoteTo truncates, which would bias every probability
+// downwards), in the low 16 bits of each lane.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE void StoreProbs(D /*d*/, V v, hwy::bfloat16_t* p, size_t count) {
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> RoundToBF16Bits(D /*d*/, V v) {
+  const hn::RebindToSigned<D> di32;
   const hn::RebindToUnsigned<D> du32;
+  return hn::BitCast(
+      di32, hn::ShiftRight<16>(hn::Add(hn::BitCast(du32, v),
+                                       hn::Set(du32, 0x8000))));
+}
+
+// Stores v to p as bfloat16 (RoundToBF16Bits).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void StoreProbs(D d, V v, hwy::bfloat16_t* p, size_t count) {
   const hn::Rebind<uint16_t, D> du16;
-  const auto bits = hn::BitCast(du32, v);
-  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du32, 1));
-  const auto rounded = hn::Add(hn::Add(bits, hn::Set(du32, 0x7FFF)), lsb);
-  const auto halves = hn::DemoteTo(
-      du16, hn::BitCast(hn::RebindToSigned<D>(), hn::ShiftRight<16>(rounded)));
+  const auto halves = hn::DemoteTo(du16, RoundToBF16Bits(d, v));
   auto* out = reinterpret_cast<uint16_t*>(p);
   if (count == hn::Lanes(du16)) {
     hn::StoreU(halves, du16, out);
@@ -119,9 +125,37 @@ HWY_INLINE void StoreProbs(D /*d*/, V v, hwy::bfloat16_t* p, size_t count) {
 #else
     alignas(64) uint16_t buf[hn::MaxLanes(du16)];
     hn::Store(halves, du16, buf);
-    std::memcpy(p, buf, count * sizeof(uint16_t));
+    // count < Lanes; the min tells GCC, which cannot see it on SCALAR.
+    std::memcpy(p, buf, std::min(count, hn::MaxLanes(du16)) * sizeof(uint16_t));
 #endif
   }
+}
+
+// Stores a, then b: 2 x Lanes(d) values >= 0.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void StoreProbsPair(D d, V a, V b, float* p) {
+  hn::StoreU(a, d, p);
+  hn::StoreU(b, d, p + hn::Lanes(d));
+}
+
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void StoreProbsPair(D d, V a, V b, hwy::bfloat16_t* p) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // One saturating pack for both (exact: the bits of values >= 0 are below
+  // 0x8000). It interleaves 4-lane groups of a and b; one permute of 64-bit
+  // lanes puts them back in order.
+  const hn::Repartition<int16_t, D> di16;
+  const hn::Repartition<uint64_t, D> du64;
+  const auto packed =
+      hn::ReorderDemote2To(di16, RoundToBF16Bits(d, a), RoundToBF16Bits(d, b));
+  alignas(64) static constexpr uint64_t kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  const auto ordered = hn::TableLookupLanes(hn::BitCast(du64, packed),
+                                            hn::SetTableIndices(du64, kOrder));
+  hn::StoreU(hn::BitCast(di16, ordered), di16, reinterpret_cast<int16_t*>(p));
+#else
+  StoreProbs(d, a, p, hn::Lanes(d));
+  StoreProbs(d, b, p + hn::Lanes(d), hn::Lanes(d));
+#endif
 }
 
 // x[0, valid) := softmax(scale * x[0, valid)), written to out[0, cols) with
@@ -174,7 +208,18 @@ HWY_INLINE float CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
     const V vscale = hn::Set(d, scale);
     const V vrow_max = hn::Set(d, row_max);
     V vsum = hn::Zero(d);
-    for (i = 0; i + N <= valid; i += N) {
+    i = 0;
+    if (!kNormalize) {  // two vectors at a time: bf16 stores them together
+      for (; i + 2 * N <= valid; i += 2 * N) {
+        const V e0 = ExpNonPositive(
+            d, hn::Mul(hn::Sub(hn::LoadU(d, x + i), vrow_max), vscale));
+        const V e1 = ExpNonPositive(
+            d, hn::Mul(hn::Sub(hn::LoadU(d, x + i + N), vrow_max), vscale));
+        StoreProbsPair(d, e0, e1, out + i);
+        vsum = hn::Add(vsum, hn::Add(e0, e1));
+      }
+    }
+    for (; i + N <= valid; i += N) {
       const V e = ExpNonPositive(
           d, hn::Mul(hn::Sub(hn::LoadU(d, x + i), vrow_max), vscale));
       if (kNormalize) {

@@ -25,7 +25,7 @@ void CausalSoftmax(float* scores, size_t rows, size_t cols, size_t stride,
 // unnormalised exp(scale * (s - row max)) over [0, valid_r), and
 // row_scale[r] the factor 1 / sum that normalises it (1 for rows written as
 // zeros or NaN). The ...ToBF16 variant writes those values as bfloat16
-// (rounded to nearest even) to `probs`, `probs_stride` elements between
+// (rounded to nearest) to `probs`, `probs_stride` elements between
 // rows, and clobbers `scores`.
 void CausalSoftmaxUnnormalized(float* scores, size_t rows, size_t cols,
                                size_t stride, ptrdiff_t diagonal, float scale,
@@ -37,7 +37,7 @@ void CausalSoftmaxUnnormalizedToBF16(float* scores, size_t rows, size_t cols,
 
 // Finishes the split softmax: dst row r := src row r * row_scale[r], for
 // `rows` dense rows of `cols` floats; `dst_stride` elements between rows of
-// dst. The ...ToBF16 variant rounds to nearest even.
+// dst. The ...ToBF16 variant rounds to nearest.
 void ScaleRows(const float* src, size_t rows, size_t cols,
                const float* row_scale, float* dst, size_t dst_stride);
 void ScaleRowsToBF16(const float* src, size_t rows, size_t cols,

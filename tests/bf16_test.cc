@@ -1,6 +1,6 @@
 // DType::kBF16 against a double-precision forward pass that also carries the
 // standard deviation of the error bf16 rounding adds, element by element.
-// Each bf16 rounding (8 significand bits, nearest even) has relative error
+// Each bf16 rounding (8 significand bits, to nearest) has relative error
 // |e| <= u = 2^-8; modelled as independent, zero-mean and uniform, its
 // variance is at most u^2/3 of the value squared. The engine rounds x, the
 // weights, q/k/v, the probabilities and ctx; it accumulates and runs the
