@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/buffer.h"
-#include "kernels/reference.h"
+#include "tests/reference.h"
 #include "tests/test_util.h"
 
 namespace attn::kernels {

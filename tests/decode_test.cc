@@ -16,7 +16,7 @@
 #include "hwy/highway.h"
 #include "hwy/tests/hwy_gtest.h"
 #include "kernels/decode-inl.h"
-#include "kernels/reference.h"
+#include "tests/reference.h"
 #include "tests/test_util.h"
 
 HWY_BEFORE_NAMESPACE();

@@ -18,7 +18,7 @@
 #include "attn/attn.hpp"
 #include "attn/decode.hpp"
 #include "attn/safetensors.hpp"
-#include "kernels/reference.h"
+#include "tests/reference.h"
 #include "tests/test_util.h"
 
 namespace attn {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "kernels/reference.h"
+#include "tests/reference.h"
 #include "tests/test_util.h"
 
 namespace attn {

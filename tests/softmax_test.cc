@@ -13,7 +13,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/tests/hwy_gtest.h"
-#include "kernels/reference.h"
+#include "tests/reference.h"
 #include "kernels/softmax-inl.h"
 #include "tests/test_util.h"
 

@@ -1,5 +1,5 @@
 // Scalar reference implementations (see reference.h).
-#include "kernels/reference.h"
+#include "tests/reference.h"
 
 #include <algorithm>
 #include <cmath>

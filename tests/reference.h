@@ -1,7 +1,7 @@
 // Plain scalar, double-accumulating implementations: the executable spec the
 // kernels and the engine are tested against. Written for clarity, not speed.
-#ifndef ATTN_KERNELS_REFERENCE_H_
-#define ATTN_KERNELS_REFERENCE_H_
+#ifndef ATTN_TESTS_REFERENCE_H_
+#define ATTN_TESTS_REFERENCE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -40,4 +40,4 @@ std::vector<double> CausalAttention(const float* qkv, int64_t batch,
 
 }  // namespace attn::reference
 
-#endif  // ATTN_KERNELS_REFERENCE_H_
+#endif  // ATTN_TESTS_REFERENCE_H_
