@@ -58,7 +58,7 @@ void Core(benchmark::State& state, const GridShape& s, DataType type,
 void RegisterAll() {
   for (DataType type : {DataType::kF32, DataType::kBF16}) {
     if (type == DataType::kBF16 && !GetRuntimeInfo().native_bf16) continue;
-    for (const GridShape& s : Grid()) {
+    for (const GridShape& s : PeerGrid()) {
       for (int threads : ThreadCounts()) {
         const std::string name = std::string("core/") + s.name + "/" +
                                  (type == DataType::kF32 ? "f32" : "bf16") +
@@ -75,7 +75,7 @@ void RegisterAll() {
   }
   // The query block (kernels/attention.h fixes 128 rows), swept on one
   // thread.
-  for (const GridShape& s : Grid()) {
+  for (const GridShape& s : PeerGrid()) {
     if (s.seq_len < 1024) continue;
     for (int64_t rows : {32, 64, 128, 256}) {
       const std::string name = std::string("core_query_block/") + s.name +

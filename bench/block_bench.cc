@@ -64,7 +64,7 @@ void Block(benchmark::State& state, const GridShape& s, DType dtype,
 void RegisterAll() {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     if (dtype == DType::kBF16 && !GetRuntimeInfo().native_bf16) continue;
-    for (const GridShape& s : Grid()) {
+    for (const GridShape& s : PeerGrid()) {
       for (int threads : ThreadCounts()) {
         const std::string name = std::string("block/") + s.name + "/" +
                                  (dtype == DType::kF32 ? "f32" : "bf16") +

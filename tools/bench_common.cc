@@ -10,6 +10,8 @@
 #include <random>
 #include <sstream>
 
+#include "bench/grid.h"
+
 namespace attn::cli {
 namespace {
 
@@ -34,14 +36,15 @@ void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 }  // namespace
 
 const std::vector<Shape>& Grid() {
-  static const std::vector<Shape> grid = {
-      {"seed", 2, 6, 3, 2, 2},
-      {"gpt2-128", 8, 128, 768, 768, 12},
-      {"gpt2-1k", 1, 1024, 768, 768, 12},
-      {"gpt2-1k-b4", 4, 1024, 768, 768, 12},
-      {"long-4k", 1, 4096, 512, 512, 8},
-      {"long-32k", 1, 32768, 512, 512, 8},
-  };
+  static const std::vector<Shape> grid = [] {
+    std::vector<bench::GridShape> named = bench::PeerGrid();
+    named.push_back(bench::kLong32k);
+    std::vector<Shape> shapes;
+    for (const bench::GridShape& s : named) {
+      shapes.push_back({s.name, s.batch, s.seq_len, s.d_in, s.d_out, s.heads});
+    }
+    return shapes;
+  }();
   return grid;
 }
 
@@ -81,9 +84,8 @@ Result<std::vector<Shape>> ParseShapes(const std::string& spec,
 }
 
 double Flops(const Shape& s) {
-  const double rows = static_cast<double>(s.batch * s.seq_len);
-  return 2.0 * rows * (3.0 * s.d_in * s.d_out + 1.0 * s.d_out * s.d_out) +
-         2.0 * rows * static_cast<double>(s.seq_len) * s.d_out;
+  return bench::BlockFlops(
+      {s.name.c_str(), s.batch, s.seq_len, s.d_in, s.d_out, s.heads});
 }
 
 RandomBlock::RandomBlock(const Shape& s) : shape(s) {
