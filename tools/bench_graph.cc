@@ -17,6 +17,7 @@
 #include "attn/attn.hpp"
 #include "attn/graph.hpp"
 #include "attn/safetensors.hpp"
+#include "bench/grid.h"
 #include "nlohmann/json.hpp"
 #include "tools/graph_cli.h"
 
@@ -34,10 +35,16 @@ struct BlockShape {
 
 // "gpt2-128,gpt2-1k" or "b,T,e,h"; the two shapes when empty.
 Result<std::vector<BlockShape>> ParseShapes(const std::string& spec) {
-  static const std::vector<BlockShape> kNamed = {
-      {"gpt2-128", 8, 128, 768, 12},
-      {"gpt2-1k", 1, 1024, 768, 12},
-      {"gpt2-1k-b4", 4, 1024, 768, 12}};
+  // The GPT-2 shapes of the grid, where d_in = d_out = e.
+  static const std::vector<BlockShape> kNamed = [] {
+    std::vector<BlockShape> named;
+    for (const bench::GridShape& g : bench::PeerGrid()) {
+      if (std::string(g.name).rfind("gpt2-", 0) == 0) {
+        named.push_back({g.name, g.batch, g.seq_len, g.d_out, g.heads});
+      }
+    }
+    return named;
+  }();
   if (spec.empty()) return std::vector<BlockShape>{kNamed[0], kNamed[1]};
   BlockShape s{spec, 0, 0, 0, 0};
   char tail = 0;
