@@ -1,7 +1,12 @@
-// The attention core's tile matmuls (kernels/matmul.h), single-threaded as
-// each worker runs them: scores = q_blk [64, D] x k^T [D, N] and
-// ctx_blk = p [64, N] x v [N, D], for head_dim D = 64, in f32 and bf16.
+// The block's matmuls (kernels/matmul.h), in f32 and bf16:
+// - the attention core's tiles, single-threaded as each worker runs them:
+//   scores = q_blk [128, D] x k^T [D, N] and ctx_blk = p [128, N] x v [N, D]
+//   for head_dim D = 64, N keys;
+// - the projections on the grid's shapes at 1..N threads: the fused
+//   x [b*T, d_in] -> q/k/v head-major, and out_proj. Their FLOP/s is the
+//   ceiling the projection-bound shapes (gpt2-128) can reach.
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <string>
@@ -16,7 +21,7 @@ namespace {
 using kernels::DataType;
 using kernels::MatMul;
 
-constexpr int64_t kRows = 64, kHeadDim = 64;
+constexpr int64_t kRows = 128, kHeadDim = 64;  // the core's query block
 
 void Tile(benchmark::State& state, bool scores, DataType type) {
   const int64_t M = kRows, D = kHeadDim, N = state.range(0);
@@ -24,7 +29,7 @@ void Tile(benchmark::State& state, bool scores, DataType type) {
       scores ? MatMul::Create({{M, D}, {}, type}, {{D, N}, {1, D}, type},
                               nullptr, {{M, N}, {}, DataType::kF32}, true)
              : MatMul::Create({{M, N}, {}, type}, {{N, D}, {D, 1}, type},
-                              nullptr, {{M, D}, {}, type}, true);
+                              nullptr, {{M, D}, {}, DataType::kF32}, true);
   if (!mm.ok()) {
     state.SkipWithError(mm.status().message().c_str());
     return;
@@ -43,6 +48,39 @@ void Tile(benchmark::State& state, bool scores, DataType type) {
   state.SetLabel(mm->impl_name());
 }
 
+void Projection(benchmark::State& state, const GridShape& s, bool fused_qkv,
+                DataType type, int threads) {
+  omp_set_num_threads(threads);
+  const int64_t R = s.batch * s.seq_len, H = s.heads, D = s.d_out / s.heads;
+  const int64_t in = fused_qkv ? s.d_in : s.d_out;
+  const int64_t out = fused_qkv ? 3 * s.d_out : s.d_out;
+  // As engine/mha.cc creates them (the book's default: no q/k/v bias),
+  // weights packed by oneDNN.
+  const kernels::Operand out_bias{{1, out}, {}, DataType::kF32};
+  Result<MatMul> mm =
+      fused_qkv
+          ? MatMul::Create({{1, R, in}, {}, type}, {{3 * H, in, D}, {}, type},
+                           nullptr, {{3 * H, R, D}, {}, type})
+          : MatMul::Create({{R, in}, {}, type}, {{in, out}, {}, type},
+                           &out_bias, {{R, out}, {}, DataType::kF32});
+  if (!mm.ok()) {
+    state.SkipWithError(mm.status().message().c_str());
+    return;
+  }
+  const std::vector<float> x = RandomFloats(size_t(R * in), 1, 1);
+  const std::vector<float> b = RandomFloats(size_t(out), 1, 2);
+  std::vector<char> w(mm->packed_weights_bytes());
+  std::vector<float> y(size_t(R * out));
+  std::vector<char> scratch(mm->scratch_bytes() + 64);
+  for (auto _ : state) {
+    mm->Run(x.data(), w.data(), b.data(), y.data(), scratch.data());
+    benchmark::ClobberMemory();
+  }
+  SetRates(state, 2.0 * double(R) * double(in) * double(out), double(R));
+  state.counters["threads"] = threads;
+  state.SetLabel(mm->impl_name());
+}
+
 }  // namespace
 
 void RegisterAll() {
@@ -57,6 +95,22 @@ void RegisterAll() {
           ->RangeMultiplier(4)
           ->Range(64, 4096)
           ->UseRealTime();
+    }
+    for (const GridShape& s : PeerGrid()) {
+      if (s.seq_len < 128) continue;  // seed takes the tiny path
+      for (bool qkv : {true, false}) {
+        for (int threads : ThreadCounts()) {
+          const std::string name = std::string("proj/") + s.name +
+                                   (qkv ? "/qkv/" : "/out/") + t +
+                                   "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(
+              name.c_str(),
+              [&s, qkv, type, threads](benchmark::State& st) {
+                Projection(st, s, qkv, type, threads);
+              })
+              ->UseRealTime();
+        }
+      }
     }
   }
 }
