@@ -28,9 +28,12 @@ cmake --install "$build" --prefix "$prefix" >/dev/null
 lib=$(find "$prefix" -name 'libattn.so*' -type f | head -n1)
 if [ -n "$lib" ]; then
   echo "== exported symbols of $(basename "$lib")"
-  # Public API only: the C functions attn_* and the C++ namespace attn.
+  # Public API only: the C functions attn_* and the C++ namespace attn,
+  # without the classes' internals (their Impl and Plan).
   bad=$(nm -D --defined-only "$lib" | awk '{print $3}' | c++filt |
         grep -v -E '^(attn_[a-z0-9_]+|attn::.*)$' || true)
+  bad="$bad$(nm -D --defined-only "$lib" | awk '{print $3}' | c++filt |
+             grep -E '::(Impl|Plan)\b' || true)"
   if [ -n "$bad" ]; then
     echo "libattn exports symbols outside the public API:" >&2
     echo "$bad" | head -n 20 >&2

@@ -84,8 +84,8 @@ class ATTN_API MhaModel {
  private:
   friend class MhaSession;
   friend class MhaDecoder;  // attn/decode.hpp
-  struct Impl;
-  explicit MhaModel(std::unique_ptr<Impl> impl);
+  struct ATTN_NO_EXPORT Impl;
+  ATTN_NO_EXPORT explicit MhaModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -113,7 +113,7 @@ class ATTN_API MhaSession {
   size_t workspace_bytes() const;
 
  private:
-  struct Plan;
+  struct ATTN_NO_EXPORT Plan;
   std::shared_ptr<const MhaModel> model_;
   std::unique_ptr<Plan> plan_;
 };

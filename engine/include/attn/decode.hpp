@@ -79,8 +79,8 @@ class ATTN_API MhaDecoder {
   size_t decode_kv_bytes() const;
 
  private:
-  struct Impl;
-  explicit MhaDecoder(std::unique_ptr<Impl> impl);
+  struct ATTN_NO_EXPORT Impl;
+  ATTN_NO_EXPORT explicit MhaDecoder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -73,8 +73,8 @@ class ATTN_API Graph {
   GraphMemory memory() const;
 
  private:
-  struct Impl;
-  explicit Graph(std::unique_ptr<Impl> impl);
+  struct ATTN_NO_EXPORT Impl;
+  ATTN_NO_EXPORT explicit Graph(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -50,8 +50,8 @@ class ATTN_API SafetensorsFile {
   Result<std::vector<float>> ReadF32(const std::string& name) const;
 
  private:
-  struct Impl;
-  explicit SafetensorsFile(std::unique_ptr<Impl> impl);
+  struct ATTN_NO_EXPORT Impl;
+  ATTN_NO_EXPORT explicit SafetensorsFile(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
