@@ -23,34 +23,47 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Masked loads and stores that never touch memory past the mask: AVX2's
-// and AVX-512's. Highway 1.0.3 emulates them on SSE4 with whole-vector
-// accesses, and AVX2 has no 16-bit masked store; those go through a buffer.
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
-    HWY_TARGET == HWY_AVX3_DL
-#define ATTN_MASKED_F32 1
-#else
-#define ATTN_MASKED_F32 0
-#endif
+// Whether masked loads and stores of 4- and 2-byte lanes never touch memory
+// past the mask: AVX2's and AVX-512's do. Highway 1.0.3 emulates them on
+// SSE4 with whole-vector accesses, and AVX2 has no 16-bit masked store;
+// those go through a buffer.
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-#define ATTN_MASKED_U16 1
+constexpr bool kMaskedF32 = true, kMaskedU16 = true;
+#elif HWY_TARGET == HWY_AVX2
+constexpr bool kMaskedF32 = true, kMaskedU16 = false;
 #else
-#define ATTN_MASKED_U16 0
+constexpr bool kMaskedF32 = false, kMaskedU16 = false;
 #endif
 
 // Loads the first `count` floats at p; the other lanes hold `fill`. Never
 // reads past p + count.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V LoadTail(D d, const float* p, size_t count, V fill) {
-#if ATTN_MASKED_F32
-  const auto first = hn::FirstN(d, count);
-  return hn::IfThenElse(first, hn::MaskedLoad(first, d, p), fill);
-#else
-  alignas(64) float buf[hn::MaxLanes(d)];
-  hn::Store(fill, d, buf);
-  std::memcpy(buf, p, count * sizeof(float));
-  return hn::Load(d, buf);
-#endif
+  if constexpr (kMaskedF32) {
+    const auto first = hn::FirstN(d, count);
+    return hn::IfThenElse(first, hn::MaskedLoad(first, d, p), fill);
+  } else {
+    alignas(64) float buf[hn::MaxLanes(d)];
+    hn::Store(fill, d, buf);
+    std::memcpy(buf, p, count * sizeof(float));
+    return hn::Load(d, buf);
+  }
+}
+
+// Stores the first `count` lanes of v to p (all of them when count is
+// Lanes(d)). Never touches memory past p + count: another worker may own it.
+template <class D, class V = hn::Vec<D>, typename T = hn::TFromD<D>>
+HWY_INLINE void StoreFirstN(D d, V v, T* p, size_t count) {
+  if (count == hn::Lanes(d)) {
+    hn::StoreU(v, d, p);
+  } else if constexpr (sizeof(T) == 4 ? kMaskedF32 : kMaskedU16) {
+    hn::BlendedStore(v, hn::FirstN(d, count), d, p);
+  } else {
+    alignas(64) T buf[hn::MaxLanes(d)];
+    hn::Store(v, d, buf);
+    // count < Lanes; the min tells GCC, which cannot see it on SCALAR.
+    std::memcpy(p, buf, std::min(count, hn::MaxLanes(d)) * sizeof(T));
+  }
 }
 
 // exp(t) for t <= 0, the softmax's shifted logits: hn::Exp's range
@@ -82,21 +95,10 @@ HWY_INLINE V ExpNonPositive(D d, V t) {
   return hn::IfThenElseZero(hn::Ge(t, hn::Set(d, -87.0f)), scaled);
 }
 
-// Stores v (all lanes, or the first `count`) to p as float. Never touches
-// memory past p + count: another worker may own it.
+// Stores the first `count` lanes of v to p as float.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE void StoreProbs(D d, V v, float* p, size_t count) {
-  if (count == hn::Lanes(d)) {
-    hn::StoreU(v, d, p);
-  } else {
-#if ATTN_MASKED_F32
-    hn::BlendedStore(v, hn::FirstN(d, count), d, p);
-#else
-    alignas(64) float buf[hn::MaxLanes(d)];
-    hn::Store(v, d, buf);
-    std::memcpy(p, buf, count * sizeof(float));
-#endif
-  }
+  StoreFirstN(d, v, p, count);
 }
 
 // The bfloat16 bits of v rounded to nearest (ties away from zero: one add;
@@ -111,24 +113,12 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> RoundToBF16Bits(D /*d*/, V v) {
                                        hn::Set(du32, 0x8000))));
 }
 
-// Stores v to p as bfloat16 (RoundToBF16Bits).
+// Stores the first `count` lanes of v to p as bfloat16 (RoundToBF16Bits).
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE void StoreProbs(D d, V v, hwy::bfloat16_t* p, size_t count) {
   const hn::Rebind<uint16_t, D> du16;
-  const auto halves = hn::DemoteTo(du16, RoundToBF16Bits(d, v));
-  auto* out = reinterpret_cast<uint16_t*>(p);
-  if (count == hn::Lanes(du16)) {
-    hn::StoreU(halves, du16, out);
-  } else {
-#if ATTN_MASKED_U16
-    hn::BlendedStore(halves, hn::FirstN(du16, count), du16, out);
-#else
-    alignas(64) uint16_t buf[hn::MaxLanes(du16)];
-    hn::Store(halves, du16, buf);
-    // count < Lanes; the min tells GCC, which cannot see it on SCALAR.
-    std::memcpy(p, buf, std::min(count, hn::MaxLanes(du16)) * sizeof(uint16_t));
-#endif
-  }
+  StoreFirstN(du16, hn::DemoteTo(du16, RoundToBF16Bits(d, v)),
+              reinterpret_cast<uint16_t*>(p), count);
 }
 
 // Stores a, then b: 2 x Lanes(d) values >= 0.
@@ -305,9 +295,6 @@ HWY_INLINE void ScaleRowsT(const float* src, size_t rows, size_t cols,
     }
   }
 }
-
-#undef ATTN_MASKED_F32
-#undef ATTN_MASKED_U16
 
 }  // namespace attn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
