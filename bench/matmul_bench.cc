@@ -103,12 +103,10 @@ void RegisterAll() {
           const std::string name = std::string("proj/") + s.name +
                                    (qkv ? "/qkv/" : "/out/") + t +
                                    "/threads:" + std::to_string(threads);
-          benchmark::RegisterBenchmark(
-              name.c_str(),
-              [&s, qkv, type, threads](benchmark::State& st) {
-                Projection(st, s, qkv, type, threads);
-              })
-              ->UseRealTime();
+          benchmark::RegisterBenchmark(name.c_str(), [&s, qkv, type, threads](
+                                                         benchmark::State& st) {
+            Projection(st, s, qkv, type, threads);
+          })->UseRealTime();
         }
       }
     }

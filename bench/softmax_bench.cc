@@ -1,5 +1,5 @@
-// The causal softmax kernels (kernels/softmax.h) on one query block of 64
-// rows against N keys, the block at the diagonal: the normalised one, and the
+// The causal softmax kernels (kernels/softmax.h) on 64 rows (half the core's
+// query block) against N keys, at the diagonal: the normalised one, and the
 // attention core's unnormalised ones (fp32 in place, bf16 out). bytes/s
 // counts the fp32 tile read and the probabilities written.
 #include <benchmark/benchmark.h>

@@ -1,5 +1,6 @@
 // The attention core (see attention.h): per (batch, head, query block) one
-// matmul for the scores, the Highway causal softmax, one matmul into ctx.
+// matmul for the scores, the Highway causal softmax (unnormalised), one
+// matmul for the block's context, and its rows normalised into ctx.
 #include "kernels/attention.h"
 
 #include <omp.h>
@@ -39,9 +40,9 @@ Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
     if (!scores.ok()) return scores.status();
     // ctx_blk [M, D] f32 = probs [M, N] x v [N, D], dense: oneDNN 2.6 runs
     // a strided dst (row stride C) on its slower gemm:jit, not brgemm.
-    Result<MatMul> context = MatMul::Create(
-        {{M, N}, {}, type}, {{N, D}, {D, 1}, type}, nullptr,
-        {{M, D}, {}, DataType::kF32}, /*single_threaded=*/true);
+    Result<MatMul> context =
+        MatMul::Create({{M, N}, {}, type}, {{N, D}, {D, 1}, type}, nullptr,
+                       {{M, D}, {}, DataType::kF32}, /*single_threaded=*/true);
     if (!context.ok()) return context.status();
     mm_scratch = std::max(
         {mm_scratch, scores->scratch_bytes(), context->scratch_bytes()});

@@ -35,6 +35,8 @@ class CausalAttention {
   // the layout the fused projection writes). ctx: [batch, seq_len,
   // num_heads * head_dim], heads merged. scratch: num_threads workers'
   // scratch, 64-byte aligned. Results do not depend on num_threads.
+  // The context is normalised after P x V, so the unnormalised sums, up to
+  // seq_len x max|v|, must stay finite: |v| below 1e34 at seq_len 32768.
   void Run(const void* qkv, void* ctx, void* scratch, int num_threads) const;
 
  private:
@@ -54,7 +56,8 @@ class CausalAttention {
 
 // The whole block for shapes so small that oneDNN's and OpenMP's fixed cost
 // per call (microseconds) outweighs the arithmetic: plain loops with fp32
-// accumulation on the calling thread, and the same CausalSoftmax as the core.
+// accumulation on the calling thread, and the normalised CausalSoftmax (the
+// core splits it around its P x V matmul).
 struct TinyMhaShape {
   int64_t batch = 0, seq_len = 0, d_in = 0, d_out = 0, num_heads = 0;
 };

@@ -1,6 +1,6 @@
-// Per-target bodies of the element-wise kernels (see elementwise.h), and the
-// tail helpers the row kernels share. Included once per Highway target by
-// elementwise.cc, layernorm-inl.h and the tests.
+// Per-target bodies of the element-wise kernels (see elementwise.h).
+// Included once per Highway target by elementwise.cc, layernorm-inl.h and
+// the tests.
 
 // Per-target include guard (Highway idiom; see hwy/examples/skeleton-inl.h).
 #if defined(ATTN_KERNELS_ELEMENTWISE_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -12,34 +12,13 @@
 
 #include <stddef.h>
 
-#include <algorithm>
-#include <cstring>
-
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "kernels/tail-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// Loads min(count, Lanes) floats from p, zeros in the other lanes. Goes
-// through a stack copy: a full-width load could cross into an unmapped page
-// at the end of a caller's buffer, and Highway 1.0.3 has no LoadN.
-template <class D>
-HWY_INLINE hn::Vec<D> LoadTail(D d, const float* p, size_t count) {
-  alignas(64) float buf[hn::MaxLanes(d)] = {};
-  std::memcpy(buf, p, std::min(count, hn::Lanes(d)) * sizeof(float));
-  return hn::Load(d, buf);
-}
-
-// Stores the first min(count, Lanes) lanes of v to p and nothing beyond
-// (BlendedStore on SSE4 rewrites the whole vector, racing with neighbours).
-template <class D>
-HWY_INLINE void StoreTail(D d, hn::Vec<D> v, float* p, size_t count) {
-  alignas(64) float buf[hn::MaxLanes(d)];
-  hn::Store(v, d, buf);
-  std::memcpy(p, buf, std::min(count, hn::Lanes(d)) * sizeof(float));
-}
 
 // The book's GELU: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
 template <class D>

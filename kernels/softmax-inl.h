@@ -13,58 +13,15 @@
 #include <stdint.h>
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "kernels/tail-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// Whether masked loads and stores of 4- and 2-byte lanes never touch memory
-// past the mask: AVX2's and AVX-512's do. Highway 1.0.3 emulates them on
-// SSE4 with whole-vector accesses, and AVX2 has no 16-bit masked store;
-// those go through a buffer.
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-constexpr bool kMaskedF32 = true, kMaskedU16 = true;
-#elif HWY_TARGET == HWY_AVX2
-constexpr bool kMaskedF32 = true, kMaskedU16 = false;
-#else
-constexpr bool kMaskedF32 = false, kMaskedU16 = false;
-#endif
-
-// Loads the first `count` floats at p; the other lanes hold `fill`. Never
-// reads past p + count.
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE V LoadTail(D d, const float* p, size_t count, V fill) {
-  if constexpr (kMaskedF32) {
-    const auto first = hn::FirstN(d, count);
-    return hn::IfThenElse(first, hn::MaskedLoad(first, d, p), fill);
-  } else {
-    alignas(64) float buf[hn::MaxLanes(d)];
-    hn::Store(fill, d, buf);
-    std::memcpy(buf, p, count * sizeof(float));
-    return hn::Load(d, buf);
-  }
-}
-
-// Stores the first `count` lanes of v to p (all of them when count is
-// Lanes(d)). Never touches memory past p + count: another worker may own it.
-template <class D, class V = hn::Vec<D>, typename T = hn::TFromD<D>>
-HWY_INLINE void StoreFirstN(D d, V v, T* p, size_t count) {
-  if (count == hn::Lanes(d)) {
-    hn::StoreU(v, d, p);
-  } else if constexpr (sizeof(T) == 4 ? kMaskedF32 : kMaskedU16) {
-    hn::BlendedStore(v, hn::FirstN(d, count), d, p);
-  } else {
-    alignas(64) T buf[hn::MaxLanes(d)];
-    hn::Store(v, d, buf);
-    // count < Lanes; the min tells GCC, which cannot see it on SCALAR.
-    std::memcpy(p, buf, std::min(count, hn::MaxLanes(d)) * sizeof(T));
-  }
-}
 
 // exp(t) for t <= 0, the softmax's shifted logits: hn::Exp's range
 // reduction and polynomial, but one exponent add instead of hn::Exp's sign
@@ -75,8 +32,8 @@ HWY_INLINE V ExpNonPositive(D d, V t) {
   const hn::RebindToSigned<D> di;
   // t = n ln2 + r with |r| <= ln2 / 2; clamped so that n >= -127 and the
   // exponent arithmetic below stays in range even for t = -inf.
-  const auto n = hn::NearestInt(
-      hn::Max(hn::Mul(t, hn::Set(d, 1.44269504088896341f)), hn::Set(d, -127.0f)));
+  const auto n = hn::NearestInt(hn::Max(
+      hn::Mul(t, hn::Set(d, 1.44269504088896341f)), hn::Set(d, -127.0f)));
   const V nf = hn::ConvertTo(d, n);
   // ln2 in two parts: nf * the first part is exact.
   V r = hn::MulAdd(nf, hn::Set(d, -0.693145751953125f), t);
@@ -98,27 +55,27 @@ HWY_INLINE V ExpNonPositive(D d, V t) {
 // Stores the first `count` lanes of v to p as float.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE void StoreProbs(D d, V v, float* p, size_t count) {
-  StoreFirstN(d, v, p, count);
+  StoreTail(d, v, p, count);
 }
 
 // The bfloat16 bits of v rounded to nearest (ties away from zero: one add;
 // Highway 1.0.3's DemoteTo truncates, which would bias every probability
-// downwards), in the low 16 bits of each lane.
+// downwards), in the low 16 bits of each lane. NaNs as arithmetic makes them
+// (payload in the top mantissa bits) stay NaN.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> RoundToBF16Bits(D /*d*/, V v) {
   const hn::RebindToSigned<D> di32;
   const hn::RebindToUnsigned<D> du32;
-  return hn::BitCast(
-      di32, hn::ShiftRight<16>(hn::Add(hn::BitCast(du32, v),
-                                       hn::Set(du32, 0x8000))));
+  return hn::BitCast(di32, hn::ShiftRight<16>(hn::Add(hn::BitCast(du32, v),
+                                                      hn::Set(du32, 0x8000))));
 }
 
 // Stores the first `count` lanes of v to p as bfloat16 (RoundToBF16Bits).
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE void StoreProbs(D d, V v, hwy::bfloat16_t* p, size_t count) {
   const hn::Rebind<uint16_t, D> du16;
-  StoreFirstN(du16, hn::DemoteTo(du16, RoundToBF16Bits(d, v)),
-              reinterpret_cast<uint16_t*>(p), count);
+  StoreTail(du16, hn::DemoteTo(du16, RoundToBF16Bits(d, v)),
+            reinterpret_cast<uint16_t*>(p), count);
 }
 
 // Stores a, then b: 2 x Lanes(d) values >= 0.
@@ -185,7 +142,7 @@ HWY_INLINE float CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
     fill = 0.0f;  // nothing to attend to: zeros, never NaN
   }
 
-  float factor = 1.0f;
+  float inv_sum = 1.0f;  // what the unnormalised output still needs
   if (fill != -1.0f) {
     const V vfill = hn::Set(d, fill);
     for (i = 0; i < valid; i += N) {
@@ -199,7 +156,7 @@ HWY_INLINE float CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
     const V vrow_max = hn::Set(d, row_max);
     V vsum = hn::Zero(d);
     i = 0;
-    if (!kNormalize) {  // two vectors at a time: bf16 stores them together
+    if constexpr (!kNormalize) {  // by pairs: bf16 packs two at once
       for (; i + 2 * N <= valid; i += 2 * N) {
         const V e0 = ExpNonPositive(
             d, hn::Mul(hn::Sub(hn::LoadU(d, x + i), vrow_max), vscale));
@@ -212,7 +169,7 @@ HWY_INLINE float CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
     for (; i + N <= valid; i += N) {
       const V e = ExpNonPositive(
           d, hn::Mul(hn::Sub(hn::LoadU(d, x + i), vrow_max), vscale));
-      if (kNormalize) {
+      if constexpr (kNormalize) {
         hn::StoreU(e, d, x + i);
       } else {
         StoreProbs(d, e, out + i, N);
@@ -224,7 +181,7 @@ HWY_INLINE float CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
       const V e = ExpNonPositive(
           d, hn::Mul(hn::Sub(LoadTail(d, x + i, valid - i, vrow_max), vrow_max),
                      vscale));
-      if (kNormalize) {
+      if constexpr (kNormalize) {
         StoreProbs(d, e, x + i, valid - i);
       } else {
         StoreProbs(d, e, out + i, valid - i);
@@ -232,19 +189,17 @@ HWY_INLINE float CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
       vsum = hn::Add(vsum, hn::IfThenElseZero(hn::FirstN(d, valid - i), e));
     }
     // The max element contributes exp(0) = 1, so sum >= 1.
-    factor = 1.0f / hn::GetLane(hn::SumOfLanes(d, vsum));
-    if (kNormalize) {
+    inv_sum = 1.0f / hn::GetLane(hn::SumOfLanes(d, vsum));
+    if constexpr (kNormalize) {
       // Pass 3: normalise.
-      const V inv_sum = hn::Set(d, factor);
+      const V vinv_sum = hn::Set(d, inv_sum);
       for (i = 0; i + N <= valid; i += N) {
-        StoreProbs(d, hn::Mul(hn::LoadU(d, x + i), inv_sum), out + i, N);
+        StoreProbs(d, hn::Mul(hn::LoadU(d, x + i), vinv_sum), out + i, N);
       }
       if (i < valid) {
-        const V v =
-            hn::Mul(LoadTail(d, x + i, valid - i, hn::Zero(d)), inv_sum);
+        const V v = hn::Mul(LoadTail(d, x + i, valid - i), vinv_sum);
         StoreProbs(d, v, out + i, valid - i);
       }
-      factor = 1.0f;
     }
   }
   // Masked suffix.
@@ -252,7 +207,7 @@ HWY_INLINE float CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
   for (i = valid; i < cols; i += N) {
     StoreProbs(d, zero, out + i, std::min(N, cols - i));
   }
-  return factor;
+  return kNormalize ? 1.0f : inv_sum;
 }
 
 // The tile loop shared by every variant. Without kNormalize, row r's factor
@@ -270,7 +225,7 @@ HWY_INLINE void CausalSoftmaxT(float* scores, size_t rows, size_t cols,
     const float factor = CausalSoftmaxRowT<kNormalize>(
         d, scores + r * stride, static_cast<size_t>(valid), cols, scale,
         out + r * out_stride);
-    if (!kNormalize) row_scale[r] = factor;
+    if constexpr (!kNormalize) row_scale[r] = factor;
   }
 }
 
@@ -290,7 +245,7 @@ HWY_INLINE void ScaleRowsT(const float* src, size_t rows, size_t cols,
       StoreProbs(d, hn::Mul(hn::LoadU(d, in + i), factor), out + i, N);
     }
     if (i < cols) {
-      const auto v = LoadTail(d, in + i, cols - i, hn::Zero(d));
+      const auto v = LoadTail(d, in + i, cols - i);
       StoreProbs(d, hn::Mul(v, factor), out + i, cols - i);
     }
   }

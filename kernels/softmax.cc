@@ -16,17 +16,17 @@ void CausalSoftmaxF32(float* scores, size_t rows, size_t cols, size_t stride,
                        stride);
 }
 
-void CausalSoftmaxExpF32(float* scores, size_t rows, size_t cols,
-                         size_t stride, ptrdiff_t diagonal, float scale,
-                         float* row_scale) {
+void CausalSoftmaxUnnormalizedF32(float* scores, size_t rows, size_t cols,
+                                  size_t stride, ptrdiff_t diagonal,
+                                  float scale, float* row_scale) {
   CausalSoftmaxT<false>(scores, rows, cols, stride, diagonal, scale, scores,
                         stride, row_scale);
 }
 
-void CausalSoftmaxExpBF16(float* scores, size_t rows, size_t cols,
-                          size_t stride, ptrdiff_t diagonal, float scale,
-                          hwy::bfloat16_t* probs, size_t probs_stride,
-                          float* row_scale) {
+void CausalSoftmaxUnnormalizedBF16(float* scores, size_t rows, size_t cols,
+                                   size_t stride, ptrdiff_t diagonal,
+                                   float scale, hwy::bfloat16_t* probs,
+                                   size_t probs_stride, float* row_scale) {
   CausalSoftmaxT<false>(scores, rows, cols, stride, diagonal, scale, probs,
                         probs_stride, row_scale);
 }
@@ -51,8 +51,8 @@ HWY_AFTER_NAMESPACE();
 namespace attn::kernels {
 
 HWY_EXPORT(CausalSoftmaxF32);
-HWY_EXPORT(CausalSoftmaxExpF32);
-HWY_EXPORT(CausalSoftmaxExpBF16);
+HWY_EXPORT(CausalSoftmaxUnnormalizedF32);
+HWY_EXPORT(CausalSoftmaxUnnormalizedBF16);
 HWY_EXPORT(ScaleRowsF32);
 HWY_EXPORT(ScaleRowsBF16);
 HWY_EXPORT(TargetNameOfThisTarget);
@@ -66,7 +66,7 @@ void CausalSoftmax(float* scores, size_t rows, size_t cols, size_t stride,
 void CausalSoftmaxUnnormalized(float* scores, size_t rows, size_t cols,
                                size_t stride, ptrdiff_t diagonal, float scale,
                                float* row_scale) {
-  HWY_DYNAMIC_DISPATCH(CausalSoftmaxExpF32)
+  HWY_DYNAMIC_DISPATCH(CausalSoftmaxUnnormalizedF32)
   (scores, rows, cols, stride, diagonal, scale, row_scale);
 }
 
@@ -74,14 +74,14 @@ void CausalSoftmaxUnnormalizedToBF16(float* scores, size_t rows, size_t cols,
                                      size_t stride, ptrdiff_t diagonal,
                                      float scale, hwy::bfloat16_t* probs,
                                      size_t probs_stride, float* row_scale) {
-  HWY_DYNAMIC_DISPATCH(CausalSoftmaxExpBF16)
-  (scores, rows, cols, stride, diagonal, scale, probs, probs_stride,
-   row_scale);
+  HWY_DYNAMIC_DISPATCH(CausalSoftmaxUnnormalizedBF16)
+  (scores, rows, cols, stride, diagonal, scale, probs, probs_stride, row_scale);
 }
 
 void ScaleRows(const float* src, size_t rows, size_t cols,
                const float* row_scale, float* dst, size_t dst_stride) {
-  HWY_DYNAMIC_DISPATCH(ScaleRowsF32)(src, rows, cols, row_scale, dst, dst_stride);
+  HWY_DYNAMIC_DISPATCH(ScaleRowsF32)
+  (src, rows, cols, row_scale, dst, dst_stride);
 }
 
 void ScaleRowsToBF16(const float* src, size_t rows, size_t cols,

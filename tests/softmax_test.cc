@@ -13,8 +13,8 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/tests/hwy_gtest.h"
-#include "tests/reference.h"
 #include "kernels/softmax-inl.h"
+#include "tests/reference.h"
 #include "tests/test_util.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -26,7 +26,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // Runs the per-target tile loop on one row of `x` with `valid` keys.
 std::vector<float> SoftmaxRow(std::vector<float> x, size_t valid, float scale) {
   CausalSoftmaxT<true>(x.data(), 1, x.size(), x.size(),
-                 static_cast<ptrdiff_t>(valid) - 1, scale, x.data(), x.size());
+                       static_cast<ptrdiff_t>(valid) - 1, scale, x.data(),
+                       x.size());
   return x;
 }
 
@@ -160,6 +161,9 @@ void TestUnnormalizedRowsScaleToTheSoftmax() {
              ++c) {
           EXPECT_EQ(out[r * out_stride + c], 42.0f) << where;
         }
+        for (size_t c = cols; c < stride && r * stride + c < tile.size(); ++c) {
+          EXPECT_EQ(tile[r * stride + c], before[r * stride + c]) << where;
+        }
       }
     }
   }
@@ -168,11 +172,11 @@ void TestUnnormalizedRowsScaleToTheSoftmax() {
 // NaN and +inf rows are final before scaling (factor 1), like masked rows.
 void TestUnnormalizedNonFiniteRowsHaveFactorOne() {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> tile = {0.5f, nan, 2.0f, 1.0f, kInf, 3.0f,
-                             -kInf, -kInf, 1.0f};
+  std::vector<float> tile = {0.5f, nan,   2.0f,  1.0f, kInf,
+                             3.0f, -kInf, -kInf, 1.0f};
   std::vector<float> row_scale(3);
-  // Row r sees r + 2 keys: rows 0 and 1 hold a non-finite score, row 2 a
-  // -inf prefix and one finite score.
+  // The rows see 2, 3 and 3 keys: rows 0 and 1 hold a non-finite score,
+  // row 2 a -inf prefix and one finite score.
   CausalSoftmaxT<false>(tile.data(), 3, 3, 3, 1, 1.0f, tile.data(), 3,
                         row_scale.data());
   for (size_t r : {0, 1}) {
@@ -188,10 +192,19 @@ void TestUnnormalizedNonFiniteRowsHaveFactorOne() {
 }
 
 // bf16 results are rounded to nearest, both the exp values and the scaled
-// rows: within half a bf16 ulp (2^-8 relative) plus fp32 error.
+// rows: within half a bf16 ulp (2^-8 relative) plus fp32 error; nothing is
+// written past the row.
 void TestBF16OutputsRoundToNearest() {
   std::mt19937 rng(3);
-  const size_t cols = 100, valid = 77;  // pairs of vectors, one, a tail
+  // On every target: pairs of vectors, one vector, a tail, masked zeros.
+  const size_t cols = 100, valid = 93;
+  const size_t padded = cols + 40;  // sentinels after the row
+  const auto sentinel = hwy::BF16FromF32(42.0f);
+  auto untouched_after_row = [&](const std::vector<hwy::bfloat16_t>& v) {
+    for (size_t i = cols; i < padded; ++i) {
+      EXPECT_EQ(v[i].bits, sentinel.bits) << "past the row at " << i;
+    }
+  };
   const float scale = 1.0f;
   std::vector<float> x = test::RandomVector(rng, cols, -4.f, 4.f);
   const float max = *std::max_element(x.begin(), x.begin() + valid);
@@ -199,10 +212,10 @@ void TestBF16OutputsRoundToNearest() {
   for (size_t i = 0; i < valid; ++i) {
     expected_exp[i] = std::exp(double(scale) * (double(x[i]) - max));
   }
-  std::vector<hwy::bfloat16_t> probs(cols);
+  std::vector<hwy::bfloat16_t> probs(padded, sentinel);
   float row_scale = 0.0f;
-  CausalSoftmaxT<false>(x.data(), 1, cols, cols, valid - 1, scale,
-                        probs.data(), cols, &row_scale);
+  CausalSoftmaxT<false>(x.data(), 1, cols, cols, valid - 1, scale, probs.data(),
+                        cols, &row_scale);
   double sum = 0.0;
   for (size_t i = 0; i < cols; ++i) {
     const double got = hwy::F32FromBF16(probs[i]);
@@ -212,10 +225,11 @@ void TestBF16OutputsRoundToNearest() {
     sum += expected_exp[i];
   }
   EXPECT_NEAR(row_scale, 1.0 / sum, 1e-6 / sum);
+  untouched_after_row(probs);
 
   const std::vector<float> src = test::RandomVector(rng, cols, -3.f, 3.f);
   const float factor = 0.37f;
-  std::vector<hwy::bfloat16_t> scaled(cols);
+  std::vector<hwy::bfloat16_t> scaled(padded, sentinel);
   ScaleRowsT(src.data(), 1, cols, &factor, scaled.data(), cols);
   for (size_t i = 0; i < cols; ++i) {
     const double want = double(src[i]) * factor;
@@ -223,6 +237,7 @@ void TestBF16OutputsRoundToNearest() {
               std::abs(want) * (1.0 / 256) + 1e-7)
         << i;
   }
+  untouched_after_row(scaled);
 }
 
 }  // namespace

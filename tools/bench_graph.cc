@@ -45,7 +45,7 @@ Result<std::vector<BlockShape>> ParseShapes(const std::string& spec) {
     }
     return named;
   }();
-  if (spec.empty()) return std::vector<BlockShape>{kNamed[0], kNamed[1]};
+  if (spec.empty()) return ParseShapes("gpt2-128,gpt2-1k");
   BlockShape s{spec, 0, 0, 0, 0};
   char tail = 0;
   if (std::sscanf(spec.c_str(), "%ld,%ld,%ld,%ld%c", &s.batch, &s.seq_len,

@@ -32,8 +32,9 @@ if [ -n "$lib" ]; then
   # without the classes' internals (their Impl and Plan).
   bad=$(nm -D --defined-only "$lib" | awk '{print $3}' | c++filt |
         grep -v -E '^(attn_[a-z0-9_]+|attn::.*)$' || true)
-  bad="$bad$(nm -D --defined-only "$lib" | awk '{print $3}' | c++filt |
-             grep -E '::(Impl|Plan)\b' || true)"
+  internals=$(nm -D --defined-only "$lib" | awk '{print $3}' | c++filt |
+              grep -E '::(Impl|Plan)\b' || true)
+  bad=$(printf '%s\n%s' "$bad" "$internals" | sed '/^$/d')
   if [ -n "$bad" ]; then
     echo "libattn exports symbols outside the public API:" >&2
     echo "$bad" | head -n 20 >&2
