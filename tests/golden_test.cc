@@ -11,6 +11,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/safetensors.hpp"
+#include "tests/avx2_only.h"
 
 namespace attn {
 namespace {

@@ -21,6 +21,7 @@
 #include "engine/graph_plan.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
+#include "tests/avx2_only.h"
 #include "tests/test_util.h"
 
 namespace attn {
