@@ -18,9 +18,9 @@
 #include <limits>
 
 #include "hwy/cache_control.h"
-#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/decode.h"
+#include "kernels/exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
@@ -173,8 +173,8 @@ HWY_INLINE void DecodeChunkT(D d, const DecodeParams& params,
   const V vscale = hn::Set(d, params.scale);
   V vsum = hn::Zero(d);
   for (size_t j = 0; j < padded; j += N) {
-    const V e =
-        hn::Exp(d, hn::Mul(hn::Sub(hn::Load(d, scores + j), vm), vscale));
+    const V e = ExpNonPositive(
+        d, hn::Mul(hn::Sub(hn::Load(d, scores + j), vm), vscale));
     hn::Store(e, d, scores + j);
     vsum = hn::Add(vsum, e);
   }

@@ -48,6 +48,18 @@ const std::vector<Shape>& Grid() {
   return grid;
 }
 
+std::string Names(const std::vector<Shape>& shapes, const char* separator) {
+  std::string names;
+  for (const Shape& s : shapes) {
+    names += (names.empty() ? "" : separator) + s.name;
+  }
+  return names;
+}
+
+std::vector<Shape> PeerGrid() {
+  return {Grid().begin(), Grid().begin() + bench::PeerGrid().size()};
+}
+
 Result<std::vector<Shape>> ParseShapes(const std::string& spec,
                                        const std::string& fallback) {
   if (spec.empty()) return ParseShapes(fallback, "");
@@ -71,12 +83,8 @@ Result<std::vector<Shape>> ParseShapes(const std::string& spec,
         std::find_if(Grid().begin(), Grid().end(),
                      [&](const Shape& s) { return s.name == name; });
     if (it == Grid().end()) {
-      std::string known;
-      for (const Shape& s : Grid()) {
-        known += (known.empty() ? "" : ", ") + s.name;
-      }
       return InvalidArgument("--shape '" + name + "' is unknown, want " +
-                             known + " or b,T,d_in,d_out,h");
+                             Names(Grid(), ", ") + " or b,T,d_in,d_out,h");
     }
     shapes.push_back(*it);
   }

@@ -19,8 +19,12 @@ struct Shape {
   int64_t batch, seq_len, d_in, d_out, heads;
 };
 
-// seed, gpt2-128, gpt2-1k, gpt2-1k-b4, long-4k, long-32k.
+// The peers' grid of bench/grid.h (seed ... long-4k), then long-32k.
 const std::vector<Shape>& Grid();
+// The names of `shapes` joined by `separator`, e.g. for help text.
+std::string Names(const std::vector<Shape>& shapes, const char* separator);
+// The peers' grid alone: the shapes `attn bench` runs by default.
+std::vector<Shape> PeerGrid();
 
 // "gpt2-1k,long-4k" or "b,T,d_in,d_out,h"; `fallback` (names) when empty.
 Result<std::vector<Shape>> ParseShapes(const std::string& spec,

@@ -25,8 +25,7 @@ struct BenchArgs {
 
 int Bench(const BenchArgs& args) {
   // The grid without long-32k (a minute per point at 1 thread).
-  auto shapes =
-      ParseShapes(args.shape, "seed,gpt2-128,gpt2-1k,gpt2-1k-b4,long-4k");
+  auto shapes = ParseShapes(args.shape, Names(PeerGrid(), ","));
   if (!shapes.ok()) return Fail(shapes.status().message());
   if (const int rc = UseConfigFile(args.config)) return rc;
   std::vector<int> thread_counts = args.threads;
@@ -101,10 +100,10 @@ Command AddBenchCommand(CLI::App& app) {
   BenchArgs& bench = *args;
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Time the block on named or given shapes with random weights");
-  bench_cmd->add_option("--shape", bench.shape,
-                        "comma-separated names (seed, gpt2-128, gpt2-1k, "
-                        "gpt2-1k-b4, long-4k, long-32k) or b,T,d_in,d_out,h; "
-                        "default: the grid without long-32k");
+  bench_cmd->add_option(
+      "--shape", bench.shape,
+      "comma-separated names (" + Names(Grid(), ", ") +
+          ") or b,T,d_in,d_out,h; default: " + Names(PeerGrid(), ", "));
   bench_cmd
       ->add_option("--threads", bench.threads,
                    "thread counts to measure, e.g. 1,2")

@@ -172,9 +172,8 @@ Command AddTuneCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "tune", "Sweep thread counts, report scaling and recommend the best");
   cmd->add_option("--shape", tune.shape,
-                  "comma-separated names (seed, gpt2-128, gpt2-1k, "
-                  "gpt2-1k-b4, long-4k, long-32k) or b,T,d_in,d_out,h; "
-                  "default: gpt2-1k");
+                  "comma-separated names (" + Names(Grid(), ", ") +
+                      ") or b,T,d_in,d_out,h; default: gpt2-1k");
   cmd->add_option("--threads", tune.threads,
                   "thread counts: a range A..B or a list 1,2,4 (default: 1 "
                   "up to the cores this process may use)");
