@@ -27,9 +27,11 @@ void Tile(benchmark::State& state, bool scores, DataType type) {
   const int64_t M = kRows, D = kHeadDim, N = state.range(0);
   Result<MatMul> mm =
       scores ? MatMul::Create({{M, D}, {}, type}, {{D, N}, {1, D}, type},
-                              nullptr, {{M, N}, {}, DataType::kF32}, true)
+                              nullptr, {{M, N}, {}, DataType::kF32},
+                              kernels::Threading::kWorker)
              : MatMul::Create({{M, N}, {}, type}, {{N, D}, {D, 1}, type},
-                              nullptr, {{M, D}, {}, DataType::kF32}, true);
+                              nullptr, {{M, D}, {}, DataType::kF32},
+                              kernels::Threading::kWorker);
   if (!mm.ok()) {
     state.SkipWithError(mm.status().message().c_str());
     return;
@@ -41,7 +43,7 @@ void Tile(benchmark::State& state, bool scores, DataType type) {
   std::vector<float> out(size_t(M * std::max(D, N)));
   std::vector<char> scratch(mm->scratch_bytes() + 64);
   for (auto _ : state) {
-    mm->Run(a.data(), b.data(), nullptr, out.data(), scratch.data());
+    mm->Run(a.data(), b.data(), nullptr, out.data(), scratch.data(), 1);
     benchmark::ClobberMemory();
   }
   SetRates(state, 2.0 * M * N * D, 0);
@@ -60,9 +62,11 @@ void Projection(benchmark::State& state, const GridShape& s, bool fused_qkv,
   Result<MatMul> mm =
       fused_qkv
           ? MatMul::Create({{1, R, in}, {}, type}, {{3 * H, in, D}, {}, type},
-                           nullptr, {{3 * H, R, D}, {}, type})
+                           nullptr, {{3 * H, R, D}, {}, type},
+                           kernels::Threading::kTeam)
           : MatMul::Create({{R, in}, {}, type}, {{in, out}, {}, type},
-                           &out_bias, {{R, out}, {}, DataType::kF32});
+                           &out_bias, {{R, out}, {}, DataType::kF32},
+                           kernels::Threading::kTeam);
   if (!mm.ok()) {
     state.SkipWithError(mm.status().message().c_str());
     return;
@@ -71,9 +75,9 @@ void Projection(benchmark::State& state, const GridShape& s, bool fused_qkv,
   const std::vector<float> b = RandomFloats(size_t(out), 1, 2);
   std::vector<char> w(mm->packed_weights_bytes());
   std::vector<float> y(size_t(R * out));
-  std::vector<char> scratch(mm->scratch_bytes() + 64);
+  std::vector<char> scratch(mm->scratch_bytes() * size_t(threads) + 64);
   for (auto _ : state) {
-    mm->Run(x.data(), w.data(), b.data(), y.data(), scratch.data());
+    mm->Run(x.data(), w.data(), b.data(), y.data(), scratch.data(), threads);
     benchmark::ClobberMemory();
   }
   SetRates(state, 2.0 * double(R) * double(in) * double(out), double(R));

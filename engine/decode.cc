@@ -94,22 +94,25 @@ Status MhaDecoder::Impl::MakeProjection(int64_t R, Projection& p) const {
   const kernels::Operand qkv_bias{{1, 3 * d_out}, {}, DataType::kF32};
   Result<kernels::MatMul> qkv_proj = kernels::MatMul::Create(
       {{R, d_in}, {}, DataType::kF32}, {{d_in, 3 * d_out}, {}, DataType::kF32},
-      c.qkv_bias ? &qkv_bias : nullptr, {{R, 3 * d_out}, {}, DataType::kF32});
+      c.qkv_bias ? &qkv_bias : nullptr, {{R, 3 * d_out}, {}, DataType::kF32},
+      kernels::Threading::kTeam);
   if (!qkv_proj.ok()) return qkv_proj.status();
   // ctx [R, d_out] x W_out^T + b_out -> y [R, d_out].
   const kernels::Operand out_bias{{1, d_out}, {}, DataType::kF32};
   Result<kernels::MatMul> out_proj = kernels::MatMul::Create(
       {{R, d_out}, {}, DataType::kF32}, {{d_out, d_out}, {}, DataType::kF32},
-      &out_bias, {{R, d_out}, {}, DataType::kF32});
+      &out_bias, {{R, d_out}, {}, DataType::kF32}, kernels::Threading::kTeam);
   if (!out_proj.ok()) return out_proj.status();
   const auto rows = static_cast<size_t>(R);
   const uint64_t per_row = 4 * static_cast<uint64_t>(4 * d_out + H * Dp);
+  const size_t scratch_bytes =
+      std::max(qkv_proj->scratch_bytes(), out_proj->scratch_bytes()) *
+      static_cast<size_t>(num_threads);
   ATTN_RETURN_IF_ERROR(CheckCap(
       "a decoder step of " + Str(R) + " tokens",
-      AddSat(
-          MulSat(per_row, rows),
-          qkv_proj->packed_weights_bytes() + out_proj->packed_weights_bytes() +
-              std::max(qkv_proj->scratch_bytes(), out_proj->scratch_bytes()))));
+      AddSat(MulSat(per_row, rows), qkv_proj->packed_weights_bytes() +
+                                        out_proj->packed_weights_bytes() +
+                                        scratch_bytes)));
   const struct {
     AlignedBuffer* buffer;
     size_t bytes;
@@ -118,8 +121,7 @@ Status MhaDecoder::Impl::MakeProjection(int64_t R, Projection& p) const {
                {&p.qkv, rows * static_cast<size_t>(3 * d_out) * sizeof(float)},
                {&p.q, rows * static_cast<size_t>(H * Dp) * sizeof(float)},
                {&p.ctx, rows * static_cast<size_t>(d_out) * sizeof(float)},
-               {&p.scratch, std::max(qkv_proj->scratch_bytes(),
-                                     out_proj->scratch_bytes())}};
+               {&p.scratch, scratch_bytes}};
   for (const auto& want : wants) {
     Result<AlignedBuffer> buffer = AlignedBuffer::Allocate(want.bytes);
     if (!buffer.ok()) return buffer.status();
@@ -221,7 +223,7 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
 
   // x: [R, d_in] -> qkv: [R, 3 d_out], one fused projection.
   p->qkv_proj->Run(input, p->w_qkv.data(), m->b_qkv.data(), qkv,
-                   p->scratch.data());
+                   p->scratch.data(), threads.num_threads());
 
   // Prompts of one length n >= kPromptCore, every one starting an empty
   // sequence, are the full causal forward: the matmul-based core does them
@@ -319,7 +321,7 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
 
   // ctx: [R, d_out] -> y: [R, d_out].
   p->out_proj->Run(ctx, p->w_out.data(), m->b_out.data(), output,
-                   p->scratch.data());
+                   p->scratch.data(), threads.num_threads());
   for (int64_t b = 0; b < B; ++b) lengths[b] += new_tokens[b];
   return {};
 }

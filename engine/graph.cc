@@ -510,12 +510,13 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
     Result<kernels::MatMul> mm = kernels::MatMul::Create(
         {{R, in}, {}, mm_type}, {{in, out}, {}, mm_type},
         layer[0][step.node].bias.empty() ? nullptr : &bias,
-        {{R, out}, {}, type_of(step.dst)}, false, post);
+        {{R, out}, {}, type_of(step.dst)}, kernels::Threading::kTeam, post);
     if (!mm.ok()) {
       return Status(mm.status().code(),
                     node.Describe() + ": " + mm.status().message());
     }
-    scratch_bytes = std::max(scratch_bytes, mm->scratch_bytes());
+    scratch_bytes = std::max(scratch_bytes, mm->scratch_bytes() *
+                                                static_cast<size_t>(num_threads));
     for (size_t l = 0; l < L; ++l) {
       Result<AlignedBuffer> buffer = Allocate(mm->packed_weights_bytes());
       if (!buffer.ok()) return buffer.status();
@@ -629,7 +630,8 @@ Status Graph::Impl::RunLayer(size_t l, const float* in, float* out,
           src = lowered.data();
         }
         matmul[k]->Run(src, packed[l][k].data(), w.bias.data(), at(s.dst),
-                       scratch.data(), s.src2 >= 0 ? at(s.src2) : nullptr);
+                       scratch.data(), threads,
+                       s.src2 >= 0 ? at(s.src2) : nullptr);
         break;
       }
       case Op::kMha:

@@ -373,13 +373,15 @@ Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
   const kernels::Operand qkv_bias{{G, 1, D}, {}, DataType::kF32};
   Result<kernels::MatMul> qkv_proj = kernels::MatMul::Create(
       {{1, R, d_in}, {}, low}, {{G, d_in, D}, {}, low},
-      c.qkv_bias ? &qkv_bias : nullptr, {{G, R, D}, {}, low});
+      c.qkv_bias ? &qkv_bias : nullptr, {{G, R, D}, {}, low},
+      kernels::Threading::kTeam);
   if (!qkv_proj.ok()) return qkv_proj.status();
   // ctx [R, d_out] x W_out^T [d_out, d_out] + b_out -> y [R, d_out] f32.
   const kernels::Operand out_bias{{1, d_out}, {}, DataType::kF32};
   Result<kernels::MatMul> out_proj =
       kernels::MatMul::Create({{R, d_out}, {}, low}, {{d_out, d_out}, {}, low},
-                              &out_bias, {{R, d_out}, {}, DataType::kF32});
+                              &out_bias, {{R, d_out}, {}, DataType::kF32},
+                              kernels::Threading::kTeam);
   if (!out_proj.ok()) return out_proj.status();
   kernels::AttentionShape shape;
   shape.batch = batch;
@@ -406,7 +408,8 @@ Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
       {&plan->qkv, rows * static_cast<size_t>(3 * d_out) * elem},
       {&plan->ctx, rows * static_cast<size_t>(d_out) * elem},
       {&plan->proj_scratch,
-       std::max(qkv_proj->scratch_bytes(), out_proj->scratch_bytes())},
+       std::max(qkv_proj->scratch_bytes(), out_proj->scratch_bytes()) *
+           static_cast<size_t>(plan->num_threads)},
       {&plan->core_scratch,
        core->worker_scratch_bytes() * static_cast<size_t>(plan->num_threads)}};
   uint64_t need = WeightBytes(c);
@@ -465,13 +468,13 @@ Status MhaSession::Run(const float* input, int64_t batch, int64_t seq_len,
     x = p.x_low.data();
   }
   p.qkv_proj->Run(x, p.w_qkv.data(), p.b_qkv.data(), p.qkv.data(),
-                  p.proj_scratch.data());
+                  p.proj_scratch.data(), threads.num_threads());
   // Per (batch, head, query block): softmax(q k^T / sqrt(D), causal) v.
   p.core->Run(p.qkv.data(), p.ctx.data(), p.core_scratch.data(),
               threads.num_threads());
   // ctx: [B*T, d_out] -> y: [B*T, d_out].
   p.out_proj->Run(p.ctx.data(), p.w_out.data(), p.b_out.data(), output,
-                  p.proj_scratch.data());
+                  p.proj_scratch.data(), threads.num_threads());
   return {};
 }
 

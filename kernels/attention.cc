@@ -36,13 +36,13 @@ Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
     // scores [M, N] f32 = q [M, D] x k^T, with k stored [N, D].
     Result<MatMul> scores =
         MatMul::Create({{M, D}, {}, type}, {{D, N}, {1, D}, type}, nullptr,
-                       {{M, N}, {}, DataType::kF32}, /*single_threaded=*/true);
+                       {{M, N}, {}, DataType::kF32}, Threading::kWorker);
     if (!scores.ok()) return scores.status();
     // ctx_blk [M, D] f32 = probs [M, N] x v [N, D], dense: oneDNN 2.6 runs
     // a strided dst (row stride C) on its slower gemm:jit, not brgemm.
     Result<MatMul> context =
         MatMul::Create({{M, N}, {}, type}, {{N, D}, {D, 1}, type}, nullptr,
-                       {{M, D}, {}, DataType::kF32}, /*single_threaded=*/true);
+                       {{M, D}, {}, DataType::kF32}, Threading::kWorker);
     if (!context.ok()) return context.status();
     mm_scratch = std::max(
         {mm_scratch, scores->scratch_bytes(), context->scratch_bytes()});
@@ -106,7 +106,7 @@ void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
 
     // The softmax's normalisation waits for the M x D context rather than
     // rescaling the M x N probabilities.
-    scores_mm_[qb].Run(q, k, nullptr, scores, mm_scratch);
+    scores_mm_[qb].Run(q, k, nullptr, scores, mm_scratch, 1);
     if (shape_.type == DataType::kBF16) {
       CausalSoftmaxUnnormalizedToBF16(scores, M, N, N, i0, scale_,
                                       static_cast<hwy::bfloat16_t*>(probs), N,
@@ -114,7 +114,7 @@ void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
     } else {
       CausalSoftmaxUnnormalized(scores, M, N, N, i0, scale_, row_scale);
     }
-    context_mm_[qb].Run(probs, v, nullptr, block_ctx, mm_scratch);
+    context_mm_[qb].Run(probs, v, nullptr, block_ctx, mm_scratch, 1);
     if (shape_.type == DataType::kBF16) {
       ScaleRowsToBF16(block_ctx, M, D, row_scale,
                       reinterpret_cast<hwy::bfloat16_t*>(out), C);

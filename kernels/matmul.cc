@@ -4,7 +4,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <new>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -43,12 +45,111 @@ memory::desc ToDesc(const Operand& op, bool allow_any) {
 
 size_t SizeOf(DataType type) { return type == DataType::kBF16 ? 2 : 4; }
 
+namespace {
+
+// An operand's strides, dense row-major when none were given.
+memory::dims StridesOf(const Operand& op) {
+  memory::dims strides(op.dims.size(), 1);
+  if (!op.strides.empty()) return op.strides;
+  for (size_t i = op.dims.size(); i-- > 1;) {
+    strides[i - 1] = strides[i] * op.dims[i];
+  }
+  return strides;
+}
+
+// One dimension of dst cut into `count` tiles of `size`, the last `last`.
+struct Tiles {
+  int64_t size = 0, count = 0, last = 0;
+
+  static Tiles Of(int64_t total, int64_t most) {
+    const int64_t size = (total + (total + most - 1) / most - 1) /
+                         ((total + most - 1) / most);  // balanced
+    const int64_t count = (total + size - 1) / size;
+    return {size, count, total - (count - 1) * size};
+  }
+  int64_t SizeOf(int64_t i) const { return i + 1 < count ? size : last; }
+};
+
+// The part of dst a tile computes: rows [m0, m0 + rows) and columns
+// [n0, n0 + cols) of batch b. Every tile is a 2-D matmul: oneDNN 2.6 runs a
+// batched one with a strided dst on its reference code.
+struct Box {
+  int64_t b = 0, m0 = 0, n0 = 0, rows = 0, cols = 0;
+};
+
+// Which of an operand's two inner dims follow the box's rows and columns
+// (-1: neither; the dim is taken whole). Batch dims of 1 broadcast.
+struct Role {
+  int row_dim, col_dim;
+};
+constexpr Role kSrcRole{0, -1}, kWeiRole{-1, 1}, kDstRole{0, 1};
+
+// The 2-D part of `op` the box covers, with explicit strides.
+Operand Cut(const Operand& op, const Box& box, Role role) {
+  const memory::dims strides = StridesOf(op);
+  const size_t inner = op.dims.size() - 2;
+  Operand cut{{op.dims[inner], op.dims[inner + 1]},
+              {strides[inner], strides[inner + 1]},
+              op.type};
+  if (role.row_dim >= 0) cut.dims[role.row_dim] = box.rows;
+  if (role.col_dim >= 0) cut.dims[role.col_dim] = box.cols;
+  return cut;
+}
+
+// Byte offset of the box's first element in `op`.
+size_t OffsetOf(const Operand& op, const Box& box, Role role) {
+  const memory::dims strides = StridesOf(op);
+  const size_t inner = op.dims.size() - 2;
+  int64_t elements = 0;
+  if (inner == 1 && op.dims[0] != 1) elements += box.b * strides[0];
+  if (role.row_dim >= 0) elements += box.m0 * strides[inner + role.row_dim];
+  if (role.col_dim >= 0) elements += box.n0 * strides[inner + role.col_dim];
+  return static_cast<size_t>(elements) * SizeOf(op.type);
+}
+
+size_t AlignUp(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// Makes oneDNN calls on this thread single-threaded until it goes out of
+// scope, then restores the caller's team size. (Inside a parallel region
+// oneDNN already runs single-threaded.)
+struct SingleThread {
+  int saved = omp_get_max_threads();
+  SingleThread() { omp_set_num_threads(1); }
+  ~SingleThread() { omp_set_num_threads(saved); }
+};
+
+}  // namespace
+
+// One primitive per distinct tile shape (full tiles and tails), and per tile
+// where its operands start.
 struct MatMul::Impl {
-  dnnl::matmul::primitive_desc pd;
-  dnnl::matmul prim;
+  struct Kind {
+    int64_t rows, cols;
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+  };
+  struct Tile {
+    size_t kind, src, wei, bias, dst;  // dst also locates the residual
+  };
+  // Packed weights: one chunk per (weight batch, column tile).
+  struct Chunk {
+    Box box;
+    size_t kind, offset;
+  };
+  Operand src, wei, dst;
+  bool packed = false;  // wei in the primitives' layout (chunks)
   bool has_bias = false;
   bool has_residual = false;
   int residual_index = 0;  // of the binary post-op
+  std::vector<Kind> kinds;
+  std::vector<Tile> tiles;  // column tile, then row tile, fastest last
+  std::vector<Chunk> chunks;
+  size_t packed_bytes = 0;
+  size_t scratch_bytes = 0;  // per thread
+
+  Result<size_t> KindFor(const Box& box, const Operand* bias,
+                         const PostOps& post_ops);
+  Status AddTile(const Box& box, const Operand* bias, const PostOps& post_ops);
 };
 
 MatMul::MatMul(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -56,40 +157,114 @@ MatMul::MatMul(MatMul&&) noexcept = default;
 MatMul& MatMul::operator=(MatMul&&) noexcept = default;
 MatMul::~MatMul() = default;
 
+// The primitive for tiles shaped like `box`, created on first use. Tiles of
+// one column tile share a weights chunk, so later row counts take the
+// layout the first one chose.
+Result<size_t> MatMul::Impl::KindFor(const Box& box, const Operand* bias,
+                                     const PostOps& post_ops) {
+  std::optional<memory::desc> wei_layout;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const Kind& kind = kinds[k];
+    if (kind.cols != box.cols) continue;
+    if (kind.rows == box.rows) return k;
+    wei_layout = kind.pd.weights_desc();
+  }
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const memory::desc dst_md = ToDesc(Cut(dst, box, kDstRole), false);
+  dnnl::post_ops ops;
+  if (post_ops.gelu_tanh) {
+    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+  }
+  if (post_ops.add_residual) {
+    // A binary add reads the residual wherever it lives; a sum post-op
+    // would need it copied into dst first.
+    residual_index = ops.len();
+    ops.append_binary(dnnl::algorithm::binary_add, dst_md);
+  }
+  attr.set_post_ops(ops);
+  const Operand wei_cut = Cut(wei, box, kWeiRole);
+  const memory::desc wei_md =
+      wei_layout ? *wei_layout
+                 : ToDesc(packed ? Operand{wei_cut.dims, {}, wei.type} : wei_cut,
+                          true);
+  const memory::desc src_md = ToDesc(Cut(src, box, kSrcRole), false);
+  const auto desc =
+      bias ? dnnl::matmul::desc(src_md, wei_md,
+                                ToDesc(Cut(*bias, box, kWeiRole), false),
+                                dst_md)
+           : dnnl::matmul::desc(src_md, wei_md, dst_md);
+  Kind kind{box.rows, box.cols, {}, {}};
+  kind.pd = dnnl::matmul::primitive_desc(desc, attr, CpuEngine());
+  kind.prim = dnnl::matmul(kind.pd);
+  scratch_bytes =
+      std::max(scratch_bytes, AlignUp(kind.pd.scratchpad_desc().get_size()));
+  kinds.push_back(std::move(kind));
+  return kinds.size() - 1;
+}
+
+Status MatMul::Impl::AddTile(const Box& box, const Operand* bias,
+                             const PostOps& post_ops) {
+  Result<size_t> kind = KindFor(box, bias, post_ops);
+  if (!kind.ok()) return kind.status();
+  Tile tile{*kind, OffsetOf(src, box, kSrcRole), OffsetOf(wei, box, kWeiRole),
+            bias ? OffsetOf(*bias, box, kWeiRole) : 0,
+            OffsetOf(dst, box, kDstRole)};
+  if (packed) {
+    // The chunk of this tile's weights: weights broadcast over dst's
+    // batches are one chunk for all of them.
+    Box chunk_box = box;
+    chunk_box.m0 = 0;
+    if (wei.dims.size() == 3 && wei.dims[0] == 1) chunk_box.b = 0;
+    auto same = [&](const Chunk& c) {
+      return c.box.b == chunk_box.b && c.box.n0 == chunk_box.n0;
+    };
+    auto it = std::find_if(chunks.begin(), chunks.end(), same);
+    if (it == chunks.end()) {
+      chunks.push_back({chunk_box, *kind, packed_bytes});
+      packed_bytes +=
+          AlignUp(kinds[*kind].pd.weights_desc().get_size());
+      it = chunks.end() - 1;
+    }
+    tile.wei = it->offset;
+  }
+  tiles.push_back(tile);
+  return {};
+}
+
 Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
                               const Operand* bias, const Operand& dst,
-                              bool single_threaded, const PostOps& post_ops) {
-  // Restores the caller's team size however Create leaves.
-  struct TeamSize {
-    int saved = omp_get_max_threads();
-    ~TeamSize() { omp_set_num_threads(saved); }
-  } team;
-  if (single_threaded) omp_set_num_threads(1);
+                              Threading threading, const PostOps& post_ops) {
+  // Every primitive runs on one thread: create it for one, as oneDNN Graph
+  // does.
+  const SingleThread single;
+  const size_t rank = dst.dims.size();
+  const int64_t B = rank == 3 ? dst.dims[0] : 1;
+  const int64_t M = dst.dims[rank - 2], N = dst.dims[rank - 1];
+  const bool split = threading == Threading::kTeam;
+  const Tiles cols = Tiles::Of(N, split ? kMatMulColumnTile : N);
+  // Narrow tiles get more rows: about the same work per tile.
+  const Tiles rows = Tiles::Of(
+      M, split ? std::max(kMatMulRowTile,
+                          kMatMulRowTile * kMatMulColumnTile / cols.size)
+               : M);
   try {
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    const memory::desc src_md = ToDesc(src, false);
-    const memory::desc wei_md = ToDesc(wei, true);
-    const memory::desc dst_md = ToDesc(dst, false);
     auto impl = std::make_unique<Impl>();
+    impl->src = src;
+    impl->wei = wei;
+    impl->dst = dst;
+    impl->packed = wei.strides.empty();
     impl->has_bias = bias != nullptr;
-    dnnl::post_ops ops;
-    if (post_ops.gelu_tanh) {
-      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+    impl->has_residual = post_ops.add_residual;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t nt = 0; nt < cols.count; ++nt) {
+        for (int64_t mt = 0; mt < rows.count; ++mt) {
+          const Box box{b, mt * rows.size, nt * cols.size, rows.SizeOf(mt),
+                        cols.SizeOf(nt)};
+          ATTN_RETURN_IF_ERROR(impl->AddTile(box, bias, post_ops));
+        }
+      }
     }
-    if (post_ops.add_residual) {
-      // A binary add reads the residual wherever it lives; a sum post-op
-      // would need it copied into dst first.
-      impl->has_residual = true;
-      impl->residual_index = ops.len();
-      ops.append_binary(dnnl::algorithm::binary_add, dst_md);
-    }
-    attr.set_post_ops(ops);
-    const auto desc =
-        bias ? dnnl::matmul::desc(src_md, wei_md, ToDesc(*bias, false), dst_md)
-             : dnnl::matmul::desc(src_md, wei_md, dst_md);
-    impl->pd = dnnl::matmul::primitive_desc(desc, attr, CpuEngine());
-    impl->prim = dnnl::matmul(impl->pd);
     return MatMul(std::move(impl));
   } catch (const dnnl::error& e) {
     return Internal(std::string("oneDNN could not create a matmul: ") +
@@ -100,12 +275,10 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
   }
 }
 
-size_t MatMul::scratch_bytes() const {
-  return impl_->pd.scratchpad_desc().get_size();
-}
+size_t MatMul::scratch_bytes() const { return impl_->scratch_bytes; }
 
 size_t MatMul::packed_weights_bytes() const {
-  return impl_->pd.weights_desc().get_size();
+  return impl_->packed ? impl_->packed_bytes : 0;
 }
 
 Status MatMul::PackWeights(const Operand& plain, const void* plain_data,
@@ -113,9 +286,14 @@ Status MatMul::PackWeights(const Operand& plain, const void* plain_data,
   try {
     const auto& engine = CpuEngine();
     dnnl::stream stream(engine);
-    memory from(ToDesc(plain, false), engine, const_cast<void*>(plain_data));
-    memory to(impl_->pd.weights_desc(), engine, packed);
-    dnnl::reorder(from, to).execute(stream, from, to);
+    for (const Impl::Chunk& chunk : impl_->chunks) {
+      memory from(ToDesc(Cut(plain, chunk.box, kWeiRole), false), engine,
+                  const_cast<char*>(static_cast<const char*>(plain_data)) +
+                      OffsetOf(plain, chunk.box, kWeiRole));
+      memory to(impl_->kinds[chunk.kind].pd.weights_desc(), engine,
+                static_cast<char*>(packed) + chunk.offset);
+      dnnl::reorder(from, to).execute(stream, from, to);
+    }
     stream.wait();
     return {};
   } catch (const dnnl::error& e) {
@@ -124,30 +302,52 @@ Status MatMul::PackWeights(const Operand& plain, const void* plain_data,
 }
 
 void MatMul::Run(const void* src, const void* wei, const void* bias, void* dst,
-                 void* scratch, const void* residual) const {
-  const auto& engine = CpuEngine();
-  thread_local dnnl::stream stream(engine);
-  std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC,
-       memory(impl_->pd.src_desc(), engine, const_cast<void*>(src))},
-      {DNNL_ARG_WEIGHTS,
-       memory(impl_->pd.weights_desc(), engine, const_cast<void*>(wei))},
-      {DNNL_ARG_DST, memory(impl_->pd.dst_desc(), engine, dst)},
-      {DNNL_ARG_SCRATCHPAD,
-       memory(impl_->pd.scratchpad_desc(), engine, scratch)}};
-  if (impl_->has_bias) {
-    args.emplace(DNNL_ARG_BIAS, memory(impl_->pd.bias_desc(), engine,
-                                       const_cast<void*>(bias)));
+                 void* scratch, int num_threads, const void* residual) const {
+  const Impl& im = *impl_;
+  const auto run_tile = [&](const Impl::Tile& tile, void* tile_scratch) {
+    const Impl::Kind& kind = im.kinds[tile.kind];
+    const auto& engine = CpuEngine();
+    thread_local dnnl::stream stream(engine);
+    const auto at = [](const void* base, size_t offset) {
+      return const_cast<char*>(static_cast<const char*>(base)) + offset;
+    };
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, memory(kind.pd.src_desc(), engine, at(src, tile.src))},
+        {DNNL_ARG_WEIGHTS,
+         memory(kind.pd.weights_desc(), engine, at(wei, tile.wei))},
+        {DNNL_ARG_DST, memory(kind.pd.dst_desc(), engine, at(dst, tile.dst))},
+        {DNNL_ARG_SCRATCHPAD,
+         memory(kind.pd.scratchpad_desc(), engine, tile_scratch)}};
+    if (im.has_bias) {
+      args.emplace(DNNL_ARG_BIAS,
+                   memory(kind.pd.bias_desc(), engine, at(bias, tile.bias)));
+    }
+    if (im.has_residual) {
+      args.emplace(
+          DNNL_ARG_ATTR_MULTIPLE_POST_OP(im.residual_index) | DNNL_ARG_SRC_1,
+          memory(kind.pd.dst_desc(), engine, at(residual, tile.dst)));
+    }
+    kind.prim.execute(stream, args);
+  };
+  const auto count = static_cast<int64_t>(im.tiles.size());
+  const int workers =
+      static_cast<int>(std::min<int64_t>(std::max(num_threads, 1), count));
+  if (workers == 1) {
+    const SingleThread single;
+    for (const Impl::Tile& tile : im.tiles) run_tile(tile, scratch);
+    return;
   }
-  if (impl_->has_residual) {
-    args.emplace(
-        DNNL_ARG_ATTR_MULTIPLE_POST_OP(impl_->residual_index) | DNNL_ARG_SRC_1,
-        memory(impl_->pd.dst_desc(), engine, const_cast<void*>(residual)));
+#pragma omp parallel for num_threads(workers) schedule(static)
+  for (int64_t t = 0; t < count; ++t) {
+    run_tile(im.tiles[static_cast<size_t>(t)],
+             static_cast<char*>(scratch) +
+                 static_cast<size_t>(omp_get_thread_num()) * im.scratch_bytes);
   }
-  impl_->prim.execute(stream, args);
 }
 
-const char* MatMul::impl_name() const { return impl_->pd.impl_info_str(); }
+const char* MatMul::impl_name() const {
+  return impl_->kinds.front().pd.impl_info_str();
+}
 
 struct Convert::Impl {
   memory::desc src_md, dst_md;

@@ -1,4 +1,4 @@
-// dst = src x wei (+ bias) backed by one oneDNN matmul primitive: created once,
+// dst = src x wei (+ bias) backed by oneDNN matmul primitives: created once,
 // executed many times. The only file that includes oneDNN headers is
 // matmul.cc; every other kernel talks to oneDNN through this class.
 #ifndef ATTN_KERNELS_MATMUL_H_
@@ -35,35 +35,53 @@ struct PostOps {
   bool add_residual = false;
 };
 
+// How a MatMul's work is spread over threads.
+enum class Threading {
+  // Run is called by one worker inside an OpenMP region; one primitive.
+  kWorker,
+  // Run is called outside any parallel region and hands fixed tiles of dst
+  // to the team. The tiles depend on the shape only and each is one
+  // single-threaded primitive that reduces over all of K, so every bit of
+  // the result is the same for every team size (oneDNN's own threading may
+  // split K by the team size: ../shared/PRIOR_ART.md D1).
+  kTeam,
+};
+
+// Tiles of Threading::kTeam: at most this many dst columns, and this many
+// rows (more for narrower tiles, about the same work each), of one batch.
+constexpr int64_t kMatMulRowTile = 128;
+constexpr int64_t kMatMulColumnTile = 256;
+
 class MatMul {
  public:
-  // `bias`, if given, broadcasts over dims of size 1. Creating may JIT code.
-  // With `single_threaded`, the primitive is created for execution inside
-  // one worker of an OpenMP team (its blocking then does not depend on the
-  // team size).
+  // Operands are of rank 2 ([M, K] x [K, N] -> [M, N]) or 3 (a batch of
+  // those; batch dims of 1 broadcast). `bias`, if given, broadcasts over dims of size 1.
+  // Creating may JIT code.
   static Result<MatMul> Create(const Operand& src, const Operand& wei,
                                const Operand* bias, const Operand& dst,
-                               bool single_threaded = false,
+                               Threading threading,
                                const PostOps& post_ops = {});
 
   MatMul(MatMul&&) noexcept;
   MatMul& operator=(MatMul&&) noexcept;
   ~MatMul();
 
-  // Bytes of per-call scratch Run needs; one buffer per concurrent caller.
+  // Bytes of scratch one thread of Run needs; Run takes num_threads of
+  // them, back to back, one set per concurrent caller.
   size_t scratch_bytes() const;
-  // Bytes of the weights in the primitive's own layout.
+  // Bytes of the weights in the primitives' own layout.
   size_t packed_weights_bytes() const;
-  // Reorders weights laid out as `plain` into the primitive's layout.
+  // Reorders weights laid out as `plain` into the primitives' layout.
   Status PackWeights(const Operand& plain, const void* plain_data,
                      void* packed) const;
-  // Executes on the caller's thread (inside an OpenMP region: that thread
-  // alone; outside: the whole team). Pointers must match the operands given
-  // to Create; `wei` is in the packed layout when Create was asked for one.
+  // dst = src x wei (+ bias, post-ops) on num_threads threads (1 for
+  // Threading::kWorker). Pointers must match the operands given to Create;
+  // `wei` is in the packed layout when Create was asked for one.
   // Thread-safe when each concurrent caller passes its own `scratch`.
   // `residual` is read only with PostOps::add_residual.
   void Run(const void* src, const void* wei, const void* bias, void* dst,
-           void* scratch, const void* residual = nullptr) const;
+           void* scratch, int num_threads,
+           const void* residual = nullptr) const;
 
   // oneDNN's name for the implementation it chose, e.g. "brg:avx512_core".
   const char* impl_name() const;

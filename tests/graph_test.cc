@@ -429,7 +429,8 @@ TEST(GraphMatMulTest, GeluAndResidualPostOpsMatchScalar) {
   const kernels::Operand bias_op{{1, N}, {}, DataType::kF32};
   auto mm = kernels::MatMul::Create({{M, K}, {}, DataType::kF32},
                                     {{K, N}, {}, DataType::kF32}, &bias_op,
-                                    {{M, N}, {}, DataType::kF32}, false, post);
+                                    {{M, N}, {}, DataType::kF32},
+                                    kernels::Threading::kTeam, post);
   ASSERT_TRUE(mm.ok()) << mm.status().message();
   std::vector<char> packed(mm->packed_weights_bytes() + 64);
   std::vector<char> scratch(mm->scratch_bytes() + 64);
@@ -437,7 +438,7 @@ TEST(GraphMatMulTest, GeluAndResidualPostOpsMatchScalar) {
       mm->PackWeights({{K, N}, {1, K}, DataType::kF32}, w.data(), packed.data())
           .ok());
   std::vector<float> y(M * N);
-  mm->Run(x.data(), packed.data(), bias.data(), y.data(), scratch.data(),
+  mm->Run(x.data(), packed.data(), bias.data(), y.data(), scratch.data(), 1,
           residual.data());
   std::vector<double> expected(M * N);
   for (int64_t i = 0; i < M; ++i) {
