@@ -13,6 +13,9 @@
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace attn::kernels {
+
+size_t SizeOf(DataType type) { return type == DataType::kBF16 ? 2 : 4; }
+
 namespace {
 
 using dnnl::memory;
@@ -27,43 +30,32 @@ memory::data_type ToDnnl(DataType type) {
                                  : memory::data_type::f32;
 }
 
-memory::desc ToDesc(const Operand& op, bool allow_any) {
-  if (op.strides.empty()) {
-    if (allow_any) {
-      return memory::desc(op.dims, ToDnnl(op.type), memory::format_tag::any);
-    }
-    memory::dims strides(op.dims.size(), 1);
-    for (size_t i = op.dims.size(); i-- > 1;) {
-      strides[i - 1] = strides[i] * op.dims[i];
-    }
-    return memory::desc(op.dims, ToDnnl(op.type), strides);
-  }
-  return memory::desc(op.dims, ToDnnl(op.type), op.strides);
-}
-
-}  // namespace
-
-size_t SizeOf(DataType type) { return type == DataType::kBF16 ? 2 : 4; }
-
-namespace {
-
 // An operand's strides, dense row-major when none were given.
 memory::dims StridesOf(const Operand& op) {
-  memory::dims strides(op.dims.size(), 1);
   if (!op.strides.empty()) return op.strides;
+  memory::dims strides(op.dims.size(), 1);
   for (size_t i = op.dims.size(); i-- > 1;) {
     strides[i - 1] = strides[i] * op.dims[i];
   }
   return strides;
 }
 
+// With `allow_any` and no strides given, oneDNN picks the layout.
+memory::desc ToDesc(const Operand& op, bool allow_any) {
+  if (allow_any && op.strides.empty()) {
+    return memory::desc(op.dims, ToDnnl(op.type), memory::format_tag::any);
+  }
+  return memory::desc(op.dims, ToDnnl(op.type), StridesOf(op));
+}
+
 // One dimension of dst cut into `count` tiles of `size`, the last `last`.
 struct Tiles {
   int64_t size = 0, count = 0, last = 0;
 
+  // The fewest tiles of at most `most`, as even as one size allows.
   static Tiles Of(int64_t total, int64_t most) {
-    const int64_t size = (total + (total + most - 1) / most - 1) /
-                         ((total + most - 1) / most);  // balanced
+    const int64_t fewest = (total + most - 1) / most;
+    const int64_t size = (total + fewest - 1) / fewest;
     const int64_t count = (total + size - 1) / size;
     return {size, count, total - (count - 1) * size};
   }
@@ -147,9 +139,9 @@ struct MatMul::Impl {
   size_t packed_bytes = 0;
   size_t scratch_bytes = 0;  // per thread
 
-  Result<size_t> KindFor(const Box& box, const Operand* bias,
-                         const PostOps& post_ops);
-  Status AddTile(const Box& box, const Operand* bias, const PostOps& post_ops);
+  // Both throw dnnl::error; Create catches it.
+  size_t KindFor(const Box& box, const Operand* bias, const PostOps& post_ops);
+  void AddTile(const Box& box, const Operand* bias, const PostOps& post_ops);
 };
 
 MatMul::MatMul(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -160,8 +152,8 @@ MatMul::~MatMul() = default;
 // The primitive for tiles shaped like `box`, created on first use. Tiles of
 // one column tile share a weights chunk, so later row counts take the
 // layout the first one chose.
-Result<size_t> MatMul::Impl::KindFor(const Box& box, const Operand* bias,
-                                     const PostOps& post_ops) {
+size_t MatMul::Impl::KindFor(const Box& box, const Operand* bias,
+                             const PostOps& post_ops) {
   std::optional<memory::desc> wei_layout;
   for (size_t k = 0; k < kinds.size(); ++k) {
     const Kind& kind = kinds[k];
@@ -203,11 +195,10 @@ Result<size_t> MatMul::Impl::KindFor(const Box& box, const Operand* bias,
   return kinds.size() - 1;
 }
 
-Status MatMul::Impl::AddTile(const Box& box, const Operand* bias,
-                             const PostOps& post_ops) {
-  Result<size_t> kind = KindFor(box, bias, post_ops);
-  if (!kind.ok()) return kind.status();
-  Tile tile{*kind, OffsetOf(src, box, kSrcRole), OffsetOf(wei, box, kWeiRole),
+void MatMul::Impl::AddTile(const Box& box, const Operand* bias,
+                           const PostOps& post_ops) {
+  const size_t kind = KindFor(box, bias, post_ops);
+  Tile tile{kind, OffsetOf(src, box, kSrcRole), OffsetOf(wei, box, kWeiRole),
             bias ? OffsetOf(*bias, box, kWeiRole) : 0,
             OffsetOf(dst, box, kDstRole)};
   if (packed) {
@@ -221,15 +212,13 @@ Status MatMul::Impl::AddTile(const Box& box, const Operand* bias,
     };
     auto it = std::find_if(chunks.begin(), chunks.end(), same);
     if (it == chunks.end()) {
-      chunks.push_back({chunk_box, *kind, packed_bytes});
-      packed_bytes +=
-          AlignUp(kinds[*kind].pd.weights_desc().get_size());
+      chunks.push_back({chunk_box, kind, packed_bytes});
+      packed_bytes += AlignUp(kinds[kind].pd.weights_desc().get_size());
       it = chunks.end() - 1;
     }
     tile.wei = it->offset;
   }
   tiles.push_back(tile);
-  return {};
 }
 
 Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
@@ -261,7 +250,7 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
         for (int64_t mt = 0; mt < rows.count; ++mt) {
           const Box box{b, mt * rows.size, nt * cols.size, rows.SizeOf(mt),
                         cols.SizeOf(nt)};
-          ATTN_RETURN_IF_ERROR(impl->AddTile(box, bias, post_ops));
+          impl->AddTile(box, bias, post_ops);
         }
       }
     }
@@ -277,9 +266,7 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
 
 size_t MatMul::scratch_bytes() const { return impl_->scratch_bytes; }
 
-size_t MatMul::packed_weights_bytes() const {
-  return impl_->packed ? impl_->packed_bytes : 0;
-}
+size_t MatMul::packed_weights_bytes() const { return impl_->packed_bytes; }
 
 Status MatMul::PackWeights(const Operand& plain, const void* plain_data,
                            void* packed) const {
