@@ -468,16 +468,19 @@ attn_status attn_tensor_read_f32(const char* safetensors_path, const char* name,
                    std::to_string(ATTN_MAX_RANK))
                       .c_str());
     }
+    // Checked before reading, which copies the whole tensor.
+    uint64_t elements = 1;
+    for (const int64_t size : t->shape) elements *= static_cast<uint64_t>(size);
+    if (data && elements > capacity) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  ("tensor '" + t->name + "' " + attn::ShapeString(t->shape) +
+                   " has " + std::to_string(elements) +
+                   " elements, but capacity is " + std::to_string(capacity))
+                      .c_str());
+    }
     if (data) {
       auto values = file->ReadF32(name);
       if (!values.ok()) return Check(values.status());
-      if (values->size() > capacity) {
-        return Fail(ATTN_INVALID_ARGUMENT,
-                    ("tensor '" + t->name + "' " + attn::ShapeString(t->shape) +
-                     " has " + std::to_string(values->size()) +
-                     " elements, but capacity is " + std::to_string(capacity))
-                        .c_str());
-      }
       std::memcpy(data, values->data(), values->size() * sizeof(float));
     } else if (t->dtype != "F32") {
       return Fail(
