@@ -5,11 +5,9 @@
 #include <cstddef>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <memory>
 #include <new>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,20 +19,11 @@
 #include "attn/safetensors.hpp"
 #include "engine/threads.h"
 
-// A validated graph, as the sessions need it: attn::Graph holds its weights
-// and compiled plan together and is not thread-safe, so every session builds
-// its own Graph from the same JSON text and weights file.
-struct GraphSource {
-  std::string json, source, weights_path;
-  attn::GraphOptions options;
-  int64_t input_width = 0, output_width = 0;
-  int num_threads = 1;
-};
-
-// Exactly one of `mha` and `graph` is set.
+// Exactly one of `mha` and `graph` is set. The graph is never compiled or
+// run: each session forks it, sharing its loaded weights.
 struct attn_model {
   std::shared_ptr<const attn::MhaModel> mha;
-  std::shared_ptr<const GraphSource> graph;
+  std::shared_ptr<const attn::Graph> graph;
 };
 
 struct attn_session {
@@ -113,14 +102,15 @@ bool Inside(size_t struct_size, size_t offset, size_t size) {
 constexpr size_t kMaxStructSize = 1024;
 
 // `known` is sizeof the struct here; `known_end` where its last field ends
-// (before any tail padding, where a newer header may have put a field).
+// (before any tail padding, where a newer header may have put a field);
+// `min_size` where the struct's first version ended.
 attn_status CheckStructSize(const char* what, const void* object,
-                            size_t struct_size, size_t known,
+                            size_t struct_size, size_t min_size, size_t known,
                             size_t known_end) {
   const std::string want = std::string("; set it to sizeof(") + what + ") (" +
                            std::to_string(known) +
                            " in this library, version " ATTN_VERSION ")";
-  if (struct_size < sizeof(size_t) || struct_size > kMaxStructSize) {
+  if (struct_size < min_size || struct_size > kMaxStructSize) {
     return Fail(
         ATTN_INVALID_ARGUMENT,
         (std::string(what) + ".struct_size is " + std::to_string(struct_size) +
@@ -146,12 +136,27 @@ attn_status CheckStructSize(const char* what, const void* object,
   return ATTN_OK;
 }
 
+attn_status ToDType(const char* what, attn_dtype c, attn::DType* dtype) {
+  switch (c) {
+    case ATTN_DTYPE_F32:
+      *dtype = attn::DType::kF32;
+      return ATTN_OK;
+    case ATTN_DTYPE_BF16:
+      *dtype = attn::DType::kBF16;
+      return ATTN_OK;
+  }
+  return Fail(ATTN_INVALID_ARGUMENT,
+              (std::string(what) + " is " + std::to_string(c) +
+               ", want ATTN_DTYPE_F32 (0) or ATTN_DTYPE_BF16 (1)")
+                  .c_str());
+}
+
 attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
   if (!c) return ATTN_OK;
   const size_t size = c->struct_size;
   if (attn_status s = CheckStructSize(
-          "attn_mha_options", c, size, sizeof(*c),
-          offsetof(attn_mha_options, num_threads) + sizeof(int));
+          "attn_mha_options", c, size, sizeof(size_t), sizeof(*c),
+          offsetof(attn_mha_options, dtype) + sizeof(attn_dtype));
       s != ATTN_OK) {
     return s;
   }
@@ -164,6 +169,13 @@ attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
   if (Inside(size, offsetof(attn_mha_options, num_threads), sizeof(int))) {
     options->num_threads = c->num_threads;
   }
+  if (Inside(size, offsetof(attn_mha_options, max_memory_bytes),
+             sizeof(uint64_t))) {
+    options->max_memory_bytes = c->max_memory_bytes;
+  }
+  if (Inside(size, offsetof(attn_mha_options, dtype), sizeof(attn_dtype))) {
+    return ToDType("attn_mha_options.dtype", c->dtype, &options->dtype);
+  }
   return ATTN_OK;
 }
 
@@ -172,8 +184,8 @@ attn_status ToGraphOptions(const attn_graph_options* c,
   if (!c) return ATTN_OK;
   const size_t size = c->struct_size;
   if (attn_status s = CheckStructSize(
-          "attn_graph_options", c, size, sizeof(*c),
-          offsetof(attn_graph_options, num_threads) + sizeof(int));
+          "attn_graph_options", c, size, sizeof(size_t), sizeof(*c),
+          offsetof(attn_graph_options, dtype) + sizeof(attn_dtype));
       s != ATTN_OK) {
     return s;
   }
@@ -189,6 +201,58 @@ attn_status ToGraphOptions(const attn_graph_options* c,
   if (Inside(size, offsetof(attn_graph_options, num_threads), sizeof(int))) {
     options->num_threads = c->num_threads;
   }
+  if (Inside(size, offsetof(attn_graph_options, max_memory_bytes),
+             sizeof(uint64_t))) {
+    options->max_memory_bytes = c->max_memory_bytes;
+  }
+  if (Inside(size, offsetof(attn_graph_options, dtype), sizeof(attn_dtype))) {
+    return ToDType("attn_graph_options.dtype", c->dtype, &options->dtype);
+  }
+  return ATTN_OK;
+}
+
+// Both structs are new in this version: every field lies inside any size
+// CheckStructSize accepts.
+attn_status ToConfig(const attn_mha_config* c, attn::MhaConfig* config) {
+  if (!c) return NullArgument("config");
+  if (attn_status s = CheckStructSize(
+          "attn_mha_config", c, c->struct_size, sizeof(*c), sizeof(*c),
+          offsetof(attn_mha_config, qkv_bias) + sizeof(int));
+      s != ATTN_OK) {
+    return s;
+  }
+  config->d_in = c->d_in;
+  config->d_out = c->d_out;
+  config->num_heads = c->num_heads;
+  config->context_length = c->context_length;
+  config->qkv_bias = c->qkv_bias != 0;
+  return ATTN_OK;
+}
+
+attn_status ToWeights(const attn_mha_weights* c, attn::MhaWeights* weights) {
+  if (!c) return NullArgument("weights");
+  if (attn_status s = CheckStructSize("attn_mha_weights", c, c->struct_size,
+                                      sizeof(*c), sizeof(*c), sizeof(*c));
+      s != ATTN_OK) {
+    return s;
+  }
+  weights->w_query = c->w_query;
+  weights->w_key = c->w_key;
+  weights->w_value = c->w_value;
+  weights->b_query = c->b_query;
+  weights->b_key = c->b_key;
+  weights->b_value = c->b_value;
+  weights->w_out = c->w_out;
+  weights->b_out = c->b_out;
+  return ATTN_OK;
+}
+
+// Hands a new model to the caller.
+attn_status Publish(std::shared_ptr<const attn::MhaModel> mha,
+                    attn_model** model) {
+  auto handle = std::make_unique<attn_model>();
+  handle->mha = std::move(mha);
+  *model = handle.release();
   return ATTN_OK;
 }
 
@@ -207,10 +271,26 @@ attn_status attn_model_load_mha(const char* safetensors_path,
     if (attn_status s = ToOptions(options, &opts); s != ATTN_OK) return s;
     auto loaded = attn::MhaModel::Load(safetensors_path, opts);
     if (!loaded.ok()) return Check(loaded.status());
-    auto handle = std::make_unique<attn_model>();
-    handle->mha = std::move(loaded).value();
-    *model = handle.release();
-    return ATTN_OK;
+    return Publish(std::move(loaded).value(), model);
+  });
+}
+
+attn_status attn_model_create_mha(const attn_mha_config* config,
+                                  const attn_mha_weights* weights,
+                                  const attn_mha_options* options,
+                                  attn_model** model) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    *model = nullptr;
+    attn::MhaConfig cfg;
+    attn::MhaWeights w;
+    attn::MhaOptions opts;
+    if (attn_status s = ToConfig(config, &cfg); s != ATTN_OK) return s;
+    if (attn_status s = ToWeights(weights, &w); s != ATTN_OK) return s;
+    if (attn_status s = ToOptions(options, &opts); s != ATTN_OK) return s;
+    auto created = attn::MhaModel::Create(cfg, w, opts);
+    if (!created.ok()) return Check(created.status());
+    return Publish(std::move(created).value(), model);
   });
 }
 
@@ -223,32 +303,14 @@ attn_status attn_model_load_graph(const char* graph_json_path,
     *model = nullptr;
     if (!graph_json_path) return NullArgument("graph_json_path");
     if (!safetensors_path) return NullArgument("safetensors_path");
-    auto source = std::make_shared<GraphSource>();
-    if (attn_status s = ToGraphOptions(options, &source->options);
-        s != ATTN_OK) {
-      return s;
-    }
-    source->source = graph_json_path;
-    std::ifstream in(graph_json_path);
-    std::stringstream text;
-    if (!(in && text << in.rdbuf())) {
-      return Fail(ATTN_IO_ERROR, ("graph file '" + source->source +
-                                  "' cannot be read, want a JSON file")
-                                     .c_str());
-    }
-    source->json = text.str();
-    source->weights_path = safetensors_path;
-    // Validates everything once, here; sessions repeat it on the same input.
-    auto graph = attn::Graph::FromJson(source->json, source->weights_path,
-                                       source->options, source->source);
+    attn::GraphOptions opts;
+    if (attn_status s = ToGraphOptions(options, &opts); s != ATTN_OK) return s;
+    // Reads both files once; sessions fork the loaded graph, which keeps the
+    // team size resolved here, on the loading thread.
+    auto graph = attn::Graph::Load(graph_json_path, safetensors_path, opts);
     if (!graph.ok()) return Check(graph.status());
-    source->input_width = (*graph)->input_width();
-    source->output_width = (*graph)->output_width();
-    source->num_threads = (*graph)->num_threads();
-    // Every session gets the team size resolved here, on the loading thread.
-    source->options.num_threads = source->num_threads;
     auto handle = std::make_unique<attn_model>();
-    handle->graph = std::move(source);
+    handle->graph = std::move(graph).value();
     *model = handle.release();
     return ATTN_OK;
   });
@@ -259,8 +321,8 @@ attn_status attn_model_dims(const attn_model* model, int64_t* d_in,
   return Guard([&] {
     if (!model) return NullArgument("model");
     if (model->graph) {
-      if (d_in) *d_in = model->graph->input_width;
-      if (d_out) *d_out = model->graph->output_width;
+      if (d_in) *d_in = model->graph->input_width();
+      if (d_out) *d_out = model->graph->output_width();
       return ATTN_OK;
     }
     const attn::MhaConfig& c = model->mha->config();
@@ -278,15 +340,15 @@ attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
     // Writes only what fits the caller's struct, so its tail is never
     // touched; a newer struct's unknown fields are left as they are.
     if (size < sizeof(size_t) || size > kMaxStructSize) {
-      return CheckStructSize("attn_model_info", info, size, sizeof(*info),
-                             sizeof(*info));
+      return CheckStructSize("attn_model_info", info, size, sizeof(size_t),
+                             sizeof(*info), sizeof(*info));
     }
     attn_model_info full = ATTN_MODEL_INFO_INIT;
     full.struct_size = size;
-    if (const GraphSource* g = model->graph.get()) {
-      full.d_in = g->input_width;
-      full.d_out = g->output_width;
-      full.num_threads = g->num_threads;
+    if (const attn::Graph* g = model->graph.get()) {
+      full.d_in = g->input_width();
+      full.d_out = g->output_width();
+      full.num_threads = g->num_threads();
     } else {
       const attn::MhaConfig& c = model->mha->config();
       full.d_in = c.d_in;
@@ -323,11 +385,8 @@ attn_status attn_session_create(const attn_model* model,
     *session = nullptr;
     if (!model) return NullArgument("model");
     auto handle = std::make_unique<attn_session>();
-    if (const GraphSource* g = model->graph.get()) {
-      auto graph = attn::Graph::FromJson(g->json, g->weights_path, g->options,
-                                         g->source);
-      if (!graph.ok()) return Check(graph.status());
-      handle->graph = std::move(graph).value();
+    if (model->graph) {
+      handle->graph = model->graph->Fork();
     } else {
       handle->mha.emplace(model->mha);
     }
@@ -409,16 +468,19 @@ attn_status attn_tensor_read_f32(const char* safetensors_path, const char* name,
                    std::to_string(ATTN_MAX_RANK))
                       .c_str());
     }
+    // Checked before reading, which copies the whole tensor.
+    uint64_t elements = 1;
+    for (const int64_t size : t->shape) elements *= static_cast<uint64_t>(size);
+    if (data && elements > capacity) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  ("tensor '" + t->name + "' " + attn::ShapeString(t->shape) +
+                   " has " + std::to_string(elements) +
+                   " elements, but capacity is " + std::to_string(capacity))
+                      .c_str());
+    }
     if (data) {
       auto values = file->ReadF32(name);
       if (!values.ok()) return Check(values.status());
-      if (values->size() > capacity) {
-        return Fail(ATTN_INVALID_ARGUMENT,
-                    ("tensor '" + t->name + "' " + attn::ShapeString(t->shape) +
-                     " has " + std::to_string(values->size()) +
-                     " elements, but capacity is " + std::to_string(capacity))
-                        .c_str());
-      }
       std::memcpy(data, values->data(), values->size() * sizeof(float));
     } else if (t->dtype != "F32") {
       return Fail(

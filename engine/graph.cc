@@ -310,17 +310,30 @@ Result<AlignedBuffer> Allocate(size_t bytes) {
   return AlignedBuffer::Allocate(bytes);
 }
 
-}  // namespace
+// Whether any tensor of `file` is named under `prefix`.
+bool HasTensorUnder(const SafetensorsFile& file, const std::string& prefix) {
+  return std::any_of(
+      file.tensors().begin(), file.tensors().end(),
+      [&](const TensorInfo& t) { return t.name.rfind(prefix, 0) == 0; });
+}
 
-struct Graph::Impl {
+using LayerWeights = std::vector<std::vector<NodeWeights>>;
+
+// What loading produced. Forks copy it and share the weights, which nothing
+// writes after loading.
+struct Loaded {
   graph::GraphDef def;
   graph::Program program;
-  std::vector<int64_t> widths;                  // per program tensor
-  std::vector<std::vector<NodeWeights>> layer;  // [layer][node]
+  std::vector<int64_t> widths;                // per program tensor
+  std::shared_ptr<const LayerWeights> layer;  // [layer][node]
   int num_threads = 1;
   DType dtype = DType::kF32;
   uint64_t max_memory_bytes = 0;  // resolved cap
+};
 
+}  // namespace
+
+struct Graph::Impl : Loaded {
   // The compiled shape: per step its matmul (shared by the layers, whose
   // shapes agree) and per layer and step its packed weights or session.
   int64_t batch = 0, seq_len = 0;
@@ -393,17 +406,27 @@ Result<std::unique_ptr<Graph>> Graph::FromJson(const std::string& json,
   Result<int64_t> n_layers = MetadataCount(*file, "n_layers");
   if (!n_layers.ok()) return n_layers.status();
   const int64_t layers = options.layers ? options.layers : *n_layers;
+  // One block saved on its own keeps the names as written.
+  const bool prefixed =
+      layers > 1 || (layers == 1 && HasTensorUnder(*file, "trf_blocks.0."));
   Binder binder(*file, options, impl->num_threads);
-  impl->layer.resize(static_cast<size_t>(std::max<int64_t>(layers, 1)));
-  for (size_t l = 0; l < impl->layer.size(); ++l) {
+  // Grown layer by layer, so a count the file cannot back (n_layers of
+  // 50,000,000) fails at its first missing weight, having allocated nothing.
+  LayerWeights loaded;
+  for (int64_t l = 0; l < std::max<int64_t>(layers, 1); ++l) {
     const std::string prefix =
-        layers ? "trf_blocks." + std::to_string(l) + "." : "";
-    if (Status s = binder.Bind(impl->def, prefix, impl->layer[l]); !s.ok()) {
-      return Status(s.code(), source + ": " + s.message());
+        prefixed ? "trf_blocks." + std::to_string(l) + "." : "";
+    const std::string where = layers > 1
+                                  ? "layer " + std::to_string(l) + " of " +
+                                        std::to_string(layers) + ": "
+                                  : "";
+    loaded.emplace_back();
+    if (Status s = binder.Bind(impl->def, prefix, loaded.back()); !s.ok()) {
+      return Status(s.code(), source + ": " + where + s.message());
     }
     const int64_t in = binder.widths()[impl->def.input];
     const int64_t out = binder.widths()[impl->def.output];
-    if (l == 0 && impl->layer.size() > 1 && in != out) {
+    if (l == 0 && layers > 1 && in != out) {
       return InvalidArgument(
           source + ": graph input '" + impl->def.input + "' has width " +
           std::to_string(in) + " but output '" + impl->def.output +
@@ -411,9 +434,16 @@ Result<std::unique_ptr<Graph>> Graph::FromJson(const std::string& json,
           ", want equal widths to stack " + std::to_string(layers) + " layers");
     }
   }
+  impl->layer = std::make_shared<const LayerWeights>(std::move(loaded));
   for (const std::string& t : impl->program.tensors) {
     impl->widths.push_back(binder.widths()[t]);
   }
+  return std::unique_ptr<Graph>(new Graph(std::move(impl)));
+}
+
+std::unique_ptr<Graph> Graph::Fork() const {
+  auto impl = std::make_unique<Impl>();
+  static_cast<Loaded&>(*impl) = *impl_;
   return std::unique_ptr<Graph>(new Graph(std::move(impl)));
 }
 
@@ -424,7 +454,7 @@ int64_t Graph::output_width() const {
   return impl_->widths[impl_->program.output];
 }
 int64_t Graph::layers() const {
-  return static_cast<int64_t>(impl_->layer.size());
+  return static_cast<int64_t>(impl_->layer->size());
 }
 int Graph::num_threads() const { return impl_->num_threads; }
 GraphMemory Graph::memory() const { return impl_->memory; }
@@ -447,7 +477,7 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
   memory = {};
   const ThreadScope threads(num_threads);
   const int64_t R = new_batch * new_seq_len;
-  const size_t L = layer.size(), S = program.steps.size();
+  const size_t L = layer->size(), S = program.steps.size();
   // Move-only members: cleared and resized rather than assigned.
   matmul.clear();
   matmul.resize(S);
@@ -483,7 +513,7 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
     const Node& node = def.nodes[step.node];
     if (step.op == Op::kMha) {
       for (size_t l = 0; l < L; ++l) {
-        auto s = std::make_unique<MhaSession>(layer[l][step.node].mha);
+        auto s = std::make_unique<MhaSession>((*layer)[l][step.node].mha);
         if (Status st = s->Prepare(new_batch, new_seq_len); !st.ok()) {
           return Status(st.code(), node.Describe() + ": " + st.message());
         }
@@ -509,7 +539,7 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
     }
     Result<kernels::MatMul> mm = kernels::MatMul::Create(
         {{R, in}, {}, mm_type}, {{in, out}, {}, mm_type},
-        layer[0][step.node].bias.empty() ? nullptr : &bias,
+        (*layer)[0][step.node].bias.empty() ? nullptr : &bias,
         {{R, out}, {}, type_of(step.dst)}, kernels::Threading::kTeam, post);
     if (!mm.ok()) {
       return Status(mm.status().code(),
@@ -521,9 +551,9 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
       Result<AlignedBuffer> buffer = Allocate(mm->packed_weights_bytes());
       if (!buffer.ok()) return buffer.status();
       // W [out, in] row-major is W^T [in, out] with strides (1, in).
-      ATTN_RETURN_IF_ERROR(
-          mm->PackWeights({{in, out}, {1, in}, kernels::DataType::kF32},
-                          layer[l][step.node].weight.data(), buffer->data()));
+      ATTN_RETURN_IF_ERROR(mm->PackWeights(
+          {{in, out}, {1, in}, kernels::DataType::kF32},
+          (*layer)[l][step.node].weight.data(), buffer->data()));
       memory.workspace += buffer->size();
       packed[l][k] = std::move(buffer).value();
     }
@@ -589,7 +619,7 @@ Status Graph::Run(const float* input, int64_t batch, int64_t seq_len,
   }
   ATTN_RETURN_IF_ERROR(impl_->Compile(batch, seq_len));
   const ThreadScope threads(impl_->num_threads);
-  const size_t L = impl_->layer.size();
+  const size_t L = impl_->layer->size();
   for (size_t l = 0; l < L; ++l) {
     // Layers pass their activations through two buffers in turn.
     const float* in =
@@ -620,7 +650,7 @@ Status Graph::Impl::RunLayer(size_t l, const float* in, float* out,
   };
   for (size_t k = 0; k < p.steps.size(); ++k) {
     const graph::Step& s = p.steps[k];
-    const NodeWeights& w = layer[l][s.node];
+    const NodeWeights& w = (*layer)[l][s.node];
     const auto count = R * static_cast<size_t>(widths[s.dst]);
     switch (s.op) {
       case Op::kLinear: {

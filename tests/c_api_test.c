@@ -40,7 +40,7 @@ static int failures = 0;
   } while (0)
 
 static char book[4096], moderate[4096], missing[4096], bad_dir[4096];
-static char block_json[4096], golden_graph[4096];
+static char block_json[4096], golden_graph[4096], biased[4096];
 
 enum { kCap = 1 << 16 };
 static float x[kCap], want[kCap], y[kCap];
@@ -201,8 +201,8 @@ static void TestOptions(void) {
                 "does not know");
   /* A newer header may put a field in this struct's tail padding. */
   newer.bytes[sizeof(attn_mha_options) + 4] = 0;
-  newer.bytes[offsetof(attn_mha_options, num_threads) + sizeof(int)] = 1;
-  EXPECT(offsetof(attn_mha_options, num_threads) + sizeof(int) ==
+  newer.bytes[offsetof(attn_mha_options, dtype) + sizeof(attn_dtype)] = 1;
+  EXPECT(offsetof(attn_mha_options, dtype) + sizeof(attn_dtype) ==
              sizeof(attn_mha_options) ||
          attn_model_load_mha(book, &newer.options, &model) == ATTN_UNSUPPORTED);
 
@@ -246,6 +246,195 @@ static void TestTensorRead(void) {
   EXPECT_STATUS(ATTN_IO_ERROR,
                 attn_tensor_read_f32(missing, "input", x, kCap, NULL, NULL),
                 "cannot open");
+}
+
+/* Copies file `from` to `to`; 1 on success. */
+static int CopyFile(const char* from, const char* to) {
+  char buffer[4096];
+  size_t n = 0;
+  int ok = 1;
+  FILE* in = fopen(from, "rb");
+  FILE* out = fopen(to, "wb");
+  if (!in || !out) ok = 0;
+  while (ok && (n = fread(buffer, 1, sizeof buffer, in)) > 0) {
+    ok = fwrite(buffer, 1, n, out) == n;
+  }
+  if (in) fclose(in);
+  if (out && fclose(out) != 0) ok = 0;
+  return ok;
+}
+
+/* Runs a new session of `model` on x [shape[0], shape[1], d_in] into out. */
+static attn_status RunNewSession(const attn_model* model, const int64_t* shape,
+                                 float* out) {
+  attn_session* session = NULL;
+  attn_status status = attn_session_create(model, &session);
+  if (status == ATTN_OK) {
+    status = attn_session_run(session, x, shape[0], shape[1], out);
+  }
+  attn_session_destroy(session);
+  return status;
+}
+
+/* A graph model owns what it loaded: its weights file replaced by one with
+ * the same names and other widths (emb 24 for 16), emptied, or removed, its
+ * new sessions still give the first session's output, bit for bit. */
+static void TestGraphModelOwnsItsWeights(void) {
+  static const char kCopy[] = "c_api_test_graph_weights.safetensors";
+  static float first[kCap];
+  char block[4200], wider[4200];
+  int64_t shape[ATTN_MAX_RANK];
+  attn_model* model = NULL;
+  int change;
+  FILE* emptied;
+
+  snprintf(block, sizeof block, "%s/block.safetensors", golden_graph);
+  snprintf(wider, sizeof wider, "%s/block_qkv_bias.safetensors", golden_graph);
+  EXPECT(CopyFile(block, kCopy));
+  EXPECT_STATUS(ATTN_OK, attn_model_load_graph(block_json, kCopy, NULL, &model),
+                "");
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(block, "input", x, kCap, shape, NULL), "");
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(block, "expected", want, kCap, NULL, NULL),
+                "");
+  EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, first), "");
+  EXPECT(MaxAbsDiff(first, want, shape[0] * shape[1] * 16) < 1e-5);
+  for (change = 0; change < 3; ++change) {
+    if (change == 0) EXPECT(CopyFile(wider, kCopy));
+    if (change == 1) {
+      emptied = fopen(kCopy, "wb");
+      EXPECT(emptied != NULL && fclose(emptied) == 0);
+    }
+    if (change == 2) EXPECT(remove(kCopy) == 0);
+    memset(y, 0, sizeof y);
+    EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, y), "");
+    EXPECT(memcmp(y, first, sizeof(float) * shape[0] * shape[1] * 16) == 0);
+  }
+  attn_model_destroy(model);
+}
+
+/* attn_model_create_mha: weights from memory (copied) give the model loaded
+ * from the same file, bit for bit; an attn_mha_options of the first version's
+ * size still works; the cap and dtype of the full struct are read. */
+static void TestCreateFromMemory(void) {
+  static const char* const kNames[8] = {
+      "W_query.weight", "W_key.weight", "W_value.weight",  "W_query.bias",
+      "W_key.bias",     "W_value.bias", "out_proj.weight", "out_proj.bias"};
+  static float w[8][64], from_file[kCap];
+  attn_mha_config config = ATTN_MHA_CONFIG_INIT;
+  attn_mha_weights weights = ATTN_MHA_WEIGHTS_INIT;
+  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  attn_model* model = NULL;
+  int64_t shape[ATTN_MAX_RANK], n;
+  int i;
+
+  for (i = 0; i < 8; ++i) {
+    EXPECT_STATUS(ATTN_OK,
+                  attn_tensor_read_f32(biased, kNames[i], w[i], 64, NULL, NULL),
+                  "");
+  }
+  EXPECT_STATUS(
+      ATTN_OK, attn_tensor_read_f32(biased, "input", x, kCap, shape, NULL), "");
+  EXPECT_STATUS(
+      ATTN_OK, attn_tensor_read_f32(biased, "expected", want, kCap, NULL, NULL),
+      "");
+  n = shape[0] * shape[1] * 6;
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(biased, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, from_file), "");
+  attn_model_destroy(model);
+
+  config.d_in = 5;
+  config.d_out = 6;
+  config.num_heads = 2;
+  config.context_length = 7;
+  config.qkv_bias = 1;
+  weights.w_query = w[0];
+  weights.w_key = w[1];
+  weights.w_value = w[2];
+  weights.b_query = w[3];
+  weights.b_key = w[4];
+  weights.b_value = w[5];
+  weights.w_out = w[6];
+  weights.b_out = w[7];
+  EXPECT_STATUS(ATTN_OK,
+                attn_model_create_mha(&config, &weights, &options, &model), "");
+  memset(w, 0, sizeof w); /* the model holds its own copy */
+  EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, y), "");
+  EXPECT(memcmp(y, from_file, sizeof(float) * n) == 0);
+  EXPECT(MaxAbsDiff(y, want, n) < 1e-5);
+  attn_model_destroy(model);
+
+  /* Version 1 of attn_mha_options ended where max_memory_bytes starts: the
+   * fields past it are not read, however they are set. */
+  for (i = 0; i < 8; ++i) {
+    EXPECT_STATUS(ATTN_OK,
+                  attn_tensor_read_f32(biased, kNames[i], w[i], 64, NULL, NULL),
+                  "");
+  }
+  options.struct_size = offsetof(attn_mha_options, max_memory_bytes);
+  options.max_memory_bytes = 1;
+  options.dtype = (attn_dtype)99;
+  EXPECT_STATUS(ATTN_OK,
+                attn_model_create_mha(&config, &weights, &options, &model), "");
+  EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, y), "");
+  EXPECT(memcmp(y, from_file, sizeof(float) * n) == 0);
+  attn_model_destroy(model);
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(biased, &options, &model), "");
+  attn_model_destroy(model);
+
+  /* The full struct: the cap (the weights alone are 600 bytes) and dtype. */
+  options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+  options.max_memory_bytes = 512;
+  EXPECT_STATUS(ATTN_OUT_OF_MEMORY,
+                attn_model_create_mha(&config, &weights, &options, &model),
+                "over the memory limit of 512 bytes");
+  EXPECT(model == NULL);
+  EXPECT_STATUS(ATTN_OUT_OF_MEMORY,
+                attn_model_load_mha(biased, &options, &model),
+                "over the memory limit of 512 bytes");
+  options.max_memory_bytes = 0;
+  options.dtype = (attn_dtype)7;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_create_mha(&config, &weights, &options, &model),
+                "attn_mha_options.dtype is 7, want ATTN_DTYPE_F32 (0)");
+  options.dtype = ATTN_DTYPE_BF16; /* runs where the CPU has AVX512_BF16 */
+  {
+    const attn_status bf16 =
+        attn_model_create_mha(&config, &weights, &options, &model);
+    EXPECT(bf16 == ATTN_OK ||
+           (bf16 == ATTN_UNSUPPORTED &&
+            strstr(attn_last_error_message(), "AVX512_BF16") != NULL));
+    attn_model_destroy(model);
+  }
+
+  /* Mistakes name the argument or the field. */
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_create_mha(NULL, &weights, NULL, &model),
+                "config must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_create_mha(&config, NULL, NULL, &model),
+                "weights must not be NULL");
+  weights.struct_size = 0;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_create_mha(&config, &weights, NULL, &model),
+                "attn_mha_weights.struct_size is 0");
+  weights.struct_size = sizeof weights;
+  config.struct_size = offsetof(attn_mha_config, qkv_bias);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_create_mha(&config, &weights, NULL, &model),
+                "set it to sizeof(attn_mha_config)");
+  config.struct_size = sizeof config;
+  config.qkv_bias = 0;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_create_mha(&config, &weights, NULL, &model),
+                "qkv_bias is false but the q/k/v biases are given");
+  config.qkv_bias = 1;
+  weights.w_out = NULL;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_create_mha(&config, &weights, NULL, &model),
+                "are required");
+  EXPECT(model == NULL);
 }
 
 /* Graphs (attn/graph.hpp) through the same model/session calls. */
@@ -307,6 +496,20 @@ static void TestGraph(void) {
   EXPECT(MaxAbsDiff(y, want, shape[0] * shape[1] * shape[2]) < 1e-5);
   attn_session_destroy(session);
   attn_model_destroy(model);
+
+  /* Version 1 of the options (ending at num_threads) still loads; the full
+   * struct's memory cap is read (the weights alone are over 25 KiB). */
+  options.struct_size = offsetof(attn_graph_options, max_memory_bytes);
+  options.max_memory_bytes = 1;
+  EXPECT_STATUS(ATTN_OK,
+                attn_model_load_graph(block_json, weights, &options, &model),
+                "");
+  attn_model_destroy(model);
+  options.struct_size = sizeof options;
+  options.max_memory_bytes = 1 << 10;
+  EXPECT_STATUS(ATTN_OUT_OF_MEMORY,
+                attn_model_load_graph(block_json, weights, &options, &model),
+                "over the memory limit of 1.00 KiB");
 
   /* Errors: no JSON file, a bad options struct, weights it cannot bind. */
   EXPECT_STATUS(ATTN_IO_ERROR,
@@ -377,6 +580,8 @@ int main(int argc, char** argv) {
   snprintf(block_json, sizeof block_json,
            "%s/tools/graphs/transformer_block.json", argv[1]);
   snprintf(golden_graph, sizeof golden_graph, "%s/tests/golden/graph", argv[1]);
+  snprintf(biased, sizeof biased, "%s/tests/golden/mha_t7_hd3_bias.safetensors",
+           argv[1]);
   snprintf(bad_dir, sizeof bad_dir,
            "%s/tests/golden/bad/heads_not_divisible.safetensors", argv[1]);
   TestThreadLocalMessage(); /* first: this thread has no message yet */
@@ -384,6 +589,8 @@ int main(int argc, char** argv) {
   TestGolden(book);
   TestGolden(moderate);
   TestGraph();
+  TestGraphModelOwnsItsWeights();
+  TestCreateFromMemory();
   TestBookAndDims();
   TestNullsAndFiles();
   TestOptions();

@@ -265,6 +265,42 @@ TEST_F(CliHostileTest, MemoryCapIsEnforcedAndParsed) {
   EXPECT_EQ(out.exit_code, 2) << out.err;
 }
 
+// Sizes far past the cap end in a one-line refusal naming them before
+// anything is allocated: they run in an address space of 1 GiB, less than
+// any of them would take (a 50,000,000-layer table alone was 1.2 GB).
+TEST_F(CliHostileTest, HugeCountsAndShapesAreRefusedBeforeAllocating) {
+  const std::string stack3 =
+      ATTN_SOURCE_DIR "/tests/golden/graph/stack3.safetensors";
+  const struct {
+    std::vector<std::string> args;
+    std::string want;
+  } cases[] = {
+      {{"run", "--graph",
+        ATTN_SOURCE_DIR "/tools/graphs/transformer_block.json", "--weights",
+        stack3, "--input", stack3, "--output", output_, "--threads", "1",
+        "--layers", "50000000", "--max-memory", "1M"},
+       "layer 3 of 50000000: node 'norm1' (layernorm): weight "
+       "'trf_blocks.3.norm1.scale' is missing"},
+      {{"bench", "--shape", "1000000,16,8,8,2", "--max-memory", "1M",
+        "--threads", "1", "--min-time", "0.01"},
+       "shape 1000000,16,8,8,2: its weights, input and output need 976.6 MiB, "
+       "over the memory limit of 1048576 bytes"},
+      {{"bench", "--shape", "4294967297,1,8,8,2", "--max-memory", "64G",
+        "--threads", "1", "--min-time", "0.01"},
+       "shape 4294967297,1,8,8,2: its weights, input and output need 2.621e+05 "
+       "MiB, over the memory limit"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args[0] + " " + c.args[2]);
+    const Outcome out = Run(c.args, "ulimit -v 1048576;");
+    EXPECT_EQ(out.exit_code, 1) << "signal " << out.signal << ": " << out.err;
+    EXPECT_NE(out.err.find(c.want), std::string::npos) << out.err;
+    EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
+    EXPECT_EQ(out.err.find("alloc"), std::string::npos) << out.err;
+    EXPECT_FALSE(Exists(output_));
+  }
+}
+
 // Finite input whose scores overflow fp32 (1e30 squared): refused, since
 // the math has a finite answer that fp32 cannot give; 1e15 is fine.
 TEST_F(CliHostileTest, OverflowingScoresAreRefusedNotWrittenAsNaN) {

@@ -5,12 +5,15 @@
 #include "attn/graph.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -281,9 +284,11 @@ TEST(GraphValidationTest, EachMistakeIsNamed) {
   EXPECT_NE(LoadError("[", "[]").find("not valid JSON"), std::string::npos);
 }
 
-// Copies golden `name` to a temporary file without tensor `skip` and
-// without metadata; returns its path.
-std::string CopyWithout(const std::string& name, const std::string& skip) {
+// Copies golden `name` to a temporary file without tensor `skip` and with
+// `metadata` in place of its own; returns its path.
+std::string CopyWithout(
+    const std::string& name, const std::string& skip,
+    const std::map<std::string, std::string>& metadata = {}) {
   auto file = SafetensorsFile::Open(kGolden + name + ".safetensors");
   EXPECT_TRUE(file.ok());
   std::vector<std::vector<float>> values;
@@ -297,10 +302,81 @@ std::string CopyWithout(const std::string& name, const std::string& skip) {
   for (size_t i = 0; i < kept.size(); ++i) {
     tensors.push_back({kept[i]->name, kept[i]->shape, values[i].data()});
   }
-  const std::string path = testing::TempDir() + "graph_" + name + "_without_" +
-                           (skip.empty() ? "metadata" : skip) + ".safetensors";
-  EXPECT_TRUE(WriteSafetensors(path, tensors).ok());
+  std::string path = testing::TempDir() + "graph_" + name + "_without_" +
+                     (skip.empty() ? "metadata" : skip);
+  for (const auto& [key, value] : metadata) path += "_" + key + "_" + value;
+  path += ".safetensors";
+  EXPECT_TRUE(WriteSafetensors(path, tensors, metadata).ok());
   return path;
+}
+
+// Peak resident memory of this process so far, in bytes.
+size_t PeakRssBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<size_t>(usage.ru_maxrss) * 1024;
+}
+
+// One block saved with the book's names, as written, and n_layers "1".
+TEST(GraphValidationTest, OneLayerKeepsTheNamesAsWritten) {
+  const Golden g = ReadGolden("block");
+  const std::string path =
+      CopyWithout("block", "", {{"num_heads", "4"}, {"n_layers", "1"}});
+  auto graph = Graph::Load(kBlock, path);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  EXPECT_EQ((*graph)->layers(), 1);
+  std::vector<float> y(g.expected.size());
+  ASSERT_TRUE(
+      (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], y.data()).ok());
+  test::ExpectAllClose(g.expected, y.data(), g.tolerance, "n_layers 1");
+  // Prefixed names keep working with one layer: the first of stack3's.
+  GraphOptions one;
+  one.layers = 1;
+  auto first = Graph::Load(kBlock, kGolden + "stack3.safetensors", one);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_EQ((*first)->layers(), 1);
+}
+
+// A layer count the file cannot back fails at the first missing layer,
+// having allocated nothing for the layers it does not have.
+TEST(GraphValidationTest, HugeLayerCountsAreRefusedWithoutAllocating) {
+  for (const char* count : {"50000000", "9223372036854775807"}) {
+    SCOPED_TRACE(count);
+    const std::string path =
+        CopyWithout("stack3", "", {{"num_heads", "2"}, {"n_layers", count}});
+    GraphOptions options;
+    options.max_memory_bytes = 1 << 20;
+    const size_t peak = PeakRssBytes();
+    auto graph = Graph::Load(kBlock, path, options);
+    EXPECT_LT(PeakRssBytes() - peak, size_t{64} << 20);
+    ASSERT_FALSE(graph.ok());
+    const std::string& message = graph.status().message();
+    EXPECT_NE(message.find("layer 3 of " + std::string(count) +
+                           ": node 'norm1' (layernorm): weight "
+                           "'trf_blocks.3.norm1.scale' is missing"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos);
+  }
+}
+
+// Forks share the loaded weights: a fork outlives its original and gives
+// the same output, bit for bit.
+TEST(GraphGoldenTest, ForksRunWithoutTheirOriginal) {
+  const Golden g = ReadGolden("block_qkv_bias");
+  auto graph = Graph::Load(kBlock, kGolden + "block_qkv_bias.safetensors");
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  std::vector<float> first(g.expected.size()), again(g.expected.size());
+  ASSERT_TRUE(
+      (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], first.data()).ok());
+  std::unique_ptr<Graph> fork = (*graph)->Fork();
+  graph->reset();
+  EXPECT_EQ(fork->layers(), 1);
+  EXPECT_EQ(fork->input_width(), 24);
+  ASSERT_TRUE(
+      fork->Run(g.input.data(), g.shape[0], g.shape[1], again.data()).ok());
+  EXPECT_EQ(first, again);
+  test::ExpectAllClose(g.expected, again.data(), g.tolerance, "fork");
 }
 
 TEST(GraphValidationTest, PartialQkvBias) {

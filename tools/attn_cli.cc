@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -56,10 +57,16 @@ int main(int argc, char** argv) {
   }
   for (const Command& command : commands) {
     if (!*command.app) continue;
+    // Last resorts: every size is checked before it is allocated, and an
+    // exception's own text ("std::bad_alloc") would tell a user nothing.
     try {
       return command.run();
-    } catch (const std::exception& e) {  // e.g. bad_alloc outside the API
-      return Fail(e.what());
+    } catch (const std::bad_alloc&) {
+      return Fail("out of memory in 'attn " + command.app->get_name() +
+                  "': lower the sizes asked for");
+    } catch (const std::exception&) {
+      return Fail("internal error in 'attn " + command.app->get_name() +
+                  "' (a bug: please report the command line)");
     }
   }
   return kExitUsage;

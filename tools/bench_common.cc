@@ -96,6 +96,27 @@ double Flops(const Shape& s) {
       {s.name.c_str(), s.batch, s.seq_len, s.d_in, s.d_out, s.heads});
 }
 
+Result<std::unique_ptr<RandomBlock>> RandomBlock::Create(const Shape& s,
+                                                         uint64_t max_memory) {
+  const uint64_t cap = max_memory ? max_memory : DefaultMaxMemoryBytes();
+  // In double: b * T * d of a hostile shape overflows 64 bits.
+  const double din = double(s.d_in), dout = double(s.d_out);
+  const double rows = double(s.batch) * double(s.seq_len);
+  const double bytes =
+      4.0 * (3 * dout * din + dout * dout + dout + rows * (din + dout));
+  if (bytes > double(cap)) {
+    char need[64];
+    std::snprintf(need, sizeof(need), "%.4g MiB", bytes / (1 << 20));
+    return OutOfMemory("shape " + s.name +
+                       ": its weights, input and output "
+                       "need " +
+                       need + ", over the memory limit of " +
+                       std::to_string(cap) +
+                       " bytes (raise it with --max-memory)");
+  }
+  return std::unique_ptr<RandomBlock>(new RandomBlock(s));
+}
+
 RandomBlock::RandomBlock(const Shape& s) : shape(s) {
   std::mt19937 rng(0);
   auto random = [&rng](size_t n, double bound) {

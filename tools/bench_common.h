@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,11 +39,17 @@ double TokensPerSecond(const Shape& s, double ms);
 
 // One block of seeded random weights (nn.Linear's init range) and input.
 struct RandomBlock {
-  explicit RandomBlock(const Shape& shape);
+  // Refuses (kOutOfMemory) a shape whose weights, input and output would pass
+  // `max_memory` bytes (0: DefaultMaxMemoryBytes()) before allocating them.
+  static Result<std::unique_ptr<RandomBlock>> Create(const Shape& shape,
+                                                     uint64_t max_memory);
   Shape shape;
   MhaConfig config;
   MhaWeights weights;  // points into the vectors below
   std::vector<float> wq, wk, wv, wo, bo, x, y;
+
+ private:
+  explicit RandomBlock(const Shape& shape);
 };
 
 struct Timing {

@@ -43,7 +43,9 @@ int Bench(const BenchArgs& args) {
   const size_t total = shapes->size() * thread_counts.size();
   size_t done = 0;
   for (const Shape& s : *shapes) {
-    RandomBlock block(s);
+    Result<std::unique_ptr<RandomBlock>> block =
+        RandomBlock::Create(s, args.max_memory);
+    if (!block.ok()) return Fail(block.status().message());
     for (int threads : thread_counts) {
       ++done;
       attn::MhaOptions options;
@@ -52,7 +54,7 @@ int Bench(const BenchArgs& args) {
       options.dtype =
           args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
       Result<Timing> t =
-          TimeBlock(block, options, args.min_time, [&](int team) {
+          TimeBlock(**block, options, args.min_time, [&](int team) {
             std::fprintf(stderr, "\r[%zu/%zu] %s threads=%d ...", done, total,
                          s.name.c_str(), team);
             std::fflush(stderr);

@@ -95,7 +95,8 @@ int Tune(const TuneArgs& args) {
   const size_t total = shapes->size() * counts->size();
   size_t done = 0;
   for (const Shape& s : *shapes) {
-    RandomBlock block(s);
+    Result<std::unique_ptr<RandomBlock>> block = RandomBlock::Create(s, 0);
+    if (!block.ok()) return Fail(block.status().message());
     double base_ms = 0;
     for (size_t i = 0; i < counts->size(); ++i) {
       ++done;
@@ -103,7 +104,7 @@ int Tune(const TuneArgs& args) {
       options.num_threads = (*counts)[i];
       options.dtype =
           args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
-      Result<Timing> t = TimeBlock(block, options, args.min_time, [&](int) {
+      Result<Timing> t = TimeBlock(**block, options, args.min_time, [&](int) {
         std::fprintf(stderr, "\r[%zu/%zu] %s threads=%d ...", done, total,
                      s.name.c_str(), (*counts)[i]);
         std::fflush(stderr);

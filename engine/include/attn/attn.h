@@ -45,13 +45,23 @@ typedef enum attn_status {
   ATTN_INTERNAL = 5 /* a bug or a failure inside a dependency */
 } attn_status;
 
+/* The precision of the matmuls. */
+typedef enum attn_dtype {
+  ATTN_DTYPE_F32 = 0, /* fp32 everywhere (the default) */
+  ATTN_DTYPE_BF16 = 1 /* bf16 matmuls with fp32 accumulation, softmax and
+                         norms in fp32; needs a CPU with AVX512_BF16 */
+} attn_dtype;
+
 /* How to load a chapter-3 MultiHeadAttention. Zero means "not set here".
  * Set struct_size to sizeof(attn_mha_options) (ATTN_MHA_OPTIONS_INIT does):
  * later versions only append fields, a library reads only the fields that
  * lie wholly inside struct_size, and an options struct from a newer header is
  * accepted when the fields this library does not know are zero. Initialise
  * the whole struct (ATTN_MHA_OPTIONS_INIT, or = {0} and set struct_size) so
- * that fields a later header appends start at 0 when you rebuild. */
+ * that fields a later header appends start at 0 when you rebuild. Fields
+ * are never placed in an earlier version's tail padding, which a caller may
+ * have left uninitialised. Version 1 ended at num_threads (struct_size 24 on
+ * 64-bit targets). */
 typedef struct attn_mha_options {
   size_t struct_size;
   int num_heads;      /* else the file's metadata "num_heads" */
@@ -59,10 +69,17 @@ typedef struct attn_mha_options {
                          book's "mask" buffer, else no limit */
   int num_threads;    /* 0 = default: ATTN_NUM_THREADS, then the tuned file,
                          then the cores the loading thread may run on */
+  /* Version 2: */
+  uint64_t max_memory_bytes; /* most bytes the weights, or a session's buffers
+                                plus the weights, may take; a larger request
+                                fails with ATTN_OUT_OF_MEMORY before anything
+                                is allocated. 0: half the physical memory (or
+                                of the cgroup's limit) */
+  attn_dtype dtype;          /* ATTN_DTYPE_F32 (0) or ATTN_DTYPE_BF16 */
 } attn_mha_options;
 
 #define ATTN_MHA_OPTIONS_INIT \
-  { sizeof(attn_mha_options), 0, 0, 0 }
+  { sizeof(attn_mha_options), 0, 0, 0, 0, ATTN_DTYPE_F32 }
 
 /* Loads weights under PyTorch's state_dict names (W_query.weight,
  * W_key.weight, W_value.weight, optional W_query/W_key/W_value.bias,
@@ -72,6 +89,48 @@ typedef struct attn_mha_options {
 ATTN_API attn_status attn_model_load_mha(const char* safetensors_path,
                                          const attn_mha_options* options,
                                          attn_model** model);
+
+/* The module's hyper-parameters, as the book's constructor takes them; for
+ * attn_model_create_mha. struct_size as for attn_mha_options. */
+typedef struct attn_mha_config {
+  size_t struct_size;
+  int64_t d_in;
+  int64_t d_out;
+  int64_t num_heads;      /* must divide d_out */
+  int64_t context_length; /* longest sequence accepted; 0 = no limit */
+  int qkv_bias;           /* 1: b_query, b_key and b_value are given */
+} attn_mha_config;
+
+#define ATTN_MHA_CONFIG_INIT \
+  { sizeof(attn_mha_config), 0, 0, 0, 0, 0 }
+
+/* fp32 weights in PyTorch's layout (nn.Linear: [out, in], row-major), for
+ * attn_model_create_mha. The b_query, b_key and b_value pointers are all
+ * NULL (qkv_bias 0) or all set. struct_size as for attn_mha_options. */
+typedef struct attn_mha_weights {
+  size_t struct_size;
+  const float* w_query; /* W_query.weight [d_out, d_in] */
+  const float* w_key;   /* W_key.weight [d_out, d_in] */
+  const float* w_value; /* W_value.weight [d_out, d_in] */
+  const float* b_query; /* W_query.bias [d_out] */
+  const float* b_key;   /* W_key.bias [d_out] */
+  const float* b_value; /* W_value.bias [d_out] */
+  const float* w_out;   /* out_proj.weight [d_out, d_out] */
+  const float* b_out;   /* out_proj.bias [d_out] */
+} attn_mha_weights;
+
+#define ATTN_MHA_WEIGHTS_INIT \
+  { sizeof(attn_mha_weights), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+
+/* Creates a model from weights in memory, which are copied: the caller may
+ * free them on return. The model is the same as one loaded from a file with
+ * these weights (attn_model_load_mha): the same outputs, bit for bit.
+ * options may be NULL; its num_heads and context_length, when set, override
+ * config's. On failure *model is set to NULL. */
+ATTN_API attn_status attn_model_create_mha(const attn_mha_config* config,
+                                           const attn_mha_weights* weights,
+                                           const attn_mha_options* options,
+                                           attn_model** model);
 
 /* How to load a graph (a block described in JSON, see README "Graphs"). Zero
  * means "not set here"; struct_size as for attn_mha_options. */
@@ -83,19 +142,23 @@ typedef struct attn_graph_options {
                          weight names prefixed "trf_blocks.{i}." (the book's
                          GPTModel); 0: metadata "n_layers", else once as is */
   int num_threads;    /* as in attn_mha_options */
+  /* Version 2: */
+  uint64_t max_memory_bytes; /* as in attn_mha_options, for the weights or
+                                one compiled shape's buffers */
+  attn_dtype dtype;          /* bf16: linear and mha matmuls only */
 } attn_graph_options;
 
 #define ATTN_GRAPH_OPTIONS_INIT \
-  { sizeof(attn_graph_options), 0, 0, 0, 0 }
+  { sizeof(attn_graph_options), 0, 0, 0, 0, 0, ATTN_DTYPE_F32 }
 
 /* Loads the graph in the JSON file `graph_json_path` with the weights it
  * names in a safetensors file, and validates both (unknown op, missing
  * weight, shape mismatch, cycle: each a clear error). The model then runs
  * like an MHA one: attn_session_create, attn_session_run ([b, T, d_in] ->
- * [b, T, d_out]), the same concurrency promise. Each session of a graph
- * holds its own copy of the weights, read from the file when the session is
- * created: leave the file unchanged while the model is in use. For a graph,
- * attn_model_config reports num_heads, context_length and qkv_bias as 0. */
+ * [b, T, d_out]), the same concurrency promise. Both files are read here,
+ * once: the model holds the weights, and its sessions share them without
+ * touching the files again. For a graph, attn_model_config reports
+ * num_heads, context_length and qkv_bias as 0. */
 ATTN_API attn_status attn_model_load_graph(const char* graph_json_path,
                                            const char* safetensors_path,
                                            const attn_graph_options* options,

@@ -69,9 +69,14 @@ class ATTN_API MhaModel {
   // follow from the tensors; other tensors in the file are ignored.
   static Result<std::shared_ptr<const MhaModel>> Load(
       const std::string& path, const MhaOptions& options = {});
-  // Copies weights given in memory. config.d_in, d_out, num_heads and
-  // qkv_bias must match `weights`; options.num_heads and context_length,
-  // when set, override config.
+  // Builds a model from weights in memory (e.g. from another framework or
+  // generated): copies them, so the caller may free them on return. The
+  // pointers must hold config.d_out x d_in floats (W_query, W_key, W_value),
+  // d_out x d_out (out_proj.weight) and d_out (each bias); the q/k/v biases
+  // are given exactly when config.qkv_bias. options.num_heads and
+  // context_length, when set, override config; dtype, num_threads and
+  // max_memory_bytes apply as for Load. The result equals Load's for a file
+  // holding the same weights, bit for bit. C: attn_model_create_mha.
   static Result<std::shared_ptr<const MhaModel>> Create(
       const MhaConfig& config, const MhaWeights& weights,
       const MhaOptions& options = {});

@@ -43,7 +43,7 @@ struct GraphMemory {
 };
 
 // A loaded graph and its compiled plan for the last input shape. Not
-// thread-safe: one Graph per thread.
+// thread-safe: one Graph per thread (Fork gives each thread its own).
 class ATTN_API Graph {
  public:
   // Parses and validates `graph_path`, binds the weights it names in
@@ -55,6 +55,11 @@ class ATTN_API Graph {
   static Result<std::unique_ptr<Graph>> FromJson(
       const std::string& json, const std::string& weights_path,
       const GraphOptions& options = {}, const std::string& source = "graph");
+
+  // A new Graph sharing this one's loaded definition and weights (read-only;
+  // the files are never read again) with a compiled plan of its own: one per
+  // thread. Safe while other threads run this Graph or its other forks.
+  std::unique_ptr<Graph> Fork() const;
 
   ~Graph();
   int64_t input_width() const;   // e of the input [b, T, e]
