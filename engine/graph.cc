@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -346,13 +345,9 @@ Graph::~Graph() = default;
 Result<std::unique_ptr<Graph>> Graph::Load(const std::string& graph_path,
                                            const std::string& weights_path,
                                            const GraphOptions& options) {
-  std::ifstream in(graph_path);
-  std::stringstream text;
-  if (!(in && text << in.rdbuf())) {
-    return IoError("graph file '" + graph_path +
-                   "' cannot be read, want a JSON file");
-  }
-  return FromJson(text.str(), weights_path, options, graph_path);
+  Result<std::string> text = graph::ReadGraphFile(graph_path);
+  if (!text.ok()) return text.status();
+  return FromJson(*text, weights_path, options, graph_path);
 }
 
 Result<std::unique_ptr<Graph>> Graph::FromJson(const std::string& json,

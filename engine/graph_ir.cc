@@ -6,12 +6,18 @@
 #include <map>
 #include <set>
 
+#include "engine/json_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace attn::graph {
 namespace {
 
 using nlohmann::json;
+
+constexpr uint64_t kMaxGraphFileBytes = uint64_t{64} << 20;
+// A graph is five levels deep (graph, nodes, node, weights, value); this
+// leaves room and bounds a hostile file.
+constexpr size_t kMaxGraphDepth = 32;
 
 struct OpSpec {
   Op op;
@@ -45,8 +51,12 @@ std::string Join(const std::vector<std::string>& items) {
   return out;
 }
 
-// The JSON value's text, for "got ..." in messages.
-std::string Got(const json& value) { return value.dump(); }
+// The JSON value's text, for "got ..." in messages, cut to suit one line.
+std::string Got(const json& value) {
+  constexpr size_t kMax = 60;
+  const std::string text = value.dump();
+  return text.size() <= kMax ? text : text.substr(0, kMax) + "...";
+}
 
 // Reads a list of tensor names (a non-empty array of non-empty strings).
 Status ReadNames(const json& value, const std::string& what,
@@ -298,20 +308,23 @@ std::string Node::Describe() const {
   return "node '" + name + "' (" + OpName(op) + ")";
 }
 
+Result<std::string> ReadGraphFile(const std::string& path) {
+  return ReadRegularFile(path, kMaxGraphFileBytes, "graph file '" + path + "'");
+}
+
 Result<GraphDef> ParseGraph(const std::string& text,
                             const std::string& source) {
   auto fail = [&](const Status& s) -> Status {
     return InvalidArgument(source + ": " + s.message());
   };
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return InvalidArgument(source + ": not valid JSON: " + e.what());
+  Result<json> parsed = ParseCheckedJson(text, kMaxGraphDepth, "the graph");
+  if (!parsed.ok()) {
+    return Status(parsed.status().code(),
+                  source + ": " + parsed.status().message());
   }
+  json& j = *parsed;
   if (!j.is_object()) {
-    return fail(InvalidArgument("top level is " + Got(j).substr(0, 40) +
-                                ", want an object"));
+    return fail(InvalidArgument("top level is " + Got(j) + ", want an object"));
   }
   for (const auto& [key, value] : j.items()) {
     static const std::set<std::string> kKeys = {"name", "description", "inputs",
@@ -339,6 +352,11 @@ Result<GraphDef> ParseGraph(const std::string& text,
   }
   if (!j.contains("nodes") || !j["nodes"].is_array()) {
     return fail(InvalidArgument("field 'nodes' is missing or not an array"));
+  }
+  if (j["nodes"].empty()) {
+    // Nothing would fix the width of the input.
+    return fail(
+        InvalidArgument("field 'nodes' is empty, want at least one node"));
   }
   std::set<std::string> names;
   for (size_t i = 0; i < j["nodes"].size(); ++i) {
