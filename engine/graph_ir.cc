@@ -3,7 +3,9 @@
 #include "engine/graph_ir.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <queue>
 #include <set>
 
 #include "engine/json_limits.h"
@@ -214,8 +216,48 @@ Result<Node> ParseNode(const json& j, size_t index) {
   return node;
 }
 
-// Orders `nodes` so that each comes after the producers of its inputs
-// (Kahn's algorithm, stable in file order), checking every tensor's origin.
+// Kahn's algorithm, stable in file order: of the nodes whose inputs are all
+// ready, the first in the file runs next. `producer` maps each node output
+// to its node; every input is the graph input or in it.
+Status SortByInputs(const std::string& input,
+                    const std::map<std::string, size_t>& producer,
+                    std::vector<Node>& nodes) {
+  std::vector<size_t> waiting(nodes.size(), 0);
+  std::vector<std::vector<size_t>> readers(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const std::string& t : nodes[i].inputs) {
+      if (t == input) continue;
+      ++waiting[i];
+      readers[producer.at(t)].push_back(i);
+    }
+  }
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (waiting[i] == 0) ready.push(i);
+  }
+  std::vector<Node> ordered;
+  while (!ready.empty()) {
+    const size_t next = ready.top();
+    ready.pop();
+    for (const size_t reader : readers[next]) {
+      if (--waiting[reader] == 0) ready.push(reader);
+    }
+    ordered.push_back(std::move(nodes[next]));
+  }
+  if (ordered.size() < nodes.size()) {
+    std::vector<std::string> stuck;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (waiting[i] > 0) stuck.push_back("'" + nodes[i].name + "'");
+    }
+    return InvalidArgument("the graph has a cycle through nodes " +
+                           Join(stuck) + ", want a DAG");
+  }
+  nodes = std::move(ordered);
+  return {};
+}
+
+// Checks every tensor's origin and use, then orders `nodes` so that each
+// comes after the producers of its inputs.
 Status Order(const std::string& input, const std::string& output,
              std::vector<Node>& nodes) {
   std::map<std::string, size_t> producer;
@@ -257,35 +299,61 @@ Status Order(const std::string& input, const std::string& output,
                              "made the graph output");
     }
   }
-  std::vector<size_t> waiting(nodes.size(), 0);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    for (const std::string& t : nodes[i].inputs) waiting[i] += t != input;
+  return SortByInputs(input, producer, nodes);
+}
+
+// A GELU whose input is a linear's only use becomes that linear's post-op;
+// so does a residual add of a linear's only use.
+void FuseIntoLinears(Program& program) {
+  // Uses of each tensor; the graph output counts as one.
+  std::vector<int> uses(program.tensors.size(), 0);
+  for (const Step& s : program.steps) {
+    ++uses[s.src];
+    if (s.src2 >= 0) ++uses[s.src2];
   }
-  std::vector<Node> ordered;
-  std::vector<bool> done(nodes.size(), false);
-  while (ordered.size() < nodes.size()) {
-    size_t next = nodes.size();
-    for (size_t i = 0; i < nodes.size() && next == nodes.size(); ++i) {
-      if (!done[i] && waiting[i] == 0) next = i;
-    }
-    if (next == nodes.size()) {
-      std::vector<std::string> stuck;
-      for (size_t i = 0; i < nodes.size(); ++i) {
-        if (!done[i]) stuck.push_back("'" + nodes[i].name + "'");
-      }
-      return InvalidArgument("the graph has a cycle through nodes " +
-                             Join(stuck) + ", want a DAG");
-    }
-    done[next] = true;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      for (const std::string& t : nodes[i].inputs) {
-        waiting[i] -= t == nodes[next].outputs[0];
-      }
-    }
-    ordered.push_back(nodes[next]);
+  ++uses[program.output];
+  // The step writing each tensor (-1: the graph input). Each tensor has one
+  // writer, and a fusion keeps it: the fused step takes the consumer's place.
+  std::vector<int> writer(program.tensors.size(), -1);
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    writer[program.steps[i].dst] = static_cast<int>(i);
   }
-  nodes = std::move(ordered);
-  return {};
+  std::vector<bool> gone(program.steps.size(), false);
+  auto linear_producing = [&](int tensor) -> Step* {
+    const int i = writer[tensor];
+    if (i < 0 || gone[i]) return nullptr;
+    Step& s = program.steps[i];
+    const bool fusable = s.op == Op::kLinear && s.src2 < 0 && uses[tensor] == 1;
+    return fusable ? &s : nullptr;
+  };
+  // Fuse into the consumer's place: its other operand may be defined after
+  // the linear, and nothing else reads the linear's output.
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    Step& s = program.steps[i];
+    Step* linear = nullptr;
+    int residual = -1;
+    if (s.op == Op::kGelu) {
+      linear = linear_producing(s.src);
+      if (linear && linear->gelu) linear = nullptr;
+    } else if (s.op == Op::kAdd) {
+      if ((linear = linear_producing(s.src2))) {
+        residual = s.src;
+      } else if ((linear = linear_producing(s.src))) {
+        residual = s.src2;
+      }
+    }
+    if (!linear) continue;
+    linear->gelu = linear->gelu || s.op == Op::kGelu;
+    linear->src2 = residual;
+    linear->dst = s.dst;
+    gone[static_cast<size_t>(linear - program.steps.data())] = true;
+    s = *linear;
+  }
+  std::vector<Step> fused;
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    if (!gone[i]) fused.push_back(program.steps[i]);
+  }
+  program.steps = std::move(fused);
 }
 
 }  // namespace
@@ -406,52 +474,7 @@ Program Lower(const GraphDef& def) {
   }
   program.output = id(def.output);
 
-  // Uses of each tensor; the graph output counts as one.
-  std::vector<int> uses(program.tensors.size(), 0);
-  for (const Step& s : program.steps) {
-    ++uses[s.src];
-    if (s.src2 >= 0) ++uses[s.src2];
-  }
-  ++uses[program.output];
-  std::vector<bool> gone(program.steps.size(), false);
-  auto linear_producing = [&](int tensor) -> Step* {
-    for (size_t i = 0; i < program.steps.size(); ++i) {
-      Step& s = program.steps[i];
-      if (!gone[i] && s.dst == tensor && s.op == Op::kLinear && s.src2 < 0 &&
-          uses[tensor] == 1) {
-        return &s;
-      }
-    }
-    return nullptr;
-  };
-  // Fuse into the consumer's place: its other operand may be defined after
-  // the linear, and nothing else reads the linear's output.
-  for (size_t i = 0; i < program.steps.size(); ++i) {
-    Step& s = program.steps[i];
-    Step* linear = nullptr;
-    int residual = -1;
-    if (s.op == Op::kGelu) {
-      linear = linear_producing(s.src);
-      if (linear && linear->gelu) linear = nullptr;
-    } else if (s.op == Op::kAdd) {
-      if ((linear = linear_producing(s.src2))) {
-        residual = s.src;
-      } else if ((linear = linear_producing(s.src))) {
-        residual = s.src2;
-      }
-    }
-    if (!linear) continue;
-    linear->gelu = linear->gelu || s.op == Op::kGelu;
-    linear->src2 = residual;
-    linear->dst = s.dst;
-    gone[static_cast<size_t>(linear - program.steps.data())] = true;
-    s = *linear;
-  }
-  std::vector<Step> fused;
-  for (size_t i = 0; i < program.steps.size(); ++i) {
-    if (!gone[i]) fused.push_back(program.steps[i]);
-  }
-  program.steps = std::move(fused);
+  FuseIntoLinears(program);
   return program;
 }
 

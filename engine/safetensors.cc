@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <unordered_map>
 #include <utility>
 
 #include "engine/json_limits.h"
@@ -182,6 +183,7 @@ struct SafetensorsFile::Impl {
   std::string path;
   Mapping mapping;
   std::vector<TensorInfo> tensors;
+  std::unordered_map<std::string, size_t> index;  // name -> tensors[i]
   std::map<std::string, std::string> metadata;
 };
 
@@ -301,6 +303,7 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     info.data = data + begin;
     info.size_bytes = static_cast<size_t>(end - begin);
     ranges.emplace_back(begin, end);
+    impl->index.emplace(info.name, impl->tensors.size());
     impl->tensors.push_back(std::move(info));
   }
   // The tensors must tile the data section exactly: no overlap, hole or
@@ -336,10 +339,9 @@ const std::map<std::string, std::string>& SafetensorsFile::metadata() const {
 }
 
 const TensorInfo* SafetensorsFile::Find(const std::string& name) const {
-  for (const TensorInfo& t : impl_->tensors) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
+  // Hashed: a graph of n nodes looks up O(n) names.
+  const auto it = impl_->index.find(name);
+  return it == impl_->index.end() ? nullptr : &impl_->tensors[it->second];
 }
 
 Result<std::vector<float>> SafetensorsFile::ReadF32(

@@ -1,6 +1,8 @@
 // Hostile graph files (issue 11): nesting that would overflow nlohmann's
 // recursive parser, duplicate keys, paths that are not regular files, the
-// empty graph.
+// empty graph, and a 20,000-node chain that a quadratic loader would not
+// finish within ctest's timeout. White-box: the chain's order and lowering
+// are checked too.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -10,6 +12,8 @@
 #include <vector>
 
 #include "attn/graph.hpp"
+#include "attn/safetensors.hpp"
+#include "engine/graph_ir.h"
 #include "tests/temp_dir.h"
 
 namespace attn {
@@ -139,6 +143,62 @@ TEST(GraphHostileTest, OnlyRegularFilesOfBoundedSizeAreRead) {
     EXPECT_EQ(message.rfind("graph file '" + c.path + "' " + c.says, 0), 0u)
         << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+// The chain x -> 5000 gelus -> 5000 dropouts -> 5000 x (linear, gelu) -> y,
+// written last node first. Widths must flow back from the first linear to
+// x, the file must be reordered, and each gelu fuses into its linear.
+TEST(GraphHostileTest, TwentyThousandNodeChainLoads) {
+  constexpr int kRun = 5000;
+  const test::TempDir dir;
+  std::vector<std::string> nodes;  // in chain order
+  std::string tensor = "x";
+  auto add = [&](const std::string& op, const std::string& extra) {
+    const std::string out =
+        nodes.size() + 1 == 4 * kRun ? "y" : "t" + std::to_string(nodes.size());
+    nodes.push_back(R"({"op": ")" + op + R"(", "inputs": [")" + tensor +
+                    R"("], "outputs": [")" + out + "\"]" + extra + "}");
+    tensor = out;
+  };
+  for (int i = 0; i < kRun; ++i) add("gelu", "");
+  for (int i = 0; i < kRun; ++i) add("dropout", "");
+  const std::vector<float> weight(16, 0.25f);
+  std::vector<F32Tensor> tensors;
+  for (int i = 0; i < kRun; ++i) {
+    const std::string name = "w" + std::to_string(i);
+    add("linear", R"(, "weights": {"weight": ")" + name + "\"}");
+    add("gelu", "");
+    tensors.push_back({name, {4, 4}, weight.data()});
+  }
+  std::string json = R"({"inputs": ["x"], "outputs": ["y"], "nodes": [)";
+  for (size_t i = nodes.size(); i-- > 0;) {
+    json += nodes[i] + (i ? ",\n" : "]}");
+  }
+  const std::string graph_path = dir.Write("chain.json", json);
+  const std::string weights_path = dir.Path("chain.safetensors");
+  ASSERT_TRUE(WriteSafetensors(weights_path, tensors).ok());
+
+  auto graph = Graph::Load(graph_path, weights_path);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  EXPECT_EQ((*graph)->input_width(), 4);
+  EXPECT_EQ((*graph)->output_width(), 4);
+
+  Result<graph::GraphDef> def = graph::ParseGraph(json, "chain.json");
+  ASSERT_TRUE(def.ok()) << def.status().message();
+  ASSERT_EQ(def->nodes.size(), size_t{4 * kRun});
+  EXPECT_EQ(def->nodes.front().inputs[0], "x");
+  for (size_t i = 1; i < def->nodes.size(); ++i) {
+    ASSERT_EQ(def->nodes[i].inputs[0], def->nodes[i - 1].outputs[0]) << i;
+  }
+  const graph::Program program = graph::Lower(*def);
+  ASSERT_EQ(program.steps.size(), size_t{2 * kRun});
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const bool linear = i >= kRun;
+    ASSERT_EQ(program.steps[i].op,
+              linear ? graph::Op::kLinear : graph::Op::kGelu)
+        << i;
+    ASSERT_EQ(program.steps[i].gelu, linear) << i;
   }
 }
 
