@@ -30,7 +30,7 @@ Result<std::string> ReadRegularFile(const std::string& path, uint64_t max_bytes,
 class JsonChecker : public nlohmann::json_sax<nlohmann::json> {
  public:
   explicit JsonChecker(size_t max_depth) : max_depth_(max_depth) {}
-  // Empty while the text passed.
+  // Empty when the text passed.
   const std::string& problem() const { return problem_; }
 
   bool null() override { return Value(); }
