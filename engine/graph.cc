@@ -6,8 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
+#include <deque>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -67,13 +68,7 @@ class Binder {
   Status Bind(const graph::GraphDef& def, const std::string& prefix,
               std::vector<NodeWeights>& weights) {
     prefix_ = prefix;
-    // Widths flow both ways through add, gelu and dropout: repeat until
-    // nothing changes (at most one pass per node).
-    for (size_t pass = 0; pass <= def.nodes.size(); ++pass) {
-      changed_ = false;
-      for (const Node& node : def.nodes) ATTN_RETURN_IF_ERROR(Infer(node));
-      if (!changed_) break;
-    }
+    ATTN_RETURN_IF_ERROR(InferWidths(def.nodes));
     for (const Node& node : def.nodes) {
       for (const std::string& t : {node.inputs[0], node.outputs[0]}) {
         if (Width(t) < 0) {
@@ -91,6 +86,34 @@ class Binder {
   }
 
  private:
+  // Widths flow both ways through add, gelu and dropout. Each node is
+  // inferred in file order, then again whenever one of its tensors gets a
+  // width; a tensor gets one once, so the work is linear in the nodes.
+  Status InferWidths(const std::vector<Node>& nodes) {
+    std::map<std::string, std::vector<size_t>> touching;  // tensor -> nodes
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      for (const std::string& t : nodes[i].inputs) touching[t].push_back(i);
+      touching[nodes[i].outputs[0]].push_back(i);
+    }
+    std::deque<size_t> queue(nodes.size());
+    std::iota(queue.begin(), queue.end(), size_t{0});
+    std::vector<bool> queued(nodes.size(), true);
+    while (!queue.empty()) {
+      const size_t i = queue.front();
+      queue.pop_front();
+      queued[i] = false;
+      ATTN_RETURN_IF_ERROR(Infer(nodes[i]));
+      for (const std::string& t : newly_known_) {
+        for (const size_t j : touching[t]) {
+          if (!queued[j]) queue.push_back(j);
+          queued[j] = true;
+        }
+      }
+      newly_known_.clear();
+    }
+    return {};
+  }
+
   int64_t Width(const std::string& t) {
     const auto it = widths_.find(t);
     return it == widths_.end() ? -1 : it->second;
@@ -101,7 +124,7 @@ class Binder {
     const int64_t have = Width(t);
     if (have < 0) {
       widths_[t] = width;
-      changed_ = true;
+      newly_known_.push_back(t);
     } else if (have != width) {
       return InvalidArgument(why + " width " + std::to_string(width) +
                              ", but tensor '" + t + "' has width " +
@@ -303,7 +326,7 @@ class Binder {
   const int num_threads_;
   std::string prefix_;
   std::map<std::string, int64_t> widths_;
-  bool changed_ = false;
+  std::vector<std::string> newly_known_;  // widths set by the last Infer
 };
 
 Result<AlignedBuffer> Allocate(size_t bytes) {
@@ -359,13 +382,9 @@ Graph::~Graph() = default;
 Result<std::unique_ptr<Graph>> Graph::Load(const std::string& graph_path,
                                            const std::string& weights_path,
                                            const GraphOptions& options) {
-  std::ifstream in(graph_path);
-  std::stringstream text;
-  if (!(in && text << in.rdbuf())) {
-    return IoError("graph file '" + graph_path +
-                   "' cannot be read, want a JSON file");
-  }
-  return FromJson(text.str(), weights_path, options, graph_path);
+  Result<std::string> text = graph::ReadGraphFile(graph_path);
+  if (!text.ok()) return text.status();
+  return FromJson(*text, weights_path, options, graph_path);
 }
 
 Result<std::unique_ptr<Graph>> Graph::FromJson(const std::string& json,

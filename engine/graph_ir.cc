@@ -3,15 +3,23 @@
 #include "engine/graph_ir.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <queue>
 #include <set>
 
+#include "engine/json_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace attn::graph {
 namespace {
 
 using nlohmann::json;
+
+constexpr uint64_t kMaxGraphFileBytes = uint64_t{64} << 20;
+// A graph is five levels deep (graph, nodes, node, weights, value); this
+// leaves room and bounds a hostile file.
+constexpr size_t kMaxGraphDepth = 32;
 
 struct OpSpec {
   Op op;
@@ -45,8 +53,12 @@ std::string Join(const std::vector<std::string>& items) {
   return out;
 }
 
-// The JSON value's text, for "got ..." in messages.
-std::string Got(const json& value) { return value.dump(); }
+// The JSON value's text, for "got ..." in messages, cut to suit one line.
+std::string Got(const json& value) {
+  constexpr size_t kMax = 60;
+  const std::string text = value.dump();
+  return text.size() <= kMax ? text : text.substr(0, kMax) + "...";
+}
 
 // Reads a list of tensor names (a non-empty array of non-empty strings).
 Status ReadNames(const json& value, const std::string& what,
@@ -204,8 +216,48 @@ Result<Node> ParseNode(const json& j, size_t index) {
   return node;
 }
 
-// Orders `nodes` so that each comes after the producers of its inputs
-// (Kahn's algorithm, stable in file order), checking every tensor's origin.
+// Kahn's algorithm, stable in file order: of the nodes whose inputs are all
+// ready, the first in the file runs next. `producer` maps each node output
+// to its node; every input is the graph input or in it.
+Status SortByInputs(const std::string& input,
+                    const std::map<std::string, size_t>& producer,
+                    std::vector<Node>& nodes) {
+  std::vector<size_t> waiting(nodes.size(), 0);
+  std::vector<std::vector<size_t>> readers(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const std::string& t : nodes[i].inputs) {
+      if (t == input) continue;
+      ++waiting[i];
+      readers[producer.at(t)].push_back(i);
+    }
+  }
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (waiting[i] == 0) ready.push(i);
+  }
+  std::vector<Node> ordered;
+  while (!ready.empty()) {
+    const size_t next = ready.top();
+    ready.pop();
+    for (const size_t reader : readers[next]) {
+      if (--waiting[reader] == 0) ready.push(reader);
+    }
+    ordered.push_back(std::move(nodes[next]));
+  }
+  if (ordered.size() < nodes.size()) {
+    std::vector<std::string> stuck;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (waiting[i] > 0) stuck.push_back("'" + nodes[i].name + "'");
+    }
+    return InvalidArgument("the graph has a cycle through nodes " +
+                           Join(stuck) + ", want a DAG");
+  }
+  nodes = std::move(ordered);
+  return {};
+}
+
+// Checks every tensor's origin and use, then orders `nodes` so that each
+// comes after the producers of its inputs.
 Status Order(const std::string& input, const std::string& output,
              std::vector<Node>& nodes) {
   std::map<std::string, size_t> producer;
@@ -247,35 +299,61 @@ Status Order(const std::string& input, const std::string& output,
                              "made the graph output");
     }
   }
-  std::vector<size_t> waiting(nodes.size(), 0);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    for (const std::string& t : nodes[i].inputs) waiting[i] += t != input;
+  return SortByInputs(input, producer, nodes);
+}
+
+// A GELU whose input is a linear's only use becomes that linear's post-op;
+// so does a residual add of a linear's only use.
+void FuseIntoLinears(Program& program) {
+  // Uses of each tensor; the graph output counts as one.
+  std::vector<int> uses(program.tensors.size(), 0);
+  for (const Step& s : program.steps) {
+    ++uses[s.src];
+    if (s.src2 >= 0) ++uses[s.src2];
   }
-  std::vector<Node> ordered;
-  std::vector<bool> done(nodes.size(), false);
-  while (ordered.size() < nodes.size()) {
-    size_t next = nodes.size();
-    for (size_t i = 0; i < nodes.size() && next == nodes.size(); ++i) {
-      if (!done[i] && waiting[i] == 0) next = i;
-    }
-    if (next == nodes.size()) {
-      std::vector<std::string> stuck;
-      for (size_t i = 0; i < nodes.size(); ++i) {
-        if (!done[i]) stuck.push_back("'" + nodes[i].name + "'");
-      }
-      return InvalidArgument("the graph has a cycle through nodes " +
-                             Join(stuck) + ", want a DAG");
-    }
-    done[next] = true;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      for (const std::string& t : nodes[i].inputs) {
-        waiting[i] -= t == nodes[next].outputs[0];
-      }
-    }
-    ordered.push_back(nodes[next]);
+  ++uses[program.output];
+  // The step writing each tensor (-1: the graph input). Each tensor has one
+  // writer, and a fusion keeps it: the fused step takes the consumer's place.
+  std::vector<int> writer(program.tensors.size(), -1);
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    writer[program.steps[i].dst] = static_cast<int>(i);
   }
-  nodes = std::move(ordered);
-  return {};
+  std::vector<bool> gone(program.steps.size(), false);
+  auto linear_producing = [&](int tensor) -> Step* {
+    const int i = writer[tensor];
+    if (i < 0 || gone[i]) return nullptr;
+    Step& s = program.steps[i];
+    const bool fusable = s.op == Op::kLinear && s.src2 < 0 && uses[tensor] == 1;
+    return fusable ? &s : nullptr;
+  };
+  // Fuse into the consumer's place: its other operand may be defined after
+  // the linear, and nothing else reads the linear's output.
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    Step& s = program.steps[i];
+    Step* linear = nullptr;
+    int residual = -1;
+    if (s.op == Op::kGelu) {
+      linear = linear_producing(s.src);
+      if (linear && linear->gelu) linear = nullptr;
+    } else if (s.op == Op::kAdd) {
+      if ((linear = linear_producing(s.src2))) {
+        residual = s.src;
+      } else if ((linear = linear_producing(s.src))) {
+        residual = s.src2;
+      }
+    }
+    if (!linear) continue;
+    linear->gelu = linear->gelu || s.op == Op::kGelu;
+    linear->src2 = residual;
+    linear->dst = s.dst;
+    gone[static_cast<size_t>(linear - program.steps.data())] = true;
+    s = *linear;
+  }
+  std::vector<Step> fused;
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    if (!gone[i]) fused.push_back(program.steps[i]);
+  }
+  program.steps = std::move(fused);
 }
 
 }  // namespace
@@ -298,20 +376,23 @@ std::string Node::Describe() const {
   return "node '" + name + "' (" + OpName(op) + ")";
 }
 
+Result<std::string> ReadGraphFile(const std::string& path) {
+  return ReadRegularFile(path, kMaxGraphFileBytes, "graph file '" + path + "'");
+}
+
 Result<GraphDef> ParseGraph(const std::string& text,
                             const std::string& source) {
   auto fail = [&](const Status& s) -> Status {
     return InvalidArgument(source + ": " + s.message());
   };
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return InvalidArgument(source + ": not valid JSON: " + e.what());
+  Result<json> parsed = ParseCheckedJson(text, kMaxGraphDepth, "the graph");
+  if (!parsed.ok()) {
+    return Status(parsed.status().code(),
+                  source + ": " + parsed.status().message());
   }
+  json& j = *parsed;
   if (!j.is_object()) {
-    return fail(InvalidArgument("top level is " + Got(j).substr(0, 40) +
-                                ", want an object"));
+    return fail(InvalidArgument("top level is " + Got(j) + ", want an object"));
   }
   for (const auto& [key, value] : j.items()) {
     static const std::set<std::string> kKeys = {"name", "description", "inputs",
@@ -339,6 +420,11 @@ Result<GraphDef> ParseGraph(const std::string& text,
   }
   if (!j.contains("nodes") || !j["nodes"].is_array()) {
     return fail(InvalidArgument("field 'nodes' is missing or not an array"));
+  }
+  if (j["nodes"].empty()) {
+    // Nothing would fix the width of the input.
+    return fail(
+        InvalidArgument("field 'nodes' is empty, want at least one node"));
   }
   std::set<std::string> names;
   for (size_t i = 0; i < j["nodes"].size(); ++i) {
@@ -388,52 +474,7 @@ Program Lower(const GraphDef& def) {
   }
   program.output = id(def.output);
 
-  // Uses of each tensor; the graph output counts as one.
-  std::vector<int> uses(program.tensors.size(), 0);
-  for (const Step& s : program.steps) {
-    ++uses[s.src];
-    if (s.src2 >= 0) ++uses[s.src2];
-  }
-  ++uses[program.output];
-  std::vector<bool> gone(program.steps.size(), false);
-  auto linear_producing = [&](int tensor) -> Step* {
-    for (size_t i = 0; i < program.steps.size(); ++i) {
-      Step& s = program.steps[i];
-      if (!gone[i] && s.dst == tensor && s.op == Op::kLinear && s.src2 < 0 &&
-          uses[tensor] == 1) {
-        return &s;
-      }
-    }
-    return nullptr;
-  };
-  // Fuse into the consumer's place: its other operand may be defined after
-  // the linear, and nothing else reads the linear's output.
-  for (size_t i = 0; i < program.steps.size(); ++i) {
-    Step& s = program.steps[i];
-    Step* linear = nullptr;
-    int residual = -1;
-    if (s.op == Op::kGelu) {
-      linear = linear_producing(s.src);
-      if (linear && linear->gelu) linear = nullptr;
-    } else if (s.op == Op::kAdd) {
-      if ((linear = linear_producing(s.src2))) {
-        residual = s.src;
-      } else if ((linear = linear_producing(s.src))) {
-        residual = s.src2;
-      }
-    }
-    if (!linear) continue;
-    linear->gelu = linear->gelu || s.op == Op::kGelu;
-    linear->src2 = residual;
-    linear->dst = s.dst;
-    gone[static_cast<size_t>(linear - program.steps.data())] = true;
-    s = *linear;
-  }
-  std::vector<Step> fused;
-  for (size_t i = 0; i < program.steps.size(); ++i) {
-    if (!gone[i]) fused.push_back(program.steps[i]);
-  }
-  program.steps = std::move(fused);
+  FuseIntoLinears(program);
   return program;
 }
 

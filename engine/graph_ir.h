@@ -37,9 +37,14 @@ struct GraphDef {
   std::vector<Node> nodes;  // topological order
 };
 
+// A graph file's text, refused unless a regular file of at most 64 MiB: a
+// FIFO is not waited on, /dev/zero not read until memory runs out.
+Result<std::string> ReadGraphFile(const std::string& path);
+
 // Parses and validates a graph: known fields, ops, attributes and weight
 // roles; every tensor defined exactly once; no cycle; every node output
-// used. `source` prefixes every message.
+// used; at least one node. Nesting depth and duplicate keys are checked
+// before any DOM is built. `source` prefixes every message.
 Result<GraphDef> ParseGraph(const std::string& json, const std::string& source);
 
 // One kernel call of the lowered graph. Tensors are ids into

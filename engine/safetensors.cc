@@ -10,9 +10,10 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
-#include <set>
+#include <unordered_map>
 #include <utility>
 
+#include "engine/json_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace attn {
@@ -76,99 +77,58 @@ Status MapFile(const std::string& path, Mapping* mapping) {
   return {};
 }
 
-// First pass over a header: JSON syntax, duplicate keys in any object
-// (nlohmann's DOM keeps the last one silently) and the limits on tensors,
-// nesting and array lengths, without building anything. A SAX handler that
-// stops at the first problem: linear time and memory bounded by the
-// header, where nlohmann's callback parser is quadratic in the number of
-// tensors.
-class HeaderChecker : public nlohmann::json_sax<json> {
+// First pass over a header: the shared checks (syntax, duplicate keys in
+// any object, which nlohmann's DOM keeps the last of silently) and this
+// format's limits on tensors, nesting and array lengths, without building
+// anything: linear time and memory bounded by the header, where nlohmann's
+// callback parser is quadratic in the number of tensors.
+class HeaderChecker : public JsonChecker {
  public:
-  std::string problem;  // empty when the header passed
+  // The root, tensor entries and their arrays; narrower checks below.
+  HeaderChecker() : JsonChecker(3) {}
 
-  bool null() override { return Value(); }
-  bool boolean(bool) override { return Value(); }
-  bool number_integer(number_integer_t) override { return Value(); }
-  bool number_unsigned(number_unsigned_t) override { return Value(); }
-  bool number_float(number_float_t, const string_t&) override {
-    return Value();
-  }
-  bool string(string_t&) override { return Value(); }
-  bool binary(binary_t&) override { return Value(); }
-  bool start_object(std::size_t) override {
+  bool start_object(std::size_t n) override {
     // The root, then tensor entries and __metadata__: nothing deeper.
-    if (!Value()) return false;
-    if (open_.size() >= 2) {
+    if (depth() >= 2) {
       return Fail("nests objects deeper than a tensor entry");
     }
-    open_.push_back({true, 0, {}});
-    return true;
+    return JsonChecker::start_object(n);
   }
   bool key(string_t& name) override {
-    Container& object = open_.back();
-    if (open_.size() == 1 && name != "__metadata__" &&
-        ++tensors_ > kMaxTensors) {
+    if (depth() == 1 && name != "__metadata__" && ++tensors_ > kMaxTensors) {
       return Fail("lists more than " + std::to_string(kMaxTensors) +
                   " tensors, the limit");
     }
-    if (open_.size() == 1) root_key_ = name;
+    if (depth() == 1) root_key_ = name;
     // Bound the keys below the root too: a tensor entry has three known
     // fields, and __metadata__ at most kMaxTensors keys.
-    if (open_.size() == 2 && root_key_ != "__metadata__" && name != "dtype" &&
+    if (depth() == 2 && root_key_ != "__metadata__" && name != "dtype" &&
         name != "shape" && name != "data_offsets") {
       return Fail("has unknown field '" + name + "' in tensor '" + root_key_ +
                   "' (want dtype, shape, data_offsets)");
     }
-    if (open_.size() == 2 && root_key_ == "__metadata__" &&
-        object.keys.size() >= kMaxTensors) {
+    if (depth() == 2 && root_key_ == "__metadata__" && items() >= kMaxTensors) {
       return Fail("has more than " + std::to_string(kMaxTensors) +
                   " metadata keys, the limit");
     }
-    if (!object.keys.insert(name).second) {
-      return Fail("names '" + name + "' twice");
-    }
-    return true;
+    return JsonChecker::key(name);
   }
-  bool end_object() override {
-    open_.pop_back();
-    return true;
-  }
-  bool start_array(std::size_t) override {
+  bool start_array(std::size_t n) override {
     // shape and data_offsets hold numbers only.
-    if (!Value()) return false;
-    if (open_.size() >= 3) return Fail("nests arrays inside arrays");
-    open_.push_back({false, 0, {}});
-    return true;
-  }
-  bool end_array() override {
-    open_.pop_back();
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&,
-                   const nlohmann::detail::exception& e) override {
-    return Fail(std::string("is not valid JSON: ") + e.what());
+    if (depth() >= 3) return Fail("nests arrays inside arrays");
+    return JsonChecker::start_array(n);
   }
 
  private:
-  struct Container {
-    bool is_object;
-    size_t items;
-    std::set<std::string> keys;
-  };
-  bool Fail(std::string what) {
-    if (problem.empty()) problem = std::move(what);
-    return false;
-  }
   // Counts a value (or container) placed in the innermost array.
-  bool Value() {
-    if (!open_.empty() && !open_.back().is_object &&
-        ++open_.back().items > kMaxRank) {
+  bool Value() override {
+    if (!JsonChecker::Value()) return false;
+    if (in_array() && items() > kMaxRank) {
       return Fail("has an array of more than " + std::to_string(kMaxRank) +
                   " items (the rank limit)");
     }
     return true;
   }
-  std::vector<Container> open_;
   std::string root_key_;  // the tensor (or __metadata__) being read
   size_t tensors_ = 0;
 };
@@ -181,10 +141,10 @@ Status ParseHeader(const std::string& where, const char* begin, const char* end,
                            " does not start with '{' (want a JSON object)");
   }
   HeaderChecker checker;
-  if (!json::sax_parse(begin, end, &checker) || !checker.problem.empty()) {
+  if (!json::sax_parse(begin, end, &checker) || !checker.problem().empty()) {
     return InvalidArgument(
         "header of " + where + " " +
-        (checker.problem.empty() ? "is not valid JSON" : checker.problem));
+        (checker.problem().empty() ? "is not valid JSON" : checker.problem()));
   }
   try {
     *header = json::parse(begin, end);
@@ -223,6 +183,7 @@ struct SafetensorsFile::Impl {
   std::string path;
   Mapping mapping;
   std::vector<TensorInfo> tensors;
+  std::unordered_map<std::string, size_t> index;  // name -> tensors[i]
   std::map<std::string, std::string> metadata;
 };
 
@@ -342,6 +303,7 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     info.data = data + begin;
     info.size_bytes = static_cast<size_t>(end - begin);
     ranges.emplace_back(begin, end);
+    impl->index.emplace(info.name, impl->tensors.size());
     impl->tensors.push_back(std::move(info));
   }
   // The tensors must tile the data section exactly: no overlap, hole or
@@ -377,10 +339,9 @@ const std::map<std::string, std::string>& SafetensorsFile::metadata() const {
 }
 
 const TensorInfo* SafetensorsFile::Find(const std::string& name) const {
-  for (const TensorInfo& t : impl_->tensors) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
+  // Hashed: a graph of n nodes looks up O(n) names.
+  const auto it = impl_->index.find(name);
+  return it == impl_->index.end() ? nullptr : &impl_->tensors[it->second];
 }
 
 Result<std::vector<float>> SafetensorsFile::ReadF32(

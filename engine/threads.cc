@@ -3,17 +3,28 @@
 
 #include <omp.h>
 #include <sched.h>
-#include <sys/stat.h>
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <string>
 
+#include "engine/json_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace attn {
+namespace {
+
+// What `attn tune --save` writes is a few hundred bytes, three levels deep;
+// these bound a hostile file.
+constexpr uint64_t kMaxTunedFileBytes = 1u << 20;
+constexpr size_t kMaxTunedFileDepth = 32;
+
+// `text` cut to a length that suits a one-line message.
+std::string Abbreviated(const std::string& text) {
+  constexpr size_t kMax = 40;
+  return text.size() <= kMax ? text : text.substr(0, kMax) + "...";
+}
+
+}  // namespace
 
 int AffinityCores() {
   cpu_set_t set;
@@ -26,20 +37,12 @@ int AffinityCores() {
 
 Result<TunedConfig> ReadTunedConfig(const std::string& path) {
   const std::string what = "tuned config '" + path + "'";
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    return InvalidArgument(what + " is not a regular file");  // e.g. a FIFO
-  }
-  std::ifstream file(path);
-  if (!file) {
-    return InvalidArgument(what + " cannot be opened: " + std::strerror(errno));
-  }
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(file);
-  } catch (const nlohmann::json::exception& e) {
-    return InvalidArgument(what + " is not valid JSON: " + e.what());
-  }
+  Result<std::string> text = ReadRegularFile(path, kMaxTunedFileBytes, what);
+  if (!text.ok()) return text.status();
+  Result<nlohmann::json> parsed =
+      ParseCheckedJson(*text, kMaxTunedFileDepth, what);
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& json = *parsed;
   if (!json.is_object()) {
     return InvalidArgument(what + " is " + json.type_name() +
                            ", want a JSON object like {\"num_threads\": 2}");
@@ -50,8 +53,9 @@ Result<TunedConfig> ReadTunedConfig(const std::string& path) {
   }
   if (!threads->is_number_integer() || threads->get<int64_t>() <= 0 ||
       threads->get<int64_t>() > kMaxThreads) {
-    return InvalidArgument(what + " has \"num_threads\": " + threads->dump() +
-                           ", want a positive integer");
+    return InvalidArgument(
+        what + " has \"num_threads\": " + Abbreviated(threads->dump()) +
+        ", want a positive integer up to " + std::to_string(kMaxThreads));
   }
   TunedConfig config;
   config.num_threads = threads->get<int>();
@@ -72,14 +76,18 @@ Result<int> ResolveNumThreads(int requested) {
     char* end = nullptr;
     const long value = std::strtol(env, &end, 10);
     if (*end != '\0' || value <= 0 || value > kMaxThreads) {
-      return InvalidArgument(std::string("ATTN_NUM_THREADS is '") + env +
-                             "', want a positive integer");
+      return InvalidArgument(
+          std::string("ATTN_NUM_THREADS is '") + Abbreviated(env) +
+          "', want a positive integer up to " + std::to_string(kMaxThreads));
     }
     return static_cast<int>(value);
   }
   if (const char* path = std::getenv("ATTN_CONFIG"); path && *path) {
     Result<TunedConfig> tuned = ReadTunedConfig(path);
-    if (!tuned.ok()) return tuned.status();
+    if (!tuned.ok()) {
+      return Status(tuned.status().code(),
+                    "ATTN_CONFIG: " + tuned.status().message());
+    }
     return tuned->num_threads;
   }
   return AffinityCores();

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/safetensors.hpp"
@@ -146,6 +148,59 @@ TEST_F(CliHostileTest, SpecialPathsFailCleanly) {
       EXPECT_NE(out.err.find("attn: error: "), std::string::npos);
       EXPECT_FALSE(Exists(output_));
     }
+  }
+}
+
+// --graph and --config on a FIFO, /dev/zero, 200,000 nested brackets (a
+// stack overflow in a recursive parser), a duplicate key and the empty
+// graph: one line and exit 1, never a signal or a hang.
+TEST_F(CliHostileTest, HostileGraphAndConfigFilesFailCleanly) {
+  const std::string block =
+      std::string(ATTN_SOURCE_DIR) + "/tests/golden/graph/block.safetensors";
+  const std::string fifo = dir_.Path("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string brackets =
+      std::string(200000, '[') + std::string(200000, ']');
+  const std::vector<std::pair<std::string, std::string>> graphs = {
+      {fifo, "is not a regular file"},
+      {"/dev/zero", "is not a regular file"},
+      {dir_.Write("deep", brackets), "nests JSON deeper than 32 levels"},
+      {dir_.Write("dup", R"({"inputs": ["x"], "inputs": ["x"], )"
+                         R"("outputs": ["y"], "nodes": []})"),
+       "names key 'inputs' twice"},
+      {dir_.Write("empty", R"({"inputs": ["x"], "outputs": ["x"], )"
+                           R"("nodes": []})"),
+       "field 'nodes' is empty"},
+  };
+  for (const auto& [graph, says] : graphs) {
+    std::vector<std::string> args = RunArgs(block, block);
+    args.insert(args.end(), {"--graph", graph});
+    const Outcome out = Run(args);
+    EXPECT_EQ(out.exit_code, 1) << graph << ": signal " << out.signal;
+    EXPECT_EQ(out.err.rfind("attn: error: ", 0), 0u) << out.err;
+    EXPECT_NE(out.err.find(says), std::string::npos) << out.err;
+    EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
+    EXPECT_FALSE(Exists(output_));
+  }
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string x = dir_.Write("x", test::TinyInput());
+  const std::vector<std::pair<std::string, std::string>> configs = {
+      {fifo, "is not a regular file"},
+      {"/dev/zero", "is not a regular file"},
+      {dir_.Write("deep_config", "{\"num_threads\": " + brackets + "}"),
+       "nests JSON deeper than 32 levels"},
+  };
+  for (const auto& [config, says] : configs) {
+    std::vector<std::string> args = RunArgs(w, x);
+    args.insert(args.end(), {"--config", config});
+    const Outcome out = Run(args);
+    EXPECT_EQ(out.exit_code, 1) << config << ": signal " << out.signal;
+    EXPECT_EQ(out.err.rfind("attn: error: tuned config '" + config + "' ", 0),
+              0u)
+        << out.err;
+    EXPECT_NE(out.err.find(says), std::string::npos) << out.err;
+    EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
+    EXPECT_FALSE(Exists(output_));
   }
 }
 

@@ -1,6 +1,7 @@
 // Thread control (engine/threads.h, README "Threads"): the precedence of the
-// API option, ATTN_NUM_THREADS and the affinity mask, and one thread inside a
-// host's OpenMP parallel region. White-box: links attn_testing.
+// API option, ATTN_NUM_THREADS and the affinity mask, an explicit option
+// needing no environment, and one thread inside a host's OpenMP parallel
+// region. White-box: links attn_testing.
 #include "engine/threads.h"
 
 #include <gtest/gtest.h>
@@ -11,9 +12,14 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "attn/attn.h"
+#include "attn/attn.hpp"
+#include "attn/decode.hpp"
+#include "attn/graph.hpp"
+#include "tests/temp_dir.h"
 
 namespace attn {
 namespace {
@@ -72,6 +78,49 @@ TEST(Threads, MalformedEnvironmentIsAnError) {
   EXPECT_EQ(LoadedThreads(-2), -1);
   EXPECT_NE(std::strstr(attn_last_error_message(), "num_threads is -2"),
             nullptr);
+}
+
+// An explicit num_threads is used as given, whatever the environment holds:
+// the MHA loader, the decoder over its model and the graph loader. Without
+// it, each fails naming the variable.
+TEST(Threads, ExplicitCountNeedsNoEnvironment) {
+  const test::TempDir dir;
+  const std::string bad_config =
+      dir.Write("bad.json", R"({"num_threads": 2, "num_threads": 3})");
+  const std::string graph_json =
+      std::string(ATTN_SOURCE_DIR) + "/tools/graphs/transformer_block.json";
+  const std::string graph_weights =
+      std::string(ATTN_SOURCE_DIR) + "/tests/golden/graph/block.safetensors";
+  for (const auto& [name, value] :
+       {std::pair<const char*, std::string>{"ATTN_NUM_THREADS", "abc"},
+        {"ATTN_CONFIG", bad_config}}) {
+    ClearThreadEnvironment();
+    setenv(name, value.c_str(), 1);
+    MhaOptions mha_options;
+    mha_options.num_threads = 2;
+    auto model = MhaModel::Load(Book(), mha_options);
+    ASSERT_TRUE(model.ok()) << name << ": " << model.status().message();
+    EXPECT_EQ((*model)->num_threads(), 2);
+    DecoderOptions decoder_options;
+    decoder_options.max_length = 4;
+    auto decoder = MhaDecoder::Create(*model, decoder_options);
+    EXPECT_TRUE(decoder.ok()) << name << ": " << decoder.status().message();
+    GraphOptions graph_options;
+    graph_options.num_threads = 3;
+    auto graph = Graph::Load(graph_json, graph_weights, graph_options);
+    ASSERT_TRUE(graph.ok()) << name << ": " << graph.status().message();
+    EXPECT_EQ((*graph)->num_threads(), 3);
+
+    auto refused_model = MhaModel::Load(Book());
+    ASSERT_FALSE(refused_model.ok());
+    EXPECT_EQ(refused_model.status().message().rfind(name, 0), 0u)
+        << refused_model.status().message();
+    auto refused_graph = Graph::Load(graph_json, graph_weights);
+    ASSERT_FALSE(refused_graph.ok());
+    EXPECT_EQ(refused_graph.status().message().rfind(name, 0), 0u)
+        << refused_graph.status().message();
+  }
+  ClearThreadEnvironment();
 }
 
 // The default follows the affinity mask of the thread that loads the model

@@ -2,11 +2,15 @@
 // the library through ATTN_CONFIG and by the CLI through --config, below
 // the API option and ATTN_NUM_THREADS; a bad file is a one-line error.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/threads.h"
 #include "tests/temp_dir.h"
@@ -64,6 +68,8 @@ TEST_F(TuneTest, BadFilesAreOneLineErrorsNamingTheFile) {
       {"{\"num_threads\": 0}", "want a positive integer"},
       {"{\"num_threads\": 2.5}", "want a positive integer"},
       {"{\"num_threads\": \"2\"}", "want a positive integer"},
+      {"{\"num_threads\": 2, \"num_threads\": 3}",
+       "names key 'num_threads' twice in one object"},
   };
   for (const auto& c : cases) {
     const std::string path = dir_.Write("bad.json", c.text);
@@ -81,6 +87,104 @@ TEST_F(TuneTest, BadFilesAreOneLineErrorsNamingTheFile) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("cannot be opened"),
             std::string::npos);
+}
+
+// nlohmann's DOM parser recurses per level: 200,000 levels would overflow
+// the stack at every library user's model load. A FIFO would block, and
+// /dev/zero would be read until memory ran out.
+TEST_F(TuneTest, HostileFilesAreRefusedBeforeParsing) {
+  const std::string deep =
+      dir_.Write("deep.json", "{\"num_threads\": " + std::string(200000, '[') +
+                                  "2" + std::string(200000, ']') + "}");
+  const std::string fifo = dir_.Path("fifo.json");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string huge = dir_.Write("huge.json", "");
+  ASSERT_EQ(truncate(huge.c_str(), (off_t{1} << 20) + 1), 0);  // sparse
+  const struct {
+    std::string path, says;
+  } cases[] = {
+      {deep, "nests JSON deeper than 32 levels, the limit"},
+      {fifo, "is not a regular file"},
+      {"/dev/zero", "is not a regular file"},
+      {huge, "is 1048577 bytes, over the limit of 1048576 bytes"},
+  };
+  for (const auto& c : cases) {
+    Result<TunedConfig> read = ReadTunedConfig(c.path);
+    ASSERT_FALSE(read.ok()) << c.path;
+    EXPECT_EQ(
+        read.status().message().rfind("tuned config '" + c.path + "' ", 0), 0u)
+        << read.status().message();
+    EXPECT_NE(read.status().message().find(c.says), std::string::npos)
+        << read.status().message();
+    setenv("ATTN_CONFIG", c.path.c_str(), 1);
+    Result<int> resolved = ResolveNumThreads(0);
+    ASSERT_FALSE(resolved.ok()) << c.path;
+    EXPECT_EQ(resolved.status().message(),
+              "ATTN_CONFIG: " + read.status().message());
+    EXPECT_EQ(*ResolveNumThreads(2), 2) << "an explicit count needs no file";
+  }
+}
+
+// `attn info` reports the team `attn run` would use, so it fails where run
+// fails; --threads needs no environment, in info as in run.
+TEST_F(TuneTest, InfoReportsAMalformedEnvironment) {
+  std::string out, err;
+  setenv("ATTN_NUM_THREADS", "abc", 1);
+  EXPECT_EQ(Cli(dir_, "info", &out, &err), 1);
+  EXPECT_EQ(err,
+            "attn: error: ATTN_NUM_THREADS is 'abc', want a positive integer "
+            "up to 4096\n");
+  EXPECT_EQ(out, "");
+  ASSERT_EQ(Cli(dir_, "info --threads 3", &out, &err), 0) << err;
+  EXPECT_NE(out.find("threads: 3\n"), std::string::npos) << out;
+
+  unsetenv("ATTN_NUM_THREADS");
+  const std::string bad = dir_.Write("bad.json", R"({"num_threads": [2]})");
+  setenv("ATTN_CONFIG", bad.c_str(), 1);
+  EXPECT_EQ(Cli(dir_, "info", &out, &err), 1);
+  EXPECT_EQ(err, "attn: error: ATTN_CONFIG: tuned config '" + bad +
+                     "' has \"num_threads\": [2], want a positive integer up "
+                     "to 4096\n");
+  ASSERT_EQ(Cli(dir_, "info --threads 2", &out, &err), 0) << err;
+  EXPECT_NE(out.find("threads: 2\n"), std::string::npos) << out;
+
+  setenv("ATTN_CONFIG",
+         dir_.Write("good.json", R"({"num_threads": 3})").c_str(), 1);
+  ASSERT_EQ(Cli(dir_, "info", &out, &err), 0) << err;
+  EXPECT_NE(out.find("threads: 3\n"), std::string::npos) << out;
+}
+
+// A bad environment does not fail a run that names its team with --threads:
+// the MHA, the KV-cache decoder (--incremental) and a graph.
+TEST_F(TuneTest, ExplicitThreadsNeedNoEnvironment) {
+  const std::string book =
+      std::string(ATTN_SOURCE_DIR) + "/tests/golden/mha_book.safetensors";
+  const std::string block =
+      std::string(ATTN_SOURCE_DIR) + "/tests/golden/graph/block.safetensors";
+  const std::string run = " --output " + dir_.Path("y.safetensors");
+  const std::vector<std::string> commands = {
+      "run --weights " + book + " --input " + book + run,
+      "run --incremental --weights " + book + " --input " + book + run,
+      "run --graph " + std::string(ATTN_SOURCE_DIR) +
+          "/tools/graphs/transformer_block.json --weights " + block +
+          " --input " + block + run,
+  };
+  const std::string deep =
+      dir_.Write("deep.json", "{\"num_threads\": " + std::string(200000, '[') +
+                                  std::string(200000, ']') + "}");
+  std::string out, err;
+  for (const auto& [name, value] :
+       {std::pair<const char*, std::string>{"ATTN_NUM_THREADS", "abc"},
+        {"ATTN_CONFIG", deep}}) {
+    setenv(name, value.c_str(), 1);
+    for (const std::string& command : commands) {
+      EXPECT_EQ(Cli(dir_, command + " --threads 1", &out, &err), 0)
+          << name << ": " << command << ": " << err;
+      EXPECT_EQ(Cli(dir_, command, &out, &err), 1) << name << ": " << command;
+      EXPECT_EQ(err.rfind(std::string("attn: error: ") + name, 0), 0u) << err;
+    }
+    unsetenv(name);
+  }
 }
 
 TEST_F(TuneTest, SavedFileIsReadBackByBenchAndRun) {

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "attn/attn.h"
 #include "attn/attn.hpp"
 #include "tools/cli.h"
 
@@ -9,13 +10,19 @@ namespace attn::cli {
 namespace {
 
 int Info(int threads) {
+  // Without --threads, the team `attn run` would get: a malformed
+  // ATTN_NUM_THREADS or ATTN_CONFIG fails here as it fails there.
+  if (threads == 0) {
+    threads = attn_default_num_threads();
+    if (threads < 0) return Fail(attn_last_error_message());
+  }
   const attn::RuntimeInfo info = attn::GetRuntimeInfo();
   std::printf("attn %s\n", info.version.c_str());
   std::printf("highway target: %s\n", info.simd_target.c_str());
   std::printf("oneDNN %s, isa: %s, native bf16: %s\n",
               info.onednn_version.c_str(), info.onednn_isa.c_str(),
               info.native_bf16 ? "yes" : "no");
-  std::printf("threads: %d\n", threads > 0 ? threads : info.default_threads);
+  std::printf("threads: %d\n", threads);
   return 0;
 }
 
