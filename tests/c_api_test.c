@@ -514,7 +514,7 @@ static void TestGraph(void) {
   /* Errors: no JSON file, a bad options struct, weights it cannot bind. */
   EXPECT_STATUS(ATTN_IO_ERROR,
                 attn_model_load_graph(missing, weights, NULL, &model),
-                "cannot be read");
+                "cannot be opened");
   EXPECT(model == NULL);
   options.struct_size = 0;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
