@@ -468,25 +468,10 @@ attn_status attn_tensor_read_f32(const char* safetensors_path, const char* name,
                    std::to_string(ATTN_MAX_RANK))
                       .c_str());
     }
-    // Checked before reading, which copies the whole tensor.
-    uint64_t elements = 1;
-    for (const int64_t size : t->shape) elements *= static_cast<uint64_t>(size);
-    if (data && elements > capacity) {
-      return Fail(ATTN_INVALID_ARGUMENT,
-                  ("tensor '" + t->name + "' " + attn::ShapeString(t->shape) +
-                   " has " + std::to_string(elements) +
-                   " elements, but capacity is " + std::to_string(capacity))
-                      .c_str());
-    }
     if (data) {
-      auto values = file->ReadF32(name);
-      if (!values.ok()) return Check(values.status());
-      std::memcpy(data, values->data(), values->size() * sizeof(float));
-    } else if (t->dtype != "F32") {
-      return Fail(
-          ATTN_INVALID_ARGUMENT,
-          ("tensor '" + t->name + "' has dtype " + t->dtype + ", want F32")
-              .c_str());
+      // Checks capacity, then converts straight into `data`: no copy.
+      const attn_status read = Check(file->ReadF32(name, data, capacity));
+      if (read != ATTN_OK) return read;
     }
     if (shape) std::copy(t->shape.begin(), t->shape.end(), shape);
     if (rank) *rank = static_cast<int>(t->shape.size());

@@ -133,7 +133,8 @@ class Binder {
     return {};
   }
 
-  // The named weight of `node`, checked to exist as F32 of rank `rank`.
+  // The named weight of `node`, checked to exist with rank `rank` (its dtype
+  // is ReadF32's to check).
   Result<const TensorInfo*> Find(const Node& node, const std::string& role,
                                  size_t rank) {
     const std::string name = prefix_ + *node.Weight(role);
@@ -141,10 +142,6 @@ class Binder {
     if (!t) {
       return InvalidArgument(node.Describe() + ": weight '" + name +
                              "' is missing from '" + file_.path() + "'");
-    }
-    if (t->dtype != "F32") {
-      return InvalidArgument(node.Describe() + ": weight '" + name +
-                             "' has dtype " + t->dtype + ", want F32");
     }
     if (t->shape.size() != rank ||
         std::count(t->shape.begin(), t->shape.end(), 0)) {
@@ -207,7 +204,7 @@ class Binder {
     return {};
   }
 
-  // Copies weight `role` of `node` out, checking it is F32 of shape `want`.
+  // Copies weight `role` of `node` out as float, checking it has shape `want`.
   Status Read(const Node& node, const std::string& role,
               const std::vector<int64_t>& want, std::vector<float>& out) {
     Result<const TensorInfo*> t = Find(node, role, want.size());
@@ -408,12 +405,11 @@ Result<std::unique_ptr<Graph>> Graph::FromJson(const std::string& json,
 
   Result<SafetensorsFile> file = SafetensorsFile::Open(weights_path);
   if (!file.ok()) return file.status();
-  // Every weight is copied out of the file once (the mapping itself is not
-  // counted: its pages are the file's).
+  // Every weight is copied out of the file once, as float.
   impl->max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
   uint64_t file_bytes = 0;
   for (const TensorInfo& t : file->tensors()) {
-    file_bytes = AddSat(file_bytes, t.size_bytes);
+    file_bytes = AddSat(file_bytes, MulSat(t.num_elements, sizeof(float)));
   }
   ATTN_RETURN_IF_ERROR(CheckMemory("the weights of '" + weights_path + "'",
                                    file_bytes, impl->max_memory_bytes));

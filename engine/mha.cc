@@ -87,7 +87,7 @@ uint64_t WeightBytes(const MhaConfig& c) {
   return MulSat(floats, sizeof(float));
 }
 
-// Checks that tensor `name` is F32 of shape `want` and copies it out.
+// Checks that tensor `name` has shape `want` and copies it out as float.
 Result<std::vector<float>> ReadWeight(const SafetensorsFile& file,
                                       const std::string& name,
                                       const std::vector<int64_t>& want) {
@@ -95,10 +95,6 @@ Result<std::vector<float>> ReadWeight(const SafetensorsFile& file,
   if (!t) {
     return InvalidArgument("weight '" + name + "' is missing from '" +
                            file.path() + "'");
-  }
-  if (t->dtype != "F32") {
-    return InvalidArgument("weight '" + name + "' has dtype " + t->dtype +
-                           ", want F32");
   }
   if (t->shape != want) {
     return InvalidArgument("weight '" + name + "' has shape " +

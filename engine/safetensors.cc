@@ -1,12 +1,13 @@
-// Safetensors reading (mapped, validated up front) and atomic writing.
+// Safetensors reading (validated up front, tensors copied out of the open
+// file with pread, F16 and BF16 widened to float) and atomic writing.
 #include "attn/safetensors.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -39,43 +40,85 @@ size_t DTypeSize(const std::string& dtype) {
 
 std::string Quoted(const std::string& path) { return "'" + path + "'"; }
 
-// Read-only mapping of a whole file.
-struct Mapping {
-  const unsigned char* data = nullptr;
-  size_t size = 0;
-  Mapping() = default;
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
-    if (data) munmap(const_cast<unsigned char*>(data), size);
+// An open file descriptor, closed on destruction.
+struct FileHandle {
+  int fd = -1;
+  FileHandle() = default;
+  FileHandle(const FileHandle&) = delete;
+  FileHandle& operator=(const FileHandle&) = delete;
+  ~FileHandle() {
+    if (fd >= 0) close(fd);
   }
 };
 
-Status MapFile(const std::string& path, Mapping* mapping) {
+Status OpenRegularFile(const std::string& path, FileHandle* file,
+                       uint64_t* size) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; S_ISREG below
   // refuses it.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
+  file->fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (file->fd < 0) {
     return IoError("cannot open " + Quoted(path) + ": " + std::strerror(errno));
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
+  if (fstat(file->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     return IoError(Quoted(path) + " is not a regular file");
   }
-  mapping->size = static_cast<size_t>(st.st_size);
-  if (mapping->size > 0) {
-    void* p = mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      close(fd);
-      return IoError("cannot map " + Quoted(path) + ": " +
-                     std::strerror(errno));
-    }
-    mapping->data = static_cast<const unsigned char*>(p);
-  }
-  close(fd);
+  *size = static_cast<uint64_t>(st.st_size);
   return {};
 }
+
+// Reads bytes [offset, offset + n) of the file into `dst`. A file that has
+// shrunk since it was opened is an error naming `what`, not a signal.
+Status ReadAt(const FileHandle& file, const std::string& path,
+              const std::string& what, uint64_t offset, size_t n, void* dst) {
+  auto* p = static_cast<unsigned char*>(dst);
+  const uint64_t end = offset + n;
+  while (n > 0) {
+    const ssize_t got = pread(file.fd, p, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      return IoError("cannot read " + what + " in " + Quoted(path) + ": " +
+                     std::strerror(errno));
+    }
+    if (got == 0) {
+      struct stat st;
+      const std::string now = fstat(file.fd, &st) == 0
+                                  ? std::to_string(st.st_size) + " bytes"
+                                  : "shorter";
+      return IoError(what + " in " + Quoted(path) + " ends at byte " +
+                     std::to_string(end) + ", but the file is now " + now +
+                     " (truncated since it was opened)");
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+  return {};
+}
+
+float FloatFromBits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Exact widenings: every F16 and BF16 value (subnormals, infinities and NaN
+// payloads included) is a float.
+float F32FromF16(uint16_t h) {
+  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
+  if (exponent == 0x1F) {  // infinity or NaN
+    return FloatFromBits(sign | 0x7F800000u | mantissa << 13);
+  }
+  if (exponent != 0) {  // normal: rebias the exponent from 15 to 127
+    return FloatFromBits(sign | (exponent + 112) << 23 | mantissa << 13);
+  }
+  // Zero or subnormal, mantissa * 2^-24: a normal float, exactly.
+  const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+  return sign ? -magnitude : magnitude;
+}
+
+float F32FromBF16(uint16_t h) { return FloatFromBits(uint32_t{h} << 16); }
 
 // First pass over a header: the shared checks (syntax, duplicate keys in
 // any object, which nlohmann's DOM keeps the last of silently) and this
@@ -169,6 +212,74 @@ bool AsCount(const json& value, uint64_t* out) {
   return true;
 }
 
+// Reads and parses the header: its 8-byte length (checked against the limit
+// and the file's size), then the JSON (ParseHeader).
+Status ReadHeader(const FileHandle& file, const std::string& path,
+                  uint64_t file_size, json* header, uint64_t* header_len) {
+  const std::string where = Quoted(path);
+  if (file_size < 8) {
+    return InvalidArgument(where + " is " + std::to_string(file_size) +
+                           " bytes: not a safetensors file (want an 8-byte "
+                           "header length, then a JSON header)");
+  }
+  unsigned char len_bytes[8];
+  ATTN_RETURN_IF_ERROR(ReadAt(file, path, "header length", 0, 8, len_bytes));
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = len << 8 | len_bytes[i];
+  if (len > kMaxHeaderBytes) {
+    return InvalidArgument("header length " + std::to_string(len) + " of " +
+                           where + " is over the limit of " +
+                           std::to_string(kMaxHeaderBytes) + " bytes");
+  }
+  if (len > file_size - 8) {
+    return InvalidArgument("header length " + std::to_string(len) + " of " +
+                           where + " runs past the end of the file (" +
+                           std::to_string(file_size) + " bytes)");
+  }
+  std::string text;
+  try {
+    text.resize(len);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("header of " + where + " (" + std::to_string(len) +
+                       " bytes) needs more memory than there is");
+  }
+  ATTN_RETURN_IF_ERROR(ReadAt(file, path, "header", 8, len, text.data()));
+  *header_len = len;
+  return ParseHeader(where, text.data(), text.data() + text.size(), header);
+}
+
+// Creates a new file beside `path` for writing, named into `tmp`, with mode
+// 0666 less the umask, as a plain create gets: the kernel applies the umask,
+// which mkstemp's 0600 would need us to read, and reading it means setting
+// it, under other threads. O_EXCL makes the name ours. -1 and errno on error.
+int CreateBeside(const std::string& path, std::string* tmp) {
+  static std::atomic<unsigned> counter{0};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    *tmp = path + ".tmp." + std::to_string(getpid()) + "." +
+           std::to_string(counter++);
+    const int fd =
+        open(tmp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;  // errno is EEXIST
+}
+
+// Tensor `name` of `file`, when ReadF32 can read it: F32, F16 or BF16.
+Result<const TensorInfo*> FindFloat(const SafetensorsFile& file,
+                                    const std::string& name) {
+  const TensorInfo* t = file.Find(name);
+  if (!t) {
+    return InvalidArgument("tensor '" + name + "' is missing from " +
+                           Quoted(file.path()));
+  }
+  if (t->dtype != "F32" && t->dtype != "F16" && t->dtype != "BF16") {
+    return InvalidArgument("tensor '" + name + "' in " + Quoted(file.path()) +
+                           " has dtype " + t->dtype +
+                           ", want F32, F16 or BF16");
+  }
+  return t;
+}
+
 }  // namespace
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -181,7 +292,7 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 struct SafetensorsFile::Impl {
   std::string path;
-  Mapping mapping;
+  FileHandle file;
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string, size_t> index;  // name -> tensors[i]
   std::map<std::string, std::string> metadata;
@@ -197,34 +308,15 @@ SafetensorsFile::~SafetensorsFile() = default;
 Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  ATTN_RETURN_IF_ERROR(MapFile(path, &impl->mapping));
-  const std::string where = Quoted(path);
-  const unsigned char* bytes = impl->mapping.data;
-  const size_t file_size = impl->mapping.size;
-  if (file_size < 8) {
-    return InvalidArgument(where + " is " + std::to_string(file_size) +
-                           " bytes: not a safetensors file (want an 8-byte "
-                           "header length, then a JSON header)");
-  }
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | bytes[i];
-  if (header_len > kMaxHeaderBytes) {
-    return InvalidArgument("header length " + std::to_string(header_len) +
-                           " of " + where + " is over the limit of " +
-                           std::to_string(kMaxHeaderBytes) + " bytes");
-  }
-  if (header_len > file_size - 8) {
-    return InvalidArgument("header length " + std::to_string(header_len) +
-                           " of " + where + " runs past the end of the file (" +
-                           std::to_string(file_size) + " bytes)");
-  }
-  const char* header_begin = reinterpret_cast<const char*>(bytes + 8);
+  uint64_t file_size = 0;
+  ATTN_RETURN_IF_ERROR(OpenRegularFile(path, &impl->file, &file_size));
   json header;
+  uint64_t header_len = 0;
   ATTN_RETURN_IF_ERROR(
-      ParseHeader(where, header_begin, header_begin + header_len, &header));
-
-  const unsigned char* data = bytes + 8 + header_len;
-  const uint64_t data_size = file_size - 8 - header_len;
+      ReadHeader(impl->file, path, file_size, &header, &header_len));
+  const std::string where = Quoted(path);
+  const uint64_t data_begin = 8 + header_len;
+  const uint64_t data_size = file_size - data_begin;
   if (header.size() - header.count("__metadata__") > kMaxTensors) {
     return InvalidArgument(where + " lists " + std::to_string(header.size()) +
                            " tensors, over the limit of " +
@@ -300,8 +392,9 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                              ShapeString(info.shape) + " needs " +
                              std::to_string(bytes_wanted));
     }
-    info.data = data + begin;
+    info.offset = data_begin + begin;
     info.size_bytes = static_cast<size_t>(end - begin);
+    info.num_elements = info.size_bytes / elem;
     ranges.emplace_back(begin, end);
     impl->index.emplace(info.name, impl->tensors.size());
     impl->tensors.push_back(std::move(info));
@@ -346,23 +439,50 @@ const TensorInfo* SafetensorsFile::Find(const std::string& name) const {
 
 Result<std::vector<float>> SafetensorsFile::ReadF32(
     const std::string& name) const {
-  const TensorInfo* t = Find(name);
-  if (!t) {
-    return InvalidArgument("tensor '" + name + "' is missing from " +
-                           Quoted(impl_->path));
-  }
-  if (t->dtype != "F32") {
-    return InvalidArgument("tensor '" + name + "' has dtype " + t->dtype +
-                           ", want F32");
-  }
+  Result<const TensorInfo*> t = FindFloat(*this, name);
+  if (!t.ok()) return t.status();
+  std::vector<float> values;
   try {
-    std::vector<float> values(t->size_bytes / sizeof(float));
-    if (!values.empty()) std::memcpy(values.data(), t->data, t->size_bytes);
-    return values;
+    values.resize((*t)->num_elements);
   } catch (const std::bad_alloc&) {
-    return OutOfMemory("cannot allocate " + std::to_string(t->size_bytes) +
-                       " bytes for tensor '" + name + "'");
+    return OutOfMemory("cannot allocate " + std::to_string((*t)->num_elements) +
+                       " floats for tensor '" + name + "'");
   }
+  ATTN_RETURN_IF_ERROR(ReadF32(name, values.data(), values.size()));
+  return values;
+}
+
+Status SafetensorsFile::ReadF32(const std::string& name, float* out,
+                                size_t capacity) const {
+  Result<const TensorInfo*> found = FindFloat(*this, name);
+  if (!found.ok()) return found.status();
+  const TensorInfo* t = *found;
+  const std::string tensor = "tensor '" + name + "'";
+  const std::string where = " in " + Quoted(impl_->path);
+  if (t->num_elements > capacity) {
+    return InvalidArgument(tensor + " " + ShapeString(t->shape) + where +
+                           " has " + std::to_string(t->num_elements) +
+                           " elements, but capacity is " +
+                           std::to_string(capacity));
+  }
+  if (t->dtype == "F32") {  // little-endian, as on every host we build for
+    return ReadAt(impl_->file, impl_->path, tensor, t->offset, t->size_bytes,
+                  out);
+  }
+  float (*const widen)(uint16_t) = t->dtype == "F16" ? F32FromF16 : F32FromBF16;
+  // Widened a chunk at a time, so no copy of the whole tensor is made.
+  unsigned char chunk[1 << 14];
+  for (size_t done = 0; done < t->num_elements;) {
+    const size_t n = std::min(t->num_elements - done, sizeof chunk / 2);
+    ATTN_RETURN_IF_ERROR(ReadAt(impl_->file, impl_->path, tensor,
+                                t->offset + 2 * done, 2 * n, chunk));
+    for (size_t i = 0; i < n; ++i) {
+      out[done + i] =
+          widen(static_cast<uint16_t>(chunk[2 * i] | chunk[2 * i + 1] << 8));
+    }
+    done += n;
+  }
+  return {};
 }
 
 Status WriteSafetensors(const std::string& path,
@@ -400,8 +520,8 @@ Status WriteSafetensors(const std::string& path,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // 8-aligned data section
 
-  std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = mkstemp(tmp.data());
+  std::string tmp;
+  const int fd = CreateBeside(path, &tmp);
   if (fd < 0) {
     return IoError("cannot create a temporary file beside " + Quoted(path) +
                    ": " + std::strerror(errno));
@@ -422,10 +542,6 @@ Status WriteSafetensors(const std::string& path,
     }
     return true;
   };
-  // mkstemp creates the file 0600; give it the mode a plain create would.
-  const mode_t mask = umask(0);
-  umask(mask);
-  check(fchmod(fd, 0666 & ~mask) == 0);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) {
     len[i] = static_cast<unsigned char>(text.size() >> (8 * i));

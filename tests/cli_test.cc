@@ -109,6 +109,21 @@ TEST_F(CliTest, RunMatchesPyTorchAtOneAndTwoThreads) {
   }
 }
 
+// F16 weights and an F16 input, widened on load, give PyTorch's fp32 answer
+// from the same rounded values.
+TEST_F(CliTest, RunsSixteenBitWeightsAndInput) {
+  const std::string f16 = (kGolden / "mha_weights_f16.safetensors").string();
+  const Outcome outcome = RunOn(f16, f16);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+  auto y = SafetensorsFile::Open(output_)->ReadF32("output");
+  auto expected = SafetensorsFile::Open(f16)->ReadF32("expected");
+  ASSERT_TRUE(y.ok() && expected.ok());
+  ASSERT_EQ(y->size(), expected->size());
+  for (size_t i = 0; i < y->size(); ++i) {
+    EXPECT_NEAR((*y)[i], (*expected)[i], 1e-5) << i;
+  }
+}
+
 TEST_F(CliTest, InputNameAndHeadsFlags) {
   // The golden file's `expected` has the input's shape only by chance of
   // d_out; use a file whose input is also stored under another name.
@@ -132,7 +147,7 @@ TEST_F(CliTest, BadGoldenFilesAreRefused) {
       {"t_exceeds_context", "sequence length 5 exceeds context_length 4"},
       {"input_wrong_d_in", "has shape [1, 3, 5], want [batch, seq_len, 3]"},
       {"input_rank2", "has shape [3, 3], want [batch, seq_len, 3]"},
-      {"f16_weight", "'W_value.weight' has dtype F16, want F32"},
+      {"f64_weight", "has dtype F64, want F32, F16 or BF16"},
       {"missing_out_proj_bias", "'out_proj.bias' is missing"},
       {"partial_qkv_bias", "'W_value.bias' is missing"},
   };

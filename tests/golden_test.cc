@@ -51,28 +51,51 @@ std::vector<float> RunCase(const std::string& path, int threads) {
   return y;
 }
 
+// Case `path` at 1 and 2 threads: within its tolerance of PyTorch, and the
+// same both times.
+void ExpectMatchesPyTorch(const fs::path& path) {
+  SCOPED_TRACE(path.filename().string());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto expected = file->ReadF32("expected");
+  ASSERT_TRUE(expected.ok()) << expected.status().message() << kRegenerate;
+  const double tolerance = std::stod(file->metadata().at("tolerance"));
+  double max_abs = 1.0;
+  for (float e : *expected) max_abs = std::max(max_abs, double(std::abs(e)));
+
+  const std::vector<float> one = RunCase(path, 1);
+  ASSERT_EQ(one.size(), expected->size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_LE(std::abs(double(one[i]) - (*expected)[i]), tolerance * max_abs)
+        << "element " << i << ": expected " << (*expected)[i] << " got "
+        << one[i];
+  }
+  EXPECT_EQ(one, RunCase(path, 2)) << "1 and 2 threads differ";
+}
+
 TEST(GoldenTest, EveryCaseMatchesPyTorch) {
   const std::vector<fs::path> files = Files(kGoldenDir);
   ASSERT_GE(files.size(), 10u) << "golden files missing" << kRegenerate;
-  for (const fs::path& path : files) {
-    SCOPED_TRACE(path.filename().string());
-    auto file = SafetensorsFile::Open(path);
-    ASSERT_TRUE(file.ok()) << file.status().message();
-    auto expected = file->ReadF32("expected");
-    ASSERT_TRUE(expected.ok()) << expected.status().message() << kRegenerate;
-    const double tolerance = std::stod(file->metadata().at("tolerance"));
-    double max_abs = 1.0;
-    for (float e : *expected) max_abs = std::max(max_abs, double(std::abs(e)));
+  for (const fs::path& path : files) ExpectMatchesPyTorch(path);
+}
 
-    const std::vector<float> one = RunCase(path, 1);
-    ASSERT_EQ(one.size(), expected->size());
-    for (size_t i = 0; i < one.size(); ++i) {
-      ASSERT_LE(std::abs(double(one[i]) - (*expected)[i]), tolerance * max_abs)
-          << "element " << i << ": expected " << (*expected)[i] << " got "
-          << one[i];
+// Weights (and an input) stored as F16 and BF16 are widened on load; PyTorch
+// computed "expected" in fp32 from the same rounded values.
+TEST(GoldenTest, SixteenBitWeightsMatchPyTorch) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"mha_weights_f16", "F16"}, {"mha_weights_bf16", "BF16"}};
+  for (const auto& [name, dtype] : cases) {
+    const fs::path path = kGoldenDir / (std::string(name) + ".safetensors");
+    auto file = SafetensorsFile::Open(path);
+    ASSERT_TRUE(file.ok()) << file.status().message() << kRegenerate;
+    for (const char* weight : {"W_query.weight", "out_proj.bias"}) {
+      ASSERT_NE(file->Find(weight), nullptr) << name << kRegenerate;
+      EXPECT_EQ(file->Find(weight)->dtype, dtype) << name << kRegenerate;
     }
-    EXPECT_EQ(one, RunCase(path, 2)) << "1 and 2 threads differ";
+    ExpectMatchesPyTorch(path);
   }
+  auto f16 = SafetensorsFile::Open(kGoldenDir / "mha_weights_f16.safetensors");
+  EXPECT_EQ(f16->Find("input")->dtype, "F16");
 }
 
 TEST(GoldenTest, BookExampleRows) {
@@ -91,7 +114,7 @@ TEST(GoldenTest, BadWeightsAreRefusedByName) {
   const std::pair<const char*, const char*> cases[] = {
       {"wkey_transposed", "'W_key.weight' has shape [3, 4], want [4, 3]"},
       {"heads_not_divisible", "d_out 4 is not divisible by num_heads 3"},
-      {"f16_weight", "'W_value.weight' has dtype F16, want F32"},
+      {"f64_weight", "has dtype F64, want F32, F16 or BF16"},
       {"missing_out_proj_bias", "'out_proj.bias' is missing"},
       {"partial_qkv_bias", "'W_value.bias' is missing"},
   };

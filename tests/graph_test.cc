@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -25,6 +26,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "tests/avx2_only.h"
+#include "tests/hostile_files.h"
 #include "tests/test_util.h"
 
 namespace attn {
@@ -105,6 +107,59 @@ TEST(GraphGoldenTest, Bf16BlockIsCloseOrRefused) {
   // and still catches a wrong layout or a dropped bias.
   test::ExpectAllClose(g.expected, y.data(), 1e-2 * test::MaxAbs(g.expected),
                        "bf16 block");
+}
+
+// Runs the block with weights from `path` on golden block_qkv_bias's input.
+std::vector<float> RunBlock(const std::string& path) {
+  const Golden g = ReadGolden("block_qkv_bias");
+  auto graph = Graph::Load(kBlock, path);
+  EXPECT_TRUE(graph.ok()) << graph.status().message();
+  std::vector<float> y(g.expected.size());
+  if (graph.ok()) {
+    EXPECT_TRUE(
+        (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], y.data()).ok());
+  }
+  return y;
+}
+
+// The block's weights rounded to BF16, written once as BF16 and once as the
+// F32 values they stand for: the graph loads both to the same floats.
+TEST(GraphGoldenTest, Bf16WeightsLoadAsTheFloatsTheyStandFor) {
+  auto file = SafetensorsFile::Open(kGolden + "block_qkv_bias.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  std::string header = "{\"__metadata__\":{\"num_heads\":\"3\"}", data;
+  std::vector<std::vector<float>> rounded;
+  rounded.reserve(file->tensors().size());  // f32 points into it
+  std::vector<F32Tensor> f32;
+  for (const TensorInfo& t : file->tensors()) {
+    const size_t begin = data.size();
+    std::vector<float> values = file->ReadF32(t.name).value();
+    for (float& v : values) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      bits &= 0xFFFF0000u;  // the top half is the BF16 value
+      std::memcpy(&v, &bits, sizeof bits);
+      data += static_cast<char>(bits >> 16 & 0xFF);
+      data += static_cast<char>(bits >> 24);
+    }
+    header += "," + test::Entry(t.name, "BF16", ShapeString(t.shape), begin,
+                                data.size());
+    rounded.push_back(std::move(values));
+    f32.push_back({t.name, t.shape, rounded.back().data()});
+  }
+  const std::string bf16_path = testing::TempDir() + "graph_block_bf16.st";
+  const std::string f32_path = testing::TempDir() + "graph_block_f32.st";
+  std::ofstream(bf16_path, std::ios::binary)
+      << test::SafetensorsBytes(header + "}", data);
+  ASSERT_TRUE(WriteSafetensors(f32_path, f32, {{"num_heads", "3"}}).ok());
+  ASSERT_EQ(SafetensorsFile::Open(bf16_path)->Find("att.W_query.weight")->dtype,
+            "BF16");
+
+  const std::vector<float> from_bf16 = RunBlock(bf16_path);
+  EXPECT_EQ(from_bf16, RunBlock(f32_path));
+  const Golden g = ReadGolden("block_qkv_bias");
+  test::ExpectAllClose(g.expected, from_bf16.data(),
+                       1e-2 * test::MaxAbs(g.expected), "bf16 weights");
 }
 
 TEST(GraphGoldenTest, StackOfBlocksWithLayers) {

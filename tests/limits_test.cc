@@ -2,11 +2,13 @@
 // refused with kOutOfMemory and a one-line message before anything is
 // allocated, for the weights of a model and for a session's buffers.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "attn/attn.h"
 #include "attn/attn.hpp"
 #include "tests/hostile_files.h"
 #include "tests/temp_dir.h"
@@ -108,6 +110,34 @@ TEST(LimitsTest, HugeShapesAreRefusedWithoutAllocating) {
                 "a run of batch");
   EXPECT_FALSE(session.Prepare(-1, 4).ok());
   EXPECT_FALSE(session.Prepare(1, int64_t{1} << 40).ok());
+}
+
+// attn_tensor_read_f32 checks capacity before it reads or allocates: a
+// 256 GiB tensor (a sparse file) is refused for a 4-float buffer at once,
+// where a copy first would run out of memory.
+TEST(LimitsTest, TensorReadChecksCapacityBeforeAllocating) {
+  test::TempDir dir;
+  const uint64_t bytes = uint64_t{1} << 38;
+  const std::string header =
+      "{" + test::Entry("x", "F32", "[68719476736]", 0, bytes) + "}";
+  const std::string path =
+      dir.Write("huge.safetensors", test::SafetensorsBytes(header, ""));
+  if (truncate(path.c_str(), static_cast<off_t>(8 + header.size() + bytes))) {
+    GTEST_SKIP() << "no sparse 256 GiB file here";
+  }
+  float x[4] = {};
+  int64_t shape[ATTN_MAX_RANK];
+  int rank = 0;
+  EXPECT_EQ(attn_tensor_read_f32(path.c_str(), "x", x, 4, shape, &rank),
+            ATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attn_last_error_message())
+                .find("has 68719476736 elements, but capacity is 4"),
+            std::string::npos)
+      << attn_last_error_message();
+  EXPECT_EQ(attn_tensor_read_f32(path.c_str(), "x", nullptr, 0, shape, &rank),
+            ATTN_OK);
+  EXPECT_EQ(rank, 1);
+  EXPECT_EQ(shape[0], int64_t{1} << 36);
 }
 
 }  // namespace

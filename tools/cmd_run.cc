@@ -44,10 +44,6 @@ int RunForward(const RunArgs& args, int64_t in_width, int64_t out_width,
     return Fail("input tensor '" + args.input_name + "' is missing from '" +
                 args.input + "' (name another with --input-name)");
   }
-  if (x->dtype != "F32") {
-    return Fail("input tensor '" + args.input_name + "' has dtype " + x->dtype +
-                ", want F32");
-  }
   if (x->shape.size() != 3 || x->shape[2] != in_width || x->shape[0] <= 0 ||
       x->shape[1] <= 0) {
     return Fail("input tensor '" + args.input_name + "' has shape " +
@@ -58,8 +54,7 @@ int RunForward(const RunArgs& args, int64_t in_width, int64_t out_width,
   // The input's copy and the output, checked before either is allocated.
   const uint64_t max_memory =
       args.max_memory ? args.max_memory : DefaultMaxMemoryBytes();
-  const double io_bytes =
-      static_cast<double>(x->size_bytes) + 4.0 * batch * seq_len * out_width;
+  const double io_bytes = 4.0 * batch * seq_len * (in_width + out_width);
   if (io_bytes > static_cast<double>(max_memory)) {
     return Fail("input and output of shape " + ShapeString(x->shape) +
                 " need " + std::to_string(static_cast<uint64_t>(io_bytes)) +

@@ -12,6 +12,9 @@ becomes DIR/mha_<name>.safetensors holding
     W_value.weight, [W_query.bias, W_key.bias, W_value.bias], out_proj.weight,
     out_proj.bias; a few cases also keep the book's persistent F32 "mask" buffer),
   * "input" F32 [b, T, d_in] and "expected" F32 [b, T, d_out] (fp32 eval forward),
+    except that the weights_f16/weights_bf16 cases store the weights (and the
+    first its input too) as F16/BF16, with "expected" computed in fp32 from the
+    same rounded values, so a reader must widen them exactly,
   * __metadata__ (all strings): d_in, d_out, num_heads, context_length,
     qkv_bias ("true"/"false"), tolerance, description.  A result passes when
     max|out - expected| <= tolerance * max(1, max|expected|).
@@ -39,7 +42,8 @@ import torch
 from torch import nn
 
 TOLERANCE = "1e-5"  # pass: max|out - expected| <= TOLERANCE * max(1, max|expected|)
-DTYPES = {torch.float32: ("F32", "<f4"), torch.float16: ("F16", "<f2")}
+DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+INT_OF_SIZE = {8: torch.int64, 4: torch.int32, 2: torch.int16}  # numpy has no bfloat16: write the bits
 
 
 class MultiHeadAttention(nn.Module):
@@ -125,12 +129,12 @@ class TransformerBlock(nn.Module):
 
 
 def save_safetensors(path, tensors, metadata):
-    """Write name -> tensor (F32/F16) contiguously in dict order after a space-padded JSON header."""
+    """Write name -> tensor (a DTYPES key) contiguously in dict order after a space-padded JSON header."""
     header, blobs, offset = {"__metadata__": metadata}, [], 0
     for name, t in tensors.items():
-        tag, np_dtype = DTYPES[t.dtype]
-        raw = t.detach().contiguous().numpy().astype(np_dtype).tobytes()
-        header[name] = {"dtype": tag, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        size = t.element_size()
+        raw = t.detach().contiguous().view(INT_OF_SIZE[size]).numpy().astype(f"<i{size}").tobytes()
+        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -143,7 +147,8 @@ BOOK_INPUTS = torch.tensor([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85,
 
 # name: (b, T, context_length, d_in, d_out, num_heads, qkv_bias, options, description)
 # options: keep_mask (store the book's mask buffer), x_scale (input multiplier),
-# scale ({param: factor} applied after init), tie_rows (rows 2k and 2k+1 of the input equal).
+# scale ({param: factor} applied after init), tie_rows (rows 2k and 2k+1 of the input equal),
+# store (the dtype the weights are rounded to and stored as), store_input (the same for the input).
 CASES = {
     "book": (2, 6, 6, 3, 2, 2, False, {"keep_mask": True},
              "book ch.3 example: seed 123, MHA(3, 2, 6, 0.0, num_heads=2), the six-token input twice"),
@@ -166,6 +171,10 @@ CASES = {
                     {"x_scale": 1e3, "scale": {"W_query.weight": 1e-3, "W_key.weight": 1e-3}},
                     "input x1e3 with W_query/W_key x1e-3: ordinary attention, outputs ~1e2..1e3"),
     "moderate": (2, 64, 64, 96, 128, 4, False, {}, "moderately sized: b 2, T 64, d_in 96, d_out 128, 4 heads"),
+    "weights_f16": (2, 5, 6, 6, 8, 2, True, {"store": torch.float16, "store_input": True},
+                    "weights and input stored as F16 (subnormals included), expected from them in fp32"),
+    "weights_bf16": (1, 7, 7, 5, 6, 3, False, {"store": torch.bfloat16},
+                     "weights stored as BF16, expected from them in fp32"),
 }
 
 
@@ -185,17 +194,25 @@ def make_case(name, b, T, ctx, d_in, d_out, heads, qkv_bias, opts):
         x = torch.randn(b, T, d_in) * opts.get("x_scale", 1.0)
     if opts.get("tie_rows"):
         x = x[:, torch.arange(T) // 2]
+    store = opts.get("store", torch.float32)
     with torch.no_grad():
         for param, factor in opts.get("scale", {}).items():
             mha.get_parameter(param).mul_(factor)
+        if store == torch.float16:
+            mha.W_key.weight[0, :3] = torch.tensor([2.0**-24, -(2.0**-20), 2.0**-15])  # f16 subnormals
+        for p in mha.parameters():  # the fp32 forward sees exactly what the file holds
+            p.copy_(p.to(store).float())
+        if opts.get("store_input"):
+            x = x.to(store).float()
         y = mha(x)
         y64 = copy.deepcopy(mha).double()(x.double())
-    state = {k: v for k, v in mha.state_dict().items() if k != "mask" or opts.get("keep_mask")}
+    state = {k: v if k == "mask" else v.to(store)
+             for k, v in mha.state_dict().items() if k != "mask" or opts.get("keep_mask")}
     # The case must be well conditioned: fp32 PyTorch within a tenth of the tolerance of fp64.
     bound = float(TOLERANCE) * max(1.0, y.abs().max().item())
     err = (y.double() - y64).abs().max().item()
     assert torch.isfinite(y).all() and err <= bound / 10, f"{name}: fp32 vs fp64 error {err:.3g}"
-    return state, x, y
+    return state, x.to(store) if opts.get("store_input") else x, y
 
 
 def bad_cases():
@@ -211,8 +228,8 @@ def bad_cases():
                              lambda t, m: t.update(input=torch.randn(1, 3, 5))),
         "input_rank2": ("input has rank 2, expected [b, T, d_in]",
                         lambda t, m: t.update(input=t["input"][0])),
-        "f16_weight": ("W_value.weight has dtype F16, only F32 is supported",
-                       lambda t, m: t.update({"W_value.weight": t["W_value.weight"].half()})),
+        "f64_weight": ("W_value.weight has dtype F64; F32, F16 and BF16 are supported",
+                       lambda t, m: t.update({"W_value.weight": t["W_value.weight"].double()})),
         "missing_out_proj_bias": ("tensor out_proj.bias is missing",
                                   lambda t, m: t.pop("out_proj.bias")),
         "partial_qkv_bias": ("qkv_bias is true but W_value.bias is missing (W_query.bias, W_key.bias present)",

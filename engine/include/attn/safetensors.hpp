@@ -1,6 +1,8 @@
 /* attn/safetensors.hpp: read and write safetensors files.
- * Reading maps the file and validates the whole header before any tensor is
- * handed out; writing goes to a temporary file renamed into place. */
+ * Reading validates the whole header before any tensor is handed out, then
+ * copies each tensor out of the open file on request (never a mapping, whose
+ * pages fault with SIGBUS once the file shrinks); writing goes to a
+ * temporary file renamed into place. */
 #ifndef ATTN_SAFETENSORS_HPP_
 #define ATTN_SAFETENSORS_HPP_
 
@@ -16,14 +18,14 @@
 
 namespace attn {
 
-// One tensor of a safetensors file. `data` points into the mapped file and
-// may be unaligned: copy it out (ReadF32) rather than casting it.
+// One tensor of a safetensors file; read its values with ReadF32.
 struct TensorInfo {
   std::string name;
   std::string dtype;  // as spelled in the file: "F32", "BF16", "F16", ...
   std::vector<int64_t> shape;
-  const unsigned char* data = nullptr;
+  uint64_t offset = 0;  // of its first byte in the file
   size_t size_bytes = 0;
+  size_t num_elements = 0;  // product of `shape`: the floats ReadF32 gives
 };
 
 // Shape as "[2, 6, 3]", for messages.
@@ -31,9 +33,9 @@ ATTN_API std::string ShapeString(const std::vector<int64_t>& shape);
 
 class ATTN_API SafetensorsFile {
  public:
-  // Maps and validates `path`: header length, JSON, dtypes, shapes against
+  // Opens and validates `path`: header length, JSON, dtypes, shapes against
   // byte ranges, offsets in bounds, no overlaps, holes or trailing bytes,
-  // string-valued metadata.
+  // string-valued metadata. The file stays open until destruction.
   static Result<SafetensorsFile> Open(const std::string& path);
 
   SafetensorsFile(SafetensorsFile&&) noexcept;
@@ -45,9 +47,14 @@ class ATTN_API SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const;
   // Null when there is no tensor of that name.
   const TensorInfo* Find(const std::string& name) const;
-  // Copies tensor `name` out as float; fails, naming the tensor, when it is
-  // missing or not F32.
+  // Copies tensor `name` out as float, widening F16 and BF16 exactly; fails,
+  // naming the tensor and the file, when it is missing, of another dtype, or
+  // no longer in the file (truncated since Open).
   Result<std::vector<float>> ReadF32(const std::string& name) const;
+  // As above into out[0, num_elements); fails before reading anything when
+  // the tensor has more than `capacity` elements. On failure `out` holds
+  // unspecified values.
+  Status ReadF32(const std::string& name, float* out, size_t capacity) const;
 
  private:
   struct ATTN_NO_EXPORT Impl;

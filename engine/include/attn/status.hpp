@@ -3,6 +3,8 @@
 #ifndef ATTN_STATUS_HPP_
 #define ATTN_STATUS_HPP_
 
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <utility>
@@ -51,24 +53,44 @@ inline Status Internal(std::string message) {
   return {StatusCode::kInternal, std::move(message)};
 }
 
-// A value or the Status that explains why there is none.
+// A value or the Status that explains why there is none. Reading the value
+// of a failed Result is a bug in the caller: it aborts, printing the status,
+// rather than returning garbage.
 template <class T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {}  // NOLINT
+  Result(Status status)                          // NOLINT: implicit by design
+      : status_(status.ok() ? Internal("Result made from an OK Status and "
+                                       "no value")
+                            : std::move(status)) {}
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
-  T&& operator*() && { return std::move(*value_); }
+  T& value() & { return *Checked(); }
+  const T& value() const& { return *Checked(); }
+  T&& value() && { return std::move(*Checked()); }
+  T* operator->() { return Checked(); }
+  const T* operator->() const { return Checked(); }
+  T& operator*() & { return *Checked(); }
+  const T& operator*() const& { return *Checked(); }
+  T&& operator*() && { return std::move(*Checked()); }
 
  private:
+  T* Checked() {
+    CheckOk();
+    return &*value_;
+  }
+  const T* Checked() const {
+    CheckOk();
+    return &*value_;
+  }
+  void CheckOk() const {
+    if (value_) return;
+    std::fprintf(stderr, "attn: read the value of a failed Result: %s\n",
+                 status_.message().c_str());
+    std::abort();
+  }
+
   std::optional<T> value_;
   Status status_;
 };
