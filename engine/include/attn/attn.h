@@ -222,7 +222,8 @@ ATTN_API const char* attn_version(void);
 
 /* The team size a model loaded now on this thread with num_threads = 0 would
  * get (ATTN_NUM_THREADS, the tuned file, then this thread's affinity mask),
- * or -1 when ATTN_NUM_THREADS is malformed (see attn_last_error_message). */
+ * or -1 when ATTN_NUM_THREADS or the file ATTN_CONFIG names is malformed
+ * (see attn_last_error_message). */
 ATTN_API int attn_default_num_threads(void);
 
 /* The most dimensions attn_tensor_read_f32 reports. */
