@@ -384,9 +384,17 @@ TEST_F(CliHostileTest, MemoryCapIsEnforcedAndParsed) {
   args.back() = "1M";
   out = Run(args);
   EXPECT_EQ(out.exit_code, 0) << out.err;
-  args.back() = "lots";
-  out = Run(args);
-  EXPECT_EQ(out.exit_code, 2) << out.err;
+  // Negative, zero or garbage never turns the cap off: a usage error.
+  unlink(output_.c_str());
+  for (const char* bad : {"lots", "-5", "0", "-1G", "5X", ""}) {
+    SCOPED_TRACE(bad);
+    args.back() = bad;
+    out = Run(args);
+    EXPECT_EQ(out.exit_code, 2) << out.err;
+    EXPECT_NE(out.err.find("--max-memory"), std::string::npos) << out.err;
+    EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
+    EXPECT_FALSE(Exists(output_));
+  }
 }
 
 // Finite input whose scores overflow fp32 (1e30 squared): refused, since

@@ -219,6 +219,51 @@ TEST_F(CliTest, UsageErrorsExitWithTwo) {
   EXPECT_EQ(Attn("info").exit_code, 0);
 }
 
+// Every numeric flag of every subcommand: a bad value is one short line
+// naming the flag, what it got and the valid range (never CLI11's range of
+// doubles written out in 300 digits), and exit code 2.
+TEST_F(CliTest, BadNumbersSayTheValidRange) {
+  const std::string run = "run --weights " + kBook + " --input " + kBook +
+                          " --output " + output_ + " ";
+  const std::pair<std::string, std::string> cases[] = {
+      {run + "--threads 0",
+       "--threads: got '0', want an integer from 1 to 4096"},
+      {run + "--threads 5000", "want an integer from 1 to 4096"},
+      {run + "--threads 99999999999999999999", "from 1 to 4096"},
+      {run + "--heads two", "--heads: got 'two', want an integer of 1 or more"},
+      {run + "--heads 0", "--heads: got '0'"},
+      {run + "--context-length -3", "--context-length: got '-3'"},
+      {run + "--layers 0", "--layers: got '0'"},
+      {run + "--max-memory -5", "--max-memory: got '-5', want a size"},
+      {"bench --threads 1,0", "--threads: got '0'"},
+      {"bench --min-time 0", "--min-time: got '0', want a number above 0"},
+      {"bench --min-time nan", "--min-time: got 'nan'"},
+      {"bench --max-memory 0", "--max-memory: got '0'"},
+      {"bench --decode --context 0", "--context: got '0'"},
+      {"bench --decode --batch -1", "--batch: got '-1'"},
+      {"info --threads 0", "--threads: got '0'"},
+      {"tune --min-time 0", "--min-time: got '0'"},
+      {"soak --iterations 0", "--iterations: got '0'"},
+      {"soak --seconds -1", "--seconds: got '-1'"},
+      {"soak --seed -1", "--seed: got '-1', want an integer of 0 or more"},
+      {"soak --models 65", "--models: got '65', want an integer from 1 to 64"},
+      {"soak --max-batch 0", "--max-batch: got '0'"},
+      {"soak --max-seq 0", "--max-seq: got '0'"},
+      {"soak --max-head-dim 2000", "--max-head-dim: got '2000'"},
+      {"soak --max-heads 0", "--max-heads: got '0'"},
+      {"soak --threads 0", "--threads: got '0'"},
+      {"soak --warmup 0", "--warmup: got '0'"},
+      {"soak --max-growth -1", "--max-growth: got '-1', want a number of 0"},
+      {"soak --replan-every -1", "--replan-every: got '-1'"},
+  };
+  for (const auto& [args, needle] : cases) {
+    SCOPED_TRACE(args);
+    const Outcome outcome = Attn(args);
+    ExpectRefused(outcome, 2, needle);
+    EXPECT_LT(outcome.stderr_text.size(), 160u) << outcome.stderr_text;
+  }
+}
+
 TEST_F(CliTest, FifoIsRefusedNotWaitedOn) {
   const std::string fifo = (dir_ / "fifo.safetensors").string();
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);

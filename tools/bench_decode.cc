@@ -15,7 +15,9 @@
 #include "attn/attn.hpp"
 #include "attn/decode.hpp"
 #include "nlohmann/json.hpp"
+#include "tools/bench_common.h"
 #include "tools/decode_cli.h"
+#include "tools/flags.h"
 
 namespace attn::cli {
 namespace {
@@ -53,12 +55,6 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
       d_in <= 0 || d_out <= 0 || heads <= 0) {
     return Fail("--dims '" + args.dims +
                 "' is not d_in,d_out,heads with positive integers");
-  }
-  for (int64_t c : args.contexts) {
-    if (c <= 0) return Fail("--context " + std::to_string(c) + " is not >= 1");
-  }
-  for (int64_t b : args.batches) {
-    if (b <= 0) return Fail("--batch " + std::to_string(b) + " is not >= 1");
   }
   std::mt19937 rng(0);
   const auto in = static_cast<size_t>(d_in), out = static_cast<size_t>(d_out);
@@ -241,11 +237,13 @@ std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench) {
       .add_option("--context", args->contexts,
                   "decode: keys each new token attends to, e.g. 1024,4096")
       ->delimiter(',')
+      ->check(IntegerIn(1))
       ->capture_default_str();
   bench
       .add_option("--batch", args->batches,
                   "decode: sequences decoded together, e.g. 1,8")
       ->delimiter(',')
+      ->check(IntegerIn(1))
       ->capture_default_str();
   bench.add_option("--dims", args->dims, "decode: d_in,d_out,heads")
       ->capture_default_str();

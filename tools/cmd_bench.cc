@@ -10,6 +10,7 @@
 #include "tools/bench_common.h"
 #include "tools/cli.h"
 #include "tools/decode_cli.h"
+#include "tools/flags.h"
 #include "tools/graph_cli.h"
 
 namespace attn::cli {
@@ -108,19 +109,20 @@ Command AddBenchCommand(CLI::App& app) {
       ->add_option("--threads", bench.threads,
                    "thread counts to measure, e.g. 1,2")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(IntegerIn(1, kMaxThreadsFlag));
   bench_cmd->add_option("--dtype", bench.dtype, "matmul precision")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   bench_cmd
       ->add_option("--min-time", bench.min_time,
                    "seconds to measure each point")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   bench_cmd
       ->add_option("--max-memory", bench.max_memory,
                    "most memory a model or a run may ask for, e.g. 4G "
                    "(default: half of the physical memory)")
+      ->check(ByteSize())
       ->transform(CLI::AsSizeValue(false));
   bench_cmd->add_option("--config", bench.config,
                         "tuned file from attn tune --save (as ATTN_CONFIG)");

@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/bench_common.h"
 #include "tools/cli.h"
+#include "tools/flags.h"
 
 namespace attn::cli {
 namespace {
@@ -181,7 +182,7 @@ Command AddTuneCommand(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--min-time", tune.min_time, "seconds to measure each point")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--save", tune.save,
                   "write the recommendation as JSON, for --config FILE or "
