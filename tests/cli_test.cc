@@ -264,6 +264,24 @@ TEST_F(CliTest, BadNumbersSayTheValidRange) {
   }
 }
 
+// Progress lines on a log (stderr not a terminal) are plain lines: no
+// carriage return, no terminal escape.
+TEST_F(CliTest, ProgressOnALogIsPlainLines) {
+  for (const std::string args :
+       {"bench --shape seed --threads 1 --min-time 0.01",
+        "tune --shape seed --threads 1 --min-time 0.01",
+        "bench --decode --context 4 --batch 1 --dims 4,4,2 --threads 1 "
+        "--min-time 0.01"}) {
+    SCOPED_TRACE(args);
+    const Outcome outcome = Attn(args + " >/dev/null");
+    EXPECT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+    EXPECT_EQ(outcome.stderr_text.find('\r'), std::string::npos);
+    EXPECT_EQ(outcome.stderr_text.find('\033'), std::string::npos);
+    EXPECT_NE(outcome.stderr_text.find("threads"), std::string::npos);
+    EXPECT_EQ(outcome.stderr_text.back(), '\n');
+  }
+}
+
 TEST_F(CliTest, FifoIsRefusedNotWaitedOn) {
   const std::string fifo = (dir_ / "fifo.safetensors").string();
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);

@@ -59,6 +59,12 @@ Result<Timing> TimeBlock(RandomBlock& block, const MhaOptions& options,
                          double min_time,
                          const std::function<void(int threads)>& on_start);
 
+// Progress on stderr while a point is measured. On a terminal, one line
+// rewritten in place and erased by EndProgress; elsewhere (a log, a pipe),
+// each update is a plain line, since \r and ESC[K only make sense on a screen.
+[[gnu::format(printf, 1, 2)]] void ShowProgress(const char* format, ...);
+void EndProgress();
+
 }  // namespace attn::cli
 
 #endif  // ATTN_TOOLS_BENCH_COMMON_H_

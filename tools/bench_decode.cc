@@ -99,9 +99,8 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
         auto model = MhaModel::Create(config, weights, options);
         if (!model.ok()) return Fail(model.status().message());
         const int team = (*model)->num_threads();
-        std::fprintf(stderr, "\rcontext %ld batch %ld threads %d: prefill ...",
-                     context, batch, team);
-        std::fflush(stderr);
+        ShowProgress("context %ld batch %ld threads %d: prefill ...", context,
+                     batch, team);
         DecoderOptions decoder_options;
         decoder_options.batch = batch;
         decoder_options.max_length = context;
@@ -142,9 +141,8 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
           if (prompt == 0) return dec.Prefill(x1.data(), 1, y1.data());
           return dec.Decode(x1.data(), batch, y1.data());
         };
-        std::fprintf(stderr, "\rcontext %ld batch %ld threads %d: decode ... ",
-                     context, batch, team);
-        std::fflush(stderr);
+        ShowProgress("context %ld batch %ld threads %d: decode ...", context,
+                     batch, team);
         for (int warmup = 0; warmup < 3; ++warmup) {
           const Status st = step();
           if (!st.ok()) return Fail(st.message());
@@ -175,10 +173,8 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
         // the one new token of each sequence. Two runs, the faster counts.
         double recompute_ms = 0.0;
         if (args.recompute) {
-          std::fprintf(stderr,
-                       "\rcontext %ld batch %ld threads %d: recompute ...",
+          ShowProgress("context %ld batch %ld threads %d: recompute ...",
                        context, batch, team);
-          std::fflush(stderr);
           MhaSession session(*model);
           std::vector<float> y(rows * static_cast<size_t>(context) * out);
           for (int rep = 0; rep < 2; ++rep) {
@@ -191,7 +187,7 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
             recompute_ms = rep == 0 ? t : std::min(recompute_ms, t);
           }
         }
-        std::fprintf(stderr, "\r\033[K");
+        EndProgress();
         const double speedup = recompute_ms > 0 ? recompute_ms / step_ms : 0.0;
         if (json) {
           const nlohmann::json line = {{"kind", "decode"},

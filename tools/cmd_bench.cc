@@ -54,11 +54,10 @@ int Bench(const BenchArgs& args) {
           args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
       Result<Timing> t =
           TimeBlock(block, options, args.min_time, [&](int team) {
-            std::fprintf(stderr, "\r[%zu/%zu] %s threads=%d ...", done, total,
+            ShowProgress("[%zu/%zu] %s threads=%d ...", done, total,
                          s.name.c_str(), team);
-            std::fflush(stderr);
           });
-      std::fprintf(stderr, "\r\033[K");
+      EndProgress();
       if (!t.ok()) return Fail(s.name + ": " + t.status().message());
       const double tokens = TokensPerSecond(s, t->median_ms);
       const double gflops = Flops(s) / (t->median_ms / 1e3) / 1e9;

@@ -105,11 +105,10 @@ int Tune(const TuneArgs& args) {
       options.dtype =
           args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
       Result<Timing> t = TimeBlock(block, options, args.min_time, [&](int) {
-        std::fprintf(stderr, "\r[%zu/%zu] %s threads=%d ...", done, total,
-                     s.name.c_str(), (*counts)[i]);
-        std::fflush(stderr);
+        ShowProgress("[%zu/%zu] %s threads=%d ...", done, total, s.name.c_str(),
+                     (*counts)[i]);
       });
-      std::fprintf(stderr, "\r\033[K");
+      EndProgress();
       if (!t.ok()) return Fail(s.name + ": " + t.status().message());
       // Relative to the first (smallest) count, normally 1 thread.
       if (i == 0) base_ms = t->median_ms;
