@@ -49,6 +49,16 @@ class CliTest : public ::testing::Test {
             std::string(std::istreambuf_iterator<char>(in), {})};
   }
 
+  // stdout of `attn args` (stderr discarded), for help and version text.
+  std::string AttnStdout(const std::string& args) {
+    const std::string out = (dir_ / "stdout.txt").string();
+    std::system(
+        (std::string(ATTN_CLI) + " " + args + " >" + out + " 2>/dev/null")
+            .c_str());
+    std::ifstream in(out);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
   Outcome RunOn(const std::string& weights, const std::string& input,
                 const std::string& extra = "") {
     return Attn("run --weights " + weights + " --input " + input +
@@ -280,6 +290,24 @@ TEST_F(CliTest, ProgressOnALogIsPlainLines) {
     EXPECT_NE(outcome.stderr_text.find("threads"), std::string::npos);
     EXPECT_EQ(outcome.stderr_text.back(), '\n');
   }
+}
+
+TEST_F(CliTest, VersionAndHelpWord) {
+  const std::string version = AttnStdout("--version");
+  EXPECT_EQ(version.rfind("attn ", 0), 0u) << version;
+  EXPECT_NE(AttnStdout("info").find(version), std::string::npos)
+      << "--version and info disagree";
+  EXPECT_EQ(Attn("--version").exit_code, 0);
+  EXPECT_EQ(Attn("help").exit_code, 0);
+  EXPECT_EQ(AttnStdout("help"), AttnStdout("--help"));
+  EXPECT_EQ(AttnStdout("help run"), AttnStdout("run --help"));
+  EXPECT_NE(AttnStdout("help").find("attn help COMMAND"), std::string::npos);
+  // What `seed` is, from the grid itself.
+  const std::string bench_help = AttnStdout("help bench");
+  EXPECT_NE(bench_help.find("seed (2,6,3,2,2)"), std::string::npos)
+      << bench_help;
+  EXPECT_NE(bench_help.find("chapter-3 toy example"), std::string::npos);
+  ExpectRefused(Attn("help frobnicate"), 2, "unknown subcommand 'frobnicate'");
 }
 
 TEST_F(CliTest, FifoIsRefusedNotWaitedOn) {

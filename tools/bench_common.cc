@@ -64,6 +64,18 @@ std::string Names(const std::vector<Shape>& shapes, const char* separator) {
   return names;
 }
 
+std::string ShapeFlagHelp(const std::string& default_names) {
+  std::string text = "comma-separated names or b,T,d_in,d_out,h. Names:";
+  for (const Shape& s : Grid()) {
+    text += (&s == &Grid().front() ? " " : ", ") + s.name + " (" +
+            std::to_string(s.batch) + "," + std::to_string(s.seq_len) + "," +
+            std::to_string(s.d_in) + "," + std::to_string(s.d_out) + "," +
+            std::to_string(s.heads) + ")";
+  }
+  return text + "; seed is the book's chapter-3 toy example. Default: " +
+         default_names;
+}
+
 std::vector<Shape> PeerGrid() {
   return {Grid().begin(), Grid().begin() + bench::PeerGrid().size()};
 }

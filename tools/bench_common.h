@@ -23,6 +23,9 @@ struct Shape {
 const std::vector<Shape>& Grid();
 // The names of `shapes` joined by `separator`, e.g. for help text.
 std::string Names(const std::vector<Shape>& shapes, const char* separator);
+// Help text for --shape: every named shape with its b,T,d_in,d_out,h, and
+// the default `default_names`.
+std::string ShapeFlagHelp(const std::string& default_names);
 // The peers' grid alone: the shapes `attn bench` runs by default.
 std::vector<Shape> PeerGrid();
 

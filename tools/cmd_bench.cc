@@ -100,10 +100,8 @@ Command AddBenchCommand(CLI::App& app) {
   BenchArgs& bench = *args;
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Time the block on named or given shapes with random weights");
-  bench_cmd->add_option(
-      "--shape", bench.shape,
-      "comma-separated names (" + Names(Grid(), ", ") +
-          ") or b,T,d_in,d_out,h; default: " + Names(PeerGrid(), ", "));
+  bench_cmd->add_option("--shape", bench.shape,
+                        ShapeFlagHelp(Names(PeerGrid(), ", ")));
   bench_cmd
       ->add_option("--threads", bench.threads,
                    "thread counts to measure, e.g. 1,2")

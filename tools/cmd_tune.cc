@@ -171,9 +171,7 @@ Command AddTuneCommand(CLI::App& app) {
   TuneArgs& tune = *args;
   CLI::App* cmd = app.add_subcommand(
       "tune", "Sweep thread counts, report scaling and recommend the best");
-  cmd->add_option("--shape", tune.shape,
-                  "comma-separated names (" + Names(Grid(), ", ") +
-                      ") or b,T,d_in,d_out,h; default: gpt2-1k");
+  cmd->add_option("--shape", tune.shape, ShapeFlagHelp("gpt2-1k"));
   cmd->add_option("--threads", tune.threads,
                   "thread counts: a range A..B or a list 1,2,4 (default: 1 "
                   "up to the cores this process may use)");
