@@ -253,6 +253,8 @@ TEST_F(CliTest, BadNumbersSayTheValidRange) {
       {"bench --decode --batch -1", "--batch: got '-1'"},
       {"info --threads 0", "--threads: got '0'"},
       {"tune --min-time 0", "--min-time: got '0'"},
+      {"tune --threads 0..2", "--threads: got '0..2', want a range A..B"},
+      {"tune --threads 1,99999", "--threads: got '1,99999'"},
       {"soak --iterations 0", "--iterations: got '0'"},
       {"soak --seconds -1", "--seconds: got '-1'"},
       {"soak --seed -1", "--seed: got '-1', want an integer of 0 or more"},
