@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -85,8 +87,13 @@ class CliHostileTest : public ::testing::Test {
   }
   std::vector<std::string> RunArgs(const std::string& weights,
                                    const std::string& input) {
+    return RunArgs(weights, input, output_);
+  }
+  std::vector<std::string> RunArgs(const std::string& weights,
+                                   const std::string& input,
+                                   const std::string& output) {
     return {"run",      "--weights", weights,     "--input", input,
-            "--output", output_,     "--threads", "1"};
+            "--output", output,      "--threads", "1"};
   }
   // Files in the work directory other than the ones the test put there.
   std::vector<std::string> Leftovers(const std::vector<std::string>& mine) {
@@ -302,6 +309,122 @@ TEST_F(CliHostileTest, InterruptedRunNeverLeavesAPartialOutput) {
   EXPECT_GT(interrupted, 0);
 }
 
+bool IsCharDevice(const std::string& path, dev_t rdev) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode) &&
+         st.st_rdev == rdev;
+}
+
+// --output on a character device writes into it and never replaces it (as
+// root, /dev/null once became a regular file). A scratch null device first;
+// the real /dev/null and /dev/stdout (here /dev/null too) only once the
+// scratch one survived, and /dev/null is remade should it not survive. Root
+// that cannot make a device could not remake /dev/null either: skipped.
+TEST_F(CliHostileTest, OutputToACharacterDeviceKeepsTheDevice) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string x = dir_.Write("x", test::TinyInput());
+  const dev_t null_device = makedev(1, 3);
+  const std::string scratch_null = dir_.Path("null");
+  if (mknod(scratch_null.c_str(), S_IFCHR | 0666, null_device) == 0) {
+    const Outcome out = Run(RunArgs(w, x, scratch_null));
+    EXPECT_EQ(out.exit_code, 0) << out.err;
+    ASSERT_TRUE(IsCharDevice(scratch_null, null_device));
+    EXPECT_EQ(Leftovers({"w", "x", "null"}), std::vector<std::string>{});
+  } else if (geteuid() == 0) {
+    GTEST_SKIP() << "cannot make a scratch device: " << std::strerror(errno);
+  }
+  for (const std::string output : {"/dev/null", "/dev/stdout"}) {
+    SCOPED_TRACE(output);
+    const Outcome out = Run(RunArgs(w, x, output));
+    const bool kept = IsCharDevice("/dev/null", null_device);
+    if (!kept && geteuid() == 0) {
+      unlink("/dev/null");
+      mknod("/dev/null", S_IFCHR | 0666, null_device);
+    }
+    EXPECT_TRUE(kept) << "/dev/null was replaced";
+    EXPECT_EQ(out.exit_code, 0) << out.err;
+  }
+}
+
+// A FIFO gets the same bytes a regular file would, and stays a FIFO.
+TEST_F(CliHostileTest, OutputToAFifoWritesIntoIt) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string x = dir_.Write("x", test::TinyInput());
+  ASSERT_EQ(Run(RunArgs(w, x)).exit_code, 0);
+  const std::string fifo = dir_.Path("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  // A non-blocking reader, so that a writer that never comes cannot hang
+  // the test: read until the run has ended and the FIFO is drained.
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  const std::string err = scratch_.Path("stderr");
+  const pid_t pid = Start(RunArgs(w, x, fifo), err);
+  std::string bytes;
+  int status = 0;
+  for (bool ended = false;;) {
+    char buffer[4096];
+    const ssize_t n = read(reader, buffer, sizeof(buffer));
+    if (n > 0) {
+      bytes.append(buffer, static_cast<size_t>(n));
+    } else if (ended) {
+      break;
+    } else {
+      ended = waitpid(pid, &status, WNOHANG) == pid;
+      if (!ended) usleep(1000);
+    }
+  }
+  close(reader);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadAll(err);
+  EXPECT_EQ(bytes, ReadAll(output_));
+  struct stat st;
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
+// Through a chain of symlinks (one relative, one absolute), the last target
+// gets the output and every link stays a link; a dangling link's target is
+// created, as a shell's `>` would.
+TEST_F(CliHostileTest, OutputThroughSymlinksWritesTheirTarget) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string x = dir_.Write("x", test::TinyInput());
+  ASSERT_EQ(Run(RunArgs(w, x)).exit_code, 0);
+  const std::string expected = ReadAll(output_);
+  const std::string target = dir_.Write("target", "previous");
+  ASSERT_EQ(symlink("target", dir_.Path("link").c_str()), 0);
+  ASSERT_EQ(symlink(dir_.Path("link").c_str(), dir_.Path("link2").c_str()), 0);
+  ASSERT_EQ(symlink("new", dir_.Path("dangling").c_str()), 0);
+  for (const char* link : {"link2", "dangling"}) {
+    const Outcome out = Run(RunArgs(w, x, dir_.Path(link)));
+    EXPECT_EQ(out.exit_code, 0) << out.err;
+  }
+  struct stat st;
+  for (const char* link : {"link", "link2", "dangling"}) {
+    ASSERT_EQ(lstat(dir_.Path(link).c_str(), &st), 0);
+    EXPECT_TRUE(S_ISLNK(st.st_mode)) << link << " is no longer a link";
+  }
+  EXPECT_EQ(ReadAll(target), expected);
+  EXPECT_EQ(ReadAll(dir_.Path("new")), expected);
+  EXPECT_EQ(Leftovers({"w", "x", "out.safetensors", "target", "link", "link2",
+                       "dangling", "new"}),
+            std::vector<std::string>{});
+}
+
+// A name of 250 bytes (the limit is 255): the temporary name beside it must
+// stay short. A directory as the output is refused in one line.
+TEST_F(CliHostileTest, OutputNamesOfAnyLengthWork) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string x = dir_.Write("x", test::TinyInput());
+  const std::string name(250, 'o');
+  Outcome out = Run(RunArgs(w, x, dir_.Path(name)));
+  EXPECT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_TRUE(SafetensorsFile::Open(dir_.Path(name)).ok());
+  EXPECT_EQ(Leftovers({"w", "x", name}), std::vector<std::string>{});
+  out = Run(RunArgs(w, x, scratch_.path()));
+  EXPECT_EQ(out.exit_code, 1) << out.err;
+  EXPECT_NE(out.err.find("is a directory"), std::string::npos) << out.err;
+  EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
+}
+
 TEST_F(CliHostileTest, MemoryCapIsEnforcedAndParsed) {
   const std::string w = dir_.Write("w", test::TinyWeights());
   const std::string x = dir_.Write("x", test::TinyInput());
@@ -315,9 +438,17 @@ TEST_F(CliHostileTest, MemoryCapIsEnforcedAndParsed) {
   args.back() = "1M";
   out = Run(args);
   EXPECT_EQ(out.exit_code, 0) << out.err;
-  args.back() = "lots";
-  out = Run(args);
-  EXPECT_EQ(out.exit_code, 2) << out.err;
+  // Negative, zero or garbage never turns the cap off: a usage error.
+  unlink(output_.c_str());
+  for (const char* bad : {"lots", "-5", "0", "-1G", "5X", ""}) {
+    SCOPED_TRACE(bad);
+    args.back() = bad;
+    out = Run(args);
+    EXPECT_EQ(out.exit_code, 2) << out.err;
+    EXPECT_NE(out.err.find("--max-memory"), std::string::npos) << out.err;
+    EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
+    EXPECT_FALSE(Exists(output_));
+  }
 }
 
 // Sizes far past the cap end in a one-line refusal naming them before

@@ -49,6 +49,16 @@ class CliTest : public ::testing::Test {
             std::string(std::istreambuf_iterator<char>(in), {})};
   }
 
+  // stdout of `attn args` (stderr discarded), for help and version text.
+  std::string AttnStdout(const std::string& args) {
+    const std::string out = (dir_ / "stdout.txt").string();
+    std::system(
+        (std::string(ATTN_CLI) + " " + args + " >" + out + " 2>/dev/null")
+            .c_str());
+    std::ifstream in(out);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
   Outcome RunOn(const std::string& weights, const std::string& input,
                 const std::string& extra = "") {
     return Attn("run --weights " + weights + " --input " + input +
@@ -232,6 +242,89 @@ TEST_F(CliTest, UsageErrorsExitWithTwo) {
   ExpectRefused(Attn("frobnicate"), 2, "frobnicate");
   EXPECT_EQ(Attn("run --help").exit_code, 0);
   EXPECT_EQ(Attn("info").exit_code, 0);
+}
+
+// Every numeric flag of every subcommand: a bad value is one short line
+// naming the flag, what it got and the valid range (never CLI11's range of
+// doubles written out in 300 digits), and exit code 2.
+TEST_F(CliTest, BadNumbersSayTheValidRange) {
+  const std::string run = "run --weights " + kBook + " --input " + kBook +
+                          " --output " + output_ + " ";
+  const std::pair<std::string, std::string> cases[] = {
+      {run + "--threads 0",
+       "--threads: got '0', want an integer from 1 to 4096"},
+      {run + "--threads 5000", "want an integer from 1 to 4096"},
+      {run + "--threads 99999999999999999999", "from 1 to 4096"},
+      {run + "--heads two", "--heads: got 'two', want an integer of 1 or more"},
+      {run + "--heads 0", "--heads: got '0'"},
+      {run + "--context-length -3", "--context-length: got '-3'"},
+      {run + "--layers 0", "--layers: got '0'"},
+      {run + "--max-memory -5", "--max-memory: got '-5', want a size"},
+      {"bench --threads 1,0", "--threads: got '0'"},
+      {"bench --min-time 0", "--min-time: got '0', want a number above 0"},
+      {"bench --min-time nan", "--min-time: got 'nan'"},
+      {"bench --max-memory 0", "--max-memory: got '0'"},
+      {"bench --decode --context 0", "--context: got '0'"},
+      {"bench --decode --batch -1", "--batch: got '-1'"},
+      {"info --threads 0", "--threads: got '0'"},
+      {"tune --min-time 0", "--min-time: got '0'"},
+      {"tune --threads 0..2", "--threads: got '0..2', want a range A..B"},
+      {"tune --threads 1,99999", "--threads: got '1,99999'"},
+      {"soak --iterations 0", "--iterations: got '0'"},
+      {"soak --seconds -1", "--seconds: got '-1'"},
+      {"soak --seed -1", "--seed: got '-1', want an integer of 0 or more"},
+      {"soak --models 65", "--models: got '65', want an integer from 1 to 64"},
+      {"soak --max-batch 0", "--max-batch: got '0'"},
+      {"soak --max-seq 0", "--max-seq: got '0'"},
+      {"soak --max-head-dim 2000", "--max-head-dim: got '2000'"},
+      {"soak --max-heads 0", "--max-heads: got '0'"},
+      {"soak --threads 0", "--threads: got '0'"},
+      {"soak --warmup 0", "--warmup: got '0'"},
+      {"soak --max-growth -1", "--max-growth: got '-1', want a number of 0"},
+      {"soak --replan-every -1", "--replan-every: got '-1'"},
+  };
+  for (const auto& [args, needle] : cases) {
+    SCOPED_TRACE(args);
+    const Outcome outcome = Attn(args);
+    ExpectRefused(outcome, 2, needle);
+    EXPECT_LT(outcome.stderr_text.size(), 160u) << outcome.stderr_text;
+  }
+}
+
+// Progress lines on a log (stderr not a terminal) are plain lines: no
+// carriage return, no terminal escape.
+TEST_F(CliTest, ProgressOnALogIsPlainLines) {
+  for (const std::string args :
+       {"bench --shape seed --threads 1 --min-time 0.01",
+        "tune --shape seed --threads 1 --min-time 0.01",
+        "bench --decode --context 4 --batch 1 --dims 4,4,2 --threads 1 "
+        "--min-time 0.01"}) {
+    SCOPED_TRACE(args);
+    const Outcome outcome = Attn(args + " >/dev/null");
+    EXPECT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+    EXPECT_EQ(outcome.stderr_text.find('\r'), std::string::npos);
+    EXPECT_EQ(outcome.stderr_text.find('\033'), std::string::npos);
+    EXPECT_NE(outcome.stderr_text.find("threads"), std::string::npos);
+    EXPECT_EQ(outcome.stderr_text.back(), '\n');
+  }
+}
+
+TEST_F(CliTest, VersionAndHelpWord) {
+  const std::string version = AttnStdout("--version");
+  EXPECT_EQ(version.rfind("attn ", 0), 0u) << version;
+  EXPECT_NE(AttnStdout("info").find(version), std::string::npos)
+      << "--version and info disagree";
+  EXPECT_EQ(Attn("--version").exit_code, 0);
+  EXPECT_EQ(Attn("help").exit_code, 0);
+  EXPECT_EQ(AttnStdout("help"), AttnStdout("--help"));
+  EXPECT_EQ(AttnStdout("help run"), AttnStdout("run --help"));
+  EXPECT_NE(AttnStdout("help").find("attn help COMMAND"), std::string::npos);
+  // What `seed` is, from the grid itself.
+  const std::string bench_help = AttnStdout("help bench");
+  EXPECT_NE(bench_help.find("seed (2,6,3,2,2)"), std::string::npos)
+      << bench_help;
+  EXPECT_NE(bench_help.find("chapter-3 toy example"), std::string::npos);
+  ExpectRefused(Attn("help frobnicate"), 2, "unknown subcommand 'frobnicate'");
 }
 
 TEST_F(CliTest, FifoIsRefusedNotWaitedOn) {

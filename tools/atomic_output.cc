@@ -3,7 +3,10 @@
 // (signal, pthread_sigmask, raise).
 #include "tools/atomic_output.h"
 
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -44,6 +47,137 @@ void DieIfPending() {
   if (const int sig = g_pending.load(); sig != 0) DieOf(sig);
 }
 
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The file a write to `path` lands in: through any chain of symlinks, the
+// last target, which may not exist yet (as a shell's `>` would create it).
+Result<std::string> FinalTarget(const std::string& path) {
+  std::string current = path;
+  for (int hops = 0; hops < 40; ++hops) {  // Linux's own limit
+    struct stat st;
+    if (lstat(current.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) {
+      return current;
+    }
+    std::string target(PATH_MAX, '\0');
+    const ssize_t n = readlink(current.c_str(), target.data(), target.size());
+    if (n < 0 || static_cast<size_t>(n) == target.size()) {
+      return IoError("cannot read the symbolic link '" + current +
+                     "': " + std::strerror(n < 0 ? errno : ENAMETOOLONG));
+    }
+    target.resize(static_cast<size_t>(n));
+    current = target[0] == '/' ? target : DirectoryOf(current) + "/" + target;
+  }
+  return IoError("cannot write '" + path + "': " + std::strerror(ELOOP));
+}
+
+// Writes `tensors` to a regular file (or a new one) at `target`: staged
+// beside it, renamed over it once complete. The staged name is short
+// whatever the target's (a name component has at most 255 bytes), and it
+// is ours, so that a signal held during WriteSafetensors (which renames its
+// own temporary file onto it) still finds exactly one file to remove.
+Status ReplaceAtomically(const std::string& target,
+                         const std::vector<F32Tensor>& tensors) {
+  const std::string base = target.substr(target.rfind('/') + 1);
+  std::string staged =
+      DirectoryOf(target) + "/" + base.substr(0, 32) + ".partial.XXXXXX";
+  const int fd = mkstemp(staged.data());
+  if (fd < 0) {
+    return IoError("cannot create a temporary file beside '" + target +
+                   "': " + std::strerror(errno));
+  }
+  close(fd);
+  Status status = WriteSafetensors(staged, tensors);
+  if (status.ok() && g_pending.load() == 0 &&
+      std::rename(staged.c_str(), target.c_str()) != 0) {
+    status = IoError("cannot rename '" + staged + "' to '" + target +
+                     "': " + std::strerror(errno));
+  }
+  if (!status.ok() || g_pending.load() != 0) unlink(staged.c_str());
+  return status;
+}
+
+// Writes all of `data` to `fd`, again after an interrupted write unless a
+// held signal waits. Returns 0 or the errno.
+int WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t written = write(fd, data, size);
+    if (written < 0 && errno == EINTR && g_pending.load() == 0) continue;
+    if (written < 0) return errno;
+    data += written;
+    size -= static_cast<size_t>(written);
+  }
+  return 0;
+}
+
+// Copies the open file `in` to `path`. Opening a FIFO waits for a reader,
+// as a shell's `>` does; a held signal ends the wait (no SA_RESTART).
+Status CopyInto(int in, const std::string& path) {
+  const int out = open(path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
+  if (out < 0) {
+    return IoError("cannot open '" + path + "': " + std::strerror(errno));
+  }
+  char buffer[1 << 16];
+  int error = 0;
+  while (error == 0) {
+    const ssize_t n = read(in, buffer, sizeof(buffer));
+    if (n <= 0) {
+      if (n < 0) error = errno;
+      break;
+    }
+    error = WriteAll(out, buffer, static_cast<size_t>(n));
+  }
+  if (close(out) != 0 && error == 0) error = errno;
+  if (error != 0) {
+    return IoError("cannot write '" + path + "': " + std::strerror(error));
+  }
+  return {};
+}
+
+// A device, FIFO or terminal is written, never replaced. WriteSafetensors
+// writes only into a directory, so stage the file in TMPDIR, unlinked as
+// soon as it is open so that nothing is left behind, then copy it over.
+Status WriteInPlace(const std::string& path,
+                    const std::vector<F32Tensor>& tensors) {
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string dir =
+      std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/attn-output.XXXXXX";
+  if (!mkdtemp(dir.data())) {
+    return IoError("cannot create a temporary directory for '" + path +
+                   "' in '" + DirectoryOf(dir) + "': " + std::strerror(errno));
+  }
+  const std::string staged = dir + "/output.safetensors";
+  Status status = WriteSafetensors(staged, tensors);
+  const int in = status.ok() ? open(staged.c_str(), O_RDONLY | O_CLOEXEC) : -1;
+  if (status.ok() && in < 0) {
+    status = IoError("cannot read '" + staged + "': " + std::strerror(errno));
+  }
+  unlink(staged.c_str());
+  rmdir(dir.c_str());
+  if (in < 0) return status;
+  status = CopyInto(in, path);
+  close(in);
+  return status;
+}
+
+Status WriteOutput(const std::string& path,
+                   const std::vector<F32Tensor>& tensors) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) {
+      return IoError("cannot write '" + path +
+                     "': it is a directory, want a file name");
+    }
+    return WriteInPlace(path, tensors);
+  }
+  const Result<std::string> target = FinalTarget(path);
+  if (!target.ok()) return target.status();
+  return ReplaceAtomically(*target, tensors);
+}
+
 }  // namespace
 
 void InstallInterruptHandlers() {
@@ -66,26 +200,7 @@ Status WriteOutputAtomically(const std::string& path,
                              const std::vector<F32Tensor>& tensors) {
   g_writing.store(1);
   DieIfPending();
-  // Stage beside `path` under a name of our own, so that a signal held
-  // during WriteSafetensors (which renames its own temporary file onto the
-  // staged name) still finds exactly one file to remove.
-  std::string staged = path + ".partial.XXXXXX";
-  const int fd = mkstemp(staged.data());
-  if (fd < 0) {
-    const std::string reason = std::strerror(errno);
-    g_writing.store(0);
-    DieIfPending();
-    return IoError("cannot create a temporary file beside '" + path +
-                   "': " + reason);
-  }
-  close(fd);
-  Status status = WriteSafetensors(staged, tensors);
-  if (status.ok() && g_pending.load() == 0 &&
-      std::rename(staged.c_str(), path.c_str()) != 0) {
-    status = IoError("cannot rename '" + staged + "' to '" + path +
-                     "': " + std::strerror(errno));
-  }
-  if (!status.ok() || g_pending.load() != 0) unlink(staged.c_str());
+  const Status status = WriteOutput(path, tensors);
   g_writing.store(0);
   DieIfPending();
   return status;

@@ -17,10 +17,14 @@ namespace attn::cli {
 // the file-size limit fails with an error instead of killing the process.
 void InstallInterruptHandlers();
 
-// As attn::WriteSafetensors (temporary file beside `path`, fsync, rename),
-// with the signals above held for the duration: an interrupted write leaves
-// neither `path` nor a temporary file, and the process then dies of the
-// signal. A failed write leaves an existing `path` untouched.
+// Writes `tensors` to `path` as safetensors, with the signals above held
+// for the duration. A regular file, new or existing, is written as
+// attn::WriteSafetensors does (temporary file beside it, fsync, rename);
+// through symlinks, the last target is replaced and the links kept. An
+// interrupted write leaves neither the file nor a temporary file, and the
+// process then dies of the signal; a failed write leaves an existing file
+// untouched. Anything else that exists (a character device, a FIFO, a
+// terminal, /dev/stdout on a pipe) is written in place, never replaced.
 Status WriteOutputAtomically(const std::string& path,
                              const std::vector<F32Tensor>& tensors);
 

@@ -1,10 +1,13 @@
 // The shape grid, random blocks and the timing loop (see bench_common.h).
 #include "tools/bench_common.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -33,6 +36,11 @@ size_t PeakRssBytes() {
 // Resets the peak to the current resident size.
 void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
+bool StderrIsTerminal() {
+  static const bool terminal = isatty(STDERR_FILENO) == 1;
+  return terminal;
+}
+
 }  // namespace
 
 const std::vector<Shape>& Grid() {
@@ -54,6 +62,18 @@ std::string Names(const std::vector<Shape>& shapes, const char* separator) {
     names += (names.empty() ? "" : separator) + s.name;
   }
   return names;
+}
+
+std::string ShapeFlagHelp(const std::string& default_names) {
+  std::string text = "comma-separated names or b,T,d_in,d_out,h. Names:";
+  for (const Shape& s : Grid()) {
+    text += (&s == &Grid().front() ? " " : ", ") + s.name + " (" +
+            std::to_string(s.batch) + "," + std::to_string(s.seq_len) + "," +
+            std::to_string(s.d_in) + "," + std::to_string(s.d_out) + "," +
+            std::to_string(s.heads) + ")";
+  }
+  return text + "; seed is the book's chapter-3 toy example. Default: " +
+         default_names;
 }
 
 std::vector<Shape> PeerGrid() {
@@ -193,6 +213,22 @@ Result<Timing> TimeBlock(RandomBlock& block, const MhaOptions& options,
   timing.reps = n;
   timing.peak_rss_bytes = PeakRssBytes();
   return timing;
+}
+
+void ShowProgress(const char* format, ...) {
+  const bool terminal = StderrIsTerminal();
+  if (terminal) std::fputc('\r', stderr);
+  va_list args;
+  va_start(args, format);
+  std::vfprintf(stderr, format, args);
+  va_end(args);
+  // On a terminal, erase what a longer previous update left.
+  std::fputs(terminal ? "\033[K" : "\n", stderr);
+  std::fflush(stderr);
+}
+
+void EndProgress() {
+  if (StderrIsTerminal()) std::fputs("\r\033[K", stderr);
 }
 
 }  // namespace attn::cli

@@ -24,6 +24,9 @@ struct Shape {
 const std::vector<Shape>& Grid();
 // The names of `shapes` joined by `separator`, e.g. for help text.
 std::string Names(const std::vector<Shape>& shapes, const char* separator);
+// Help text for --shape: every named shape with its b,T,d_in,d_out,h, and
+// the default `default_names`.
+std::string ShapeFlagHelp(const std::string& default_names);
 // The peers' grid alone: the shapes `attn bench` runs by default.
 std::vector<Shape> PeerGrid();
 
@@ -65,6 +68,12 @@ struct Timing {
 Result<Timing> TimeBlock(RandomBlock& block, const MhaOptions& options,
                          double min_time,
                          const std::function<void(int threads)>& on_start);
+
+// Progress on stderr while a point is measured. On a terminal, one line
+// rewritten in place and erased by EndProgress; elsewhere (a log, a pipe),
+// each update is a plain line, since \r and ESC[K only make sense on a screen.
+[[gnu::format(printf, 1, 2)]] void ShowProgress(const char* format, ...);
+void EndProgress();
 
 }  // namespace attn::cli
 

@@ -15,7 +15,9 @@
 #include "attn/attn.hpp"
 #include "attn/decode.hpp"
 #include "nlohmann/json.hpp"
+#include "tools/bench_common.h"
 #include "tools/decode_cli.h"
+#include "tools/flags.h"
 
 namespace attn::cli {
 namespace {
@@ -53,12 +55,6 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
       d_in <= 0 || d_out <= 0 || heads <= 0) {
     return Fail("--dims '" + args.dims +
                 "' is not d_in,d_out,heads with positive integers");
-  }
-  for (int64_t c : args.contexts) {
-    if (c <= 0) return Fail("--context " + std::to_string(c) + " is not >= 1");
-  }
-  for (int64_t b : args.batches) {
-    if (b <= 0) return Fail("--batch " + std::to_string(b) + " is not >= 1");
   }
   std::mt19937 rng(0);
   const auto in = static_cast<size_t>(d_in), out = static_cast<size_t>(d_out);
@@ -103,9 +99,8 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
         auto model = MhaModel::Create(config, weights, options);
         if (!model.ok()) return Fail(model.status().message());
         const int team = (*model)->num_threads();
-        std::fprintf(stderr, "\rcontext %ld batch %ld threads %d: prefill ...",
-                     context, batch, team);
-        std::fflush(stderr);
+        ShowProgress("context %ld batch %ld threads %d: prefill ...", context,
+                     batch, team);
         DecoderOptions decoder_options;
         decoder_options.batch = batch;
         decoder_options.max_length = context;
@@ -146,9 +141,8 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
           if (prompt == 0) return dec.Prefill(x1.data(), 1, y1.data());
           return dec.Decode(x1.data(), batch, y1.data());
         };
-        std::fprintf(stderr, "\rcontext %ld batch %ld threads %d: decode ... ",
-                     context, batch, team);
-        std::fflush(stderr);
+        ShowProgress("context %ld batch %ld threads %d: decode ...", context,
+                     batch, team);
         for (int warmup = 0; warmup < 3; ++warmup) {
           const Status st = step();
           if (!st.ok()) return Fail(st.message());
@@ -179,10 +173,8 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
         // the one new token of each sequence. Two runs, the faster counts.
         double recompute_ms = 0.0;
         if (args.recompute) {
-          std::fprintf(stderr,
-                       "\rcontext %ld batch %ld threads %d: recompute ...",
+          ShowProgress("context %ld batch %ld threads %d: recompute ...",
                        context, batch, team);
-          std::fflush(stderr);
           MhaSession session(*model);
           std::vector<float> y(rows * static_cast<size_t>(context) * out);
           for (int rep = 0; rep < 2; ++rep) {
@@ -195,7 +187,7 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
             recompute_ms = rep == 0 ? t : std::min(recompute_ms, t);
           }
         }
-        std::fprintf(stderr, "\r\033[K");
+        EndProgress();
         const double speedup = recompute_ms > 0 ? recompute_ms / step_ms : 0.0;
         if (json) {
           const nlohmann::json line = {{"kind", "decode"},
@@ -241,11 +233,13 @@ std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench) {
       .add_option("--context", args->contexts,
                   "decode: keys each new token attends to, e.g. 1024,4096")
       ->delimiter(',')
+      ->check(IntegerIn(1))
       ->capture_default_str();
   bench
       .add_option("--batch", args->batches,
                   "decode: sequences decoded together, e.g. 1,8")
       ->delimiter(',')
+      ->check(IntegerIn(1))
       ->capture_default_str();
   bench.add_option("--dims", args->dims, "decode: d_in,d_out,heads")
       ->capture_default_str();

@@ -10,6 +10,7 @@
 #include "tools/bench_common.h"
 #include "tools/cli.h"
 #include "tools/decode_cli.h"
+#include "tools/flags.h"
 #include "tools/graph_cli.h"
 
 namespace attn::cli {
@@ -55,11 +56,10 @@ int Bench(const BenchArgs& args) {
           args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
       Result<Timing> t =
           TimeBlock(**block, options, args.min_time, [&](int team) {
-            std::fprintf(stderr, "\r[%zu/%zu] %s threads=%d ...", done, total,
+            ShowProgress("[%zu/%zu] %s threads=%d ...", done, total,
                          s.name.c_str(), team);
-            std::fflush(stderr);
           });
-      std::fprintf(stderr, "\r\033[K");
+      EndProgress();
       if (!t.ok()) return Fail(s.name + ": " + t.status().message());
       const double tokens = TokensPerSecond(s, t->median_ms);
       const double gflops = Flops(s) / (t->median_ms / 1e3) / 1e9;
@@ -102,27 +102,26 @@ Command AddBenchCommand(CLI::App& app) {
   BenchArgs& bench = *args;
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Time the block on named or given shapes with random weights");
-  bench_cmd->add_option(
-      "--shape", bench.shape,
-      "comma-separated names (" + Names(Grid(), ", ") +
-          ") or b,T,d_in,d_out,h; default: " + Names(PeerGrid(), ", "));
+  bench_cmd->add_option("--shape", bench.shape,
+                        ShapeFlagHelp(Names(PeerGrid(), ", ")));
   bench_cmd
       ->add_option("--threads", bench.threads,
                    "thread counts to measure, e.g. 1,2")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(IntegerIn(1, kMaxThreadsFlag));
   bench_cmd->add_option("--dtype", bench.dtype, "matmul precision")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   bench_cmd
       ->add_option("--min-time", bench.min_time,
                    "seconds to measure each point")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   bench_cmd
       ->add_option("--max-memory", bench.max_memory,
                    "most memory a model or a run may ask for, e.g. 4G "
                    "(default: half of the physical memory)")
+      ->check(ByteSize())
       ->transform(CLI::AsSizeValue(false));
   bench_cmd->add_option("--config", bench.config,
                         "tuned file from attn tune --save (as ATTN_CONFIG)");

@@ -5,6 +5,7 @@
 #include "attn/attn.h"
 #include "attn/attn.hpp"
 #include "tools/cli.h"
+#include "tools/flags.h"
 
 namespace attn::cli {
 namespace {
@@ -33,7 +34,7 @@ Command AddInfoCommand(CLI::App& app) {
   CLI::App* info_cmd = app.add_subcommand(
       "info", "Print versions, the SIMD target, oneDNN ISA and threads");
   info_cmd->add_option("--threads", *threads, "threads to report")
-      ->check(CLI::PositiveNumber);
+      ->check(IntegerIn(1, kMaxThreadsFlag));
 
   return {info_cmd, [threads] { return Info(*threads); }};
 }

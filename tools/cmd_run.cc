@@ -13,6 +13,7 @@
 #include "tools/atomic_output.h"
 #include "tools/cli.h"
 #include "tools/decode_cli.h"
+#include "tools/flags.h"
 
 namespace attn::cli {
 namespace {
@@ -171,17 +172,17 @@ Command AddRunCommand(CLI::App& app) {
   run_cmd
       ->add_option("--heads", run.heads,
                    "number of heads (default: metadata num_heads)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntegerIn(1));
   run_cmd
       ->add_option("--context-length", run.context_length,
                    "longest sequence accepted (default: metadata "
                    "context_length, then the book's mask buffer)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntegerIn(1));
   run_cmd
       ->add_option("--threads", run.threads,
                    "threads (default: ATTN_NUM_THREADS, then the tuned "
                    "file, then all cores this process may use)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntegerIn(1, kMaxThreadsFlag));
   run_cmd->add_option("--config", run.config,
                       "tuned file from attn tune --save (as ATTN_CONFIG)");
   run_cmd
@@ -194,6 +195,7 @@ Command AddRunCommand(CLI::App& app) {
       ->add_option("--max-memory", run.max_memory,
                    "most memory the model or the run may ask for, e.g. 512M, "
                    "4G (default: half of the physical memory)")
+      ->check(ByteSize())
       ->transform(CLI::AsSizeValue(false));
   run_cmd->add_flag("--incremental", run.incremental,
                     "run through the KV cache one token at a time (Prefill "
@@ -210,7 +212,7 @@ Command AddRunCommand(CLI::App& app) {
                    "with --graph: run it N times, the i-th with weights "
                    "trf_blocks.{i}.* (default: metadata n_layers, else once "
                    "with the names as written)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntegerIn(1));
 
   return {run_cmd, [args] { return Run(*args); }};
 }

@@ -20,6 +20,7 @@
 #include "attn/attn.hpp"
 #include "nlohmann/json.hpp"
 #include "tools/cli.h"
+#include "tools/flags.h"
 
 namespace attn::cli {
 namespace {
@@ -273,42 +274,44 @@ Command AddSoakCommand(CLI::App& app) {
       "Run the engine for many calls across random shapes and thread counts; "
       "report throughput drift and memory growth");
   cmd->add_option("--iterations", s.iterations, "calls to measure")
-      ->check(CLI::PositiveNumber);
+      ->check(IntegerIn(1));
   cmd->add_option("--seconds", s.seconds, "or seconds to measure")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   cmd->add_option("--seed", s.seed, "seed of the shapes")
+      ->check(IntegerIn(0))
       ->capture_default_str();
   cmd->add_option("--models", s.models, "random models (x thread counts)")
-      ->check(CLI::Range(1, 64))
+      ->check(IntegerIn(1, 64))
       ->capture_default_str();
   cmd->add_option("--max-batch", s.max_batch, "largest batch")
-      ->check(CLI::Range(1, 1024))
+      ->check(IntegerIn(1, 1024))
       ->capture_default_str();
   cmd->add_option("--max-seq", s.max_seq, "longest sequence")
-      ->check(CLI::Range(1, 65536))
+      ->check(IntegerIn(1, 65536))
       ->capture_default_str();
   cmd->add_option("--max-head-dim", s.max_head_dim, "largest head_dim")
-      ->check(CLI::Range(1, 1024))
+      ->check(IntegerIn(1, 1024))
       ->capture_default_str();
   cmd->add_option("--max-heads", s.max_heads, "most heads")
-      ->check(CLI::Range(1, 256))
+      ->check(IntegerIn(1, 256))
       ->capture_default_str();
   cmd->add_option("--threads", s.threads,
                   "thread counts to mix, e.g. 1,2 (default: 1, 2, 4, ... up "
                   "to the cores)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(IntegerIn(1, kMaxThreadsFlag));
   cmd->add_option("--warmup", s.warmup,
                   "random calls before the baseline (default: 1% of "
                   "--iterations, at least 1000)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntegerIn(1));
   cmd->add_option("--max-growth", s.max_growth,
                   "fail when resident memory grows more than this percent")
+      ->check(NonNegativeNumber())
       ->capture_default_str();
   cmd->add_option("--replan-every", s.replan_every,
                   "run a case's other shape (its session re-plans) 1 call in "
                   "N; 0 never")
-      ->check(CLI::NonNegativeNumber)
+      ->check(IntegerIn(0))
       ->capture_default_str();
   cmd->add_flag("--json", s.json, "one JSON object");
   return {cmd, [args] { return Soak(*args); }};

@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/bench_common.h"
 #include "tools/cli.h"
+#include "tools/flags.h"
 
 namespace attn::cli {
 namespace {
@@ -44,8 +45,10 @@ double LoadAverage() {
 // "1..N", "A..B" or "1,2,4"; empty: 1 up to the cores this process may use.
 Result<std::vector<int>> ParseThreads(const std::string& spec) {
   std::vector<int> counts;
-  const std::string usage =
-      "--threads '" + spec + "' is not a range A..B or a list like 1,2,4";
+  const std::string usage = "got '" + spec +
+                            "', want a range A..B or a list like 1,2,4 of 1 "
+                            "to " +
+                            std::to_string(kMaxThreadsFlag);
   if (spec.empty()) {
     for (int n = 1; n <= AffinityCount(); ++n) counts.push_back(n);
     return counts;
@@ -54,7 +57,7 @@ Result<std::vector<int>> ParseThreads(const std::string& spec) {
     int lo = 0, hi = 0;
     char tail = 0;
     if (std::sscanf(spec.c_str(), "%d..%d%c", &lo, &hi, &tail) != 2 ||
-        lo <= 0 || hi < lo || hi > 4096) {
+        lo <= 0 || hi < lo || hi > kMaxThreadsFlag) {
       return InvalidArgument(usage);
     }
     for (int n = lo; n <= hi; ++n) counts.push_back(n);
@@ -67,7 +70,7 @@ Result<std::vector<int>> ParseThreads(const std::string& spec) {
     int n = 0;
     char tail = 0;
     if (std::sscanf(item.c_str(), "%d%c", &n, &tail) != 1 || n <= 0 ||
-        n > 4096) {
+        n > kMaxThreadsFlag) {
       return InvalidArgument(usage);
     }
     counts.push_back(n);
@@ -80,7 +83,7 @@ int Tune(const TuneArgs& args) {
   auto shapes = ParseShapes(args.shape, "gpt2-1k");
   if (!shapes.ok()) return Fail(shapes.status().message());
   auto counts = ParseThreads(args.threads);
-  if (!counts.ok()) return Fail(counts.status().message());
+  if (!counts.ok()) return Fail("--threads: " + counts.status().message());
   const attn::RuntimeInfo info = attn::GetRuntimeInfo();
   std::printf("attn %s | highway %s | oneDNN %s | dtype %s | %d cores\n",
               info.version.c_str(), info.simd_target.c_str(),
@@ -105,11 +108,10 @@ int Tune(const TuneArgs& args) {
       options.dtype =
           args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
       Result<Timing> t = TimeBlock(**block, options, args.min_time, [&](int) {
-        std::fprintf(stderr, "\r[%zu/%zu] %s threads=%d ...", done, total,
-                     s.name.c_str(), (*counts)[i]);
-        std::fflush(stderr);
+        ShowProgress("[%zu/%zu] %s threads=%d ...", done, total, s.name.c_str(),
+                     (*counts)[i]);
       });
-      std::fprintf(stderr, "\r\033[K");
+      EndProgress();
       if (!t.ok()) return Fail(s.name + ": " + t.status().message());
       // Relative to the first (smallest) count, normally 1 thread.
       if (i == 0) base_ms = t->median_ms;
@@ -172,17 +174,21 @@ Command AddTuneCommand(CLI::App& app) {
   TuneArgs& tune = *args;
   CLI::App* cmd = app.add_subcommand(
       "tune", "Sweep thread counts, report scaling and recommend the best");
-  cmd->add_option("--shape", tune.shape,
-                  "comma-separated names (" + Names(Grid(), ", ") +
-                      ") or b,T,d_in,d_out,h; default: gpt2-1k");
+  cmd->add_option("--shape", tune.shape, ShapeFlagHelp("gpt2-1k"));
   cmd->add_option("--threads", tune.threads,
                   "thread counts: a range A..B or a list 1,2,4 (default: 1 "
-                  "up to the cores this process may use)");
+                  "up to the cores this process may use)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            const Result<std::vector<int>> counts = ParseThreads(text);
+            return counts.ok() ? "" : counts.status().message();
+          },
+          "A..B or LIST"));
   cmd->add_option("--dtype", tune.dtype, "matmul precision")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--min-time", tune.min_time, "seconds to measure each point")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveNumber())
       ->capture_default_str();
   cmd->add_option("--save", tune.save,
                   "write the recommendation as JSON, for --config FILE or "

@@ -2,7 +2,8 @@
 # Installs attn from a build tree into a temporary prefix, then builds the
 # consumer programs (mha_c.c, mha_cpp.cc) against that install twice, through
 # CMake's find_package(attn) and through pkg-config, and runs each on a golden
-# file. Also checks that libattn exports only the public API.
+# file. Also checks that libattn exports only the public API and that the
+# installed `attn` command runs.
 #   tests/consumer/run.sh BUILD_DIR [GOLDEN.safetensors]
 # ctest runs it as the `consumer` test.
 set -euo pipefail
@@ -45,6 +46,15 @@ if [ -n "$lib" ]; then
           grep -c '^attn::') C++ symbols, nothing else"
 fi
 
+if [ -x "$build/bin/attn" ]; then  # a build with ATTN_BUILD_TOOLS
+  echo "== the installed attn command"
+  # Its RPATH finds the libattn installed beside it, without LD_LIBRARY_PATH.
+  version=$(env -u LD_LIBRARY_PATH "$prefix/bin/attn" --version)
+  echo "$version"
+  pc=$(find "$prefix" -name attn.pc | head -n1)
+  [[ "$version" == "attn $(sed -n 's/^Version: //p' "$pc")" ]]
+fi
+
 echo "== CMake find_package(attn)"
 cmake -S "$here" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -56,12 +66,14 @@ echo "== pkg-config"
 export PKG_CONFIG_PATH="$(dirname "$(find "$prefix" -name attn.pc | head -n1)")"
 pkg-config --exists --print-errors attn
 libdir=$(pkg-config --variable=libdir attn)
+# As the README says: the rpath lets the program find libattn in a prefix
+# the dynamic loader does not search.
 cc -std=c99 -Wall -Wextra -Werror -o "$work/mha_c" "$here/mha_c.c" \
   $(pkg-config --cflags attn) $(pkg-config --libs attn) -lm \
   -Wl,-rpath,"$libdir"
 c++ -std=c++17 -Wall -Wextra -Werror -o "$work/mha_cpp" "$here/mha_cpp.cc" \
   $(pkg-config --cflags attn) $(pkg-config --libs attn) -pthread \
   -Wl,-rpath,"$libdir"
-"$work/mha_c" "$golden"
-"$work/mha_cpp" "$golden"
+env -u LD_LIBRARY_PATH "$work/mha_c" "$golden"
+env -u LD_LIBRARY_PATH "$work/mha_cpp" "$golden"
 echo "consumer: OK (version $(pkg-config --modversion attn))"

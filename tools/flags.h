@@ -1,0 +1,32 @@
+// Checks for the CLI's numeric flags (used by every cmd_*.cc). A bad value
+// is refused before conversion with one line that says what the flag got
+// and what it wants, e.g. "--threads: got 0, want an integer from 1 to 4096",
+// instead of CLI11's range of doubles printed in full.
+#ifndef ATTN_TOOLS_FLAGS_H_
+#define ATTN_TOOLS_FLAGS_H_
+
+#include <cstdint>
+#include <limits>
+
+#include "CLI/CLI.hpp"
+
+namespace attn::cli {
+
+// Threads a team may have, as the library's own limit.
+constexpr int64_t kMaxThreadsFlag = 4096;
+
+// An integer in [lo, hi].
+CLI::Validator IntegerIn(int64_t lo,
+                         int64_t hi = std::numeric_limits<int64_t>::max());
+
+// A finite number above 0 (seconds), or at least 0 (a percentage).
+CLI::Validator PositiveNumber();
+CLI::Validator NonNegativeNumber();
+
+// A byte size such as 4096, 512M or 4G, at least 1 byte; goes before
+// CLI::AsSizeValue, which takes a leading '-' as a number and wraps it.
+CLI::Validator ByteSize();
+
+}  // namespace attn::cli
+
+#endif  // ATTN_TOOLS_FLAGS_H_
