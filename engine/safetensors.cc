@@ -251,12 +251,17 @@ Status ReadHeader(const FileHandle& file, const std::string& path,
 // Creates a new file beside `path` for writing, named into `tmp`, with mode
 // 0666 less the umask, as a plain create gets: the kernel applies the umask,
 // which mkstemp's 0600 would need us to read, and reading it means setting
-// it, under other threads. O_EXCL makes the name ours. -1 and errno on error.
+// it, under other threads. O_EXCL makes the name ours. The name is short
+// whatever `path`'s is, so any name that fits a directory works. -1 and
+// errno on error.
 int CreateBeside(const std::string& path, std::string* tmp) {
   static std::atomic<unsigned> counter{0};
+  const size_t slash = path.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? "" : path.substr(0, slash + 1);
   for (int attempt = 0; attempt < 100; ++attempt) {
-    *tmp = path + ".tmp." + std::to_string(getpid()) + "." +
-           std::to_string(counter++);
+    *tmp = dir + ".attn-" + std::to_string(getpid()) + "-" +
+           std::to_string(counter++) + ".tmp";
     const int fd =
         open(tmp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0 || errno != EEXIST) return fd;

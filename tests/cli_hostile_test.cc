@@ -475,6 +475,15 @@ TEST_F(CliHostileTest, HugeCountsAndShapesAreRefusedBeforeAllocating) {
         "--threads", "1", "--min-time", "0.01"},
        "shape 4294967297,1,8,8,2: its weights, input and output need 2.621e+05 "
        "MiB, over the memory limit"},
+      {{"bench", "--graph",
+        ATTN_SOURCE_DIR "/tools/graphs/transformer_block.json", "--shape",
+        "1,16,100000,4", "--max-memory", "1G", "--threads", "1"},
+       "shape 1,16,100000,4: its weights, input and output need 4.578e+05 "
+       "MiB, over the memory limit of 1073741824 bytes"},
+      {{"bench", "--decode", "--dims", "64,64,4", "--context", "100000000",
+        "--batch", "100", "--max-memory", "1G", "--threads", "1"},
+       "--dims 64,64,4 at context 100000000 x batch 100: the weights, inputs "
+       "and outputs need 9.766e+06 MiB, over the memory limit"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args[0] + " " + c.args[2]);

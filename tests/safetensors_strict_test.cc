@@ -429,5 +429,19 @@ TEST(SafetensorsWriteTest, NewFilesGetTheUmaskWhichIsNeverSet) {
   }
 }
 
+// The temporary name is short whatever the output's: a 250-byte name (the
+// most a directory entry takes is 255) is written, and nothing else is left.
+TEST(SafetensorsWriteTest, LongNamesAreWritten) {
+  test::TempDir dir;
+  const std::string name = std::string(238, 'n') + ".safetensors";
+  const float x[2] = {1, 2};
+  const Status written = WriteSafetensors(dir.Path(name), {{"x", {2}, x}});
+  ASSERT_TRUE(written.ok()) << written.message();
+  EXPECT_EQ(dir.Files(), std::vector<std::string>{name});
+  auto file = SafetensorsFile::Open(dir.Path(name));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_EQ(file->ReadF32("x").value(), (std::vector<float>{1, 2}));
+}
+
 }  // namespace
 }  // namespace attn

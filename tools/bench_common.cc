@@ -116,24 +116,25 @@ double Flops(const Shape& s) {
       {s.name.c_str(), s.batch, s.seq_len, s.d_in, s.d_out, s.heads});
 }
 
+Status CheckBenchMemory(const std::string& what, double bytes,
+                        uint64_t max_memory) {
+  const uint64_t cap = max_memory ? max_memory : DefaultMaxMemoryBytes();
+  if (bytes <= double(cap)) return {};
+  char need[64];
+  std::snprintf(need, sizeof(need), "%.4g MiB", bytes / (1 << 20));
+  return OutOfMemory(what + " need " + need + ", over the memory limit of " +
+                     std::to_string(cap) +
+                     " bytes (raise it with --max-memory)");
+}
+
 Result<std::unique_ptr<RandomBlock>> RandomBlock::Create(const Shape& s,
                                                          uint64_t max_memory) {
-  const uint64_t cap = max_memory ? max_memory : DefaultMaxMemoryBytes();
-  // In double: b * T * d of a hostile shape overflows 64 bits.
   const double din = double(s.d_in), dout = double(s.d_out);
   const double rows = double(s.batch) * double(s.seq_len);
-  const double bytes =
-      4.0 * (3 * dout * din + dout * dout + dout + rows * (din + dout));
-  if (bytes > double(cap)) {
-    char need[64];
-    std::snprintf(need, sizeof(need), "%.4g MiB", bytes / (1 << 20));
-    return OutOfMemory("shape " + s.name +
-                       ": its weights, input and output "
-                       "need " +
-                       need + ", over the memory limit of " +
-                       std::to_string(cap) +
-                       " bytes (raise it with --max-memory)");
-  }
+  ATTN_RETURN_IF_ERROR(CheckBenchMemory(
+      "shape " + s.name + ": its weights, input and output",
+      4.0 * (3 * dout * din + dout * dout + dout + rows * (din + dout)),
+      max_memory));
   return std::unique_ptr<RandomBlock>(new RandomBlock(s));
 }
 

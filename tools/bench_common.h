@@ -40,6 +40,12 @@ double Flops(const Shape& s);
 // b*T tokens per second for one run of `ms` milliseconds.
 double TokensPerSecond(const Shape& s, double ms);
 
+// Refuses (kOutOfMemory, naming `what`) `bytes` over `max_memory` (0:
+// DefaultMaxMemoryBytes()): checked before a benchmark allocates its own
+// weights and inputs. In double: a hostile shape's product overflows 64 bits.
+Status CheckBenchMemory(const std::string& what, double bytes,
+                        uint64_t max_memory);
+
 // One block of seeded random weights (nn.Linear's init range) and input.
 struct RandomBlock {
   // Refuses (kOutOfMemory) a shape whose weights, input and output would pass

@@ -28,6 +28,7 @@ struct DecodeArgs {
   std::vector<int64_t> batches = {1, 8};
   std::string dims = "768,768,12";  // d_in, d_out, heads (gpt2)
   bool recompute = true;
+  uint64_t max_memory = 0;  // bench's --max-memory; 0: the default
 };
 
 using Clock = std::chrono::steady_clock;
@@ -55,6 +56,22 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
       d_in <= 0 || d_out <= 0 || heads <= 0) {
     return Fail("--dims '" + args.dims +
                 "' is not d_in,d_out,heads with positive integers");
+  }
+  // The random weights, then per point its tokens in and out (prompt, step
+  // and the recomputed prefix), before any of them is allocated.
+  const double din = double(d_in), dout = double(d_out);
+  const double random_weights = 4.0 * (3 * din * dout + dout * dout + dout);
+  for (int64_t context : args.contexts) {
+    for (int64_t batch : args.batches) {
+      const Status fits = CheckBenchMemory(
+          "--dims " + args.dims + " at context " + std::to_string(context) +
+              " x batch " + std::to_string(batch) +
+              ": the weights, inputs and outputs",
+          random_weights +
+              8.0 * double(context) * double(batch) * (din + dout),
+          args.max_memory);
+      if (!fits.ok()) return Fail(fits.message());
+    }
   }
   std::mt19937 rng(0);
   const auto in = static_cast<size_t>(d_in), out = static_cast<size_t>(d_out);
@@ -96,6 +113,7 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
       for (int threads : thread_counts) {
         MhaOptions options;
         options.num_threads = threads;
+        options.max_memory_bytes = args.max_memory;
         auto model = MhaModel::Create(config, weights, options);
         if (!model.ok()) return Fail(model.status().message());
         const int team = (*model)->num_threads();
@@ -247,8 +265,11 @@ std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench) {
                  "decode: skip the recompute-the-prefix baseline");
   return [args]() -> DecodeBench {
     if (!args->enabled) return nullptr;
-    return [args](const std::vector<int>& threads, double min_time, bool json) {
-      return Run(*args, threads, min_time, json);
+    return [args](const std::vector<int>& threads, double min_time,
+                  uint64_t max_memory, bool json) {
+      DecodeArgs with_cap = *args;
+      with_cap.max_memory = max_memory;
+      return Run(with_cap, threads, min_time, json);
     };
   };
 }

@@ -19,6 +19,7 @@
 #include "attn/safetensors.hpp"
 #include "bench/grid.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench_common.h"
 #include "tools/graph_cli.h"
 
 namespace attn::cli {
@@ -26,6 +27,7 @@ namespace {
 
 struct GraphArgs {
   std::string graph, weights;
+  uint64_t max_memory = 0;  // bench's --max-memory; 0: the default
 };
 
 struct BlockShape {
@@ -132,6 +134,14 @@ int Run(const GraphArgs& args, const std::string& spec,
        ("attn_bench_graph_" + std::to_string(getpid()) + ".safetensors"))
           .string();
   for (const BlockShape& s : *shapes) {
+    // The random block (12 e^2 + 10 e floats), the input and an output of
+    // the same width, before any is allocated.
+    const double e = double(s.emb), rows = double(s.batch) * double(s.seq_len);
+    const Status fits = CheckBenchMemory(
+        "shape " + s.name + ": its weights, input and output",
+        4.0 * ((args.weights.empty() ? 12 * e * e + 10 * e : 0) + 2 * rows * e),
+        args.max_memory);
+    if (!fits.ok()) return Fail(fits.message());
     if (args.weights.empty()) {
       const Status written = WriteRandomBlock(temp, s.emb);
       if (!written.ok()) return Fail(written.message());
@@ -148,6 +158,7 @@ int Run(const GraphArgs& args, const std::string& spec,
       options.num_heads = s.heads;
       options.num_threads = threads;
       options.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
+      options.max_memory_bytes = args.max_memory;
       auto graph = Graph::Load(
           args.graph, args.weights.empty() ? temp : args.weights, options);
       if (!graph.ok()) {
@@ -239,8 +250,11 @@ std::function<GraphBench()> AddGraphBenchOptions(CLI::App& bench) {
   return [args]() -> GraphBench {
     if (args->graph.empty()) return nullptr;
     return [args](const std::string& shapes, const std::vector<int>& threads,
-                  const std::string& dtype, double min_time, bool json) {
-      return Run(*args, shapes, threads, dtype, min_time, json);
+                  const std::string& dtype, double min_time,
+                  uint64_t max_memory, bool json) {
+      GraphArgs with_cap = *args;
+      with_cap.max_memory = max_memory;
+      return Run(with_cap, shapes, threads, dtype, min_time, json);
     };
   };
 }

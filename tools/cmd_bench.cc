@@ -131,11 +131,12 @@ Command AddBenchCommand(CLI::App& app) {
   const auto graph = AddGraphBenchOptions(*bench_cmd);    // --graph
   return {bench_cmd, [args, decode, graph] {
             if (const DecodeBench run_decode = decode()) {
-              return run_decode(args->threads, args->min_time, args->json);
+              return run_decode(args->threads, args->min_time, args->max_memory,
+                                args->json);
             }
             if (const GraphBench run_graph = graph()) {
               return run_graph(args->shape, args->threads, args->dtype,
-                               args->min_time, args->json);
+                               args->min_time, args->max_memory, args->json);
             }
             return Bench(*args);
           }};
