@@ -224,6 +224,17 @@ void MatMul::Impl::AddTile(const Box& box, const Operand* bias,
 Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
                               const Operand* bias, const Operand& dst,
                               Threading threading, const PostOps& post_ops) {
+  for (const Operand* op : {&src, &wei, bias, &dst}) {
+    if (!op) continue;
+    const bool sized =
+        std::all_of(op->dims.begin(), op->dims.end(),
+                    [](int64_t d) { return d > 0; });
+    if (op->dims.size() != dst.dims.size() || !sized ||
+        (dst.dims.size() != 2 && dst.dims.size() != 3)) {
+      return InvalidArgument("matmul operands need rank 2 or 3 alike and "
+                             "every dim > 0");
+    }
+  }
   // Every primitive runs on one thread: create it for one, as oneDNN Graph
   // does.
   const SingleThread single;
@@ -231,8 +242,10 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
   const int64_t B = rank == 3 ? dst.dims[0] : 1;
   const int64_t M = dst.dims[rank - 2], N = dst.dims[rank - 1];
   const bool split = threading == Threading::kTeam;
-  const Tiles cols = Tiles::Of(N, split ? kMatMulColumnTile : N);
-  // Narrow tiles get more rows: about the same work per tile.
+  const Tiles cols = Tiles::Of(
+      N, !split                ? N
+         : M < kMatMulRowTile ? kMatMulNarrowTile
+                              : kMatMulColumnTile);
   const Tiles rows = Tiles::Of(
       M, split ? std::max(kMatMulRowTile,
                           kMatMulRowTile * kMatMulColumnTile / cols.size)

@@ -47,10 +47,14 @@ enum class Threading {
   kTeam,
 };
 
-// Tiles of Threading::kTeam: at most this many dst columns, and this many
-// rows (more for narrower tiles, about the same work each), of one batch.
+// Tiles of Threading::kTeam, each of one batch: at most kMatMulRowTile rows
+// (more for narrower tiles: about the same work each) and kMatMulColumnTile
+// columns, or kMatMulNarrowTile when dst has fewer rows than a tile (a
+// decode step: its few rows are bound by reading the weights, and narrow
+// tiles spread that over more threads).
 constexpr int64_t kMatMulRowTile = 128;
 constexpr int64_t kMatMulColumnTile = 256;
+constexpr int64_t kMatMulNarrowTile = 64;
 
 class MatMul {
  public:

@@ -23,8 +23,8 @@ namespace {
 
 constexpr int kThreadCounts[] = {1, 2, 3, 7};
 constexpr int64_t kSeqLens[] = {1, 7, 63, 64, 65, 100, 129, 200};
-// Widths that give the projections several column tiles, a batch tail
-// (15 q/k/v heads) and, at T >= 65 with B = 2, several row tiles.
+// Widths that give the projections several column tiles (narrow ones for
+// T = 1 and 7) and, at T >= 129 with B = 2, several row tiles.
 constexpr int64_t kBatch = 2, kDIn = 96, kDOut = 320, kHeads = 5;
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {

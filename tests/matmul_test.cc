@@ -1,0 +1,153 @@
+// kernels::MatMul against a plain double-precision reference, on shapes
+// that cut into several row and column tiles with short last tiles: rank 2
+// with bias, GELU and residual; a decode step's few rows; rank 3 with a
+// broadcast src and per-batch packed weights; a worker's strided weights.
+// Every team result is also compared bitwise at 1, 2 and 3 threads.
+#include "kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace attn::kernels {
+namespace {
+
+struct Problem {
+  int64_t batch, M, K, N;  // batch > 1: src broadcast, weights per batch
+  bool bias, gelu, residual;
+};
+
+// x [M, K] (shared by all batches), w [batch][N, K] (PyTorch's layout),
+// b [batch][N], r [batch][M, N].
+struct Data {
+  std::vector<float> x, w, b, r;
+  explicit Data(const Problem& p) {
+    std::mt19937 rng(static_cast<uint32_t>(p.M * 131 + p.N));
+    x = test::RandomVector(rng, size_t(p.M * p.K), -1.f, 1.f);
+    w = test::RandomVector(rng, size_t(p.batch * p.N * p.K), -0.5f, 0.5f);
+    b = test::RandomVector(rng, size_t(p.batch * p.N), -1.f, 1.f);
+    r = test::RandomVector(rng, size_t(p.batch * p.M * p.N), -2.f, 2.f);
+  }
+};
+
+std::vector<double> Reference(const Problem& p, const Data& d) {
+  std::vector<double> y(size_t(p.batch * p.M * p.N));
+  for (int64_t g = 0; g < p.batch; ++g) {
+    for (int64_t i = 0; i < p.M; ++i) {
+      for (int64_t j = 0; j < p.N; ++j) {
+        double acc = p.bias ? d.b[size_t(g * p.N + j)] : 0.0;
+        for (int64_t k = 0; k < p.K; ++k) {
+          acc += double(d.x[size_t(i * p.K + k)]) *
+                 d.w[size_t((g * p.N + j) * p.K + k)];
+        }
+        if (p.gelu) {
+          acc = 0.5 * acc *
+                (1 + std::tanh(std::sqrt(2 / M_PI) *
+                               (acc + 0.044715 * acc * acc * acc)));
+        }
+        const size_t at = size_t((g * p.M + i) * p.N + j);
+        y[at] = acc + (p.residual ? d.r[at] : 0.0);
+      }
+    }
+  }
+  return y;
+}
+
+// Runs the problem as a team matmul on `threads` threads.
+std::vector<float> RunTeam(const Problem& p, const Data& d, int threads) {
+  const bool batched = p.batch > 1;
+  const auto dims = [&](int64_t g, int64_t rows, int64_t cols) {
+    return batched ? std::vector<int64_t>{g, rows, cols}
+                   : std::vector<int64_t>{rows, cols};
+  };
+  PostOps post;
+  post.gelu_tanh = p.gelu;
+  post.add_residual = p.residual;
+  const Operand bias{dims(p.batch, 1, p.N), {}, DataType::kF32};
+  auto mm = MatMul::Create({dims(1, p.M, p.K), {}, DataType::kF32},
+                           {dims(p.batch, p.K, p.N), {}, DataType::kF32},
+                           p.bias ? &bias : nullptr,
+                           {dims(p.batch, p.M, p.N), {}, DataType::kF32},
+                           Threading::kTeam, post);
+  EXPECT_TRUE(mm.ok()) << mm.status().message();
+  if (!mm.ok()) return {};
+  // w [batch][N, K] viewed as [batch][K, N].
+  const Operand plain{dims(p.batch, p.K, p.N),
+                      batched ? std::vector<int64_t>{p.N * p.K, 1, p.K}
+                              : std::vector<int64_t>{1, p.K},
+                      DataType::kF32};
+  std::vector<char> packed(mm->packed_weights_bytes() + 64);
+  EXPECT_TRUE(mm->PackWeights(plain, d.w.data(), packed.data()).ok());
+  std::vector<char> scratch(mm->scratch_bytes() * size_t(threads) + 64);
+  std::vector<float> y(size_t(p.batch * p.M * p.N));
+  mm->Run(d.x.data(), packed.data(), d.b.data(), y.data(), scratch.data(),
+          threads, d.r.data());
+  return y;
+}
+
+class MatMulTeamTest : public ::testing::TestWithParam<Problem> {};
+
+TEST_P(MatMulTeamTest, MatchesReferenceAndIsTheSameAtEveryTeamSize) {
+  const Problem& p = GetParam();
+  const Data d(p);
+  const std::vector<float> one = RunTeam(p, d, 1);
+  ASSERT_EQ(one.size(), size_t(p.batch * p.M * p.N));
+  test::ExpectAllClose(Reference(p, d), one.data(), 1e-4, "1 thread");
+  for (int threads : {2, 3}) {
+    const std::vector<float> many = RunTeam(p, d, threads);
+    ASSERT_EQ(many.size(), one.size());
+    EXPECT_EQ(0, std::memcmp(one.data(), many.data(),
+                             one.size() * sizeof(float)))
+        << threads << " threads differ from 1";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MatMulTeamTest,
+    ::testing::Values(
+        // Two row tiles and two column tiles, the last of each short.
+        Problem{1, 300, 70, 257, true, true, true},
+        // A decode step: 5 rows, narrow column tiles, a short last one.
+        Problem{1, 5, 70, 257, true, false, false},
+        // Rank 3 as the fused q/k/v projection: broadcast src, per-batch
+        // packed weights and bias, three row tiles.
+        Problem{5, 1100, 40, 24, true, false, false},
+        Problem{3, 7, 33, 100, false, false, false}));
+
+// A worker's matmul as the attention core makes it: weights given with
+// strides (k^T of a [N, D] key block), run whole on the calling thread.
+TEST(MatMulWorkerTest, StridedWeightsMatchReference) {
+  const Problem p{1, 70, 16, 300, false, false, false};
+  const Data d(p);
+  auto mm = MatMul::Create({{p.M, p.K}, {}, DataType::kF32},
+                           {{p.K, p.N}, {1, p.K}, DataType::kF32}, nullptr,
+                           {{p.M, p.N}, {}, DataType::kF32},
+                           Threading::kWorker);
+  ASSERT_TRUE(mm.ok()) << mm.status().message();
+  EXPECT_EQ(mm->packed_weights_bytes(), 0u);
+  std::vector<char> scratch(mm->scratch_bytes() + 64);
+  std::vector<float> y(size_t(p.M * p.N));
+  mm->Run(d.x.data(), d.w.data(), nullptr, y.data(), scratch.data(), 1);
+  test::ExpectAllClose(Reference(p, d), y.data(), 1e-4, "worker");
+}
+
+TEST(MatMulCreateTest, EmptyOrMismatchedOperandsAreRefused) {
+  const Operand ok{{4, 4}, {}, DataType::kF32};
+  const Operand empty{{0, 4}, {}, DataType::kF32};
+  const Operand rank1{{4}, {}, DataType::kF32};
+  EXPECT_FALSE(
+      MatMul::Create(empty, ok, nullptr, ok, Threading::kTeam).ok());
+  EXPECT_FALSE(
+      MatMul::Create(ok, ok, nullptr, empty, Threading::kTeam).ok());
+  EXPECT_FALSE(
+      MatMul::Create(rank1, rank1, nullptr, rank1, Threading::kWorker).ok());
+  EXPECT_TRUE(MatMul::Create(ok, ok, nullptr, ok, Threading::kTeam).ok());
+}
+
+}  // namespace
+}  // namespace attn::kernels
