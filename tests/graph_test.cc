@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -31,6 +32,12 @@
 
 namespace attn {
 namespace {
+
+// A file in gtest's temporary directory private to this process: ctest runs
+// several of this binary's tests (and the AVX2-only rerun) at once.
+std::string TempPath(const std::string& name) {
+  return testing::TempDir() + std::to_string(getpid()) + "_" + name;
+}
 
 const std::string kGolden =
     std::string(ATTN_SOURCE_DIR) + "/tests/golden/graph/";
@@ -147,8 +154,8 @@ TEST(GraphGoldenTest, Bf16WeightsLoadAsTheFloatsTheyStandFor) {
     rounded.push_back(std::move(values));
     f32.push_back({t.name, t.shape, rounded.back().data()});
   }
-  const std::string bf16_path = testing::TempDir() + "graph_block_bf16.st";
-  const std::string f32_path = testing::TempDir() + "graph_block_f32.st";
+  const std::string bf16_path = TempPath("graph_block_bf16.st");
+  const std::string f32_path = TempPath("graph_block_f32.st");
   std::ofstream(bf16_path, std::ios::binary)
       << test::SafetensorsBytes(header + "}", data);
   ASSERT_TRUE(WriteSafetensors(f32_path, f32, {{"num_heads", "3"}}).ok());
@@ -212,7 +219,7 @@ struct CliResult {
 };
 
 CliResult RunCli(const std::string& args) {
-  const std::string err = testing::TempDir() + "graph_cli_err.txt";
+  const std::string err = TempPath("graph_cli_err.txt");
   const int status =
       std::system((std::string(ATTN_CLI) + " " + args + " 2>" + err).c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadText(err)};
@@ -226,7 +233,7 @@ TEST(GraphCliTest, RunGraphMatchesGolden) {
   for (const auto& [name, extra] : cases) {
     const std::string file = kGolden + name + ".safetensors";
     const std::string out =
-        testing::TempDir() + "graph_" + name + ".safetensors";
+        TempPath("graph_" + name + ".safetensors");
     const CliResult r = RunCli("run --graph " + kBlock + " --weights " + file +
                                " --input " + file + " --output " + out + extra);
     ASSERT_EQ(r.code, 0) << name << ": " << r.err;
@@ -240,7 +247,7 @@ TEST(GraphCliTest, RunGraphMatchesGolden) {
 }
 
 TEST(GraphCliTest, ErrorsAreOneLineAndLeaveNoOutput) {
-  const std::string out = testing::TempDir() + "graph_never.safetensors";
+  const std::string out = TempPath("graph_never.safetensors");
   std::filesystem::remove(out);
   const std::string too_long = kGolden + "block_too_long.safetensors";
   const std::string block = kGolden + "block.safetensors";
@@ -357,8 +364,8 @@ std::string CopyWithout(
   for (size_t i = 0; i < kept.size(); ++i) {
     tensors.push_back({kept[i]->name, kept[i]->shape, values[i].data()});
   }
-  std::string path = testing::TempDir() + "graph_" + name + "_without_" +
-                     (skip.empty() ? "metadata" : skip);
+  std::string path = TempPath("graph_" + name + "_without_" +
+                              (skip.empty() ? "metadata" : skip));
   for (const auto& [key, value] : metadata) path += "_" + key + "_" + value;
   path += ".safetensors";
   EXPECT_TRUE(WriteSafetensors(path, tensors, metadata).ok());
