@@ -381,6 +381,24 @@ TEST_F(CliHostileTest, OutputToAFifoWritesIntoIt) {
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
 }
 
+// `--output /dev/stdout >> log` appends to log through the open descriptor:
+// the file keeps its inode and what it held, as any `>>` would.
+TEST_F(CliHostileTest, OutputToStdoutAppendsToARedirectedFile) {
+  const std::string w = dir_.Write("w", test::TinyWeights());
+  const std::string x = dir_.Write("x", test::TinyInput());
+  ASSERT_EQ(Run(RunArgs(w, x)).exit_code, 0);
+  const std::string log = dir_.Write("log", "earlier lines\n");
+  struct stat before, after;
+  ASSERT_EQ(stat(log.c_str(), &before), 0);
+  const std::string command = std::string(ATTN_CLI) + " run --weights " + w +
+                              " --input " + x +
+                              " --output /dev/stdout --threads 1 >> " + log;
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  ASSERT_EQ(stat(log.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(ReadAll(log), "earlier lines\n" + ReadAll(output_));
+}
+
 // Through a chain of symlinks (one relative, one absolute), the last target
 // gets the output and every link stays a link; a dangling link's target is
 // created, as a shell's `>` would.

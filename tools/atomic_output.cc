@@ -113,10 +113,12 @@ int WriteAll(int fd, const char* data, size_t size) {
   return 0;
 }
 
-// Copies the open file `in` to `path`. Opening a FIFO waits for a reader,
-// as a shell's `>` does; a held signal ends the wait (no SA_RESTART).
-Status CopyInto(int in, const std::string& path) {
-  const int out = open(path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
+// Copies the open file `in` to `out`, `path` when `out` is -1. Opening a
+// FIFO waits for a reader, as a shell's `>` does; a held signal ends the
+// wait (no SA_RESTART).
+Status CopyInto(int in, const std::string& path, int out) {
+  const bool opened = out < 0;
+  if (opened) out = open(path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
   if (out < 0) {
     return IoError("cannot open '" + path + "': " + std::strerror(errno));
   }
@@ -130,18 +132,19 @@ Status CopyInto(int in, const std::string& path) {
     }
     error = WriteAll(out, buffer, static_cast<size_t>(n));
   }
-  if (close(out) != 0 && error == 0) error = errno;
+  if (opened && close(out) != 0 && error == 0) error = errno;
   if (error != 0) {
     return IoError("cannot write '" + path + "': " + std::strerror(error));
   }
   return {};
 }
 
-// A device, FIFO or terminal is written, never replaced. WriteSafetensors
-// writes only into a directory, so stage the file in TMPDIR, unlinked as
-// soon as it is open so that nothing is left behind, then copy it over.
+// A device, FIFO, terminal or our own stdout/stderr (`out`, else -1) is
+// written, never replaced. WriteSafetensors writes only into a directory,
+// so stage the file in TMPDIR, unlinked as soon as it is open so that
+// nothing is left behind, then copy it over.
 Status WriteInPlace(const std::string& path,
-                    const std::vector<F32Tensor>& tensors) {
+                    const std::vector<F32Tensor>& tensors, int out) {
   const char* tmpdir = std::getenv("TMPDIR");
   std::string dir =
       std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/attn-output.XXXXXX";
@@ -158,20 +161,37 @@ Status WriteInPlace(const std::string& path,
   unlink(staged.c_str());
   rmdir(dir.c_str());
   if (in < 0) return status;
-  status = CopyInto(in, path);
+  status = CopyInto(in, path, out);
   close(in);
   return status;
+}
+
+// stdout or stderr when `st` is the file it is open on, else -1: with
+// `--output /dev/stdout >> log`, log is appended to through our descriptor,
+// not replaced.
+int StandardStreamOn(const struct stat& st) {
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat open_st;
+    if (fstat(fd, &open_st) == 0 && open_st.st_dev == st.st_dev &&
+        open_st.st_ino == st.st_ino) {
+      return fd;
+    }
+  }
+  return -1;
 }
 
 Status WriteOutput(const std::string& path,
                    const std::vector<F32Tensor>& tensors) {
   struct stat st;
-  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+  if (stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) {
       return IoError("cannot write '" + path +
                      "': it is a directory, want a file name");
     }
-    return WriteInPlace(path, tensors);
+    const int stream = StandardStreamOn(st);
+    if (stream >= 0 || !S_ISREG(st.st_mode)) {
+      return WriteInPlace(path, tensors, stream);
+    }
   }
   const Result<std::string> target = FinalTarget(path);
   if (!target.ok()) return target.status();

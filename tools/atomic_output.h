@@ -24,7 +24,8 @@ void InstallInterruptHandlers();
 // interrupted write leaves neither the file nor a temporary file, and the
 // process then dies of the signal; a failed write leaves an existing file
 // untouched. Anything else that exists (a character device, a FIFO, a
-// terminal, /dev/stdout on a pipe) is written in place, never replaced.
+// terminal, /dev/stdout on a pipe), and the file stdout or stderr is open on
+// (`--output /dev/stdout >> log`), is written in place, never replaced.
 Status WriteOutputAtomically(const std::string& path,
                              const std::vector<F32Tensor>& tensors);
 
