@@ -21,11 +21,12 @@ struct FdCloser {
   ~FdCloser() { close(fd); }
 };
 
-// `s` in single quotes, control characters escaped: a key holding "\n"
-// must not break a one-line message.
-std::string Quoted(const std::string& s) {
+}  // namespace
+
+std::string Quoted(const std::string& text, size_t max_chars) {
+  const bool cut = text.size() > max_chars;
   std::string out = "'";
-  for (const char c : s) {
+  for (const char c : cut ? text.substr(0, max_chars) : text) {
     if (static_cast<unsigned char>(c) < 0x20) {
       static const char kHex[] = "0123456789abcdef";
       out += std::string("\\x") + kHex[(c >> 4) & 0xf] + kHex[c & 0xf];
@@ -33,10 +34,8 @@ std::string Quoted(const std::string& s) {
       out += c;
     }
   }
-  return out + "'";
+  return out + (cut ? "...'" : "'");
 }
-
-}  // namespace
 
 Result<std::string> ReadRegularFile(const std::string& path, uint64_t max_bytes,
                                     const std::string& what) {

@@ -16,6 +16,11 @@
 
 namespace attn {
 
+// `text` in single quotes for a one-line message: control characters
+// escaped (a name holding "\n" must not break the line), cut after
+// `max_chars` with "...".
+std::string Quoted(const std::string& text, size_t max_chars = SIZE_MAX);
+
 // The whole of `path`, refused unless it is a regular file of at most
 // `max_bytes`. Opening never blocks (a FIFO is refused, not waited on) and
 // reading stops at the cap (/dev/zero cannot exhaust memory). `what` (e.g.

@@ -38,8 +38,6 @@ size_t DTypeSize(const std::string& dtype) {
   return 0;
 }
 
-std::string Quoted(const std::string& path) { return "'" + path + "'"; }
-
 // An open file descriptor, closed on destruction.
 struct FileHandle {
   int fd = -1;

@@ -18,11 +18,8 @@ namespace {
 constexpr uint64_t kMaxTunedFileBytes = 1u << 20;
 constexpr size_t kMaxTunedFileDepth = 32;
 
-// `text` cut to a length that suits a one-line message.
-std::string Abbreviated(const std::string& text) {
-  constexpr size_t kMax = 40;
-  return text.size() <= kMax ? text : text.substr(0, kMax) + "...";
-}
+// Most characters of a bad value that a message quotes.
+constexpr size_t kQuotedChars = 40;
 
 }  // namespace
 
@@ -54,7 +51,7 @@ Result<TunedConfig> ReadTunedConfig(const std::string& path) {
   if (!threads->is_number_integer() || threads->get<int64_t>() <= 0 ||
       threads->get<int64_t>() > kMaxThreads) {
     return InvalidArgument(
-        what + " has \"num_threads\": " + Abbreviated(threads->dump()) +
+        what + " has \"num_threads\": " + Quoted(threads->dump(), kQuotedChars) +
         ", want a positive integer up to " + std::to_string(kMaxThreads));
   }
   TunedConfig config;
@@ -77,8 +74,8 @@ Result<int> ResolveNumThreads(int requested) {
     const long value = std::strtol(env, &end, 10);
     if (*end != '\0' || value <= 0 || value > kMaxThreads) {
       return InvalidArgument(
-          std::string("ATTN_NUM_THREADS is '") + Abbreviated(env) +
-          "', want a positive integer up to " + std::to_string(kMaxThreads));
+          "ATTN_NUM_THREADS is " + Quoted(env, kQuotedChars) +
+          ", want a positive integer up to " + std::to_string(kMaxThreads));
     }
     return static_cast<int>(value);
   }

@@ -137,13 +137,19 @@ TEST_F(TuneTest, InfoReportsAMalformedEnvironment) {
   EXPECT_EQ(out, "");
   ASSERT_EQ(Cli(dir_, "info --threads 3", &out, &err), 0) << err;
   EXPECT_NE(out.find("threads: 3\n"), std::string::npos) << out;
+  // A value that holds a newline is escaped: the error stays one line.
+  setenv("ATTN_NUM_THREADS", "abc\ndef", 1);
+  EXPECT_EQ(Cli(dir_, "info", &out, &err), 1);
+  EXPECT_EQ(err,
+            "attn: error: ATTN_NUM_THREADS is 'abc\\x0adef', want a positive "
+            "integer up to 4096\n");
 
   unsetenv("ATTN_NUM_THREADS");
   const std::string bad = dir_.Write("bad.json", R"({"num_threads": [2]})");
   setenv("ATTN_CONFIG", bad.c_str(), 1);
   EXPECT_EQ(Cli(dir_, "info", &out, &err), 1);
   EXPECT_EQ(err, "attn: error: ATTN_CONFIG: tuned config '" + bad +
-                     "' has \"num_threads\": [2], want a positive integer up "
+                     "' has \"num_threads\": '[2]', want a positive integer up "
                      "to 4096\n");
   ASSERT_EQ(Cli(dir_, "info --threads 2", &out, &err), 0) << err;
   EXPECT_NE(out.find("threads: 2\n"), std::string::npos) << out;
