@@ -20,6 +20,7 @@
 #include "kernels/attention.h"
 #include "kernels/decode.h"
 #include "kernels/matmul.h"
+#include "kernels/rows_linear.h"
 
 namespace attn {
 
@@ -27,8 +28,9 @@ using kernels::DataType;
 
 namespace {
 
-// The projections for steps of `rows` new tokens, with weights packed for
-// their primitives, and the step's buffers.
+// The projections for steps of `rows` new tokens (matmuls with weights
+// packed for them, unless the rows are few enough for kernels::RowsLinear),
+// and the step's buffers.
 struct Projection {
   int64_t rows = 0;
   std::optional<kernels::MatMul> qkv_proj, out_proj;
@@ -83,45 +85,27 @@ struct MhaDecoder::Impl {
     return CheckMemory(what, AddSat(HeldBytes(), extra), m->max_memory_bytes);
   }
   Status MakeProjection(int64_t rows, Projection& p) const;
+  Status MakeMatMuls(Projection& p, uint64_t held) const;
+  void Project(const Projection& p, const std::optional<kernels::MatMul>& mm,
+               const AlignedBuffer& packed, const std::vector<float>& w,
+               const std::vector<float>& b, const float* x, int64_t in,
+               int64_t out, float* y, int threads) const;
   Status Append(const float* input, const int64_t* new_tokens, float* output);
   Status PreparePrompt(int64_t batch, int64_t seq_len);
 };
 
 Status MhaDecoder::Impl::MakeProjection(int64_t R, Projection& p) const {
   p = Projection();
-  const MhaConfig& c = m->config;
-  // x [R, d_in] x W_qkv^T [d_in, 3 d_out] (+ b) -> qkv [R, 3 d_out].
-  const kernels::Operand qkv_bias{{1, 3 * d_out}, {}, DataType::kF32};
-  Result<kernels::MatMul> qkv_proj = kernels::MatMul::Create(
-      {{R, d_in}, {}, DataType::kF32}, {{d_in, 3 * d_out}, {}, DataType::kF32},
-      c.qkv_bias ? &qkv_bias : nullptr, {{R, 3 * d_out}, {}, DataType::kF32},
-      kernels::Threading::kTeam);
-  if (!qkv_proj.ok()) return qkv_proj.status();
-  // ctx [R, d_out] x W_out^T + b_out -> y [R, d_out].
-  const kernels::Operand out_bias{{1, d_out}, {}, DataType::kF32};
-  Result<kernels::MatMul> out_proj = kernels::MatMul::Create(
-      {{R, d_out}, {}, DataType::kF32}, {{d_out, d_out}, {}, DataType::kF32},
-      &out_bias, {{R, d_out}, {}, DataType::kF32}, kernels::Threading::kTeam);
-  if (!out_proj.ok()) return out_proj.status();
   const auto rows = static_cast<size_t>(R);
   const uint64_t per_row = 4 * static_cast<uint64_t>(4 * d_out + H * Dp);
-  const size_t scratch_bytes =
-      std::max(qkv_proj->scratch_bytes(), out_proj->scratch_bytes()) *
-      static_cast<size_t>(num_threads);
-  ATTN_RETURN_IF_ERROR(CheckCap(
-      "a decoder step of " + Str(R) + " tokens",
-      AddSat(MulSat(per_row, rows), qkv_proj->packed_weights_bytes() +
-                                        out_proj->packed_weights_bytes() +
-                                        scratch_bytes)));
+  ATTN_RETURN_IF_ERROR(CheckCap("a decoder step of " + Str(R) + " tokens",
+                                MulSat(per_row, rows)));
   const struct {
     AlignedBuffer* buffer;
     size_t bytes;
-  } wants[] = {{&p.w_qkv, qkv_proj->packed_weights_bytes()},
-               {&p.w_out, out_proj->packed_weights_bytes()},
-               {&p.qkv, rows * static_cast<size_t>(3 * d_out) * sizeof(float)},
+  } wants[] = {{&p.qkv, rows * static_cast<size_t>(3 * d_out) * sizeof(float)},
                {&p.q, rows * static_cast<size_t>(H * Dp) * sizeof(float)},
-               {&p.ctx, rows * static_cast<size_t>(d_out) * sizeof(float)},
-               {&p.scratch, scratch_bytes}};
+               {&p.ctx, rows * static_cast<size_t>(d_out) * sizeof(float)}};
   for (const auto& want : wants) {
     Result<AlignedBuffer> buffer = AlignedBuffer::Allocate(want.bytes);
     if (!buffer.ok()) return buffer.status();
@@ -129,6 +113,45 @@ Status MhaDecoder::Impl::MakeProjection(int64_t R, Projection& p) const {
   }
   // The padding lanes of q stay zero: steps write only the first D.
   std::memset(p.q.data(), 0, p.q.size());
+  p.rows = R;
+  // A step's few rows run kernels::RowsLinear on the model's weights.
+  if (rows <= kernels::kRowsLinearMaxRows) return {};
+  return MakeMatMuls(p, per_row * rows);
+}
+
+Status MhaDecoder::Impl::MakeMatMuls(Projection& p, uint64_t held) const {
+  const int64_t R = p.rows;
+  // x [R, d_in] x W_qkv^T [d_in, 3 d_out] (+ b) -> qkv [R, 3 d_out].
+  const kernels::Operand qkv_bias{{1, 3 * d_out}, {}, DataType::kF32};
+  Result<kernels::MatMul> qkv_proj = kernels::MatMul::Create(
+      {{R, d_in}, {}, DataType::kF32}, {{d_in, 3 * d_out}, {}, DataType::kF32},
+      m->config.qkv_bias ? &qkv_bias : nullptr,
+      {{R, 3 * d_out}, {}, DataType::kF32}, kernels::Threading::kTeam);
+  if (!qkv_proj.ok()) return qkv_proj.status();
+  // ctx [R, d_out] x W_out^T + b_out -> y [R, d_out].
+  const kernels::Operand out_bias{{1, d_out}, {}, DataType::kF32};
+  Result<kernels::MatMul> out_proj = kernels::MatMul::Create(
+      {{R, d_out}, {}, DataType::kF32}, {{d_out, d_out}, {}, DataType::kF32},
+      &out_bias, {{R, d_out}, {}, DataType::kF32}, kernels::Threading::kTeam);
+  if (!out_proj.ok()) return out_proj.status();
+  const size_t scratch_bytes =
+      std::max(qkv_proj->scratch_bytes(), out_proj->scratch_bytes()) *
+      static_cast<size_t>(num_threads);
+  ATTN_RETURN_IF_ERROR(CheckCap(
+      "a decoder step of " + Str(R) + " tokens",
+      AddSat(held, qkv_proj->packed_weights_bytes() +
+                       out_proj->packed_weights_bytes() + scratch_bytes)));
+  const struct {
+    AlignedBuffer* buffer;
+    size_t bytes;
+  } wants[] = {{&p.w_qkv, qkv_proj->packed_weights_bytes()},
+               {&p.w_out, out_proj->packed_weights_bytes()},
+               {&p.scratch, scratch_bytes}};
+  for (const auto& want : wants) {
+    Result<AlignedBuffer> buffer = AlignedBuffer::Allocate(want.bytes);
+    if (!buffer.ok()) return buffer.status();
+    *want.buffer = std::move(buffer).value();
+  }
   // W_qkv [3 d_out, d_in] row-major is W_qkv^T [d_in, 3 d_out] with strides
   // {1, d_in}; likewise W_out.
   ATTN_RETURN_IF_ERROR(
@@ -139,8 +162,25 @@ Status MhaDecoder::Impl::MakeProjection(int64_t R, Projection& p) const {
                             m->w_out.data(), p.w_out.data()));
   p.qkv_proj.emplace(std::move(qkv_proj).value());
   p.out_proj.emplace(std::move(out_proj).value());
-  p.rows = R;
   return {};
+}
+
+// x [R, in] -> y [R, out] = x W^T + b by `mm` on its packed weights, or by
+// kernels::RowsLinear on the plain ones when the step made no matmul.
+void MhaDecoder::Impl::Project(const Projection& p,
+                               const std::optional<kernels::MatMul>& mm,
+                               const AlignedBuffer& packed,
+                               const std::vector<float>& w,
+                               const std::vector<float>& b, const float* x,
+                               int64_t in, int64_t out, float* y,
+                               int threads) const {
+  if (mm) {
+    mm->Run(x, packed.data(), b.data(), y, p.scratch.data(), threads);
+    return;
+  }
+  kernels::RowsLinear(x, static_cast<size_t>(p.rows), static_cast<size_t>(in),
+                      w.data(), b.empty() ? nullptr : b.data(),
+                      static_cast<size_t>(out), y, threads);
 }
 
 Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
@@ -222,8 +262,8 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
   auto* v_base = static_cast<float*>(v_cache.data());
 
   // x: [R, d_in] -> qkv: [R, 3 d_out], one fused projection.
-  p->qkv_proj->Run(input, p->w_qkv.data(), m->b_qkv.data(), qkv,
-                   p->scratch.data(), threads.num_threads());
+  Project(*p, p->qkv_proj, p->w_qkv, m->w_qkv, m->b_qkv, input, d_in, 3 * d_out,
+          qkv, threads.num_threads());
 
   // Prompts of one length n >= kPromptCore, every one starting an empty
   // sequence, are the full causal forward: the matmul-based core does them
@@ -320,8 +360,8 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
   }
 
   // ctx: [R, d_out] -> y: [R, d_out].
-  p->out_proj->Run(ctx, p->w_out.data(), m->b_out.data(), output,
-                   p->scratch.data(), threads.num_threads());
+  Project(*p, p->out_proj, p->w_out, m->w_out, m->b_out, ctx, d_out, d_out,
+          output, threads.num_threads());
   for (int64_t b = 0; b < B; ++b) lengths[b] += new_tokens[b];
   return {};
 }

@@ -177,15 +177,15 @@ size_t MatMul::Impl::KindFor(const Box& box, const Operand* bias,
   attr.set_post_ops(ops);
   const Operand wei_cut = Cut(wei, box, kWeiRole);
   const memory::desc wei_md =
-      wei_layout ? *wei_layout
-                 : ToDesc(packed ? Operand{wei_cut.dims, {}, wei.type} : wei_cut,
-                          true);
+      wei_layout
+          ? *wei_layout
+          : ToDesc(packed ? Operand{wei_cut.dims, {}, wei.type} : wei_cut,
+                   true);
   const memory::desc src_md = ToDesc(Cut(src, box, kSrcRole), false);
-  const auto desc =
-      bias ? dnnl::matmul::desc(src_md, wei_md,
-                                ToDesc(Cut(*bias, box, kWeiRole), false),
-                                dst_md)
-           : dnnl::matmul::desc(src_md, wei_md, dst_md);
+  const auto desc = bias ? dnnl::matmul::desc(
+                               src_md, wei_md,
+                               ToDesc(Cut(*bias, box, kWeiRole), false), dst_md)
+                         : dnnl::matmul::desc(src_md, wei_md, dst_md);
   Kind kind{box.rows, box.cols, {}, {}};
   kind.pd = dnnl::matmul::primitive_desc(desc, attr, CpuEngine());
   kind.prim = dnnl::matmul(kind.pd);
@@ -226,13 +226,13 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
                               Threading threading, const PostOps& post_ops) {
   for (const Operand* op : {&src, &wei, bias, &dst}) {
     if (!op) continue;
-    const bool sized =
-        std::all_of(op->dims.begin(), op->dims.end(),
-                    [](int64_t d) { return d > 0; });
+    const bool sized = std::all_of(op->dims.begin(), op->dims.end(),
+                                   [](int64_t d) { return d > 0; });
     if (op->dims.size() != dst.dims.size() || !sized ||
         (dst.dims.size() != 2 && dst.dims.size() != 3)) {
-      return InvalidArgument("matmul operands need rank 2 or 3 alike and "
-                             "every dim > 0");
+      return InvalidArgument(
+          "matmul operands need rank 2 or 3 alike and "
+          "every dim > 0");
     }
   }
   // Every primitive runs on one thread: create it for one, as oneDNN Graph
@@ -242,10 +242,9 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
   const int64_t B = rank == 3 ? dst.dims[0] : 1;
   const int64_t M = dst.dims[rank - 2], N = dst.dims[rank - 1];
   const bool split = threading == Threading::kTeam;
-  const Tiles cols = Tiles::Of(
-      N, !split                ? N
-         : M < kMatMulRowTile ? kMatMulNarrowTile
-                              : kMatMulColumnTile);
+  const Tiles cols = Tiles::Of(N, !split               ? N
+                                  : M < kMatMulRowTile ? kMatMulNarrowTile
+                                                       : kMatMulColumnTile);
   const Tiles rows = Tiles::Of(
       M, split ? std::max(kMatMulRowTile,
                           kMatMulRowTile * kMatMulColumnTile / cols.size)

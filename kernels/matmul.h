@@ -59,8 +59,8 @@ constexpr int64_t kMatMulNarrowTile = 64;
 class MatMul {
  public:
   // Operands are of rank 2 ([M, K] x [K, N] -> [M, N]) or 3 (a batch of
-  // those; batch dims of 1 broadcast). `bias`, if given, broadcasts over dims of size 1.
-  // Creating may JIT code.
+  // those; batch dims of 1 broadcast). `bias`, if given, broadcasts over dims
+  // of size 1. Creating may JIT code.
   static Result<MatMul> Create(const Operand& src, const Operand& wei,
                                const Operand* bias, const Operand& dst,
                                Threading threading,

@@ -69,11 +69,10 @@ std::vector<float> RunTeam(const Problem& p, const Data& d, int threads) {
   post.gelu_tanh = p.gelu;
   post.add_residual = p.residual;
   const Operand bias{dims(p.batch, 1, p.N), {}, DataType::kF32};
-  auto mm = MatMul::Create({dims(1, p.M, p.K), {}, DataType::kF32},
-                           {dims(p.batch, p.K, p.N), {}, DataType::kF32},
-                           p.bias ? &bias : nullptr,
-                           {dims(p.batch, p.M, p.N), {}, DataType::kF32},
-                           Threading::kTeam, post);
+  auto mm = MatMul::Create(
+      {dims(1, p.M, p.K), {}, DataType::kF32},
+      {dims(p.batch, p.K, p.N), {}, DataType::kF32}, p.bias ? &bias : nullptr,
+      {dims(p.batch, p.M, p.N), {}, DataType::kF32}, Threading::kTeam, post);
   EXPECT_TRUE(mm.ok()) << mm.status().message();
   if (!mm.ok()) return {};
   // w [batch][N, K] viewed as [batch][K, N].
@@ -101,8 +100,8 @@ TEST_P(MatMulTeamTest, MatchesReferenceAndIsTheSameAtEveryTeamSize) {
   for (int threads : {2, 3}) {
     const std::vector<float> many = RunTeam(p, d, threads);
     ASSERT_EQ(many.size(), one.size());
-    EXPECT_EQ(0, std::memcmp(one.data(), many.data(),
-                             one.size() * sizeof(float)))
+    EXPECT_EQ(0,
+              std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
         << threads << " threads differ from 1";
   }
 }
@@ -124,10 +123,9 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(MatMulWorkerTest, StridedWeightsMatchReference) {
   const Problem p{1, 70, 16, 300, false, false, false};
   const Data d(p);
-  auto mm = MatMul::Create({{p.M, p.K}, {}, DataType::kF32},
-                           {{p.K, p.N}, {1, p.K}, DataType::kF32}, nullptr,
-                           {{p.M, p.N}, {}, DataType::kF32},
-                           Threading::kWorker);
+  auto mm = MatMul::Create(
+      {{p.M, p.K}, {}, DataType::kF32}, {{p.K, p.N}, {1, p.K}, DataType::kF32},
+      nullptr, {{p.M, p.N}, {}, DataType::kF32}, Threading::kWorker);
   ASSERT_TRUE(mm.ok()) << mm.status().message();
   EXPECT_EQ(mm->packed_weights_bytes(), 0u);
   std::vector<char> scratch(mm->scratch_bytes() + 64);
@@ -140,10 +138,8 @@ TEST(MatMulCreateTest, EmptyOrMismatchedOperandsAreRefused) {
   const Operand ok{{4, 4}, {}, DataType::kF32};
   const Operand empty{{0, 4}, {}, DataType::kF32};
   const Operand rank1{{4}, {}, DataType::kF32};
-  EXPECT_FALSE(
-      MatMul::Create(empty, ok, nullptr, ok, Threading::kTeam).ok());
-  EXPECT_FALSE(
-      MatMul::Create(ok, ok, nullptr, empty, Threading::kTeam).ok());
+  EXPECT_FALSE(MatMul::Create(empty, ok, nullptr, ok, Threading::kTeam).ok());
+  EXPECT_FALSE(MatMul::Create(ok, ok, nullptr, empty, Threading::kTeam).ok());
   EXPECT_FALSE(
       MatMul::Create(rank1, rank1, nullptr, rank1, Threading::kWorker).ok());
   EXPECT_TRUE(MatMul::Create(ok, ok, nullptr, ok, Threading::kTeam).ok());

@@ -103,9 +103,8 @@ std::vector<float> RunDecoder(const Weights& w, int threads, int64_t T) {
        [&](const float* x, float* y) {
          return (*decoder)->Prefill(x, counts, y);
        });
-  step(Input(kBatch * T, kDIn, 22), kBatch * T, [&](const float* x, float* y) {
-    return (*decoder)->Prefill(x, T, y);
-  });
+  step(Input(kBatch * T, kDIn, 22), kBatch * T,
+       [&](const float* x, float* y) { return (*decoder)->Prefill(x, T, y); });
   for (uint32_t s = 0; s < 3; ++s) {
     step(Input(kBatch, kDIn, 30 + s), kBatch, [&](const float* x, float* y) {
       return (*decoder)->Decode(x, kBatch, y);
@@ -123,12 +122,18 @@ class BlockFile {
     std::mt19937 rng(5);
     const int64_t e = kDOut, hidden = 4 * kDOut;
     const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
-        {"att.W_query.weight", {e, e}}, {"att.W_key.weight", {e, e}},
-        {"att.W_value.weight", {e, e}}, {"att.out_proj.weight", {e, e}},
-        {"att.out_proj.bias", {e}},     {"ff.layers.0.weight", {hidden, e}},
-        {"ff.layers.0.bias", {hidden}}, {"ff.layers.2.weight", {e, hidden}},
-        {"ff.layers.2.bias", {e}},      {"norm1.scale", {e}},
-        {"norm1.shift", {e}},           {"norm2.scale", {e}},
+        {"att.W_query.weight", {e, e}},
+        {"att.W_key.weight", {e, e}},
+        {"att.W_value.weight", {e, e}},
+        {"att.out_proj.weight", {e, e}},
+        {"att.out_proj.bias", {e}},
+        {"ff.layers.0.weight", {hidden, e}},
+        {"ff.layers.0.bias", {hidden}},
+        {"ff.layers.2.weight", {e, hidden}},
+        {"ff.layers.2.bias", {e}},
+        {"norm1.scale", {e}},
+        {"norm1.shift", {e}},
+        {"norm2.scale", {e}},
         {"norm2.shift", {e}}};
     std::vector<F32Tensor> tensors;
     for (int layer = 0; layer < kLayers; ++layer) {
@@ -142,10 +147,9 @@ class BlockFile {
       }
     }
     path_ = dir_.Path("block.safetensors");
-    const Status st = WriteSafetensors(
-        path_, tensors,
-        {{"num_heads", std::to_string(kHeads)},
-         {"n_layers", std::to_string(kLayers)}});
+    const Status st = WriteSafetensors(path_, tensors,
+                                       {{"num_heads", std::to_string(kHeads)},
+                                        {"n_layers", std::to_string(kLayers)}});
     EXPECT_TRUE(st.ok()) << st.message();
   }
   const std::string& path() const { return path_; }
@@ -205,8 +209,7 @@ TEST_P(ThreadInvarianceTest, Graph) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SeqLens, ThreadInvarianceTest,
-                         ::testing::ValuesIn(kSeqLens),
-                         [](const auto& info) {
+                         ::testing::ValuesIn(kSeqLens), [](const auto& info) {
                            return "T" + std::to_string(info.param);
                          });
 

@@ -1,0 +1,46 @@
+// Dynamic dispatch and the OpenMP split of RowsLinear: fixed blocks of
+// columns, one HWY_DYNAMIC_DISPATCH each.
+#include "kernels/rows_linear.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/rows_linear.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/rows_linear-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::kernels::HWY_NAMESPACE {
+
+void RowsLinearColumns(const float* x, size_t rows, size_t k, const float* w,
+                       const float* bias, size_t n, size_t j0, size_t j1,
+                       float* y) {
+  RowsLinearT(hn::ScalableTag<float>(), x, rows, k, w, bias, n, j0, j1, y);
+}
+
+}  // namespace attn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::kernels {
+
+HWY_EXPORT(RowsLinearColumns);
+
+void RowsLinear(const float* x, size_t rows, size_t k, const float* w,
+                const float* bias, size_t n, float* y, int num_threads) {
+  // 64 columns of 768 floats are 192 KiB of w: enough to amortise the
+  // dispatch, small enough to spread one projection over many threads.
+  constexpr size_t kColumns = 64;
+  const auto blocks = static_cast<int64_t>((n + kColumns - 1) / kColumns);
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t j0 = static_cast<size_t>(b) * kColumns;
+    HWY_DYNAMIC_DISPATCH(RowsLinearColumns)
+    (x, rows, k, w, bias, n, j0, std::min(n, j0 + kColumns), y);
+  }
+}
+
+}  // namespace attn::kernels
+#endif  // HWY_ONCE
