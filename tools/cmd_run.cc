@@ -163,7 +163,8 @@ Command AddRunCommand(CLI::App& app) {
       ->required();
   run_cmd
       ->add_option("--input", run.input,
-                   "safetensors file holding the input [b, T, d_in] F32")
+                   "safetensors file holding the input [b, T, d_in] "
+                   "(F32, F16 or BF16)")
       ->required();
   run_cmd
       ->add_option("--output", run.output,

@@ -232,7 +232,9 @@ ATTN_API int attn_default_num_threads(void);
 /* Reads tensor `name` of a safetensors file (e.g. an input saved by PyTorch)
  * as floats; F16 and BF16 are widened exactly. shape (room for ATTN_MAX_RANK)
  * and rank receive its shape when not NULL. data may be NULL to ask for the
- * shape only; otherwise capacity (in floats) must hold the whole tensor. */
+ * shape only (of a tensor of any dtype); otherwise the dtype must be F32, F16
+ * or BF16 and capacity (in floats) must hold the whole tensor, both checked
+ * before anything is written. */
 ATTN_API attn_status attn_tensor_read_f32(const char* safetensors_path,
                                           const char* name, float* data,
                                           size_t capacity, int64_t* shape,
