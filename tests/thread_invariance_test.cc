@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -176,36 +177,35 @@ std::vector<float> RunGraph(const BlockFile& file, int threads, int64_t T) {
   return y;
 }
 
+// `run(threads)` gives the same bits at every count of kThreadCounts.
+void ExpectSameBitsAtEveryThreadCount(
+    const std::function<std::vector<float>(int)>& run) {
+  const auto one = run(1);
+  ASSERT_FALSE(one.empty());
+  for (int threads : kThreadCounts) {
+    EXPECT_TRUE(SameBits(one, run(threads)))
+        << threads << " threads differ from 1";
+  }
+}
+
 class ThreadInvarianceTest : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(ThreadInvarianceTest, Mha) {
   const Weights w(1);
-  const auto one = RunMha(w, 1, GetParam());
-  ASSERT_FALSE(one.empty());
-  for (int threads : kThreadCounts) {
-    EXPECT_TRUE(SameBits(one, RunMha(w, threads, GetParam())))
-        << threads << " threads differ from 1";
-  }
+  ExpectSameBitsAtEveryThreadCount(
+      [&](int threads) { return RunMha(w, threads, GetParam()); });
 }
 
 TEST_P(ThreadInvarianceTest, Decoder) {
   const Weights w(2);
-  const auto one = RunDecoder(w, 1, GetParam());
-  ASSERT_FALSE(one.empty());
-  for (int threads : kThreadCounts) {
-    EXPECT_TRUE(SameBits(one, RunDecoder(w, threads, GetParam())))
-        << threads << " threads differ from 1";
-  }
+  ExpectSameBitsAtEveryThreadCount(
+      [&](int threads) { return RunDecoder(w, threads, GetParam()); });
 }
 
 TEST_P(ThreadInvarianceTest, Graph) {
   static const BlockFile file;
-  const auto one = RunGraph(file, 1, GetParam());
-  ASSERT_FALSE(one.empty());
-  for (int threads : kThreadCounts) {
-    EXPECT_TRUE(SameBits(one, RunGraph(file, threads, GetParam())))
-        << threads << " threads differ from 1";
-  }
+  ExpectSameBitsAtEveryThreadCount(
+      [&](int threads) { return RunGraph(file, threads, GetParam()); });
 }
 
 INSTANTIATE_TEST_SUITE_P(SeqLens, ThreadInvarianceTest,
