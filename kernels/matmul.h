@@ -47,14 +47,18 @@ enum class Threading {
   kTeam,
 };
 
-// Tiles of Threading::kTeam, each of one batch: at most kMatMulRowTile rows
-// (more for narrower tiles: about the same work each) and kMatMulColumnTile
-// columns, or kMatMulNarrowTile when dst has fewer rows than a tile (a
-// decode step: its few rows are bound by reading the weights, and narrow
-// tiles spread that over more threads).
+// Tiles of Threading::kTeam, each of one batch. From kMatMulWideRows rows
+// on, a tile spans every column, so its dst rows are dense (oneDNN 2.6 runs
+// a strided dst on gemm:jit, not brgemm); fewer rows are also cut into
+// kMatMulColumnTile columns, or kMatMulNarrowTile below kMatMulRowTile rows,
+// so that they still spread over threads. A tile has about kMatMulTileWork
+// dst elements, and at least kMatMulMinRows rows.
+constexpr int64_t kMatMulWideRows = 256;
 constexpr int64_t kMatMulRowTile = 128;
 constexpr int64_t kMatMulColumnTile = 256;
 constexpr int64_t kMatMulNarrowTile = 64;
+constexpr int64_t kMatMulTileWork = kMatMulRowTile * kMatMulColumnTile;
+constexpr int64_t kMatMulMinRows = 64;
 
 class MatMul {
  public:

@@ -109,13 +109,15 @@ TEST_P(MatMulTeamTest, MatchesReferenceAndIsTheSameAtEveryTeamSize) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MatMulTeamTest,
     ::testing::Values(
-        // Two row tiles and two column tiles, the last of each short.
-        Problem{1, 300, 70, 257, true, true, true},
+        // Full-width tiles: three row tiles, the last one short.
+        Problem{1, 301, 70, 257, true, true, true},
+        // Two column tiles of one row tile, the last one short.
+        Problem{1, 200, 70, 257, true, true, true},
         // A decode step: 5 rows, narrow column tiles, a short last one.
         Problem{1, 5, 70, 257, true, false, false},
         // Rank 3 as the fused q/k/v projection: broadcast src, per-batch
         // packed weights and bias, three row tiles.
-        Problem{5, 1100, 40, 24, true, false, false},
+        Problem{5, 3000, 40, 24, true, false, false},
         Problem{3, 7, 33, 100, false, false, false}));
 
 // A worker's matmul as the attention core makes it: weights given with

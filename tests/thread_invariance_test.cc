@@ -24,8 +24,9 @@ namespace {
 
 constexpr int kThreadCounts[] = {1, 2, 3, 7};
 constexpr int64_t kSeqLens[] = {1, 7, 63, 64, 65, 100, 129, 200};
-// Widths that give the projections several column tiles (narrow ones for
-// T = 1 and 7) and, at T >= 129 with B = 2, several row tiles.
+// Widths whose projections (B = 2) take narrow column tiles at T <= 63,
+// 256-column tiles at T = 64 to 100 and several full-width row tiles from
+// T = 129; steps of the decoder take kernels::RowsLinear.
 constexpr int64_t kBatch = 2, kDIn = 96, kDOut = 320, kHeads = 5;
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
