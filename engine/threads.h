@@ -10,9 +10,6 @@
 
 namespace attn {
 
-// The largest team size accepted from any source.
-constexpr int kMaxThreads = 4096;
-
 // The number of cores this process may run on (its affinity mask).
 int AffinityCores();
 

@@ -108,7 +108,7 @@ Command AddBenchCommand(CLI::App& app) {
       ->add_option("--threads", bench.threads,
                    "thread counts to measure, e.g. 1,2")
       ->delimiter(',')
-      ->check(IntegerIn(1, kMaxThreadsFlag));
+      ->check(IntegerIn(1, kMaxThreads));
   bench_cmd->add_option("--dtype", bench.dtype, "matmul precision")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();

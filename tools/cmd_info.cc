@@ -34,7 +34,7 @@ Command AddInfoCommand(CLI::App& app) {
   CLI::App* info_cmd = app.add_subcommand(
       "info", "Print versions, the SIMD target, oneDNN ISA and threads");
   info_cmd->add_option("--threads", *threads, "threads to report")
-      ->check(IntegerIn(1, kMaxThreadsFlag));
+      ->check(IntegerIn(1, kMaxThreads));
 
   return {info_cmd, [threads] { return Info(*threads); }};
 }

@@ -183,7 +183,7 @@ Command AddRunCommand(CLI::App& app) {
       ->add_option("--threads", run.threads,
                    "threads (default: ATTN_NUM_THREADS, then the tuned "
                    "file, then all cores this process may use)")
-      ->check(IntegerIn(1, kMaxThreadsFlag));
+      ->check(IntegerIn(1, kMaxThreads));
   run_cmd->add_option("--config", run.config,
                       "tuned file from attn tune --save (as ATTN_CONFIG)");
   run_cmd

@@ -299,7 +299,7 @@ Command AddSoakCommand(CLI::App& app) {
                   "thread counts to mix, e.g. 1,2 (default: 1, 2, 4, ... up "
                   "to the cores)")
       ->delimiter(',')
-      ->check(IntegerIn(1, kMaxThreadsFlag));
+      ->check(IntegerIn(1, kMaxThreads));
   cmd->add_option("--warmup", s.warmup,
                   "random calls before the baseline (default: 1% of "
                   "--iterations, at least 1000)")

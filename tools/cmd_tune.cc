@@ -48,7 +48,7 @@ Result<std::vector<int>> ParseThreads(const std::string& spec) {
   const std::string usage = "got '" + spec +
                             "', want a range A..B or a list like 1,2,4 of 1 "
                             "to " +
-                            std::to_string(kMaxThreadsFlag);
+                            std::to_string(kMaxThreads);
   if (spec.empty()) {
     for (int n = 1; n <= AffinityCount(); ++n) counts.push_back(n);
     return counts;
@@ -57,7 +57,7 @@ Result<std::vector<int>> ParseThreads(const std::string& spec) {
     int lo = 0, hi = 0;
     char tail = 0;
     if (std::sscanf(spec.c_str(), "%d..%d%c", &lo, &hi, &tail) != 2 ||
-        lo <= 0 || hi < lo || hi > kMaxThreadsFlag) {
+        lo <= 0 || hi < lo || hi > kMaxThreads) {
       return InvalidArgument(usage);
     }
     for (int n = lo; n <= hi; ++n) counts.push_back(n);
@@ -70,7 +70,7 @@ Result<std::vector<int>> ParseThreads(const std::string& spec) {
     int n = 0;
     char tail = 0;
     if (std::sscanf(item.c_str(), "%d%c", &n, &tail) != 1 || n <= 0 ||
-        n > kMaxThreadsFlag) {
+        n > kMaxThreads) {
       return InvalidArgument(usage);
     }
     counts.push_back(n);

@@ -12,9 +12,6 @@
 
 namespace attn::cli {
 
-// Threads a team may have, as the library's own limit.
-constexpr int64_t kMaxThreadsFlag = 4096;
-
 // An integer in [lo, hi].
 CLI::Validator IntegerIn(int64_t lo,
                          int64_t hi = std::numeric_limits<int64_t>::max());

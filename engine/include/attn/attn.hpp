@@ -29,6 +29,10 @@ struct MhaConfig {
   float dropout = 0.0f;  // accepted for parity; identity at inference
 };
 
+// The largest team size accepted from any source (an option, --threads,
+// ATTN_NUM_THREADS or a tuned file).
+constexpr int kMaxThreads = 4096;
+
 // How to load and run a model. Zeros mean "not set here".
 struct MhaOptions {
   int64_t num_heads = 0;       // else metadata "num_heads"
