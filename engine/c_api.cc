@@ -136,17 +136,20 @@ attn_status CheckStructSize(const char* what, const void* object,
   return ATTN_OK;
 }
 
-attn_status ToDType(const char* what, attn_dtype c, attn::DType* dtype) {
-  switch (c) {
-    case ATTN_DTYPE_F32:
-      *dtype = attn::DType::kF32;
-      return ATTN_OK;
-    case ATTN_DTYPE_BF16:
-      *dtype = attn::DType::kBF16;
-      return ATTN_OK;
+// Reads a caller's attn_dtype field by its bytes: C lets it hold any int,
+// and loading a value outside the enum's range as the enum is undefined
+// behaviour in C++.
+attn_status ToDType(const char* what, const attn_dtype* field,
+                    attn::DType* dtype) {
+  static_assert(sizeof(attn_dtype) == sizeof(int32_t), "an int-sized enum");
+  int32_t value = 0;
+  std::memcpy(&value, field, sizeof(value));
+  if (value == ATTN_DTYPE_F32 || value == ATTN_DTYPE_BF16) {
+    *dtype = value == ATTN_DTYPE_F32 ? attn::DType::kF32 : attn::DType::kBF16;
+    return ATTN_OK;
   }
   return Fail(ATTN_INVALID_ARGUMENT,
-              (std::string(what) + " is " + std::to_string(c) +
+              (std::string(what) + " is " + std::to_string(value) +
                ", want ATTN_DTYPE_F32 (0) or ATTN_DTYPE_BF16 (1)")
                   .c_str());
 }
@@ -174,7 +177,7 @@ attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
     options->max_memory_bytes = c->max_memory_bytes;
   }
   if (Inside(size, offsetof(attn_mha_options, dtype), sizeof(attn_dtype))) {
-    return ToDType("attn_mha_options.dtype", c->dtype, &options->dtype);
+    return ToDType("attn_mha_options.dtype", &c->dtype, &options->dtype);
   }
   return ATTN_OK;
 }
@@ -206,7 +209,7 @@ attn_status ToGraphOptions(const attn_graph_options* c,
     options->max_memory_bytes = c->max_memory_bytes;
   }
   if (Inside(size, offsetof(attn_graph_options, dtype), sizeof(attn_dtype))) {
-    return ToDType("attn_graph_options.dtype", c->dtype, &options->dtype);
+    return ToDType("attn_graph_options.dtype", &c->dtype, &options->dtype);
   }
   return ATTN_OK;
 }
