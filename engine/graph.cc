@@ -560,8 +560,8 @@ Status Graph::Impl::Compile(int64_t new_batch, int64_t new_seq_len) {
       return Status(mm.status().code(),
                     node.Describe() + ": " + mm.status().message());
     }
-    scratch_bytes = std::max(scratch_bytes, mm->scratch_bytes() *
-                                                static_cast<size_t>(num_threads));
+    scratch_bytes = std::max(
+        scratch_bytes, mm->scratch_bytes() * static_cast<size_t>(num_threads));
     for (size_t l = 0; l < L; ++l) {
       Result<AlignedBuffer> buffer = Allocate(mm->packed_weights_bytes());
       if (!buffer.ok()) return buffer.status();

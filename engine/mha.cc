@@ -367,17 +367,16 @@ Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
   // x [1, R, d_in] x W_qkv [G, d_in, D] + b [G, 1, D] -> qkv [G, R, D]:
   // one matmul writes q, k and v head-major, dense per head.
   const kernels::Operand qkv_bias{{G, 1, D}, {}, DataType::kF32};
-  Result<kernels::MatMul> qkv_proj = kernels::MatMul::Create(
-      {{1, R, d_in}, {}, low}, {{G, d_in, D}, {}, low},
-      c.qkv_bias ? &qkv_bias : nullptr, {{G, R, D}, {}, low},
-      kernels::Threading::kTeam);
+  Result<kernels::MatMul> qkv_proj =
+      kernels::MatMul::Create({{1, R, d_in}, {}, low}, {{G, d_in, D}, {}, low},
+                              c.qkv_bias ? &qkv_bias : nullptr,
+                              {{G, R, D}, {}, low}, kernels::Threading::kTeam);
   if (!qkv_proj.ok()) return qkv_proj.status();
   // ctx [R, d_out] x W_out^T [d_out, d_out] + b_out -> y [R, d_out] f32.
   const kernels::Operand out_bias{{1, d_out}, {}, DataType::kF32};
-  Result<kernels::MatMul> out_proj =
-      kernels::MatMul::Create({{R, d_out}, {}, low}, {{d_out, d_out}, {}, low},
-                              &out_bias, {{R, d_out}, {}, DataType::kF32},
-                              kernels::Threading::kTeam);
+  Result<kernels::MatMul> out_proj = kernels::MatMul::Create(
+      {{R, d_out}, {}, low}, {{d_out, d_out}, {}, low}, &out_bias,
+      {{R, d_out}, {}, DataType::kF32}, kernels::Threading::kTeam);
   if (!out_proj.ok()) return out_proj.status();
   kernels::AttentionShape shape;
   shape.batch = batch;

@@ -51,7 +51,8 @@ Result<TunedConfig> ReadTunedConfig(const std::string& path) {
   if (!threads->is_number_integer() || threads->get<int64_t>() <= 0 ||
       threads->get<int64_t>() > kMaxThreads) {
     return InvalidArgument(
-        what + " has \"num_threads\": " + Quoted(threads->dump(), kQuotedChars) +
+        what +
+        " has \"num_threads\": " + Quoted(threads->dump(), kQuotedChars) +
         ", want a positive integer up to " + std::to_string(kMaxThreads));
   }
   TunedConfig config;

@@ -232,8 +232,7 @@ TEST(GraphCliTest, RunGraphMatchesGolden) {
       {"stack3", " --layers 3"}};
   for (const auto& [name, extra] : cases) {
     const std::string file = kGolden + name + ".safetensors";
-    const std::string out =
-        TempPath("graph_" + name + ".safetensors");
+    const std::string out = TempPath("graph_" + name + ".safetensors");
     const CliResult r = RunCli("run --graph " + kBlock + " --weights " + file +
                                " --input " + file + " --output " + out + extra);
     ASSERT_EQ(r.code, 0) << name << ": " << r.err;
@@ -565,10 +564,9 @@ TEST(GraphMatMulTest, GeluAndResidualPostOpsMatchScalar) {
   post.gelu_tanh = true;
   post.add_residual = true;
   const kernels::Operand bias_op{{1, N}, {}, DataType::kF32};
-  auto mm = kernels::MatMul::Create({{M, K}, {}, DataType::kF32},
-                                    {{K, N}, {}, DataType::kF32}, &bias_op,
-                                    {{M, N}, {}, DataType::kF32},
-                                    kernels::Threading::kTeam, post);
+  auto mm = kernels::MatMul::Create(
+      {{M, K}, {}, DataType::kF32}, {{K, N}, {}, DataType::kF32}, &bias_op,
+      {{M, N}, {}, DataType::kF32}, kernels::Threading::kTeam, post);
   ASSERT_TRUE(mm.ok()) << mm.status().message();
   std::vector<char> packed(mm->packed_weights_bytes() + 64);
   std::vector<char> scratch(mm->scratch_bytes() + 64);

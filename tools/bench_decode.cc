@@ -47,6 +47,24 @@ std::vector<float> Random(std::mt19937& rng, size_t n, double bound) {
   return v;
 }
 
+// The random weights, then per point its tokens in and out (prompt, step
+// and the recomputed prefix), against the cap before any is allocated.
+Status CheckPointsFit(const DecodeArgs& args, int64_t d_in, int64_t d_out) {
+  const double din = double(d_in), dout = double(d_out);
+  const double random_weights = 4.0 * (3 * din * dout + dout * dout + dout);
+  for (int64_t context : args.contexts) {
+    for (int64_t batch : args.batches) {
+      ATTN_RETURN_IF_ERROR(CheckBenchMemory(
+          "--dims " + args.dims + " at context " + std::to_string(context) +
+              " x batch " + std::to_string(batch) +
+              ": the weights, inputs and outputs",
+          random_weights + 8.0 * double(context) * double(batch) * (din + dout),
+          args.max_memory));
+    }
+  }
+  return {};
+}
+
 int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
         double min_time, bool json) {
   int64_t d_in = 0, d_out = 0, heads = 0;
@@ -57,22 +75,8 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
     return Fail("--dims '" + args.dims +
                 "' is not d_in,d_out,heads with positive integers");
   }
-  // The random weights, then per point its tokens in and out (prompt, step
-  // and the recomputed prefix), before any of them is allocated.
-  const double din = double(d_in), dout = double(d_out);
-  const double random_weights = 4.0 * (3 * din * dout + dout * dout + dout);
-  for (int64_t context : args.contexts) {
-    for (int64_t batch : args.batches) {
-      const Status fits = CheckBenchMemory(
-          "--dims " + args.dims + " at context " + std::to_string(context) +
-              " x batch " + std::to_string(batch) +
-              ": the weights, inputs and outputs",
-          random_weights +
-              8.0 * double(context) * double(batch) * (din + dout),
-          args.max_memory);
-      if (!fits.ok()) return Fail(fits.message());
-    }
-  }
+  const Status fits = CheckPointsFit(args, d_in, d_out);
+  if (!fits.ok()) return Fail(fits.message());
   std::mt19937 rng(0);
   const auto in = static_cast<size_t>(d_in), out = static_cast<size_t>(d_out);
   const double in_bound = 1.0 / std::sqrt(double(d_in));

@@ -113,6 +113,17 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The random block (12 e^2 + 10 e floats, unless --weights gives one), the
+// input and an output of the same width, against the cap before any is
+// allocated.
+Status CheckShapeFits(const GraphArgs& args, const BlockShape& s) {
+  const double e = double(s.emb), rows = double(s.batch) * double(s.seq_len);
+  return CheckBenchMemory(
+      "shape " + s.name + ": its weights, input and output",
+      4.0 * ((args.weights.empty() ? 12 * e * e + 10 * e : 0) + 2 * rows * e),
+      args.max_memory);
+}
+
 int Run(const GraphArgs& args, const std::string& spec,
         const std::vector<int>& threads_list, const std::string& dtype,
         double min_time, bool json) {
@@ -134,13 +145,7 @@ int Run(const GraphArgs& args, const std::string& spec,
        ("attn_bench_graph_" + std::to_string(getpid()) + ".safetensors"))
           .string();
   for (const BlockShape& s : *shapes) {
-    // The random block (12 e^2 + 10 e floats), the input and an output of
-    // the same width, before any is allocated.
-    const double e = double(s.emb), rows = double(s.batch) * double(s.seq_len);
-    const Status fits = CheckBenchMemory(
-        "shape " + s.name + ": its weights, input and output",
-        4.0 * ((args.weights.empty() ? 12 * e * e + 10 * e : 0) + 2 * rows * e),
-        args.max_memory);
+    const Status fits = CheckShapeFits(args, s);
     if (!fits.ok()) return Fail(fits.message());
     if (args.weights.empty()) {
       const Status written = WriteRandomBlock(temp, s.emb);

@@ -17,8 +17,7 @@ namespace attn::cli {
 // --shape, --threads, --dtype, --min-time, --max-memory and --json).
 using GraphBench = std::function<int(
     const std::string& shapes, const std::vector<int>& threads,
-    const std::string& dtype, double min_time, uint64_t max_memory,
-    bool json)>;
+    const std::string& dtype, double min_time, uint64_t max_memory, bool json)>;
 std::function<GraphBench()> AddGraphBenchOptions(CLI::App& bench);
 
 }  // namespace attn::cli
