@@ -1,4 +1,6 @@
-// AlignedBuffer: an owned, 64-byte aligned, uninitialised byte buffer.
+// AlignedBuffer: an owned, 64-byte aligned, uninitialised byte buffer; and
+// Workspace: the buffers of one plan, checked against the memory cap as one
+// request before any of them is allocated.
 #ifndef ATTN_ENGINE_BUFFER_H_
 #define ATTN_ENGINE_BUFFER_H_
 
@@ -6,8 +8,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "attn/status.hpp"
+#include "engine/limits.h"
 
 namespace attn {
 
@@ -42,6 +48,42 @@ class AlignedBuffer {
   };
   std::unique_ptr<char, Free> data_;
   size_t size_ = 0;
+};
+
+// Usage: Add every buffer a plan needs, then Allocate once. A failed check
+// or allocation leaves every listed buffer empty.
+class Workspace {
+ public:
+  void Add(AlignedBuffer* buffer, size_t bytes) {
+    wants_.push_back({buffer, bytes});
+  }
+  // Bytes of the buffers listed so far.
+  uint64_t bytes() const {
+    uint64_t total = 0;
+    for (const Want& want : wants_) total = AddSat(total, want.bytes);
+    return total;
+  }
+  // Checks `held` + bytes() against `cap` (an error naming `what`), then
+  // allocates every listed buffer.
+  Status Allocate(const std::string& what, uint64_t held, uint64_t cap) {
+    ATTN_RETURN_IF_ERROR(CheckMemory(what, AddSat(held, bytes()), cap));
+    for (const Want& want : wants_) {
+      Result<AlignedBuffer> buffer = AlignedBuffer::Allocate(want.bytes);
+      if (!buffer.ok()) {
+        for (const Want& w : wants_) *w.buffer = AlignedBuffer();
+        return buffer.status();
+      }
+      *want.buffer = std::move(buffer).value();
+    }
+    return {};
+  }
+
+ private:
+  struct Want {
+    AlignedBuffer* buffer;
+    size_t bytes;
+  };
+  std::vector<Want> wants_;
 };
 
 }  // namespace attn

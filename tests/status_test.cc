@@ -50,5 +50,27 @@ TEST(StatusTest, SucceededResultsGiveTheirValue) {
   EXPECT_EQ(std::move(text).value(), "abc");
 }
 
+Result<int> Parse(const std::string& text) {
+  if (text.empty()) return InvalidArgument("empty");
+  return static_cast<int>(text.size());
+}
+
+Result<int> Twice(const std::string& text) {
+  ATTN_ASSIGN_OR_RETURN(const int n, Parse(text));
+  int doubled = 0;
+  ATTN_ASSIGN_OR_RETURN(doubled, Parse(text + text));  // an existing variable
+  return n + doubled;
+}
+
+TEST(StatusTest, AssignOrReturnPassesValuesOnAndErrorsOut) {
+  Result<int> good = Twice("ab");
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(*good, 2 + 4);
+  Result<int> bad = Twice("");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "empty");
+}
+
 }  // namespace
 }  // namespace attn

@@ -105,4 +105,16 @@ class [[nodiscard]] Result {
     if (!attn_status_.ok()) return attn_status_; \
   } while (0)
 
+// `ATTN_ASSIGN_OR_RETURN(lhs, expr)`: evaluates `expr`, a Result<T>; returns
+// its Status from the enclosing function when it failed, else moves the value
+// into `lhs` (a declaration such as `auto x` or an existing variable).
+#define ATTN_ASSIGN_OR_RETURN(lhs, expr) \
+  ATTN_ASSIGN_OR_RETURN_IMPL_(ATTN_CONCAT_(attn_result_, __LINE__), lhs, expr)
+#define ATTN_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr) \
+  auto result = (expr);                                \
+  if (!result.ok()) return result.status();            \
+  lhs = std::move(result).value()
+#define ATTN_CONCAT_(a, b) ATTN_CONCAT_IMPL_(a, b)
+#define ATTN_CONCAT_IMPL_(a, b) a##b
+
 #endif  // ATTN_STATUS_HPP_

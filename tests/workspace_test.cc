@@ -1,0 +1,52 @@
+// Workspace: a plan's buffers are checked against the cap as one request,
+// and either all are allocated or none.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "engine/buffer.h"
+
+namespace attn {
+namespace {
+
+TEST(WorkspaceTest, AllocatesEveryListedBuffer) {
+  AlignedBuffer a, b, empty;
+  Workspace workspace;
+  workspace.Add(&a, 100);
+  workspace.Add(&b, 4096);
+  workspace.Add(&empty, 0);
+  EXPECT_EQ(workspace.bytes(), 4196u);
+  ASSERT_TRUE(workspace.Allocate("a plan", 0, 1 << 20).ok());
+  EXPECT_EQ(a.size(), 100u);
+  EXPECT_EQ(b.size(), 4096u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
+  EXPECT_EQ(empty.size(), 0u);
+}
+
+TEST(WorkspaceTest, OverTheCapAllocatesNothingAndNamesTheRequest) {
+  AlignedBuffer a, b;
+  Workspace workspace;
+  workspace.Add(&a, 600);
+  workspace.Add(&b, 600);
+  // 1200 bytes fit 2000 alone, not beside 1000 already held.
+  const Status status = workspace.Allocate("a run of batch 2", 1000, 2000);
+  ASSERT_EQ(status.code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(status.message().find("a run of batch 2"), std::string::npos)
+      << status.message();
+  EXPECT_EQ(a.size(), 0u);
+  EXPECT_EQ(b.size(), 0u);
+}
+
+TEST(WorkspaceTest, AFailedAllocationLeavesEveryBufferEmpty) {
+  AlignedBuffer a, huge;
+  Workspace workspace;
+  workspace.Add(&a, 64);
+  workspace.Add(&huge, SIZE_MAX - 8);  // refused by AlignedBuffer
+  const Status status = workspace.Allocate("a huge plan", 0, UINT64_MAX);
+  EXPECT_EQ(status.code(), StatusCode::kOutOfMemory);
+  EXPECT_EQ(a.size(), 0u);
+  EXPECT_EQ(a.data(), nullptr);
+}
+
+}  // namespace
+}  // namespace attn
