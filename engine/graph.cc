@@ -10,7 +10,6 @@
 #include <map>
 #include <numeric>
 #include <optional>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -20,6 +19,7 @@
 #include "engine/graph_ir.h"
 #include "engine/graph_plan.h"
 #include "engine/limits.h"
+#include "engine/model_config.h"
 #include "engine/threads.h"
 #include "kernels/elementwise.h"
 #include "kernels/layernorm.h"
@@ -37,21 +37,6 @@ struct NodeWeights {
                                     // layernorm: scale, shift
   std::shared_ptr<const MhaModel> mha;
 };
-
-// Metadata value `key` as a positive integer; 0 when absent.
-Result<int64_t> MetadataCount(const SafetensorsFile& file,
-                              const std::string& key) {
-  const auto it = file.metadata().find(key);
-  if (it == file.metadata().end()) return int64_t{0};
-  std::istringstream in(it->second);
-  int64_t value = 0;
-  if (!(in >> value) || !in.eof() || value <= 0) {
-    return InvalidArgument("metadata '" + key + "' of '" + file.path() +
-                           "' is '" + it->second +
-                           "', want a positive integer");
-  }
-  return value;
-}
 
 // Infers tensor widths from the weights and loads one layer's weights, the
 // i-th layer's names carrying `prefix`.
@@ -259,30 +244,15 @@ class Binder {
     }
     config.qkv_bias = !present.empty();
 
-    Result<int64_t> heads = MetadataCount(file_, "num_heads");
-    if (!heads.ok()) return heads.status();
-    config.num_heads = options_.num_heads ? options_.num_heads
-                       : node.num_heads   ? node.num_heads
-                                          : *heads;
-    if (config.num_heads == 0) {
-      return InvalidArgument(node.Describe() +
-                             ": num_heads is not given, want --heads, the "
-                             "attribute 'num_heads' or metadata 'num_heads' "
-                             "in '" +
-                             file_.path() + "'");
-    }
-    Result<int64_t> context = MetadataCount(file_, "context_length");
-    if (!context.ok()) return context.status();
-    config.context_length = options_.context_length ? options_.context_length
-                            : node.context_length   ? node.context_length
-                                                    : *context;
-    if (const std::string* mask = node.Weight("mask");
-        config.context_length == 0 && mask) {
-      const TensorInfo* t = file_.Find(prefix_ + *mask);
-      if (t && t->shape.size() == 2 && t->shape[0] == t->shape[1]) {
-        config.context_length = t->shape[0];  // the book's causal buffer
-      }
-    }
+    const std::string* mask = node.Weight("mask");
+    ATTN_ASSIGN_OR_RETURN(
+        const AttentionDims dims,
+        ResolveAttentionDims(
+            file_, {options_.num_heads, options_.context_length},
+            {node.num_heads, node.context_length},
+            mask ? prefix_ + *mask : std::string(), node.Describe() + ": "));
+    config.num_heads = dims.num_heads;
+    config.context_length = dims.context_length;
 
     std::vector<float> wq, wk, wv, bq, bk, bv, wo, bo;
     const std::vector<int64_t> proj = {d_out, d_in};
@@ -397,11 +367,7 @@ Result<std::unique_ptr<Graph>> Graph::FromJson(const std::string& json,
   if (!threads.ok()) return threads.status();
   impl->num_threads = *threads;
   impl->dtype = options.dtype;
-  if (options.dtype == DType::kBF16 && !kernels::HasNativeBF16()) {
-    return Unsupported(std::string("dtype bf16 needs a CPU with AVX512_BF16 "
-                                   "(oneDNN reports ") +
-                       kernels::MatMulIsaName() + "); use f32");
-  }
+  ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
 
   Result<SafetensorsFile> file = SafetensorsFile::Open(weights_path);
   if (!file.ok()) return file.status();

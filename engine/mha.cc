@@ -16,6 +16,7 @@
 #include "engine/buffer.h"
 #include "engine/limits.h"
 #include "engine/mha_model.h"
+#include "engine/model_config.h"
 #include "engine/threads.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
@@ -57,25 +58,6 @@ Status CheckDims(const MhaConfig& c) {
                            ", want a probability in [0, 1)");
   }
   return {};
-}
-
-// Parses metadata value `key` as a positive integer; 0 when absent.
-Result<int64_t> MetadataCount(const SafetensorsFile& file,
-                              const std::string& key) {
-  const auto it = file.metadata().find(key);
-  if (it == file.metadata().end()) return int64_t{0};
-  const std::string& text = it->second;
-  int64_t value = 0;
-  bool ok = !text.empty() && text.size() <= 12;
-  for (char c : text) {
-    ok = ok && c >= '0' && c <= '9';
-    if (ok) value = value * 10 + (c - '0');
-  }
-  if (!ok || value <= 0) {
-    return InvalidArgument("metadata '" + key + "' of '" + file.path() +
-                           "' is '" + text + "', want a positive integer");
-  }
-  return value;
 }
 
 // Bytes of the fp32 weights a model of config `c` holds (saturating).
@@ -136,11 +118,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
         std::string("qkv_bias is ") + (c.qkv_bias ? "true" : "false") +
         " but the q/k/v biases are " + (qkv_biases ? "given" : "absent"));
   }
-  if (options.dtype == DType::kBF16 && !kernels::HasNativeBF16()) {
-    return Unsupported(std::string("dtype bf16 needs a CPU with AVX512_BF16 "
-                                   "(oneDNN reports ") +
-                       kernels::MatMulIsaName() + "); use f32");
-  }
+  ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
   impl->dtype = options.dtype;
   Result<int> threads = ResolveNumThreads(options.num_threads);
   if (!threads.ok()) return threads.status();
@@ -196,23 +174,12 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
   config.qkv_bias = file.Find("W_query.bias") || file.Find("W_key.bias") ||
                     file.Find("W_value.bias");
 
-  Result<int64_t> heads = MetadataCount(file, "num_heads");
-  if (!heads.ok()) return heads.status();
-  config.num_heads = options.num_heads ? options.num_heads : *heads;
-  if (config.num_heads == 0) {
-    return InvalidArgument(
-        "num_heads is not given: pass it (--heads) or set "
-        "metadata 'num_heads' in '" +
-        path + "'");
-  }
-  Result<int64_t> context = MetadataCount(file, "context_length");
-  if (!context.ok()) return context.status();
-  config.context_length = *context;
-  if (const TensorInfo* mask = file.Find("mask");
-      config.context_length == 0 && mask && mask->shape.size() == 2 &&
-      mask->shape[0] == mask->shape[1]) {
-    config.context_length = mask->shape[0];  // the book's causal buffer
-  }
+  ATTN_ASSIGN_OR_RETURN(
+      const AttentionDims dims,
+      ResolveAttentionDims(file, {options.num_heads, options.context_length},
+                           {}, "mask", ""));
+  config.num_heads = dims.num_heads;
+  config.context_length = dims.context_length;
 
   const std::vector<int64_t> proj = {config.d_out, config.d_in};
   const std::vector<int64_t> square = {config.d_out, config.d_out};
