@@ -1,28 +1,18 @@
-// Shared by the Google Benchmark programs in bench/: the shape grid and FLOP
-// convention (grid.h), seeded random data, and a main() that records the
-// Highway target, oneDNN ISA and default thread count in the context.
+// Shared by the Google Benchmark programs in bench/: the shape grid, FLOP
+// convention and seeded random data (attn/bench.hpp), rate counters, and a
+// main() that records the Highway target, oneDNN ISA and default thread count
+// in the context.
 #ifndef ATTN_BENCH_BENCH_UTIL_H_
 #define ATTN_BENCH_BENCH_UTIL_H_
 
 #include <benchmark/benchmark.h>
 
-#include <cstdint>
-#include <random>
-#include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "bench/grid.h"
+#include "attn/bench.hpp"
 
 namespace attn::bench {
-
-inline std::vector<float> RandomFloats(size_t n, float bound, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-bound, bound);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // Rate counters, divided by real time (every benchmark here uses it).
 inline void SetRates(benchmark::State& state, double flops, double tokens) {

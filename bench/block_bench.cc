@@ -3,11 +3,11 @@
 // Google Benchmark's harness. FLOP/s per the peers' convention.
 #include <benchmark/benchmark.h>
 
-#include <cmath>
 #include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/bench.hpp"
 #include "bench/bench_util.h"
 
 namespace attn::bench {
@@ -17,29 +17,17 @@ void Block(benchmark::State& state, const GridShape& s, DType dtype,
            int threads) {
   const auto din = size_t(s.d_in), dout = size_t(s.d_out);
   const auto rows = size_t(s.batch * s.seq_len);
-  const float in_bound = 1.0f / std::sqrt(float(s.d_in));
-  const float out_bound = 1.0f / std::sqrt(float(s.d_out));
-  const std::vector<float> wq = RandomFloats(dout * din, in_bound, 1),
-                           wk = RandomFloats(dout * din, in_bound, 2),
-                           wv = RandomFloats(dout * din, in_bound, 3),
-                           wo = RandomFloats(dout * dout, out_bound, 4),
-                           bo = RandomFloats(dout, out_bound, 5),
-                           x = RandomFloats(rows * din, 1.0f, 6);
-  std::vector<float> y(rows * dout);
   MhaConfig config;
   config.d_in = s.d_in;
   config.d_out = s.d_out;
   config.num_heads = s.heads;
-  MhaWeights w;
-  w.w_query = wq.data();
-  w.w_key = wk.data();
-  w.w_value = wv.data();
-  w.w_out = wo.data();
-  w.b_out = bo.data();
+  const RandomMhaWeights weights = MakeRandomMhaWeights(config, 1);
+  const std::vector<float> x = RandomFloats(rows * din, 1.0f, 6);
+  std::vector<float> y(rows * dout);
   MhaOptions options;
   options.num_threads = threads;
   options.dtype = dtype;
-  auto model = MhaModel::Create(config, w, options);
+  auto model = MhaModel::Create(config, weights.view(), options);
   if (!model.ok()) {
     state.SkipWithError(model.status().message().c_str());
     return;

@@ -15,15 +15,14 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/bench.hpp"
 #include "attn/decode.hpp"
 
 namespace {
@@ -96,34 +95,15 @@ void BM_StreamRead(benchmark::State& state) {
 }
 BENCHMARK(BM_StreamRead)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-std::vector<float> Random(std::mt19937& rng, size_t n, float bound) {
-  std::uniform_real_distribution<float> dist(-bound, bound);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 // Seeded gpt2-sized weights.
 std::shared_ptr<const attn::MhaModel> Model() {
   static const std::shared_ptr<const attn::MhaModel> model = [] {
-    std::mt19937 rng(0);
-    const auto n = static_cast<size_t>(kDim);
-    const float bound = 1.0f / std::sqrt(float(kDim));
-    static const std::vector<float> wq = Random(rng, n * n, bound),
-                                    wk = Random(rng, n * n, bound),
-                                    wv = Random(rng, n * n, bound),
-                                    wo = Random(rng, n * n, bound),
-                                    bo = Random(rng, n, bound);
     attn::MhaConfig config;
     config.d_in = config.d_out = kDim;
     config.num_heads = kHeads;
-    attn::MhaWeights w;
-    w.w_query = wq.data();
-    w.w_key = wk.data();
-    w.w_value = wv.data();
-    w.w_out = wo.data();
-    w.b_out = bo.data();
-    auto created = attn::MhaModel::Create(config, w);
+    const attn::bench::RandomMhaWeights weights =
+        attn::bench::MakeRandomMhaWeights(config, 0);
+    auto created = attn::MhaModel::Create(config, weights.view());
     if (!created.ok()) std::abort();
     return *created;
   }();
@@ -142,14 +122,14 @@ void BM_DecodeStep(benchmark::State& state) {
     return;
   }
   attn::MhaDecoder& dec = **decoder;
-  std::mt19937 rng(1);
   const auto d = static_cast<size_t>(kDim), b = static_cast<size_t>(batch);
   {  // Not timed: the prompt fills the cache to context - 1 tokens.
-    const auto x = Random(rng, b * static_cast<size_t>(prompt) * d, 1.0f);
+    const auto x =
+        attn::bench::RandomFloats(b * static_cast<size_t>(prompt) * d, 1.0f, 1);
     std::vector<float> y(x.size());
     if (!dec.Prefill(x.data(), prompt, y.data()).ok()) std::abort();
   }
-  const auto x1 = Random(rng, b * d, 1.0f);
+  const auto x1 = attn::bench::RandomFloats(b * d, 1.0f, 2);
   std::vector<float> y1(b * d);
   const double kv_bytes = double(dec.decode_kv_bytes());
   for (auto _ : state) {
@@ -172,8 +152,8 @@ BENCHMARK(BM_DecodeStep)
 
 void BM_RecomputePrefix(benchmark::State& state) {
   const int64_t context = state.range(0), batch = state.range(1);
-  std::mt19937 rng(2);
-  const auto x = Random(rng, static_cast<size_t>(batch * context * kDim), 1.0f);
+  const auto x = attn::bench::RandomFloats(
+      static_cast<size_t>(batch * context * kDim), 1.0f, 3);
   std::vector<float> y(x.size());
   attn::MhaSession session(Model());
   if (!session.Run(x.data(), batch, context, y.data()).ok()) std::abort();

@@ -6,14 +6,12 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <fstream>
-#include <random>
 #include <sstream>
 
-#include "bench/grid.h"
+#include "attn/bench.hpp"
 
 namespace attn::cli {
 namespace {
@@ -139,34 +137,14 @@ Result<std::unique_ptr<RandomBlock>> RandomBlock::Create(const Shape& s,
 }
 
 RandomBlock::RandomBlock(const Shape& s) : shape(s) {
-  std::mt19937 rng(0);
-  auto random = [&rng](size_t n, double bound) {
-    std::uniform_real_distribution<float> dist(static_cast<float>(-bound),
-                                               static_cast<float>(bound));
-    std::vector<float> v(n);
-    for (float& value : v) value = dist(rng);
-    return v;
-  };
-  const auto din = static_cast<size_t>(s.d_in);
-  const auto dout = static_cast<size_t>(s.d_out);
-  const auto rows = static_cast<size_t>(s.batch * s.seq_len);
-  const double in_bound = 1.0 / std::sqrt(double(s.d_in));
-  const double out_bound = 1.0 / std::sqrt(double(s.d_out));
-  wq = random(dout * din, in_bound);
-  wk = random(dout * din, in_bound);
-  wv = random(dout * din, in_bound);
-  wo = random(dout * dout, out_bound);
-  bo = random(dout, out_bound);
-  x = random(rows * din, 1.0);
-  y.resize(rows * dout);
   config.d_in = s.d_in;
   config.d_out = s.d_out;
   config.num_heads = s.heads;
-  weights.w_query = wq.data();
-  weights.w_key = wk.data();
-  weights.w_value = wv.data();
-  weights.w_out = wo.data();
-  weights.b_out = bo.data();
+  random_weights = bench::MakeRandomMhaWeights(config, 0);
+  weights = random_weights.view();
+  const auto rows = static_cast<size_t>(s.batch * s.seq_len);
+  x = bench::RandomFloats(rows * static_cast<size_t>(s.d_in), 1.0f, 1);
+  y.resize(rows * static_cast<size_t>(s.d_out));
 }
 
 double TokensPerSecond(const Shape& s, double ms) {

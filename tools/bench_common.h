@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/bench.hpp"
 
 namespace attn::cli {
 
@@ -20,7 +21,7 @@ struct Shape {
   int64_t batch, seq_len, d_in, d_out, heads;
 };
 
-// The peers' grid of bench/grid.h (seed ... long-4k), then long-32k.
+// The peers' grid of attn/bench.hpp (seed ... long-4k), then long-32k.
 const std::vector<Shape>& Grid();
 // The names of `shapes` joined by `separator`, e.g. for help text.
 std::string Names(const std::vector<Shape>& shapes, const char* separator);
@@ -54,8 +55,9 @@ struct RandomBlock {
                                                      uint64_t max_memory);
   Shape shape;
   MhaConfig config;
-  MhaWeights weights;  // points into the vectors below
-  std::vector<float> wq, wk, wv, wo, bo, x, y;
+  bench::RandomMhaWeights random_weights;
+  MhaWeights weights;  // random_weights.view()
+  std::vector<float> x, y;
 
  private:
   explicit RandomBlock(const Shape& shape);
