@@ -4,15 +4,14 @@
 // effective bandwidth of the K/V cache read.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/bench.hpp"
 #include "attn/decode.hpp"
 #include "nlohmann/json.hpp"
 #include "tools/bench_common.h"
@@ -39,18 +38,31 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::vector<float> Random(std::mt19937& rng, size_t n, double bound) {
-  std::uniform_real_distribution<float> dist(static_cast<float>(-bound),
-                                             static_cast<float>(bound));
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
+double MillisecondsBetween(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+struct Dims {
+  int64_t d_in = 0, d_out = 0, heads = 0;
+};
+
+// --dims "d_in,d_out,heads", each positive.
+Result<Dims> ParseDims(const std::string& spec) {
+  Dims dims;
+  char tail = 0;
+  if (std::sscanf(spec.c_str(), "%ld,%ld,%ld%c", &dims.d_in, &dims.d_out,
+                  &dims.heads, &tail) != 3 ||
+      dims.d_in <= 0 || dims.d_out <= 0 || dims.heads <= 0) {
+    return InvalidArgument("--dims '" + spec +
+                           "' is not d_in,d_out,heads with positive integers");
+  }
+  return dims;
 }
 
 // The random weights, then per point its tokens in and out (prompt, step
 // and the recomputed prefix), against the cap before any is allocated.
-Status CheckPointsFit(const DecodeArgs& args, int64_t d_in, int64_t d_out) {
-  const double din = double(d_in), dout = double(d_out);
+Status CheckPointsFit(const DecodeArgs& args, const Dims& dims) {
+  const double din = double(dims.d_in), dout = double(dims.d_out);
   const double random_weights = 4.0 * (3 * din * dout + dout * dout + dout);
   for (int64_t context : args.contexts) {
     for (int64_t batch : args.batches) {
@@ -65,178 +77,239 @@ Status CheckPointsFit(const DecodeArgs& args, int64_t d_in, int64_t d_out) {
   return {};
 }
 
+// The table's title and column heads (not with --json).
+void PrintHeader(const RuntimeInfo& info, const Dims& dims) {
+  std::printf(
+      "attn %s | highway %s | oneDNN %s %s | decode d_in %ld d_out %ld "
+      "heads %ld\n",
+      info.version.c_str(), info.simd_target.c_str(),
+      info.onednn_version.c_str(), info.onednn_isa.c_str(), dims.d_in,
+      dims.d_out, dims.heads);
+  std::printf("%7s %5s %7s %10s %11s %9s %10s %13s %9s\n", "context", "batch",
+              "threads", "step_ms", "tokens/s", "kv_GB/s", "all_GB/s",
+              "recompute_ms", "speedup");
+}
+
+// One (context, batch) point's random tokens: `context` per sequence, the
+// first context - 1 of them the prompt and the last the timed step's.
+struct PointTokens {
+  int64_t batch = 0, context = 0, prompt = 0, d_in = 0;
+  std::vector<float> all;     // [batch, context, d_in]
+  std::vector<float> step_x;  // [batch, 1, d_in]: the last of each sequence
+};
+
+PointTokens MakePointTokens(int64_t batch, int64_t context, int64_t d_in) {
+  PointTokens t;
+  t.batch = batch;
+  t.context = context;
+  t.prompt = context - 1;
+  t.d_in = d_in;
+  const auto rows = static_cast<size_t>(batch);
+  const auto in = static_cast<size_t>(d_in);
+  const auto ctx = static_cast<size_t>(context);
+  const auto prompt = static_cast<size_t>(t.prompt);
+  t.all = bench::RandomFloats(rows * ctx * in, 1.0f, 1);
+  t.step_x.resize(rows * in);
+  for (size_t b = 0; b < rows; ++b) {
+    std::copy_n(
+        t.all.begin() + static_cast<std::ptrdiff_t>((b * ctx + prompt) * in),
+        in, t.step_x.begin() + static_cast<std::ptrdiff_t>(b * in));
+  }
+  return t;
+}
+
+// Fills the cache with the prompt: context - 1 tokens per sequence, so that
+// each timed step's new token attends to `context` keys.
+Status PrefillPrompt(MhaDecoder& dec, const PointTokens& tokens,
+                     int64_t d_out) {
+  if (tokens.prompt == 0) return {};
+  const auto rows = static_cast<size_t>(tokens.batch);
+  const auto in = static_cast<size_t>(tokens.d_in);
+  const auto ctx = static_cast<size_t>(tokens.context);
+  const auto prompt = static_cast<size_t>(tokens.prompt);
+  std::vector<float> y(rows * prompt * static_cast<size_t>(d_out));
+  std::vector<float> xp(rows * prompt * in);
+  for (size_t b = 0; b < rows; ++b) {
+    std::copy_n(tokens.all.begin() + static_cast<std::ptrdiff_t>(b * ctx * in),
+                prompt * in,
+                xp.begin() + static_cast<std::ptrdiff_t>(b * prompt * in));
+  }
+  return dec.Prefill(xp.data(), tokens.prompt, y.data());
+}
+
+// The decode step of one point, timed; its K/V read per step.
+struct StepTiming {
+  double step_ms = 0.0;
+  size_t reps = 0;
+  size_t kv_bytes = 0;
+};
+
+// Times the step on a cache holding the prompt (rewind to the prompt, append
+// one token per sequence): 3 warm-up runs, then at least 10 and `min_time`
+// seconds; the median counts. `team` (the model's) is for the progress line.
+Result<StepTiming> TimeDecodeStep(MhaDecoder& dec, const PointTokens& tokens,
+                                  int64_t d_out, int team, double min_time) {
+  const int64_t prompt = tokens.prompt;
+  std::vector<float> y1(static_cast<size_t>(tokens.batch) *
+                        static_cast<size_t>(d_out));
+  auto step = [&]() -> Status {
+    // Rewind to the prompt, then the step under test.
+    for (int64_t b = 0; b < tokens.batch; ++b) {
+      ATTN_RETURN_IF_ERROR(dec.Truncate(b, prompt));
+    }
+    if (prompt == 0) return dec.Prefill(tokens.step_x.data(), 1, y1.data());
+    return dec.Decode(tokens.step_x.data(), tokens.batch, y1.data());
+  };
+  ShowProgress("context %ld batch %ld threads %d: decode ...", tokens.context,
+               tokens.batch, team);
+  for (int warmup = 0; warmup < 3; ++warmup) ATTN_RETURN_IF_ERROR(step());
+  StepTiming timing;
+  for (int64_t b = 0; b < tokens.batch; ++b) (void)dec.Truncate(b, prompt);
+  timing.kv_bytes = dec.decode_kv_bytes();
+  std::vector<double> ms;
+  const auto start = Clock::now();
+  while (ms.size() < 10 ||
+         std::chrono::duration<double>(Clock::now() - start).count() <
+             min_time) {
+    const auto t0 = Clock::now();
+    const Status st = step();
+    const auto t1 = Clock::now();
+    ATTN_RETURN_IF_ERROR(st);
+    ms.push_back(MillisecondsBetween(t0, t1));
+  }
+  timing.step_ms = ms.empty() ? 0.0 : Median(ms);
+  timing.reps = ms.size();
+  return timing;
+}
+
+// The chapter-3 way: the whole prefix (context tokens) recomputed for the one
+// new token of each sequence. Two runs, the faster counts.
+Result<double> TimeRecompute(std::shared_ptr<const MhaModel> model,
+                             const PointTokens& tokens, int64_t d_out) {
+  MhaSession session(std::move(model));
+  std::vector<float> y(static_cast<size_t>(tokens.batch) *
+                       static_cast<size_t>(tokens.context) *
+                       static_cast<size_t>(d_out));
+  double recompute_ms = 0.0;
+  for (int rep = 0; rep < 2; ++rep) {
+    const auto t0 = Clock::now();
+    const Status st =
+        session.Run(tokens.all.data(), tokens.batch, tokens.context, y.data());
+    const auto t1 = Clock::now();
+    ATTN_RETURN_IF_ERROR(st);
+    const double t = MillisecondsBetween(t0, t1);
+    recompute_ms = rep == 0 ? t : std::min(recompute_ms, t);
+  }
+  return recompute_ms;
+}
+
+// What one point measured.
+struct DecodePoint {
+  int64_t context = 0, batch = 0;
+  int team = 0;
+  StepTiming step;
+  double recompute_ms = 0.0;  // 0 with --no-recompute
+};
+
+// Times one (context, batch, threads) point on the random `weights`.
+Result<DecodePoint> MeasurePoint(const DecodeArgs& args, const Dims& dims,
+                                 const MhaWeights& weights, int64_t context,
+                                 int64_t batch, int threads, double min_time) {
+  MhaConfig config;
+  config.d_in = dims.d_in;
+  config.d_out = dims.d_out;
+  config.num_heads = dims.heads;
+  MhaOptions options;
+  options.num_threads = threads;
+  options.max_memory_bytes = args.max_memory;
+  ATTN_ASSIGN_OR_RETURN(std::shared_ptr<const MhaModel> model,
+                        MhaModel::Create(config, weights, options));
+  DecodePoint point;
+  point.context = context;
+  point.batch = batch;
+  point.team = model->num_threads();
+  ShowProgress("context %ld batch %ld threads %d: prefill ...", context, batch,
+               point.team);
+  DecoderOptions decoder_options;
+  decoder_options.batch = batch;
+  decoder_options.max_length = context;
+  ATTN_ASSIGN_OR_RETURN(auto decoder,
+                        MhaDecoder::Create(model, decoder_options));
+  const PointTokens tokens = MakePointTokens(batch, context, dims.d_in);
+  ATTN_RETURN_IF_ERROR(PrefillPrompt(*decoder, tokens, dims.d_out));
+  ATTN_ASSIGN_OR_RETURN(point.step, TimeDecodeStep(*decoder, tokens, dims.d_out,
+                                                   point.team, min_time));
+  if (args.recompute) {
+    ShowProgress("context %ld batch %ld threads %d: recompute ...", context,
+                 batch, point.team);
+    ATTN_ASSIGN_OR_RETURN(point.recompute_ms,
+                          TimeRecompute(model, tokens, dims.d_out));
+  }
+  EndProgress();
+  return point;
+}
+
+// One line for `point`: a table row, or a JSON object with --json.
+void PrintPoint(const DecodePoint& point, const Dims& dims,
+                const RuntimeInfo& info, bool json) {
+  const double step_ms = point.step.step_ms;
+  const double kv_bytes = double(point.step.kv_bytes);
+  const double weight_bytes =
+      4.0 * (3.0 * dims.d_in * dims.d_out + 1.0 * dims.d_out * dims.d_out);
+  const double tokens = double(point.batch) / (step_ms / 1e3);
+  const double kv_gbs = kv_bytes / (step_ms / 1e3) / 1e9;
+  const double all_gbs = (kv_bytes + weight_bytes) / (step_ms / 1e3) / 1e9;
+  const double speedup =
+      point.recompute_ms > 0 ? point.recompute_ms / step_ms : 0.0;
+  if (json) {
+    const nlohmann::json line = {{"kind", "decode"},
+                                 {"context", point.context},
+                                 {"batch", point.batch},
+                                 {"d_in", dims.d_in},
+                                 {"d_out", dims.d_out},
+                                 {"heads", dims.heads},
+                                 {"threads", point.team},
+                                 {"step_ms", step_ms},
+                                 {"reps", point.step.reps},
+                                 {"tokens_per_s", tokens},
+                                 {"kv_bytes", point.step.kv_bytes},
+                                 {"kv_gb_per_s", kv_gbs},
+                                 {"all_gb_per_s", all_gbs},
+                                 {"recompute_ms", point.recompute_ms},
+                                 {"speedup", speedup},
+                                 {"simd_target", info.simd_target},
+                                 {"onednn_isa", info.onednn_isa}};
+    std::printf("%s\n", line.dump().c_str());
+  } else {
+    std::printf("%7ld %5ld %7d %10.3f %11.1f %9.2f %10.2f %13.2f %8.0fx\n",
+                point.context, point.batch, point.team, step_ms, tokens, kv_gbs,
+                all_gbs, point.recompute_ms, speedup);
+  }
+  std::fflush(stdout);
+}
+
 int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
         double min_time, bool json) {
-  int64_t d_in = 0, d_out = 0, heads = 0;
-  char tail = 0;
-  if (std::sscanf(args.dims.c_str(), "%ld,%ld,%ld%c", &d_in, &d_out, &heads,
-                  &tail) != 3 ||
-      d_in <= 0 || d_out <= 0 || heads <= 0) {
-    return Fail("--dims '" + args.dims +
-                "' is not d_in,d_out,heads with positive integers");
-  }
-  const Status fits = CheckPointsFit(args, d_in, d_out);
+  const Result<Dims> dims = ParseDims(args.dims);
+  if (!dims.ok()) return Fail(dims.status().message());
+  const Status fits = CheckPointsFit(args, *dims);
   if (!fits.ok()) return Fail(fits.message());
-  std::mt19937 rng(0);
-  const auto in = static_cast<size_t>(d_in), out = static_cast<size_t>(d_out);
-  const double in_bound = 1.0 / std::sqrt(double(d_in));
-  const double out_bound = 1.0 / std::sqrt(double(d_out));
-  const auto wq = Random(rng, out * in, in_bound),
-             wk = Random(rng, out * in, in_bound),
-             wv = Random(rng, out * in, in_bound),
-             wo = Random(rng, out * out, out_bound),
-             bo = Random(rng, out, out_bound);
   MhaConfig config;
-  config.d_in = d_in;
-  config.d_out = d_out;
-  config.num_heads = heads;
-  MhaWeights weights;
-  weights.w_query = wq.data();
-  weights.w_key = wk.data();
-  weights.w_value = wv.data();
-  weights.w_out = wo.data();
-  weights.b_out = bo.data();
-  const double weight_bytes = 4.0 * (3.0 * d_in * d_out + 1.0 * d_out * d_out);
-
+  config.d_in = dims->d_in;
+  config.d_out = dims->d_out;
+  const bench::RandomMhaWeights weights =
+      bench::MakeRandomMhaWeights(config, 0);
   const RuntimeInfo info = GetRuntimeInfo();
-  if (!json) {
-    std::printf(
-        "attn %s | highway %s | oneDNN %s %s | decode d_in %ld d_out %ld "
-        "heads %ld\n",
-        info.version.c_str(), info.simd_target.c_str(),
-        info.onednn_version.c_str(), info.onednn_isa.c_str(), d_in, d_out,
-        heads);
-    std::printf("%7s %5s %7s %10s %11s %9s %10s %13s %9s\n", "context", "batch",
-                "threads", "step_ms", "tokens/s", "kv_GB/s", "all_GB/s",
-                "recompute_ms", "speedup");
-  }
+  if (!json) PrintHeader(info, *dims);
   std::vector<int> thread_counts = threads_list;
   if (thread_counts.empty()) thread_counts = {0};
   for (int64_t context : args.contexts) {
     for (int64_t batch : args.batches) {
       for (int threads : thread_counts) {
-        MhaOptions options;
-        options.num_threads = threads;
-        options.max_memory_bytes = args.max_memory;
-        auto model = MhaModel::Create(config, weights, options);
-        if (!model.ok()) return Fail(model.status().message());
-        const int team = (*model)->num_threads();
-        ShowProgress("context %ld batch %ld threads %d: prefill ...", context,
-                     batch, team);
-        DecoderOptions decoder_options;
-        decoder_options.batch = batch;
-        decoder_options.max_length = context;
-        auto decoder = MhaDecoder::Create(*model, decoder_options);
-        if (!decoder.ok()) return Fail(decoder.status().message());
-        MhaDecoder& dec = **decoder;
-        // The prompt: context - 1 tokens per sequence, so that each timed
-        // step's new token attends to `context` keys.
-        const int64_t prompt = context - 1;
-        const auto rows = static_cast<size_t>(batch);
-        const auto x = Random(rng, rows * static_cast<size_t>(context) * in, 1);
-        if (prompt > 0) {
-          std::vector<float> y(rows * static_cast<size_t>(prompt) * out);
-          std::vector<float> xp(rows * static_cast<size_t>(prompt) * in);
-          for (size_t b = 0; b < rows; ++b) {
-            std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(
-                                        b * static_cast<size_t>(context) * in),
-                        static_cast<size_t>(prompt) * in,
-                        xp.begin() + static_cast<std::ptrdiff_t>(
-                                         b * static_cast<size_t>(prompt) * in));
-          }
-          const Status st = dec.Prefill(xp.data(), prompt, y.data());
-          if (!st.ok()) return Fail(st.message());
-        }
-        std::vector<float> x1(rows * in), y1(rows * out);
-        for (size_t b = 0; b < rows; ++b) {
-          std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(
-                                      (b * static_cast<size_t>(context) +
-                                       static_cast<size_t>(prompt)) *
-                                      in),
-                      in, x1.begin() + static_cast<std::ptrdiff_t>(b * in));
-        }
-        auto step = [&]() -> Status {
-          // Rewind to the prompt, then the step under test.
-          for (int64_t b = 0; b < batch; ++b) {
-            ATTN_RETURN_IF_ERROR(dec.Truncate(b, prompt));
-          }
-          if (prompt == 0) return dec.Prefill(x1.data(), 1, y1.data());
-          return dec.Decode(x1.data(), batch, y1.data());
-        };
-        ShowProgress("context %ld batch %ld threads %d: decode ...", context,
-                     batch, team);
-        for (int warmup = 0; warmup < 3; ++warmup) {
-          const Status st = step();
-          if (!st.ok()) return Fail(st.message());
-        }
-        const size_t kv_bytes = [&] {
-          for (int64_t b = 0; b < batch; ++b) (void)dec.Truncate(b, prompt);
-          return dec.decode_kv_bytes();
-        }();
-        std::vector<double> ms;
-        const auto start = Clock::now();
-        while (ms.size() < 10 ||
-               std::chrono::duration<double>(Clock::now() - start).count() <
-                   min_time) {
-          const auto t0 = Clock::now();
-          const Status st = step();
-          const auto t1 = Clock::now();
-          if (!st.ok()) return Fail(st.message());
-          ms.push_back(
-              std::chrono::duration<double, std::milli>(t1 - t0).count());
-        }
-        const double step_ms = ms.empty() ? 0.0 : Median(ms);
-        const double tokens = double(batch) / (step_ms / 1e3);
-        const double kv_gbs = double(kv_bytes) / (step_ms / 1e3) / 1e9;
-        const double all_gbs =
-            (double(kv_bytes) + weight_bytes) / (step_ms / 1e3) / 1e9;
-
-        // The chapter-3 way: the whole prefix (context tokens) recomputed for
-        // the one new token of each sequence. Two runs, the faster counts.
-        double recompute_ms = 0.0;
-        if (args.recompute) {
-          ShowProgress("context %ld batch %ld threads %d: recompute ...",
-                       context, batch, team);
-          MhaSession session(*model);
-          std::vector<float> y(rows * static_cast<size_t>(context) * out);
-          for (int rep = 0; rep < 2; ++rep) {
-            const auto t0 = Clock::now();
-            const Status st = session.Run(x.data(), batch, context, y.data());
-            const auto t1 = Clock::now();
-            if (!st.ok()) return Fail(st.message());
-            const double t =
-                std::chrono::duration<double, std::milli>(t1 - t0).count();
-            recompute_ms = rep == 0 ? t : std::min(recompute_ms, t);
-          }
-        }
-        EndProgress();
-        const double speedup = recompute_ms > 0 ? recompute_ms / step_ms : 0.0;
-        if (json) {
-          const nlohmann::json line = {{"kind", "decode"},
-                                       {"context", context},
-                                       {"batch", batch},
-                                       {"d_in", d_in},
-                                       {"d_out", d_out},
-                                       {"heads", heads},
-                                       {"threads", team},
-                                       {"step_ms", step_ms},
-                                       {"reps", ms.size()},
-                                       {"tokens_per_s", tokens},
-                                       {"kv_bytes", kv_bytes},
-                                       {"kv_gb_per_s", kv_gbs},
-                                       {"all_gb_per_s", all_gbs},
-                                       {"recompute_ms", recompute_ms},
-                                       {"speedup", speedup},
-                                       {"simd_target", info.simd_target},
-                                       {"onednn_isa", info.onednn_isa}};
-          std::printf("%s\n", line.dump().c_str());
-        } else {
-          std::printf(
-              "%7ld %5ld %7d %10.3f %11.1f %9.2f %10.2f %13.2f %8.0fx\n",
-              context, batch, team, step_ms, tokens, kv_gbs, all_gbs,
-              recompute_ms, speedup);
-        }
-        std::fflush(stdout);
+        const Result<DecodePoint> point = MeasurePoint(
+            args, *dims, weights.view(), context, batch, threads, min_time);
+        if (!point.ok()) return Fail(point.status().message());
+        PrintPoint(*point, *dims, info, json);
       }
     }
   }
