@@ -103,8 +103,11 @@ inline RandomMhaWeights MakeRandomMhaWeights(const MhaConfig& config,
                                              uint32_t seed) {
   const auto din = static_cast<size_t>(config.d_in);
   const auto dout = static_cast<size_t>(config.d_out);
-  const float in_bound = 1.0f / std::sqrt(float(config.d_in));
-  const float out_bound = 1.0f / std::sqrt(float(config.d_out));
+  // Rounded once, from double.
+  const auto in_bound =
+      static_cast<float>(1.0 / std::sqrt(double(config.d_in)));
+  const auto out_bound =
+      static_cast<float>(1.0 / std::sqrt(double(config.d_out)));
   std::mt19937 rng(seed);
   RandomMhaWeights w;
   w.w_query = detail::Uniform(rng, dout * din, in_bound);
