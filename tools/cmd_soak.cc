@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/bench.hpp"
 #include "nlohmann/json.hpp"
 #include "tools/cli.h"
 #include "tools/flags.h"
@@ -60,17 +61,23 @@ struct Case {
   std::vector<float> y;
 };
 
-Result<std::vector<Case>> MakeCases(const SoakArgs& a, std::mt19937_64& rng) {
-  auto pick = [&rng](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+// --threads, else 1, 2, 4, ... up to the cores, and the cores.
+std::vector<int> ThreadCounts(const SoakArgs& a) {
   std::vector<int> thread_counts = a.threads;
   if (thread_counts.empty()) {
     const int cores = GetRuntimeInfo().default_threads;
     for (int t = 1; t <= cores; t *= 2) thread_counts.push_back(t);
     if (thread_counts.back() != cores) thread_counts.push_back(cores);
   }
+  return thread_counts;
+}
+
+Result<std::vector<Case>> MakeCases(const SoakArgs& a, std::mt19937_64& rng) {
+  auto pick = [&rng](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  const std::vector<int> thread_counts = ThreadCounts(a);
   std::vector<Case> cases;
   for (int m = 0; m < a.models; ++m) {
     MhaConfig config;
@@ -80,30 +87,12 @@ Result<std::vector<Case>> MakeCases(const SoakArgs& a, std::mt19937_64& rng) {
     config.qkv_bias = pick(0, 1) == 1;
     const auto din = static_cast<size_t>(config.d_in);
     const auto dout = static_cast<size_t>(config.d_out);
-    auto random = [&](size_t n) {
-      std::vector<float> v(n);
-      for (float& f : v) f = value(rng) / std::sqrt(float(config.d_in));
-      return v;
-    };
-    const auto wq = random(dout * din), wk = random(dout * din),
-               wv = random(dout * din), wo = random(dout * dout),
-               bq = random(dout), bk = random(dout), bv = random(dout),
-               bo = random(dout);
-    MhaWeights w;
-    w.w_query = wq.data();
-    w.w_key = wk.data();
-    w.w_value = wv.data();
-    w.w_out = wo.data();
-    w.b_out = bo.data();
-    if (config.qkv_bias) {
-      w.b_query = bq.data();
-      w.b_key = bk.data();
-      w.b_value = bv.data();
-    }
+    const bench::RandomMhaWeights weights =
+        bench::MakeRandomMhaWeights(config, static_cast<uint32_t>(rng()));
     for (int threads : thread_counts) {
       MhaOptions options;
       options.num_threads = threads;
-      auto model = MhaModel::Create(config, w, options);
+      auto model = MhaModel::Create(config, weights.view(), options);
       if (!model.ok()) return model.status();
       Case c;
       c.model = *model;
@@ -145,82 +134,107 @@ Status Call(Case& c, int v) {
   return {};
 }
 
-int Soak(const SoakArgs& a) {
-  if (a.iterations <= 0 && a.seconds <= 0.0) {
-    return Fail("give --iterations or --seconds");
-  }
-  std::mt19937_64 rng(a.seed);
-  auto cases = MakeCases(a, rng);
-  if (!cases.ok()) return Fail(cases.status().message());
-  const int n_cases = static_cast<int>(cases->size());
-  std::uniform_int_distribution<int> pick_case(0, n_cases - 1);
+// Calls a random case, at its second shape (which makes its session re-plan)
+// 1 call in --replan-every, else at its first; counts the tokens.
+struct RandomCalls {
+  RandomCalls(std::vector<Case>& all, std::mt19937_64& generator,
+              int64_t replan_one_in)
+      : cases(all),
+        rng(generator),
+        replan_every(replan_one_in),
+        pick_case(0, static_cast<int>(all.size()) - 1) {}
 
-  // Warm-up: every case at both shapes, then more random calls, so that
-  // oneDNN's caches, malloc's arenas and the thread pools have settled.
-  for (Case& c : *cases) {
-    for (int v : {0, 1, 0, 1}) {
-      const Status s = Call(c, v);
-      if (!s.ok()) return Fail(s.message());
-    }
-  }
-  const int64_t warmup =
-      a.warmup > 0
-          ? a.warmup
-          : std::max<int64_t>(1000, a.iterations > 0 ? a.iterations / 100 : 0);
-  int64_t tokens = 0;
-  auto random_call = [&]() -> Status {
-    Case& c = (*cases)[static_cast<size_t>(pick_case(rng))];
-    // The case's second shape, which makes its session re-plan, 1 call in
-    // --replan-every (then back to the first shape).
+  Status Next() {
+    Case& c = cases[static_cast<size_t>(pick_case(rng))];
     const int v =
-        static_cast<int>(a.replan_every > 0 && rng() % a.replan_every == 0);
+        static_cast<int>(replan_every > 0 && rng() % replan_every == 0);
     tokens += c.batch[v] * c.seq_len[v];
     return Call(c, v);
-  };
-  for (int64_t i = 0; i < warmup; ++i) {
-    const Status s = random_call();
-    if (!s.ok()) return Fail(s.message());
   }
-  malloc_trim(0);
-  const uint64_t rss0 = RssBytes(), heap0 = HeapInUse();
 
-  // The measured run, in 10 windows for the throughput drift.
+  std::vector<Case>& cases;
+  std::mt19937_64& rng;
+  int64_t replan_every;
+  std::uniform_int_distribution<int> pick_case;
+  int64_t tokens = 0;  // since the caller last set it to 0
+};
+
+// --warmup, else 1% of --iterations, at least 1000.
+int64_t WarmupCalls(const SoakArgs& a) {
+  return a.warmup > 0 ? a.warmup
+                      : std::max<int64_t>(
+                            1000, a.iterations > 0 ? a.iterations / 100 : 0);
+}
+
+// Every case at both shapes, then `warmup` random calls, so that oneDNN's
+// caches, malloc's arenas and the thread pools have settled.
+Status WarmUp(std::vector<Case>& cases, RandomCalls& calls, int64_t warmup) {
+  for (Case& c : cases) {
+    for (int v : {0, 1, 0, 1}) ATTN_RETURN_IF_ERROR(Call(c, v));
+  }
+  for (int64_t i = 0; i < warmup; ++i) ATTN_RETURN_IF_ERROR(calls.Next());
+  return {};
+}
+
+struct MemorySample {
+  uint64_t rss = 0, heap = 0;
+};
+
+// Resident set and heap in use, after malloc gives back what it can.
+MemorySample SampleMemory() {
+  malloc_trim(0);
+  const uint64_t rss = RssBytes(), heap = HeapInUse();
+  return {rss, heap};
+}
+
+struct Measured {
+  int64_t calls = 0;
+  double seconds = 0.0;
+  std::vector<double> window_rate;  // tokens/s per window
+};
+
+// The measured run, --iterations calls or --seconds, in 10 windows for the
+// throughput drift.
+Result<Measured> MeasureWindows(const SoakArgs& a, RandomCalls& random_calls) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
-  std::vector<double> window_rate;  // tokens/s per window
-  int64_t calls = 0;
+  Measured m;
   auto done = [&] {
-    return a.iterations > 0 ? calls >= a.iterations : elapsed() >= a.seconds;
+    return a.iterations > 0 ? m.calls >= a.iterations : elapsed() >= a.seconds;
   };
   // Window k (0..9) ends at k+1 tenths of the calls or of the seconds.
   auto window_done = [&](size_t k) {
     return a.iterations > 0
-               ? calls >= a.iterations * static_cast<int64_t>(k + 1) / 10
+               ? m.calls >= a.iterations * static_cast<int64_t>(k + 1) / 10
                : elapsed() >= a.seconds * static_cast<double>(k + 1) / 10;
   };
   while (!done()) {
     const double t0 = elapsed();
-    tokens = 0;
-    while (!done() && !window_done(window_rate.size())) {
-      const Status s = random_call();
-      if (!s.ok()) return Fail(s.message());
-      ++calls;
+    random_calls.tokens = 0;
+    while (!done() && !window_done(m.window_rate.size())) {
+      ATTN_RETURN_IF_ERROR(random_calls.Next());
+      ++m.calls;
     }
     const double dt = elapsed() - t0;
-    window_rate.push_back(dt > 0 ? static_cast<double>(tokens) / dt : 0.0);
+    m.window_rate.push_back(
+        dt > 0 ? static_cast<double>(random_calls.tokens) / dt : 0.0);
   }
-  const double total_s = elapsed();
-  malloc_trim(0);
-  const uint64_t rss1 = RssBytes(), heap1 = HeapInUse();
+  m.seconds = elapsed();
+  return m;
+}
 
-  const double first = window_rate.empty() ? 0.0 : window_rate.front();
-  const double last = window_rate.empty() ? 0.0 : window_rate.back();
+// The soak's summary: one JSON object with --json, else four lines.
+void PrintReport(const SoakArgs& a, int64_t warmup, int n_cases,
+                 const Measured& m, const MemorySample& before,
+                 const MemorySample& after, double rss_growth) {
+  const int64_t calls = m.calls;
+  const double total_s = m.seconds;
+  const double first = m.window_rate.empty() ? 0.0 : m.window_rate.front();
+  const double last = m.window_rate.empty() ? 0.0 : m.window_rate.back();
   const double drift = first > 0 ? 100.0 * (last - first) / first : 0.0;
-  const double rss_growth =
-      100.0 * (double(rss1) - double(rss0)) / double(rss0);
   if (a.json) {
     nlohmann::json j = {{"calls", calls},
                         {"warmup_calls", warmup},
@@ -230,32 +244,53 @@ int Soak(const SoakArgs& a) {
                         {"first_window_tokens_per_s", first},
                         {"last_window_tokens_per_s", last},
                         {"throughput_drift_pct", drift},
-                        {"rss_after_warmup", rss0},
-                        {"rss_end", rss1},
+                        {"rss_after_warmup", before.rss},
+                        {"rss_end", after.rss},
                         {"rss_growth_pct", rss_growth},
-                        {"heap_after_warmup", heap0},
-                        {"heap_end", heap1}};
+                        {"heap_after_warmup", before.heap},
+                        {"heap_end", after.heap}};
     std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf(
-        "soak: %lld calls in %.1f s (%.0f calls/s) over %d cases, "
-        "after %lld warm-up calls\n",
-        static_cast<long long>(calls), total_s, calls / total_s, n_cases,
-        static_cast<long long>(warmup));
-    std::printf(
-        "throughput: first window %.0f tokens/s, last %.0f tokens/s, "
-        "drift %+.1f%%\n",
-        first, last, drift);
-    std::printf(
-        "resident memory: %.2f MiB after warm-up, %.2f MiB at the "
-        "end (%+.3f%%)\n",
-        rss0 / 1048576.0, rss1 / 1048576.0, rss_growth);
-    std::printf(
-        "heap in use: %.2f MiB after warm-up, %.2f MiB at the end "
-        "(%+lld bytes)\n",
-        heap0 / 1048576.0, heap1 / 1048576.0,
-        static_cast<long long>(heap1) - static_cast<long long>(heap0));
+    return;
   }
+  std::printf(
+      "soak: %lld calls in %.1f s (%.0f calls/s) over %d cases, "
+      "after %lld warm-up calls\n",
+      static_cast<long long>(calls), total_s, calls / total_s, n_cases,
+      static_cast<long long>(warmup));
+  std::printf(
+      "throughput: first window %.0f tokens/s, last %.0f tokens/s, "
+      "drift %+.1f%%\n",
+      first, last, drift);
+  std::printf(
+      "resident memory: %.2f MiB after warm-up, %.2f MiB at the "
+      "end (%+.3f%%)\n",
+      before.rss / 1048576.0, after.rss / 1048576.0, rss_growth);
+  std::printf(
+      "heap in use: %.2f MiB after warm-up, %.2f MiB at the end "
+      "(%+lld bytes)\n",
+      before.heap / 1048576.0, after.heap / 1048576.0,
+      static_cast<long long>(after.heap) - static_cast<long long>(before.heap));
+}
+
+int Soak(const SoakArgs& a) {
+  if (a.iterations <= 0 && a.seconds <= 0.0) {
+    return Fail("give --iterations or --seconds");
+  }
+  std::mt19937_64 rng(a.seed);
+  auto cases = MakeCases(a, rng);
+  if (!cases.ok()) return Fail(cases.status().message());
+  const int n_cases = static_cast<int>(cases->size());
+  RandomCalls random_calls(*cases, rng, a.replan_every);
+  const int64_t warmup = WarmupCalls(a);
+  const Status warm = WarmUp(*cases, random_calls, warmup);
+  if (!warm.ok()) return Fail(warm.message());
+  const MemorySample before = SampleMemory();
+  const Result<Measured> measured = MeasureWindows(a, random_calls);
+  if (!measured.ok()) return Fail(measured.status().message());
+  const MemorySample after = SampleMemory();
+  const double rss_growth =
+      100.0 * (double(after.rss) - double(before.rss)) / double(before.rss);
+  PrintReport(a, warmup, n_cases, *measured, before, after, rss_growth);
   if (rss_growth > a.max_growth) {
     return Fail("resident memory grew " + std::to_string(rss_growth) +
                 "% during the soak, over --max-growth " +
