@@ -35,7 +35,7 @@ struct BlockShape {
   int64_t batch, seq_len, emb, heads;
 };
 
-// "gpt2-128,gpt2-1k" or "b,T,e,h"; the two shapes when empty.
+// "gpt2-128,gpt2-1k" or "b,T,e,h"; those two named shapes when empty.
 Result<std::vector<BlockShape>> ParseShapes(const std::string& spec) {
   // The GPT-2 shapes of the grid, where d_in = d_out = e.
   static const std::vector<BlockShape> kNamed = [] {
@@ -77,34 +77,42 @@ Result<std::vector<BlockShape>> ParseShapes(const std::string& spec) {
 // Writes seeded random TransformerBlock weights for emb `e` to `path`, with
 // nn.Linear's init range and LayerNorm weights near (1, 0).
 Status WriteRandomBlock(const std::string& path, int64_t e) {
-  std::mt19937 rng(0);
   std::vector<std::vector<float>> values;
   std::vector<F32Tensor> tensors;
   values.reserve(16);
   auto add = [&](const std::string& name, std::vector<int64_t> shape,
-                 double center, double bound) {
-    std::uniform_real_distribution<float> dist(float(center - bound),
-                                               float(center + bound));
+                 float center, float bound) {
     size_t n = 1;
     for (int64_t d : shape) n *= static_cast<size_t>(d);
-    values.emplace_back(n);
-    for (float& v : values.back()) v = dist(rng);
+    values.push_back(
+        bench::RandomFloats(n, bound, static_cast<uint32_t>(values.size())));
+    for (float& v : values.back()) v += center;
     tensors.push_back({name, std::move(shape), values.back().data()});
   };
-  const double in = 1.0 / std::sqrt(double(e)), hidden = 0.5 * in;
+  const auto in = static_cast<float>(1.0 / std::sqrt(double(e)));
+  const float hidden = 0.5f * in;
   for (const char* norm : {"norm1", "norm2"}) {
-    add(std::string(norm) + ".scale", {e}, 1.0, 0.1);
-    add(std::string(norm) + ".shift", {e}, 0.0, 0.1);
+    add(std::string(norm) + ".scale", {e}, 1.0f, 0.1f);
+    add(std::string(norm) + ".shift", {e}, 0.0f, 0.1f);
   }
   for (const char* proj : {"W_query", "W_key", "W_value", "out_proj"}) {
-    add(std::string("att.") + proj + ".weight", {e, e}, 0.0, in);
+    add(std::string("att.") + proj + ".weight", {e, e}, 0.0f, in);
   }
-  add("att.out_proj.bias", {e}, 0.0, in);
-  add("ff.layers.0.weight", {4 * e, e}, 0.0, in);
-  add("ff.layers.0.bias", {4 * e}, 0.0, in);
-  add("ff.layers.2.weight", {e, 4 * e}, 0.0, hidden);
-  add("ff.layers.2.bias", {e}, 0.0, hidden);
+  add("att.out_proj.bias", {e}, 0.0f, in);
+  add("ff.layers.0.weight", {4 * e, e}, 0.0f, in);
+  add("ff.layers.0.bias", {4 * e}, 0.0f, in);
+  add("ff.layers.2.weight", {e, 4 * e}, 0.0f, hidden);
+  add("ff.layers.2.bias", {e}, 0.0f, hidden);
   return WriteSafetensors(path, tensors);
+}
+
+// The input [b, T, e]: seeded standard normal values.
+std::vector<float> RandomInput(const BlockShape& s) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(static_cast<size_t>(s.batch * s.seq_len * s.emb));
+  for (float& f : v) f = dist(rng);
+  return v;
 }
 
 double Median(std::vector<double> v) {
@@ -124,6 +132,128 @@ Status CheckShapeFits(const GraphArgs& args, const BlockShape& s) {
       args.max_memory);
 }
 
+// Where the random weights go: a file in the temporary directory named for
+// this process.
+std::string TempWeightsPath() {
+  return (std::filesystem::temp_directory_path() /
+          ("attn_bench_graph_" + std::to_string(getpid()) + ".safetensors"))
+      .string();
+}
+
+// The table's title and column heads (not with --json).
+void PrintHeader(const RuntimeInfo& info, const GraphArgs& args,
+                 const std::string& dtype) {
+  std::printf("attn %s | graph %s | highway %s | oneDNN %s %s | dtype %s\n",
+              info.version.c_str(), args.graph.c_str(),
+              info.simd_target.c_str(), info.onednn_version.c_str(),
+              info.onednn_isa.c_str(), dtype.c_str());
+  std::printf("%-18s %7s %10s %10s %12s %9s %11s\n", "shape", "threads",
+              "median_ms", "min_ms", "tokens/s", "GFLOP/s", "arena_MB");
+}
+
+// Milliseconds per Run of `graph` on `x`: 2 warm-up runs, then at least 5
+// and `min_time` seconds.
+Result<std::vector<double>> TimeRuns(Graph& graph, const std::vector<float>& x,
+                                     const BlockShape& s, double min_time) {
+  std::vector<float> y(
+      static_cast<size_t>(s.batch * s.seq_len * graph.output_width()));
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> ms;
+  for (int warmup = 0; warmup < 2; ++warmup) {
+    ATTN_RETURN_IF_ERROR(graph.Run(x.data(), s.batch, s.seq_len, y.data()));
+  }
+  const auto start = Clock::now();
+  while (ms.size() < 5 ||
+         std::chrono::duration<double>(Clock::now() - start).count() <
+             min_time) {
+    const auto t0 = Clock::now();
+    const Status st = graph.Run(x.data(), s.batch, s.seq_len, y.data());
+    const auto t1 = Clock::now();
+    ATTN_RETURN_IF_ERROR(st);
+    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  return ms;
+}
+
+// One line for `graph` at shape `s` timed as `ms`: a table row, or a JSON
+// object with --json.
+void PrintPoint(const GraphArgs& args, const BlockShape& s,
+                const std::string& dtype, const Graph& graph,
+                const std::vector<double>& ms, bool json) {
+  // The block's matmuls (q, k, v, out: 4e^2; ff: 8e^2 per token) and the
+  // attention core at its causal half, as the MHA benchmarks count it.
+  const double rows = double(s.batch * s.seq_len), e = double(s.emb);
+  const double flops = double(graph.layers()) *
+                       (2.0 * rows * 12.0 * e * e + 2.0 * rows * s.seq_len * e);
+  const double median = Median(ms);
+  const double tokens = rows / (median / 1e3);
+  const double gflops = flops / (median / 1e3) / 1e9;
+  const GraphMemory mem = graph.memory();
+  const double arena_mb = double(mem.planned_peak) / (1 << 20);
+  if (json) {
+    const nlohmann::json line = {
+        {"kind", "graph"},
+        {"graph", args.graph},
+        {"shape", s.name},
+        {"b", s.batch},
+        {"T", s.seq_len},
+        {"e", s.emb},
+        {"h", s.heads},
+        {"threads", graph.num_threads()},
+        {"dtype", dtype},
+        {"median_ms", median},
+        {"min_ms", *std::min_element(ms.begin(), ms.end())},
+        {"reps", ms.size()},
+        {"tokens_per_s", tokens},
+        {"gflops", gflops},
+        {"arena_bytes", mem.planned_peak},
+        {"intermediates_bytes", mem.intermediates_total},
+        {"workspace_bytes", mem.workspace}};
+    std::printf("%s\n", line.dump().c_str());
+  } else {
+    std::printf("%-18s %7d %10.3f %10.3f %12.0f %9.1f %11.2f\n",
+                (s.name + " " + std::to_string(s.batch) + "x" +
+                 std::to_string(s.seq_len))
+                    .c_str(),
+                graph.num_threads(), median,
+                *std::min_element(ms.begin(), ms.end()), tokens, gflops,
+                arena_mb);
+  }
+  std::fflush(stdout);
+}
+
+// Loads the graph with the weights of `weights_path` and times it at shape
+// `s`, once per thread count. A failed load removes `temp` (the random
+// weights) before it is reported.
+Status TimeShape(const GraphArgs& args, const BlockShape& s,
+                 const std::string& weights_path, const std::string& temp,
+                 const std::vector<int>& thread_counts,
+                 const std::string& dtype, double min_time, bool json) {
+  const std::vector<float> x = RandomInput(s);
+  for (int threads : thread_counts) {
+    GraphOptions options;
+    options.num_heads = s.heads;
+    options.num_threads = threads;
+    options.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
+    options.max_memory_bytes = args.max_memory;
+    auto graph = Graph::Load(args.graph, weights_path, options);
+    if (!graph.ok()) {
+      std::filesystem::remove(temp);
+      return graph.status();
+    }
+    if ((*graph)->input_width() != s.emb) {
+      return InvalidArgument("--shape '" + s.name + "' has e " +
+                             std::to_string(s.emb) +
+                             ", but the graph's input width is " +
+                             std::to_string((*graph)->input_width()));
+    }
+    ATTN_ASSIGN_OR_RETURN(const std::vector<double> ms,
+                          TimeRuns(**graph, x, s, min_time));
+    PrintPoint(args, s, dtype, **graph, ms, json);
+  }
+  return {};
+}
+
 int Run(const GraphArgs& args, const std::string& spec,
         const std::vector<int>& threads_list, const std::string& dtype,
         double min_time, bool json) {
@@ -132,18 +262,8 @@ int Run(const GraphArgs& args, const std::string& spec,
   const std::vector<int> thread_counts =
       threads_list.empty() ? std::vector<int>{0} : threads_list;
   const RuntimeInfo info = GetRuntimeInfo();
-  if (!json) {
-    std::printf("attn %s | graph %s | highway %s | oneDNN %s %s | dtype %s\n",
-                info.version.c_str(), args.graph.c_str(),
-                info.simd_target.c_str(), info.onednn_version.c_str(),
-                info.onednn_isa.c_str(), dtype.c_str());
-    std::printf("%-18s %7s %10s %10s %12s %9s %11s\n", "shape", "threads",
-                "median_ms", "min_ms", "tokens/s", "GFLOP/s", "arena_MB");
-  }
-  const std::string temp =
-      (std::filesystem::temp_directory_path() /
-       ("attn_bench_graph_" + std::to_string(getpid()) + ".safetensors"))
-          .string();
+  if (!json) PrintHeader(info, args, dtype);
+  const std::string temp = TempWeightsPath();
   for (const BlockShape& s : *shapes) {
     const Status fits = CheckShapeFits(args, s);
     if (!fits.ok()) return Fail(fits.message());
@@ -151,91 +271,10 @@ int Run(const GraphArgs& args, const std::string& spec,
       const Status written = WriteRandomBlock(temp, s.emb);
       if (!written.ok()) return Fail(written.message());
     }
-    const std::vector<float> x = [&] {
-      std::mt19937 rng(1);
-      std::normal_distribution<float> dist;
-      std::vector<float> v(static_cast<size_t>(s.batch * s.seq_len * s.emb));
-      for (float& f : v) f = dist(rng);
-      return v;
-    }();
-    for (int threads : thread_counts) {
-      GraphOptions options;
-      options.num_heads = s.heads;
-      options.num_threads = threads;
-      options.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
-      options.max_memory_bytes = args.max_memory;
-      auto graph = Graph::Load(
-          args.graph, args.weights.empty() ? temp : args.weights, options);
-      if (!graph.ok()) {
-        std::filesystem::remove(temp);
-        return Fail(graph.status().message());
-      }
-      if ((*graph)->input_width() != s.emb) {
-        return Fail("--shape '" + s.name + "' has e " + std::to_string(s.emb) +
-                    ", but the graph's input width is " +
-                    std::to_string((*graph)->input_width()));
-      }
-      std::vector<float> y(
-          static_cast<size_t>(s.batch * s.seq_len * (*graph)->output_width()));
-      using Clock = std::chrono::steady_clock;
-      std::vector<double> ms;
-      for (int warmup = 0; warmup < 2; ++warmup) {
-        const Status st = (*graph)->Run(x.data(), s.batch, s.seq_len, y.data());
-        if (!st.ok()) return Fail(st.message());
-      }
-      const auto start = Clock::now();
-      while (ms.size() < 5 ||
-             std::chrono::duration<double>(Clock::now() - start).count() <
-                 min_time) {
-        const auto t0 = Clock::now();
-        const Status st = (*graph)->Run(x.data(), s.batch, s.seq_len, y.data());
-        const auto t1 = Clock::now();
-        if (!st.ok()) return Fail(st.message());
-        ms.push_back(
-            std::chrono::duration<double, std::milli>(t1 - t0).count());
-      }
-      // The block's matmuls (q, k, v, out: 4e^2; ff: 8e^2 per token) and the
-      // attention core at its causal half, as the MHA benchmarks count it.
-      const double rows = double(s.batch * s.seq_len), e = double(s.emb);
-      const double flops =
-          double((*graph)->layers()) *
-          (2.0 * rows * 12.0 * e * e + 2.0 * rows * s.seq_len * e);
-      const double median = Median(ms);
-      const double tokens = rows / (median / 1e3);
-      const double gflops = flops / (median / 1e3) / 1e9;
-      const GraphMemory mem = (*graph)->memory();
-      const double arena_mb = double(mem.planned_peak) / (1 << 20);
-      if (json) {
-        const nlohmann::json line = {
-            {"kind", "graph"},
-            {"graph", args.graph},
-            {"shape", s.name},
-            {"b", s.batch},
-            {"T", s.seq_len},
-            {"e", s.emb},
-            {"h", s.heads},
-            {"threads", (*graph)->num_threads()},
-            {"dtype", dtype},
-            {"median_ms", median},
-            {"min_ms", *std::min_element(ms.begin(), ms.end())},
-            {"reps", ms.size()},
-            {"tokens_per_s", tokens},
-            {"gflops", gflops},
-            {"arena_bytes", mem.planned_peak},
-            {"intermediates_bytes", mem.intermediates_total},
-            {"workspace_bytes", mem.workspace}};
-        std::printf("%s\n", line.dump().c_str());
-      } else {
-        std::printf("%-18s %7d %10.3f %10.3f %12.0f %9.1f %11.2f\n",
-                    (s.name + " " + std::to_string(s.batch) + "x" +
-                     std::to_string(s.seq_len))
-                        .c_str(),
-                    (*graph)->num_threads(), median,
-                    *std::min_element(ms.begin(), ms.end()), tokens, gflops,
-                    arena_mb);
-      }
-      std::fflush(stdout);
-    }
+    const Status timed =
+        TimeShape(args, s, args.weights.empty() ? temp : args.weights, temp,
+                  thread_counts, dtype, min_time, json);
+    if (!timed.ok()) return Fail(timed.message());
   }
   std::filesystem::remove(temp);
   return 0;
