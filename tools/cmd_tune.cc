@@ -79,6 +79,90 @@ Result<std::vector<int>> ParseThreads(const std::string& spec) {
   return counts;
 }
 
+// What the sweep measured: per thread count, log(tokens/s) summed over the
+// shapes (the geometric mean ranks the counts without letting the biggest
+// shape dominate), and every point, for the saved file.
+struct Sweep {
+  std::vector<double> log_rate;
+  nlohmann::json points = nlohmann::json::array();
+};
+
+// Times every shape at every thread count, printing a table row per point.
+Result<Sweep> RunSweep(const TuneArgs& args, const std::vector<Shape>& shapes,
+                       const std::vector<int>& counts) {
+  Sweep sweep;
+  sweep.log_rate.assign(counts.size(), 0.0);
+  const size_t total = shapes.size() * counts.size();
+  size_t done = 0;
+  for (const Shape& s : shapes) {
+    ATTN_ASSIGN_OR_RETURN(std::unique_ptr<RandomBlock> block,
+                          RandomBlock::Create(s, 0));
+    double base_ms = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      ++done;
+      attn::MhaOptions options;
+      options.num_threads = counts[i];
+      options.dtype =
+          args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
+      Result<Timing> t = TimeBlock(*block, options, args.min_time, [&](int) {
+        ShowProgress("[%zu/%zu] %s threads=%d ...", done, total, s.name.c_str(),
+                     counts[i]);
+      });
+      EndProgress();
+      if (!t.ok()) {
+        return Status(t.status().code(), s.name + ": " + t.status().message());
+      }
+      // Relative to the first (smallest) count, normally 1 thread.
+      if (i == 0) base_ms = t->median_ms;
+      const double speedup = base_ms / t->median_ms;
+      const double efficiency = speedup * counts[0] / counts[i];
+      const double tokens = TokensPerSecond(s, t->median_ms);
+      sweep.log_rate[i] += std::log(tokens);
+      std::printf("%-12s %7d %10.4g %12.0f %7.2fx %9.0f%%\n", s.name.c_str(),
+                  counts[i], t->median_ms, tokens, speedup, 100.0 * efficiency);
+      std::fflush(stdout);
+      sweep.points.push_back({{"shape", s.name},
+                              {"threads", counts[i]},
+                              {"median_ms", t->median_ms},
+                              {"tokens_per_s", tokens},
+                              {"efficiency", efficiency}});
+    }
+  }
+  return sweep;
+}
+
+// The index of the fastest count by the geometric mean over `n_shapes`
+// shapes, or of the fewest threads within kTieFraction of it.
+size_t Recommend(const std::vector<double>& log_rate, size_t n_shapes) {
+  size_t best = 0;
+  for (size_t i = 1; i < log_rate.size(); ++i) {
+    if (log_rate[i] > log_rate[best]) best = i;
+  }
+  const double n = static_cast<double>(n_shapes);
+  for (size_t i = 0; i < best; ++i) {  // fewest threads within the tie band
+    if (std::exp((log_rate[i] - log_rate[best]) / n) >= 1.0 - kTieFraction) {
+      return i;
+    }
+  }
+  return best;
+}
+
+// Writes the recommendation and the sweep to --save as JSON.
+int SaveTuned(const TuneArgs& args, const RuntimeInfo& info, int recommended,
+              const Sweep& sweep) {
+  nlohmann::json saved = {
+      {"num_threads", recommended},    {"attn", info.version},
+      {"dtype", args.dtype},           {"simd_target", info.simd_target},
+      {"onednn_isa", info.onednn_isa}, {"sweep", sweep.points}};
+  std::ofstream out(args.save);
+  out << saved.dump(2) << "\n";
+  out.close();
+  if (!out) return Fail("cannot write the tuned file '" + args.save + "'");
+  std::printf("saved to %s (use it with --config %s or ATTN_CONFIG=%s)\n",
+              args.save.c_str(), args.save.c_str(), args.save.c_str());
+  return 0;
+}
+
 int Tune(const TuneArgs& args) {
   auto shapes = ParseShapes(args.shape, "gpt2-1k");
   if (!shapes.ok()) return Fail(shapes.status().message());
@@ -90,59 +174,9 @@ int Tune(const TuneArgs& args) {
               info.onednn_isa.c_str(), args.dtype.c_str(), AffinityCount());
   std::printf("%-12s %7s %10s %12s %8s %10s\n", "shape", "threads", "median_ms",
               "tokens/s", "speedup", "efficiency");
-
-  // log(tokens/s) summed over the shapes, per thread count: the geometric
-  // mean ranks the counts without letting the biggest shape dominate.
-  std::vector<double> log_rate(counts->size(), 0.0);
-  nlohmann::json sweep = nlohmann::json::array();
-  const size_t total = shapes->size() * counts->size();
-  size_t done = 0;
-  for (const Shape& s : *shapes) {
-    Result<std::unique_ptr<RandomBlock>> block = RandomBlock::Create(s, 0);
-    if (!block.ok()) return Fail(block.status().message());
-    double base_ms = 0;
-    for (size_t i = 0; i < counts->size(); ++i) {
-      ++done;
-      attn::MhaOptions options;
-      options.num_threads = (*counts)[i];
-      options.dtype =
-          args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
-      Result<Timing> t = TimeBlock(**block, options, args.min_time, [&](int) {
-        ShowProgress("[%zu/%zu] %s threads=%d ...", done, total, s.name.c_str(),
-                     (*counts)[i]);
-      });
-      EndProgress();
-      if (!t.ok()) return Fail(s.name + ": " + t.status().message());
-      // Relative to the first (smallest) count, normally 1 thread.
-      if (i == 0) base_ms = t->median_ms;
-      const double speedup = base_ms / t->median_ms;
-      const double efficiency = speedup * (*counts)[0] / (*counts)[i];
-      const double tokens = TokensPerSecond(s, t->median_ms);
-      log_rate[i] += std::log(tokens);
-      std::printf("%-12s %7d %10.4g %12.0f %7.2fx %9.0f%%\n", s.name.c_str(),
-                  (*counts)[i], t->median_ms, tokens, speedup,
-                  100.0 * efficiency);
-      std::fflush(stdout);
-      sweep.push_back({{"shape", s.name},
-                       {"threads", (*counts)[i]},
-                       {"median_ms", t->median_ms},
-                       {"tokens_per_s", tokens},
-                       {"efficiency", efficiency}});
-    }
-  }
-  size_t best = 0;
-  for (size_t i = 1; i < counts->size(); ++i) {
-    if (log_rate[i] > log_rate[best]) best = i;
-  }
-  const double n_shapes = static_cast<double>(shapes->size());
-  for (size_t i = 0; i < best; ++i) {  // fewest threads within the tie band
-    if (std::exp((log_rate[i] - log_rate[best]) / n_shapes) >=
-        1.0 - kTieFraction) {
-      best = i;
-      break;
-    }
-  }
-  const int recommended = (*counts)[best];
+  const Result<Sweep> sweep = RunSweep(args, *shapes, *counts);
+  if (!sweep.ok()) return Fail(sweep.status().message());
+  const int recommended = (*counts)[Recommend(sweep->log_rate, shapes->size())];
   std::printf("recommended: %d thread%s\n", recommended,
               recommended == 1 ? "" : "s");
   // A sweep on a busy machine measures the competition too: say so.
@@ -153,18 +187,7 @@ int Tune(const TuneArgs& args) {
         load, AffinityCount());
   }
   if (args.save.empty()) return 0;
-
-  nlohmann::json saved = {
-      {"num_threads", recommended},    {"attn", info.version},
-      {"dtype", args.dtype},           {"simd_target", info.simd_target},
-      {"onednn_isa", info.onednn_isa}, {"sweep", sweep}};
-  std::ofstream out(args.save);
-  out << saved.dump(2) << "\n";
-  out.close();
-  if (!out) return Fail("cannot write the tuned file '" + args.save + "'");
-  std::printf("saved to %s (use it with --config %s or ATTN_CONFIG=%s)\n",
-              args.save.c_str(), args.save.c_str(), args.save.c_str());
-  return 0;
+  return SaveTuned(args, info, recommended, *sweep);
 }
 
 }  // namespace
