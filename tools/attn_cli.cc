@@ -1,5 +1,6 @@
-// attn: the command-line front end (run, bench, info). Uses only the public
-// API, exactly as an embedder would; every error is one line on stderr.
+// attn: main() of the command-line front end. The subcommands (run, bench,
+// info, soak, tune) register from their cmd_*.cc; this parses, runs the one
+// chosen and makes every error one line on stderr. Public API only.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-// The CLI's KV-cache decoding pieces (issue 7): `attn run --incremental` and
+// The CLI's KV-cache decoding pieces: `attn run --incremental` and
 // `attn bench --decode`. Defined in run_incremental.cc and bench_decode.cc so
 // that cmd_run.cc and cmd_bench.cc only call in.
 #ifndef ATTN_TOOLS_DECODE_CLI_H_

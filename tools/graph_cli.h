@@ -1,4 +1,4 @@
-// `attn bench --graph` (issue 4), defined in bench_graph.cc so that
+// `attn bench --graph`, defined in bench_graph.cc so that
 // cmd_bench.cc only calls in. `attn run --graph` lives in cmd_run.cc.
 #ifndef ATTN_TOOLS_GRAPH_CLI_H_
 #define ATTN_TOOLS_GRAPH_CLI_H_
