@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch 1.13 baselines for `attn bench --decode` (issue 7).
+"""PyTorch 1.13 baselines for `attn bench --decode`.
 
 recompute: the chapter-3 way. The book's MultiHeadAttention has no cache, so
   the output for one new token per sequence costs a forward pass over the
