@@ -147,6 +147,12 @@ RandomBlock::RandomBlock(const Shape& s) : shape(s) {
   y.resize(rows * static_cast<size_t>(s.d_out));
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 double TokensPerSecond(const Shape& s, double ms) {
   return static_cast<double>(s.batch * s.seq_len) / (ms / 1e3);
 }
@@ -185,11 +191,9 @@ Result<Timing> TimeBlock(RandomBlock& block, const MhaOptions& options,
     if (!one.ok()) return one.status();
     ms.push_back(*one);
   }
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  timing.median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-  timing.min_ms = ms.front();
-  timing.reps = n;
+  timing.median_ms = Median(ms);
+  timing.min_ms = *std::min_element(ms.begin(), ms.end());
+  timing.reps = ms.size();
   timing.peak_rss_bytes = PeakRssBytes();
   return timing;
 }

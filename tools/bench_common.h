@@ -38,6 +38,9 @@ Result<std::vector<Shape>> ParseShapes(const std::string& spec,
 // 2*b*T*(3*d_in*d_out + d_out^2) + 2*b*T^2*d_out: the attention core at its
 // causal half, as the peer benchmarks count it.
 double Flops(const Shape& s);
+// The middle value of `v` (the mean of the middle two for an even count);
+// `v` must not be empty.
+double Median(std::vector<double> v);
 // b*T tokens per second for one run of `ms` milliseconds.
 double TokensPerSecond(const Shape& s, double ms);
 

@@ -115,12 +115,6 @@ std::vector<float> RandomInput(const BlockShape& s) {
   return v;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // The random block (12 e^2 + 10 e floats, unless --weights gives one), the
 // input and an output of the same width, against the cap before any is
 // allocated.
