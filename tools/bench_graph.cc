@@ -28,6 +28,7 @@ namespace {
 struct GraphArgs {
   std::string graph, weights;
   uint64_t max_memory = 0;  // bench's --max-memory; 0: the default
+  std::string config;       // bench's --config: a tuned file, or empty
 };
 
 struct BlockShape {
@@ -164,23 +165,25 @@ int Run(const GraphArgs& args, const std::string& spec,
       options.num_threads = threads;
       options.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
       options.max_memory_bytes = args.max_memory;
-      auto graph = Graph::Load(
+      options.tuned_config = args.config;
+      auto model = GraphModel::Load(
           args.graph, args.weights.empty() ? temp : args.weights, options);
-      if (!graph.ok()) {
+      if (!model.ok()) {
         std::filesystem::remove(temp);
-        return Fail(graph.status().message());
+        return Fail(model.status().message());
       }
-      if ((*graph)->input_width() != s.emb) {
+      GraphSession session(*model);
+      if ((*model)->input_width() != s.emb) {
         return Fail("--shape '" + s.name + "' has e " + std::to_string(s.emb) +
                     ", but the graph's input width is " +
-                    std::to_string((*graph)->input_width()));
+                    std::to_string((*model)->input_width()));
       }
       std::vector<float> y(
-          static_cast<size_t>(s.batch * s.seq_len * (*graph)->output_width()));
+          static_cast<size_t>(s.batch * s.seq_len * (*model)->output_width()));
       using Clock = std::chrono::steady_clock;
       std::vector<double> ms;
       for (int warmup = 0; warmup < 2; ++warmup) {
-        const Status st = (*graph)->Run(x.data(), s.batch, s.seq_len, y.data());
+        const Status st = session.Run(x.data(), s.batch, s.seq_len, y.data());
         if (!st.ok()) return Fail(st.message());
       }
       const auto start = Clock::now();
@@ -188,7 +191,7 @@ int Run(const GraphArgs& args, const std::string& spec,
              std::chrono::duration<double>(Clock::now() - start).count() <
                  min_time) {
         const auto t0 = Clock::now();
-        const Status st = (*graph)->Run(x.data(), s.batch, s.seq_len, y.data());
+        const Status st = session.Run(x.data(), s.batch, s.seq_len, y.data());
         const auto t1 = Clock::now();
         if (!st.ok()) return Fail(st.message());
         ms.push_back(
@@ -198,12 +201,12 @@ int Run(const GraphArgs& args, const std::string& spec,
       // attention core at its causal half, as the MHA benchmarks count it.
       const double rows = double(s.batch * s.seq_len), e = double(s.emb);
       const double flops =
-          double((*graph)->layers()) *
+          double((*model)->layers()) *
           (2.0 * rows * 12.0 * e * e + 2.0 * rows * s.seq_len * e);
       const double median = Median(ms);
       const double tokens = rows / (median / 1e3);
       const double gflops = flops / (median / 1e3) / 1e9;
-      const GraphMemory mem = (*graph)->memory();
+      const GraphMemory mem = session.memory();
       const double arena_mb = double(mem.planned_peak) / (1 << 20);
       if (json) {
         const nlohmann::json line = {
@@ -214,7 +217,7 @@ int Run(const GraphArgs& args, const std::string& spec,
             {"T", s.seq_len},
             {"e", s.emb},
             {"h", s.heads},
-            {"threads", (*graph)->num_threads()},
+            {"threads", (*model)->num_threads()},
             {"dtype", dtype},
             {"median_ms", median},
             {"min_ms", *std::min_element(ms.begin(), ms.end())},
@@ -230,7 +233,7 @@ int Run(const GraphArgs& args, const std::string& spec,
                     (s.name + " " + std::to_string(s.batch) + "x" +
                      std::to_string(s.seq_len))
                         .c_str(),
-                    (*graph)->num_threads(), median,
+                    (*model)->num_threads(), median,
                     *std::min_element(ms.begin(), ms.end()), tokens, gflops,
                     arena_mb);
       }
@@ -256,9 +259,10 @@ std::function<GraphBench()> AddGraphBenchOptions(CLI::App& bench) {
     if (args->graph.empty()) return nullptr;
     return [args](const std::string& shapes, const std::vector<int>& threads,
                   const std::string& dtype, double min_time,
-                  uint64_t max_memory, bool json) {
+                  uint64_t max_memory, const std::string& config, bool json) {
       GraphArgs with_cap = *args;
       with_cap.max_memory = max_memory;
+      with_cap.config = config;
       return Run(with_cap, shapes, threads, dtype, min_time, json);
     };
   };
