@@ -118,14 +118,19 @@ struct GraphSession::Plan {
 };
 
 GraphSession::GraphSession(std::shared_ptr<const GraphModel> model)
-    : model_(std::move(model)), plan_(std::make_unique<Plan>(*model_->impl_)) {}
+    : model_(std::move(model)) {
+  if (model_) plan_ = std::make_unique<Plan>(*model_->impl_);
+}
 GraphSession::GraphSession(GraphSession&&) noexcept = default;
 GraphSession& GraphSession::operator=(GraphSession&&) noexcept = default;
 GraphSession::~GraphSession() = default;
 
-GraphMemory GraphSession::memory() const { return plan_->memory; }
+GraphMemory GraphSession::memory() const {
+  return plan_ ? plan_->memory : GraphMemory{};
+}
 
 Status GraphSession::Prepare(int64_t batch, int64_t seq_len) {
+  if (!plan_) return InvalidArgument("the session has no model");
   return plan_->Prepare(batch, seq_len);
 }
 
@@ -271,8 +276,8 @@ Status GraphSession::Run(const float* input, int64_t batch, int64_t seq_len,
   if (!input || !output) {
     return InvalidArgument("input and output must not be null");
   }
+  ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
   Plan& p = *plan_;
-  ATTN_RETURN_IF_ERROR(p.Prepare(batch, seq_len));
   const ThreadScope threads(p.m.num_threads);
   const size_t L = p.m.layer.size();
   for (size_t l = 0; l < L; ++l) {

@@ -472,6 +472,12 @@ TEST(GraphGoldenTest, SessionsRunWithoutTheirModelHandle) {
       other.Run(g.input.data(), g.shape[0], g.shape[1], again.data()).ok());
   EXPECT_EQ(first, again);
   test::ExpectAllClose(g.expected, again.data(), g.tolerance, "session");
+  // A session without a model refuses to run rather than crash.
+  GraphSession none(nullptr);
+  EXPECT_EQ(
+      none.Run(g.input.data(), g.shape[0], g.shape[1], again.data()).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(none.memory().planned_peak, 0u);
 }
 
 TEST(GraphValidationTest, PartialQkvBias) {

@@ -72,6 +72,7 @@ class ATTN_API GraphModel {
 // Results are bitwise identical between sessions of one model.
 class ATTN_API GraphSession {
  public:
+  // A null `model` (or a moved-from session) refuses to run.
   explicit GraphSession(std::shared_ptr<const GraphModel> model);
   GraphSession(GraphSession&&) noexcept;
   GraphSession& operator=(GraphSession&&) noexcept;
@@ -87,6 +88,7 @@ class ATTN_API GraphSession {
   Status Prepare(int64_t batch, int64_t seq_len);
   // The prepared shape's memory (zeros before Prepare).
   GraphMemory memory() const;
+  // The session's model; only for a session made with one.
   const GraphModel& model() const { return *model_; }
 
  private:
