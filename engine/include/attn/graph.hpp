@@ -17,19 +17,18 @@
 
 namespace attn {
 
-// How to load a graph: the fields every model takes (ModelOptions; the heads
-// and context length apply to mha nodes, after their own attributes), and
-// the layer count.
+// How to load a graph: the fields every model takes (ModelOptions), and the
+// layer count. num_heads and context_length apply to mha nodes, after their
+// own attributes. dtype kBF16 runs linear and mha matmuls in bf16 with fp32
+// accumulation (LayerNorm, GELU, softmax and residual adds stay fp32; needs
+// AVX512_BF16). max_memory_bytes caps the weights, and one session's buffers
+// for one shape.
 struct GraphOptions : ModelOptions {
   // Runs the graph this many times in sequence, the i-th time with every
   // weight name prefixed by "trf_blocks.{i}." (the book's GPTModel). 0: once,
   // with the names as written (else metadata "n_layers" when present).
   int64_t layers = 0;
 };
-// bf16 (dtype kBF16) runs linear and mha matmuls in bf16 with fp32
-// accumulation; LayerNorm, GELU, softmax and residual adds stay fp32. Needs
-// AVX512_BF16. max_memory_bytes caps the weights, and one session's buffers
-// for one shape.
 
 // Memory a session's compiled plan uses for one input shape, in bytes.
 struct GraphMemory {
