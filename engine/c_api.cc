@@ -163,8 +163,9 @@ template <class C>
 attn_status ToModelOptions(const C* c, const char* what,
                            attn::ModelOptions* options) {
   const size_t size = c->struct_size;
-  if (attn_status s = CheckStructSize(what, c, size, sizeof(size_t), sizeof(*c),
-                                      offsetof(C, dtype) + sizeof(attn_dtype));
+  if (attn_status s =
+          CheckStructSize(what, c, size, sizeof(size_t), sizeof(*c),
+                          offsetof(C, tuned_config) + sizeof(const char*));
       s != ATTN_OK) {
     return s;
   }
@@ -179,6 +180,10 @@ attn_status ToModelOptions(const C* c, const char* what,
   }
   if (Inside(size, offsetof(C, max_memory_bytes), sizeof(uint64_t))) {
     options->max_memory_bytes = c->max_memory_bytes;
+  }
+  if (Inside(size, offsetof(C, tuned_config), sizeof(const char*)) &&
+      c->tuned_config) {
+    options->tuned_config = c->tuned_config;
   }
   if (Inside(size, offsetof(C, dtype), sizeof(attn_dtype))) {
     return ToDType((std::string(what) + ".dtype").c_str(), &c->dtype,
