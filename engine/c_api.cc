@@ -19,16 +19,17 @@
 #include "attn/safetensors.hpp"
 #include "engine/threads.h"
 
-// Exactly one of `mha` and `graph` is set. The graph is never compiled or
-// run: each session forks it, sharing its loaded weights.
+// Exactly one of `mha` and `graph` is set. Sessions share the model's
+// loaded weights: nothing is parsed or read from a file after loading.
 struct attn_model {
   std::shared_ptr<const attn::MhaModel> mha;
-  std::shared_ptr<const attn::Graph> graph;
+  std::shared_ptr<const attn::GraphModel> graph;
 };
 
+// Exactly one is set; each holds its model alive.
 struct attn_session {
-  std::optional<attn::MhaSession> mha;  // holds the model alive
-  std::unique_ptr<attn::Graph> graph;
+  std::optional<attn::MhaSession> mha;
+  std::optional<attn::GraphSession> graph;
 };
 
 namespace {
@@ -154,62 +155,58 @@ attn_status ToDType(const char* what, const attn_dtype* field,
                   .c_str());
 }
 
-attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
-  if (!c) return ATTN_OK;
+// The fields attn_mha_options and attn_graph_options share (at different
+// offsets: `layers` sits between context_length and num_threads in the
+// graph's, where version 1 put it), each read when it lies inside the
+// caller's struct_size. C is an attn_*_options struct, what its name.
+template <class C>
+attn_status ToModelOptions(const C* c, const char* what,
+                           attn::ModelOptions* options) {
   const size_t size = c->struct_size;
-  if (attn_status s = CheckStructSize(
-          "attn_mha_options", c, size, sizeof(size_t), sizeof(*c),
-          offsetof(attn_mha_options, dtype) + sizeof(attn_dtype));
+  if (attn_status s =
+          CheckStructSize(what, c, size, sizeof(size_t), sizeof(*c),
+                          offsetof(C, tuned_config) + sizeof(const char*));
       s != ATTN_OK) {
     return s;
   }
-  if (Inside(size, offsetof(attn_mha_options, num_heads), sizeof(int))) {
+  if (Inside(size, offsetof(C, num_heads), sizeof(int))) {
     options->num_heads = c->num_heads;
   }
-  if (Inside(size, offsetof(attn_mha_options, context_length), sizeof(int))) {
+  if (Inside(size, offsetof(C, context_length), sizeof(int))) {
     options->context_length = c->context_length;
   }
-  if (Inside(size, offsetof(attn_mha_options, num_threads), sizeof(int))) {
+  if (Inside(size, offsetof(C, num_threads), sizeof(int))) {
     options->num_threads = c->num_threads;
   }
-  if (Inside(size, offsetof(attn_mha_options, max_memory_bytes),
-             sizeof(uint64_t))) {
+  if (Inside(size, offsetof(C, max_memory_bytes), sizeof(uint64_t))) {
     options->max_memory_bytes = c->max_memory_bytes;
   }
-  if (Inside(size, offsetof(attn_mha_options, dtype), sizeof(attn_dtype))) {
-    return ToDType("attn_mha_options.dtype", &c->dtype, &options->dtype);
+  if (Inside(size, offsetof(C, tuned_config), sizeof(const char*)) &&
+      c->tuned_config) {
+    options->tuned_config = c->tuned_config;
+  }
+  if (Inside(size, offsetof(C, dtype), sizeof(attn_dtype))) {
+    return ToDType((std::string(what) + ".dtype").c_str(), &c->dtype,
+                   &options->dtype);
   }
   return ATTN_OK;
+}
+
+attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
+  if (!c) return ATTN_OK;
+  return ToModelOptions(c, "attn_mha_options", options);
 }
 
 attn_status ToGraphOptions(const attn_graph_options* c,
                            attn::GraphOptions* options) {
   if (!c) return ATTN_OK;
-  const size_t size = c->struct_size;
-  if (attn_status s = CheckStructSize(
-          "attn_graph_options", c, size, sizeof(size_t), sizeof(*c),
-          offsetof(attn_graph_options, dtype) + sizeof(attn_dtype));
+  if (attn_status s = ToModelOptions(c, "attn_graph_options", options);
       s != ATTN_OK) {
     return s;
   }
-  if (Inside(size, offsetof(attn_graph_options, num_heads), sizeof(int))) {
-    options->num_heads = c->num_heads;
-  }
-  if (Inside(size, offsetof(attn_graph_options, context_length), sizeof(int))) {
-    options->context_length = c->context_length;
-  }
-  if (Inside(size, offsetof(attn_graph_options, layers), sizeof(int))) {
+  if (Inside(c->struct_size, offsetof(attn_graph_options, layers),
+             sizeof(int))) {
     options->layers = c->layers;
-  }
-  if (Inside(size, offsetof(attn_graph_options, num_threads), sizeof(int))) {
-    options->num_threads = c->num_threads;
-  }
-  if (Inside(size, offsetof(attn_graph_options, max_memory_bytes),
-             sizeof(uint64_t))) {
-    options->max_memory_bytes = c->max_memory_bytes;
-  }
-  if (Inside(size, offsetof(attn_graph_options, dtype), sizeof(attn_dtype))) {
-    return ToDType("attn_graph_options.dtype", &c->dtype, &options->dtype);
   }
   return ATTN_OK;
 }
@@ -308,9 +305,10 @@ attn_status attn_model_load_graph(const char* graph_json_path,
     if (!safetensors_path) return NullArgument("safetensors_path");
     attn::GraphOptions opts;
     if (attn_status s = ToGraphOptions(options, &opts); s != ATTN_OK) return s;
-    // Reads both files once; sessions fork the loaded graph, which keeps the
-    // team size resolved here, on the loading thread.
-    auto graph = attn::Graph::Load(graph_json_path, safetensors_path, opts);
+    // Reads both files once; sessions share the loaded model, which keeps
+    // the team size resolved here, on the loading thread.
+    auto graph =
+        attn::GraphModel::Load(graph_json_path, safetensors_path, opts);
     if (!graph.ok()) return Check(graph.status());
     auto handle = std::make_unique<attn_model>();
     handle->graph = std::move(graph).value();
@@ -348,7 +346,7 @@ attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
     }
     attn_model_info full = ATTN_MODEL_INFO_INIT;
     full.struct_size = size;
-    if (const attn::Graph* g = model->graph.get()) {
+    if (const attn::GraphModel* g = model->graph.get()) {
       full.d_in = g->input_width();
       full.d_out = g->output_width();
       full.num_threads = g->num_threads();
@@ -389,7 +387,7 @@ attn_status attn_session_create(const attn_model* model,
     if (!model) return NullArgument("model");
     auto handle = std::make_unique<attn_session>();
     if (model->graph) {
-      handle->graph = model->graph->Fork();
+      handle->graph.emplace(model->graph);
     } else {
       handle->mha.emplace(model->mha);
     }

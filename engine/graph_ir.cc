@@ -117,8 +117,8 @@ Status ParseAttribute(Node& node, const std::string& key, const json& value) {
   return {};
 }
 
-Result<Node> ParseNode(const json& j, size_t index) {
-  const std::string where = "node " + std::to_string(index);
+// The op of node `where`, after checking it has only known fields.
+Result<const OpSpec*> ReadOp(const json& j, const std::string& where) {
   if (!j.is_object()) {
     return InvalidArgument(where + " is " + Got(j) + ", want an object");
   }
@@ -143,9 +143,13 @@ Result<Node> ParseNode(const json& j, size_t index) {
     return InvalidArgument(where + ": unknown op '" + op + "', want one of " +
                            Join(known));
   }
-  Node node;
-  node.op = spec->op;
-  node.name = op + "_" + std::to_string(index);
+  return &*spec;
+}
+
+// The node's name (default "<op>_<index>"), inputs and outputs.
+Status ReadTensors(const json& j, const OpSpec& spec, size_t index,
+                   const std::string& where, Node& node) {
+  node.name = std::string(spec.name) + "_" + std::to_string(index);
   if (j.contains("name")) {
     if (!j["name"].is_string() || j["name"].get<std::string>().empty()) {
       return InvalidArgument(where + ": name is " + Got(j["name"]) +
@@ -162,30 +166,35 @@ Result<Node> ParseNode(const json& j, size_t index) {
     ATTN_RETURN_IF_ERROR(
         ReadNames(j[field], node.Describe() + ": " + field, names));
   }
-  if (node.inputs.size() != spec->num_inputs) {
+  if (node.inputs.size() != spec.num_inputs) {
     return InvalidArgument(node.Describe() + ": has " +
                            std::to_string(node.inputs.size()) +
-                           " inputs, want " + std::to_string(spec->num_inputs));
+                           " inputs, want " + std::to_string(spec.num_inputs));
   }
   if (node.outputs.size() != 1) {
     return InvalidArgument(node.Describe() + ": has " +
                            std::to_string(node.outputs.size()) +
                            " outputs, want 1");
   }
+  return {};
+}
+
+// The node's weights (role: tensor name), every required role named.
+Status ReadWeights(const json& j, const OpSpec& spec, Node& node) {
   const json weights = j.value("weights", json::object());
   if (!weights.is_object()) {
     return InvalidArgument(node.Describe() + ": weights is " + Got(weights) +
                            ", want an object of role: tensor name");
   }
   for (const auto& [role, name] : weights.items()) {
-    const bool known = std::count(spec->required_roles.begin(),
-                                  spec->required_roles.end(), role) ||
-                       std::count(spec->optional_roles.begin(),
-                                  spec->optional_roles.end(), role);
+    const bool known = std::count(spec.required_roles.begin(),
+                                  spec.required_roles.end(), role) ||
+                       std::count(spec.optional_roles.begin(),
+                                  spec.optional_roles.end(), role);
     if (!known) {
-      std::vector<std::string> roles = spec->required_roles;
-      roles.insert(roles.end(), spec->optional_roles.begin(),
-                   spec->optional_roles.end());
+      std::vector<std::string> roles = spec.required_roles;
+      roles.insert(roles.end(), spec.optional_roles.begin(),
+                   spec.optional_roles.end());
       return InvalidArgument(node.Describe() + ": unknown weight '" + role +
                              "', want " + Join(roles));
     }
@@ -195,24 +204,39 @@ Result<Node> ParseNode(const json& j, size_t index) {
     }
     node.weights.emplace_back(role, name.get<std::string>());
   }
-  for (const std::string& role : spec->required_roles) {
+  for (const std::string& role : spec.required_roles) {
     if (!node.Weight(role)) {
       return InvalidArgument(node.Describe() + ": weight '" + role +
                              "' is not named, want it in 'weights'");
     }
   }
+  return {};
+}
+
+Status ReadAttributes(const json& j, const OpSpec& spec, Node& node) {
   const json attributes = j.value("attributes", json::object());
   if (!attributes.is_object()) {
     return InvalidArgument(node.Describe() + ": attributes is " +
                            Got(attributes) + ", want an object");
   }
   for (const auto& [key, value] : attributes.items()) {
-    if (!std::count(spec->attributes.begin(), spec->attributes.end(), key)) {
+    if (!std::count(spec.attributes.begin(), spec.attributes.end(), key)) {
       return InvalidArgument(node.Describe() + ": unknown attribute '" + key +
-                             "', want " + Join(spec->attributes));
+                             "', want " + Join(spec.attributes));
     }
     ATTN_RETURN_IF_ERROR(ParseAttribute(node, key, value));
   }
+  return {};
+}
+
+Result<Node> ParseNode(const json& j, size_t index) {
+  const std::string where = "node " + std::to_string(index);
+  ATTN_ASSIGN_OR_RETURN(const OpSpec* spec, ReadOp(j, where));
+  Node node;
+  node.op = spec->op;
+  ATTN_RETURN_IF_ERROR(ReadTensors(j, *spec, index, where, node));
+  ATTN_RETURN_IF_ERROR(ReadWeights(j, *spec, node));
+  ATTN_RETURN_IF_ERROR(ReadAttributes(j, *spec, node));
   return node;
 }
 

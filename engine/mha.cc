@@ -120,7 +120,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
   }
   ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
   impl->dtype = options.dtype;
-  Result<int> threads = ResolveNumThreads(options.num_threads);
+  Result<int> threads = ResolveNumThreads(options);
   if (!threads.ok()) return threads.status();
   impl->num_threads = *threads;
   impl->max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
@@ -438,21 +438,6 @@ Status MhaSession::Run(const float* input, int64_t batch, int64_t seq_len,
   p.out_proj->Run(p.ctx.data(), p.w_out.data(), p.b_out.data(), output,
                   p.proj_scratch.data(), threads.num_threads());
   return {};
-}
-
-RuntimeInfo GetRuntimeInfo() {
-  RuntimeInfo info;
-  info.version = ATTN_VERSION;
-  info.simd_target = kernels::SimdTargetName();
-  info.onednn_isa = kernels::MatMulIsaName();
-  const dnnl_version_t* v = dnnl_version();
-  info.onednn_version = std::to_string(v->major) + "." +
-                        std::to_string(v->minor) + "." +
-                        std::to_string(v->patch);
-  info.native_bf16 = kernels::HasNativeBF16();
-  Result<int> threads = ResolveNumThreads(0);
-  info.default_threads = threads.ok() ? *threads : AffinityCores();
-  return info;
 }
 
 }  // namespace attn

@@ -283,6 +283,126 @@ Result<const TensorInfo*> FindFloat(const SafetensorsFile& file,
   return t;
 }
 
+// Where the tensors' bytes lie in the file.
+struct DataSection {
+  uint64_t begin = 0, size = 0;
+};
+
+// The header's "__metadata__": an object of strings.
+Status ReadMetadata(const json& entry, const std::string& where,
+                    std::map<std::string, std::string>& metadata) {
+  if (!entry.is_object()) {
+    return InvalidArgument("__metadata__ of " + where +
+                           " is not a JSON object");
+  }
+  for (const auto& [key, value] : entry.items()) {
+    if (!value.is_string()) {
+      return InvalidArgument("__metadata__ key '" + key + "' of " + where +
+                             " is " + value.type_name() + ", want a string");
+    }
+    metadata[key] = value.get<std::string>();
+  }
+  return {};
+}
+
+// A tensor's shape into info->shape, and the bytes it needs at `elem` bytes
+// an element; `tensor` names it in messages.
+Result<uint64_t> ReadShape(const json& shape, size_t elem,
+                           const std::string& tensor, TensorInfo* info) {
+  if (!shape.is_array() || shape.size() > kMaxRank) {
+    return InvalidArgument(tensor + " has shape " + shape.dump() +
+                           ", want an array of at most " +
+                           std::to_string(kMaxRank) + " sizes");
+  }
+  uint64_t bytes_wanted = elem;
+  for (const json& dim : shape) {
+    uint64_t size = 0;
+    if (!AsCount(dim, &size) || size > (uint64_t{1} << 48)) {
+      return InvalidArgument(tensor + " has shape " + shape.dump() +
+                             ", want non-negative integers");
+    }
+    if (size != 0 && bytes_wanted > UINT64_MAX / size) {
+      return InvalidArgument(tensor + " has shape " + shape.dump() +
+                             " whose byte size overflows");
+    }
+    bytes_wanted *= size;
+    info->shape.push_back(static_cast<int64_t>(size));
+  }
+  return bytes_wanted;
+}
+
+// One tensor's header entry into *info, and its byte range in the data
+// section into *range, checked against `data` and its dtype and shape.
+Status ReadEntry(const std::string& name, const json& entry,
+                 const std::string& where, const DataSection& data,
+                 TensorInfo* info, std::pair<uint64_t, uint64_t>* range) {
+  const std::string tensor = "tensor '" + name + "' in " + where;
+  if (!entry.is_object() || entry.size() != 3 || !entry.contains("dtype") ||
+      !entry.contains("shape") || !entry.contains("data_offsets")) {
+    return InvalidArgument(tensor +
+                           " must have exactly dtype, shape, data_offsets");
+  }
+  info->name = name;
+  const json& dtype = entry["dtype"];
+  const size_t elem =
+      dtype.is_string() ? DTypeSize(dtype.get<std::string>()) : 0;
+  if (elem == 0) {
+    return InvalidArgument(tensor + " has unknown dtype " + dtype.dump());
+  }
+  info->dtype = dtype.get<std::string>();
+  ATTN_ASSIGN_OR_RETURN(const uint64_t bytes_wanted,
+                        ReadShape(entry["shape"], elem, tensor, info));
+  const json& offsets = entry["data_offsets"];
+  uint64_t begin = 0, end = 0;
+  if (!offsets.is_array() || offsets.size() != 2 ||
+      !AsCount(offsets[0], &begin) || !AsCount(offsets[1], &end)) {
+    return InvalidArgument(tensor + " has data_offsets " + offsets.dump() +
+                           ", want [begin, end] as non-negative integers");
+  }
+  if (begin > end || end > data.size) {
+    return InvalidArgument(tensor + " has data_offsets " + offsets.dump() +
+                           " outside the data section of " +
+                           std::to_string(data.size) + " bytes");
+  }
+  if (end - begin != bytes_wanted) {
+    return InvalidArgument(tensor + " spans " + std::to_string(end - begin) +
+                           " bytes, but " + info->dtype + " " +
+                           ShapeString(info->shape) + " needs " +
+                           std::to_string(bytes_wanted));
+  }
+  info->offset = data.begin + begin;
+  info->size_bytes = static_cast<size_t>(end - begin);
+  info->num_elements = info->size_bytes / elem;
+  *range = {begin, end};
+  return {};
+}
+
+// The tensors must tile the data section exactly: no overlap, hole or
+// trailing byte.
+Status CheckTiling(std::vector<std::pair<uint64_t, uint64_t>> ranges,
+                   const std::string& where, uint64_t data_size) {
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t covered = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (begin < covered) {
+      return InvalidArgument("tensors in " + where + " overlap at byte " +
+                             std::to_string(begin) + " of the data section");
+    }
+    if (begin > covered) {
+      return InvalidArgument("data section of " + where + " has a hole at " +
+                             "bytes [" + std::to_string(covered) + ", " +
+                             std::to_string(begin) + ")");
+    }
+    covered = end;
+  }
+  if (covered != data_size) {
+    return InvalidArgument("data section of " + where + " has " +
+                           std::to_string(data_size - covered) +
+                           " trailing bytes that no tensor covers");
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -318,8 +438,7 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   ATTN_RETURN_IF_ERROR(
       ReadHeader(impl->file, path, file_size, &header, &header_len));
   const std::string where = Quoted(path);
-  const uint64_t data_begin = 8 + header_len;
-  const uint64_t data_size = file_size - data_begin;
+  const DataSection data{8 + header_len, file_size - (8 + header_len)};
   if (header.size() - header.count("__metadata__") > kMaxTensors) {
     return InvalidArgument(where + " lists " + std::to_string(header.size()) +
                            " tensors, over the limit of " +
@@ -328,101 +447,17 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end), bytes
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
-      if (!entry.is_object()) {
-        return InvalidArgument("__metadata__ of " + where +
-                               " is not a JSON object");
-      }
-      for (const auto& [key, value] : entry.items()) {
-        if (!value.is_string()) {
-          return InvalidArgument("__metadata__ key '" + key + "' of " + where +
-                                 " is " + value.type_name() +
-                                 ", want a string");
-        }
-        impl->metadata[key] = value.get<std::string>();
-      }
+      ATTN_RETURN_IF_ERROR(ReadMetadata(entry, where, impl->metadata));
       continue;
     }
-    const std::string tensor = "tensor '" + name + "' in " + where;
-    if (!entry.is_object() || entry.size() != 3 || !entry.contains("dtype") ||
-        !entry.contains("shape") || !entry.contains("data_offsets")) {
-      return InvalidArgument(tensor +
-                             " must have exactly dtype, shape, data_offsets");
-    }
     TensorInfo info;
-    info.name = name;
-    const json& dtype = entry["dtype"];
-    const size_t elem =
-        dtype.is_string() ? DTypeSize(dtype.get<std::string>()) : 0;
-    if (elem == 0) {
-      return InvalidArgument(tensor + " has unknown dtype " + dtype.dump());
-    }
-    info.dtype = dtype.get<std::string>();
-    const json& shape = entry["shape"];
-    if (!shape.is_array() || shape.size() > kMaxRank) {
-      return InvalidArgument(tensor + " has shape " + shape.dump() +
-                             ", want an array of at most " +
-                             std::to_string(kMaxRank) + " sizes");
-    }
-    uint64_t bytes_wanted = elem;
-    for (const json& dim : shape) {
-      uint64_t size = 0;
-      if (!AsCount(dim, &size) || size > (uint64_t{1} << 48)) {
-        return InvalidArgument(tensor + " has shape " + shape.dump() +
-                               ", want non-negative integers");
-      }
-      if (size != 0 && bytes_wanted > UINT64_MAX / size) {
-        return InvalidArgument(tensor + " has shape " + shape.dump() +
-                               " whose byte size overflows");
-      }
-      bytes_wanted *= size;
-      info.shape.push_back(static_cast<int64_t>(size));
-    }
-    const json& offsets = entry["data_offsets"];
-    uint64_t begin = 0, end = 0;
-    if (!offsets.is_array() || offsets.size() != 2 ||
-        !AsCount(offsets[0], &begin) || !AsCount(offsets[1], &end)) {
-      return InvalidArgument(tensor + " has data_offsets " + offsets.dump() +
-                             ", want [begin, end] as non-negative integers");
-    }
-    if (begin > end || end > data_size) {
-      return InvalidArgument(tensor + " has data_offsets " + offsets.dump() +
-                             " outside the data section of " +
-                             std::to_string(data_size) + " bytes");
-    }
-    if (end - begin != bytes_wanted) {
-      return InvalidArgument(tensor + " spans " + std::to_string(end - begin) +
-                             " bytes, but " + info.dtype + " " +
-                             ShapeString(info.shape) + " needs " +
-                             std::to_string(bytes_wanted));
-    }
-    info.offset = data_begin + begin;
-    info.size_bytes = static_cast<size_t>(end - begin);
-    info.num_elements = info.size_bytes / elem;
-    ranges.emplace_back(begin, end);
+    ranges.emplace_back();
+    ATTN_RETURN_IF_ERROR(
+        ReadEntry(name, entry, where, data, &info, &ranges.back()));
     impl->index.emplace(info.name, impl->tensors.size());
     impl->tensors.push_back(std::move(info));
   }
-  // The tensors must tile the data section exactly: no overlap, hole or
-  // trailing byte.
-  std::sort(ranges.begin(), ranges.end());
-  uint64_t covered = 0;
-  for (const auto& [begin, end] : ranges) {
-    if (begin < covered) {
-      return InvalidArgument("tensors in " + where + " overlap at byte " +
-                             std::to_string(begin) + " of the data section");
-    }
-    if (begin > covered) {
-      return InvalidArgument("data section of " + where + " has a hole at " +
-                             "bytes [" + std::to_string(covered) + ", " +
-                             std::to_string(begin) + ")");
-    }
-    covered = end;
-  }
-  if (covered != data_size) {
-    return InvalidArgument("data section of " + where + " has " +
-                           std::to_string(data_size - covered) +
-                           " trailing bytes that no tensor covers");
-  }
+  ATTN_RETURN_IF_ERROR(CheckTiling(std::move(ranges), where, data.size));
   return SafetensorsFile(std::move(impl));
 }
 

@@ -60,7 +60,37 @@ Result<TunedConfig> ReadTunedConfig(const std::string& path) {
   return config;
 }
 
-Result<int> ResolveNumThreads(int requested) {
+namespace {
+
+// ATTN_NUM_THREADS: its count, or 0 when unset or empty.
+Result<int> EnvNumThreads() {
+  const char* env = std::getenv("ATTN_NUM_THREADS");
+  if (!env || !*env) return 0;
+  char* end = nullptr;
+  const long value = std::strtol(env, &end, 10);
+  if (*end != '\0' || value <= 0 || value > kMaxThreads) {
+    return InvalidArgument("ATTN_NUM_THREADS is " + Quoted(env, kQuotedChars) +
+                           ", want a positive integer up to " +
+                           std::to_string(kMaxThreads));
+  }
+  return static_cast<int>(value);
+}
+
+// The team size of tuned file `path`; `source` (the option or the
+// environment variable that named it) prefixes a message.
+Result<int> TunedNumThreads(const std::string& path,
+                            const std::string& source) {
+  Result<TunedConfig> tuned = ReadTunedConfig(path);
+  if (!tuned.ok()) {
+    return Status(tuned.status().code(),
+                  source + ": " + tuned.status().message());
+  }
+  return tuned->num_threads;
+}
+
+}  // namespace
+
+Result<int> ResolveNumThreads(int requested, const std::string& tuned_config) {
   if (requested < 0) {
     return InvalidArgument("num_threads is " + std::to_string(requested) +
                            ", want 0 (default) or a positive count");
@@ -70,25 +100,19 @@ Result<int> ResolveNumThreads(int requested) {
                            ", want at most " + std::to_string(kMaxThreads));
   }
   if (requested > 0) return requested;
-  if (const char* env = std::getenv("ATTN_NUM_THREADS"); env && *env) {
-    char* end = nullptr;
-    const long value = std::strtol(env, &end, 10);
-    if (*end != '\0' || value <= 0 || value > kMaxThreads) {
-      return InvalidArgument(
-          "ATTN_NUM_THREADS is " + Quoted(env, kQuotedChars) +
-          ", want a positive integer up to " + std::to_string(kMaxThreads));
-    }
-    return static_cast<int>(value);
+  ATTN_ASSIGN_OR_RETURN(const int env, EnvNumThreads());
+  if (env > 0) return env;
+  if (!tuned_config.empty()) {
+    return TunedNumThreads(tuned_config, "tuned_config");
   }
   if (const char* path = std::getenv("ATTN_CONFIG"); path && *path) {
-    Result<TunedConfig> tuned = ReadTunedConfig(path);
-    if (!tuned.ok()) {
-      return Status(tuned.status().code(),
-                    "ATTN_CONFIG: " + tuned.status().message());
-    }
-    return tuned->num_threads;
+    return TunedNumThreads(path, "ATTN_CONFIG");
   }
   return AffinityCores();
+}
+
+Result<int> ResolveNumThreads(const ModelOptions& options) {
+  return ResolveNumThreads(options.num_threads, options.tuned_config);
 }
 
 Result<int> ReadTunedThreads(const std::string& path) {

@@ -22,10 +22,15 @@ struct TunedConfig {
 // Reads a tuned file. Each error is one line naming the file and the fault.
 Result<TunedConfig> ReadTunedConfig(const std::string& path);
 
-// `requested` when > 0, else ATTN_NUM_THREADS, else the tuned file named by
-// ATTN_CONFIG, else AffinityCores(). A malformed ATTN_NUM_THREADS or tuned
-// file is an error, not silently ignored.
-Result<int> ResolveNumThreads(int requested);
+// `requested` when > 0, else ATTN_NUM_THREADS, else the tuned file
+// `tuned_config` (when not empty), else the one named by ATTN_CONFIG, else
+// AffinityCores(). A malformed ATTN_NUM_THREADS or tuned file is an error,
+// not silently ignored.
+Result<int> ResolveNumThreads(int requested,
+                              const std::string& tuned_config = "");
+
+// The team size `options` ask for (ResolveNumThreads).
+Result<int> ResolveNumThreads(const ModelOptions& options);
 
 // Sets the calling thread's OpenMP team size (which oneDNN follows) for the
 // scope's lifetime and restores the caller's setting after. Inside an

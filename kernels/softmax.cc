@@ -42,8 +42,6 @@ void ScaleRowsBF16(const float* src, size_t rows, size_t cols,
   ScaleRowsT(src, rows, cols, row_scale, dst, dst_stride);
 }
 
-const char* TargetNameOfThisTarget() { return hwy::TargetName(HWY_TARGET); }
-
 }  // namespace attn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -55,7 +53,6 @@ HWY_EXPORT(CausalSoftmaxUnnormalizedF32);
 HWY_EXPORT(CausalSoftmaxUnnormalizedBF16);
 HWY_EXPORT(ScaleRowsF32);
 HWY_EXPORT(ScaleRowsBF16);
-HWY_EXPORT(TargetNameOfThisTarget);
 
 void CausalSoftmax(float* scores, size_t rows, size_t cols, size_t stride,
                    ptrdiff_t diagonal, float scale) {
@@ -89,10 +86,6 @@ void ScaleRowsToBF16(const float* src, size_t rows, size_t cols,
                      size_t dst_stride) {
   HWY_DYNAMIC_DISPATCH(ScaleRowsBF16)
   (src, rows, cols, row_scale, dst, dst_stride);
-}
-
-const char* SimdTargetName() {
-  return HWY_DYNAMIC_DISPATCH(TargetNameOfThisTarget)();
 }
 
 }  // namespace attn::kernels

@@ -44,9 +44,6 @@ void ScaleRowsToBF16(const float* src, size_t rows, size_t cols,
                      const float* row_scale, hwy::bfloat16_t* dst,
                      size_t dst_stride);
 
-// Name of the Highway target the kernels dispatch to on this machine.
-const char* SimdTargetName();
-
 }  // namespace attn::kernels
 
 #endif  // ATTN_KERNELS_SOFTMAX_H_

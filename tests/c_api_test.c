@@ -201,8 +201,8 @@ static void TestOptions(void) {
                 "does not know");
   /* A newer header may put a field in this struct's tail padding. */
   newer.bytes[sizeof(attn_mha_options) + 4] = 0;
-  newer.bytes[offsetof(attn_mha_options, dtype) + sizeof(attn_dtype)] = 1;
-  EXPECT(offsetof(attn_mha_options, dtype) + sizeof(attn_dtype) ==
+  newer.bytes[offsetof(attn_mha_options, tuned_config) + sizeof(char*)] = 1;
+  EXPECT(offsetof(attn_mha_options, tuned_config) + sizeof(char*) ==
              sizeof(attn_mha_options) ||
          attn_model_load_mha(book, &newer.options, &model) == ATTN_UNSUPPORTED);
 
@@ -217,6 +217,30 @@ static void TestOptions(void) {
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_model_load_mha(book, &options, &model),
                 "not divisible by num_heads 3");
+
+  /* A tuned file as an option (version 3) gives the default team size; a
+   * version-2 struct does not read it; a bad file fails the load. */
+  {
+    static const char kTuned[] = "c_api_test_tuned.json";
+    FILE* tuned = fopen(kTuned, "wb");
+    EXPECT(tuned != NULL && fputs("{\"num_threads\": 3}", tuned) >= 0 &&
+           fclose(tuned) == 0);
+    options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+    options.tuned_config = kTuned;
+    EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, &options, &model), "");
+    EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+    EXPECT(info.num_threads == 3);
+    attn_model_destroy(model);
+    options.tuned_config = missing;
+    options.struct_size = offsetof(attn_mha_options, tuned_config);
+    EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, &options, &model), "");
+    attn_model_destroy(model);
+    options.struct_size = sizeof options;
+    EXPECT_STATUS(ATTN_IO_ERROR, attn_model_load_mha(book, &options, &model),
+                  "tuned_config: tuned config '");
+    EXPECT(model == NULL);
+    EXPECT(remove(kTuned) == 0);
+  }
 
   /* attn_model_info: a smaller struct gets only what fits. */
   EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, NULL, &model), "");

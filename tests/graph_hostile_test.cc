@@ -42,7 +42,7 @@ std::string Nested(size_t depth, const std::string& inner) {
 // The error of loading `json` (named g.json) over the block's weights, or
 // "(loaded)"; every error is one line starting with the source.
 std::string LoadError(const std::string& json) {
-  auto graph = Graph::FromJson(json, kBlockWeights, {}, "g.json");
+  auto graph = GraphModel::FromJson(json, kBlockWeights, {}, "g.json");
   if (graph.ok()) return "(loaded)";
   const std::string& message = graph.status().message();
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
@@ -137,7 +137,7 @@ TEST(GraphHostileTest, OnlyRegularFilesOfBoundedSizeAreRead) {
       {huge, "is 67108865 bytes, over the limit of 67108864 bytes"},
   };
   for (const auto& c : cases) {
-    auto graph = Graph::Load(c.path, kBlockWeights);
+    auto graph = GraphModel::Load(c.path, kBlockWeights);
     ASSERT_FALSE(graph.ok()) << c.path;
     const std::string& message = graph.status().message();
     EXPECT_EQ(message.rfind("graph file '" + c.path + "' " + c.says, 0), 0u)
@@ -179,7 +179,7 @@ TEST(GraphHostileTest, TwentyThousandNodeChainLoads) {
   const std::string weights_path = dir.Path("chain.safetensors");
   ASSERT_TRUE(WriteSafetensors(weights_path, tensors).ok());
 
-  auto graph = Graph::Load(graph_path, weights_path);
+  auto graph = GraphModel::Load(graph_path, weights_path);
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   EXPECT_EQ((*graph)->input_width(), 4);
   EXPECT_EQ((*graph)->output_width(), 4);

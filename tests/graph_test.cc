@@ -76,11 +76,12 @@ Golden ReadGolden(const std::string& name) {
 void ExpectGraphMatchesGolden(const std::string& json, const std::string& name,
                               GraphOptions options = {}) {
   const Golden g = ReadGolden(name);
-  auto graph = Graph::FromJson(json, kGolden + name + ".safetensors", options);
+  auto graph =
+      GraphModel::FromJson(json, kGolden + name + ".safetensors", options);
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   std::vector<float> y(g.expected.size());
-  const Status st =
-      (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], y.data());
+  const Status st = GraphSession(*graph).Run(g.input.data(), g.shape[0],
+                                             g.shape[1], y.data());
   ASSERT_TRUE(st.ok()) << st.message();
   test::ExpectAllClose(g.expected, y.data(), g.tolerance, name);
 }
@@ -99,7 +100,7 @@ TEST(GraphGoldenTest, Bf16BlockIsCloseOrRefused) {
   GraphOptions options;
   options.dtype = DType::kBF16;
   auto graph =
-      Graph::Load(kBlock, kGolden + "block_qkv_bias.safetensors", options);
+      GraphModel::Load(kBlock, kGolden + "block_qkv_bias.safetensors", options);
   if (!kernels::HasNativeBF16()) {
     ASSERT_FALSE(graph.ok());
     EXPECT_EQ(graph.status().code(), StatusCode::kUnsupported);
@@ -107,8 +108,9 @@ TEST(GraphGoldenTest, Bf16BlockIsCloseOrRefused) {
   }
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   std::vector<float> y(g.expected.size());
-  ASSERT_TRUE(
-      (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], y.data()).ok());
+  ASSERT_TRUE(GraphSession(*graph)
+                  .Run(g.input.data(), g.shape[0], g.shape[1], y.data())
+                  .ok());
   // bf16 keeps 8 bits of mantissa: each matmul input is off by up to 2^-9
   // relative; through the block's four matmul stages, 1% of max|y| is ample
   // and still catches a wrong layout or a dropped bias.
@@ -119,12 +121,13 @@ TEST(GraphGoldenTest, Bf16BlockIsCloseOrRefused) {
 // Runs the block with weights from `path` on golden block_qkv_bias's input.
 std::vector<float> RunBlock(const std::string& path) {
   const Golden g = ReadGolden("block_qkv_bias");
-  auto graph = Graph::Load(kBlock, path);
+  auto graph = GraphModel::Load(kBlock, path);
   EXPECT_TRUE(graph.ok()) << graph.status().message();
   std::vector<float> y(g.expected.size());
   if (graph.ok()) {
-    EXPECT_TRUE(
-        (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], y.data()).ok());
+    EXPECT_TRUE(GraphSession(*graph)
+                    .Run(g.input.data(), g.shape[0], g.shape[1], y.data())
+                    .ok());
   }
   return y;
 }
@@ -169,6 +172,34 @@ TEST(GraphGoldenTest, Bf16WeightsLoadAsTheFloatsTheyStandFor) {
                        1e-2 * test::MaxAbs(g.expected), "bf16 weights");
 }
 
+// The model owns its weights: sessions created after the weights file was
+// overwritten, or deleted, never read it and match a session made before.
+TEST(GraphGoldenTest, SessionsNeverReadTheWeightsFileAgain) {
+  const Golden g = ReadGolden("block_qkv_bias");
+  const std::string path = TempPath("graph_block_changing.safetensors");
+  std::filesystem::copy_file(kGolden + "block_qkv_bias.safetensors", path,
+                             std::filesystem::copy_options::overwrite_existing);
+  auto model = GraphModel::Load(kBlock, path);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  std::vector<float> before(g.expected.size());
+  ASSERT_TRUE(GraphSession(*model)
+                  .Run(g.input.data(), g.shape[0], g.shape[1], before.data())
+                  .ok());
+  // Other weights under the same names, then no file at all.
+  std::filesystem::copy_file(kGolden + "block.safetensors", path,
+                             std::filesystem::copy_options::overwrite_existing);
+  for (const bool deleted : {false, true}) {
+    SCOPED_TRACE(deleted ? "deleted" : "changed");
+    if (deleted) std::filesystem::remove(path);
+    std::vector<float> after(g.expected.size());
+    ASSERT_TRUE(GraphSession(*model)
+                    .Run(g.input.data(), g.shape[0], g.shape[1], after.data())
+                    .ok());
+    EXPECT_EQ(before, after);
+  }
+  test::ExpectAllClose(g.expected, before.data(), g.tolerance, "owned");
+}
+
 TEST(GraphGoldenTest, StackOfBlocksWithLayers) {
   GraphOptions options;
   options.layers = 3;
@@ -200,11 +231,11 @@ TEST(GraphGoldenTest, GeluKernel) {
 
 TEST(GraphGoldenTest, OverLongSequenceFailsCleanly) {
   const Golden g = ReadGolden("block_too_long");
-  auto graph = Graph::Load(kBlock, kGolden + "block_too_long.safetensors");
+  auto graph = GraphModel::Load(kBlock, kGolden + "block_too_long.safetensors");
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   std::vector<float> y(g.input.size(), -1.0f);
-  const Status st =
-      (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], y.data());
+  const Status st = GraphSession(*graph).Run(g.input.data(), g.shape[0],
+                                             g.shape[1], y.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("sequence length 6 exceeds context_length 4"),
             std::string::npos)
@@ -276,7 +307,7 @@ std::string LoadError(const std::string& nodes,
   const std::string json = R"({"inputs": ["x"], "outputs": )" + outputs +
                            R"(, "nodes": )" + nodes + "}";
   auto graph =
-      Graph::FromJson(json, kGolden + "block.safetensors", {}, "g.json");
+      GraphModel::FromJson(json, kGolden + "block.safetensors", {}, "g.json");
   if (graph.ok()) return "(loaded)";
   EXPECT_EQ(graph.status().message().find('\n'), std::string::npos);
   EXPECT_EQ(graph.status().message().rfind("g.json: ", 0), 0u)
@@ -383,17 +414,18 @@ TEST(GraphValidationTest, OneLayerKeepsTheNamesAsWritten) {
   const Golden g = ReadGolden("block");
   const std::string path =
       CopyWithout("block", "", {{"num_heads", "4"}, {"n_layers", "1"}});
-  auto graph = Graph::Load(kBlock, path);
+  auto graph = GraphModel::Load(kBlock, path);
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   EXPECT_EQ((*graph)->layers(), 1);
   std::vector<float> y(g.expected.size());
-  ASSERT_TRUE(
-      (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], y.data()).ok());
+  ASSERT_TRUE(GraphSession(*graph)
+                  .Run(g.input.data(), g.shape[0], g.shape[1], y.data())
+                  .ok());
   test::ExpectAllClose(g.expected, y.data(), g.tolerance, "n_layers 1");
   // Prefixed names keep working with one layer: the first of stack3's.
   GraphOptions one;
   one.layers = 1;
-  auto first = Graph::Load(kBlock, kGolden + "stack3.safetensors", one);
+  auto first = GraphModel::Load(kBlock, kGolden + "stack3.safetensors", one);
   ASSERT_TRUE(first.ok()) << first.status().message();
   EXPECT_EQ((*first)->layers(), 1);
 }
@@ -408,7 +440,7 @@ TEST(GraphValidationTest, HugeLayerCountsAreRefusedWithoutAllocating) {
     GraphOptions options;
     options.max_memory_bytes = 1 << 20;
     const size_t peak = PeakRssBytes();
-    auto graph = Graph::Load(kBlock, path, options);
+    auto graph = GraphModel::Load(kBlock, path, options);
     EXPECT_LT(PeakRssBytes() - peak, size_t{64} << 20);
     ASSERT_FALSE(graph.ok());
     const std::string& message = graph.status().message();
@@ -421,29 +453,37 @@ TEST(GraphValidationTest, HugeLayerCountsAreRefusedWithoutAllocating) {
   }
 }
 
-// Forks share the loaded weights: a fork outlives its original and gives
-// the same output, bit for bit.
-TEST(GraphGoldenTest, ForksRunWithoutTheirOriginal) {
+// Sessions share the loaded model: a session outlives every other handle
+// on its model, and sessions of one model give the same output, bit for bit.
+TEST(GraphGoldenTest, SessionsRunWithoutTheirModelHandle) {
   const Golden g = ReadGolden("block_qkv_bias");
-  auto graph = Graph::Load(kBlock, kGolden + "block_qkv_bias.safetensors");
+  auto graph = GraphModel::Load(kBlock, kGolden + "block_qkv_bias.safetensors");
   ASSERT_TRUE(graph.ok()) << graph.status().message();
+  std::shared_ptr<const GraphModel> model = std::move(graph).value();
   std::vector<float> first(g.expected.size()), again(g.expected.size());
+  GraphSession session(model);
   ASSERT_TRUE(
-      (*graph)->Run(g.input.data(), g.shape[0], g.shape[1], first.data()).ok());
-  std::unique_ptr<Graph> fork = (*graph)->Fork();
-  graph->reset();
-  EXPECT_EQ(fork->layers(), 1);
-  EXPECT_EQ(fork->input_width(), 24);
+      session.Run(g.input.data(), g.shape[0], g.shape[1], first.data()).ok());
+  GraphSession other(model);
+  model.reset();
+  EXPECT_EQ(other.model().layers(), 1);
+  EXPECT_EQ(other.model().input_width(), 24);
   ASSERT_TRUE(
-      fork->Run(g.input.data(), g.shape[0], g.shape[1], again.data()).ok());
+      other.Run(g.input.data(), g.shape[0], g.shape[1], again.data()).ok());
   EXPECT_EQ(first, again);
-  test::ExpectAllClose(g.expected, again.data(), g.tolerance, "fork");
+  test::ExpectAllClose(g.expected, again.data(), g.tolerance, "session");
+  // A session without a model refuses to run rather than crash.
+  GraphSession none(nullptr);
+  EXPECT_EQ(
+      none.Run(g.input.data(), g.shape[0], g.shape[1], again.data()).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(none.memory().planned_peak, 0u);
 }
 
 TEST(GraphValidationTest, PartialQkvBias) {
   GraphOptions options;
   options.num_heads = 3;
-  auto graph = Graph::Load(
+  auto graph = GraphModel::Load(
       kBlock, CopyWithout("block_qkv_bias", "att.W_value.bias"), options);
   ASSERT_FALSE(graph.ok());
   EXPECT_NE(graph.status().message().find(
@@ -456,14 +496,14 @@ TEST(GraphValidationTest, PartialQkvBias) {
 
 TEST(GraphValidationTest, HeadsFromOptionsElseMetadataElseError) {
   const std::string path = CopyWithout("block", "");
-  auto no_heads = Graph::Load(kBlock, path);
+  auto no_heads = GraphModel::Load(kBlock, path);
   ASSERT_FALSE(no_heads.ok());
   EXPECT_NE(no_heads.status().message().find("num_heads is not given"),
             std::string::npos)
       << no_heads.status().message();
   GraphOptions options;
   options.num_heads = 5;  // 16 is not divisible by 5
-  auto bad_heads = Graph::Load(kBlock, path, options);
+  auto bad_heads = GraphModel::Load(kBlock, path, options);
   ASSERT_FALSE(bad_heads.ok());
   EXPECT_NE(bad_heads.status().message().find(
                 "d_out 16 is not divisible by num_heads 5"),
@@ -539,10 +579,11 @@ TEST(GraphPlannerTest, RandomLiveRangesNeverOverlap) {
 
 TEST(GraphPlannerTest, BlockPeakIsBelowTheSumOfIntermediates) {
   GraphOptions options;
-  auto graph = Graph::Load(kBlock, kGolden + "block.safetensors", options);
+  auto graph = GraphModel::Load(kBlock, kGolden + "block.safetensors", options);
   ASSERT_TRUE(graph.ok()) << graph.status().message();
-  ASSERT_TRUE((*graph)->Compile(2, 7).ok());
-  const GraphMemory m = (*graph)->memory();
+  GraphSession session(*graph);
+  ASSERT_TRUE(session.Prepare(2, 7).ok());
+  const GraphMemory m = session.memory();
   // x_norm1, att_out, x1, x_norm2, ff_act (4e): 8e + 4e live at most.
   const size_t row = 2 * 7 * 16 * sizeof(float);
   EXPECT_EQ(m.intermediates_total, 8 * row);

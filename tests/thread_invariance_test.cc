@@ -166,14 +166,14 @@ class BlockFile {
 std::vector<float> RunGraph(const BlockFile& file, int threads, int64_t T) {
   GraphOptions options;
   options.num_threads = threads;
-  auto graph = Graph::Load(
+  auto graph = GraphModel::Load(
       std::string(ATTN_SOURCE_DIR) + "/tools/graphs/transformer_block.json",
       file.path(), options);
   EXPECT_TRUE(graph.ok()) << graph.status().message();
   if (!graph.ok()) return {};
   const auto x = Input(kBatch * T, kDOut, 41);
   std::vector<float> y(x.size());
-  const Status st = (*graph)->Run(x.data(), kBatch, T, y.data());
+  const Status st = GraphSession(*graph).Run(x.data(), kBatch, T, y.data());
   EXPECT_TRUE(st.ok()) << st.message();
   return y;
 }

@@ -107,7 +107,7 @@ TEST(Threads, ExplicitCountNeedsNoEnvironment) {
     EXPECT_TRUE(decoder.ok()) << name << ": " << decoder.status().message();
     GraphOptions graph_options;
     graph_options.num_threads = 3;
-    auto graph = Graph::Load(graph_json, graph_weights, graph_options);
+    auto graph = GraphModel::Load(graph_json, graph_weights, graph_options);
     ASSERT_TRUE(graph.ok()) << name << ": " << graph.status().message();
     EXPECT_EQ((*graph)->num_threads(), 3);
 
@@ -115,7 +115,7 @@ TEST(Threads, ExplicitCountNeedsNoEnvironment) {
     ASSERT_FALSE(refused_model.ok());
     EXPECT_EQ(refused_model.status().message().rfind(name, 0), 0u)
         << refused_model.status().message();
-    auto refused_graph = Graph::Load(graph_json, graph_weights);
+    auto refused_graph = GraphModel::Load(graph_json, graph_weights);
     ASSERT_FALSE(refused_graph.ok());
     EXPECT_EQ(refused_graph.status().message().rfind(name, 0), 0u)
         << refused_graph.status().message();

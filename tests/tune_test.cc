@@ -1,6 +1,7 @@
 // The tuned file (issue 3): what `attn tune --save` writes is read back by
-// the library through ATTN_CONFIG and by the CLI through --config, below
-// the API option and ATTN_NUM_THREADS; a bad file is a one-line error.
+// the library through ModelOptions::tuned_config or ATTN_CONFIG and by the
+// CLI through --config (passed as that option), below the API's num_threads
+// and ATTN_NUM_THREADS; a bad file is a one-line error.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "attn/attn.hpp"
 #include "engine/threads.h"
 #include "tests/temp_dir.h"
 
@@ -54,6 +56,41 @@ TEST_F(TuneTest, TunedFileSitsBelowOptionAndEnvironment) {
   unsetenv("ATTN_CONFIG");
   unsetenv("ATTN_NUM_THREADS");
   EXPECT_EQ(*ResolveNumThreads(0), AffinityCores());
+}
+
+// ModelOptions::tuned_config names the file for one model: below the
+// option and ATTN_NUM_THREADS, above ATTN_CONFIG; read at load, and a bad
+// one fails the load naming the option.
+TEST_F(TuneTest, TunedConfigOptionSitsAboveTheEnvironmentFile) {
+  MhaOptions options;
+  options.tuned_config = dir_.Write("three.json", R"({"num_threads": 3})");
+  setenv("ATTN_CONFIG",
+         dir_.Write("four.json", R"({"num_threads": 4})").c_str(), 1);
+  EXPECT_EQ(*ResolveNumThreads(options), 3);
+  EXPECT_EQ(*ResolveNumThreads(ModelOptions{}), 4);
+  options.num_threads = 5;
+  EXPECT_EQ(*ResolveNumThreads(options), 5);
+  options.num_threads = 0;
+  setenv("ATTN_NUM_THREADS", "2", 1);
+  EXPECT_EQ(*ResolveNumThreads(options), 2);
+  unsetenv("ATTN_NUM_THREADS");
+
+  MhaConfig config;
+  config.d_in = config.d_out = 4;
+  config.num_heads = 2;
+  const std::vector<float> w(16, 0.25f), b(4, 0.0f);
+  MhaWeights weights;
+  weights.w_query = weights.w_key = weights.w_value = weights.w_out = w.data();
+  weights.b_out = b.data();
+  auto model = MhaModel::Create(config, weights, options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ((*model)->num_threads(), 3);
+  options.tuned_config = dir_.Path("missing.json");
+  model = MhaModel::Create(config, weights, options);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().message().rfind("tuned_config: tuned config '", 0),
+            0u)
+      << model.status().message();
 }
 
 TEST_F(TuneTest, BadFilesAreOneLineErrorsNamingTheFile) {
@@ -220,6 +257,16 @@ TEST_F(TuneTest, SavedFileIsReadBackByBenchAndRun) {
                 &out, &err),
             1);
   EXPECT_NE(err.find("no.json' cannot be opened"), std::string::npos) << err;
+  // So does bench --graph (the CLI passes the file as an option).
+  ASSERT_EQ(Cli(dir_,
+                "bench --graph " + std::string(ATTN_SOURCE_DIR) +
+                    "/tools/graphs/transformer_block.json --shape 1,4,8,2 "
+                    "--min-time 0.01 --json --config " +
+                    one,
+                &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("\"threads\":1"), std::string::npos) << out;
 
   const std::string book =
       std::string(ATTN_SOURCE_DIR) + "/tests/golden/mha_book.safetensors";

@@ -18,11 +18,10 @@ int Fail(const std::string& message) {
   return kExitError;
 }
 
-int UseConfigFile(const std::string& path) {
+int CheckConfigFile(const std::string& path) {
   if (path.empty()) return 0;
   const attn::Result<int> threads = attn::ReadTunedThreads(path);
   if (!threads.ok()) return Fail(threads.status().message());
-  setenv("ATTN_CONFIG", path.c_str(), 1);
   return 0;
 }
 

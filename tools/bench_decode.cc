@@ -28,6 +28,7 @@ struct DecodeArgs {
   std::string dims = "768,768,12";  // d_in, d_out, heads (gpt2)
   bool recompute = true;
   uint64_t max_memory = 0;  // bench's --max-memory; 0: the default
+  std::string config;       // bench's --config: a tuned file, or empty
 };
 
 using Clock = std::chrono::steady_clock;
@@ -216,6 +217,7 @@ Result<DecodePoint> MeasurePoint(const DecodeArgs& args, const Dims& dims,
   MhaOptions options;
   options.num_threads = threads;
   options.max_memory_bytes = args.max_memory;
+  options.tuned_config = args.config;
   ATTN_ASSIGN_OR_RETURN(std::shared_ptr<const MhaModel> model,
                         MhaModel::Create(config, weights, options));
   DecodePoint point;
@@ -337,9 +339,10 @@ std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench) {
   return [args]() -> DecodeBench {
     if (!args->enabled) return nullptr;
     return [args](const std::vector<int>& threads, double min_time,
-                  uint64_t max_memory, bool json) {
+                  uint64_t max_memory, const std::string& config, bool json) {
       DecodeArgs with_cap = *args;
       with_cap.max_memory = max_memory;
+      with_cap.config = config;
       return Run(with_cap, threads, min_time, json);
     };
   };

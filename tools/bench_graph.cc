@@ -28,6 +28,7 @@ namespace {
 struct GraphArgs {
   std::string graph, weights;
   uint64_t max_memory = 0;  // bench's --max-memory; 0: the default
+  std::string config;       // bench's --config: a tuned file, or empty
 };
 
 struct BlockShape {
@@ -147,21 +148,22 @@ void PrintHeader(const RuntimeInfo& info, const GraphArgs& args,
 
 // Milliseconds per Run of `graph` on `x`: 2 warm-up runs, then at least 5
 // and `min_time` seconds.
-Result<std::vector<double>> TimeRuns(Graph& graph, const std::vector<float>& x,
+Result<std::vector<double>> TimeRuns(GraphSession& session,
+                                     const std::vector<float>& x,
                                      const BlockShape& s, double min_time) {
-  std::vector<float> y(
-      static_cast<size_t>(s.batch * s.seq_len * graph.output_width()));
+  std::vector<float> y(static_cast<size_t>(s.batch * s.seq_len *
+                                           session.model().output_width()));
   using Clock = std::chrono::steady_clock;
   std::vector<double> ms;
   for (int warmup = 0; warmup < 2; ++warmup) {
-    ATTN_RETURN_IF_ERROR(graph.Run(x.data(), s.batch, s.seq_len, y.data()));
+    ATTN_RETURN_IF_ERROR(session.Run(x.data(), s.batch, s.seq_len, y.data()));
   }
   const auto start = Clock::now();
   while (ms.size() < 5 ||
          std::chrono::duration<double>(Clock::now() - start).count() <
              min_time) {
     const auto t0 = Clock::now();
-    const Status st = graph.Run(x.data(), s.batch, s.seq_len, y.data());
+    const Status st = session.Run(x.data(), s.batch, s.seq_len, y.data());
     const auto t1 = Clock::now();
     ATTN_RETURN_IF_ERROR(st);
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
@@ -169,11 +171,12 @@ Result<std::vector<double>> TimeRuns(Graph& graph, const std::vector<float>& x,
   return ms;
 }
 
-// One line for `graph` at shape `s` timed as `ms`: a table row, or a JSON
+// One line for `session` at shape `s` timed as `ms`: a table row, or a JSON
 // object with --json.
 void PrintPoint(const GraphArgs& args, const BlockShape& s,
-                const std::string& dtype, const Graph& graph,
+                const std::string& dtype, const GraphSession& session,
                 const std::vector<double>& ms, bool json) {
+  const GraphModel& graph = session.model();
   // The block's matmuls (q, k, v, out: 4e^2; ff: 8e^2 per token) and the
   // attention core at its causal half, as the MHA benchmarks count it.
   const double rows = double(s.batch * s.seq_len), e = double(s.emb);
@@ -182,7 +185,7 @@ void PrintPoint(const GraphArgs& args, const BlockShape& s,
   const double median = Median(ms);
   const double tokens = rows / (median / 1e3);
   const double gflops = flops / (median / 1e3) / 1e9;
-  const GraphMemory mem = graph.memory();
+  const GraphMemory mem = session.memory();
   const double arena_mb = double(mem.planned_peak) / (1 << 20);
   if (json) {
     const nlohmann::json line = {
@@ -230,20 +233,22 @@ Status TimeShape(const GraphArgs& args, const BlockShape& s,
     options.num_threads = threads;
     options.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
     options.max_memory_bytes = args.max_memory;
-    auto graph = Graph::Load(args.graph, weights_path, options);
-    if (!graph.ok()) {
+    options.tuned_config = args.config;
+    auto model = GraphModel::Load(args.graph, weights_path, options);
+    if (!model.ok()) {
       std::filesystem::remove(temp);
-      return graph.status();
+      return model.status();
     }
-    if ((*graph)->input_width() != s.emb) {
+    if ((*model)->input_width() != s.emb) {
       return InvalidArgument("--shape '" + s.name + "' has e " +
                              std::to_string(s.emb) +
                              ", but the graph's input width is " +
-                             std::to_string((*graph)->input_width()));
+                             std::to_string((*model)->input_width()));
     }
+    GraphSession session(*model);
     ATTN_ASSIGN_OR_RETURN(const std::vector<double> ms,
-                          TimeRuns(**graph, x, s, min_time));
-    PrintPoint(args, s, dtype, **graph, ms, json);
+                          TimeRuns(session, x, s, min_time));
+    PrintPoint(args, s, dtype, session, ms, json);
   }
   return {};
 }
@@ -289,9 +294,10 @@ std::function<GraphBench()> AddGraphBenchOptions(CLI::App& bench) {
     if (args->graph.empty()) return nullptr;
     return [args](const std::string& shapes, const std::vector<int>& threads,
                   const std::string& dtype, double min_time,
-                  uint64_t max_memory, bool json) {
+                  uint64_t max_memory, const std::string& config, bool json) {
       GraphArgs with_cap = *args;
       with_cap.max_memory = max_memory;
+      with_cap.config = config;
       return Run(with_cap, shapes, threads, dtype, min_time, json);
     };
   };

@@ -17,9 +17,10 @@ constexpr int kExitUsage = 2;
 // Prints "attn: error: <message>" as one line on stderr; returns kExitError.
 int Fail(const std::string& message);
 
-// --config FILE: checks the tuned file and names it in ATTN_CONFIG for this
-// process, so the library reads it back. Returns 0, or Fail's code.
-int UseConfigFile(const std::string& path);
+// --config FILE: checks the tuned file up front, so that a bad one fails
+// before any work (the commands then pass it as ModelOptions::tuned_config).
+// Returns 0, or Fail's code.
+int CheckConfigFile(const std::string& path);
 
 struct Command {
   CLI::App* app;

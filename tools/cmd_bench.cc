@@ -28,7 +28,7 @@ int Bench(const BenchArgs& args) {
   // The grid without long-32k (a minute per point at 1 thread).
   auto shapes = ParseShapes(args.shape, Names(PeerGrid(), ","));
   if (!shapes.ok()) return Fail(shapes.status().message());
-  if (const int rc = UseConfigFile(args.config)) return rc;
+  if (const int rc = CheckConfigFile(args.config)) return rc;
   std::vector<int> thread_counts = args.threads;
   if (thread_counts.empty()) thread_counts = {0};  // the library's default
   const attn::RuntimeInfo info = attn::GetRuntimeInfo();
@@ -52,6 +52,7 @@ int Bench(const BenchArgs& args) {
       attn::MhaOptions options;
       options.num_threads = threads;
       options.max_memory_bytes = args.max_memory;
+      options.tuned_config = args.config;
       options.dtype =
           args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
       Result<Timing> t =
@@ -124,19 +125,26 @@ Command AddBenchCommand(CLI::App& app) {
       ->check(ByteSize())
       ->transform(CLI::AsSizeValue(false));
   bench_cmd->add_option("--config", bench.config,
-                        "tuned file from attn tune --save (as ATTN_CONFIG)");
+                        "tuned file from attn tune --save: its thread count is "
+                        "the default");
   bench_cmd->add_flag("--json", bench.json, "one JSON object per line");
 
   const auto decode = AddDecodeBenchOptions(*bench_cmd);  // --decode
   const auto graph = AddGraphBenchOptions(*bench_cmd);    // --graph
   return {bench_cmd, [args, decode, graph] {
-            if (const DecodeBench run_decode = decode()) {
-              return run_decode(args->threads, args->min_time, args->max_memory,
-                                args->json);
+            const DecodeBench run_decode = decode();
+            const GraphBench run_graph = graph();
+            if (run_decode || run_graph) {
+              if (const int rc = CheckConfigFile(args->config)) return rc;
             }
-            if (const GraphBench run_graph = graph()) {
+            if (run_decode) {
+              return run_decode(args->threads, args->min_time, args->max_memory,
+                                args->config, args->json);
+            }
+            if (run_graph) {
               return run_graph(args->shape, args->threads, args->dtype,
-                               args->min_time, args->max_memory, args->json);
+                               args->min_time, args->max_memory, args->config,
+                               args->json);
             }
             return Bench(*args);
           }};

@@ -112,6 +112,7 @@ int RunMha(const RunArgs& args) {
   options.num_threads = args.threads;
   options.dtype = ParseDType(args.dtype);
   options.max_memory_bytes = args.max_memory;
+  options.tuned_config = args.config;
   auto model = MhaModel::Load(args.weights, options);
   if (!model.ok()) return Fail(model.status().message());
   MhaSession session(*model);
@@ -136,16 +137,19 @@ int RunGraph(const RunArgs& args) {
   options.num_threads = args.threads;
   options.dtype = ParseDType(args.dtype);
   options.max_memory_bytes = args.max_memory;
-  auto graph = Graph::Load(args.graph, args.weights, options);
-  if (!graph.ok()) return Fail(graph.status().message());
-  Graph& g = **graph;
-  return RunForward(args, g.input_width(), g.output_width(),
-                    [&](const float* x, int64_t batch, int64_t seq_len,
-                        float* y) { return g.Run(x, batch, seq_len, y); });
+  options.tuned_config = args.config;
+  auto model = GraphModel::Load(args.graph, args.weights, options);
+  if (!model.ok()) return Fail(model.status().message());
+  GraphSession session(*model);
+  return RunForward(
+      args, (*model)->input_width(), (*model)->output_width(),
+      [&](const float* x, int64_t batch, int64_t seq_len, float* y) {
+        return session.Run(x, batch, seq_len, y);
+      });
 }
 
 int Run(const RunArgs& args) {
-  if (const int rc = UseConfigFile(args.config)) return rc;
+  if (const int rc = CheckConfigFile(args.config)) return rc;
   InstallInterruptHandlers();
   return args.graph.empty() ? RunMha(args) : RunGraph(args);
 }
@@ -185,7 +189,8 @@ Command AddRunCommand(CLI::App& app) {
                    "file, then all cores this process may use)")
       ->check(IntegerIn(1, kMaxThreads));
   run_cmd->add_option("--config", run.config,
-                      "tuned file from attn tune --save (as ATTN_CONFIG)");
+                      "tuned file from attn tune --save: its thread count is "
+                      "the default");
   run_cmd
       ->add_option("--input-name", run.input_name, "name of the input tensor")
       ->capture_default_str();

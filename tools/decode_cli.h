@@ -23,11 +23,11 @@ Status RunIncremental(std::shared_ptr<const MhaModel> model, const float* input,
 
 // Adds --decode, --context, --batch and --dims to `bench`. The returned
 // function is non-null when --decode was given (check after parsing: call it
-// with the bench's --threads, --min-time, --max-memory and --json to run the
-// decode benchmark).
-using DecodeBench =
-    std::function<int(const std::vector<int>& threads, double min_time,
-                      uint64_t max_memory, bool json)>;
+// with the bench's --threads, --min-time, --max-memory, --config and --json
+// to run the decode benchmark).
+using DecodeBench = std::function<int(const std::vector<int>& threads,
+                                      double min_time, uint64_t max_memory,
+                                      const std::string& config, bool json)>;
 std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench);
 
 }  // namespace attn::cli

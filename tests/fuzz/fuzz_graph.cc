@@ -1,7 +1,7 @@
 // libFuzzer target: the graph runner's JSON parser and validator
-// (Graph::FromJson) on arbitrary text, against a fixed weights file of a tiny
-// GPT block (d 4, hidden 8); a graph that validates is compiled and run on a
-// [1, 3, width] input.
+// (GraphModel::FromJson) on arbitrary text, against a fixed weights file of a
+// tiny GPT block (d 4, hidden 8); a graph that validates is compiled and run on
+// a [1, 3, width] input.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -58,14 +58,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)once;
   attn::GraphOptions options;
   options.num_threads = 1;
-  auto graph = attn::Graph::FromJson(
+  auto graph = attn::GraphModel::FromJson(
       std::string(reinterpret_cast<const char*>(data), size), weights.path(),
       options);
   if (!graph.ok()) {
     if (graph.status().message().empty()) std::abort();
     return 0;
   }
-  attn::Graph& g = **graph;
+  const attn::GraphModel& g = **graph;
   if (g.input_width() <= 0 || g.input_width() > (1 << 16) ||
       g.output_width() <= 0 || g.output_width() > (1 << 16)) {
     std::abort();  // widths come from the 4- and 8-wide weights above
@@ -73,7 +73,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t T = 3;
   std::vector<float> x(static_cast<size_t>(T * g.input_width()), 0.5f);
   std::vector<float> y(static_cast<size_t>(T * g.output_width()));
-  const attn::Status status = g.Run(x.data(), 1, T, y.data());
+  const attn::Status status =
+      attn::GraphSession(*graph).Run(x.data(), 1, T, y.data());
   if (!status.ok() && status.message().empty()) std::abort();
   return 0;
 }

@@ -17,7 +17,7 @@ namespace attn::cli {
 // The CLI's error printer, silenced: errors are the expected outcome here.
 int Fail(const std::string&) { return kExitError; }
 // --config is never given here.
-int UseConfigFile(const std::string&) { return kExitUsage; }
+int CheckConfigFile(const std::string&) { return kExitUsage; }
 }  // namespace attn::cli
 
 namespace {

@@ -76,10 +76,15 @@ typedef struct attn_mha_options {
                                 is allocated. 0: half the physical memory (or
                                 of the cgroup's limit) */
   attn_dtype dtype;          /* ATTN_DTYPE_F32 (0) or ATTN_DTYPE_BF16 */
+  /* Version 3: */
+  const char* tuned_config; /* a tuned file (attn tune --save) whose team size
+                               is the default when num_threads is 0 and
+                               ATTN_NUM_THREADS is unset; read at load. NULL
+                               or "": the file ATTN_CONFIG names, if any */
 } attn_mha_options;
 
 #define ATTN_MHA_OPTIONS_INIT \
-  { sizeof(attn_mha_options), 0, 0, 0, 0, ATTN_DTYPE_F32 }
+  { sizeof(attn_mha_options), 0, 0, 0, 0, ATTN_DTYPE_F32, NULL }
 
 /* Loads weights under PyTorch's state_dict names (W_query.weight,
  * W_key.weight, W_value.weight, optional W_query/W_key/W_value.bias,
@@ -146,10 +151,12 @@ typedef struct attn_graph_options {
   uint64_t max_memory_bytes; /* as in attn_mha_options, for the weights or
                                 one compiled shape's buffers */
   attn_dtype dtype;          /* bf16: linear and mha matmuls only */
+  /* Version 3: */
+  const char* tuned_config; /* as in attn_mha_options */
 } attn_graph_options;
 
 #define ATTN_GRAPH_OPTIONS_INIT \
-  { sizeof(attn_graph_options), 0, 0, 0, 0, 0, ATTN_DTYPE_F32 }
+  { sizeof(attn_graph_options), 0, 0, 0, 0, 0, ATTN_DTYPE_F32, NULL }
 
 /* Loads the graph in the JSON file `graph_json_path` with the weights it
  * names in a safetensors file, and validates both (unknown op, missing

@@ -33,19 +33,29 @@ struct MhaConfig {
 // ATTN_NUM_THREADS or a tuned file).
 constexpr int kMaxThreads = 4096;
 
-// How to load and run a model. Zeros mean "not set here".
-struct MhaOptions {
-  int64_t num_heads = 0;       // else metadata "num_heads"
+// What every model takes (MhaOptions, GraphOptions). Zeros and empty strings
+// mean "not set here".
+struct ModelOptions {
+  int64_t num_heads = 0;       // else metadata "num_heads" (graphs: else the
+                               // mha node's attribute first)
   int64_t context_length = 0;  // else metadata "context_length", then the
                                // book's "mask" buffer, else no limit
-  int num_threads = 0;         // else ATTN_NUM_THREADS, else the cores this
-                               // process may run on
+  int num_threads = 0;  // else ATTN_NUM_THREADS, else tuned_config, else the
+                        // file ATTN_CONFIG names, else the cores this
+                        // process may run on
   DType dtype = DType::kF32;
   // Most bytes the model's weights, or a session's buffers plus the weights,
   // may take; a larger request is refused (kOutOfMemory) before anything is
   // allocated. 0 = DefaultMaxMemoryBytes().
   uint64_t max_memory_bytes = 0;
+  // A tuned file (`attn tune --save`, see ReadTunedThreads) whose team size
+  // is the default when neither num_threads nor ATTN_NUM_THREADS is set;
+  // read once, at load. Empty: the file ATTN_CONFIG names, if any.
+  std::string tuned_config;
 };
+
+// How to load and run an MHA model (MhaModel).
+struct MhaOptions : ModelOptions {};
 
 // Half of the physical memory (or of the cgroup's memory.max, if lower).
 ATTN_API uint64_t DefaultMaxMemoryBytes();
@@ -139,8 +149,9 @@ struct RuntimeInfo {
 ATTN_API RuntimeInfo GetRuntimeInfo();
 
 // Reads the team size from a tuned file (`attn tune --save`, a JSON object
-// with "num_threads"). Naming the file in ATTN_CONFIG makes it the default
-// when neither MhaOptions::num_threads nor ATTN_NUM_THREADS is set.
+// with "num_threads"). Naming the file in ModelOptions::tuned_config (or,
+// without that, in ATTN_CONFIG) makes it the default when neither
+// ModelOptions::num_threads nor ATTN_NUM_THREADS is set.
 ATTN_API Result<int> ReadTunedThreads(const std::string& path);
 
 }  // namespace attn

@@ -1,7 +1,8 @@
 /* attn/graph.hpp: the graph runner. Runs a block described in JSON (ops such
  * as linear, mha, layernorm, gelu, add, dropout; see README "Graphs") with
- * weights from a safetensors file. Validation, primitives, packed weights
- * and memory planning happen once per input shape; runs allocate no buffers. */
+ * weights from a safetensors file. A GraphModel is loaded and validated once
+ * and shared; each thread's GraphSession creates primitives, packs weights
+ * and plans memory once per input shape, and its runs allocate no buffers. */
 #ifndef ATTN_GRAPH_HPP_
 #define ATTN_GRAPH_HPP_
 
@@ -16,71 +17,83 @@
 
 namespace attn {
 
-// How to load a graph. Zeros mean "not set here".
-struct GraphOptions {
-  int64_t num_heads = 0;       // mha nodes: else their num_heads attribute,
-                               // else the weights' metadata "num_heads"
-  int64_t context_length = 0;  // mha nodes: else attribute, metadata
-                               // "context_length", then the mask buffer
+// How to load a graph: the fields every model takes (ModelOptions), and the
+// layer count. num_heads and context_length apply to mha nodes, after their
+// own attributes. dtype kBF16 runs linear and mha matmuls in bf16 with fp32
+// accumulation (LayerNorm, GELU, softmax and residual adds stay fp32; needs
+// AVX512_BF16). max_memory_bytes caps the weights, and one session's buffers
+// for one shape.
+struct GraphOptions : ModelOptions {
   // Runs the graph this many times in sequence, the i-th time with every
   // weight name prefixed by "trf_blocks.{i}." (the book's GPTModel). 0: once,
   // with the names as written (else metadata "n_layers" when present).
   int64_t layers = 0;
-  int num_threads = 0;  // else ATTN_NUM_THREADS, else the cores we may use
-  // kBF16: linear and mha matmuls in bf16 with fp32 accumulation; LayerNorm,
-  // GELU, softmax and residual adds stay fp32. Needs AVX512_BF16.
-  DType dtype = DType::kF32;
-  // Most memory the weights, or one compiled shape's buffers, may ask for;
-  // 0: DefaultMaxMemoryBytes(). Checked before allocating, as for MhaModel.
-  uint64_t max_memory_bytes = 0;
 };
 
-// Memory the compiled plan uses for one input shape, in bytes.
+// Memory a session's compiled plan uses for one input shape, in bytes.
 struct GraphMemory {
   size_t planned_peak = 0;         // the shared activation arena
   size_t intermediates_total = 0;  // what one buffer per tensor would take
   size_t workspace = 0;            // packed weights and per-op scratch
 };
 
-// A loaded graph and its compiled plan for the last input shape. Not
-// thread-safe: one Graph per thread (Fork gives each thread its own).
-class ATTN_API Graph {
+// A loaded, validated graph and its weights (converted to fp32 once, here).
+// Immutable: the files are never read again, and any number of threads may
+// share one model, each running its own GraphSession.
+class ATTN_API GraphModel {
  public:
   // Parses and validates `graph_path`, binds the weights it names in
   // `weights_path` (their shapes decide every width) and loads them.
-  static Result<std::unique_ptr<Graph>> Load(const std::string& graph_path,
-                                             const std::string& weights_path,
-                                             const GraphOptions& options = {});
+  static Result<std::shared_ptr<const GraphModel>> Load(
+      const std::string& graph_path, const std::string& weights_path,
+      const GraphOptions& options = {});
   // As Load, with the JSON given as text; `source` names it in messages.
-  static Result<std::unique_ptr<Graph>> FromJson(
+  static Result<std::shared_ptr<const GraphModel>> FromJson(
       const std::string& json, const std::string& weights_path,
       const GraphOptions& options = {}, const std::string& source = "graph");
 
-  // A new Graph sharing this one's loaded definition and weights (read-only;
-  // the files are never read again) with a compiled plan of its own: one per
-  // thread. Safe while other threads run this Graph or its other forks.
-  std::unique_ptr<Graph> Fork() const;
-
-  ~Graph();
+  ~GraphModel();
   int64_t input_width() const;   // e of the input [b, T, e]
   int64_t output_width() const;  // of the output [b, T, output_width]
   int64_t layers() const;        // times the graph runs per Run
-  int num_threads() const;
-
-  // Creates every primitive, packs every weight and plans the buffers for
-  // input [batch, seq_len, input_width]. Run calls it when the shape changes.
-  Status Compile(int64_t batch, int64_t seq_len);
-  // input: [batch, seq_len, input_width] fp32, output: [batch, seq_len,
-  // output_width] fp32, dense, not overlapping. Allocates no buffers when the
-  // shape is the compiled one.
-  Status Run(const float* input, int64_t batch, int64_t seq_len, float* output);
-  // The compiled shape's memory (zeros before Compile).
-  GraphMemory memory() const;
+  DType dtype() const;
+  int num_threads() const;  // the resolved team size
 
  private:
+  friend class GraphSession;
   struct ATTN_NO_EXPORT Impl;
-  ATTN_NO_EXPORT explicit Graph(std::unique_ptr<Impl> impl);
+  ATTN_NO_EXPORT explicit GraphModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+// Per-thread execution state: the primitives, packed weights and planned
+// buffers for the last input shape. Not thread-safe: one session per thread.
+// Results are bitwise identical between sessions of one model.
+class ATTN_API GraphSession {
+ public:
+  // A null `model` (or a moved-from session) refuses to run.
+  explicit GraphSession(std::shared_ptr<const GraphModel> model);
+  GraphSession(GraphSession&&) noexcept;
+  GraphSession& operator=(GraphSession&&) noexcept;
+  ~GraphSession();
+
+  // input: [batch, seq_len, input_width] fp32, output: [batch, seq_len,
+  // output_width] fp32, dense, not overlapping. A new (batch, seq_len)
+  // prepares once; repeated calls with that shape allocate no buffers.
+  Status Run(const float* input, int64_t batch, int64_t seq_len, float* output);
+  // Creates every primitive, packs every weight and plans the buffers for
+  // input [batch, seq_len, input_width] without running (Run calls it when
+  // the shape changes).
+  Status Prepare(int64_t batch, int64_t seq_len);
+  // The prepared shape's memory (zeros before Prepare).
+  GraphMemory memory() const;
+  // The session's model; only for a session made with one.
+  const GraphModel& model() const { return *model_; }
+
+ private:
+  struct ATTN_NO_EXPORT Plan;
+  std::shared_ptr<const GraphModel> model_;
+  std::unique_ptr<Plan> plan_;
 };
 
 }  // namespace attn

@@ -1,0 +1,405 @@
+// GraphModel (attn/graph.hpp): parses and lowers a graph (graph_ir.h), infers
+// every tensor's width from the weights it names and copies those weights
+// out of the file once, as fp32. Sessions (graph_session.cc) share the result.
+#include "engine/graph_model.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/graph.hpp"
+#include "attn/safetensors.hpp"
+#include "engine/graph_ir.h"
+#include "engine/limits.h"
+#include "engine/model_config.h"
+#include "engine/threads.h"
+
+namespace attn {
+namespace {
+
+using graph::Node;
+using graph::Op;
+
+// Infers tensor widths from the weights and loads one layer's weights, the
+// i-th layer's names carrying `prefix`.
+class Binder {
+ public:
+  Binder(const SafetensorsFile& file, const GraphOptions& options,
+         int num_threads)
+      : file_(file), options_(options), num_threads_(num_threads) {}
+
+  // Widths by tensor name, filled by the first Bind and checked by later
+  // ones.
+  std::map<std::string, int64_t>& widths() { return widths_; }
+
+  Status Bind(const graph::GraphDef& def, const std::string& prefix,
+              std::vector<graph::NodeWeights>& weights) {
+    prefix_ = prefix;
+    ATTN_RETURN_IF_ERROR(InferWidths(def.nodes));
+    for (const Node& node : def.nodes) {
+      for (const std::string& t : {node.inputs[0], node.outputs[0]}) {
+        if (Width(t) < 0) {
+          return InvalidArgument("cannot infer the width of tensor '" + t +
+                                 "': no weight fixes it, want a linear, "
+                                 "layernorm or mha to read it");
+        }
+      }
+    }
+    weights.assign(def.nodes.size(), {});
+    for (size_t i = 0; i < def.nodes.size(); ++i) {
+      ATTN_RETURN_IF_ERROR(Load(def.nodes[i], weights[i]));
+    }
+    return {};
+  }
+
+ private:
+  // Widths flow both ways through add, gelu and dropout. Each node is
+  // inferred in file order, then again whenever one of its tensors gets a
+  // width; a tensor gets one once, so the work is linear in the nodes.
+  Status InferWidths(const std::vector<Node>& nodes) {
+    std::map<std::string, std::vector<size_t>> touching;  // tensor -> nodes
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      for (const std::string& t : nodes[i].inputs) touching[t].push_back(i);
+      touching[nodes[i].outputs[0]].push_back(i);
+    }
+    std::deque<size_t> queue(nodes.size());
+    std::iota(queue.begin(), queue.end(), size_t{0});
+    std::vector<bool> queued(nodes.size(), true);
+    while (!queue.empty()) {
+      const size_t i = queue.front();
+      queue.pop_front();
+      queued[i] = false;
+      ATTN_RETURN_IF_ERROR(Infer(nodes[i]));
+      for (const std::string& t : newly_known_) {
+        for (const size_t j : touching[t]) {
+          if (!queued[j]) queue.push_back(j);
+          queued[j] = true;
+        }
+      }
+      newly_known_.clear();
+    }
+    return {};
+  }
+
+  int64_t Width(const std::string& t) {
+    const auto it = widths_.find(t);
+    return it == widths_.end() ? -1 : it->second;
+  }
+
+  // Sets tensor t's width, or checks it; `why` explains a mismatch.
+  Status Unify(const std::string& t, int64_t width, const std::string& why) {
+    const int64_t have = Width(t);
+    if (have < 0) {
+      widths_[t] = width;
+      newly_known_.push_back(t);
+    } else if (have != width) {
+      return InvalidArgument(why + " width " + std::to_string(width) +
+                             ", but tensor '" + t + "' has width " +
+                             std::to_string(have));
+    }
+    return {};
+  }
+
+  // The named weight of `node`, checked to exist with rank `rank` (its dtype
+  // is ReadF32's to check).
+  Result<const TensorInfo*> Find(const Node& node, const std::string& role,
+                                 size_t rank) {
+    const std::string name = prefix_ + *node.Weight(role);
+    const TensorInfo* t = file_.Find(name);
+    if (!t) {
+      return InvalidArgument(node.Describe() + ": weight '" + name +
+                             "' is missing from '" + file_.path() + "'");
+    }
+    if (t->shape.size() != rank ||
+        std::count(t->shape.begin(), t->shape.end(), 0)) {
+      return InvalidArgument(node.Describe() + ": weight '" + name +
+                             "' has shape " + ShapeString(t->shape) +
+                             ", want rank " + std::to_string(rank) +
+                             " with positive sizes");
+    }
+    return t;
+  }
+
+  Status Infer(const Node& node) {
+    const std::string& in = node.inputs[0];
+    const std::string& out = node.outputs[0];
+    const std::string who = node.Describe() + ": ";
+    switch (node.op) {
+      case Op::kLinear:
+      case Op::kMha: {
+        Result<const TensorInfo*> w =
+            Find(node, node.op == Op::kMha ? "W_query.weight" : "weight", 2);
+        if (!w.ok()) return w.status();
+        const std::vector<int64_t>& shape = (*w)->shape;
+        ATTN_RETURN_IF_ERROR(Unify(in, shape[1],
+                                   who + "weight '" + (*w)->name +
+                                       "' of shape " + ShapeString(shape) +
+                                       " wants input '" + in + "' of"));
+        return Unify(out, shape[0], who + "output '" + out + "' gets");
+      }
+      case Op::kLayerNorm: {
+        Result<const TensorInfo*> scale = Find(node, "scale", 1);
+        if (!scale.ok()) return scale.status();
+        ATTN_RETURN_IF_ERROR(Unify(
+            in, (*scale)->shape[0],
+            who + "weight '" + (*scale)->name + "' of shape " +
+                ShapeString((*scale)->shape) + " wants input '" + in + "' of"));
+        break;
+      }
+      case Op::kAdd:
+        if (Width(node.inputs[1]) >= 0) {
+          ATTN_RETURN_IF_ERROR(
+              Unify(in, Width(node.inputs[1]),
+                    who + "input '" + node.inputs[1] + "' has"));
+        }
+        if (Width(in) >= 0) {
+          ATTN_RETURN_IF_ERROR(
+              Unify(node.inputs[1], Width(in), who + "input '" + in + "' has"));
+        }
+        break;
+      case Op::kGelu:
+      case Op::kDropout:
+        break;
+    }
+    // Element-wise: the output is as wide as the input, either way round.
+    if (Width(in) >= 0) {
+      return Unify(out, Width(in), who + "input '" + in + "' has");
+    }
+    if (Width(out) >= 0) {
+      return Unify(in, Width(out), who + "output '" + out + "' has");
+    }
+    return {};
+  }
+
+  // Copies weight `role` of `node` out as float, checking it has shape `want`.
+  Status Read(const Node& node, const std::string& role,
+              const std::vector<int64_t>& want, std::vector<float>& out) {
+    Result<const TensorInfo*> t = Find(node, role, want.size());
+    if (!t.ok()) return t.status();
+    if ((*t)->shape != want) {
+      return InvalidArgument(node.Describe() + ": weight '" + (*t)->name +
+                             "' has shape " + ShapeString((*t)->shape) +
+                             ", want " + ShapeString(want));
+    }
+    Result<std::vector<float>> values = file_.ReadF32((*t)->name);
+    if (!values.ok()) return values.status();
+    out = std::move(values).value();
+    return {};
+  }
+
+  Status Load(const Node& node, graph::NodeWeights& w) {
+    const int64_t in = Width(node.inputs[0]), out = Width(node.outputs[0]);
+    switch (node.op) {
+      case Op::kLinear:
+        ATTN_RETURN_IF_ERROR(Read(node, "weight", {out, in}, w.weight));
+        if (node.Weight("bias")) {
+          ATTN_RETURN_IF_ERROR(Read(node, "bias", {out}, w.bias));
+        }
+        return {};
+      case Op::kLayerNorm:
+        ATTN_RETURN_IF_ERROR(Read(node, "scale", {in}, w.weight));
+        return Read(node, "shift", {in}, w.bias);
+      case Op::kMha:
+        return LoadMha(node, in, out, w);
+      default:
+        return {};
+    }
+  }
+
+  Status LoadMha(const Node& node, int64_t d_in, int64_t d_out,
+                 graph::NodeWeights& w) {
+    MhaConfig config;
+    config.d_in = d_in;
+    config.d_out = d_out;
+    // q/k/v biases: all three in the file or none (qkv_bias, as the book).
+    std::vector<std::string> present, absent;
+    for (const char* role : {"W_query.bias", "W_key.bias", "W_value.bias"}) {
+      if (!node.Weight(role)) continue;
+      const std::string name = prefix_ + *node.Weight(role);
+      (file_.Find(name) ? present : absent).push_back("'" + name + "'");
+    }
+    if (!present.empty() && !absent.empty()) {
+      return InvalidArgument(node.Describe() + ": weight " + absent[0] +
+                             " is missing from '" + file_.path() + "' while " +
+                             present[0] +
+                             " is there, want all q/k/v biases or none");
+    }
+    config.qkv_bias = !present.empty();
+
+    const std::string* mask = node.Weight("mask");
+    ATTN_ASSIGN_OR_RETURN(
+        const AttentionDims dims,
+        ResolveAttentionDims(
+            file_, {options_.num_heads, options_.context_length},
+            {node.num_heads, node.context_length},
+            mask ? prefix_ + *mask : std::string(), node.Describe() + ": "));
+    config.num_heads = dims.num_heads;
+    config.context_length = dims.context_length;
+
+    std::vector<float> wq, wk, wv, bq, bk, bv, wo, bo;
+    const std::vector<int64_t> proj = {d_out, d_in};
+    ATTN_RETURN_IF_ERROR(Read(node, "W_query.weight", proj, wq));
+    ATTN_RETURN_IF_ERROR(Read(node, "W_key.weight", proj, wk));
+    ATTN_RETURN_IF_ERROR(Read(node, "W_value.weight", proj, wv));
+    ATTN_RETURN_IF_ERROR(Read(node, "out_proj.weight", {d_out, d_out}, wo));
+    ATTN_RETURN_IF_ERROR(Read(node, "out_proj.bias", {d_out}, bo));
+    MhaWeights weights;
+    if (config.qkv_bias) {
+      ATTN_RETURN_IF_ERROR(Read(node, "W_query.bias", {d_out}, bq));
+      ATTN_RETURN_IF_ERROR(Read(node, "W_key.bias", {d_out}, bk));
+      ATTN_RETURN_IF_ERROR(Read(node, "W_value.bias", {d_out}, bv));
+      weights.b_query = bq.data();
+      weights.b_key = bk.data();
+      weights.b_value = bv.data();
+    }
+    weights.w_query = wq.data();
+    weights.w_key = wk.data();
+    weights.w_value = wv.data();
+    weights.w_out = wo.data();
+    weights.b_out = bo.data();
+    MhaOptions mha_options;
+    mha_options.num_threads = num_threads_;
+    mha_options.dtype = options_.dtype;
+    mha_options.max_memory_bytes = options_.max_memory_bytes;
+    auto model = MhaModel::Create(config, weights, mha_options);
+    if (!model.ok()) {
+      return Status(model.status().code(),
+                    node.Describe() + ": " + model.status().message());
+    }
+    w.mha = std::move(model).value();
+    return {};
+  }
+
+  const SafetensorsFile& file_;
+  const GraphOptions& options_;
+  const int num_threads_;
+  std::string prefix_;
+  std::map<std::string, int64_t> widths_;
+  std::vector<std::string> newly_known_;  // widths set by the last Infer
+};
+
+// Whether any tensor of `file` is named under `prefix`.
+bool HasTensorUnder(const SafetensorsFile& file, const std::string& prefix) {
+  return std::any_of(
+      file.tensors().begin(), file.tensors().end(),
+      [&](const TensorInfo& t) { return t.name.rfind(prefix, 0) == 0; });
+}
+
+// The options the weights do not decide: team size, dtype, memory cap.
+Status ResolveRunOptions(const GraphOptions& options,
+                         graph::LoadedGraph& loaded) {
+  ATTN_ASSIGN_OR_RETURN(loaded.num_threads, ResolveNumThreads(options));
+  loaded.dtype = options.dtype;
+  ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
+  loaded.max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
+  return {};
+}
+
+// Every weight is copied out of the file once, as float: refused up front
+// when the whole file would not fit under the cap.
+Status CheckWeightsFit(const SafetensorsFile& file, uint64_t cap) {
+  uint64_t file_bytes = 0;
+  for (const TensorInfo& t : file.tensors()) {
+    file_bytes = AddSat(file_bytes, MulSat(t.num_elements, sizeof(float)));
+  }
+  return CheckMemory("the weights of '" + file.path() + "'", file_bytes, cap);
+}
+
+// The layer count: the option, else metadata "n_layers", else 0 (once, with
+// the names as written).
+Result<int64_t> LayerCount(const SafetensorsFile& file,
+                           const GraphOptions& options) {
+  if (options.layers < 0) {
+    return InvalidArgument("layers is " + std::to_string(options.layers) +
+                           ", want a positive count (or 0 for one pass "
+                           "without a prefix)");
+  }
+  ATTN_ASSIGN_OR_RETURN(const int64_t n_layers,
+                        MetadataCount(file, "n_layers"));
+  return options.layers ? options.layers : n_layers;
+}
+
+// Binds and loads every layer's weights into `loaded.layer` and the widths
+// of the program's tensors into `loaded.widths`. Grown layer by layer, so a
+// count the file cannot back (n_layers of 50,000,000) fails at its first
+// missing weight, having allocated nothing more.
+Status BindLayers(const SafetensorsFile& file, const GraphOptions& options,
+                  int64_t layers, const std::string& source,
+                  graph::LoadedGraph& loaded) {
+  // One block saved on its own keeps the names as written.
+  const bool prefixed =
+      layers > 1 || (layers == 1 && HasTensorUnder(file, "trf_blocks.0."));
+  Binder binder(file, options, loaded.num_threads);
+  const graph::GraphDef& def = loaded.def;
+  for (int64_t l = 0; l < std::max<int64_t>(layers, 1); ++l) {
+    const std::string prefix =
+        prefixed ? "trf_blocks." + std::to_string(l) + "." : "";
+    const std::string where = layers > 1
+                                  ? "layer " + std::to_string(l) + " of " +
+                                        std::to_string(layers) + ": "
+                                  : "";
+    loaded.layer.emplace_back();
+    if (Status s = binder.Bind(def, prefix, loaded.layer.back()); !s.ok()) {
+      return Status(s.code(), source + ": " + where + s.message());
+    }
+    const int64_t in = binder.widths()[def.input];
+    const int64_t out = binder.widths()[def.output];
+    if (l == 0 && layers > 1 && in != out) {
+      return InvalidArgument(
+          source + ": graph input '" + def.input + "' has width " +
+          std::to_string(in) + " but output '" + def.output + "' has width " +
+          std::to_string(out) + ", want equal widths to stack " +
+          std::to_string(layers) + " layers");
+    }
+  }
+  for (const std::string& t : loaded.program.tensors) {
+    loaded.widths.push_back(binder.widths()[t]);
+  }
+  return {};
+}
+
+}  // namespace
+
+GraphModel::GraphModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GraphModel::~GraphModel() = default;
+
+Result<std::shared_ptr<const GraphModel>> GraphModel::Load(
+    const std::string& graph_path, const std::string& weights_path,
+    const GraphOptions& options) {
+  ATTN_ASSIGN_OR_RETURN(const std::string text,
+                        graph::ReadGraphFile(graph_path));
+  return FromJson(text, weights_path, options, graph_path);
+}
+
+Result<std::shared_ptr<const GraphModel>> GraphModel::FromJson(
+    const std::string& json, const std::string& weights_path,
+    const GraphOptions& options, const std::string& source) {
+  auto impl = std::make_unique<Impl>();
+  ATTN_ASSIGN_OR_RETURN(impl->def, graph::ParseGraph(json, source));
+  impl->program = graph::Lower(impl->def);
+  ATTN_RETURN_IF_ERROR(ResolveRunOptions(options, *impl));
+  ATTN_ASSIGN_OR_RETURN(const SafetensorsFile file,
+                        SafetensorsFile::Open(weights_path));
+  ATTN_RETURN_IF_ERROR(CheckWeightsFit(file, impl->max_memory_bytes));
+  ATTN_ASSIGN_OR_RETURN(const int64_t layers, LayerCount(file, options));
+  ATTN_RETURN_IF_ERROR(BindLayers(file, options, layers, source, *impl));
+  return std::shared_ptr<const GraphModel>(new GraphModel(std::move(impl)));
+}
+
+int64_t GraphModel::input_width() const {
+  return impl_->widths[impl_->program.input];
+}
+int64_t GraphModel::output_width() const {
+  return impl_->widths[impl_->program.output];
+}
+int64_t GraphModel::layers() const {
+  return static_cast<int64_t>(impl_->layer.size());
+}
+DType GraphModel::dtype() const { return impl_->dtype; }
+int GraphModel::num_threads() const { return impl_->num_threads; }
+
+}  // namespace attn

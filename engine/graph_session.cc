@@ -1,0 +1,348 @@
+// GraphSession (attn/graph.hpp): prepares a GraphModel's program for one
+// input shape (primitives, packed weights, a planned arena; graph_plan.h) and
+// runs its steps in order. mha steps run an MhaSession, the same
+// implementation as the standalone MHA.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/graph.hpp"
+#include "engine/buffer.h"
+#include "engine/graph_ir.h"
+#include "engine/graph_model.h"
+#include "engine/graph_plan.h"
+#include "engine/limits.h"
+#include "engine/threads.h"
+#include "kernels/elementwise.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+namespace attn {
+namespace {
+
+using graph::Node;
+using graph::Op;
+using kernels::DataType;
+
+Status CheckShape(int64_t batch, int64_t seq_len) {
+  constexpr int64_t kMaxRows = int64_t{1} << 31;
+  if (batch <= 0 || seq_len <= 0 || batch > kMaxRows / seq_len) {
+    return InvalidArgument("input shape [" + std::to_string(batch) + ", " +
+                           std::to_string(seq_len) +
+                           ", e] is invalid, want positive batch and seq_len "
+                           "with batch x seq_len < 2^31");
+  }
+  return {};
+}
+
+// Per program tensor, how it is stored. With bf16, a tensor that a linear
+// writes and only linears read (as their src) is bf16; every other tensor
+// (the output among them) is fp32.
+std::vector<DataType> TensorTypes(const graph::Program& program, DType dtype) {
+  const bool low = dtype == DType::kBF16;
+  std::vector<bool> bf16(program.tensors.size(), false);
+  for (const graph::Step& step : program.steps) {
+    bf16[step.dst] = low && step.op == Op::kLinear;
+  }
+  for (const graph::Step& step : program.steps) {
+    if (step.op != Op::kLinear) bf16[step.src] = false;
+    if (step.src2 >= 0) bf16[step.src2] = false;
+  }
+  bf16[program.output] = false;
+  std::vector<DataType> type;
+  for (const bool b : bf16)
+    type.push_back(b ? DataType::kBF16 : DataType::kF32);
+  return type;
+}
+
+// Live ranges of the tensors the arena holds: every written intermediate
+// (fusion leaves some tensors unwritten; the output is the caller's).
+std::vector<graph::BufferRequest> ArenaRequests(
+    const graph::LoadedGraph& m, const std::vector<DataType>& type,
+    int64_t rows) {
+  const graph::Program& p = m.program;
+  std::vector<graph::BufferRequest> requests(p.tensors.size());
+  std::vector<bool> written(p.tensors.size(), false);
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    const graph::Step& step = p.steps[k];
+    requests[step.dst].first = requests[step.dst].last = k;
+    written[step.dst] = true;
+    for (int src : {step.src, step.src2}) {
+      if (src >= 0) requests[src].last = k;
+    }
+  }
+  for (size_t t = 0; t < p.tensors.size(); ++t) {
+    const bool planned = written[t] && static_cast<int>(t) != p.output;
+    requests[t].bytes = planned ? static_cast<size_t>(rows * m.widths[t]) *
+                                      kernels::SizeOf(type[t])
+                                : 0;
+  }
+  return requests;
+}
+
+}  // namespace
+
+// The prepared shape: per step its matmul (shared by the layers, whose
+// shapes agree) and per layer and step its packed weights or MHA session.
+struct GraphSession::Plan {
+  explicit Plan(const graph::LoadedGraph& model) : m(model) {}
+
+  const graph::LoadedGraph& m;  // the session's model, which outlives this
+  int64_t batch = 0, seq_len = 0;
+  std::vector<DataType> type;  // per program tensor
+  std::vector<std::optional<kernels::MatMul>> matmul;
+  // bf16 only: per linear step whose src is fp32, its conversion into
+  // `lowered` (a linear's bf16 output feeding only linears needs none).
+  std::vector<std::optional<kernels::Convert>> convert;
+  std::vector<std::vector<AlignedBuffer>> packed;
+  // The seam for the attention operator: each mha step of each layer runs
+  // its own MhaSession, whose buffers live outside the arena (see Prepare).
+  std::vector<std::vector<std::unique_ptr<MhaSession>>> session;
+  std::vector<size_t> offset;  // per program tensor, in the arena
+  AlignedBuffer arena, scratch, lowered, hops[2];
+  size_t scratch_bytes = 0, lowered_bytes = 0;
+  GraphMemory memory;
+
+  Status Prepare(int64_t batch, int64_t seq_len);
+  void Reset();
+  Status PrepareMha(size_t k, int64_t batch, int64_t seq_len);
+  Status PrepareLinear(size_t k, int64_t rows, Workspace& workspace);
+  void PlanArena(int64_t rows, Workspace& workspace);
+  Status PackWeights();
+  Status RunLayer(size_t l, const float* in, float* out, int threads);
+};
+
+GraphSession::GraphSession(std::shared_ptr<const GraphModel> model)
+    : model_(std::move(model)) {
+  if (model_) plan_ = std::make_unique<Plan>(*model_->impl_);
+}
+GraphSession::GraphSession(GraphSession&&) noexcept = default;
+GraphSession& GraphSession::operator=(GraphSession&&) noexcept = default;
+GraphSession::~GraphSession() = default;
+
+GraphMemory GraphSession::memory() const {
+  return plan_ ? plan_->memory : GraphMemory{};
+}
+
+Status GraphSession::Prepare(int64_t batch, int64_t seq_len) {
+  if (!plan_) return InvalidArgument("the session has no model");
+  return plan_->Prepare(batch, seq_len);
+}
+
+// Move-only members: cleared and resized rather than assigned.
+void GraphSession::Plan::Reset() {
+  const size_t L = m.layer.size(), S = m.program.steps.size();
+  memory = {};
+  matmul.clear();
+  matmul.resize(S);
+  convert.clear();
+  convert.resize(S);
+  packed.clear();
+  packed.resize(L);
+  session.clear();
+  session.resize(L);
+  for (size_t l = 0; l < L; ++l) {
+    packed[l].resize(S);
+    session[l].resize(S);
+  }
+  scratch_bytes = lowered_bytes = 0;
+}
+
+Status GraphSession::Plan::Prepare(int64_t new_batch, int64_t new_seq_len) {
+  ATTN_RETURN_IF_ERROR(CheckShape(new_batch, new_seq_len));
+  if (new_batch == batch && new_seq_len == seq_len) return {};
+  batch = seq_len = 0;
+  const ThreadScope threads(m.num_threads);
+  Reset();
+  type = TensorTypes(m.program, m.dtype);
+  const int64_t R = new_batch * new_seq_len;
+  Workspace workspace;  // everything but the MHA sessions' own buffers
+  for (size_t k = 0; k < m.program.steps.size(); ++k) {
+    const Op op = m.program.steps[k].op;
+    if (op == Op::kMha) {
+      ATTN_RETURN_IF_ERROR(PrepareMha(k, new_batch, new_seq_len));
+    } else if (op == Op::kLinear) {
+      ATTN_RETURN_IF_ERROR(PrepareLinear(k, R, workspace));
+    }
+  }
+  PlanArena(R, workspace);
+  const size_t L = m.layer.size();
+  const size_t hop_bytes =
+      static_cast<size_t>(R * m.widths[m.program.output]) * sizeof(float);
+  workspace.Add(&scratch, scratch_bytes);
+  workspace.Add(&lowered, lowered_bytes);
+  workspace.Add(&hops[0], L > 1 ? hop_bytes : 0);
+  workspace.Add(&hops[1], L > 2 ? hop_bytes : 0);
+  // memory.workspace holds the MHA sessions' bytes so far.
+  ATTN_RETURN_IF_ERROR(
+      workspace.Allocate("a run of batch " + std::to_string(new_batch) +
+                             " x seq_len " + std::to_string(new_seq_len),
+                         memory.workspace, m.max_memory_bytes));
+  ATTN_RETURN_IF_ERROR(PackWeights());
+  memory.workspace += workspace.bytes() - arena.size();
+  batch = new_batch;
+  seq_len = new_seq_len;
+  return {};
+}
+
+// One MhaSession per layer, prepared (its buffers allocated) here. An
+// operator that took its buffers from the arena would list its workspace in
+// `PlanArena` instead, one for all layers, which run in turn.
+Status GraphSession::Plan::PrepareMha(size_t k, int64_t new_batch,
+                                      int64_t new_seq_len) {
+  const graph::Step& step = m.program.steps[k];
+  for (size_t l = 0; l < m.layer.size(); ++l) {
+    auto s = std::make_unique<MhaSession>(m.layer[l][step.node].mha);
+    if (Status st = s->Prepare(new_batch, new_seq_len); !st.ok()) {
+      return Status(st.code(),
+                    m.def.nodes[step.node].Describe() + ": " + st.message());
+    }
+    memory.workspace += s->workspace_bytes();
+    session[l][k] = std::move(s);
+  }
+  return {};
+}
+
+// y [R, out] = x [R, in] W^T (+ b) (then GELU, then + residual): the matmul,
+// its bf16 input conversion if any, and each layer's packed weights (listed
+// in `workspace`, packed once it is allocated).
+Status GraphSession::Plan::PrepareLinear(size_t k, int64_t R,
+                                         Workspace& workspace) {
+  const graph::Step& step = m.program.steps[k];
+  const int64_t in = m.widths[step.src], out = m.widths[step.dst];
+  const bool low = m.dtype == DType::kBF16;
+  const DataType mm_type = low ? DataType::kBF16 : DataType::kF32;
+  if (low && type[step.src] == DataType::kF32) {
+    ATTN_ASSIGN_OR_RETURN(
+        convert[k], kernels::Convert::Create(R * in, DataType::kF32, mm_type));
+    lowered_bytes = std::max(lowered_bytes, static_cast<size_t>(R * in) * 2);
+  }
+  const kernels::Operand bias{{1, out}, {}, DataType::kF32};
+  kernels::PostOps post;
+  post.gelu_tanh = step.gelu;
+  post.add_residual = step.src2 >= 0;
+  Result<kernels::MatMul> mm = kernels::MatMul::Create(
+      {{R, in}, {}, mm_type}, {{in, out}, {}, mm_type},
+      m.layer[0][step.node].bias.empty() ? nullptr : &bias,
+      {{R, out}, {}, type[step.dst]}, kernels::Threading::kTeam, post);
+  if (!mm.ok()) {
+    return Status(mm.status().code(), m.def.nodes[step.node].Describe() + ": " +
+                                          mm.status().message());
+  }
+  scratch_bytes = std::max(
+      scratch_bytes, mm->scratch_bytes() * static_cast<size_t>(m.num_threads));
+  for (size_t l = 0; l < m.layer.size(); ++l) {
+    workspace.Add(&packed[l][k], mm->packed_weights_bytes());
+  }
+  matmul[k].emplace(std::move(mm).value());
+  return {};
+}
+
+// Offsets by liveness into one arena (listed in `workspace`).
+void GraphSession::Plan::PlanArena(int64_t R, Workspace& workspace) {
+  const std::vector<graph::BufferRequest> requests = ArenaRequests(m, type, R);
+  for (const graph::BufferRequest& r : requests) {
+    memory.intermediates_total += (r.bytes + 63) / 64 * 64;
+  }
+  const graph::BufferPlan plan = graph::PlanBuffers(requests);
+  offset = plan.offsets;
+  memory.planned_peak = plan.peak_bytes;
+  workspace.Add(&arena, plan.peak_bytes);
+}
+
+// Every layer's linear weights into the layout its matmul chose.
+Status GraphSession::Plan::PackWeights() {
+  for (size_t k = 0; k < m.program.steps.size(); ++k) {
+    if (!matmul[k]) continue;
+    const graph::Step& step = m.program.steps[k];
+    const int64_t in = m.widths[step.src], out = m.widths[step.dst];
+    for (size_t l = 0; l < m.layer.size(); ++l) {
+      // W [out, in] row-major is W^T [in, out] with strides (1, in).
+      ATTN_RETURN_IF_ERROR(matmul[k]->PackWeights(
+          {{in, out}, {1, in}, DataType::kF32},
+          m.layer[l][step.node].weight.data(), packed[l][k].data()));
+    }
+  }
+  return {};
+}
+
+Status GraphSession::Run(const float* input, int64_t batch, int64_t seq_len,
+                         float* output) {
+  if (!input || !output) {
+    return InvalidArgument("input and output must not be null");
+  }
+  ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
+  Plan& p = *plan_;
+  const ThreadScope threads(p.m.num_threads);
+  const size_t L = p.m.layer.size();
+  for (size_t l = 0; l < L; ++l) {
+    // Layers pass their activations through two buffers in turn.
+    const float* in =
+        l == 0 ? input : static_cast<const float*>(p.hops[(l - 1) % 2].data());
+    float* out =
+        l + 1 == L ? output : static_cast<float*>(p.hops[l % 2].data());
+    ATTN_RETURN_IF_ERROR(p.RunLayer(l, in, out, threads.num_threads()));
+  }
+  return {};
+}
+
+Status GraphSession::Plan::RunLayer(size_t l, const float* in, float* out,
+                                    int threads) {
+  const graph::Program& p = m.program;
+  const auto R = static_cast<size_t>(batch * seq_len);
+  if (p.output == p.input) {  // a graph of dropouts only
+    std::memcpy(out, in,
+                R * static_cast<size_t>(m.widths[p.input]) * sizeof(float));
+    return {};
+  }
+  // bf16 tensors are only handed to matmuls, which take void*.
+  auto at = [&](int t) {
+    if (t == p.input) return const_cast<float*>(in);  // only ever read
+    if (t == p.output) return out;
+    return reinterpret_cast<float*>(static_cast<char*>(arena.data()) +
+                                    offset[t]);
+  };
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    const graph::Step& s = p.steps[k];
+    const graph::NodeWeights& w = m.layer[l][s.node];
+    const auto count = R * static_cast<size_t>(m.widths[s.dst]);
+    switch (s.op) {
+      case Op::kLinear: {
+        const void* src = at(s.src);
+        if (convert[k]) {
+          convert[k]->Run(src, lowered.data());
+          src = lowered.data();
+        }
+        matmul[k]->Run(src, packed[l][k].data(), w.bias.data(), at(s.dst),
+                       scratch.data(), threads,
+                       s.src2 >= 0 ? at(s.src2) : nullptr);
+        break;
+      }
+      case Op::kMha:
+        ATTN_RETURN_IF_ERROR(
+            session[l][k]->Run(at(s.src), batch, seq_len, at(s.dst)));
+        break;
+      case Op::kLayerNorm:
+        kernels::LayerNorm(at(s.src), w.weight.data(), w.bias.data(), at(s.dst),
+                           R, static_cast<size_t>(m.widths[s.dst]),
+                           m.def.nodes[s.node].eps, threads);
+        break;
+      case Op::kGelu:
+        kernels::Gelu(at(s.src), at(s.dst), count, threads);
+        break;
+      case Op::kAdd:
+        kernels::Add(at(s.src), at(s.src2), at(s.dst), count, threads);
+        break;
+      case Op::kDropout:
+        break;  // lowered away
+    }
+  }
+  return {};
+}
+
+}  // namespace attn
