@@ -1,6 +1,6 @@
 // dst = src x wei (+ bias) backed by oneDNN matmul primitives: created once,
-// executed many times. The only file that includes oneDNN headers is
-// matmul.cc; every other kernel talks to oneDNN through this class.
+// executed many times. Kernels talk to oneDNN only through this class and
+// Convert (matmul.cc is the one kernel source with oneDNN headers).
 #ifndef ATTN_KERNELS_MATMUL_H_
 #define ATTN_KERNELS_MATMUL_H_
 
