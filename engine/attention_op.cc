@@ -231,18 +231,25 @@ void AttentionOp::Project(const float* x, const int64_t* cache_seqs) const {
                    proj_scratch_.data(), threads);
     return;
   }
+  // Per sequence: its q rows, then its K and V into its cache rows; each
+  // projection's products share one parallel region.
   const int64_t T = seq_len_, C = H_ * D_, d_in = m_->config.d_in;
   const auto* b = static_cast<const float*>(b_qkv_.data());  // or null
+  q_calls_.clear();
+  kv_calls_.clear();
   for (int64_t i = 0; i < batch_; ++i) {
     const float* xi = x + i * T * d_in;
     float* q = static_cast<float*>(qkv_.data()) + i * T * D_;
     const int64_t at = cache_seqs[i] * cache_->batch_stride;
-    qkv_proj_->Run(xi, w_qkv_.data(), b, q, proj_scratch_.data(), threads);
-    kv_proj_->Run(xi, w_k_.data(), b ? b + C : nullptr, cache_->k + at,
-                  proj_scratch_.data(), threads);
-    kv_proj_->Run(xi, w_v_.data(), b ? b + 2 * C : nullptr, cache_->v + at,
-                  proj_scratch_.data(), threads);
+    q_calls_.push_back({xi, w_qkv_.data(), b, q});
+    kv_calls_.push_back({xi, w_k_.data(), b ? b + C : nullptr, cache_->k + at});
+    kv_calls_.push_back(
+        {xi, w_v_.data(), b ? b + 2 * C : nullptr, cache_->v + at});
   }
+  qkv_proj_->RunMany(q_calls_.data(), q_calls_.size(), proj_scratch_.data(),
+                     threads);
+  kv_proj_->RunMany(kv_calls_.data(), kv_calls_.size(), proj_scratch_.data(),
+                    threads);
 }
 
 // The whole block as plain loops with fp32 accumulation on the calling

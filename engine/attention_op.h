@@ -116,6 +116,8 @@ class AttentionOp {
   // Steps: [rows, H, Dp] zero-padded q rows, and the decode kernel's rows.
   AlignedBuffer q_rows_;
   std::vector<kernels::DecodeRow> decode_rows_;
+  // With a cache: the per-sequence projections' operands.
+  mutable std::vector<kernels::MatMul::Call> q_calls_, kv_calls_;
 };
 
 }  // namespace attn

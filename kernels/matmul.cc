@@ -382,6 +382,34 @@ void MatMul::Run(const void* src, const void* wei, const void* bias, void* dst,
   }
 }
 
+void MatMul::RunMany(const Call* calls, size_t count, void* scratch,
+                     int num_threads) const {
+  const Impl& im = *impl_;
+  const auto per_call = static_cast<int64_t>(im.tiles.size());
+  const int64_t total = per_call * static_cast<int64_t>(count);
+  const int workers =
+      static_cast<int>(std::min<int64_t>(std::max(num_threads, 1), total));
+  const auto run = [&](Impl::Worker& worker, int64_t t, void* own) {
+    const Call& c = calls[t / per_call];
+    worker.Run(im, im.tiles[static_cast<size_t>(t % per_call)],
+               {c.src, c.wei, c.bias, c.dst, nullptr}, own);
+  };
+  if (workers <= 1) {
+    const ThreadScope single(1);
+    Impl::Worker worker;
+    for (int64_t t = 0; t < total; ++t) run(worker, t, scratch);
+    return;
+  }
+#pragma omp parallel num_threads(workers)
+  {
+    Impl::Worker worker;
+    void* own = static_cast<char*>(scratch) +
+                static_cast<size_t>(omp_get_thread_num()) * im.scratch_bytes;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < total; ++t) run(worker, t, own);
+  }
+}
+
 const char* MatMul::impl_name() const {
   return impl_->kinds.front().pd.impl_info_str();
 }

@@ -91,6 +91,20 @@ class MatMul {
            void* scratch, int num_threads,
            const void* residual = nullptr) const;
 
+  // The operands of one product in RunMany.
+  struct Call {
+    const void* src = nullptr;
+    const void* wei = nullptr;
+    const void* bias = nullptr;
+    void* dst = nullptr;
+  };
+  // Runs `count` independent products of this shape (e.g. one per
+  // sequence) as Run would, their tiles spread over the team in one
+  // parallel region rather than one region per product. No post-op
+  // residual. Same results as `count` Runs.
+  void RunMany(const Call* calls, size_t count, void* scratch,
+               int num_threads) const;
+
   // oneDNN's name for the implementation it chose, e.g. "brg:avx512_core".
   const char* impl_name() const;
 
