@@ -135,20 +135,13 @@ struct MatMul::Impl {
   size_t KindFor(const Box& box, const Operand* bias, const PostOps& post_ops);
   void AddTile(const Box& box, const Operand* bias, const PostOps& post_ops);
 
-  // Run's operands.
-  struct Pointers {
-    const void *src, *wei, *bias;
-    void* dst;
-    const void* residual;
-  };
   // One worker's argument list: a memory per argument of the kind it ran
   // last, created once and re-pointed tile by tile.
   struct Worker {
     const Kind* kind = nullptr;
     std::vector<memory> memories;
     std::vector<dnnl_exec_arg_t> args;
-    void Run(const Impl& im, const Tile& tile, const Pointers& p,
-             void* scratch);
+    void Run(const Impl& im, const Tile& tile, const Call& p, void* scratch);
   };
 };
 
@@ -308,8 +301,8 @@ Status MatMul::PackWeights(const Operand& plain, const void* plain_data,
   }
 }
 
-void MatMul::Impl::Worker::Run(const Impl& im, const Tile& tile,
-                               const Pointers& p, void* scratch) {
+void MatMul::Impl::Worker::Run(const Impl& im, const Tile& tile, const Call& p,
+                               void* scratch) {
   const Kind& k = im.kinds[tile.kind];
   const auto at = [](const void* base, size_t offset) {
     return const_cast<char*>(static_cast<const char*>(base)) + offset;
@@ -357,29 +350,8 @@ void MatMul::Impl::Worker::Run(const Impl& im, const Tile& tile,
 
 void MatMul::Run(const void* src, const void* wei, const void* bias, void* dst,
                  void* scratch, int num_threads, const void* residual) const {
-  const Impl& im = *impl_;
-  const Impl::Pointers pointers{src, wei, bias, dst, residual};
-  const auto count = static_cast<int64_t>(im.tiles.size());
-  const int workers =
-      static_cast<int>(std::min<int64_t>(std::max(num_threads, 1), count));
-  if (workers == 1) {
-    const ThreadScope single(1);
-    Impl::Worker worker;
-    for (const Impl::Tile& tile : im.tiles) {
-      worker.Run(im, tile, pointers, scratch);
-    }
-    return;
-  }
-#pragma omp parallel num_threads(workers)
-  {
-    Impl::Worker worker;
-    void* own = static_cast<char*>(scratch) +
-                static_cast<size_t>(omp_get_thread_num()) * im.scratch_bytes;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < count; ++t) {
-      worker.Run(im, im.tiles[static_cast<size_t>(t)], pointers, own);
-    }
-  }
+  const Call call{src, wei, bias, dst, residual};
+  RunMany(&call, 1, scratch, num_threads);
 }
 
 void MatMul::RunMany(const Call* calls, size_t count, void* scratch,
@@ -390,9 +362,8 @@ void MatMul::RunMany(const Call* calls, size_t count, void* scratch,
   const int workers =
       static_cast<int>(std::min<int64_t>(std::max(num_threads, 1), total));
   const auto run = [&](Impl::Worker& worker, int64_t t, void* own) {
-    const Call& c = calls[t / per_call];
     worker.Run(im, im.tiles[static_cast<size_t>(t % per_call)],
-               {c.src, c.wei, c.bias, c.dst, nullptr}, own);
+               calls[t / per_call], own);
   };
   if (workers <= 1) {
     const ThreadScope single(1);

@@ -97,11 +97,12 @@ class MatMul {
     const void* wei = nullptr;
     const void* bias = nullptr;
     void* dst = nullptr;
+    const void* residual = nullptr;  // read only with PostOps::add_residual
   };
   // Runs `count` independent products of this shape (e.g. one per
   // sequence) as Run would, their tiles spread over the team in one
-  // parallel region rather than one region per product. No post-op
-  // residual. Same results as `count` Runs.
+  // parallel region rather than one region per product. Same results as
+  // `count` Runs.
   void RunMany(const Call* calls, size_t count, void* scratch,
                int num_threads) const;
 
