@@ -1,8 +1,6 @@
 // MhaModel (validated, immutable weights) and MhaSession (per-shape plan:
 // primitives, packed weights and buffers created once, then straight-line
 // forward passes).
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -13,13 +11,13 @@
 
 #include "attn/attn.hpp"
 #include "attn/safetensors.hpp"
+#include "engine/attention_op.h"
 #include "engine/buffer.h"
 #include "engine/limits.h"
 #include "engine/mha_model.h"
 #include "engine/model_config.h"
 #include "engine/threads.h"
 #include "kernels/attention.h"
-#include "kernels/matmul.h"
 #include "kernels/softmax.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -223,25 +221,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
 
 // Everything one (batch, seq_len) needs, created by Prepare.
 struct MhaSession::Plan {
-  int64_t batch = 0, seq_len = 0;
-  std::optional<kernels::Convert> to_bf16;  // bf16 only: input conversion
-  std::optional<kernels::MatMul> qkv_proj, out_proj;
-  std::optional<kernels::CausalAttention> core;
-  AlignedBuffer w_qkv, b_qkv, w_out, b_out;  // packed for the primitives
-  AlignedBuffer x_low, qkv, ctx, proj_scratch, core_scratch;
-  int num_threads = 1;
-  // Tiny blocks run kernels::TinyMhaForward (no primitives) with `qkv` as
-  // its scratch.
-  std::optional<kernels::TinyMhaShape> tiny;
-
-  size_t bytes() const {
-    size_t total = 0;
-    for (const AlignedBuffer* b : {&w_qkv, &b_qkv, &w_out, &b_out, &x_low, &qkv,
-                                   &ctx, &proj_scratch, &core_scratch}) {
-      total += b->size();
-    }
-    return total;
-  }
+  std::unique_ptr<AttentionOp> op;
 };
 
 MhaSession::MhaSession(std::shared_ptr<const MhaModel> model)
@@ -251,21 +231,12 @@ MhaSession& MhaSession::operator=(MhaSession&&) noexcept = default;
 MhaSession::~MhaSession() = default;
 
 size_t MhaSession::workspace_bytes() const {
-  return plan_ ? plan_->bytes() : 0;
+  return plan_ ? plan_->op->bytes() : 0;
 }
 
 namespace {
 
-Result<AlignedBuffer> Allocate(size_t bytes) {
-  return AlignedBuffer::Allocate(bytes);
-}
-
-}  // namespace
-
-Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
-  if (!model_) return InvalidArgument("session has no model");
-  const MhaModel::Impl& m = *model_->impl_;
-  const MhaConfig& c = m.config;
+Status CheckRunShape(const MhaConfig& c, int64_t batch, int64_t seq_len) {
   if (batch <= 0 || batch > kMaxDim) {
     return InvalidArgument("batch is " + std::to_string(batch) +
                            ", want a positive size");
@@ -279,23 +250,23 @@ Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
                            " exceeds context_length " +
                            std::to_string(c.context_length));
   }
-  if (plan_ && plan_->batch == batch && plan_->seq_len == seq_len) return {};
-  plan_.reset();
-
-  // Shapes: B batch, T seq_len, R = B*T rows, H heads, D head_dim.
-  const int64_t R = batch * seq_len, H = c.num_heads, D = c.d_out / H;
-  const int64_t d_in = c.d_in, d_out = c.d_out, G = 3 * H;
-  if (R > std::numeric_limits<int64_t>::max() / (3 * std::max(d_in, d_out))) {
+  const int64_t R = batch * seq_len;
+  if (R >
+      std::numeric_limits<int64_t>::max() / (3 * std::max(c.d_in, c.d_out))) {
     return InvalidArgument("batch x seq_len " + std::to_string(R) +
                            " is too large");
   }
-  const DataType low =
-      m.dtype == DType::kBF16 ? DataType::kBF16 : DataType::kF32;
-  const size_t elem = kernels::SizeOf(low);
-  // The memory cap, checked before any primitive or buffer exists: the
-  // activations and packed weights estimated here, exactly below.
-  const std::string run_what = "a run of batch " + std::to_string(batch) +
-                               " x seq_len " + std::to_string(seq_len);
+  return {};
+}
+
+// The memory cap, checked before any primitive or buffer exists: the
+// activations and packed weights estimated here (the operator checks its
+// exact need).
+Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
+                        const std::string& run_what) {
+  const MhaConfig& c = m.config;
+  const int64_t R = batch * seq_len, d_in = c.d_in, d_out = c.d_out;
+  const size_t elem = m.dtype == DType::kBF16 ? 2 : sizeof(float);
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   const uint64_t activations =
       MulSat(u(R), u(4 * d_out + (elem == sizeof(float) ? 0 : d_in)));
@@ -306,103 +277,33 @@ Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
       std::min(kernels::AttentionShape{}.query_block, seq_len);
   const uint64_t core_scratch =
       MulSat(u(m.num_threads), MulSat(u(block * seq_len), 4 + elem));
-  ATTN_RETURN_IF_ERROR(CheckMemory(
+  return CheckMemory(
       run_what,
       AddSat(AddSat(MulSat(AddSat(activations, packed), elem), core_scratch),
              WeightBytes(c)),
-      m.max_memory_bytes));
-  auto plan = std::make_unique<Plan>();
-  plan->batch = batch;
-  plan->seq_len = seq_len;
-  // The FLOP count of the convention (the core at its causal half).
-  const double flops =
-      2.0 * double(R) * (3.0 * double(d_in) * d_out + double(d_out) * d_out) +
-      2.0 * double(R) * double(seq_len) * d_out;
-  if (low == DataType::kF32 && flops < kernels::kTinyMhaMaxFlops) {
-    const kernels::TinyMhaShape tiny{batch, seq_len, d_in, d_out, H};
-    Result<AlignedBuffer> scratch =
-        Allocate(kernels::TinyMhaScratchFloats(tiny) * sizeof(float));
-    if (!scratch.ok()) return scratch.status();
-    plan->qkv = std::move(scratch).value();
-    plan->tiny = tiny;
-    plan_ = std::move(plan);
+      m.max_memory_bytes);
+}
+
+}  // namespace
+
+Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
+  if (!model_) return InvalidArgument("session has no model");
+  const MhaModel::Impl& m = *model_->impl_;
+  ATTN_RETURN_IF_ERROR(CheckRunShape(m.config, batch, seq_len));
+  if (plan_ && plan_->op->batch() == batch && plan_->op->seq_len() == seq_len) {
     return {};
   }
-  const ThreadScope threads(m.num_threads);
-  plan->num_threads = threads.num_threads();
-
-  // x [1, R, d_in] x W_qkv [G, d_in, D] + b [G, 1, D] -> qkv [G, R, D]:
-  // one matmul writes q, k and v head-major, dense per head.
-  const kernels::Operand qkv_bias{{G, 1, D}, {}, DataType::kF32};
-  Result<kernels::MatMul> qkv_proj =
-      kernels::MatMul::Create({{1, R, d_in}, {}, low}, {{G, d_in, D}, {}, low},
-                              c.qkv_bias ? &qkv_bias : nullptr,
-                              {{G, R, D}, {}, low}, kernels::Threading::kTeam);
-  if (!qkv_proj.ok()) return qkv_proj.status();
-  // ctx [R, d_out] x W_out^T [d_out, d_out] + b_out -> y [R, d_out] f32.
-  const kernels::Operand out_bias{{1, d_out}, {}, DataType::kF32};
-  Result<kernels::MatMul> out_proj = kernels::MatMul::Create(
-      {{R, d_out}, {}, low}, {{d_out, d_out}, {}, low}, &out_bias,
-      {{R, d_out}, {}, DataType::kF32}, kernels::Threading::kTeam);
-  if (!out_proj.ok()) return out_proj.status();
-  kernels::AttentionShape shape;
-  shape.batch = batch;
-  shape.seq_len = seq_len;
-  shape.num_heads = H;
-  shape.head_dim = D;
-  shape.type = low;
-  Result<kernels::CausalAttention> core =
-      kernels::CausalAttention::Create(shape);
-  if (!core.ok()) return core.status();
-
-  const auto rows = static_cast<size_t>(R);
-  struct Want {
-    AlignedBuffer* buffer;
-    size_t bytes;
-  };
-  const Want wants[] = {
-      {&plan->w_qkv, qkv_proj->packed_weights_bytes()},
-      {&plan->w_out, out_proj->packed_weights_bytes()},
-      {&plan->b_qkv, m.b_qkv.size() * sizeof(float)},
-      {&plan->b_out, m.b_out.size() * sizeof(float)},
-      {&plan->x_low,
-       low == DataType::kBF16 ? rows * static_cast<size_t>(d_in) * elem : 0},
-      {&plan->qkv, rows * static_cast<size_t>(3 * d_out) * elem},
-      {&plan->ctx, rows * static_cast<size_t>(d_out) * elem},
-      {&plan->proj_scratch,
-       std::max(qkv_proj->scratch_bytes(), out_proj->scratch_bytes()) *
-           static_cast<size_t>(plan->num_threads)},
-      {&plan->core_scratch,
-       core->worker_scratch_bytes() * static_cast<size_t>(plan->num_threads)}};
-  uint64_t need = WeightBytes(c);
-  for (const Want& want : wants) need = AddSat(need, want.bytes);
-  ATTN_RETURN_IF_ERROR(CheckMemory(run_what, need, m.max_memory_bytes));
-  for (const Want& want : wants) {
-    Result<AlignedBuffer> buffer = Allocate(want.bytes);
-    if (!buffer.ok()) return buffer.status();
-    *want.buffer = std::move(buffer).value();
-  }
-  // Weights as oneDNN wants them: W_qkv viewed as [G, d_in, D] is
-  // element (g, i, j) = w_qkv[(g * D + j) * d_in + i]; W_out^T likewise.
-  ATTN_RETURN_IF_ERROR(
-      qkv_proj->PackWeights({{G, d_in, D}, {D * d_in, 1, d_in}, DataType::kF32},
-                            m.w_qkv.data(), plan->w_qkv.data()));
-  ATTN_RETURN_IF_ERROR(
-      out_proj->PackWeights({{d_out, d_out}, {1, d_out}, DataType::kF32},
-                            m.w_out.data(), plan->w_out.data()));
-  if (!m.b_qkv.empty()) {
-    std::memcpy(plan->b_qkv.data(), m.b_qkv.data(), plan->b_qkv.size());
-  }
-  std::memcpy(plan->b_out.data(), m.b_out.data(), plan->b_out.size());
-  if (low == DataType::kBF16) {
-    Result<kernels::Convert> convert =
-        kernels::Convert::Create(R * d_in, DataType::kF32, DataType::kBF16);
-    if (!convert.ok()) return convert.status();
-    plan->to_bf16.emplace(std::move(convert).value());
-  }
-  plan->qkv_proj.emplace(std::move(qkv_proj).value());
-  plan->out_proj.emplace(std::move(out_proj).value());
-  plan->core.emplace(std::move(core).value());
+  plan_.reset();
+  const std::string run_what = "a run of batch " + std::to_string(batch) +
+                               " x seq_len " + std::to_string(seq_len);
+  ATTN_RETURN_IF_ERROR(CheckRunEstimate(m, batch, seq_len, run_what));
+  const DataType low =
+      m.dtype == DType::kBF16 ? DataType::kBF16 : DataType::kF32;
+  auto plan = std::make_unique<Plan>();
+  ATTN_ASSIGN_OR_RETURN(
+      plan->op,
+      AttentionOp::Create(m, low, batch, seq_len, nullptr, m.num_threads,
+                          WeightBytes(m.config), run_what));
   plan_ = std::move(plan);
   return {};
 }
@@ -413,30 +314,7 @@ Status MhaSession::Run(const float* input, int64_t batch, int64_t seq_len,
     return InvalidArgument("input and output must not be null");
   }
   ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
-  Plan& p = *plan_;
-  if (p.tiny) {
-    const MhaModel::Impl& m = *model_->impl_;
-    kernels::TinyMhaForward(*p.tiny, input, m.w_qkv.data(),
-                            m.b_qkv.empty() ? nullptr : m.b_qkv.data(),
-                            m.w_out.data(), m.b_out.data(),
-                            static_cast<float*>(p.qkv.data()), output);
-    return {};
-  }
-  const ThreadScope threads(p.num_threads);
-  // x: [B*T, d_in] -> qkv: [3, H, B*T, D], one fused projection.
-  const void* x = input;
-  if (p.to_bf16) {
-    p.to_bf16->Run(input, p.x_low.data());
-    x = p.x_low.data();
-  }
-  p.qkv_proj->Run(x, p.w_qkv.data(), p.b_qkv.data(), p.qkv.data(),
-                  p.proj_scratch.data(), threads.num_threads());
-  // Per (batch, head, query block): softmax(q k^T / sqrt(D), causal) v.
-  p.core->Run(p.qkv.data(), p.ctx.data(), p.core_scratch.data(),
-              threads.num_threads());
-  // ctx: [B*T, d_out] -> y: [B*T, d_out].
-  p.out_proj->Run(p.ctx.data(), p.w_out.data(), p.b_out.data(), output,
-                  p.proj_scratch.data(), threads.num_threads());
+  plan_->op->Forward(input, nullptr, output);
   return {};
 }
 

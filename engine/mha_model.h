@@ -8,7 +8,9 @@
 
 namespace attn {
 
-struct MhaModel::Impl {
+// What an MhaModel holds, visible to the engine (the attention operator
+// takes it) while MhaModel::Impl stays private to the model's friends.
+struct MhaModelData {
   MhaConfig config;
   DType dtype = DType::kF32;
   int num_threads = 1;
@@ -17,6 +19,8 @@ struct MhaModel::Impl {
   // stacked: [3 * d_out] (empty without qkv_bias). out_proj as in PyTorch.
   std::vector<float> w_qkv, b_qkv, w_out, b_out;
 };
+
+struct MhaModel::Impl : MhaModelData {};
 
 }  // namespace attn
 

@@ -121,12 +121,4 @@ Result<int> ReadTunedThreads(const std::string& path) {
   return tuned->num_threads;
 }
 
-ThreadScope::ThreadScope(int num_threads)
-    : saved_(omp_get_max_threads()),
-      num_threads_(omp_in_parallel() ? 1 : num_threads) {
-  omp_set_num_threads(num_threads_);
-}
-
-ThreadScope::~ThreadScope() { omp_set_num_threads(saved_); }
-
 }  // namespace attn

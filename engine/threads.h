@@ -7,6 +7,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/status.hpp"
+#include "kernels/threads.h"
 
 namespace attn {
 
@@ -32,22 +33,9 @@ Result<int> ResolveNumThreads(int requested,
 // The team size `options` ask for (ResolveNumThreads).
 Result<int> ResolveNumThreads(const ModelOptions& options);
 
-// Sets the calling thread's OpenMP team size (which oneDNN follows) for the
-// scope's lifetime and restores the caller's setting after. Inside an
-// enclosing parallel region the team is 1: the host's threads are already
-// busy, and nesting would oversubscribe the cores.
-class ThreadScope {
- public:
-  explicit ThreadScope(int num_threads);
-  ~ThreadScope();
-  ThreadScope(const ThreadScope&) = delete;
-  ThreadScope& operator=(const ThreadScope&) = delete;
-  int num_threads() const { return num_threads_; }
-
- private:
-  int saved_;
-  int num_threads_;
-};
+// The team-size guard (kernels/threads.h): one for the kernels and the
+// engine alike.
+using kernels::ThreadScope;
 
 }  // namespace attn
 

@@ -27,6 +27,9 @@ Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
   const int64_t T = shape.seq_len, D = shape.head_dim;
   const int64_t Bq = std::min(shape.query_block, T);
   const DataType type = shape.type;
+  if (shape.kv_row_stride == 0) core.shape_.kv_row_stride = D;
+  const int64_t Dkv = core.shape_.kv_row_stride;
+  if (Dkv < D) return InvalidArgument("kv_row_stride is below head_dim");
   core.scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
 
   size_t mm_scratch = 0;
@@ -35,13 +38,13 @@ Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
     const int64_t N = i0 + M;                // keys they may see
     // scores [M, N] f32 = q [M, D] x k^T, with k stored [N, D].
     Result<MatMul> scores =
-        MatMul::Create({{M, D}, {}, type}, {{D, N}, {1, D}, type}, nullptr,
+        MatMul::Create({{M, D}, {}, type}, {{D, N}, {1, Dkv}, type}, nullptr,
                        {{M, N}, {}, DataType::kF32}, Threading::kWorker);
     if (!scores.ok()) return scores.status();
     // ctx_blk [M, D] f32 = probs [M, N] x v [N, D], dense: oneDNN 2.6 runs
     // a strided dst (row stride C) on its slower gemm:jit, not brgemm.
     Result<MatMul> context =
-        MatMul::Create({{M, N}, {}, type}, {{N, D}, {D, 1}, type}, nullptr,
+        MatMul::Create({{M, N}, {}, type}, {{N, D}, {Dkv, 1}, type}, nullptr,
                        {{M, D}, {}, DataType::kF32}, Threading::kWorker);
     if (!context.ok()) return context.status();
     mm_scratch = std::max(
@@ -60,7 +63,27 @@ Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
   return core;
 }
 
+AttentionInputs CausalAttention::PlanesOf(const void* qkv) const {
+  const int64_t B = shape_.batch, T = shape_.seq_len, H = shape_.num_heads;
+  const int64_t D = shape_.head_dim;
+  const int64_t plane = H * B * T * D;
+  const auto* bytes = static_cast<const char*>(qkv);
+  const size_t elem = SizeOf(shape_.type);
+  AttentionInputs in;
+  in.q = bytes;
+  in.k = bytes + static_cast<size_t>(plane) * elem;
+  in.v = bytes + static_cast<size_t>(2 * plane) * elem;
+  in.q_batch_stride = in.kv_batch_stride = T * D;
+  in.q_head_stride = in.kv_head_stride = B * T * D;
+  return in;
+}
+
 void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
+                          int num_threads) const {
+  Run(PlanesOf(qkv), ctx, scratch, num_threads);
+}
+
+void CausalAttention::Run(const AttentionInputs& in, void* ctx, void* scratch,
                           int num_threads) const {
   // Shapes: B batch, T seq_len, H heads, D head_dim, C = H * D.
   const int64_t B = shape_.batch, T = shape_.seq_len, H = shape_.num_heads;
@@ -68,9 +91,10 @@ void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
   const int64_t Bq = std::min(shape_.query_block, T);
   const int64_t num_blocks = static_cast<int64_t>(scores_mm_.size());
   const size_t elem = SizeOf(shape_.type);
-  const auto* qkv_bytes = static_cast<const char*>(qkv);
+  const auto* q_bytes = static_cast<const char*>(in.q);
+  const auto* k_bytes = static_cast<const char*>(in.k);
+  const auto* v_bytes = static_cast<const char*>(in.v);
   auto* ctx_bytes = static_cast<char*>(ctx);
-  const size_t plane = static_cast<size_t>(H * B * T * D) * elem;
   const int64_t num_items = B * H * num_blocks;
 
   // Items go out head by head, so that a worker's next item mostly reads
@@ -96,11 +120,17 @@ void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
         reinterpret_cast<char*>(block_ctx) + block_ctx_bytes_);
     void* mm_scratch = reinterpret_cast<char*>(row_scale) + row_scale_bytes_;
 
-    // Rows of head h in batch b start here in each of the q, k, v planes.
-    const size_t head_rows = static_cast<size_t>((h * B + b) * T * D) * elem;
-    const char* q = qkv_bytes + head_rows + static_cast<size_t>(i0 * D) * elem;
-    const char* k = qkv_bytes + plane + head_rows;
-    const char* v = qkv_bytes + 2 * plane + head_rows;
+    // Rows of head h of sequence b start here in q, k and v.
+    const int64_t kb = in.kv_batches ? in.kv_batches[b] : b;
+    const char* q =
+        q_bytes + static_cast<size_t>(b * in.q_batch_stride +
+                                      h * in.q_head_stride + i0 * D) *
+                      elem;
+    const size_t kv_rows =
+        static_cast<size_t>(kb * in.kv_batch_stride + h * in.kv_head_stride) *
+        elem;
+    const char* k = k_bytes + kv_rows;
+    const char* v = v_bytes + kv_rows;
     char* out =
         ctx_bytes + static_cast<size_t>((b * T + i0) * C + h * D) * elem;
 
@@ -120,65 +150,6 @@ void CausalAttention::Run(const void* qkv, void* ctx, void* scratch,
                       reinterpret_cast<hwy::bfloat16_t*>(out), C);
     } else {
       ScaleRows(block_ctx, M, D, row_scale, reinterpret_cast<float*>(out), C);
-    }
-  }
-}
-
-size_t TinyMhaScratchFloats(const TinyMhaShape& s) {
-  const auto rows = static_cast<size_t>(s.batch * s.seq_len);
-  const auto t = static_cast<size_t>(s.seq_len);
-  return rows * static_cast<size_t>(4 * s.d_out) + t * t;
-}
-
-void TinyMhaForward(const TinyMhaShape& s, const float* x, const float* w_qkv,
-                    const float* b_qkv, const float* w_out, const float* b_out,
-                    float* scratch, float* y) {
-  const int64_t R = s.batch * s.seq_len, T = s.seq_len, C = s.d_out;
-  const int64_t D = C / s.num_heads;
-  float* qkv = scratch;             // [R, 3C]: q, k, v of row r side by side
-  float* scores = qkv + R * 3 * C;  // [T, T], one (batch, head) at a time
-  float* ctx = scores + T * T;      // [R, C], heads merged
-  for (int64_t r = 0; r < R; ++r) {
-    for (int64_t j = 0; j < 3 * C; ++j) {
-      float sum = b_qkv ? b_qkv[j] : 0.0f;
-      for (int64_t i = 0; i < s.d_in; ++i) {
-        sum += x[r * s.d_in + i] * w_qkv[j * s.d_in + i];
-      }
-      qkv[r * 3 * C + j] = sum;
-    }
-  }
-  const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
-  for (int64_t b = 0; b < s.batch; ++b) {
-    for (int64_t h = 0; h < s.num_heads; ++h) {
-      const float* q = qkv + b * T * 3 * C + h * D;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      for (int64_t i = 0; i < T; ++i) {
-        for (int64_t t = 0; t <= i; ++t) {
-          float dot = 0.0f;
-          for (int64_t d = 0; d < D; ++d) {
-            dot += q[i * 3 * C + d] * k[t * 3 * C + d];
-          }
-          scores[i * T + t] = dot;
-        }
-      }
-      CausalSoftmax(scores, static_cast<size_t>(T), static_cast<size_t>(T),
-                    static_cast<size_t>(T), 0, scale);
-      for (int64_t i = 0; i < T; ++i) {
-        float* out = ctx + (b * T + i) * C + h * D;
-        for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
-        for (int64_t t = 0; t <= i; ++t) {
-          const float p = scores[i * T + t];
-          for (int64_t d = 0; d < D; ++d) out[d] += p * v[t * 3 * C + d];
-        }
-      }
-    }
-  }
-  for (int64_t r = 0; r < R; ++r) {
-    for (int64_t j = 0; j < C; ++j) {
-      float sum = b_out[j];
-      for (int64_t d = 0; d < C; ++d) sum += ctx[r * C + d] * w_out[j * C + d];
-      y[r * C + j] = sum;
     }
   }
 }

@@ -20,6 +20,24 @@ struct AttentionShape {
   int64_t head_dim = 0;
   int64_t query_block = 128;       // rows of Q per work item (bench/RESULTS.md)
   DataType type = DataType::kF32;  // of q, k, v, probabilities and ctx
+  // Elements between consecutive rows of k (and of v); 0: head_dim. A KV
+  // cache pads its rows (kernels/decode.h DecodePaddedDim).
+  int64_t kv_row_stride = 0;
+};
+
+// Where Run reads q, k and v (strides in elements). Rows of head h of
+// sequence b start at q + b * q_batch_stride + h * q_head_stride, head_dim
+// apart; likewise k and v with kv_batch_stride, kv_head_stride and rows
+// AttentionShape::kv_row_stride apart, sequence b being kv_batches[b] (b
+// when null): a KV cache is [B, H, capacity, Dp], and a prompt may fill any
+// of its sequences.
+struct AttentionInputs {
+  const void* q = nullptr;
+  int64_t q_batch_stride = 0, q_head_stride = 0;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t kv_batch_stride = 0, kv_head_stride = 0;
+  const int64_t* kv_batches = nullptr;
 };
 
 class CausalAttention {
@@ -31,13 +49,19 @@ class CausalAttention {
   // Scratch one worker needs; Run takes num_threads of them, back to back.
   size_t worker_scratch_bytes() const { return worker_scratch_bytes_; }
 
-  // qkv: [3, num_heads, batch * seq_len, head_dim] dense (q, k, v planes;
-  // the layout the fused projection writes). ctx: [batch, seq_len,
-  // num_heads * head_dim], heads merged. scratch: num_threads workers'
-  // scratch, 64-byte aligned. Results do not depend on num_threads.
-  // The context is normalised after P x V, so the unnormalised sums, up to
-  // seq_len x max|v|, must stay finite: |v| below 1e34 at seq_len 32768.
+  // ctx: [batch, seq_len, num_heads * head_dim], heads merged. scratch:
+  // num_threads workers' scratch, 64-byte aligned. Results do not depend on
+  // num_threads. The context is normalised after P x V, so the unnormalised
+  // sums, up to seq_len x max|v|, must stay finite: |v| below 1e34 at
+  // seq_len 32768.
+  void Run(const AttentionInputs& in, void* ctx, void* scratch,
+           int num_threads) const;
+  // The same with q, k and v in qkv: [3, num_heads, batch * seq_len,
+  // head_dim] dense (the planes the fused projection writes; kv_row_stride
+  // must be head_dim). Fills AttentionInputs from PlanesOf.
   void Run(const void* qkv, void* ctx, void* scratch, int num_threads) const;
+  // The inputs of those dense planes.
+  AttentionInputs PlanesOf(const void* qkv) const;
 
  private:
   CausalAttention() = default;
@@ -53,29 +77,6 @@ class CausalAttention {
   std::vector<MatMul> scores_mm_;
   std::vector<MatMul> context_mm_;
 };
-
-// The whole block for shapes so small that oneDNN's and OpenMP's fixed cost
-// per call (microseconds) outweighs the arithmetic: plain loops with fp32
-// accumulation on the calling thread, and the normalised CausalSoftmax (the
-// core splits it around its P x V matmul).
-struct TinyMhaShape {
-  int64_t batch = 0, seq_len = 0, d_in = 0, d_out = 0, num_heads = 0;
-};
-
-// Worth taking when the block's FLOPs are below this. The oneDNN path's
-// fixed cost (18 us at seed, measured) buys about 10^5 FLOPs of these plain
-// loops at a few GFLOP/s, so 32768 stays clear of the crossover; seed is 816.
-constexpr double kTinyMhaMaxFlops = 32768;
-
-// Floats of scratch TinyMhaForward needs: qkv, one head's scores, ctx.
-size_t TinyMhaScratchFloats(const TinyMhaShape& shape);
-
-// x [B, T, d_in] -> y [B, T, d_out]. w_qkv: W_query, W_key, W_value stacked
-// [3 * d_out, d_in] (PyTorch layout); b_qkv [3 * d_out] or null; w_out
-// [d_out, d_out]; b_out [d_out].
-void TinyMhaForward(const TinyMhaShape& shape, const float* x,
-                    const float* w_qkv, const float* b_qkv, const float* w_out,
-                    const float* b_out, float* scratch, float* y);
 
 }  // namespace attn::kernels
 

@@ -21,6 +21,7 @@
 #include "hwy/highway.h"
 #include "kernels/decode.h"
 #include "kernels/exp-inl.h"
+#include "kernels/softmax-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
@@ -150,18 +151,9 @@ HWY_INLINE void DecodeChunkT(D d, const DecodeParams& params,
   const size_t padded = (n + N - 1) / N * N;
   for (size_t j = n; j < padded; ++j) scores[j] = -kInf;
 
-  V vmax = hn::Set(d, -kInf);
-  auto nan_seen = hn::Lt(vmax, vmax);  // all false
-  for (size_t j = 0; j < padded; j += N) {
-    const V s = hn::Load(d, scores + j);
-    vmax = hn::Max(vmax, s);  // drops NaN on x86: tracked separately
-    nan_seen = hn::Or(nan_seen, hn::IsNaN(s));
-  }
-  float m = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  // The chunk's max, NaN for a NaN or +inf score (as the softmax's rows).
+  const float m = SoftmaxRowMax(d, scores, padded);
   float* o = partial + kDecodeAlign;
-  if (!hn::AllFalse(d, nan_seen) || m == kInf) {
-    m = std::numeric_limits<float>::quiet_NaN();
-  }
   if (!(m > -kInf)) {  // NaN or -inf: nothing to accumulate
     partial[0] = m;
     partial[1] = 0.0f;

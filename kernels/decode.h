@@ -68,6 +68,15 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
 void DecodeAttention(const DecodeParams& params, const DecodeRow* rows,
                      size_t num_rows, float* partials, int num_threads);
 
+// Appends new tokens to a KV cache: for row r, qkv + r * 3 * H * D holds
+// its q, k and v (each [H, D], heads merged, the fused projection's
+// token-major output). Writes q into rows[r].q (padding lanes zero) and k
+// and v into key num_keys - 1 of rows[r].k and rows[r].v (laid out as
+// DecodeAttention reads them, padding lanes zero). Rows are spread over
+// num_threads OpenMP threads from more than 16 rows on.
+void DecodeAppend(const DecodeParams& params, const float* qkv,
+                  const DecodeRow* rows, size_t num_rows, int num_threads);
+
 }  // namespace attn::kernels
 
 #endif  // ATTN_KERNELS_DECODE_H_

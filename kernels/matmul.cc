@@ -8,8 +8,9 @@
 #include <new>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
+#include "kernels/threads.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace attn::kernels {
@@ -101,15 +102,6 @@ size_t OffsetOf(const Operand& op, const Box& box, Role role) {
 
 size_t AlignUp(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-// Makes oneDNN calls on this thread single-threaded until it goes out of
-// scope, then restores the caller's team size. (Inside a parallel region
-// oneDNN already runs single-threaded.)
-struct SingleThread {
-  int saved = omp_get_max_threads();
-  SingleThread() { omp_set_num_threads(1); }
-  ~SingleThread() { omp_set_num_threads(saved); }
-};
-
 }  // namespace
 
 // One primitive per distinct tile shape (full tiles and tails), and per tile
@@ -142,6 +134,15 @@ struct MatMul::Impl {
   // Both throw dnnl::error; Create catches it.
   size_t KindFor(const Box& box, const Operand* bias, const PostOps& post_ops);
   void AddTile(const Box& box, const Operand* bias, const PostOps& post_ops);
+
+  // One worker's argument list: a memory per argument of the kind it ran
+  // last, created once and re-pointed tile by tile.
+  struct Worker {
+    const Kind* kind = nullptr;
+    std::vector<memory> memories;
+    std::vector<dnnl_exec_arg_t> args;
+    void Run(const Impl& im, const Tile& tile, const Call& p, void* scratch);
+  };
 };
 
 MatMul::MatMul(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -237,7 +238,7 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
   }
   // Every primitive runs on one thread: create it for one, as oneDNN Graph
   // does.
-  const SingleThread single;
+  const ThreadScope single(1);
   const size_t rank = dst.dims.size();
   const int64_t B = rank == 3 ? dst.dims[0] : 1;
   const int64_t M = dst.dims[rank - 2], N = dst.dims[rank - 1];
@@ -300,47 +301,84 @@ Status MatMul::PackWeights(const Operand& plain, const void* plain_data,
   }
 }
 
+void MatMul::Impl::Worker::Run(const Impl& im, const Tile& tile, const Call& p,
+                               void* scratch) {
+  const Kind& k = im.kinds[tile.kind];
+  const auto at = [](const void* base, size_t offset) {
+    return const_cast<char*>(static_cast<const char*>(base)) + offset;
+  };
+  struct Arg {
+    int id;
+    memory::desc desc;
+    void* handle;
+  };
+  Arg wanted[6];
+  int count = 0;
+  wanted[count++] = {DNNL_ARG_SRC, k.pd.src_desc(), at(p.src, tile.src)};
+  wanted[count++] = {DNNL_ARG_WEIGHTS, k.pd.weights_desc(),
+                     at(p.wei, tile.wei)};
+  wanted[count++] = {DNNL_ARG_DST, k.pd.dst_desc(), at(p.dst, tile.dst)};
+  wanted[count++] = {DNNL_ARG_SCRATCHPAD, k.pd.scratchpad_desc(), scratch};
+  if (im.has_bias) {
+    wanted[count++] = {DNNL_ARG_BIAS, k.pd.bias_desc(), at(p.bias, tile.bias)};
+  }
+  if (im.has_residual) {
+    wanted[count++] = {
+        DNNL_ARG_ATTR_MULTIPLE_POST_OP(im.residual_index) | DNNL_ARG_SRC_1,
+        k.pd.dst_desc(), at(p.residual, tile.dst)};
+  }
+  const auto& engine = CpuEngine();
+  if (kind != &k) {
+    kind = &k;
+    memories.clear();
+    args.clear();
+    for (int i = 0; i < count; ++i) {
+      memories.emplace_back(wanted[i].desc, engine, wanted[i].handle);
+      args.push_back({wanted[i].id, memories.back().get()});
+    }
+  } else {
+    for (int i = 0; i < count; ++i) {
+      memories[static_cast<size_t>(i)].set_data_handle(wanted[i].handle);
+    }
+  }
+  thread_local dnnl::stream stream(engine);
+  dnnl::error::wrap_c_api(
+      dnnl_primitive_execute(k.prim.get(), stream.get(),
+                             static_cast<int>(args.size()), args.data()),
+      "could not execute a matmul");
+}
+
 void MatMul::Run(const void* src, const void* wei, const void* bias, void* dst,
                  void* scratch, int num_threads, const void* residual) const {
+  const Call call{src, wei, bias, dst, residual};
+  RunMany(&call, 1, scratch, num_threads);
+}
+
+void MatMul::RunMany(const Call* calls, size_t count, void* scratch,
+                     int num_threads) const {
   const Impl& im = *impl_;
-  const auto run_tile = [&](const Impl::Tile& tile, void* tile_scratch) {
-    const Impl::Kind& kind = im.kinds[tile.kind];
-    const auto& engine = CpuEngine();
-    thread_local dnnl::stream stream(engine);
-    const auto at = [](const void* base, size_t offset) {
-      return const_cast<char*>(static_cast<const char*>(base)) + offset;
-    };
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, memory(kind.pd.src_desc(), engine, at(src, tile.src))},
-        {DNNL_ARG_WEIGHTS,
-         memory(kind.pd.weights_desc(), engine, at(wei, tile.wei))},
-        {DNNL_ARG_DST, memory(kind.pd.dst_desc(), engine, at(dst, tile.dst))},
-        {DNNL_ARG_SCRATCHPAD,
-         memory(kind.pd.scratchpad_desc(), engine, tile_scratch)}};
-    if (im.has_bias) {
-      args.emplace(DNNL_ARG_BIAS,
-                   memory(kind.pd.bias_desc(), engine, at(bias, tile.bias)));
-    }
-    if (im.has_residual) {
-      args.emplace(
-          DNNL_ARG_ATTR_MULTIPLE_POST_OP(im.residual_index) | DNNL_ARG_SRC_1,
-          memory(kind.pd.dst_desc(), engine, at(residual, tile.dst)));
-    }
-    kind.prim.execute(stream, args);
-  };
-  const auto count = static_cast<int64_t>(im.tiles.size());
+  const auto per_call = static_cast<int64_t>(im.tiles.size());
+  const int64_t total = per_call * static_cast<int64_t>(count);
   const int workers =
-      static_cast<int>(std::min<int64_t>(std::max(num_threads, 1), count));
-  if (workers == 1) {
-    const SingleThread single;
-    for (const Impl::Tile& tile : im.tiles) run_tile(tile, scratch);
+      static_cast<int>(std::min<int64_t>(std::max(num_threads, 1), total));
+  const auto run = [&](Impl::Worker& worker, int64_t t, void* own) {
+    worker.Run(im, im.tiles[static_cast<size_t>(t % per_call)],
+               calls[t / per_call], own);
+  };
+  if (workers <= 1) {
+    const ThreadScope single(1);
+    Impl::Worker worker;
+    for (int64_t t = 0; t < total; ++t) run(worker, t, scratch);
     return;
   }
-#pragma omp parallel for num_threads(workers) schedule(static)
-  for (int64_t t = 0; t < count; ++t) {
-    run_tile(im.tiles[static_cast<size_t>(t)],
-             static_cast<char*>(scratch) +
-                 static_cast<size_t>(omp_get_thread_num()) * im.scratch_bytes);
+#pragma omp parallel num_threads(workers)
+  {
+    Impl::Worker worker;
+    void* own = static_cast<char*>(scratch) +
+                static_cast<size_t>(omp_get_thread_num()) * im.scratch_bytes;
+    // nowait: the region's end is the one barrier, as with `parallel for`.
+#pragma omp for schedule(static) nowait
+    for (int64_t t = 0; t < total; ++t) run(worker, t, own);
   }
 }
 

@@ -1,6 +1,6 @@
 // dst = src x wei (+ bias) backed by oneDNN matmul primitives: created once,
-// executed many times. The only file that includes oneDNN headers is
-// matmul.cc; every other kernel talks to oneDNN through this class.
+// executed many times. Kernels talk to oneDNN only through this class and
+// Convert (matmul.cc is the one kernel source with oneDNN headers).
 #ifndef ATTN_KERNELS_MATMUL_H_
 #define ATTN_KERNELS_MATMUL_H_
 
@@ -90,6 +90,21 @@ class MatMul {
   void Run(const void* src, const void* wei, const void* bias, void* dst,
            void* scratch, int num_threads,
            const void* residual = nullptr) const;
+
+  // The operands of one product in RunMany.
+  struct Call {
+    const void* src = nullptr;
+    const void* wei = nullptr;
+    const void* bias = nullptr;
+    void* dst = nullptr;
+    const void* residual = nullptr;  // read only with PostOps::add_residual
+  };
+  // Runs `count` independent products of this shape (e.g. one per
+  // sequence) as Run would, their tiles spread over the team in one
+  // parallel region rather than one region per product. Same results as
+  // `count` Runs.
+  void RunMany(const Call* calls, size_t count, void* scratch,
+               int num_threads) const;
 
   // oneDNN's name for the implementation it chose, e.g. "brg:avx512_core".
   const char* impl_name() const;

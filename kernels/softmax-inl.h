@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "hwy/highway.h"
@@ -76,6 +77,37 @@ HWY_INLINE void StoreProbsPair(D d, V a, V b, hwy::bfloat16_t* p) {
 #endif
 }
 
+// The max of x[0, n), or NaN when x holds a NaN or +inf (either makes the
+// softmax row NaN); -inf when n is 0 or every value is -inf. Max drops NaNs
+// on x86, and Exp maps NaN to 0, so NaN is tracked explicitly. Shared by
+// the causal softmax and the decode kernel's chunks.
+template <class D>
+HWY_INLINE float SoftmaxRowMax(D d, const float* HWY_RESTRICT x, size_t n) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d);
+  const V neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  V vmax = neg_inf;
+  auto nan_seen = hn::Lt(vmax, vmax);  // all false
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const V v = hn::LoadU(d, x + i);
+    vmax = hn::Max(vmax, v);
+    nan_seen = hn::Or(nan_seen, hn::IsNaN(v));
+  }
+  if (i < n) {
+    const V v = LoadTail(d, x + i, n - i, neg_inf);
+    vmax = hn::Max(vmax, v);
+    nan_seen = hn::Or(nan_seen, hn::IsNaN(v));
+  }
+  const float row_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  // NaN first: a row of NaN (or NaN and -inf) may leave the max at -inf.
+  if (!hn::AllFalse(d, nan_seen) ||
+      row_max == std::numeric_limits<float>::infinity()) {
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  return row_max;
+}
+
 // x[0, valid) := softmax(scale * x[0, valid)), written to out[0, cols) with
 // zeros over [valid, cols). x is clobbered. x and out may alias. Without
 // kNormalize, writes exp(scale * (x - max)) instead and returns the factor
@@ -85,30 +117,13 @@ HWY_INLINE float CausalSoftmaxRowT(D d, float* x, size_t valid, size_t cols,
                                    float scale, TOut* out) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
-  const V neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
 
-  // Pass 1: the row max, and whether a NaN is present (Max drops NaNs on
-  // x86, and Exp maps NaN to 0, so NaN must be tracked explicitly).
-  V vmax = neg_inf;
-  auto nan_seen = hn::Lt(vmax, vmax);  // all false
+  // Pass 1: the row max (NaN when the row holds a NaN or +inf).
+  const float row_max = SoftmaxRowMax(d, x, valid);
   size_t i = 0;
-  for (; i + N <= valid; i += N) {
-    const V v = hn::LoadU(d, x + i);
-    vmax = hn::Max(vmax, v);
-    nan_seen = hn::Or(nan_seen, hn::IsNaN(v));
-  }
-  if (i < valid) {
-    const V v = LoadTail(d, x + i, valid - i, neg_inf);
-    vmax = hn::Max(vmax, v);
-    nan_seen = hn::Or(nan_seen, hn::IsNaN(v));
-  }
-  const float row_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
-
   float fill = -1.0f;  // >= 0 when the whole valid prefix is one value
-  // NaN first: a row of NaN (or NaN and -inf) may leave the max at -inf.
-  if (!hn::AllFalse(d, nan_seen) ||
-      row_max == std::numeric_limits<float>::infinity()) {
-    fill = std::numeric_limits<float>::quiet_NaN();
+  if (std::isnan(row_max)) {
+    fill = row_max;
   } else if (valid == 0 || row_max == -std::numeric_limits<float>::infinity()) {
     fill = 0.0f;  // nothing to attend to: zeros, never NaN
   }

@@ -259,6 +259,48 @@ HWY_EXPORT_AND_TEST_P(DecodeTest, TestHugeLogitsStayFinite);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestBitwiseIdenticalAcrossThreadCounts);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestNonFinitePropagates);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestMatchesFullCausalAttention);
+
+// DecodeAppend against plain element loops: 40 rows (threaded) of 2
+// sequences into a cache of 3 heads with head_dim 5 (padded to 16).
+TEST(DecodeAppendTest, MatchesElementLoops) {
+  const size_t H = 3, D = 5, Dp = DecodePaddedDim(D), cap = 32, rows = 40;
+  std::mt19937 rng(3);
+  const std::vector<float> qkv =
+      test::RandomVector(rng, rows * 3 * H * D, -1.0f, 1.0f);
+  // Caches and q rows start full of junk: the kernel must zero the padding.
+  std::vector<float> k(2 * H * cap * Dp, 7.0f), v(k), q(rows * H * Dp, 7.0f);
+  std::vector<float> want_k(k), want_v(v), want_q(q);
+  DecodeParams params;
+  params.num_heads = H;
+  params.head_dim = D;
+  params.row_stride = Dp;
+  params.head_stride = cap * Dp;
+  std::vector<DecodeRow> row(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    const size_t seq = r % 2, pos = r / 2;
+    row[r].q = q.data() + r * H * Dp;
+    row[r].k = k.data() + seq * H * cap * Dp;
+    row[r].v = v.data() + seq * H * cap * Dp;
+    row[r].num_keys = pos + 1;
+    for (size_t h = 0; h < H; ++h) {
+      for (size_t d = 0; d < Dp; ++d) {
+        const bool lane = d < D;
+        const size_t at = seq * H * cap * Dp + (h * cap + pos) * Dp + d;
+        const size_t src = r * 3 * H * D + h * D + d;
+        want_q[r * H * Dp + h * Dp + d] = lane ? qkv[src] : 0.0f;
+        want_k[at] = lane ? qkv[src + H * D] : 0.0f;
+        want_v[at] = lane ? qkv[src + 2 * H * D] : 0.0f;
+      }
+    }
+  }
+  for (int threads : {1, 3}) {
+    DecodeAppend(params, qkv.data(), row.data(), rows, threads);
+    EXPECT_EQ(q, want_q) << threads;
+    EXPECT_EQ(k, want_k) << threads;
+    EXPECT_EQ(v, want_v) << threads;
+  }
+}
+
 }  // namespace
 }  // namespace attn::kernels
 #endif  // HWY_ONCE

@@ -1,0 +1,478 @@
+// The attention operator (see attention_op.h): plan, pack, run.
+#include "engine/attention_op.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "engine/threads.h"
+#include "kernels/rows_linear.h"
+#include "kernels/softmax.h"
+
+namespace attn {
+
+using kernels::DataType;
+using kernels::MatMul;
+using kernels::Operand;
+
+namespace {
+
+// Floats of scratch the plain-loop path needs: qkv, one head's scores, ctx.
+size_t TinyScratchFloats(int64_t rows, int64_t seq_len, int64_t d_out) {
+  return static_cast<size_t>(rows * 4 * d_out + seq_len * seq_len);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
+    const MhaModelData& m, DataType type, int64_t batch, int64_t seq_len,
+    const KvCache* cache, int num_threads, uint64_t held,
+    const std::string& what) {
+  std::unique_ptr<AttentionOp> op(new AttentionOp());
+  const MhaConfig& c = m.config;
+  op->m_ = &m;
+  op->batch_ = batch;
+  op->seq_len_ = seq_len;
+  op->H_ = c.num_heads;
+  op->D_ = c.d_out / c.num_heads;
+  if (cache) {
+    if (type != DataType::kF32) {
+      return Unsupported("a KV cache holds fp32 only");
+    }
+    op->cache_ = *cache;
+  }
+  const double R = double(batch) * double(seq_len);
+  const double flops =
+      2.0 * R * (3.0 * double(c.d_in) * c.d_out + double(c.d_out) * c.d_out) +
+      2.0 * R * double(seq_len) * c.d_out;
+  if (!cache && type == DataType::kF32 && flops < kTinyMhaMaxFlops) {
+    op->tiny_ = true;
+    Workspace workspace;
+    workspace.Add(
+        &op->qkv_,
+        TinyScratchFloats(batch * seq_len, seq_len, c.d_out) * sizeof(float));
+    ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, m.max_memory_bytes));
+    return op;
+  }
+  const ThreadScope threads(num_threads);
+  op->num_threads_ = threads.num_threads();
+  ATTN_RETURN_IF_ERROR(op->MakeMatMuls(type));
+  ATTN_RETURN_IF_ERROR(op->Allocate(type, held, what));
+  ATTN_RETURN_IF_ERROR(op->PackWeights());
+  if (type == DataType::kBF16) {
+    ATTN_ASSIGN_OR_RETURN(
+        kernels::Convert convert,
+        kernels::Convert::Create(batch * seq_len * c.d_in, DataType::kF32,
+                                 DataType::kBF16));
+    op->to_bf16_.emplace(std::move(convert));
+  }
+  return op;
+}
+
+Status AttentionOp::MakeMatMuls(DataType type) {
+  const MhaConfig& c = m_->config;
+  // Shapes: T seq_len, R rows, H heads, D head_dim, G = 3H q/k/v heads.
+  const int64_t T = seq_len_, R = batch_ * T, H = H_, D = D_, G = 3 * H;
+  const int64_t d_in = c.d_in, d_out = c.d_out;
+  const auto team = kernels::Threading::kTeam;
+  if (!cache_) {
+    // x [1, R, d_in] x W_qkv [G, d_in, D] + b [G, 1, D] -> qkv [G, R, D]:
+    // one matmul writes q, k and v head-major, dense per head.
+    const Operand bias{{G, 1, D}, {}, DataType::kF32};
+    ATTN_ASSIGN_OR_RETURN(
+        MatMul qkv,
+        MatMul::Create({{1, R, d_in}, {}, type}, {{G, d_in, D}, {}, type},
+                       c.qkv_bias ? &bias : nullptr, {{G, R, D}, {}, type},
+                       team));
+    qkv_proj_.emplace(std::move(qkv));
+  } else {
+    // Per sequence: x [1, T, d_in] x W [H, d_in, D] (+ b [H, 1, D]) -> its
+    // rows of the q plane [H, R, D], and of K and V in the cache.
+    const Operand bias{{H, 1, D}, {}, DataType::kF32};
+    const Operand x{{1, T, d_in}, {}, type}, w{{H, d_in, D}, {}, type};
+    ATTN_ASSIGN_OR_RETURN(
+        MatMul q, MatMul::Create(x, w, c.qkv_bias ? &bias : nullptr,
+                                 {{H, T, D}, {R * D, D, 1}, type}, team));
+    ATTN_ASSIGN_OR_RETURN(
+        MatMul kv,
+        MatMul::Create(
+            x, w, c.qkv_bias ? &bias : nullptr,
+            {{H, T, D}, {cache_->head_stride, cache_->row_stride, 1}, type},
+            team));
+    qkv_proj_.emplace(std::move(q));
+    kv_proj_.emplace(std::move(kv));
+  }
+  // ctx [R, d_out] x W_out^T [d_out, d_out] + b_out -> y [R, d_out] f32.
+  const Operand out_bias{{1, d_out}, {}, DataType::kF32};
+  ATTN_ASSIGN_OR_RETURN(
+      MatMul out,
+      MatMul::Create({{R, d_out}, {}, type}, {{d_out, d_out}, {}, type},
+                     &out_bias, {{R, d_out}, {}, DataType::kF32}, team));
+  out_proj_.emplace(std::move(out));
+  kernels::AttentionShape shape;
+  shape.batch = batch_;
+  shape.seq_len = T;
+  shape.num_heads = H;
+  shape.head_dim = D;
+  shape.type = type;
+  shape.kv_row_stride = cache_ ? cache_->row_stride : 0;
+  ATTN_ASSIGN_OR_RETURN(kernels::CausalAttention core,
+                        kernels::CausalAttention::Create(shape));
+  core_.emplace(std::move(core));
+  return {};
+}
+
+Status AttentionOp::Allocate(DataType type, uint64_t held,
+                             const std::string& what) {
+  const MhaConfig& c = m_->config;
+  const auto rows = static_cast<size_t>(batch_ * seq_len_);
+  const size_t elem = kernels::SizeOf(type);
+  const auto d_in = static_cast<size_t>(c.d_in);
+  const auto d_out = static_cast<size_t>(c.d_out);
+  const auto threads = static_cast<size_t>(num_threads_);
+  size_t mm_scratch =
+      std::max(qkv_proj_->scratch_bytes(), out_proj_->scratch_bytes());
+  Workspace workspace;
+  workspace.Add(&w_qkv_, qkv_proj_->packed_weights_bytes());
+  if (kv_proj_) {
+    workspace.Add(&w_k_, kv_proj_->packed_weights_bytes());
+    workspace.Add(&w_v_, kv_proj_->packed_weights_bytes());
+    mm_scratch = std::max(mm_scratch, kv_proj_->scratch_bytes());
+  }
+  workspace.Add(&w_out_, out_proj_->packed_weights_bytes());
+  workspace.Add(&b_qkv_, m_->b_qkv.size() * sizeof(float));
+  workspace.Add(&b_out_, m_->b_out.size() * sizeof(float));
+  workspace.Add(&x_low_, type == DataType::kBF16 ? rows * d_in * elem : 0);
+  // With a cache only the q plane lives here.
+  workspace.Add(&qkv_, rows * (cache_ ? 1 : 3) * d_out * elem);
+  workspace.Add(&ctx_, rows * d_out * elem);
+  workspace.Add(&proj_scratch_, mm_scratch * threads);
+  workspace.Add(&core_scratch_, core_->worker_scratch_bytes() * threads);
+  return workspace.Allocate(what, held, m_->max_memory_bytes);
+}
+
+Status AttentionOp::PackWeights() {
+  const MhaConfig& c = m_->config;
+  const int64_t d_in = c.d_in, d_out = c.d_out, D = D_;
+  // W_qkv viewed as [G, d_in, D] is element (g, i, j) =
+  // w_qkv[(g * D + j) * d_in + i]; W_out^T likewise.
+  const std::vector<int64_t> strides = {D * d_in, 1, d_in};
+  const float* w = m_->w_qkv.data();
+  if (!cache_) {
+    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(
+        {{3 * H_, d_in, D}, strides, DataType::kF32}, w, w_qkv_.data()));
+  } else {
+    const Operand heads{{H_, d_in, D}, strides, DataType::kF32};
+    const auto plane = static_cast<size_t>(d_out * d_in);
+    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(heads, w, w_qkv_.data()));
+    ATTN_RETURN_IF_ERROR(kv_proj_->PackWeights(heads, w + plane, w_k_.data()));
+    ATTN_RETURN_IF_ERROR(
+        kv_proj_->PackWeights(heads, w + 2 * plane, w_v_.data()));
+  }
+  ATTN_RETURN_IF_ERROR(
+      out_proj_->PackWeights({{d_out, d_out}, {1, d_out}, DataType::kF32},
+                             m_->w_out.data(), w_out_.data()));
+  if (!m_->b_qkv.empty()) {
+    std::memcpy(b_qkv_.data(), m_->b_qkv.data(), b_qkv_.size());
+  }
+  std::memcpy(b_out_.data(), m_->b_out.data(), b_out_.size());
+  return {};
+}
+
+size_t AttentionOp::bytes() const {
+  size_t total = 0;
+  for (const AlignedBuffer* b :
+       {&w_qkv_, &w_k_, &w_v_, &b_qkv_, &w_out_, &b_out_, &x_low_, &qkv_, &ctx_,
+        &proj_scratch_, &core_scratch_}) {
+    total += b->size();
+  }
+  return total;
+}
+
+void AttentionOp::Forward(const float* x, const int64_t* cache_seqs,
+                          float* y) const {
+  if (tiny_) {
+    ForwardTiny(x, y);
+    return;
+  }
+  const ThreadScope threads(num_threads_);
+  // x: [B*T, d_in] -> q, k, v (the planes, or q and the cache).
+  Project(x, cache_seqs);
+  // Per (sequence, head, query block): softmax(q k^T / sqrt(D), causal) v.
+  kernels::AttentionInputs in;
+  if (cache_) {
+    in.q = qkv_.data();
+    in.q_batch_stride = seq_len_ * D_;
+    in.q_head_stride = batch_ * seq_len_ * D_;
+    in.k = cache_->k;
+    in.v = cache_->v;
+    in.kv_batch_stride = cache_->batch_stride;
+    in.kv_head_stride = cache_->head_stride;
+    in.kv_batches = cache_seqs;
+  } else {
+    in = core_->PlanesOf(qkv_.data());
+  }
+  core_->Run(in, ctx_.data(), core_scratch_.data(), threads.num_threads());
+  // ctx: [B*T, d_out] -> y: [B*T, d_out].
+  out_proj_->Run(ctx_.data(), w_out_.data(), b_out_.data(), y,
+                 proj_scratch_.data(), threads.num_threads());
+}
+
+void AttentionOp::Project(const float* x, const int64_t* cache_seqs) const {
+  const int threads = num_threads_;
+  const void* src = x;
+  if (to_bf16_) {
+    to_bf16_->Run(x, x_low_.data());
+    src = x_low_.data();
+  }
+  if (!cache_) {
+    qkv_proj_->Run(src, w_qkv_.data(), b_qkv_.data(), qkv_.data(),
+                   proj_scratch_.data(), threads);
+    return;
+  }
+  // Per sequence: its q rows, then its K and V into its cache rows; each
+  // projection's products share one parallel region.
+  const int64_t T = seq_len_, C = H_ * D_, d_in = m_->config.d_in;
+  const auto* b = static_cast<const float*>(b_qkv_.data());  // or null
+  q_calls_.clear();
+  kv_calls_.clear();
+  for (int64_t i = 0; i < batch_; ++i) {
+    const float* xi = x + i * T * d_in;
+    float* q = static_cast<float*>(qkv_.data()) + i * T * D_;
+    const int64_t at = cache_seqs[i] * cache_->batch_stride;
+    q_calls_.push_back({xi, w_qkv_.data(), b, q});
+    kv_calls_.push_back({xi, w_k_.data(), b ? b + C : nullptr, cache_->k + at});
+    kv_calls_.push_back(
+        {xi, w_v_.data(), b ? b + 2 * C : nullptr, cache_->v + at});
+  }
+  qkv_proj_->RunMany(q_calls_.data(), q_calls_.size(), proj_scratch_.data(),
+                     threads);
+  kv_proj_->RunMany(kv_calls_.data(), kv_calls_.size(), proj_scratch_.data(),
+                    threads);
+}
+
+// The whole block as plain loops with fp32 accumulation on the calling
+// thread, and the normalised kernels::CausalSoftmax.
+void AttentionOp::ForwardTiny(const float* x, float* y) const {
+  const MhaModelData& m = *m_;
+  const int64_t R = batch_ * seq_len_, T = seq_len_, C = m.config.d_out;
+  const int64_t d_in = m.config.d_in, D = D_;
+  const float* w_qkv = m.w_qkv.data();
+  const float* b_qkv = m.b_qkv.empty() ? nullptr : m.b_qkv.data();
+  auto* qkv = static_cast<float*>(qkv_.data());  // [R, 3C]: q, k, v of row r
+  float* scores = qkv + R * 3 * C;  // [T, T], one (batch, head) at a time
+  float* ctx = scores + T * T;      // [R, C], heads merged
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t j = 0; j < 3 * C; ++j) {
+      float sum = b_qkv ? b_qkv[j] : 0.0f;
+      for (int64_t i = 0; i < d_in; ++i) {
+        sum += x[r * d_in + i] * w_qkv[j * d_in + i];
+      }
+      qkv[r * 3 * C + j] = sum;
+    }
+  }
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t h = 0; h < H_; ++h) {
+      const float* q = qkv + b * T * 3 * C + h * D;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      for (int64_t i = 0; i < T; ++i) {
+        for (int64_t t = 0; t <= i; ++t) {
+          float dot = 0.0f;
+          for (int64_t d = 0; d < D; ++d) {
+            dot += q[i * 3 * C + d] * k[t * 3 * C + d];
+          }
+          scores[i * T + t] = dot;
+        }
+      }
+      kernels::CausalSoftmax(scores, static_cast<size_t>(T),
+                             static_cast<size_t>(T), static_cast<size_t>(T), 0,
+                             scale);
+      for (int64_t i = 0; i < T; ++i) {
+        float* out = ctx + (b * T + i) * C + h * D;
+        for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
+        for (int64_t t = 0; t <= i; ++t) {
+          const float p = scores[i * T + t];
+          for (int64_t d = 0; d < D; ++d) out[d] += p * v[t * 3 * C + d];
+        }
+      }
+    }
+  }
+  const float* w_out = m.w_out.data();
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t j = 0; j < C; ++j) {
+      float sum = m.b_out[static_cast<size_t>(j)];
+      for (int64_t d = 0; d < C; ++d) sum += ctx[r * C + d] * w_out[j * C + d];
+      y[r * C + j] = sum;
+    }
+  }
+}
+
+Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
+    const MhaModelData& m, int64_t rows, const KvCache& cache, int num_threads,
+    uint64_t held, const std::string& what) {
+  std::unique_ptr<AttentionOp> op(new AttentionOp());
+  const MhaConfig& c = m.config;
+  op->m_ = &m;
+  op->step_ = true;
+  op->batch_ = rows;
+  op->seq_len_ = 1;
+  op->H_ = c.num_heads;
+  op->D_ = c.d_out / c.num_heads;
+  op->cache_ = cache;
+  const auto R = static_cast<size_t>(rows);
+  const auto d_out = static_cast<size_t>(c.d_out);
+  const auto Dp = static_cast<size_t>(cache.row_stride);
+  // The activations first, against the cap before any primitive exists.
+  const uint64_t per_row = 4 * static_cast<uint64_t>(4 * d_out + op->H_ * Dp);
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory(what, AddSat(held, MulSat(per_row, R)), m.max_memory_bytes));
+  const ThreadScope threads(num_threads);
+  op->num_threads_ = threads.num_threads();
+  // A step's few rows run kernels::RowsLinear on the model's weights.
+  if (R > kernels::kRowsLinearMaxRows) {
+    ATTN_RETURN_IF_ERROR(op->MakeStepMatMuls());
+  }
+  Workspace workspace;
+  workspace.Add(&op->qkv_, R * 3 * d_out * sizeof(float));
+  workspace.Add(&op->q_rows_, R * static_cast<size_t>(op->H_) * Dp * 4);
+  workspace.Add(&op->ctx_, R * d_out * sizeof(float));
+  if (op->qkv_proj_) {
+    workspace.Add(&op->w_qkv_, op->qkv_proj_->packed_weights_bytes());
+    workspace.Add(&op->w_out_, op->out_proj_->packed_weights_bytes());
+    workspace.Add(&op->proj_scratch_,
+                  std::max(op->qkv_proj_->scratch_bytes(),
+                           op->out_proj_->scratch_bytes()) *
+                      static_cast<size_t>(op->num_threads_));
+  }
+  ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, m.max_memory_bytes));
+  // The padding lanes of q stay zero: DecodeAppend writes them zero too.
+  std::memset(op->q_rows_.data(), 0, op->q_rows_.size());
+  op->decode_rows_.reserve(R);
+  if (op->qkv_proj_) {
+    // W_qkv [3 d_out, d_in] row-major is W_qkv^T [d_in, 3 d_out] with
+    // strides {1, d_in}; likewise W_out.
+    const int64_t d_in = c.d_in, n = c.d_out;
+    ATTN_RETURN_IF_ERROR(
+        op->qkv_proj_->PackWeights({{d_in, 3 * n}, {1, d_in}, DataType::kF32},
+                                   m.w_qkv.data(), op->w_qkv_.data()));
+    ATTN_RETURN_IF_ERROR(op->out_proj_->PackWeights(
+        {{n, n}, {1, n}, DataType::kF32}, m.w_out.data(), op->w_out_.data()));
+  }
+  return op;
+}
+
+Status AttentionOp::MakeStepMatMuls() {
+  const int64_t R = batch_, d_in = m_->config.d_in, d_out = m_->config.d_out;
+  const auto f32 = DataType::kF32;
+  const auto team = kernels::Threading::kTeam;
+  // x [R, d_in] x W_qkv^T [d_in, 3 d_out] (+ b) -> qkv [R, 3 d_out].
+  const Operand qkv_bias{{1, 3 * d_out}, {}, f32};
+  ATTN_ASSIGN_OR_RETURN(
+      MatMul qkv,
+      MatMul::Create({{R, d_in}, {}, f32}, {{d_in, 3 * d_out}, {}, f32},
+                     m_->config.qkv_bias ? &qkv_bias : nullptr,
+                     {{R, 3 * d_out}, {}, f32}, team));
+  // ctx [R, d_out] x W_out^T + b_out -> y [R, d_out].
+  const Operand out_bias{{1, d_out}, {}, f32};
+  ATTN_ASSIGN_OR_RETURN(
+      MatMul out,
+      MatMul::Create({{R, d_out}, {}, f32}, {{d_out, d_out}, {}, f32},
+                     &out_bias, {{R, d_out}, {}, f32}, team));
+  qkv_proj_.emplace(std::move(qkv));
+  out_proj_.emplace(std::move(out));
+  return {};
+}
+
+// x [R, in] -> y [R, out] = x W^T + b by `mm` on its packed weights, or by
+// kernels::RowsLinear on the plain ones when the step made no matmul.
+void AttentionOp::StepLinear(const std::optional<MatMul>& mm,
+                             const AlignedBuffer& packed,
+                             const std::vector<float>& w,
+                             const std::vector<float>& b, const float* x,
+                             int64_t in, int64_t out, float* y,
+                             int threads) const {
+  if (mm) {
+    mm->Run(x, packed.data(), b.data(), y, proj_scratch_.data(), threads);
+    return;
+  }
+  kernels::RowsLinear(x, static_cast<size_t>(batch_), static_cast<size_t>(in),
+                      w.data(), b.empty() ? nullptr : b.data(),
+                      static_cast<size_t>(out), y, threads);
+}
+
+void AttentionOp::Step(const float* x, const int64_t* seqs,
+                       const int64_t* positions, float* y, float* partials,
+                       size_t max_partials) {
+  const ThreadScope threads(num_threads_);
+  const MhaModelData& m = *m_;
+  const int64_t d_in = m.config.d_in, d_out = m.config.d_out;
+  auto* qkv = static_cast<float*>(qkv_.data());
+  auto* ctx = static_cast<float*>(ctx_.data());
+  // x: [R, d_in] -> qkv: [R, 3 d_out], one fused projection.
+  StepLinear(qkv_proj_, w_qkv_, m.w_qkv, m.b_qkv, x, d_in, 3 * d_out, qkv,
+             threads.num_threads());
+  // q into its padded rows; k and v appended to their sequence's cache.
+  decode_rows_.clear();
+  const auto row_floats = static_cast<size_t>(H_ * cache_->row_stride);
+  for (int64_t r = 0; r < batch_; ++r) {
+    kernels::DecodeRow row;
+    const int64_t at = seqs[r] * cache_->batch_stride;
+    row.q = static_cast<float*>(q_rows_.data()) +
+            static_cast<size_t>(r) * row_floats;
+    row.k = cache_->k + at;
+    row.v = cache_->v + at;
+    row.num_keys = static_cast<size_t>(positions[r] + 1);
+    row.ctx = ctx + r * d_out;
+    decode_rows_.push_back(row);
+  }
+  const kernels::DecodeParams params = DecodeParamsOf(*cache_, H_, D_);
+  kernels::DecodeAppend(params, qkv, decode_rows_.data(), decode_rows_.size(),
+                        threads.num_threads());
+  RunDecodeKernel(partials, max_partials, threads.num_threads());
+  // ctx: [R, d_out] -> y: [R, d_out].
+  StepLinear(out_proj_, w_out_, m.w_out, m.b_out, ctx, d_out, d_out, y,
+             threads.num_threads());
+}
+
+// Per (row, head, key chunk): softmax(q k^T / sqrt(D)) v over the row's
+// visible keys, in groups of rows whose partials fit the buffer (a step of
+// one token per sequence is always one group).
+void AttentionOp::RunDecodeKernel(float* partials, size_t max_partials,
+                                  int threads) {
+  const kernels::DecodeParams params = DecodeParamsOf(*cache_, H_, D_);
+  std::vector<kernels::DecodeRow>& rows = decode_rows_;
+  size_t begin = 0, used = 0;
+  for (size_t i = 0; i <= rows.size(); ++i) {
+    const size_t need =
+        i < rows.size()
+            ? params.num_heads * kernels::DecodeChunks(rows[i].num_keys)
+            : 0;
+    if ((i == rows.size() && i > begin) || used + need > max_partials) {
+      kernels::DecodeAttention(params, rows.data() + begin, i - begin, partials,
+                               threads);
+      begin = i;
+      used = 0;
+    }
+    if (i < rows.size()) {
+      rows[i].first_partial = used;
+      used += need;
+    }
+  }
+}
+
+kernels::DecodeParams DecodeParamsOf(const KvCache& cache, int64_t num_heads,
+                                     int64_t head_dim) {
+  kernels::DecodeParams params;
+  params.num_heads = static_cast<size_t>(num_heads);
+  params.head_dim = static_cast<size_t>(head_dim);
+  params.row_stride = static_cast<size_t>(cache.row_stride);
+  params.head_stride = static_cast<size_t>(cache.head_stride);
+  params.scale =
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  return params;
+}
+
+}  // namespace attn

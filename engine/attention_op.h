@@ -1,0 +1,125 @@
+// The one attention operator (ARCHITECTURE.md, "one attention operator"):
+// the fused QKV projection, the causal core and the output projection of an
+// MhaModel, planned once per shape. MhaSession runs it on its own buffers;
+// MhaDecoder runs it on a prompt whose K and V land in its cache, and on
+// steps of new tokens against that cache. Engine internal, never installed.
+#ifndef ATTN_ENGINE_ATTENTION_OP_H_
+#define ATTN_ENGINE_ATTENTION_OP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/status.hpp"
+#include "engine/buffer.h"
+#include "engine/mha_model.h"
+#include "kernels/attention.h"
+#include "kernels/decode.h"
+#include "kernels/matmul.h"
+
+namespace attn {
+
+// The one K/V layout: rows of head h of sequence b at
+// k (or v) + b * batch_stride + h * head_stride, row_stride floats apart
+// (AttentionInputs in kernels/attention.h). A decoder's cache is
+// [B, H, capacity, Dp]: batch_stride H * capacity * Dp, head_stride
+// capacity * Dp, row_stride Dp (DecodePaddedDim(D), padding lanes zero).
+struct KvCache {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+};
+
+// The decode kernel's parameters for `cache`.
+kernels::DecodeParams DecodeParamsOf(const KvCache& cache, int64_t num_heads,
+                                     int64_t head_dim);
+
+// Below this many FLOPs (the convention) a block runs as plain loops
+// on the calling thread: oneDNN's and OpenMP's fixed cost per call (18 us at
+// seed, measured) buys about 10^5 FLOPs of those loops at a few GFLOP/s, so
+// 32768 stays clear of the crossover; seed is 816.
+constexpr double kTinyMhaMaxFlops = 32768;
+
+class AttentionOp {
+ public:
+  // Plans x [batch * seq_len, d_in] -> y [batch * seq_len, d_out] for model
+  // `m`, matmuls in `type`, on `num_threads`. Without `cache`, q, k and v
+  // are the planes [3, H, batch * seq_len, D] of one fused projection in
+  // the op's buffers. With it (fp32 only), each sequence's K and V are
+  // projected straight into rows [0, seq_len) of its cache sequence and the
+  // core reads them there. Buffers are checked against the model's cap
+  // with `held` bytes already held; a failure names `what`.
+  static Result<std::unique_ptr<AttentionOp>> Create(
+      const MhaModelData& m, kernels::DataType type, int64_t batch,
+      int64_t seq_len, const KvCache* cache, int num_threads, uint64_t held,
+      const std::string& what);
+
+  // Plans steps of `rows` new tokens against `cache` (fp32): one fused
+  // projection [rows, 3 d_out] (kernels::RowsLinear up to
+  // kRowsLinearMaxRows rows, else a matmul), the tokens' q, k and v into
+  // the decode kernel's rows and the cache (kernels::DecodeAppend), the
+  // decode kernel over each row's keys, the output projection.
+  static Result<std::unique_ptr<AttentionOp>> CreateStep(
+      const MhaModelData& m, int64_t rows, const KvCache& cache,
+      int num_threads, uint64_t held, const std::string& what);
+
+  // The forward. `cache_seqs[i]`: the cache sequence of the batch's i-th
+  // sequence (with a cache only; null otherwise).
+  void Forward(const float* x, const int64_t* cache_seqs, float* y) const;
+
+  // A step: row r of x is token `positions[r]` of cache sequence `seqs[r]`
+  // (the tokens before it are in the cache). `partials`: the decode
+  // kernel's, `max_partials` slots of DecodePartialFloats(Dp) floats.
+  void Step(const float* x, const int64_t* seqs, const int64_t* positions,
+            float* y, float* partials, size_t max_partials);
+
+  // Rows of a step, tokens of a forward.
+  int64_t rows() const { return batch_ * seq_len_; }
+  int64_t batch() const { return batch_; }
+  int64_t seq_len() const { return seq_len_; }
+  // Bytes of the op's packed weights and buffers.
+  size_t bytes() const;
+
+ private:
+  AttentionOp() = default;
+  Status MakeMatMuls(kernels::DataType type);
+  Status Allocate(kernels::DataType type, uint64_t held,
+                  const std::string& what);
+  Status PackWeights();
+  void ForwardTiny(const float* x, float* y) const;
+  void Project(const float* x, const int64_t* cache_seqs) const;
+  Status MakeStepMatMuls();
+  void StepLinear(const std::optional<kernels::MatMul>& mm,
+                  const AlignedBuffer& packed, const std::vector<float>& w,
+                  const std::vector<float>& b, const float* x, int64_t in,
+                  int64_t out, float* y, int threads) const;
+  void RunDecodeKernel(float* partials, size_t max_partials, int threads);
+
+  const MhaModelData* m_ = nullptr;
+  int64_t batch_ = 0, seq_len_ = 0, H_ = 0, D_ = 0;
+  int num_threads_ = 1;
+  bool tiny_ = false;  // plain loops; `qkv_` is their scratch
+  bool step_ = false;  // CreateStep: the decode kernel over the cache
+  std::optional<KvCache> cache_;
+  std::optional<kernels::Convert> to_bf16_;  // bf16 only: input conversion
+  // Without a cache: qkv_proj_ writes all three planes. With one: qkv_proj_
+  // writes one sequence's q plane, kv_proj_ its K (then V) into the cache.
+  std::optional<kernels::MatMul> qkv_proj_, kv_proj_, out_proj_;
+  std::optional<kernels::CausalAttention> core_;
+  // Packed weights (with a cache: W_query, then W_key and W_value each
+  // packed for kv_proj_), the biases, activations and scratch.
+  AlignedBuffer w_qkv_, w_k_, w_v_, b_qkv_, w_out_, b_out_;
+  AlignedBuffer x_low_, qkv_, ctx_, proj_scratch_, core_scratch_;
+  // Steps: [rows, H, Dp] zero-padded q rows, and the decode kernel's rows.
+  AlignedBuffer q_rows_;
+  std::vector<kernels::DecodeRow> decode_rows_;
+  // With a cache: the per-sequence projections' operands.
+  mutable std::vector<kernels::MatMul::Call> q_calls_, kv_calls_;
+};
+
+}  // namespace attn
+
+#endif  // ATTN_ENGINE_ATTENTION_OP_H_
