@@ -48,11 +48,8 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
       2.0 * R * double(seq_len) * c.d_out;
   if (!cache && type == DataType::kF32 && flops < kTinyMhaMaxFlops) {
     op->tiny_ = true;
-    Workspace workspace;
-    workspace.Add(
-        &op->qkv_,
-        TinyScratchFloats(batch * seq_len, seq_len, c.d_out) * sizeof(float));
-    ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, m.max_memory_bytes));
+    op->buffer_bytes_[kQkv] =
+        TinyScratchFloats(batch * seq_len, seq_len, c.d_out) * sizeof(float);
     return op;
   }
   const ThreadScope threads(num_threads);
@@ -143,12 +140,12 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   workspace.Add(&w_out_, out_proj_->packed_weights_bytes());
   workspace.Add(&b_qkv_, m_->b_qkv.size() * sizeof(float));
   workspace.Add(&b_out_, m_->b_out.size() * sizeof(float));
-  workspace.Add(&x_low_, type == DataType::kBF16 ? rows * d_in * elem : 0);
-  // With a cache only the q plane lives here.
-  workspace.Add(&qkv_, rows * (cache_ ? 1 : 3) * d_out * elem);
-  workspace.Add(&ctx_, rows * d_out * elem);
-  workspace.Add(&proj_scratch_, mm_scratch * threads);
-  workspace.Add(&core_scratch_, core_->worker_scratch_bytes() * threads);
+  buffer_bytes_[kInputLow] = type == DataType::kBF16 ? rows * d_in * elem : 0;
+  // With a cache only the q plane lives in kQkv.
+  buffer_bytes_[kQkv] = rows * (cache_ ? 1 : 3) * d_out * elem;
+  buffer_bytes_[kContext] = rows * d_out * elem;
+  buffer_bytes_[kProjScratch] = mm_scratch * threads;
+  buffer_bytes_[kCoreScratch] = core_->worker_scratch_bytes() * threads;
   return workspace.Allocate(what, held, m_->max_memory_bytes);
 }
 
@@ -182,27 +179,26 @@ Status AttentionOp::PackWeights() {
 
 size_t AttentionOp::bytes() const {
   size_t total = 0;
-  for (const AlignedBuffer* b :
-       {&w_qkv_, &w_k_, &w_v_, &b_qkv_, &w_out_, &b_out_, &x_low_, &qkv_, &ctx_,
-        &proj_scratch_, &core_scratch_}) {
+  for (const AlignedBuffer* b : {&w_qkv_, &w_k_, &w_v_, &b_qkv_, &w_out_,
+                                 &b_out_, &qkv_, &ctx_, &proj_scratch_}) {
     total += b->size();
   }
   return total;
 }
 
-void AttentionOp::Forward(const float* x, const int64_t* cache_seqs,
-                          float* y) const {
+void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
+                          const Buffers& buffers) const {
   if (tiny_) {
-    ForwardTiny(x, y);
+    ForwardTiny(x, y, static_cast<float*>(buffers[kQkv]));
     return;
   }
   const ThreadScope threads(num_threads_);
   // x: [B*T, d_in] -> q, k, v (the planes, or q and the cache).
-  Project(x, cache_seqs);
+  Project(x, cache_seqs, buffers);
   // Per (sequence, head, query block): softmax(q k^T / sqrt(D), causal) v.
   kernels::AttentionInputs in;
   if (cache_) {
-    in.q = qkv_.data();
+    in.q = static_cast<const float*>(buffers[kQkv]);
     in.q_batch_stride = seq_len_ * D_;
     in.q_head_stride = batch_ * seq_len_ * D_;
     in.k = cache_->k;
@@ -211,24 +207,26 @@ void AttentionOp::Forward(const float* x, const int64_t* cache_seqs,
     in.kv_head_stride = cache_->head_stride;
     in.kv_batches = cache_seqs;
   } else {
-    in = core_->PlanesOf(qkv_.data());
+    in = core_->PlanesOf(buffers[kQkv]);
   }
-  core_->Run(in, ctx_.data(), core_scratch_.data(), threads.num_threads());
+  core_->Run(in, buffers[kContext], buffers[kCoreScratch],
+             threads.num_threads());
   // ctx: [B*T, d_out] -> y: [B*T, d_out].
-  out_proj_->Run(ctx_.data(), w_out_.data(), b_out_.data(), y,
-                 proj_scratch_.data(), threads.num_threads());
+  out_proj_->Run(buffers[kContext], w_out_.data(), b_out_.data(), y,
+                 buffers[kProjScratch], threads.num_threads());
 }
 
-void AttentionOp::Project(const float* x, const int64_t* cache_seqs) const {
+void AttentionOp::Project(const float* x, const int64_t* cache_seqs,
+                          const Buffers& buffers) const {
   const int threads = num_threads_;
   const void* src = x;
   if (to_bf16_) {
-    to_bf16_->Run(x, x_low_.data());
-    src = x_low_.data();
+    to_bf16_->Run(x, buffers[kInputLow]);
+    src = buffers[kInputLow];
   }
   if (!cache_) {
-    qkv_proj_->Run(src, w_qkv_.data(), b_qkv_.data(), qkv_.data(),
-                   proj_scratch_.data(), threads);
+    qkv_proj_->Run(src, w_qkv_.data(), b_qkv_.data(), buffers[kQkv],
+                   buffers[kProjScratch], threads);
     return;
   }
   // Per sequence: its q rows, then its K and V into its cache rows; each
@@ -239,28 +237,28 @@ void AttentionOp::Project(const float* x, const int64_t* cache_seqs) const {
   kv_calls_.clear();
   for (int64_t i = 0; i < batch_; ++i) {
     const float* xi = x + i * T * d_in;
-    float* q = static_cast<float*>(qkv_.data()) + i * T * D_;
+    float* q = static_cast<float*>(buffers[kQkv]) + i * T * D_;
     const int64_t at = cache_seqs[i] * cache_->batch_stride;
     q_calls_.push_back({xi, w_qkv_.data(), b, q});
     kv_calls_.push_back({xi, w_k_.data(), b ? b + C : nullptr, cache_->k + at});
     kv_calls_.push_back(
         {xi, w_v_.data(), b ? b + 2 * C : nullptr, cache_->v + at});
   }
-  qkv_proj_->RunMany(q_calls_.data(), q_calls_.size(), proj_scratch_.data(),
+  qkv_proj_->RunMany(q_calls_.data(), q_calls_.size(), buffers[kProjScratch],
                      threads);
-  kv_proj_->RunMany(kv_calls_.data(), kv_calls_.size(), proj_scratch_.data(),
+  kv_proj_->RunMany(kv_calls_.data(), kv_calls_.size(), buffers[kProjScratch],
                     threads);
 }
 
 // The whole block as plain loops with fp32 accumulation on the calling
 // thread, and the normalised kernels::CausalSoftmax.
-void AttentionOp::ForwardTiny(const float* x, float* y) const {
+void AttentionOp::ForwardTiny(const float* x, float* y, float* scratch) const {
   const MhaModelData& m = *m_;
   const int64_t R = batch_ * seq_len_, T = seq_len_, C = m.config.d_out;
   const int64_t d_in = m.config.d_in, D = D_;
   const float* w_qkv = m.w_qkv.data();
   const float* b_qkv = m.b_qkv.empty() ? nullptr : m.b_qkv.data();
-  auto* qkv = static_cast<float*>(qkv_.data());  // [R, 3C]: q, k, v of row r
+  float* qkv = scratch;             // [R, 3C]: q, k, v of row r
   float* scores = qkv + R * 3 * C;  // [T, T], one (batch, head) at a time
   float* ctx = scores + T * T;      // [R, C], heads merged
   for (int64_t r = 0; r < R; ++r) {
@@ -461,6 +459,26 @@ void AttentionOp::RunDecodeKernel(float* partials, size_t max_partials,
       used += need;
     }
   }
+}
+
+Status OwnedBuffers::Allocate(const AttentionOp& op, uint64_t held,
+                              uint64_t cap, const std::string& what) {
+  Workspace workspace;
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    workspace.Add(&buffers_[i], op.buffer_bytes()[i]);
+  }
+  pointers_ = {};
+  ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, cap));
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    pointers_[i] = buffers_[i].data();
+  }
+  return {};
+}
+
+size_t OwnedBuffers::bytes() const {
+  size_t total = 0;
+  for (const AlignedBuffer& b : buffers_) total += b.size();
+  return total;
 }
 
 kernels::DecodeParams DecodeParamsOf(const KvCache& cache, int64_t num_heads,

@@ -1,11 +1,13 @@
 // The one attention operator (ARCHITECTURE.md, "one attention operator"):
 // the fused QKV projection, the causal core and the output projection of an
-// MhaModel, planned once per shape. MhaSession runs it on its own buffers;
-// MhaDecoder runs it on a prompt whose K and V land in its cache, and on
-// steps of new tokens against that cache. Engine internal, never installed.
+// MhaModel, planned once per shape. MhaSession runs it on buffers of its
+// own, a graph's mha step on its session's planned arena; MhaDecoder runs it
+// on a prompt whose K and V land in its cache, and on steps of new tokens
+// against that cache. Engine internal, never installed.
 #ifndef ATTN_ENGINE_ATTENTION_OP_H_
 #define ATTN_ENGINE_ATTENTION_OP_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -45,13 +47,27 @@ constexpr double kTinyMhaMaxFlops = 32768;
 
 class AttentionOp {
  public:
+  // The activations and scratch of one Forward, which the caller owns: its
+  // own (OwnedBuffers) or a graph's planned arena. Each is needed only
+  // while Forward runs, 64-byte aligned, and of buffer_bytes()[i] bytes
+  // (0: unused, may be null).
+  enum Buffer {
+    kInputLow,     // bf16 only: x converted
+    kQkv,          // the q, k, v planes (with a cache, q's; tiny: all)
+    kContext,      // the core's output, heads merged
+    kProjScratch,  // the projections' per-thread scratch
+    kCoreScratch,  // the core's per-thread scratch
+    kNumBuffers
+  };
+  using Buffers = std::array<void*, kNumBuffers>;
+
   // Plans x [batch * seq_len, d_in] -> y [batch * seq_len, d_out] for model
   // `m`, matmuls in `type`, on `num_threads`. Without `cache`, q, k and v
   // are the planes [3, H, batch * seq_len, D] of one fused projection in
-  // the op's buffers. With it (fp32 only), each sequence's K and V are
-  // projected straight into rows [0, seq_len) of its cache sequence and the
-  // core reads them there. Buffers are checked against the model's cap
-  // with `held` bytes already held; a failure names `what`.
+  // kQkv. With it (fp32 only), each sequence's K and V are projected
+  // straight into rows [0, seq_len) of its cache sequence and the core
+  // reads them there. The packed weights are checked against the model's
+  // cap with `held` bytes already held; a failure names `what`.
   static Result<std::unique_ptr<AttentionOp>> Create(
       const MhaModelData& m, kernels::DataType type, int64_t batch,
       int64_t seq_len, const KvCache* cache, int num_threads, uint64_t held,
@@ -66,9 +82,15 @@ class AttentionOp {
       const MhaModelData& m, int64_t rows, const KvCache& cache,
       int num_threads, uint64_t held, const std::string& what);
 
-  // The forward. `cache_seqs[i]`: the cache sequence of the batch's i-th
-  // sequence (with a cache only; null otherwise).
-  void Forward(const float* x, const int64_t* cache_seqs, float* y) const;
+  // The forward on `buffers` (see Buffer). `cache_seqs[i]`: the cache
+  // sequence of the batch's i-th sequence (with a cache only; null
+  // otherwise).
+  void Forward(const float* x, const int64_t* cache_seqs, float* y,
+               const Buffers& buffers) const;
+  // Bytes of each of Forward's buffers.
+  const std::array<size_t, kNumBuffers>& buffer_bytes() const {
+    return buffer_bytes_;
+  }
 
   // A step: row r of x is token `positions[r]` of cache sequence `seqs[r]`
   // (the tokens before it are in the cache). `partials`: the decode
@@ -80,7 +102,8 @@ class AttentionOp {
   int64_t rows() const { return batch_ * seq_len_; }
   int64_t batch() const { return batch_; }
   int64_t seq_len() const { return seq_len_; }
-  // Bytes of the op's packed weights and buffers.
+  // Bytes the op holds: its packed weights (and a step's qkv, ctx and
+  // scratch), not Forward's buffers.
   size_t bytes() const;
 
  private:
@@ -89,8 +112,9 @@ class AttentionOp {
   Status Allocate(kernels::DataType type, uint64_t held,
                   const std::string& what);
   Status PackWeights();
-  void ForwardTiny(const float* x, float* y) const;
-  void Project(const float* x, const int64_t* cache_seqs) const;
+  void ForwardTiny(const float* x, float* y, float* scratch) const;
+  void Project(const float* x, const int64_t* cache_seqs,
+               const Buffers& buffers) const;
   Status MakeStepMatMuls();
   void StepLinear(const std::optional<kernels::MatMul>& mm,
                   const AlignedBuffer& packed, const std::vector<float>& w,
@@ -110,14 +134,31 @@ class AttentionOp {
   std::optional<kernels::MatMul> qkv_proj_, kv_proj_, out_proj_;
   std::optional<kernels::CausalAttention> core_;
   // Packed weights (with a cache: W_query, then W_key and W_value each
-  // packed for kv_proj_), the biases, activations and scratch.
+  // packed for kv_proj_) and the biases.
   AlignedBuffer w_qkv_, w_k_, w_v_, b_qkv_, w_out_, b_out_;
-  AlignedBuffer x_low_, qkv_, ctx_, proj_scratch_, core_scratch_;
-  // Steps: [rows, H, Dp] zero-padded q rows, and the decode kernel's rows.
-  AlignedBuffer q_rows_;
+  std::array<size_t, kNumBuffers> buffer_bytes_{};
+  // Steps only, which hold their buffers: qkv rows, ctx, scratch,
+  // [rows, H, Dp] zero-padded q rows, and the decode kernel's rows.
+  AlignedBuffer qkv_, ctx_, proj_scratch_, q_rows_;
   std::vector<kernels::DecodeRow> decode_rows_;
   // With a cache: the per-sequence projections' operands.
   mutable std::vector<kernels::MatMul::Call> q_calls_, kv_calls_;
+};
+
+// Forward's buffers held by their caller, for callers without an arena
+// (MhaSession, the decoder's prompts).
+class OwnedBuffers {
+ public:
+  // Checks `held` + the op's buffer_bytes() against `cap` (an error naming
+  // `what`), then allocates them.
+  Status Allocate(const AttentionOp& op, uint64_t held, uint64_t cap,
+                  const std::string& what);
+  const AttentionOp::Buffers& pointers() const { return pointers_; }
+  size_t bytes() const;
+
+ private:
+  std::array<AlignedBuffer, AttentionOp::kNumBuffers> buffers_;
+  AttentionOp::Buffers pointers_{};
 };
 
 }  // namespace attn

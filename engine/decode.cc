@@ -53,6 +53,7 @@ struct MhaDecoder::Impl {
   // Fresh prompts of one length run through the attention operator, their
   // K and V projected straight into the cache.
   std::unique_ptr<AttentionOp> prompt;
+  OwnedBuffers prompt_buffers;       // its activations and scratch
   std::vector<int64_t> prompt_seqs;  // the cache sequence of each prompt
 
   // Bytes the weights, the cache and the decode buffers hold.
@@ -92,13 +93,17 @@ Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
     return {};
   }
   prompt.reset();
+  prompt_buffers = OwnedBuffers();
   const KvCache cache = Cache();
-  ATTN_ASSIGN_OR_RETURN(
-      prompt, AttentionOp::Create(
-                  *m, DataType::kF32, batch, seq_len, &cache, num_threads,
-                  AddSat(HeldBytes(), other ? other->bytes() : 0),
-                  "a prompt of batch " + Str(batch) + " x " + Str(seq_len) +
-                      " tokens"));
+  const uint64_t held = AddSat(HeldBytes(), other ? other->bytes() : 0);
+  const std::string what =
+      "a prompt of batch " + Str(batch) + " x " + Str(seq_len) + " tokens";
+  ATTN_ASSIGN_OR_RETURN(std::unique_ptr<AttentionOp> op,
+                        AttentionOp::Create(*m, DataType::kF32, batch, seq_len,
+                                            &cache, num_threads, held, what));
+  ATTN_RETURN_IF_ERROR(prompt_buffers.Allocate(*op, AddSat(held, op->bytes()),
+                                               m->max_memory_bytes, what));
+  prompt = std::move(op);
   return {};
 }
 
@@ -153,7 +158,8 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
     const ThreadScope threads(num_threads);
     ATTN_RETURN_IF_ERROR(
         PreparePrompt(static_cast<int64_t>(prompt_seqs.size()), n));
-    prompt->Forward(input, prompt_seqs.data(), output);
+    prompt->Forward(input, prompt_seqs.data(), output,
+                    prompt_buffers.pointers());
   } else {
     ATTN_RETURN_IF_ERROR(AppendRows(input, new_tokens, R, output));
   }
@@ -340,7 +346,8 @@ size_t MhaDecoder::cache_bytes() const {
 size_t MhaDecoder::workspace_bytes() const {
   const Impl& d = *impl_;
   return d.partials.size() + d.step->bytes() +
-         (d.other ? d.other->bytes() : 0) + (d.prompt ? d.prompt->bytes() : 0);
+         (d.other ? d.other->bytes() : 0) +
+         (d.prompt ? d.prompt->bytes() + d.prompt_buffers.bytes() : 0);
 }
 size_t MhaDecoder::decode_kv_bytes() const {
   size_t keys = 0;

@@ -222,6 +222,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
 // Everything one (batch, seq_len) needs, created by Prepare.
 struct MhaSession::Plan {
   std::unique_ptr<AttentionOp> op;
+  OwnedBuffers buffers;  // the op's activations and scratch
 };
 
 MhaSession::MhaSession(std::shared_ptr<const MhaModel> model)
@@ -231,7 +232,7 @@ MhaSession& MhaSession::operator=(MhaSession&&) noexcept = default;
 MhaSession::~MhaSession() = default;
 
 size_t MhaSession::workspace_bytes() const {
-  return plan_ ? plan_->op->bytes() : 0;
+  return plan_ ? plan_->op->bytes() + plan_->buffers.bytes() : 0;
 }
 
 namespace {
@@ -286,6 +287,18 @@ Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
 
 }  // namespace
 
+Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,
+                                                int64_t batch, int64_t seq_len,
+                                                uint64_t held,
+                                                const std::string& what) {
+  ATTN_RETURN_IF_ERROR(CheckRunShape(m.config, batch, seq_len));
+  ATTN_RETURN_IF_ERROR(CheckRunEstimate(m, batch, seq_len, what));
+  const DataType low =
+      m.dtype == DType::kBF16 ? DataType::kBF16 : DataType::kF32;
+  return AttentionOp::Create(m, low, batch, seq_len, nullptr, m.num_threads,
+                             held, what);
+}
+
 Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
   if (!model_) return InvalidArgument("session has no model");
   const MhaModel::Impl& m = *model_->impl_;
@@ -296,14 +309,12 @@ Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
   plan_.reset();
   const std::string run_what = "a run of batch " + std::to_string(batch) +
                                " x seq_len " + std::to_string(seq_len);
-  ATTN_RETURN_IF_ERROR(CheckRunEstimate(m, batch, seq_len, run_what));
-  const DataType low =
-      m.dtype == DType::kBF16 ? DataType::kBF16 : DataType::kF32;
   auto plan = std::make_unique<Plan>();
   ATTN_ASSIGN_OR_RETURN(
-      plan->op,
-      AttentionOp::Create(m, low, batch, seq_len, nullptr, m.num_threads,
-                          WeightBytes(m.config), run_what));
+      plan->op, PlanMhaRun(m, batch, seq_len, WeightBytes(m.config), run_what));
+  ATTN_RETURN_IF_ERROR(plan->buffers.Allocate(
+      *plan->op, AddSat(WeightBytes(m.config), plan->op->bytes()),
+      m.max_memory_bytes, run_what));
   plan_ = std::move(plan);
   return {};
 }
@@ -314,7 +325,7 @@ Status MhaSession::Run(const float* input, int64_t batch, int64_t seq_len,
     return InvalidArgument("input and output must not be null");
   }
   ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
-  plan_->op->Forward(input, nullptr, output);
+  plan_->op->Forward(input, nullptr, output, plan_->buffers.pointers());
   return {};
 }
 

@@ -2,11 +2,16 @@
 #ifndef ATTN_ENGINE_MHA_MODEL_H_
 #define ATTN_ENGINE_MHA_MODEL_H_
 
+#include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
 
 namespace attn {
+
+class AttentionOp;
 
 // What an MhaModel holds, visible to the engine (the attention operator
 // takes it) while MhaModel::Impl stays private to the model's friends.
@@ -21,6 +26,15 @@ struct MhaModelData {
 };
 
 struct MhaModel::Impl : MhaModelData {};
+
+// The attention operator of one MHA run of [batch, seq_len], as MhaSession
+// and a graph's mha steps run it: the shape checked, then the memory cap
+// against an estimate and the operator's packed weights, with `held` bytes
+// already held; a failure names `what`.
+Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,
+                                                int64_t batch, int64_t seq_len,
+                                                uint64_t held,
+                                                const std::string& what);
 
 }  // namespace attn
 
