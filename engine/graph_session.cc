@@ -1,8 +1,9 @@
 // GraphSession (attn/graph.hpp): prepares a GraphModel's program for one
 // input shape (primitives, packed weights, a planned arena; graph_plan.h) and
-// runs its steps in order. mha steps run an MhaSession, the same
-// implementation as the standalone MHA.
+// runs its steps in order. mha steps run the attention operator as
+// MhaSession does (PlanMhaRun), its activations and scratch in the arena.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -12,11 +13,13 @@
 
 #include "attn/attn.hpp"
 #include "attn/graph.hpp"
+#include "engine/attention_op.h"
 #include "engine/buffer.h"
 #include "engine/graph_ir.h"
 #include "engine/graph_model.h"
 #include "engine/graph_plan.h"
 #include "engine/limits.h"
+#include "engine/mha_model.h"
 #include "engine/threads.h"
 #include "kernels/elementwise.h"
 #include "kernels/layernorm.h"
@@ -28,6 +31,7 @@ namespace {
 using graph::Node;
 using graph::Op;
 using kernels::DataType;
+using MhaBytes = std::array<size_t, AttentionOp::kNumBuffers>;
 
 Status CheckShape(int64_t batch, int64_t seq_len) {
   constexpr int64_t kMaxRows = int64_t{1} << 31;
@@ -61,10 +65,12 @@ std::vector<DataType> TensorTypes(const graph::Program& program, DType dtype) {
 }
 
 // Live ranges of the tensors the arena holds: every written intermediate
-// (fusion leaves some tensors unwritten; the output is the caller's).
+// (fusion leaves some tensors unwritten; the output is the caller's), then
+// per mha step its operator's buffers (`mha_bytes`, by step), live during
+// that step alone.
 std::vector<graph::BufferRequest> ArenaRequests(
     const graph::LoadedGraph& m, const std::vector<DataType>& type,
-    int64_t rows) {
+    int64_t rows, const std::vector<MhaBytes>& mha_bytes) {
   const graph::Program& p = m.program;
   std::vector<graph::BufferRequest> requests(p.tensors.size());
   std::vector<bool> written(p.tensors.size(), false);
@@ -82,13 +88,17 @@ std::vector<graph::BufferRequest> ArenaRequests(
                                       kernels::SizeOf(type[t])
                                 : 0;
   }
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    for (const size_t bytes : mha_bytes[k]) requests.push_back({bytes, k, k});
+  }
   return requests;
 }
 
 }  // namespace
 
 // The prepared shape: per step its matmul (shared by the layers, whose
-// shapes agree) and per layer and step its packed weights or MHA session.
+// shapes agree) and per layer and step its packed weights or attention
+// operator.
 struct GraphSession::Plan {
   explicit Plan(const graph::LoadedGraph& model) : m(model) {}
 
@@ -100,9 +110,11 @@ struct GraphSession::Plan {
   // `lowered` (a linear's bf16 output feeding only linears needs none).
   std::vector<std::optional<kernels::Convert>> convert;
   std::vector<std::vector<AlignedBuffer>> packed;
-  // The seam for the attention operator: each mha step of each layer runs
-  // its own MhaSession, whose buffers live outside the arena (see Prepare).
-  std::vector<std::vector<std::unique_ptr<MhaSession>>> session;
+  // Per layer and mha step its operator (its packed weights, which differ
+  // by layer); per step the most bytes each of its buffers takes in any
+  // layer, and their offsets in the arena, which the layers share.
+  std::vector<std::vector<std::unique_ptr<AttentionOp>>> attention;
+  std::vector<MhaBytes> mha_bytes, mha_offset;
   std::vector<size_t> offset;  // per program tensor, in the arena
   AlignedBuffer arena, scratch, lowered, hops[2];
   size_t scratch_bytes = 0, lowered_bytes = 0;
@@ -144,12 +156,14 @@ void GraphSession::Plan::Reset() {
   convert.resize(S);
   packed.clear();
   packed.resize(L);
-  session.clear();
-  session.resize(L);
+  attention.clear();
+  attention.resize(L);
   for (size_t l = 0; l < L; ++l) {
     packed[l].resize(S);
-    session[l].resize(S);
+    attention[l].resize(S);
   }
+  mha_bytes.assign(S, MhaBytes{});
+  mha_offset.assign(S, MhaBytes{});
   scratch_bytes = lowered_bytes = 0;
 }
 
@@ -161,7 +175,7 @@ Status GraphSession::Plan::Prepare(int64_t new_batch, int64_t new_seq_len) {
   Reset();
   type = TensorTypes(m.program, m.dtype);
   const int64_t R = new_batch * new_seq_len;
-  Workspace workspace;  // everything but the MHA sessions' own buffers
+  Workspace workspace;  // everything but the attention operators' weights
   for (size_t k = 0; k < m.program.steps.size(); ++k) {
     const Op op = m.program.steps[k].op;
     if (op == Op::kMha) {
@@ -178,7 +192,7 @@ Status GraphSession::Plan::Prepare(int64_t new_batch, int64_t new_seq_len) {
   workspace.Add(&lowered, lowered_bytes);
   workspace.Add(&hops[0], L > 1 ? hop_bytes : 0);
   workspace.Add(&hops[1], L > 2 ? hop_bytes : 0);
-  // memory.workspace holds the MHA sessions' bytes so far.
+  // memory.workspace holds the attention operators' packed weights so far.
   ATTN_RETURN_IF_ERROR(
       workspace.Allocate("a run of batch " + std::to_string(new_batch) +
                              " x seq_len " + std::to_string(new_seq_len),
@@ -190,20 +204,26 @@ Status GraphSession::Plan::Prepare(int64_t new_batch, int64_t new_seq_len) {
   return {};
 }
 
-// One MhaSession per layer, prepared (its buffers allocated) here. An
-// operator that took its buffers from the arena would list its workspace in
-// `PlanArena` instead, one for all layers, which run in turn.
+// One attention operator per layer (its packed weights allocated here);
+// its buffers go to `PlanArena`, one set for all layers, which run in turn.
 Status GraphSession::Plan::PrepareMha(size_t k, int64_t new_batch,
                                       int64_t new_seq_len) {
   const graph::Step& step = m.program.steps[k];
+  const std::string what = "a run of batch " + std::to_string(new_batch) +
+                           " x seq_len " + std::to_string(new_seq_len);
   for (size_t l = 0; l < m.layer.size(); ++l) {
-    auto s = std::make_unique<MhaSession>(m.layer[l][step.node].mha);
-    if (Status st = s->Prepare(new_batch, new_seq_len); !st.ok()) {
-      return Status(st.code(),
-                    m.def.nodes[step.node].Describe() + ": " + st.message());
+    Result<std::unique_ptr<AttentionOp>> op =
+        PlanMhaRun(*m.layer[l][step.node].mha->impl_, new_batch, new_seq_len,
+                   memory.workspace, what);
+    if (!op.ok()) {
+      return Status(op.status().code(), m.def.nodes[step.node].Describe() +
+                                            ": " + op.status().message());
     }
-    memory.workspace += s->workspace_bytes();
-    session[l][k] = std::move(s);
+    memory.workspace += (*op)->bytes();
+    for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+      mha_bytes[k][i] = std::max(mha_bytes[k][i], (*op)->buffer_bytes()[i]);
+    }
+    attention[l][k] = std::move(op).value();
   }
   return {};
 }
@@ -243,14 +263,22 @@ Status GraphSession::Plan::PrepareLinear(size_t k, int64_t R,
   return {};
 }
 
-// Offsets by liveness into one arena (listed in `workspace`).
+// Offsets by liveness into one arena (listed in `workspace`): the
+// intermediates', then the mha steps' buffers'.
 void GraphSession::Plan::PlanArena(int64_t R, Workspace& workspace) {
-  const std::vector<graph::BufferRequest> requests = ArenaRequests(m, type, R);
+  const std::vector<graph::BufferRequest> requests =
+      ArenaRequests(m, type, R, mha_bytes);
   for (const graph::BufferRequest& r : requests) {
     memory.intermediates_total += (r.bytes + 63) / 64 * 64;
   }
   const graph::BufferPlan plan = graph::PlanBuffers(requests);
-  offset = plan.offsets;
+  const size_t T = m.program.tensors.size();
+  offset.assign(plan.offsets.begin(), plan.offsets.begin() + T);
+  for (size_t k = 0; k < mha_offset.size(); ++k) {
+    for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+      mha_offset[k][i] = plan.offsets[T + k * AttentionOp::kNumBuffers + i];
+    }
+  }
   memory.planned_peak = plan.peak_bytes;
   workspace.Add(&arena, plan.peak_bytes);
 }
@@ -323,10 +351,14 @@ Status GraphSession::Plan::RunLayer(size_t l, const float* in, float* out,
                        s.src2 >= 0 ? at(s.src2) : nullptr);
         break;
       }
-      case Op::kMha:
-        ATTN_RETURN_IF_ERROR(
-            session[l][k]->Run(at(s.src), batch, seq_len, at(s.dst)));
+      case Op::kMha: {
+        AttentionOp::Buffers buffers;
+        for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+          buffers[i] = static_cast<char*>(arena.data()) + mha_offset[k][i];
+        }
+        attention[l][k]->Forward(at(s.src), nullptr, at(s.dst), buffers);
         break;
+      }
       case Op::kLayerNorm:
         kernels::LayerNorm(at(s.src), w.weight.data(), w.bias.data(), at(s.dst),
                            R, static_cast<size_t>(m.widths[s.dst]),

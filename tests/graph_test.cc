@@ -22,8 +22,10 @@
 #include <vector>
 
 #include "attn/safetensors.hpp"
+#include "engine/attention_op.h"
 #include "engine/graph_ir.h"
 #include "engine/graph_plan.h"
+#include "engine/mha_model.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "tests/avx2_only.h"
@@ -584,11 +586,56 @@ TEST(GraphPlannerTest, BlockPeakIsBelowTheSumOfIntermediates) {
   GraphSession session(*graph);
   ASSERT_TRUE(session.Prepare(2, 7).ok());
   const GraphMemory m = session.memory();
-  // x_norm1, att_out, x1, x_norm2, ff_act (4e): 8e + 4e live at most.
+  // x_norm1, att_out, x1, x_norm2, ff_act (4e): 8e; and the mha's
+  // plain-loop scratch (attention_op.cc): qkv, ctx and one head's scores.
   const size_t row = 2 * 7 * 16 * sizeof(float);
-  EXPECT_EQ(m.intermediates_total, 8 * row);
+  const size_t mha = (2 * 7 * 4 * 16 + 7 * 7) * sizeof(float);  // 3780
+  EXPECT_EQ(m.intermediates_total, 8 * row + 3840);
   EXPECT_LT(m.planned_peak, m.intermediates_total);
-  EXPECT_EQ(m.planned_peak, 6 * row);  // x1 + x_norm2 + ff_act at the FF in
+  // x_norm1 + att_out + the scratch at the mha, above the FF's 6e.
+  EXPECT_EQ(m.planned_peak, 2 * row + (mha + 63) / 64 * 64);
+}
+
+// The mha steps' activations and scratch are arena requests live during
+// their step alone: the peak covers them, and the layers of a stack share
+// them (only the packed weights are per layer).
+TEST(GraphPlannerTest, ArenaHoldsTheMhaBuffersOnceForAllLayers) {
+  const int64_t B = 64, T = 6, E = 12;  // large enough for oneDNN's path
+  GraphMemory memory[2];
+  for (const int64_t layers : {1, 3}) {
+    GraphOptions options;
+    options.layers = layers;
+    options.num_threads = 2;
+    auto graph =
+        GraphModel::Load(kBlock, kGolden + "stack3.safetensors", options);
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    GraphSession session(*graph);
+    ASSERT_TRUE(session.Prepare(B, T).ok());
+    memory[layers / 3] = session.memory();
+  }
+  EXPECT_EQ(memory[1].planned_peak, memory[0].planned_peak);
+  EXPECT_EQ(memory[1].intermediates_total, memory[0].intermediates_total);
+  EXPECT_GT(memory[1].workspace, memory[0].workspace);
+  // The operator of one layer's mha, as the graph plans it.
+  MhaModelData mha;
+  mha.config = {E, E, 2, T, true, 0.0f};
+  mha.num_threads = 2;
+  mha.max_memory_bytes = uint64_t{1} << 40;
+  mha.w_qkv.assign(3 * E * E, 0.0f);
+  mha.b_qkv.assign(3 * E, 0.0f);
+  mha.w_out.assign(E * E, 0.0f);
+  mha.b_out.assign(E, 0.0f);
+  auto op = PlanMhaRun(mha, B, T, 0, "test");
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  size_t buffers = 0;
+  for (const size_t bytes : (*op)->buffer_bytes()) {
+    buffers += (bytes + 63) / 64 * 64;
+  }
+  EXPECT_GT((*op)->buffer_bytes()[AttentionOp::kCoreScratch], 0u);
+  // At the mha step its input, its output and its buffers are live at once.
+  const size_t row = B * T * E * sizeof(float);
+  EXPECT_GE(memory[0].planned_peak, 2 * row + buffers);
+  EXPECT_LE(memory[0].planned_peak, memory[0].intermediates_total);
 }
 
 // ---------------------------------------------------------------- post-ops

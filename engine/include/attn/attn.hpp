@@ -102,7 +102,8 @@ class ATTN_API MhaModel {
 
  private:
   friend class MhaSession;
-  friend class MhaDecoder;  // attn/decode.hpp
+  friend class MhaDecoder;    // attn/decode.hpp
+  friend class GraphSession;  // attn/graph.hpp: its mha steps
   struct ATTN_NO_EXPORT Impl;
   ATTN_NO_EXPORT explicit MhaModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

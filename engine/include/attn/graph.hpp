@@ -32,8 +32,8 @@ struct GraphOptions : ModelOptions {
 
 // Memory a session's compiled plan uses for one input shape, in bytes.
 struct GraphMemory {
-  size_t planned_peak = 0;         // the shared activation arena
-  size_t intermediates_total = 0;  // what one buffer per tensor would take
+  size_t planned_peak = 0;         // the arena: activations, mha buffers
+  size_t intermediates_total = 0;  // what one buffer for each would take
   size_t workspace = 0;            // packed weights and per-op scratch
 };
 
