@@ -1,7 +1,8 @@
 // GraphSession (attn/graph.hpp): prepares a GraphModel's program for one
 // input shape (primitives, packed weights, a planned arena; graph_plan.h) and
 // runs its steps in order. mha steps run the attention operator as
-// MhaSession does (PlanMhaRun), its activations and scratch in the arena.
+// MhaSession does (PlanMhaRun). Every activation and scratch buffer is a
+// request in one liveness-planned arena.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -31,7 +32,6 @@ namespace {
 using graph::Node;
 using graph::Op;
 using kernels::DataType;
-using MhaBytes = std::array<size_t, AttentionOp::kNumBuffers>;
 
 Status CheckShape(int64_t batch, int64_t seq_len) {
   constexpr int64_t kMaxRows = int64_t{1} << 31;
@@ -64,13 +64,18 @@ std::vector<DataType> TensorTypes(const graph::Program& program, DType dtype) {
   return type;
 }
 
-// Live ranges of the tensors the arena holds: every written intermediate
+// A linear step's buffers, live during that step alone.
+enum LinearBuffer { kMatMulScratch, kLoweredInput, kNumLinearBuffers };
+
+// Live ranges of the buffers the arena holds: every written intermediate
 // (fusion leaves some tensors unwritten; the output is the caller's), then
-// per mha step its operator's buffers (`mha_bytes`, by step), live during
-// that step alone.
+// per step the buffers it needs while it runs (`step_bytes`), then the
+// `hop_bytes` buffers that pass activations between layers, live
+// throughout.
 std::vector<graph::BufferRequest> ArenaRequests(
     const graph::LoadedGraph& m, const std::vector<DataType>& type,
-    int64_t rows, const std::vector<MhaBytes>& mha_bytes) {
+    int64_t rows, const std::vector<std::vector<size_t>>& step_bytes,
+    const std::array<size_t, 2>& hop_bytes) {
   const graph::Program& p = m.program;
   std::vector<graph::BufferRequest> requests(p.tensors.size());
   std::vector<bool> written(p.tensors.size(), false);
@@ -89,7 +94,10 @@ std::vector<graph::BufferRequest> ArenaRequests(
                                 : 0;
   }
   for (size_t k = 0; k < p.steps.size(); ++k) {
-    for (const size_t bytes : mha_bytes[k]) requests.push_back({bytes, k, k});
+    for (const size_t bytes : step_bytes[k]) requests.push_back({bytes, k, k});
+  }
+  for (const size_t bytes : hop_bytes) {
+    requests.push_back({bytes, 0, p.steps.size() - 1});
   }
   return requests;
 }
@@ -106,18 +114,22 @@ struct GraphSession::Plan {
   int64_t batch = 0, seq_len = 0;
   std::vector<DataType> type;  // per program tensor
   std::vector<std::optional<kernels::MatMul>> matmul;
-  // bf16 only: per linear step whose src is fp32, its conversion into
-  // `lowered` (a linear's bf16 output feeding only linears needs none).
+  // bf16 only: per linear step whose src is fp32, its conversion into its
+  // kLoweredInput buffer (a linear's bf16 output feeding only linears needs
+  // none).
   std::vector<std::optional<kernels::Convert>> convert;
   std::vector<std::vector<AlignedBuffer>> packed;
   // Per layer and mha step its operator (its packed weights, which differ
-  // by layer); per step the most bytes each of its buffers takes in any
-  // layer, and their offsets in the arena, which the layers share.
+  // by layer).
   std::vector<std::vector<std::unique_ptr<AttentionOp>>> attention;
-  std::vector<MhaBytes> mha_bytes, mha_offset;
+  // Per step the bytes of each buffer it needs while it runs (an mha step's
+  // AttentionOp::Buffer, a linear's LinearBuffer; the most any layer
+  // takes), and their offsets in the arena, which the layers share.
+  std::vector<std::vector<size_t>> step_bytes, step_offset;
   std::vector<size_t> offset;  // per program tensor, in the arena
-  AlignedBuffer arena, scratch, lowered, hops[2];
-  size_t scratch_bytes = 0, lowered_bytes = 0;
+  // Layers pass their activations through two buffers in turn.
+  std::array<size_t, 2> hop_bytes{}, hop_offset{};
+  AlignedBuffer arena;
   GraphMemory memory;
 
   Status Prepare(int64_t batch, int64_t seq_len);
@@ -127,6 +139,10 @@ struct GraphSession::Plan {
   void PlanArena(int64_t rows, Workspace& workspace);
   Status PackWeights();
   Status RunLayer(size_t l, const float* in, float* out, int threads);
+  void* At(size_t arena_offset) {
+    return static_cast<char*>(arena.data()) + arena_offset;
+  }
+  float* Hop(size_t i) { return static_cast<float*>(At(hop_offset[i])); }
 };
 
 GraphSession::GraphSession(std::shared_ptr<const GraphModel> model)
@@ -162,9 +178,9 @@ void GraphSession::Plan::Reset() {
     packed[l].resize(S);
     attention[l].resize(S);
   }
-  mha_bytes.assign(S, MhaBytes{});
-  mha_offset.assign(S, MhaBytes{});
-  scratch_bytes = lowered_bytes = 0;
+  step_bytes.assign(S, {});
+  step_offset.assign(S, {});
+  hop_bytes = {};
 }
 
 Status GraphSession::Plan::Prepare(int64_t new_batch, int64_t new_seq_len) {
@@ -184,14 +200,11 @@ Status GraphSession::Plan::Prepare(int64_t new_batch, int64_t new_seq_len) {
       ATTN_RETURN_IF_ERROR(PrepareLinear(k, R, workspace));
     }
   }
-  PlanArena(R, workspace);
   const size_t L = m.layer.size();
-  const size_t hop_bytes =
+  const auto hop =
       static_cast<size_t>(R * m.widths[m.program.output]) * sizeof(float);
-  workspace.Add(&scratch, scratch_bytes);
-  workspace.Add(&lowered, lowered_bytes);
-  workspace.Add(&hops[0], L > 1 ? hop_bytes : 0);
-  workspace.Add(&hops[1], L > 2 ? hop_bytes : 0);
+  hop_bytes = {L > 1 ? hop : 0, L > 2 ? hop : 0};
+  PlanArena(R, workspace);
   // memory.workspace holds the attention operators' packed weights so far.
   ATTN_RETURN_IF_ERROR(
       workspace.Allocate("a run of batch " + std::to_string(new_batch) +
@@ -220,8 +233,9 @@ Status GraphSession::Plan::PrepareMha(size_t k, int64_t new_batch,
                                             ": " + op.status().message());
     }
     memory.workspace += (*op)->bytes();
+    step_bytes[k].resize(AttentionOp::kNumBuffers);
     for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
-      mha_bytes[k][i] = std::max(mha_bytes[k][i], (*op)->buffer_bytes()[i]);
+      step_bytes[k][i] = std::max(step_bytes[k][i], (*op)->buffer_bytes()[i]);
     }
     attention[l][k] = std::move(op).value();
   }
@@ -237,10 +251,12 @@ Status GraphSession::Plan::PrepareLinear(size_t k, int64_t R,
   const int64_t in = m.widths[step.src], out = m.widths[step.dst];
   const bool low = m.dtype == DType::kBF16;
   const DataType mm_type = low ? DataType::kBF16 : DataType::kF32;
+  step_bytes[k].resize(kNumLinearBuffers);
   if (low && type[step.src] == DataType::kF32) {
     ATTN_ASSIGN_OR_RETURN(
         convert[k], kernels::Convert::Create(R * in, DataType::kF32, mm_type));
-    lowered_bytes = std::max(lowered_bytes, static_cast<size_t>(R * in) * 2);
+    step_bytes[k][kLoweredInput] =
+        static_cast<size_t>(R * in) * kernels::SizeOf(mm_type);
   }
   const kernels::Operand bias{{1, out}, {}, DataType::kF32};
   kernels::PostOps post;
@@ -254,8 +270,8 @@ Status GraphSession::Plan::PrepareLinear(size_t k, int64_t R,
     return Status(mm.status().code(), m.def.nodes[step.node].Describe() + ": " +
                                           mm.status().message());
   }
-  scratch_bytes = std::max(
-      scratch_bytes, mm->scratch_bytes() * static_cast<size_t>(m.num_threads));
+  step_bytes[k][kMatMulScratch] =
+      mm->scratch_bytes() * static_cast<size_t>(m.num_threads);
   for (size_t l = 0; l < m.layer.size(); ++l) {
     workspace.Add(&packed[l][k], mm->packed_weights_bytes());
   }
@@ -264,21 +280,23 @@ Status GraphSession::Plan::PrepareLinear(size_t k, int64_t R,
 }
 
 // Offsets by liveness into one arena (listed in `workspace`): the
-// intermediates', then the mha steps' buffers'.
+// intermediates', the steps' buffers', the hops'.
 void GraphSession::Plan::PlanArena(int64_t R, Workspace& workspace) {
   const std::vector<graph::BufferRequest> requests =
-      ArenaRequests(m, type, R, mha_bytes);
+      ArenaRequests(m, type, R, step_bytes, hop_bytes);
   for (const graph::BufferRequest& r : requests) {
     memory.intermediates_total += (r.bytes + 63) / 64 * 64;
   }
   const graph::BufferPlan plan = graph::PlanBuffers(requests);
-  const size_t T = m.program.tensors.size();
-  offset.assign(plan.offsets.begin(), plan.offsets.begin() + T);
-  for (size_t k = 0; k < mha_offset.size(); ++k) {
-    for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
-      mha_offset[k][i] = plan.offsets[T + k * AttentionOp::kNumBuffers + i];
-    }
+  auto next = plan.offsets.begin();
+  offset.assign(next, next + static_cast<ptrdiff_t>(m.program.tensors.size()));
+  next += static_cast<ptrdiff_t>(offset.size());
+  for (size_t k = 0; k < step_bytes.size(); ++k) {
+    step_offset[k].assign(next,
+                          next + static_cast<ptrdiff_t>(step_bytes[k].size()));
+    next += static_cast<ptrdiff_t>(step_bytes[k].size());
   }
+  std::copy(next, plan.offsets.end(), hop_offset.begin());
   memory.planned_peak = plan.peak_bytes;
   workspace.Add(&arena, plan.peak_bytes);
 }
@@ -309,11 +327,8 @@ Status GraphSession::Run(const float* input, int64_t batch, int64_t seq_len,
   const ThreadScope threads(p.m.num_threads);
   const size_t L = p.m.layer.size();
   for (size_t l = 0; l < L; ++l) {
-    // Layers pass their activations through two buffers in turn.
-    const float* in =
-        l == 0 ? input : static_cast<const float*>(p.hops[(l - 1) % 2].data());
-    float* out =
-        l + 1 == L ? output : static_cast<float*>(p.hops[l % 2].data());
+    const float* in = l == 0 ? input : p.Hop((l - 1) % 2);
+    float* out = l + 1 == L ? output : p.Hop(l % 2);
     ATTN_RETURN_IF_ERROR(p.RunLayer(l, in, out, threads.num_threads()));
   }
   return {};
@@ -332,8 +347,7 @@ Status GraphSession::Plan::RunLayer(size_t l, const float* in, float* out,
   auto at = [&](int t) {
     if (t == p.input) return const_cast<float*>(in);  // only ever read
     if (t == p.output) return out;
-    return reinterpret_cast<float*>(static_cast<char*>(arena.data()) +
-                                    offset[t]);
+    return static_cast<float*>(At(offset[t]));
   };
   for (size_t k = 0; k < p.steps.size(); ++k) {
     const graph::Step& s = p.steps[k];
@@ -343,18 +357,19 @@ Status GraphSession::Plan::RunLayer(size_t l, const float* in, float* out,
       case Op::kLinear: {
         const void* src = at(s.src);
         if (convert[k]) {
-          convert[k]->Run(src, lowered.data());
-          src = lowered.data();
+          void* lowered = At(step_offset[k][kLoweredInput]);
+          convert[k]->Run(src, lowered);
+          src = lowered;
         }
         matmul[k]->Run(src, packed[l][k].data(), w.bias.data(), at(s.dst),
-                       scratch.data(), threads,
+                       At(step_offset[k][kMatMulScratch]), threads,
                        s.src2 >= 0 ? at(s.src2) : nullptr);
         break;
       }
       case Op::kMha: {
         AttentionOp::Buffers buffers;
         for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
-          buffers[i] = static_cast<char*>(arena.data()) + mha_offset[k][i];
+          buffers[i] = At(step_offset[k][i]);
         }
         attention[l][k]->Forward(at(s.src), nullptr, at(s.dst), buffers);
         break;

@@ -32,9 +32,11 @@ struct GraphOptions : ModelOptions {
 
 // Memory a session's compiled plan uses for one input shape, in bytes.
 struct GraphMemory {
-  size_t planned_peak = 0;         // the arena: activations, mha buffers
+  // The arena: activations and every step's buffers (matmul and attention
+  // scratch among them).
+  size_t planned_peak = 0;
   size_t intermediates_total = 0;  // what one buffer for each would take
-  size_t workspace = 0;            // packed weights and per-op scratch
+  size_t workspace = 0;            // packed weights
 };
 
 // A loaded, validated graph and its weights (converted to fp32 once, here).
