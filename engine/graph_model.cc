@@ -1,6 +1,7 @@
 // GraphModel (attn/graph.hpp): parses and lowers a graph (graph_ir.h), infers
-// every tensor's width from the weights it names and copies those weights
-// out of the file once, as fp32. Sessions (graph_session.cc) share the result.
+// every tensor's width from the weights it names, copies those weights out
+// of the file once, as fp32, and packs the linears' for oneDNN. Sessions
+// (graph_session.cc) share the result.
 #include "engine/graph_model.h"
 
 #include <algorithm>
@@ -300,13 +301,15 @@ Status ResolveRunOptions(const GraphOptions& options,
 }
 
 // Every weight is copied out of the file once, as float: refused up front
-// when the whole file would not fit under the cap.
-Status CheckWeightsFit(const SafetensorsFile& file, uint64_t cap) {
+// when the whole file would not fit under the cap. Those bytes.
+Result<uint64_t> CheckWeightsFit(const SafetensorsFile& file, uint64_t cap) {
   uint64_t file_bytes = 0;
   for (const TensorInfo& t : file.tensors()) {
     file_bytes = AddSat(file_bytes, MulSat(t.num_elements, sizeof(float)));
   }
-  return CheckMemory("the weights of '" + file.path() + "'", file_bytes, cap);
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory("the weights of '" + file.path() + "'", file_bytes, cap));
+  return file_bytes;
 }
 
 // The layer count: the option, else metadata "n_layers", else 0 (once, with
@@ -362,7 +365,86 @@ Status BindLayers(const SafetensorsFile& file, const GraphOptions& options,
   return {};
 }
 
+// Packs every layer's linear weights once, for a run of kPackedRows rows,
+// with `held` bytes (the weights as loaded) already held.
+Status PackLinearWeights(graph::LoadedGraph& m, uint64_t held,
+                         const std::string& source) {
+  const graph::Program& p = m.program;
+  m.packed_layout.resize(p.steps.size());
+  m.packed.resize(m.layer.size());
+  for (auto& layer : m.packed) layer.resize(p.steps.size());
+  Workspace workspace;
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    if (p.steps[k].op != Op::kLinear) continue;
+    ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm,
+                          graph::LinearMatMul(m, k, graph::kPackedRows));
+    for (auto& layer : m.packed) {
+      workspace.Add(&layer[k], mm.packed_weights_bytes());
+    }
+    m.packed_layout[k].emplace(std::move(mm));
+  }
+  ATTN_RETURN_IF_ERROR(workspace.Allocate(
+      "the packed weights of '" + source + "'", held, m.max_memory_bytes));
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    if (!m.packed_layout[k]) continue;
+    const graph::Step& step = p.steps[k];
+    const int64_t in = m.widths[step.src], out = m.widths[step.dst];
+    for (size_t l = 0; l < m.layer.size(); ++l) {
+      // W [out, in] row-major is W^T [in, out] with strides (1, in).
+      ATTN_RETURN_IF_ERROR(m.packed_layout[k]->PackWeights(
+          {{in, out}, {1, in}, kernels::DataType::kF32},
+          m.layer[l][step.node].weight.data(), m.packed[l][k].data()));
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+namespace graph {
+
+std::vector<kernels::DataType> TensorTypes(const Program& program,
+                                           DType dtype) {
+  const bool low = dtype == DType::kBF16;
+  std::vector<bool> bf16(program.tensors.size(), false);
+  for (const Step& step : program.steps) {
+    bf16[step.dst] = low && step.op == Op::kLinear;
+  }
+  for (const Step& step : program.steps) {
+    if (step.op != Op::kLinear) bf16[step.src] = false;
+    if (step.src2 >= 0) bf16[step.src2] = false;
+  }
+  bf16[program.output] = false;
+  std::vector<kernels::DataType> types;
+  for (const bool b : bf16) {
+    types.push_back(b ? kernels::DataType::kBF16 : kernels::DataType::kF32);
+  }
+  return types;
+}
+
+Result<kernels::MatMul> LinearMatMul(const LoadedGraph& m, size_t k,
+                                     int64_t rows) {
+  const Step& step = m.program.steps[k];
+  const int64_t in = m.widths[step.src], out = m.widths[step.dst];
+  const kernels::DataType mm_type = m.dtype == DType::kBF16
+                                        ? kernels::DataType::kBF16
+                                        : kernels::DataType::kF32;
+  const kernels::Operand bias{{1, out}, {}, kernels::DataType::kF32};
+  kernels::PostOps post;
+  post.gelu_tanh = step.gelu;
+  post.add_residual = step.src2 >= 0;
+  Result<kernels::MatMul> mm = kernels::MatMul::Create(
+      {{rows, in}, {}, mm_type}, {{in, out}, {}, mm_type},
+      m.layer[0][step.node].bias.empty() ? nullptr : &bias,
+      {{rows, out}, {}, m.types[step.dst]}, kernels::Threading::kTeam, post);
+  if (!mm.ok()) {
+    return Status(mm.status().code(), m.def.nodes[step.node].Describe() + ": " +
+                                          mm.status().message());
+  }
+  return mm;
+}
+
+}  // namespace graph
 
 GraphModel::GraphModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GraphModel::~GraphModel() = default;
@@ -384,9 +466,15 @@ Result<std::shared_ptr<const GraphModel>> GraphModel::FromJson(
   ATTN_RETURN_IF_ERROR(ResolveRunOptions(options, *impl));
   ATTN_ASSIGN_OR_RETURN(const SafetensorsFile file,
                         SafetensorsFile::Open(weights_path));
-  ATTN_RETURN_IF_ERROR(CheckWeightsFit(file, impl->max_memory_bytes));
+  ATTN_ASSIGN_OR_RETURN(const uint64_t weight_bytes,
+                        CheckWeightsFit(file, impl->max_memory_bytes));
   ATTN_ASSIGN_OR_RETURN(const int64_t layers, LayerCount(file, options));
   ATTN_RETURN_IF_ERROR(BindLayers(file, options, layers, source, *impl));
+  impl->types = graph::TensorTypes(impl->program, impl->dtype);
+  {
+    const ThreadScope threads(impl->num_threads);
+    ATTN_RETURN_IF_ERROR(PackLinearWeights(*impl, weight_bytes, weights_path));
+  }
   return std::shared_ptr<const GraphModel>(new GraphModel(std::move(impl)));
 }
 

@@ -5,17 +5,20 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "attn/attn.hpp"
 #include "attn/graph.hpp"
+#include "engine/buffer.h"
 #include "engine/graph_ir.h"
+#include "kernels/matmul.h"
 
 namespace attn {
 namespace graph {
 
 // One node's weights in one layer, fp32, as the file holds them (linear:
-// [out, in]); the matmuls' packed layouts are per shape, so per session.
+// [out, in]); LoadedGraph::packed holds the linears' packed copies.
 struct NodeWeights {
   std::vector<float> weight, bias;  // linear: [out, in], [out]
                                     // layernorm: scale, shift
@@ -30,8 +33,32 @@ struct LoadedGraph {
   std::vector<std::vector<NodeWeights>> layer;  // [layer][node]
   int num_threads = 1;
   DType dtype = DType::kF32;
-  uint64_t max_memory_bytes = 0;  // resolved: never 0
+  uint64_t max_memory_bytes = 0;         // resolved: never 0
+  std::vector<kernels::DataType> types;  // per program tensor (TensorTypes)
+  // The linears' weights, packed once at load in the layout of a run of
+  // kPackedRows rows, which every long enough run shares: per step the
+  // matmul that chose it (linear steps only), per layer and step the packed
+  // weights. A session whose matmul lays weights out otherwise
+  // (MatMul::SharesPackedWeights) packs its own.
+  std::vector<std::optional<kernels::MatMul>> packed_layout;
+  std::vector<std::vector<AlignedBuffer>> packed;  // [layer][step]
 };
+
+// Rows (batch x seq_len) of the run whose layout the model packs for: from
+// this many on, a matmul's tiles, and so its layout, no longer depend on the
+// row count (kernels/matmul.h).
+constexpr int64_t kPackedRows = 4096;
+
+// Per program tensor, how it is stored. With bf16, a tensor that a linear
+// writes and only linears read (as their src) is bf16; every other tensor
+// (the output among them) is fp32.
+std::vector<kernels::DataType> TensorTypes(const Program& program, DType dtype);
+
+// The matmul of linear step `k` for `rows` rows: y [rows, out] =
+// x [rows, in] W^T (+ b) (then GELU, then + residual), with src and weights
+// in the model's dtype. Errors name the step's node.
+Result<kernels::MatMul> LinearMatMul(const LoadedGraph& m, size_t k,
+                                     int64_t rows);
 
 }  // namespace graph
 

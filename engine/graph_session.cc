@@ -44,26 +44,6 @@ Status CheckShape(int64_t batch, int64_t seq_len) {
   return {};
 }
 
-// Per program tensor, how it is stored. With bf16, a tensor that a linear
-// writes and only linears read (as their src) is bf16; every other tensor
-// (the output among them) is fp32.
-std::vector<DataType> TensorTypes(const graph::Program& program, DType dtype) {
-  const bool low = dtype == DType::kBF16;
-  std::vector<bool> bf16(program.tensors.size(), false);
-  for (const graph::Step& step : program.steps) {
-    bf16[step.dst] = low && step.op == Op::kLinear;
-  }
-  for (const graph::Step& step : program.steps) {
-    if (step.op != Op::kLinear) bf16[step.src] = false;
-    if (step.src2 >= 0) bf16[step.src2] = false;
-  }
-  bf16[program.output] = false;
-  std::vector<DataType> type;
-  for (const bool b : bf16)
-    type.push_back(b ? DataType::kBF16 : DataType::kF32);
-  return type;
-}
-
 // A linear step's buffers, live during that step alone.
 enum LinearBuffer { kMatMulScratch, kLoweredInput, kNumLinearBuffers };
 
@@ -73,8 +53,8 @@ enum LinearBuffer { kMatMulScratch, kLoweredInput, kNumLinearBuffers };
 // `hop_bytes` buffers that pass activations between layers, live
 // throughout.
 std::vector<graph::BufferRequest> ArenaRequests(
-    const graph::LoadedGraph& m, const std::vector<DataType>& type,
-    int64_t rows, const std::vector<std::vector<size_t>>& step_bytes,
+    const graph::LoadedGraph& m, int64_t rows,
+    const std::vector<std::vector<size_t>>& step_bytes,
     const std::array<size_t, 2>& hop_bytes) {
   const graph::Program& p = m.program;
   std::vector<graph::BufferRequest> requests(p.tensors.size());
@@ -90,7 +70,7 @@ std::vector<graph::BufferRequest> ArenaRequests(
   for (size_t t = 0; t < p.tensors.size(); ++t) {
     const bool planned = written[t] && static_cast<int>(t) != p.output;
     requests[t].bytes = planned ? static_cast<size_t>(rows * m.widths[t]) *
-                                      kernels::SizeOf(type[t])
+                                      kernels::SizeOf(m.types[t])
                                 : 0;
   }
   for (size_t k = 0; k < p.steps.size(); ++k) {
@@ -105,20 +85,21 @@ std::vector<graph::BufferRequest> ArenaRequests(
 }  // namespace
 
 // The prepared shape: per step its matmul (shared by the layers, whose
-// shapes agree) and per layer and step its packed weights or attention
-// operator.
+// shapes agree), per layer and step its attention operator, and the steps'
+// packed weights: the model's, or the session's own when this shape's
+// matmul lays them out otherwise.
 struct GraphSession::Plan {
   explicit Plan(const graph::LoadedGraph& model) : m(model) {}
 
   const graph::LoadedGraph& m;  // the session's model, which outlives this
   int64_t batch = 0, seq_len = 0;
-  std::vector<DataType> type;  // per program tensor
   std::vector<std::optional<kernels::MatMul>> matmul;
   // bf16 only: per linear step whose src is fp32, its conversion into its
   // kLoweredInput buffer (a linear's bf16 output feeding only linears needs
   // none).
   std::vector<std::optional<kernels::Convert>> convert;
-  std::vector<std::vector<AlignedBuffer>> packed;
+  std::vector<bool> own_packing;                   // per step
+  std::vector<std::vector<AlignedBuffer>> packed;  // [layer][step], own only
   // Per layer and mha step its operator (its packed weights, which differ
   // by layer).
   std::vector<std::vector<std::unique_ptr<AttentionOp>>> attention;
@@ -143,6 +124,9 @@ struct GraphSession::Plan {
     return static_cast<char*>(arena.data()) + arena_offset;
   }
   float* Hop(size_t i) { return static_cast<float*>(At(hop_offset[i])); }
+  const void* PackedWeights(size_t l, size_t k) const {
+    return own_packing[k] ? packed[l][k].data() : m.packed[l][k].data();
+  }
 };
 
 GraphSession::GraphSession(std::shared_ptr<const GraphModel> model)
@@ -170,6 +154,7 @@ void GraphSession::Plan::Reset() {
   matmul.resize(S);
   convert.clear();
   convert.resize(S);
+  own_packing.assign(S, false);
   packed.clear();
   packed.resize(L);
   attention.clear();
@@ -189,7 +174,6 @@ Status GraphSession::Plan::Prepare(int64_t new_batch, int64_t new_seq_len) {
   batch = seq_len = 0;
   const ThreadScope threads(m.num_threads);
   Reset();
-  type = TensorTypes(m.program, m.dtype);
   const int64_t R = new_batch * new_seq_len;
   Workspace workspace;  // everything but the attention operators' weights
   for (size_t k = 0; k < m.program.steps.size(); ++k) {
@@ -243,39 +227,31 @@ Status GraphSession::Plan::PrepareMha(size_t k, int64_t new_batch,
 }
 
 // y [R, out] = x [R, in] W^T (+ b) (then GELU, then + residual): the matmul,
-// its bf16 input conversion if any, and each layer's packed weights (listed
-// in `workspace`, packed once it is allocated).
+// its bf16 input conversion if any, and, when the model's packed weights
+// are laid out for other tiles, each layer's own (listed in `workspace`,
+// packed once it is allocated).
 Status GraphSession::Plan::PrepareLinear(size_t k, int64_t R,
                                          Workspace& workspace) {
   const graph::Step& step = m.program.steps[k];
-  const int64_t in = m.widths[step.src], out = m.widths[step.dst];
-  const bool low = m.dtype == DType::kBF16;
-  const DataType mm_type = low ? DataType::kBF16 : DataType::kF32;
+  const int64_t in = m.widths[step.src];
   step_bytes[k].resize(kNumLinearBuffers);
-  if (low && type[step.src] == DataType::kF32) {
+  if (m.dtype == DType::kBF16 && m.types[step.src] == DataType::kF32) {
     ATTN_ASSIGN_OR_RETURN(
-        convert[k], kernels::Convert::Create(R * in, DataType::kF32, mm_type));
+        convert[k],
+        kernels::Convert::Create(R * in, DataType::kF32, DataType::kBF16));
     step_bytes[k][kLoweredInput] =
-        static_cast<size_t>(R * in) * kernels::SizeOf(mm_type);
+        static_cast<size_t>(R * in) * kernels::SizeOf(DataType::kBF16);
   }
-  const kernels::Operand bias{{1, out}, {}, DataType::kF32};
-  kernels::PostOps post;
-  post.gelu_tanh = step.gelu;
-  post.add_residual = step.src2 >= 0;
-  Result<kernels::MatMul> mm = kernels::MatMul::Create(
-      {{R, in}, {}, mm_type}, {{in, out}, {}, mm_type},
-      m.layer[0][step.node].bias.empty() ? nullptr : &bias,
-      {{R, out}, {}, type[step.dst]}, kernels::Threading::kTeam, post);
-  if (!mm.ok()) {
-    return Status(mm.status().code(), m.def.nodes[step.node].Describe() + ": " +
-                                          mm.status().message());
-  }
+  ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm, graph::LinearMatMul(m, k, R));
   step_bytes[k][kMatMulScratch] =
-      mm->scratch_bytes() * static_cast<size_t>(m.num_threads);
-  for (size_t l = 0; l < m.layer.size(); ++l) {
-    workspace.Add(&packed[l][k], mm->packed_weights_bytes());
+      mm.scratch_bytes() * static_cast<size_t>(m.num_threads);
+  own_packing[k] = !mm.SharesPackedWeights(*m.packed_layout[k]);
+  if (own_packing[k]) {
+    for (size_t l = 0; l < m.layer.size(); ++l) {
+      workspace.Add(&packed[l][k], mm.packed_weights_bytes());
+    }
   }
-  matmul[k].emplace(std::move(mm).value());
+  matmul[k].emplace(std::move(mm));
   return {};
 }
 
@@ -283,7 +259,7 @@ Status GraphSession::Plan::PrepareLinear(size_t k, int64_t R,
 // intermediates', the steps' buffers', the hops'.
 void GraphSession::Plan::PlanArena(int64_t R, Workspace& workspace) {
   const std::vector<graph::BufferRequest> requests =
-      ArenaRequests(m, type, R, step_bytes, hop_bytes);
+      ArenaRequests(m, R, step_bytes, hop_bytes);
   for (const graph::BufferRequest& r : requests) {
     memory.intermediates_total += (r.bytes + 63) / 64 * 64;
   }
@@ -301,10 +277,11 @@ void GraphSession::Plan::PlanArena(int64_t R, Workspace& workspace) {
   workspace.Add(&arena, plan.peak_bytes);
 }
 
-// Every layer's linear weights into the layout its matmul chose.
+// Every layer's linear weights into the layout its matmul chose, where the
+// model's are laid out otherwise.
 Status GraphSession::Plan::PackWeights() {
   for (size_t k = 0; k < m.program.steps.size(); ++k) {
-    if (!matmul[k]) continue;
+    if (!own_packing[k]) continue;
     const graph::Step& step = m.program.steps[k];
     const int64_t in = m.widths[step.src], out = m.widths[step.dst];
     for (size_t l = 0; l < m.layer.size(); ++l) {
@@ -361,7 +338,7 @@ Status GraphSession::Plan::RunLayer(size_t l, const float* in, float* out,
           convert[k]->Run(src, lowered);
           src = lowered;
         }
-        matmul[k]->Run(src, packed[l][k].data(), w.bias.data(), at(s.dst),
+        matmul[k]->Run(src, PackedWeights(l, k), w.bias.data(), at(s.dst),
                        At(step_offset[k][kMatMulScratch]), threads,
                        s.src2 >= 0 ? at(s.src2) : nullptr);
         break;

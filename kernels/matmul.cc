@@ -281,6 +281,25 @@ size_t MatMul::scratch_bytes() const { return impl_->scratch_bytes; }
 
 size_t MatMul::packed_weights_bytes() const { return impl_->packed_bytes; }
 
+bool MatMul::SharesPackedWeights(const MatMul& other) const {
+  const Impl& a = *impl_;
+  const Impl& b = *other.impl_;
+  if (!a.packed || !b.packed || a.chunks.size() != b.chunks.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.chunks.size(); ++i) {
+    const Impl::Chunk& x = a.chunks[i];
+    const Impl::Chunk& y = b.chunks[i];
+    if (x.box.b != y.box.b || x.box.n0 != y.box.n0 ||
+        x.box.cols != y.box.cols || x.offset != y.offset ||
+        a.kinds[x.kind].pd.weights_desc() !=
+            b.kinds[y.kind].pd.weights_desc()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 Status MatMul::PackWeights(const Operand& plain, const void* plain_data,
                            void* packed) const {
   try {

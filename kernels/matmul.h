@@ -82,6 +82,10 @@ class MatMul {
   // Reorders weights laid out as `plain` into the primitives' layout.
   Status PackWeights(const Operand& plain, const void* plain_data,
                      void* packed) const;
+  // True when `other` lays out packed weights exactly as this does (the
+  // same chunks in the same layouts), so that one packed copy serves both:
+  // the layout depends on the tiles, so on the row count.
+  bool SharesPackedWeights(const MatMul& other) const;
   // dst = src x wei (+ bias, post-ops) on num_threads threads (1 for
   // Threading::kWorker). Pointers must match the operands given to Create;
   // `wei` is in the packed layout when Create was asked for one.

@@ -202,6 +202,27 @@ TEST(GraphGoldenTest, SessionsNeverReadTheWeightsFileAgain) {
   test::ExpectAllClose(g.expected, before.data(), g.tolerance, "owned");
 }
 
+// A run of at least kPackedRows rows runs its linears on the weights the
+// model packed at load (tests/matmul_test.cc: every such run lays them out
+// alike); it agrees with the golden case row by row.
+TEST(GraphGoldenTest, LongRunsShareTheModelsPackedWeights) {
+  const Golden g = ReadGolden("block");
+  auto model = GraphModel::Load(kBlock, kGolden + "block.safetensors");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const int64_t T = g.shape[1];
+  const int64_t copies = (4096 + g.shape[0] * T - 1) / (g.shape[0] * T);
+  std::vector<float> input, expected;
+  for (int64_t c = 0; c < copies; ++c) {
+    input.insert(input.end(), g.input.begin(), g.input.end());
+    expected.insert(expected.end(), g.expected.begin(), g.expected.end());
+  }
+  std::vector<float> y(expected.size());
+  ASSERT_TRUE(GraphSession(*model)
+                  .Run(input.data(), copies * g.shape[0], T, y.data())
+                  .ok());
+  test::ExpectAllClose(expected, y.data(), g.tolerance, "long run");
+}
+
 TEST(GraphGoldenTest, StackOfBlocksWithLayers) {
   GraphOptions options;
   options.layers = 3;

@@ -136,6 +136,34 @@ TEST(MatMulWorkerTest, StridedWeightsMatchReference) {
   test::ExpectAllClose(Reference(p, d), y.data(), 1e-4, "worker");
 }
 
+// From kMatMulWideRows rows on a tile spans every column and has the rows
+// kMatMulTileWork / N asks, so every long enough product packs its weights
+// alike (what a model packing once relies on); other widths or types do not.
+TEST(MatMulPackingTest, LongProductsShareOnePacking) {
+  auto make = [](int64_t M, int64_t K, int64_t N, DataType type) {
+    Result<MatMul> mm =
+        MatMul::Create({{M, K}, {}, type}, {{K, N}, {}, type}, nullptr,
+                       {{M, N}, {}, DataType::kF32}, Threading::kTeam);
+    EXPECT_TRUE(mm.ok()) << mm.status().message();
+    return std::move(mm).value();
+  };
+  for (const int64_t N : {16, 96, 768}) {
+    SCOPED_TRACE(N);
+    const MatMul base = make(4096, 64, N, DataType::kF32);
+    EXPECT_TRUE(
+        base.SharesPackedWeights(make(4096 * 3 + 13, 64, N, DataType::kF32)));
+    EXPECT_FALSE(
+        base.SharesPackedWeights(make(4096, 64, N + 16, DataType::kF32)));
+    EXPECT_FALSE(base.SharesPackedWeights(make(4096, 80, N, DataType::kF32)));
+  }
+  // Weights given with strides are not packed: nothing to share.
+  Result<MatMul> strided = MatMul::Create(
+      {{64, 8}, {}, DataType::kF32}, {{8, 16}, {16, 1}, DataType::kF32},
+      nullptr, {{64, 16}, {}, DataType::kF32}, Threading::kTeam);
+  ASSERT_TRUE(strided.ok());
+  EXPECT_FALSE(strided->SharesPackedWeights(*strided));
+}
+
 TEST(MatMulCreateTest, EmptyOrMismatchedOperandsAreRefused) {
   const Operand ok{{4, 4}, {}, DataType::kF32};
   const Operand empty{{0, 4}, {}, DataType::kF32};
