@@ -60,8 +60,9 @@ HWY_INLINE void UnaryT(const float* x, float* y, size_t count, Op op) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   size_t i = 0;
-  for (; i + N <= count; i += N)
+  for (; i + N <= count; i += N) {
     hn::StoreU(op(d, hn::LoadU(d, x + i)), d, y + i);
+  }
   if (i < count) {
     StoreTail(d, op(d, LoadTail(d, x + i, count - i)), y + i, count - i);
   }

@@ -17,9 +17,10 @@ void Gelu(const float* x, float* y, size_t count, int num_threads);
 void Add(const float* a, const float* b, float* y, size_t count,
          int num_threads);
 
-// y[i] = x / (1 + exp(-x)), x = x[i], for i < count, within a few ulp.
-// x -> -inf gives -0 (the limit; PyTorch gives NaN at -inf) and NaN stays
-// NaN. x and y may be the same array.
+// y[i] = x / (1 + exp(-x)), x = x[i], for i < count, within 3 ulp of the
+// exact value over [-90, 90]. Large negative x gives -0 (at -inf too, the
+// limit, where PyTorch gives NaN); large positive x gives x; NaN stays NaN.
+// x and y may be the same array.
 void Silu(const float* x, float* y, size_t count, int num_threads);
 
 // y[i] = a[i] * b[i] for i < count. y may be a or b.

@@ -42,6 +42,11 @@ Status ValidateConfig(const RopeConfig& config) {
     return InvalidArgument("rope theta is " + std::to_string(config.theta) +
                            "; wanted a finite value > 0");
   }
+  if (std::isnan(config.factor)) {
+    return InvalidArgument(
+        "rope scaling factor is NaN; wanted <= 0 or 1 "
+        "for none, or a finite factor");
+  }
   if (!Scaled(config)) return Status();
   if (!std::isfinite(config.factor) || !(config.low_freq_factor > 0.0f) ||
       !(config.high_freq_factor > config.low_freq_factor) ||
@@ -99,7 +104,10 @@ size_t RopeTable::BytesFor(int64_t head_dim, int64_t max_positions) {
   // cos and sin, head_dim / 2 floats each per position: head_dim floats.
   const auto limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max() /
                                            sizeof(float));
-  if (static_cast<uint64_t>(head_dim) > limit / max_positions) return 0;
+  if (static_cast<uint64_t>(head_dim) >
+      limit / static_cast<uint64_t>(max_positions)) {
+    return 0;
+  }
   return static_cast<size_t>(head_dim) * static_cast<size_t>(max_positions) *
          sizeof(float);
 }

@@ -213,6 +213,7 @@ TEST(RopeTableTest, RefusesBadShapesAndConfigs) {
   EXPECT_FALSE(RopeTable::Create(ok, 64, int64_t(1) << 62).ok());  // too big
   EXPECT_FALSE(RopeTable::Create(RopeConfig{0.0f}, 64, 10).ok());
   EXPECT_FALSE(RopeTable::Create(RopeConfig{NAN}, 64, 10).ok());
+  EXPECT_FALSE(RopeTable::Create(RopeConfig{1e4f, NAN}, 64, 10).ok());
   // Scaling with low >= high, or no original context.
   EXPECT_FALSE(
       RopeTable::Create(RopeConfig{1e4f, 8.0f, 4.0f, 4.0f, 8192}, 64, 10).ok());
