@@ -20,6 +20,12 @@ void AddChunk(const float* a, const float* b, float* y, size_t count) {
   AddT(a, b, y, count);
 }
 
+void SiluChunk(const float* x, float* y, size_t count) { SiluT(x, y, count); }
+
+void MulChunk(const float* a, const float* b, float* y, size_t count) {
+  MulT(a, b, y, count);
+}
+
 }  // namespace attn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -28,6 +34,8 @@ namespace attn::kernels {
 
 HWY_EXPORT(GeluChunk);
 HWY_EXPORT(AddChunk);
+HWY_EXPORT(SiluChunk);
+HWY_EXPORT(MulChunk);
 
 namespace {
 
@@ -35,28 +43,44 @@ namespace {
 // enough to balance a few threads over one activation.
 constexpr size_t kChunk = 4096;
 
-int64_t NumChunks(size_t count, size_t chunk) {
-  return static_cast<int64_t>((count + chunk - 1) / chunk);
+// Calls run_chunk(first, n) for the chunks of [0, count), split statically
+// over up to num_threads threads.
+template <class RunChunk>
+void ForEachChunk(size_t count, int num_threads, const RunChunk& run_chunk) {
+  const auto chunks = static_cast<int64_t>((count + kChunk - 1) / kChunk);
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t i = static_cast<size_t>(c) * kChunk;
+    run_chunk(i, std::min(kChunk, count - i));
+  }
 }
 
 }  // namespace
 
 void Gelu(const float* x, float* y, size_t count, int num_threads) {
-#pragma omp parallel for num_threads(num_threads) schedule(static)
-  for (int64_t c = 0; c < NumChunks(count, kChunk); ++c) {
-    const size_t i = static_cast<size_t>(c) * kChunk;
-    HWY_DYNAMIC_DISPATCH(GeluChunk)(x + i, y + i, std::min(kChunk, count - i));
-  }
+  ForEachChunk(count, num_threads, [&](size_t i, size_t n) {
+    HWY_DYNAMIC_DISPATCH(GeluChunk)(x + i, y + i, n);
+  });
 }
 
 void Add(const float* a, const float* b, float* y, size_t count,
          int num_threads) {
-#pragma omp parallel for num_threads(num_threads) schedule(static)
-  for (int64_t c = 0; c < NumChunks(count, kChunk); ++c) {
-    const size_t i = static_cast<size_t>(c) * kChunk;
-    HWY_DYNAMIC_DISPATCH(AddChunk)
-    (a + i, b + i, y + i, std::min(kChunk, count - i));
-  }
+  ForEachChunk(count, num_threads, [&](size_t i, size_t n) {
+    HWY_DYNAMIC_DISPATCH(AddChunk)(a + i, b + i, y + i, n);
+  });
+}
+
+void Silu(const float* x, float* y, size_t count, int num_threads) {
+  ForEachChunk(count, num_threads, [&](size_t i, size_t n) {
+    HWY_DYNAMIC_DISPATCH(SiluChunk)(x + i, y + i, n);
+  });
+}
+
+void Mul(const float* a, const float* b, float* y, size_t count,
+         int num_threads) {
+  ForEachChunk(count, num_threads, [&](size_t i, size_t n) {
+    HWY_DYNAMIC_DISPATCH(MulChunk)(a + i, b + i, y + i, n);
+  });
 }
 
 }  // namespace attn::kernels

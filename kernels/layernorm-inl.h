@@ -1,4 +1,5 @@
-// Per-target body of the LayerNorm (see layernorm.h for the contract).
+// Per-target bodies of the LayerNorm and the RMSNorm (see layernorm.h for the
+// contracts).
 // Included once per Highway target by layernorm.cc and by the tests.
 
 // Per-target include guard (Highway idiom; see hwy/examples/skeleton-inl.h).
@@ -20,18 +21,29 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Sum of x[0, n); the tail is loaded masked, so it never reads past n.
-template <class D>
-HWY_INLINE float SumRow(D d, const float* HWY_RESTRICT x, size_t n) {
+// Sum of term(x[i]) over [0, n), for a term with term(0) = 0: the tail is
+// loaded masked with zeros, so it never reads past n and adds nothing.
+template <class D, class Term>
+HWY_INLINE float SumRowOf(D d, const float* x, size_t n, Term term) {
   const size_t N = hn::Lanes(d);
   auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);  // two chains hide latency
   size_t i = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
-    sum0 = hn::Add(sum0, hn::LoadU(d, x + i));
-    sum1 = hn::Add(sum1, hn::LoadU(d, x + i + N));
+    sum0 = hn::Add(sum0, term(hn::LoadU(d, x + i)));
+    sum1 = hn::Add(sum1, term(hn::LoadU(d, x + i + N)));
   }
-  for (; i < n; i += N) sum0 = hn::Add(sum0, LoadTail(d, x + i, n - i));
+  for (; i < n; i += N) sum0 = hn::Add(sum0, term(LoadTail(d, x + i, n - i)));
   return hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
+}
+
+template <class D>
+HWY_INLINE float SumRow(D d, const float* x, size_t n) {
+  return SumRowOf(d, x, n, [](auto v) HWY_ATTR { return v; });
+}
+
+template <class D>
+HWY_INLINE float SumSquaresRow(D d, const float* x, size_t n) {
+  return SumRowOf(d, x, n, [](auto v) HWY_ATTR { return hn::Mul(v, v); });
 }
 
 // One row: two passes for the statistics (mean, then the mean squared
@@ -79,6 +91,36 @@ HWY_INLINE void LayerNormRowsT(const float* x, const float* scale,
   const hn::ScalableTag<float> d;
   for (size_t r = 0; r < rows; ++r) {
     LayerNormRowT(d, x + r * cols, scale, shift, y + r * cols, cols, eps);
+  }
+}
+
+// One RMSNorm row, in HF's order: (x * (1 / sqrt(ms + eps))) * weight. The
+// statistics pass ends before the first store, so y may be x.
+template <class D>
+HWY_INLINE void RmsNormRowT(D d, const float* x,
+                            const float* HWY_RESTRICT weight, float* y,
+                            size_t cols, float eps) {
+  const size_t N = hn::Lanes(d);
+  const float mean_square =
+      SumSquaresRow(d, x, cols) / static_cast<float>(cols);
+  const auto inv_rms = hn::Set(d, 1.0f / std::sqrt(mean_square + eps));
+  size_t i = 0;
+  for (; i + N <= cols; i += N) {
+    const auto norm = hn::Mul(hn::LoadU(d, x + i), inv_rms);
+    hn::StoreU(hn::Mul(norm, hn::LoadU(d, weight + i)), d, y + i);
+  }
+  if (i < cols) {
+    const size_t n = cols - i;
+    const auto norm = hn::Mul(LoadTail(d, x + i, n), inv_rms);
+    StoreTail(d, hn::Mul(norm, LoadTail(d, weight + i, n)), y + i, n);
+  }
+}
+
+HWY_INLINE void RmsNormRowsT(const float* x, const float* weight, float* y,
+                             size_t rows, size_t cols, float eps) {
+  const hn::ScalableTag<float> d;
+  for (size_t r = 0; r < rows; ++r) {
+    RmsNormRowT(d, x + r * cols, weight, y + r * cols, cols, eps);
   }
 }
 
