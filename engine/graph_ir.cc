@@ -39,8 +39,11 @@ const std::vector<OpSpec>& Specs() {
        {"W_query.bias", "W_key.bias", "W_value.bias", "mask"},
        {"num_heads", "context_length", "dropout"}},
       {Op::kLayerNorm, "layernorm", 1, {"scale", "shift"}, {}, {"eps"}},
+      {Op::kRmsNorm, "rmsnorm", 1, {"weight"}, {}, {"eps"}},
       {Op::kGelu, "gelu", 1, {}, {}, {"approximate"}},
+      {Op::kSilu, "silu", 1, {}, {}, {}},
       {Op::kAdd, "add", 2, {}, {}, {}},
+      {Op::kMul, "mul", 2, {}, {}, {}},
       {Op::kDropout, "dropout", 1, {}, {}, {"p"}},
   };
   return specs;
@@ -492,7 +495,7 @@ Program Lower(const GraphDef& def) {
     step.op = node.op;
     step.node = i;
     step.src = id(node.inputs[0]);
-    if (node.op == Op::kAdd) step.src2 = id(node.inputs[1]);
+    if (node.inputs.size() == 2) step.src2 = id(node.inputs[1]);
     step.dst = id(node.outputs[0]);
     program.steps.push_back(step);
   }

@@ -14,7 +14,17 @@
 
 namespace attn::graph {
 
-enum class Op { kLinear, kMha, kLayerNorm, kGelu, kAdd, kDropout };
+enum class Op {
+  kLinear,
+  kMha,
+  kLayerNorm,
+  kRmsNorm,
+  kGelu,
+  kSilu,
+  kAdd,
+  kMul,
+  kDropout
+};
 const char* OpName(Op op);
 
 struct Node {
@@ -24,7 +34,7 @@ struct Node {
   // Role (the op's own state_dict name, e.g. "weight") -> name in the file.
   std::vector<std::pair<std::string, std::string>> weights;
   int64_t num_heads = 0, context_length = 0;  // mha; 0 = not given
-  float eps = 1e-5f;                          // layernorm
+  float eps = 1e-5f;                          // layernorm, rmsnorm
 
   // The file's name for `role`, or null when the node does not name one.
   const std::string* Weight(const std::string& role) const;

@@ -142,8 +142,10 @@ class Binder {
                                        " wants input '" + in + "' of"));
         return Unify(out, shape[0], who + "output '" + out + "' gets");
       }
-      case Op::kLayerNorm: {
-        Result<const TensorInfo*> scale = Find(node, "scale", 1);
+      case Op::kLayerNorm:
+      case Op::kRmsNorm: {
+        Result<const TensorInfo*> scale =
+            Find(node, node.op == Op::kLayerNorm ? "scale" : "weight", 1);
         if (!scale.ok()) return scale.status();
         ATTN_RETURN_IF_ERROR(Unify(
             in, (*scale)->shape[0],
@@ -152,6 +154,7 @@ class Binder {
         break;
       }
       case Op::kAdd:
+      case Op::kMul:
         if (Width(node.inputs[1]) >= 0) {
           ATTN_RETURN_IF_ERROR(
               Unify(in, Width(node.inputs[1]),
@@ -163,6 +166,7 @@ class Binder {
         }
         break;
       case Op::kGelu:
+      case Op::kSilu:
       case Op::kDropout:
         break;
     }
@@ -204,6 +208,8 @@ class Binder {
       case Op::kLayerNorm:
         ATTN_RETURN_IF_ERROR(Read(node, "scale", {in}, w.weight));
         return Read(node, "shift", {in}, w.bias);
+      case Op::kRmsNorm:
+        return Read(node, "weight", {in}, w.weight);
       case Op::kMha:
         return LoadMha(node, in, out, w);
       default:

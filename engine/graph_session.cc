@@ -356,11 +356,22 @@ Status GraphSession::Plan::RunLayer(size_t l, const float* in, float* out,
                            R, static_cast<size_t>(m.widths[s.dst]),
                            m.def.nodes[s.node].eps, threads);
         break;
+      case Op::kRmsNorm:
+        kernels::RmsNorm(at(s.src), w.weight.data(), at(s.dst), R,
+                         static_cast<size_t>(m.widths[s.dst]),
+                         m.def.nodes[s.node].eps, threads);
+        break;
       case Op::kGelu:
         kernels::Gelu(at(s.src), at(s.dst), count, threads);
         break;
+      case Op::kSilu:
+        kernels::Silu(at(s.src), at(s.dst), count, threads);
+        break;
       case Op::kAdd:
         kernels::Add(at(s.src), at(s.src2), at(s.dst), count, threads);
+        break;
+      case Op::kMul:
+        kernels::Mul(at(s.src), at(s.src2), at(s.dst), count, threads);
         break;
       case Op::kDropout:
         break;  // lowered away

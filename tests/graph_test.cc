@@ -245,6 +245,29 @@ TEST(GraphGoldenTest, LayerNormAndFeedForward) {
                            "feedforward");
 }
 
+// The feed-forward half of the book's Llama block, under its names:
+// x + fc3(silu(fc1(norm2(x))) * fc2(norm2(x))), RMSNorm and bias-free
+// linears, at 1 and 2 threads.
+TEST(GraphGoldenTest, LlamaFeedForwardHalf) {
+  for (const int threads : {1, 2}) {
+    GraphOptions options;
+    options.num_threads = threads;
+    ExpectGraphMatchesGolden(R"({"inputs": ["x"], "outputs": ["y"], "nodes": [
+        {"op": "rmsnorm", "inputs": ["x"], "outputs": ["n"],
+         "weights": {"weight": "norm2.weight"}, "attributes": {"eps": 1e-5}},
+        {"op": "linear", "inputs": ["n"], "outputs": ["a"],
+         "weights": {"weight": "ff.fc1.weight"}},
+        {"op": "silu", "inputs": ["a"], "outputs": ["s"]},
+        {"op": "linear", "inputs": ["n"], "outputs": ["b"],
+         "weights": {"weight": "ff.fc2.weight"}},
+        {"op": "mul", "inputs": ["s", "b"], "outputs": ["g"]},
+        {"op": "linear", "inputs": ["g"], "outputs": ["f"],
+         "weights": {"weight": "ff.fc3.weight"}},
+        {"op": "add", "inputs": ["x", "f"], "outputs": ["y"]}]})",
+                             "llama_ff", options);
+  }
+}
+
 TEST(GraphGoldenTest, GeluKernel) {
   const Golden g = ReadGolden("gelu");
   std::vector<float> y(g.input.size());

@@ -23,7 +23,8 @@ DIR/bad/<name>.safetensors are tiny files the engine must reject; their
 metadata adds expect_error="true" and an error_hint naming the defect.
 
 DIR/graph/<name>.safetensors are the graph runner's cases (chapter 4): the
-book's LayerNorm, GELU, FeedForward and TransformerBlock in eval mode with
+book's LayerNorm, GELU, FeedForward and TransformerBlock, and the feed-forward
+half of its Llama block (RMSNorm, SwiGLU), in eval mode with
 non-trivial norm weights, under their state_dict names ("trf_blocks.{i}."
 for a stack run with --layers), plus "input" and "expected" and metadata
 num_heads, context_length, n_layers, qkv_bias, tolerance, description.
@@ -110,6 +111,43 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
         return self.layers(x)
+
+
+class RMSNorm(nn.Module):
+    """Llama's RMSNorm (torch.nn.RMSNorm from torch 2.4): x / sqrt(mean(x^2) + eps) * weight."""
+
+    def __init__(self, emb_dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(emb_dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+
+
+class LlamaFeedForward(nn.Module):
+    """The book's Llama SwiGLU feed-forward: fc3(silu(fc1(x)) * fc2(x)), no biases."""
+
+    def __init__(self, emb_dim, hidden_dim):
+        super().__init__()
+        self.fc1 = nn.Linear(emb_dim, hidden_dim, bias=False)
+        self.fc2 = nn.Linear(emb_dim, hidden_dim, bias=False)
+        self.fc3 = nn.Linear(hidden_dim, emb_dim, bias=False)
+
+    def forward(self, x):
+        return self.fc3(nn.functional.silu(self.fc1(x)) * self.fc2(x))
+
+
+class LlamaFeedForwardHalf(nn.Module):
+    """The feed-forward half of the book's Llama block: x + ff(norm2(x))."""
+
+    def __init__(self, emb_dim, hidden_dim):
+        super().__init__()
+        self.norm2 = RMSNorm(emb_dim)
+        self.ff = LlamaFeedForward(emb_dim, hidden_dim)
+
+    def forward(self, x):
+        return x + self.ff(self.norm2(x))
 
 
 class TransformerBlock(nn.Module):
@@ -253,6 +291,8 @@ GRAPH_CASES = {
                   "LayerNorm(37), scale ~1+0.5N, shift ~0.5N, input 3N+2"),
     "gelu": ("gelu", 2, 5, 37, 0, 0, False, 0, "GELU on 3N over [2, 5, 37], tails included"),
     "feedforward": ("feedforward", 2, 5, 12, 0, 0, False, 0, "FeedForward(12): Linear(12, 48), GELU, Linear(48, 12)"),
+    "llama_ff": ("llama_ff", 2, 5, 24, 0, 0, False, 0,
+                 "x + ff(norm2(x)) of the book's Llama block: RMSNorm(24), fc1/fc2 24->40, SiLU, fc3 40->24"),
     "block": ("block", 2, 7, 16, 4, 8, False, 0, "TransformerBlock(emb 16, 4 heads, ctx 8), T 7 < ctx"),
     "block_qkv_bias": ("block", 3, 5, 24, 3, 5, True, 0,
                        "TransformerBlock(emb 24, 3 heads of 8, ctx 5, qkv_bias), T == ctx"),
@@ -263,12 +303,14 @@ GRAPH_CASES = {
 
 
 def perturb_norms(module):
-    """Non-trivial LayerNorm weights, so scale and shift are really tested."""
+    """Non-trivial norm weights, so scale and shift are really tested."""
     with torch.no_grad():
         for m in module.modules():
             if isinstance(m, LayerNorm):
                 m.scale.copy_(1 + 0.5 * torch.randn_like(m.scale))
                 m.shift.copy_(0.5 * torch.randn_like(m.shift))
+            elif isinstance(m, RMSNorm):
+                m.weight.copy_(1 + 0.5 * torch.randn_like(m.weight))
 
 
 def make_graph_case(name, kind, b, T, emb, heads, ctx, qkv_bias, n_layers):
@@ -280,6 +322,8 @@ def make_graph_case(name, kind, b, T, emb, heads, ctx, qkv_bias, n_layers):
         module = GELU()
     elif kind == "feedforward":
         module = FeedForward(emb)
+    elif kind == "llama_ff":
+        module = LlamaFeedForwardHalf(emb, 40)
     elif kind == "block":
         module = TransformerBlock(emb, ctx, heads, qkv_bias)
     else:  # named like GPTModel.trf_blocks
