@@ -131,13 +131,23 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   size_t mm_scratch =
       std::max(qkv_proj_->scratch_bytes(), out_proj_->scratch_bytes());
   Workspace workspace;
-  workspace.Add(&w_qkv_, qkv_proj_->packed_weights_bytes());
+  // The model's packed weights where the layouts agree.
+  const AttentionOp* shared = m_->packed.get();
+  if (shared && !cache_ && qkv_proj_->SharesPackedWeights(*shared->qkv_proj_)) {
+    qkv_weights_ = shared->qkv_weights_;
+  } else {
+    workspace.Add(&w_qkv_, qkv_proj_->packed_weights_bytes());
+  }
+  if (shared && out_proj_->SharesPackedWeights(*shared->out_proj_)) {
+    out_weights_ = shared->out_weights_;
+  } else {
+    workspace.Add(&w_out_, out_proj_->packed_weights_bytes());
+  }
   if (kv_proj_) {
     workspace.Add(&w_k_, kv_proj_->packed_weights_bytes());
     workspace.Add(&w_v_, kv_proj_->packed_weights_bytes());
     mm_scratch = std::max(mm_scratch, kv_proj_->scratch_bytes());
   }
-  workspace.Add(&w_out_, out_proj_->packed_weights_bytes());
   workspace.Add(&b_qkv_, m_->b_qkv.size() * sizeof(float));
   workspace.Add(&b_out_, m_->b_out.size() * sizeof(float));
   buffer_bytes_[kInputLow] = type == DataType::kBF16 ? rows * d_in * elem : 0;
@@ -156,20 +166,25 @@ Status AttentionOp::PackWeights() {
   // w_qkv[(g * D + j) * d_in + i]; W_out^T likewise.
   const std::vector<int64_t> strides = {D * d_in, 1, d_in};
   const float* w = m_->w_qkv.data();
-  if (!cache_) {
+  if (!cache_ && !qkv_weights_) {
     ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(
         {{3 * H_, d_in, D}, strides, DataType::kF32}, w, w_qkv_.data()));
-  } else {
+    qkv_weights_ = w_qkv_.data();
+  } else if (cache_) {
     const Operand heads{{H_, d_in, D}, strides, DataType::kF32};
     const auto plane = static_cast<size_t>(d_out * d_in);
     ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(heads, w, w_qkv_.data()));
     ATTN_RETURN_IF_ERROR(kv_proj_->PackWeights(heads, w + plane, w_k_.data()));
     ATTN_RETURN_IF_ERROR(
         kv_proj_->PackWeights(heads, w + 2 * plane, w_v_.data()));
+    qkv_weights_ = w_qkv_.data();
   }
-  ATTN_RETURN_IF_ERROR(
-      out_proj_->PackWeights({{d_out, d_out}, {1, d_out}, DataType::kF32},
-                             m_->w_out.data(), w_out_.data()));
+  if (!out_weights_) {
+    ATTN_RETURN_IF_ERROR(
+        out_proj_->PackWeights({{d_out, d_out}, {1, d_out}, DataType::kF32},
+                               m_->w_out.data(), w_out_.data()));
+    out_weights_ = w_out_.data();
+  }
   if (!m_->b_qkv.empty()) {
     std::memcpy(b_qkv_.data(), m_->b_qkv.data(), b_qkv_.size());
   }
@@ -212,7 +227,7 @@ void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
   core_->Run(in, buffers[kContext], buffers[kCoreScratch],
              threads.num_threads());
   // ctx: [B*T, d_out] -> y: [B*T, d_out].
-  out_proj_->Run(buffers[kContext], w_out_.data(), b_out_.data(), y,
+  out_proj_->Run(buffers[kContext], out_weights_, b_out_.data(), y,
                  buffers[kProjScratch], threads.num_threads());
 }
 
@@ -225,7 +240,7 @@ void AttentionOp::Project(const float* x, const int64_t* cache_seqs,
     src = buffers[kInputLow];
   }
   if (!cache_) {
-    qkv_proj_->Run(src, w_qkv_.data(), b_qkv_.data(), buffers[kQkv],
+    qkv_proj_->Run(src, qkv_weights_, b_qkv_.data(), buffers[kQkv],
                    buffers[kProjScratch], threads);
     return;
   }
@@ -239,7 +254,7 @@ void AttentionOp::Project(const float* x, const int64_t* cache_seqs,
     const float* xi = x + i * T * d_in;
     float* q = static_cast<float*>(buffers[kQkv]) + i * T * D_;
     const int64_t at = cache_seqs[i] * cache_->batch_stride;
-    q_calls_.push_back({xi, w_qkv_.data(), b, q});
+    q_calls_.push_back({xi, qkv_weights_, b, q});
     kv_calls_.push_back({xi, w_k_.data(), b ? b + C : nullptr, cache_->k + at});
     kv_calls_.push_back(
         {xi, w_v_.data(), b ? b + 2 * C : nullptr, cache_->v + at});

@@ -66,8 +66,10 @@ class AttentionOp {
   // are the planes [3, H, batch * seq_len, D] of one fused projection in
   // kQkv. With it (fp32 only), each sequence's K and V are projected
   // straight into rows [0, seq_len) of its cache sequence and the core
-  // reads them there. The packed weights are checked against the model's
-  // cap with `held` bytes already held; a failure names `what`.
+  // reads them there. The op runs on the model's packed weights
+  // (MhaModelData::packed) where its matmuls lay them out alike, else packs
+  // its own, checked against the model's cap with `held` bytes already
+  // held; a failure names `what`.
   static Result<std::unique_ptr<AttentionOp>> Create(
       const MhaModelData& m, kernels::DataType type, int64_t batch,
       int64_t seq_len, const KvCache* cache, int num_threads, uint64_t held,
@@ -136,6 +138,9 @@ class AttentionOp {
   // Packed weights (with a cache: W_query, then W_key and W_value each
   // packed for kv_proj_) and the biases.
   AlignedBuffer w_qkv_, w_k_, w_v_, b_qkv_, w_out_, b_out_;
+  // What the projections run on: w_qkv_ and w_out_, or the model's.
+  const void* qkv_weights_ = nullptr;
+  const void* out_weights_ = nullptr;
   std::array<size_t, kNumBuffers> buffer_bytes_{};
   // Steps only, which hold their buffers: qkv rows, ctx, scratch,
   // [rows, H, Dp] zero-padded q rows, and the decode kernel's rows.

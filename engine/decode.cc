@@ -58,9 +58,7 @@ struct MhaDecoder::Impl {
 
   // Bytes the weights, the cache and the decode buffers hold.
   uint64_t HeldBytes() const {
-    const uint64_t weights = 4 * (m->w_qkv.size() + m->b_qkv.size() +
-                                  m->w_out.size() + m->b_out.size());
-    return AddSat(AddSat(weights, k_cache.size() + v_cache.size()),
+    return AddSat(AddSat(MhaModelBytes(*m), k_cache.size() + v_cache.size()),
                   partials.size() + (step ? step->bytes() : 0));
   }
   Result<std::unique_ptr<AttentionOp>> MakeStep(int64_t rows) const;

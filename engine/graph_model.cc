@@ -371,7 +371,8 @@ Status BindLayers(const SafetensorsFile& file, const GraphOptions& options,
   return {};
 }
 
-// Packs every layer's linear weights once, for a run of kPackedRows rows,
+// Packs every layer's linear weights once, for a run of kMatMulPackedRows
+// rows,
 // with `held` bytes (the weights as loaded) already held.
 Status PackLinearWeights(graph::LoadedGraph& m, uint64_t held,
                          const std::string& source) {
@@ -382,8 +383,9 @@ Status PackLinearWeights(graph::LoadedGraph& m, uint64_t held,
   Workspace workspace;
   for (size_t k = 0; k < p.steps.size(); ++k) {
     if (p.steps[k].op != Op::kLinear) continue;
-    ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm,
-                          graph::LinearMatMul(m, k, graph::kPackedRows));
+    ATTN_ASSIGN_OR_RETURN(
+        kernels::MatMul mm,
+        graph::LinearMatMul(m, k, kernels::kMatMulPackedRows));
     for (auto& layer : m.packed) {
       workspace.Add(&layer[k], mm.packed_weights_bytes());
     }

@@ -36,18 +36,13 @@ struct LoadedGraph {
   uint64_t max_memory_bytes = 0;         // resolved: never 0
   std::vector<kernels::DataType> types;  // per program tensor (TensorTypes)
   // The linears' weights, packed once at load in the layout of a run of
-  // kPackedRows rows, which every long enough run shares: per step the
-  // matmul that chose it (linear steps only), per layer and step the packed
-  // weights. A session whose matmul lays weights out otherwise
+  // kernels::kMatMulPackedRows rows, which every long enough run shares: per
+  // step the matmul that chose it (linear steps only), per layer and step the
+  // packed weights. A session whose matmul lays weights out otherwise
   // (MatMul::SharesPackedWeights) packs its own.
   std::vector<std::optional<kernels::MatMul>> packed_layout;
   std::vector<std::vector<AlignedBuffer>> packed;  // [layer][step]
 };
-
-// Rows (batch x seq_len) of the run whose layout the model packs for: from
-// this many on, a matmul's tiles, and so its layout, no longer depend on the
-// row count (kernels/matmul.h).
-constexpr int64_t kPackedRows = 4096;
 
 // Per program tensor, how it is stored. With bf16, a tensor that a linear
 // writes and only linears read (as their src) is bf16; every other tensor

@@ -147,6 +147,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
                        std::to_string(c.d_in) + ", d_out " +
                        std::to_string(c.d_out) + ")");
   }
+  ATTN_RETURN_IF_ERROR(PackMhaWeights(*impl));
   return std::shared_ptr<const MhaModel>(new MhaModel(std::move(impl)));
 }
 
@@ -281,11 +282,26 @@ Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
   return CheckMemory(
       run_what,
       AddSat(AddSat(MulSat(AddSat(activations, packed), elem), core_scratch),
-             WeightBytes(c)),
+             MhaModelBytes(m)),
       m.max_memory_bytes);
 }
 
 }  // namespace
+
+Status PackMhaWeights(MhaModelData& m) {
+  const DataType type =
+      m.dtype == DType::kBF16 ? DataType::kBF16 : DataType::kF32;
+  ATTN_ASSIGN_OR_RETURN(
+      m.packed,
+      AttentionOp::Create(m, type, kernels::kMatMulPackedRows, 1, nullptr,
+                          m.num_threads, WeightBytes(m.config),
+                          "the model's packed weights"));
+  return {};
+}
+
+uint64_t MhaModelBytes(const MhaModelData& m) {
+  return AddSat(WeightBytes(m.config), m.packed ? m.packed->bytes() : 0);
+}
 
 Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,
                                                 int64_t batch, int64_t seq_len,
@@ -310,11 +326,12 @@ Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
   const std::string run_what = "a run of batch " + std::to_string(batch) +
                                " x seq_len " + std::to_string(seq_len);
   auto plan = std::make_unique<Plan>();
-  ATTN_ASSIGN_OR_RETURN(
-      plan->op, PlanMhaRun(m, batch, seq_len, WeightBytes(m.config), run_what));
-  ATTN_RETURN_IF_ERROR(plan->buffers.Allocate(
-      *plan->op, AddSat(WeightBytes(m.config), plan->op->bytes()),
-      m.max_memory_bytes, run_what));
+  const uint64_t held = MhaModelBytes(m);
+  ATTN_ASSIGN_OR_RETURN(plan->op,
+                        PlanMhaRun(m, batch, seq_len, held, run_what));
+  ATTN_RETURN_IF_ERROR(plan->buffers.Allocate(*plan->op,
+                                              AddSat(held, plan->op->bytes()),
+                                              m.max_memory_bytes, run_what));
   plan_ = std::move(plan);
   return {};
 }

@@ -23,7 +23,17 @@ struct MhaModelData {
   // W_query, W_key, W_value stacked: [3 * d_out, d_in]; their biases
   // stacked: [3 * d_out] (empty without qkv_bias). out_proj as in PyTorch.
   std::vector<float> w_qkv, b_qkv, w_out, b_out;
+  // The projections' weights packed once, at load: an operator planned for
+  // kernels::kMatMulPackedRows rows, whose packed weights every operator
+  // that lays them out alike runs on (AttentionOp::Create). Null in models
+  // made without it.
+  std::shared_ptr<const AttentionOp> packed;
 };
+
+// Plans `m.packed`, with the model's weights already held.
+Status PackMhaWeights(MhaModelData& m);
+// Bytes the model holds: its weights and their packed copy.
+uint64_t MhaModelBytes(const MhaModelData& m);
 
 struct MhaModel::Impl : MhaModelData {};
 

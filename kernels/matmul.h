@@ -59,6 +59,11 @@ constexpr int64_t kMatMulColumnTile = 256;
 constexpr int64_t kMatMulNarrowTile = 64;
 constexpr int64_t kMatMulTileWork = kMatMulRowTile * kMatMulColumnTile;
 constexpr int64_t kMatMulMinRows = 64;
+// The row count whose weight packing a model keeps for all its runs: the
+// tiles, and so the packed layout, of every kTeam product of at least this
+// many rows and 8 or more columns are the same (MatMul::SharesPackedWeights
+// tells for sure).
+constexpr int64_t kMatMulPackedRows = 4096;
 
 class MatMul {
  public:

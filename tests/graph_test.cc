@@ -202,7 +202,7 @@ TEST(GraphGoldenTest, SessionsNeverReadTheWeightsFileAgain) {
   test::ExpectAllClose(g.expected, before.data(), g.tolerance, "owned");
 }
 
-// A run of at least kPackedRows rows runs its linears on the weights the
+// A run of at least kMatMulPackedRows rows runs its linears on the weights the
 // model packed at load (tests/matmul_test.cc: every such run lays them out
 // alike); it agrees with the golden case row by row.
 TEST(GraphGoldenTest, LongRunsShareTheModelsPackedWeights) {

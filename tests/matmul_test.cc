@@ -136,9 +136,9 @@ TEST(MatMulWorkerTest, StridedWeightsMatchReference) {
   test::ExpectAllClose(Reference(p, d), y.data(), 1e-4, "worker");
 }
 
-// From kMatMulWideRows rows on a tile spans every column and has the rows
-// kMatMulTileWork / N asks, so every long enough product packs its weights
-// alike (what a model packing once relies on); other widths or types do not.
+// From kMatMulPackedRows rows on, a tile spans every column and has the
+// rows kMatMulTileWork / N asks, so every such product packs its weights
+// alike (what a model packing once relies on); other shapes do not.
 TEST(MatMulPackingTest, LongProductsShareOnePacking) {
   auto make = [](int64_t M, int64_t K, int64_t N, DataType type) {
     Result<MatMul> mm =
@@ -149,12 +149,13 @@ TEST(MatMulPackingTest, LongProductsShareOnePacking) {
   };
   for (const int64_t N : {16, 96, 768}) {
     SCOPED_TRACE(N);
-    const MatMul base = make(4096, 64, N, DataType::kF32);
+    const int64_t M = kMatMulPackedRows;
+    const MatMul base = make(M, 64, N, DataType::kF32);
     EXPECT_TRUE(
-        base.SharesPackedWeights(make(4096 * 3 + 13, 64, N, DataType::kF32)));
+        base.SharesPackedWeights(make(M * 3 + 13, 64, N, DataType::kF32)));
     EXPECT_FALSE(
-        base.SharesPackedWeights(make(4096, 64, N + 16, DataType::kF32)));
-    EXPECT_FALSE(base.SharesPackedWeights(make(4096, 80, N, DataType::kF32)));
+        base.SharesPackedWeights(make(M, 64, N + 16, DataType::kF32)));
+    EXPECT_FALSE(base.SharesPackedWeights(make(M, 80, N, DataType::kF32)));
   }
   // Weights given with strides are not packed: nothing to share.
   Result<MatMul> strided = MatMul::Create(

@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "engine/attention_op.h"
+#include "engine/mha_model.h"
+#include "kernels/matmul.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"
 
@@ -210,6 +213,37 @@ TEST(MhaTest, MalformedThreadEnvironmentIsAnError) {
   ASSERT_TRUE(model.ok());
   EXPECT_EQ((*model)->num_threads(), 3);
   unsetenv("ATTN_NUM_THREADS");
+}
+
+// A run of kMatMulPackedRows rows runs on the weights its model packed at
+// load, holding no packed copy of its own (only the biases), and gives the
+// same bits as an operator that packs its own.
+TEST(MhaTest, LongRunsShareTheModelsPackedWeights) {
+  std::mt19937 rng(23);
+  const int64_t E = 32, H = 4, B = 64, T = kernels::kMatMulPackedRows / 64;
+  MhaModelData m;
+  m.config = {E, E, H, T, true, 0.0f};
+  m.num_threads = 2;
+  m.max_memory_bytes = uint64_t{1} << 40;
+  m.w_qkv = test::RandomVector(rng, 3 * E * E, -0.3f, 0.3f);
+  m.b_qkv = test::RandomVector(rng, 3 * E, -0.3f, 0.3f);
+  m.w_out = test::RandomVector(rng, E * E, -0.3f, 0.3f);
+  m.b_out = test::RandomVector(rng, E, -0.3f, 0.3f);
+  auto own = PlanMhaRun(m, B, T, 0, "own");
+  ASSERT_TRUE(PackMhaWeights(m).ok());
+  auto shared = PlanMhaRun(m, B, T, 0, "shared");
+  ASSERT_TRUE(own.ok() && shared.ok());
+  EXPECT_EQ((*shared)->bytes(), (3 * E + E) * sizeof(float));
+  EXPECT_GE((*own)->bytes(), (*shared)->bytes() + 4 * E * E * sizeof(float));
+  const auto x = test::RandomVector(rng, B * T * E, -1.f, 1.f);
+  std::vector<float> y_own(x.size()), y_shared(x.size());
+  for (auto [op, y] :
+       {std::pair{own->get(), &y_own}, std::pair{shared->get(), &y_shared}}) {
+    OwnedBuffers buffers;
+    ASSERT_TRUE(buffers.Allocate(*op, 0, m.max_memory_bytes, "test").ok());
+    op->Forward(x.data(), nullptr, y->data(), buffers.pointers());
+  }
+  EXPECT_EQ(y_own, y_shared);
 }
 
 }  // namespace
