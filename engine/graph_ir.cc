@@ -37,7 +37,9 @@ const std::vector<OpSpec>& Specs() {
        {"W_query.weight", "W_key.weight", "W_value.weight", "out_proj.weight",
         "out_proj.bias"},
        {"W_query.bias", "W_key.bias", "W_value.bias", "mask"},
-       {"num_heads", "context_length", "dropout"}},
+       {"num_heads", "context_length", "dropout", "num_kv_heads",
+        "sliding_window", "rope_theta", "rope_factor", "rope_low_freq_factor",
+        "rope_high_freq_factor", "rope_original_context_length"}},
       {Op::kLayerNorm, "layernorm", 1, {"scale", "shift"}, {}, {"eps"}},
       {Op::kRmsNorm, "rmsnorm", 1, {"weight"}, {}, {"eps"}},
       {Op::kGelu, "gelu", 1, {}, {}, {"approximate"}},
@@ -99,10 +101,25 @@ Status Probability(const json& value, const std::string& what) {
 
 Status ParseAttribute(Node& node, const std::string& key, const json& value) {
   const std::string what = node.Describe() + ": attribute '" + key + "'";
-  if (key == "num_heads" || key == "context_length") {
-    Result<int64_t> n = PositiveInt(value, what);
-    if (!n.ok()) return n.status();
-    (key == "num_heads" ? node.num_heads : node.context_length) = *n;
+  const std::map<std::string, int64_t*> counts = {
+      {"num_heads", &node.num_heads},
+      {"context_length", &node.context_length},
+      {"num_kv_heads", &node.num_kv_heads},
+      {"sliding_window", &node.sliding_window},
+      {"rope_original_context_length", &node.rope.original_context_length}};
+  const std::map<std::string, double*> numbers = {
+      {"rope_theta", &node.rope.theta},
+      {"rope_factor", &node.rope.factor},
+      {"rope_low_freq_factor", &node.rope.low_freq_factor},
+      {"rope_high_freq_factor", &node.rope.high_freq_factor}};
+  if (counts.count(key)) {
+    ATTN_ASSIGN_OR_RETURN(*counts.at(key), PositiveInt(value, what));
+  } else if (numbers.count(key)) {
+    if (!value.is_number() || !(value.get<double>() > 0.0)) {
+      return InvalidArgument(what + " is " + Got(value) +
+                             ", want a positive number");
+    }
+    *numbers.at(key) = value.get<double>();
   } else if (key == "eps") {
     if (!value.is_number() || !(value.get<double>() > 0.0)) {
       return InvalidArgument(what + " is " + Got(value) +

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "attn/attn.hpp"
 #include "attn/status.hpp"
 
 namespace attn::graph {
@@ -33,8 +34,10 @@ struct Node {
   std::vector<std::string> inputs, outputs;
   // Role (the op's own state_dict name, e.g. "weight") -> name in the file.
   std::vector<std::pair<std::string, std::string>> weights;
-  int64_t num_heads = 0, context_length = 0;  // mha; 0 = not given
-  float eps = 1e-5f;                          // layernorm, rmsnorm
+  int64_t num_heads = 0, context_length = 0;     // mha; 0 = not given
+  int64_t num_kv_heads = 0, sliding_window = 0;  // mha; 0 = not given
+  RopeConfig rope;                               // mha; theta 0 = not given
+  float eps = 1e-5f;                             // layernorm, rmsnorm
 
   // The file's name for `role`, or null when the node does not name one.
   const std::string* Weight(const std::string& role) const;

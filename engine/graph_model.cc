@@ -16,6 +16,7 @@
 #include "attn/safetensors.hpp"
 #include "engine/graph_ir.h"
 #include "engine/limits.h"
+#include "engine/mha_model.h"
 #include "engine/model_config.h"
 #include "engine/threads.h"
 
@@ -241,24 +242,34 @@ class Binder {
     ATTN_ASSIGN_OR_RETURN(
         const AttentionDims dims,
         ResolveAttentionDims(
-            file_, {options_.num_heads, options_.context_length},
-            {node.num_heads, node.context_length},
+            file_, DimsOf(options_),
+            {node.num_heads, node.context_length, node.num_kv_heads, node.rope,
+             node.sliding_window},
             mask ? prefix_ + *mask : std::string(), node.Describe() + ": "));
     config.num_heads = dims.num_heads;
     config.context_length = dims.context_length;
+    config.num_kv_heads = dims.num_kv_heads;
+    config.rope = dims.rope;
+    config.sliding_window = dims.sliding_window;
+    if (config.num_kv_heads == 0) {
+      const std::string* w_key = node.Weight("W_key.weight");
+      config.num_kv_heads =
+          KvHeadsOfShape(file_.Find(prefix_ + *w_key), config);
+    }
 
     std::vector<float> wq, wk, wv, bq, bk, bv, wo, bo;
     const std::vector<int64_t> proj = {d_out, d_in};
+    const std::vector<int64_t> kv_proj = {KvDim(config), d_in};
     ATTN_RETURN_IF_ERROR(Read(node, "W_query.weight", proj, wq));
-    ATTN_RETURN_IF_ERROR(Read(node, "W_key.weight", proj, wk));
-    ATTN_RETURN_IF_ERROR(Read(node, "W_value.weight", proj, wv));
+    ATTN_RETURN_IF_ERROR(Read(node, "W_key.weight", kv_proj, wk));
+    ATTN_RETURN_IF_ERROR(Read(node, "W_value.weight", kv_proj, wv));
     ATTN_RETURN_IF_ERROR(Read(node, "out_proj.weight", {d_out, d_out}, wo));
     ATTN_RETURN_IF_ERROR(Read(node, "out_proj.bias", {d_out}, bo));
     MhaWeights weights;
     if (config.qkv_bias) {
       ATTN_RETURN_IF_ERROR(Read(node, "W_query.bias", {d_out}, bq));
-      ATTN_RETURN_IF_ERROR(Read(node, "W_key.bias", {d_out}, bk));
-      ATTN_RETURN_IF_ERROR(Read(node, "W_value.bias", {d_out}, bv));
+      ATTN_RETURN_IF_ERROR(Read(node, "W_key.bias", {KvDim(config)}, bk));
+      ATTN_RETURN_IF_ERROR(Read(node, "W_value.bias", {KvDim(config)}, bv));
       weights.b_query = bq.data();
       weights.b_key = bk.data();
       weights.b_value = bv.data();

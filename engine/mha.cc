@@ -62,8 +62,9 @@ Status CheckDims(const MhaConfig& c) {
 uint64_t WeightBytes(const MhaConfig& c) {
   const auto in = static_cast<uint64_t>(c.d_in);
   const auto out = static_cast<uint64_t>(c.d_out);
-  uint64_t floats = AddSat(MulSat(3 * out, in), MulSat(out, out));
-  floats = AddSat(floats, (c.qkv_bias ? 4 : 1) * out);
+  const uint64_t qkv = out + 2 * static_cast<uint64_t>(KvDim(c));
+  uint64_t floats = AddSat(MulSat(qkv, in), MulSat(out, out));
+  floats = AddSat(floats, (c.qkv_bias ? qkv : 0) + out);
   return MulSat(floats, sizeof(float));
 }
 
@@ -99,7 +100,17 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
   c = config;
   if (options.num_heads != 0) c.num_heads = options.num_heads;
   if (options.context_length != 0) c.context_length = options.context_length;
+  if (options.num_kv_heads != 0) c.num_kv_heads = options.num_kv_heads;
+  if (options.rope.theta != 0.0) c.rope = options.rope;
+  if (options.sliding_window != 0) c.sliding_window = options.sliding_window;
   ATTN_RETURN_IF_ERROR(CheckDims(c));
+  if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
+  ATTN_RETURN_IF_ERROR(CheckAttentionVariant(c));
+  if (c.num_kv_heads != c.num_heads || c.rope.theta != 0.0 ||
+      c.sliding_window != 0) {
+    return Unsupported("grouped K/V heads, rotary embeddings and sliding "
+                       "windows are parsed but do not run yet");
+  }
   if (!w.w_query || !w.w_key || !w.w_value || !w.w_out || !w.b_out) {
     return InvalidArgument(
         "weights: W_query, W_key, W_value, out_proj weight and bias are "
@@ -127,18 +138,20 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
 
   const auto in = static_cast<size_t>(c.d_in);
   const auto out = static_cast<size_t>(c.d_out);
+  const auto kv = static_cast<size_t>(KvDim(c));
   try {
-    impl->w_qkv.resize(3 * out * in);
-    std::memcpy(impl->w_qkv.data(), w.w_query, out * in * sizeof(float));
-    std::memcpy(impl->w_qkv.data() + out * in, w.w_key,
-                out * in * sizeof(float));
-    std::memcpy(impl->w_qkv.data() + 2 * out * in, w.w_value,
-                out * in * sizeof(float));
+    // [W_query; W_key; W_value], each [rows, d_in]; their biases likewise.
+    impl->w_qkv.resize((out + 2 * kv) * in);
+    float* rows = impl->w_qkv.data();
+    std::memcpy(rows, w.w_query, out * in * sizeof(float));
+    std::memcpy(rows + out * in, w.w_key, kv * in * sizeof(float));
+    std::memcpy(rows + (out + kv) * in, w.w_value, kv * in * sizeof(float));
     if (c.qkv_bias) {
-      impl->b_qkv.resize(3 * out);
-      std::memcpy(impl->b_qkv.data(), w.b_query, out * sizeof(float));
-      std::memcpy(impl->b_qkv.data() + out, w.b_key, out * sizeof(float));
-      std::memcpy(impl->b_qkv.data() + 2 * out, w.b_value, out * sizeof(float));
+      impl->b_qkv.resize(out + 2 * kv);
+      float* b = impl->b_qkv.data();
+      std::memcpy(b, w.b_query, out * sizeof(float));
+      std::memcpy(b + out, w.b_key, kv * sizeof(float));
+      std::memcpy(b + out + kv, w.b_value, kv * sizeof(float));
     }
     impl->w_out.assign(w.w_out, w.w_out + out * out);
     impl->b_out.assign(w.b_out, w.b_out + out);
@@ -175,24 +188,31 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
 
   ATTN_ASSIGN_OR_RETURN(
       const AttentionDims dims,
-      ResolveAttentionDims(file, {options.num_heads, options.context_length},
-                           {}, "mask", ""));
+      ResolveAttentionDims(file, DimsOf(options), {}, "mask", ""));
   config.num_heads = dims.num_heads;
   config.context_length = dims.context_length;
+  config.num_kv_heads = dims.num_kv_heads;
+  config.rope = dims.rope;
+  config.sliding_window = dims.sliding_window;
+  if (config.num_kv_heads == 0) {
+    config.num_kv_heads = KvHeadsOfShape(file.Find("W_key.weight"), config);
+  }
 
   const std::vector<int64_t> proj = {config.d_out, config.d_in};
+  const std::vector<int64_t> kv_proj = {KvDim(config), config.d_in};
   const std::vector<int64_t> square = {config.d_out, config.d_out};
   const std::vector<int64_t> vec = {config.d_out};
+  const std::vector<int64_t> kv_vec = {KvDim(config)};
   std::vector<std::pair<const char*, std::vector<int64_t>>> wanted = {
       {"W_query.weight", proj},
-      {"W_key.weight", proj},
-      {"W_value.weight", proj},
+      {"W_key.weight", kv_proj},
+      {"W_value.weight", kv_proj},
       {"out_proj.weight", square},
       {"out_proj.bias", vec}};
   if (config.qkv_bias) {
-    wanted.insert(
-        wanted.end(),
-        {{"W_query.bias", vec}, {"W_key.bias", vec}, {"W_value.bias", vec}});
+    wanted.insert(wanted.end(), {{"W_query.bias", vec},
+                                 {"W_key.bias", kv_vec},
+                                 {"W_value.bias", kv_vec}});
   }
   // Reading copies the weights once, then Create copies them again.
   ATTN_RETURN_IF_ERROR(CheckMemory("loading the weights of '" + path + "'",
@@ -215,8 +235,9 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
     w.b_key = values[6].data();
     w.b_value = values[7].data();
   }
-  MhaOptions rest = options;
-  rest.num_heads = 0;  // already folded into config
+  MhaOptions rest = options;  // the attention's fields are in config
+  rest.num_heads = rest.num_kv_heads = rest.sliding_window = 0;
+  rest.rope = {};
   return Create(config, w, rest);
 }
 

@@ -30,6 +30,17 @@ struct MhaModelData {
   std::shared_ptr<const AttentionOp> packed;
 };
 
+// K/V heads of `c` (num_heads while not set) and their width (d_out
+// without grouping, so that a d_out not divisible by num_heads is reported
+// as such).
+inline int64_t KvHeads(const MhaConfig& c) {
+  return c.num_kv_heads ? c.num_kv_heads : c.num_heads;
+}
+inline int64_t KvDim(const MhaConfig& c) {
+  return KvHeads(c) == c.num_heads ? c.d_out
+                                   : KvHeads(c) * (c.d_out / c.num_heads);
+}
+
 // Plans `m.packed`, with the model's weights already held.
 Status PackMhaWeights(MhaModelData& m);
 // Bytes the model holds: its weights and their packed copy.

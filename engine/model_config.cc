@@ -1,5 +1,9 @@
 #include "engine/model_config.h"
 
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
 #include "kernels/matmul.h"
 
 namespace attn {
@@ -22,6 +26,40 @@ Result<int64_t> MetadataCount(const SafetensorsFile& file,
   }
   return value;
 }
+
+namespace {
+
+// Metadata value `key` of `file` as a positive finite number; 0 when absent.
+Result<double> MetadataNumber(const SafetensorsFile& file,
+                              const std::string& key) {
+  const auto it = file.metadata().find(key);
+  if (it == file.metadata().end()) return 0.0;
+  const std::string& text = it->second;
+  char* end = nullptr;
+  const double value = text.empty() || std::isspace(text[0])
+                           ? 0.0
+                           : std::strtod(text.c_str(), &end);
+  if (!end || *end != '\0' || !std::isfinite(value) || !(value > 0.0)) {
+    return InvalidArgument("metadata '" + key + "' of '" + file.path() +
+                           "' is '" + text + "', want a positive number");
+  }
+  return value;
+}
+
+Result<RopeConfig> MetadataRope(const SafetensorsFile& file) {
+  RopeConfig rope;
+  ATTN_ASSIGN_OR_RETURN(rope.theta, MetadataNumber(file, "rope_theta"));
+  ATTN_ASSIGN_OR_RETURN(rope.factor, MetadataNumber(file, "rope_factor"));
+  ATTN_ASSIGN_OR_RETURN(rope.low_freq_factor,
+                        MetadataNumber(file, "rope_low_freq_factor"));
+  ATTN_ASSIGN_OR_RETURN(rope.high_freq_factor,
+                        MetadataNumber(file, "rope_high_freq_factor"));
+  ATTN_ASSIGN_OR_RETURN(rope.original_context_length,
+                        MetadataCount(file, "rope_original_context_length"));
+  return rope;
+}
+
+}  // namespace
 
 Result<AttentionDims> ResolveAttentionDims(const SafetensorsFile& file,
                                            const AttentionDims& option,
@@ -52,7 +90,34 @@ Result<AttentionDims> ResolveAttentionDims(const SafetensorsFile& file,
       mask->shape[0] == mask->shape[1]) {
     dims.context_length = mask->shape[0];
   }
+  ATTN_ASSIGN_OR_RETURN(const int64_t kv_heads,
+                        MetadataCount(file, "num_kv_heads"));
+  dims.num_kv_heads =
+      first(option.num_kv_heads, attribute.num_kv_heads, kv_heads);
+  ATTN_ASSIGN_OR_RETURN(const int64_t window,
+                        MetadataCount(file, "sliding_window"));
+  dims.sliding_window =
+      first(option.sliding_window, attribute.sliding_window, window);
+  ATTN_ASSIGN_OR_RETURN(const RopeConfig rope, MetadataRope(file));
+  dims.rope = option.rope.theta      ? option.rope
+              : attribute.rope.theta ? attribute.rope
+                                     : rope;
   return dims;
+}
+
+AttentionDims DimsOf(const ModelOptions& options) {
+  return {options.num_heads, options.context_length, options.num_kv_heads,
+          options.rope, options.sliding_window};
+}
+
+int64_t KvHeadsOfShape(const TensorInfo* w_key, const MhaConfig& c) {
+  if (!w_key || w_key->shape.size() != 2 || c.num_heads <= 0 ||
+      c.d_out % c.num_heads != 0) {
+    return c.num_heads;
+  }
+  const int64_t head_dim = c.d_out / c.num_heads;
+  const int64_t rows = w_key->shape[0];
+  return rows > 0 && rows % head_dim == 0 ? rows / head_dim : c.num_heads;
 }
 
 Status CheckDTypeSupported(DType dtype) {
@@ -60,6 +125,44 @@ Status CheckDTypeSupported(DType dtype) {
     return Unsupported(std::string("dtype bf16 needs a CPU with AVX512_BF16 "
                                    "(oneDNN reports ") +
                        kernels::MatMulIsaName() + "); use f32");
+  }
+  return {};
+}
+
+Status CheckAttentionVariant(const MhaConfig& c) {
+  const std::string heads = std::to_string(c.num_heads);
+  if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0) {
+    return InvalidArgument("num_kv_heads is " + std::to_string(c.num_kv_heads) +
+                           ", want a divisor of num_heads " + heads);
+  }
+  if (c.sliding_window < 0) {
+    return InvalidArgument("sliding_window is " +
+                           std::to_string(c.sliding_window) +
+                           ", want a positive window (or 0 for none)");
+  }
+  const RopeConfig& r = c.rope;
+  if (r.theta == 0.0) return {};
+  const int64_t head_dim = c.d_out / c.num_heads;
+  if (!(r.theta > 1.0) || !std::isfinite(r.theta)) {
+    return InvalidArgument("rope_theta is " + std::to_string(r.theta) +
+                           ", want a finite number above 1");
+  }
+  if (head_dim % 2 != 0) {
+    return InvalidArgument("rotary embeddings need an even head_dim, got " +
+                           std::to_string(head_dim) + " (d_out / num_heads)");
+  }
+  const bool scaled = r.factor != 0.0;
+  if (scaled &&
+      !(std::isfinite(r.factor) && r.factor >= 1.0 && r.low_freq_factor > 0.0 &&
+        r.high_freq_factor > r.low_freq_factor &&
+        std::isfinite(r.high_freq_factor) && r.original_context_length > 0)) {
+    return InvalidArgument(
+        "rope scaling is factor " + std::to_string(r.factor) +
+        ", low_freq_factor " + std::to_string(r.low_freq_factor) +
+        ", high_freq_factor " + std::to_string(r.high_freq_factor) +
+        ", original_context_length " +
+        std::to_string(r.original_context_length) +
+        ", want factor >= 1, 0 < low < high and a positive length");
   }
   return {};
 }

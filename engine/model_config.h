@@ -21,20 +21,37 @@ Result<int64_t> MetadataCount(const SafetensorsFile& file,
 struct AttentionDims {
   int64_t num_heads = 0;
   int64_t context_length = 0;  // 0: no limit
+  int64_t num_kv_heads = 0;    // 0: from the weights' shapes
+  RopeConfig rope;             // theta 0: none
+  int64_t sliding_window = 0;  // 0: none
 };
 
 // Each field from the first that sets it: `option` (the user's), `attribute`
-// (a graph node's; zeros for the MHA), the metadata of `file`; the context
+// (a graph node's; zeros for the MHA), the metadata of `file` (the field's
+// name, the rope fields as "rope_theta", "rope_factor", ...); the context
 // length last from the book's square causal buffer `mask_name` when the file
-// holds one. Heads given nowhere is an error starting with `who`.
+// holds one. The rope fields come together from one source. Heads given
+// nowhere is an error starting with `who`.
 Result<AttentionDims> ResolveAttentionDims(const SafetensorsFile& file,
                                            const AttentionDims& option,
                                            const AttentionDims& attribute,
                                            const std::string& mask_name,
                                            const std::string& who);
 
+// The fields of AttentionDims that `options` sets.
+AttentionDims DimsOf(const ModelOptions& options);
+
+// The K/V heads of `c` that weight `w_key` gives: its rows over head_dim
+// when whole heads, else num_heads (and reading W_key names the shape it
+// wants).
+int64_t KvHeadsOfShape(const TensorInfo* w_key, const MhaConfig& c);
+
 // Unsupported when this CPU cannot run `dtype` (bf16 needs AVX512_BF16).
 Status CheckDTypeSupported(DType dtype);
+
+// The attention variant of `c` (num_kv_heads, rope, sliding_window) is
+// valid for its heads; errors name the field.
+Status CheckAttentionVariant(const MhaConfig& c);
 
 }  // namespace attn
 

@@ -665,7 +665,10 @@ TEST(GraphPlannerTest, ArenaHoldsTheMhaBuffersOnceForAllLayers) {
   EXPECT_GT(memory[1].workspace, memory[0].workspace);
   // The operator of one layer's mha, as the graph plans it.
   MhaModelData mha;
-  mha.config = {E, E, 2, T, true, 0.0f};
+  mha.config.d_in = mha.config.d_out = E;
+  mha.config.num_heads = mha.config.num_kv_heads = 2;
+  mha.config.context_length = T;
+  mha.config.qkv_bias = true;
   mha.num_threads = 2;
   mha.max_memory_bytes = uint64_t{1} << 40;
   mha.w_qkv.assign(3 * E * E, 0.0f);

@@ -222,7 +222,10 @@ TEST(MhaTest, LongRunsShareTheModelsPackedWeights) {
   std::mt19937 rng(23);
   const int64_t E = 32, H = 4, B = 64, T = kernels::kMatMulPackedRows / 64;
   MhaModelData m;
-  m.config = {E, E, H, T, true, 0.0f};
+  m.config.d_in = m.config.d_out = E;
+  m.config.num_heads = m.config.num_kv_heads = H;
+  m.config.context_length = T;
+  m.config.qkv_bias = true;
   m.num_threads = 2;
   m.max_memory_bytes = uint64_t{1} << 40;
   m.w_qkv = test::RandomVector(rng, 3 * E * E, -0.3f, 0.3f);

@@ -53,7 +53,11 @@ struct Weights {
     bo = square(1, kDOut);
   }
   std::shared_ptr<const MhaModel> Model(int threads) const {
-    MhaConfig config{kDIn, kDOut, kHeads, 0, true, 0.0f};
+    MhaConfig config;
+    config.d_in = kDIn;
+    config.d_out = kDOut;
+    config.num_heads = kHeads;
+    config.qkv_bias = true;
     MhaWeights w{wq.data(), wk.data(), wv.data(), bq.data(),
                  bk.data(), bv.data(), wo.data(), bo.data()};
     MhaOptions options;

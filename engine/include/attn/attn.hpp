@@ -19,7 +19,23 @@ enum class DType {
   kBF16,  // bf16 matmuls with fp32 accumulation; softmax in fp32
 };
 
-// The module's hyper-parameters, as in the book's constructor.
+// Rotary position embeddings on q and k after the projection (Llama's, in
+// Hugging Face's rotate-half convention): for head_dim D, position p and
+// i < D/2, the angle p * theta^(-2i/D) rotates the pair (x[i], x[i + D/2]).
+struct RopeConfig {
+  double theta = 0.0;  // 0: no rotary embeddings
+  // Llama 3.1 frequency scaling (0: none): wavelengths above
+  // original_context_length / low_freq_factor are divided by factor, those
+  // below original_context_length / high_freq_factor kept, and those
+  // between smoothly interpolated.
+  double factor = 0.0;
+  double low_freq_factor = 0.0;
+  double high_freq_factor = 0.0;
+  int64_t original_context_length = 0;
+};
+
+// The module's hyper-parameters, as in the book's constructor, and those of
+// the attention of current models (Llama, Mistral, Qwen).
 struct MhaConfig {
   int64_t d_in = 0;
   int64_t d_out = 0;
@@ -27,6 +43,14 @@ struct MhaConfig {
   int64_t context_length = 0;  // longest sequence accepted; 0 = no limit
   bool qkv_bias = false;
   float dropout = 0.0f;  // accepted for parity; identity at inference
+  // Grouped-query attention: K and V have num_kv_heads heads of
+  // d_out / num_heads, and query head h reads K/V head
+  // h / (num_heads / num_kv_heads) (PyTorch's repeat_interleave). Must
+  // divide num_heads; 1 is multi-query attention. 0: num_heads.
+  int64_t num_kv_heads = 0;
+  RopeConfig rope;
+  // Query i sees keys j with i - sliding_window < j <= i. 0: every j <= i.
+  int64_t sliding_window = 0;
 };
 
 // The largest team size accepted from any source (an option, --threads,
@@ -52,6 +76,14 @@ struct ModelOptions {
   // is the default when neither num_threads nor ATTN_NUM_THREADS is set;
   // read once, at load. Empty: the file ATTN_CONFIG names, if any.
   std::string tuned_config;
+  // The attention's variant (see MhaConfig), each else metadata
+  // "num_kv_heads" (else the weights' shapes), "rope_theta" (with
+  // "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+  // "rope_original_context_length"), "sliding_window" (graphs: the mha
+  // node's attribute first).
+  int64_t num_kv_heads = 0;
+  RopeConfig rope;  // used when rope.theta is set
+  int64_t sliding_window = 0;
 };
 
 // How to load and run an MHA model (MhaModel).
@@ -62,13 +94,15 @@ ATTN_API uint64_t DefaultMaxMemoryBytes();
 
 // Non-owning fp32 weights in PyTorch layout (nn.Linear: [out, in]).
 // b_query, b_key and b_value are all null (qkv_bias = false) or all set.
+// With K/V heads (MhaConfig::num_kv_heads) kv_dim is num_kv_heads *
+// d_out / num_heads, else d_out.
 struct MhaWeights {
   const float* w_query = nullptr;  // [d_out, d_in]
-  const float* w_key = nullptr;    // [d_out, d_in]
-  const float* w_value = nullptr;  // [d_out, d_in]
+  const float* w_key = nullptr;    // [kv_dim, d_in]
+  const float* w_value = nullptr;  // [kv_dim, d_in]
   const float* b_query = nullptr;  // [d_out]
-  const float* b_key = nullptr;    // [d_out]
-  const float* b_value = nullptr;  // [d_out]
+  const float* b_key = nullptr;    // [kv_dim]
+  const float* b_value = nullptr;  // [kv_dim]
   const float* w_out = nullptr;    // out_proj.weight [d_out, d_out]
   const float* b_out = nullptr;    // out_proj.bias [d_out]
 };
