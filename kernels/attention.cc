@@ -18,6 +18,22 @@ namespace {
 
 size_t AlignUp(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
+// Scores one work item may hold: a group whose stacked query blocks would
+// need more (long sequences, large groups) is split over several items,
+// each reading the K/V tile again.
+constexpr size_t kMaxItemScoresBytes = size_t{64} << 20;
+
+// Query heads one item stacks: the largest divisor of `group` whose scores
+// for `rows` query rows against `keys` keys fit kMaxItemScoresBytes; 1 at
+// least.
+int64_t ItemHeads(int64_t group, int64_t rows, int64_t keys) {
+  for (int64_t heads = group; heads > 1; --heads) {
+    const auto bytes = static_cast<size_t>(heads * rows * keys) * sizeof(float);
+    if (group % heads == 0 && bytes <= kMaxItemScoresBytes) return heads;
+  }
+  return 1;
+}
+
 Status Validate(const AttentionShape& shape) {
   if (shape.batch <= 0 || shape.seq_len <= 0 || shape.num_heads <= 0 ||
       shape.head_dim <= 0 || shape.query_block <= 0) {
@@ -64,15 +80,19 @@ Result<CausalAttention> CausalAttention::Create(const AttentionShape& shape) {
   if (shape.num_kv_heads == 0) core.shape_.num_kv_heads = shape.num_heads;
   const int64_t Dkv = core.shape_.kv_row_stride;
   if (Dkv < D) return InvalidArgument("kv_row_stride is below head_dim");
-  const int64_t G = core.group_ = shape.num_heads / core.shape_.num_kv_heads;
+  core.group_ = shape.num_heads / core.shape_.num_kv_heads;
   core.scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  int64_t max_keys = 0;
+  for (int64_t i0 = 0; i0 < T; i0 += Bq) {
+    max_keys =
+        std::max(max_keys, std::min(T, i0 + Bq) - core.FirstKey(i0 / Bq));
+  }
+  const int64_t G = core.item_heads_ = ItemHeads(core.group_, Bq, max_keys);
 
   size_t mm_scratch = 0;
-  int64_t max_keys = 0;
   for (int64_t i0 = 0; i0 < T; i0 += Bq) {
     const int64_t M = std::min(Bq, T - i0);             // query rows per head
     const int64_t N = i0 + M - core.FirstKey(i0 / Bq);  // keys they may see
-    max_keys = std::max(max_keys, N);
     // scores [G M, N] f32 = q [G M, D] x k^T, with k stored [N, D].
     Result<MatMul> scores = MatMul::Create(
         {{G * M, D}, {}, type}, {{D, N}, {1, Dkv}, type}, nullptr,
@@ -141,9 +161,9 @@ CausalAttention::Worker CausalAttention::WorkerAt(void* scratch) const {
 
 void CausalAttention::Run(const AttentionInputs& in, void* ctx, void* scratch,
                           int num_threads) const {
-  const int64_t B = shape_.batch, Hkv = shape_.num_kv_heads;
+  const int64_t B = shape_.batch, units = shape_.num_heads / item_heads_;
   const auto num_blocks = static_cast<int64_t>(scores_mm_.size());
-  const int64_t num_items = B * Hkv * num_blocks;
+  const int64_t num_items = B * units * num_blocks;
   // Items go out K/V head by K/V head, so that a worker's next item mostly
   // reads the k and v its last one left in cache (5% faster than
   // block-major order, bench/RESULTS.md); within a head the last query
@@ -151,19 +171,22 @@ void CausalAttention::Run(const AttentionInputs& in, void* ctx, void* scratch,
   // even.
 #pragma omp parallel for num_threads(num_threads) schedule(dynamic, 1)
   for (int64_t item = 0; item < num_items; ++item) {
-    const int64_t b = item / num_blocks / Hkv, g = item / num_blocks % Hkv;
+    const int64_t b = item / num_blocks / units;
+    const int64_t h0 = item / num_blocks % units * item_heads_;
     const int64_t qb = num_blocks - 1 - item % num_blocks;
-    RunItem(in, b, g, qb, ctx,
+    RunItem(in, b, h0, qb, ctx,
             WorkerAt(static_cast<char*>(scratch) +
                      static_cast<size_t>(omp_get_thread_num()) *
                          worker_scratch_bytes_));
   }
 }
 
-void CausalAttention::RunItem(const AttentionInputs& in, int64_t b, int64_t g,
+void CausalAttention::RunItem(const AttentionInputs& in, int64_t b, int64_t h0,
                               int64_t qb, void* ctx, const Worker& w) const {
-  // Shapes: T seq_len, D head_dim, C = H * D, G query heads per K/V head.
-  const int64_t T = shape_.seq_len, D = shape_.head_dim, G = group_;
+  // Shapes: T seq_len, D head_dim, C = H * D, G query heads of this item,
+  // all of K/V head g.
+  const int64_t T = shape_.seq_len, D = shape_.head_dim, G = item_heads_;
+  const int64_t g = h0 / group_;
   const int64_t C = shape_.num_heads * D;
   const int64_t Bq = std::min(shape_.query_block, T);
   const int64_t i0 = qb * Bq, M = std::min(Bq, T - i0);
@@ -174,10 +197,10 @@ void CausalAttention::RunItem(const AttentionInputs& in, int64_t b, int64_t g,
     return static_cast<const char*>(base) +
            static_cast<size_t>(elements) * elem;
   };
-  // The group's query rows [i0, i0 + M), stacked head after head so that
+  // The heads' query rows [i0, i0 + M), stacked head after head so that
   // one matmul reads each k row once for all of them.
   const char* q =
-      at(in.q, b * in.q_batch_stride + g * G * in.q_head_stride + i0 * D);
+      at(in.q, b * in.q_batch_stride + h0 * in.q_head_stride + i0 * D);
   if (G > 1) {
     for (int64_t i = 0; i < G; ++i) {
       std::memcpy(static_cast<char*>(w.q_group) + i * M * D * elem,
@@ -208,7 +231,7 @@ void CausalAttention::RunItem(const AttentionInputs& in, int64_t b, int64_t g,
                       w.mm_scratch, 1);
   for (int64_t i = 0; i < G; ++i) {
     char* out = static_cast<char*>(ctx) +
-                static_cast<size_t>((b * T + i0) * C + (g * G + i) * D) * elem;
+                static_cast<size_t>((b * T + i0) * C + (h0 + i) * D) * elem;
     const float* rows = w.block_ctx + i * M * D;
     if (bf16) {
       ScaleRowsToBF16(rows, M, D, w.row_scale + i * M,

@@ -80,30 +80,34 @@ class CausalAttention {
 
   // One worker's scratch, carved up for one work item.
   struct Worker {
-    void* q_group;  // the group's query rows stacked, [group * M, D]
-    float* scores;  // [group * M, keys]
+    void* q_group;  // the item's query rows stacked, [item_heads * M, D]
+    float* scores;  // [item_heads * M, keys]
     void* probs;    // scores, or their bf16 copy
     float* block_ctx;
     float* row_scale;
     void* mm_scratch;
   };
   Worker WorkerAt(void* scratch) const;
-  // Work item (b, K/V head g, query block qb) for every query head of g.
-  void RunItem(const AttentionInputs& in, int64_t b, int64_t g, int64_t qb,
+  // Work item (b, query heads [h0, h0 + item_heads_) of one K/V head,
+  // query block qb).
+  void RunItem(const AttentionInputs& in, int64_t b, int64_t h0, int64_t qb,
                void* ctx, const Worker& w) const;
   // First key query block qb sees.
   int64_t FirstKey(int64_t qb) const;
 
   AttentionShape shape_;
   int64_t group_ = 1;  // query heads per K/V head
+  // Query heads per work item: the whole group unless its scores would
+  // outgrow kMaxItemScoresBytes (attention.cc).
+  int64_t item_heads_ = 1;
   float scale_ = 0.0f;
   size_t worker_scratch_bytes_ = 0;
-  size_t q_group_bytes_ = 0;    // stacked query rows (0 for group 1)
+  size_t q_group_bytes_ = 0;    // stacked query rows (0 for 1 head)
   size_t scores_bytes_ = 0;     // offset of the bf16 probabilities
   size_t probs_bytes_ = 0;      // bf16 probabilities (0 for f32)
   size_t block_ctx_bytes_ = 0;  // one item's f32 context, dense
   size_t row_scale_bytes_ = 0;  // its rows' softmax normalisers
-  // Per query block qb, for the group's stacked rows: scores = q_blk k^T
+  // Per query block qb, for an item's stacked rows: scores = q_blk k^T
   // and ctx_blk = probs v, over the keys the block sees.
   std::vector<MatMul> scores_mm_;
   std::vector<MatMul> context_mm_;

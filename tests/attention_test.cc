@@ -170,6 +170,18 @@ TEST(AttentionGqaTest, MatchesReferenceBF16) {
   }
 }
 
+TEST(AttentionGqaTest, GroupSplitOverItemsMatchesReference) {
+  // One query block of 2500 rows: four stacked heads' scores (100 MB) would
+  // outgrow an item's bound, so each item takes two of the group.
+  const GqaCase c{1, 2500, 4, 1, 8, 2500, 0};
+  std::mt19937 rng(24);
+  const std::vector<float> qkv =
+      test::RandomVector(rng, c.Elements(), -2.f, 2.f);
+  const double tol = 2e-6 * std::sqrt(double(c.head_dim * c.seq_len)) + 1e-6;
+  test::ExpectAllClose(c.Expected(qkv),
+                       RunGqa(c, DataType::kF32, qkv, 2).data(), tol, c.Name());
+}
+
 TEST(AttentionGqaTest, BitwiseIdenticalAcrossThreadCounts) {
   std::mt19937 rng(23);
   for (const GqaCase& c :
