@@ -3,8 +3,9 @@
 // q/k/v the fused projection writes, at 1..N threads. FLOP/s counts the
 // causal half, 2*b*T^2*d_out, as the peers' convention does; the query
 // block size swept on one thread; grouped-query K/V heads (gpt2-1k with 12
-// query heads over 12, 6, 3 and 1 K/V heads) and a sliding window at T =
-// 8192 against full causal attention, at 1 and 2 threads.
+// query heads over 12, 6, 3 and 1 K/V heads, long-4k with 8 over 8 and 2)
+// and a sliding window at T = 8192 against full causal attention, at 1 and
+// 2 threads.
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -85,6 +86,12 @@ void RegisterVariants() {
   for (int64_t kv_heads : {12, 6, 3, 1}) {
     RegisterVariant("core_gqa/gpt2-1k/f32/kv_heads:" + std::to_string(kv_heads),
                     gpt2_1k, {kv_heads, 0});
+  }
+  // At T = 4096 a head's K (1 MiB) outgrows L2: where sharing it counts.
+  const GridShape& long_4k = PeerGrid()[4];
+  for (int64_t kv_heads : {8, 2}) {
+    RegisterVariant("core_gqa/long-4k/f32/kv_heads:" + std::to_string(kv_heads),
+                    long_4k, {kv_heads, 0});
   }
   for (int64_t window : {0, 512}) {
     RegisterVariant("core_window/win-8k/f32/window:" + std::to_string(window),
