@@ -1,8 +1,11 @@
 // The attention core alone (kernels/attention.h): softmax(q k^T, causal) v
 // over every (batch, head, query block) of a grid shape, from the head-major
 // q/k/v the fused projection writes, at 1..N threads. FLOP/s counts the
-// causal half, 2*b*T^2*d_out, as the peers' convention does; and the query
-// block size swept on one thread.
+// causal half, 2*b*T^2*d_out, as the peers' convention does; the query
+// block size swept on one thread; grouped-query K/V heads (gpt2-1k with 12
+// query heads over 12, 6, 3 and 1 K/V heads, long-4k with 8 over 8 and 2)
+// and a sliding window at T = 8192 against full causal attention, at 1 and
+// 2 threads.
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -17,10 +20,17 @@ namespace {
 
 using kernels::DataType;
 
+// Grouped-query heads and the window of a run; zeros: plain causal MHA.
+struct Variant {
+  int64_t num_kv_heads = 0, window = 0;
+};
+
 void Core(benchmark::State& state, const GridShape& s, DataType type,
-          int threads, int64_t query_block) {
+          int threads, int64_t query_block, Variant variant = {}) {
   kernels::AttentionShape shape;
   shape.query_block = query_block;
+  shape.num_kv_heads = variant.num_kv_heads;
+  shape.window = variant.window;
   shape.batch = s.batch;
   shape.seq_len = s.seq_len;
   shape.num_heads = s.heads;
@@ -34,8 +44,8 @@ void Core(benchmark::State& state, const GridShape& s, DataType type,
   }
   const size_t rows = static_cast<size_t>(s.batch * s.seq_len);
   const size_t elem = kernels::SizeOf(type);
-  // q/k/v of small random floats; as bf16 their bit patterns are small
-  // numbers too, so no inf or NaN slows the exp.
+  // q/k/v (at most 3 * d_out per row) of small random floats; as bf16 their bit
+  // patterns are small numbers too, so no inf or NaN slows the exp.
   const std::vector<float> qkv =
       RandomFloats(rows * size_t(3 * s.d_out) * elem / 4, 0.5f, 3);
   Result<AlignedBuffer> ctx = AlignedBuffer::Allocate(rows * s.d_out * elem);
@@ -51,6 +61,42 @@ void Core(benchmark::State& state, const GridShape& s, DataType type,
   }
   SetRates(state, CoreFlops(s), double(rows));
   state.counters["threads"] = threads;
+}
+
+const GridShape kWindowShape = {"win-8k", 1, 8192, 256, 256, 4};
+
+void RegisterVariant(const std::string& name, const GridShape& s,
+                     Variant variant) {
+  for (int threads : {1, 2}) {
+    const std::string full = name + "/threads:" + std::to_string(threads);
+    benchmark::RegisterBenchmark(full.c_str(),
+                                 [&s, threads, variant](benchmark::State& st) {
+                                   Core(st, s, DataType::kF32, threads,
+                                        kernels::AttentionShape().query_block,
+                                        variant);
+                                 })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+}
+
+// Grouped-query attention on gpt2-1k, and a 512-key window at T = 8192.
+void RegisterVariants() {
+  const GridShape& gpt2_1k = PeerGrid()[2];
+  for (int64_t kv_heads : {12, 6, 3, 1}) {
+    RegisterVariant("core_gqa/gpt2-1k/f32/kv_heads:" + std::to_string(kv_heads),
+                    gpt2_1k, {kv_heads, 0});
+  }
+  // At T = 4096 a head's K (1 MiB) outgrows L2: where sharing it counts.
+  const GridShape& long_4k = PeerGrid()[4];
+  for (int64_t kv_heads : {8, 2}) {
+    RegisterVariant("core_gqa/long-4k/f32/kv_heads:" + std::to_string(kv_heads),
+                    long_4k, {kv_heads, 0});
+  }
+  for (int64_t window : {0, 512}) {
+    RegisterVariant("core_window/win-8k/f32/window:" + std::to_string(window),
+                    kWindowShape, {0, window});
+  }
 }
 
 }  // namespace
@@ -73,6 +119,7 @@ void RegisterAll() {
       }
     }
   }
+  RegisterVariants();
   // The query block (kernels/attention.h fixes 128 rows), swept on one
   // thread.
   for (const GridShape& s : PeerGrid()) {

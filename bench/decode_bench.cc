@@ -9,6 +9,9 @@
 //                   new token attends to `context` keys; bytes = K/V read.
 //   BM_RecomputePrefix  MhaSession::Run over [batch, context]: what one new
 //                   token per sequence costs without a cache.
+//   BM_DecodeKernelGqa  kernels::DecodeAttention alone, 12 query heads over
+//                   kv_heads K/V heads (12: plain MHA; 3: groups of 4), at
+//                   1 and 2 threads; bytes = K/V read.
 // Model: d_in = d_out = 768, 12 heads (gpt2). Run with OMP_PROC_BIND=close
 // for stable numbers (README "Threads").
 #include <benchmark/benchmark.h>
@@ -24,6 +27,7 @@
 #include "attn/attn.hpp"
 #include "attn/bench.hpp"
 #include "attn/decode.hpp"
+#include "kernels/decode.h"
 
 namespace {
 
@@ -169,6 +173,55 @@ BENCHMARK(BM_RecomputePrefix)
     ->ArgsProduct({{1024, 4096}, {1, 8}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// One decode step of `batch` rows at `context` keys, straight on the
+// kernel: the grouped K/V cache is what makes GQA decode cheaper.
+void BM_DecodeKernelGqa(benchmark::State& state) {
+  const auto context = static_cast<size_t>(state.range(0));
+  const auto kv_heads = static_cast<size_t>(state.range(1));
+  const auto batch = static_cast<size_t>(state.range(2));
+  const int threads = static_cast<int>(state.range(3));
+  namespace k = attn::kernels;
+  k::DecodeParams params;
+  params.num_heads = kHeads;
+  params.num_kv_heads = kv_heads;
+  params.head_dim = kDim / kHeads;
+  params.row_stride = k::DecodePaddedDim(params.head_dim);
+  params.head_stride = context * params.row_stride;
+  params.scale = 0.125f;
+  const size_t Dp = params.row_stride, H = params.num_heads;
+  const size_t cache = batch * kv_heads * context * Dp;
+  const Floats kc = AllocateTouched(cache, 0.01f);
+  const Floats vc = AllocateTouched(cache, 0.02f);
+  const Floats q = AllocateTouched(batch * H * Dp, 0.03f);
+  const Floats ctx = AllocateTouched(batch * H * params.head_dim, 0.0f);
+  std::vector<k::DecodeRow> rows(batch);
+  for (size_t r = 0; r < batch; ++r) {
+    rows[r].q = q.get() + r * H * Dp;
+    rows[r].k = kc.get() + r * kv_heads * context * Dp;
+    rows[r].v = vc.get() + r * kv_heads * context * Dp;
+    rows[r].num_keys = context;
+    rows[r].ctx = ctx.get() + r * H * params.head_dim;
+    rows[r].first_partial = r * k::DecodeRowPartials(params, context);
+  }
+  const Floats partials =
+      AllocateTouched(k::DecodeNumPartials(params, rows.data(), batch) *
+                          k::DecodePartialFloats(Dp),
+                      0.0f);
+  for (auto _ : state) {
+    k::DecodeAttention(params, rows.data(), batch, partials.get(), threads);
+    benchmark::ClobberMemory();
+  }
+  state.counters["kv_bytes/s"] =
+      benchmark::Counter(2.0 * sizeof(float) * double(cache),
+                         benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_DecodeKernelGqa)
+    ->ArgNames({"context", "kv_heads", "batch", "threads"})
+    ->ArgsProduct({{4096}, {12, 3}, {1, 8}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

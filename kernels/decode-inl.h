@@ -80,16 +80,21 @@ HWY_INLINE void DecodeScoresT(D d, const float* HWY_RESTRICT q,
   }
 }
 
-// o[i, i + kVecs * N) = sum_j p[j] * v_j[i, ...): kVecs accumulators held in
-// registers while the chunk's value rows stream past once.
+// o[i, i + kVecs * N) (+)= sum_j p[j] * v_j[i, ...): kVecs accumulators
+// held in registers while the value rows stream past once. With
+// `accumulate` the sum continues from o, in the same order as one longer
+// call, so splitting the keys changes no bit.
 template <size_t kVecs, class D>
 HWY_INLINE void DecodeWeightedBlockT(D d, const float* HWY_RESTRICT p,
                                      const float* HWY_RESTRICT v, size_t stride,
-                                     size_t n, float* HWY_RESTRICT o) {
+                                     size_t n, bool accumulate,
+                                     float* HWY_RESTRICT o) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
   V acc[kVecs];
-  for (size_t u = 0; u < kVecs; ++u) acc[u] = hn::Zero(d);
+  for (size_t u = 0; u < kVecs; ++u) {
+    acc[u] = accumulate ? hn::LoadU(d, o + u * N) : hn::Zero(d);
+  }
   for (size_t j = 0; j < n; ++j) {
     const V pj = hn::Set(d, p[j]);
     const float* vj = v + j * stride;
@@ -101,66 +106,86 @@ HWY_INLINE void DecodeWeightedBlockT(D d, const float* HWY_RESTRICT p,
   for (size_t u = 0; u < kVecs; ++u) hn::StoreU(acc[u], d, o + u * N);
 }
 
-// o[0, dims) = sum_j p[j] * v_j, dims a multiple of the vector length.
+// o[0, dims) (+)= sum_j p[j] * v_j, dims a multiple of the vector length.
 template <class D>
 HWY_INLINE void DecodeWeightedSumT(D d, const float* HWY_RESTRICT p,
                                    const float* HWY_RESTRICT v, size_t stride,
-                                   size_t dims, size_t n,
+                                   size_t dims, size_t n, bool accumulate,
                                    float* HWY_RESTRICT o) {
   const size_t N = hn::Lanes(d);
   size_t i = 0;
   for (; i + 8 * N <= dims; i += 8 * N) {
-    DecodeWeightedBlockT<8>(d, p, v + i, stride, n, o + i);
+    DecodeWeightedBlockT<8>(d, p, v + i, stride, n, accumulate, o + i);
   }
   if (i + 4 * N <= dims) {
-    DecodeWeightedBlockT<4>(d, p, v + i, stride, n, o + i);
+    DecodeWeightedBlockT<4>(d, p, v + i, stride, n, accumulate, o + i);
     i += 4 * N;
   }
   if (i + 2 * N <= dims) {
-    DecodeWeightedBlockT<2>(d, p, v + i, stride, n, o + i);
+    DecodeWeightedBlockT<2>(d, p, v + i, stride, n, accumulate, o + i);
     i += 2 * N;
   }
-  if (i < dims) DecodeWeightedBlockT<1>(d, p, v + i, stride, n, o + i);
+  if (i < dims) {
+    DecodeWeightedBlockT<1>(d, p, v + i, stride, n, accumulate, o + i);
+  }
 }
 
-// One work item: keys [0, n) of a chunk (n <= kDecodeChunk) for one query
-// head. Writes partial = {m, l, ..., o}: m the max raw score, l = sum_j
-// exp(scale (s_j - m)), o = sum_j exp(scale (s_j - m)) v_j. m is NaN when a
-// score is NaN or +inf; m = -inf (l = 0, o = 0) when every score is -inf.
+// Query heads one pass over a chunk serves; a larger group makes several
+// passes (each reading the chunk from L2 rather than memory).
+constexpr size_t kDecodeMaxGroup = 8;
+// Keys per sub-block: their K (or V) rows, 8 KiB at head_dim 64, stay in L1
+// while every query head of the group reads them.
+constexpr size_t kDecodeSubBlock = 32;
+
+// The query heads of one work item: `count` consecutive heads starting at
+// q, their partials `partial_stride` floats apart from `partial`.
+struct DecodeHeads {
+  const float* q;
+  size_t count;
+  float* partial;
+  size_t partial_stride;
+};
+
+// scores[i][j] = q_i . k_j for the heads and keys [0, n) of a chunk, key
+// sub-block by sub-block so that each k row is loaded from memory once.
 template <class D>
-HWY_INLINE void DecodeChunkT(D d, const DecodeParams& params,
-                             const float* HWY_RESTRICT q,
-                             const float* HWY_RESTRICT k,
-                             const float* HWY_RESTRICT v, size_t n,
-                             float* HWY_RESTRICT partial) {
+HWY_INLINE void DecodeGroupScoresT(D d, const DecodeParams& params,
+                                   const DecodeHeads& heads,
+                                   const float* HWY_RESTRICT k, size_t n,
+                                   float (*scores)[kDecodeChunk]) {
+  const size_t dims = params.row_stride;
+  const size_t sub = heads.count == 1 ? n : kDecodeSubBlock;
+  for (size_t j0 = 0; j0 < n; j0 += sub) {
+    const size_t m = std::min(sub, n - j0);
+    for (size_t i = 0; i < heads.count; ++i) {
+      DecodeScoresT(d, heads.q + i * dims, k + j0 * dims, dims, dims, m,
+                    scores[i] + j0);
+    }
+  }
+}
+
+// Turns one head's scores[0, n) into p_j = exp(scale * (s_j - m)) in place
+// and writes m and l = sum_j p_j to the partial. Returns false when m is
+// NaN (a NaN or +inf score) or -inf (every score -inf): then the partial's
+// o is zero and nothing is to be accumulated.
+template <class D>
+HWY_INLINE bool DecodeChunkSoftmaxT(D d, const DecodeParams& params,
+                                    float* HWY_RESTRICT scores, size_t n,
+                                    float* HWY_RESTRICT partial) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
-  const size_t dims = params.row_stride;
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  HWY_ALIGN float scores[kDecodeChunk];
-  // The loops prefetch kDecodePrefetchRows ahead; the first rows of k, and of
-  // v (needed after the softmax), are requested here.
-  for (size_t j = 0; j < std::min(n, kDecodePrefetchRows); ++j) {
-    DecodePrefetchRow(k + j * dims, dims);
-  }
-  DecodeScoresT(d, q, k, dims, dims, n, scores);
-  for (size_t j = 0; j < std::min(n, kDecodePrefetchRows); ++j) {
-    DecodePrefetchRow(v + j * dims, dims);
-  }
   // Tail lanes read -inf: excluded from the max, and exp gives 0 there.
   const size_t padded = (n + N - 1) / N * N;
   for (size_t j = n; j < padded; ++j) scores[j] = -kInf;
-
-  // The chunk's max, NaN for a NaN or +inf score (as the softmax's rows).
   const float m = SoftmaxRowMax(d, scores, padded);
-  float* o = partial + kDecodeAlign;
-  if (!(m > -kInf)) {  // NaN or -inf: nothing to accumulate
-    partial[0] = m;
+  partial[0] = m;
+  if (!(m > -kInf)) {
     partial[1] = 0.0f;
-    std::memset(o, 0, dims * sizeof(float));
-    return;
+    std::memset(partial + kDecodeAlign, 0, params.row_stride * sizeof(float));
+    return false;
   }
-  // p_j = exp(scale * (s_j - m)): subtracting the max keeps exp finite.
+  // Subtracting the max keeps exp finite.
   const V vm = hn::Set(d, m);
   const V vscale = hn::Set(d, params.scale);
   V vsum = hn::Zero(d);
@@ -170,9 +195,45 @@ HWY_INLINE void DecodeChunkT(D d, const DecodeParams& params,
     hn::Store(e, d, scores + j);
     vsum = hn::Add(vsum, e);
   }
-  partial[0] = m;
   partial[1] = hn::GetLane(hn::SumOfLanes(d, vsum));
-  DecodeWeightedSumT(d, scores, v, dims, dims, n, o);
+  return true;
+}
+
+// One work item: keys [0, n) of a chunk (n <= kDecodeChunk) for up to
+// kDecodeMaxGroup query heads sharing one K/V head. Writes each head's
+// partial = {m, l, ..., o}: m the max raw score, l = sum_j exp(scale (s_j -
+// m)), o = sum_j exp(scale (s_j - m)) v_j.
+template <class D>
+HWY_INLINE void DecodeChunkT(D d, const DecodeParams& params,
+                             const DecodeHeads& heads,
+                             const float* HWY_RESTRICT k,
+                             const float* HWY_RESTRICT v, size_t n) {
+  const size_t dims = params.row_stride;
+  HWY_ALIGN float scores[kDecodeMaxGroup][kDecodeChunk];
+  // The loops prefetch kDecodePrefetchRows ahead; the first rows of k, and of
+  // v (needed after the softmax), are requested here.
+  for (size_t j = 0; j < std::min(n, kDecodePrefetchRows); ++j) {
+    DecodePrefetchRow(k + j * dims, dims);
+  }
+  DecodeGroupScoresT(d, params, heads, k, n, scores);
+  for (size_t j = 0; j < std::min(n, kDecodePrefetchRows); ++j) {
+    DecodePrefetchRow(v + j * dims, dims);
+  }
+  bool live[kDecodeMaxGroup];
+  for (size_t i = 0; i < heads.count; ++i) {
+    live[i] = DecodeChunkSoftmaxT(d, params, scores[i], n,
+                                  heads.partial + i * heads.partial_stride);
+  }
+  const size_t sub = heads.count == 1 ? n : kDecodeSubBlock;
+  for (size_t j0 = 0; j0 < n; j0 += sub) {
+    const size_t m = std::min(sub, n - j0);
+    for (size_t i = 0; i < heads.count; ++i) {
+      if (!live[i]) continue;
+      float* o = heads.partial + i * heads.partial_stride + kDecodeAlign;
+      DecodeWeightedSumT(d, scores[i] + j0, v + j0 * dims, dims, dims, m,
+                         j0 > 0, o);
+    }
+  }
 }
 
 // Merges `chunks` partials (consecutive, `partial_floats` apart) in order
@@ -217,42 +278,70 @@ HWY_INLINE void DecodeMergeT(D d, const DecodeParams& params, float* partials,
   std::memcpy(out, acc, params.head_dim * sizeof(float));
 }
 
+// The row of work item `item` (items count DecodeRowPartials / group per
+// row, so a row's first item is first_partial / group).
+HWY_INLINE const DecodeRow* DecodeRowOf(const DecodeRow* rows, size_t num_rows,
+                                        size_t item, size_t group) {
+  return std::upper_bound(
+             rows, rows + num_rows, item * group,
+             [](size_t i, const DecodeRow& r) { return i < r.first_partial; }) -
+         1;
+}
+
+// Work item `item`: one key chunk of one K/V head of one row, for every
+// query head of the group.
+template <class D>
+HWY_INLINE void DecodeItemT(D d, const DecodeParams& params,
+                            const DecodeRow* rows, size_t num_rows, size_t item,
+                            float* partials) {
+  const size_t group = DecodeGroup(params);
+  const size_t partial_floats = DecodePartialFloats(params.row_stride);
+  const DecodeRow* row = DecodeRowOf(rows, num_rows, item, group);
+  const size_t first_key = DecodeFirstKey(params, row->num_keys);
+  const size_t chunks = DecodeChunks(row->num_keys - first_key);
+  const size_t local = item - row->first_partial / group;
+  const size_t g = local / chunks, c = local % chunks;
+  const size_t j0 = first_key + c * kDecodeChunk;
+  const size_t n = std::min(kDecodeChunk, row->num_keys - j0);
+  const size_t kv = g * params.head_stride + j0 * params.row_stride;
+  for (size_t h0 = 0; h0 < group; h0 += kDecodeMaxGroup) {
+    const size_t h = g * group + h0;  // first query head of this pass
+    DecodeHeads heads;
+    heads.q = row->q + h * params.row_stride;
+    heads.count = std::min(kDecodeMaxGroup, group - h0);
+    heads.partial =
+        partials + (row->first_partial + h * chunks + c) * partial_floats;
+    heads.partial_stride = chunks * partial_floats;
+    DecodeChunkT(d, params, heads, row->k + kv, row->v + kv, n);
+  }
+}
+
 // The whole kernel (see DecodeAttention in decode.h).
 inline void DecodeAttentionT(const DecodeParams& params, const DecodeRow* rows,
                              size_t num_rows, float* partials,
                              int num_threads) {
   const size_t H = params.num_heads;
-  const size_t num_items = DecodeNumPartials(params, rows, num_rows);
   const size_t partial_floats = DecodePartialFloats(params.row_stride);
-  const auto items = static_cast<int64_t>(num_items);
+  const auto items = static_cast<int64_t>(
+      DecodeNumPartials(params, rows, num_rows) / DecodeGroup(params));
   const auto heads = static_cast<int64_t>(num_rows * H);
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1)
   {
     const hn::ScalableTag<float> d;
-    // Phase 1: every (row, head, chunk) on its own; its slot is its index.
+    // Phase 1: every (row, K/V head, chunk) on its own; each partial has
+    // one fixed slot.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
-      const auto index = static_cast<size_t>(item);
-      const DecodeRow* row = std::upper_bound(rows, rows + num_rows, index,
-                                              [](size_t i, const DecodeRow& r) {
-                                                return i < r.first_partial;
-                                              }) -
-                             1;
-      const size_t chunks = DecodeChunks(row->num_keys);
-      const size_t local = index - row->first_partial;
-      const size_t h = local / chunks, c = local % chunks;
-      const size_t j0 = c * kDecodeChunk;
-      const size_t n = std::min(kDecodeChunk, row->num_keys - j0);
-      const size_t kv = h * params.head_stride + j0 * params.row_stride;
-      DecodeChunkT(d, params, row->q + h * params.row_stride, row->k + kv,
-                   row->v + kv, n, partials + index * partial_floats);
+      DecodeItemT(d, params, rows, num_rows, static_cast<size_t>(item),
+                  partials);
     }
     // Phase 2 (after the implicit barrier): merge each (row, head) in order.
 #pragma omp for schedule(static)
     for (int64_t rh = 0; rh < heads; ++rh) {
       const DecodeRow& row = rows[static_cast<size_t>(rh) / H];
       const size_t h = static_cast<size_t>(rh) % H;
-      const size_t chunks = DecodeChunks(row.num_keys);
+      const size_t chunks =
+          DecodeChunks(DecodeVisibleKeys(params, row.num_keys));
       DecodeMergeT(d, params,
                    partials + (row.first_partial + h * chunks) * partial_floats,
                    chunks, partial_floats, row.ctx + h * params.head_dim);

@@ -37,25 +37,28 @@ void DecodeAttention(const DecodeParams& params, const DecodeRow* rows,
 
 void DecodeAppend(const DecodeParams& params, const float* qkv,
                   const DecodeRow* rows, size_t num_rows, int num_threads) {
-  const size_t H = params.num_heads, D = params.head_dim;
-  const size_t Dp = params.row_stride, C = H * D;
+  const size_t H = params.num_heads, Hkv = DecodeKvHeads(params);
+  const size_t D = params.head_dim, Dp = params.row_stride;
+  const size_t row_floats = (H + 2 * Hkv) * D;
   const auto count = static_cast<int64_t>(num_rows);
 #pragma omp parallel for num_threads(num_threads) if (count > 16)
   for (int64_t r = 0; r < count; ++r) {
     const DecodeRow& row = rows[r];
-    const float* src = qkv + static_cast<size_t>(r) * 3 * C;
+    const float* q_src = qkv + static_cast<size_t>(r) * row_floats;
+    const float* k_src = q_src + H * D;
+    const float* v_src = k_src + Hkv * D;
     const size_t pos = row.num_keys - 1;
     for (size_t h = 0; h < H; ++h) {
       auto* q = const_cast<float*>(row.q) + h * Dp;
-      std::memcpy(q, src + h * D, D * sizeof(float));
+      std::memcpy(q, q_src + h * D, D * sizeof(float));
       std::fill(q + D, q + Dp, 0.0f);
     }
-    for (size_t h = 0; h < H; ++h) {
-      const size_t at = h * params.head_stride + pos * Dp;
+    for (size_t g = 0; g < Hkv; ++g) {
+      const size_t at = g * params.head_stride + pos * Dp;
       float* k = const_cast<float*>(row.k) + at;
       float* v = const_cast<float*>(row.v) + at;
-      std::memcpy(k, src + C + h * D, D * sizeof(float));
-      std::memcpy(v, src + 2 * C + h * D, D * sizeof(float));
+      std::memcpy(k, k_src + g * D, D * sizeof(float));
+      std::memcpy(v, v_src + g * D, D * sizeof(float));
       std::fill(k + D, k + Dp, 0.0f);  // padding lanes must be zero
       std::fill(v + D, v + Dp, 0.0f);
     }

@@ -30,23 +30,53 @@ inline size_t DecodePartialFloats(size_t padded_dim) {
 
 struct DecodeParams {
   size_t num_heads = 0;
+  // K/V heads (grouped-query attention): query head h reads K/V head
+  // h / (num_heads / num_kv_heads), as PyTorch's repeat_interleave. 0 or
+  // num_heads: one K/V head per query head. Must divide num_heads.
+  size_t num_kv_heads = 0;
   size_t head_dim = 0;     // D
   size_t row_stride = 0;   // DecodePaddedDim(D): floats between key rows,
                            // value rows, and the heads of a query row
-  size_t head_stride = 0;  // floats between the heads of one sequence's cache
+  size_t head_stride = 0;  // floats between the K/V heads of one sequence's
+                           // cache
   float scale = 0.0f;      // softmax(scale * q.k), 1/sqrt(D)
+  // Sliding window: a row sees only its last `window` keys; 0: all of them.
+  size_t window = 0;
 };
+
+// K/V heads of `params`, and the query heads sharing each of them.
+inline size_t DecodeKvHeads(const DecodeParams& params) {
+  return params.num_kv_heads == 0 ? params.num_heads : params.num_kv_heads;
+}
+inline size_t DecodeGroup(const DecodeParams& params) {
+  return params.num_heads / DecodeKvHeads(params);
+}
+
+// The first key a row with num_keys keys sees, and how many it sees.
+inline size_t DecodeFirstKey(const DecodeParams& params, size_t num_keys) {
+  return params.window == 0 || num_keys <= params.window
+             ? 0
+             : num_keys - params.window;
+}
+inline size_t DecodeVisibleKeys(const DecodeParams& params, size_t num_keys) {
+  return num_keys - DecodeFirstKey(params, num_keys);
+}
+
+// Partials of one row: one per query head and chunk of its visible keys.
+inline size_t DecodeRowPartials(const DecodeParams& params, size_t num_keys) {
+  return params.num_heads * DecodeChunks(DecodeVisibleKeys(params, num_keys));
+}
 
 // One query row: the token at position num_keys - 1 of its sequence.
 struct DecodeRow {
   const float* q = nullptr;  // head h at q + h * row_stride, zero padded
-  const float* k = nullptr;  // key j of head h at k + h * head_stride +
+  const float* k = nullptr;  // key j of K/V head g at k + g * head_stride +
                              // j * row_stride, zero padded
   const float* v = nullptr;  // laid out as k
-  size_t num_keys = 0;       // keys [0, num_keys) are visible; > 0
+  size_t num_keys = 0;       // keys [0, num_keys) exist; > 0
   float* ctx = nullptr;      // [num_heads * head_dim], heads merged
   // Index of this row's first partial: the sum over earlier rows of
-  // num_heads * DecodeChunks(num_keys).
+  // DecodeRowPartials.
   size_t first_partial = 0;
 };
 
@@ -55,25 +85,27 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
                                 const DecodeRow* rows, size_t num_rows) {
   if (num_rows == 0) return 0;
   const DecodeRow& last = rows[num_rows - 1];
-  return last.first_partial + params.num_heads * DecodeChunks(last.num_keys);
+  return last.first_partial + DecodeRowPartials(params, last.num_keys);
 }
 
-// For every row and head: ctx = softmax(scale * q.k_j, j < num_keys) . v.
-// Work items (row, head, key chunk) are spread over num_threads OpenMP
-// threads, then each (row, head) merges its chunks in order. `partials`:
-// DecodeNumPartials x DecodePartialFloats(row_stride) floats, 64-byte
-// aligned. Results are bitwise identical for every num_threads. As the
+// For every row and head: ctx = softmax(scale * q.k_j) . v over the visible
+// keys j in [DecodeFirstKey, num_keys) of the head's K/V head. Work items
+// (row, K/V head, key chunk) are spread over num_threads OpenMP threads; an
+// item computes every query head of the group, so each cached K/V row is
+// read once per group. Then each (row, head) merges its chunks in order.
+// `partials`: DecodeNumPartials x DecodePartialFloats(row_stride) floats,
+// 64-byte aligned. Results are bitwise identical for every num_threads. As the
 // full-sequence core: a NaN or +inf score makes the row NaN, a row whose
 // scores are all -inf becomes zeros; NaN or Inf in v propagates.
 void DecodeAttention(const DecodeParams& params, const DecodeRow* rows,
                      size_t num_rows, float* partials, int num_threads);
 
-// Appends new tokens to a KV cache: for row r, qkv + r * 3 * H * D holds
-// its q, k and v (each [H, D], heads merged, the fused projection's
-// token-major output). Writes q into rows[r].q (padding lanes zero) and k
-// and v into key num_keys - 1 of rows[r].k and rows[r].v (laid out as
-// DecodeAttention reads them, padding lanes zero). Rows are spread over
-// num_threads OpenMP threads from more than 16 rows on.
+// Appends new tokens to a KV cache: for row r, qkv + r * (H + 2 Hkv) * D
+// holds its q [H, D], k [Hkv, D] and v [Hkv, D] (heads merged, the fused
+// projection's token-major output; Hkv = DecodeKvHeads). Writes q into
+// rows[r].q (padding lanes zero) and k and v into key num_keys - 1 of rows[r].k
+// and rows[r].v (laid out as DecodeAttention reads them, padding lanes zero).
+// Rows are spread over num_threads OpenMP threads from more than 16 rows on.
 void DecodeAppend(const DecodeParams& params, const float* qkv,
                   const DecodeRow* rows, size_t num_rows, int num_threads);
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
@@ -25,18 +26,22 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// A cache of `seqs` sequences x H heads x `capacity` rows, zero padded, and
-// one query row per entry of `keys` (row r belongs to sequence r % seqs).
+// A cache of `seqs` sequences x Hkv K/V heads x `capacity` rows, zero
+// padded, and one query row of H heads per entry of `keys` (row r belongs to
+// sequence r % seqs). Query head h reads K/V head h / (H / Hkv); a row sees
+// its last `window` keys (0: all).
 struct Case {
-  size_t H, D, Dp, capacity, seqs;
+  size_t H, Hkv, D, Dp, capacity, seqs;
   std::vector<size_t> keys;
   std::vector<float> q, k, v, ctx, partials;
   std::vector<DecodeRow> rows;
   DecodeParams params;
 
   Case(std::mt19937& rng, size_t heads, size_t head_dim, size_t num_seqs,
-       std::vector<size_t> row_keys, float lo, float hi)
+       std::vector<size_t> row_keys, float lo, float hi, size_t kv_heads = 0,
+       size_t window = 0)
       : H(heads),
+        Hkv(kv_heads == 0 ? heads : kv_heads),
         D(head_dim),
         Dp(DecodePaddedDim(head_dim)),
         capacity(*std::max_element(row_keys.begin(), row_keys.end())),
@@ -50,25 +55,27 @@ struct Case {
       }
     };
     fill(q, keys.size() * H);
-    fill(k, seqs * H * capacity);
-    fill(v, seqs * H * capacity);
+    fill(k, seqs * Hkv * capacity);
+    fill(v, seqs * Hkv * capacity);
     params.num_heads = H;
+    params.num_kv_heads = kv_heads;
     params.head_dim = D;
     params.row_stride = Dp;
     params.head_stride = capacity * Dp;
     params.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+    params.window = window;
     ctx.assign(keys.size() * H * D, -1.0f);
     size_t first = 0;
     for (size_t r = 0; r < keys.size(); ++r) {
       DecodeRow row;
       const size_t s = r % seqs;
       row.q = q.data() + r * H * Dp;
-      row.k = k.data() + s * H * capacity * Dp;
-      row.v = v.data() + s * H * capacity * Dp;
+      row.k = k.data() + s * Hkv * capacity * Dp;
+      row.v = v.data() + s * Hkv * capacity * Dp;
       row.num_keys = keys[r];
       row.ctx = ctx.data() + r * H * D;
       row.first_partial = first;
-      first += H * DecodeChunks(keys[r]);
+      first += DecodeRowPartials(params, keys[r]);
       rows.push_back(row);
     }
     // 64-byte aligned partials: over-allocate and offset.
@@ -85,26 +92,32 @@ struct Case {
                      threads);
   }
 
-  // Scalar double reference: softmax(scale * q.k_j) . v over j < keys[r].
+  // Scalar double reference: softmax(scale * q.k_j) . v over the row's
+  // visible keys j of the head's K/V head.
   std::vector<double> Expected() const {
     std::vector<double> out(keys.size() * H * D, 0.0);
     for (size_t r = 0; r < keys.size(); ++r) {
       const size_t s = r % seqs;
+      const size_t first =
+          params.window == 0 ? 0 : keys[r] - std::min(keys[r], params.window);
       for (size_t h = 0; h < H; ++h) {
+        const size_t g = h / (H / Hkv);
         const float* qr = q.data() + (r * H + h) * Dp;
-        const float* kh = k.data() + (s * H + h) * capacity * Dp;
-        const float* vh = v.data() + (s * H + h) * capacity * Dp;
+        const float* kh = k.data() + (s * Hkv + g) * capacity * Dp;
+        const float* vh = v.data() + (s * Hkv + g) * capacity * Dp;
         std::vector<double> p(keys[r]);
         double max = -INFINITY;
-        for (size_t j = 0; j < keys[r]; ++j) {
+        for (size_t j = first; j < keys[r]; ++j) {
           double dot = 0.0;
           for (size_t i = 0; i < D; ++i) dot += double(qr[i]) * kh[j * Dp + i];
           p[j] = dot * params.scale;
           max = std::max(max, p[j]);
         }
         double sum = 0.0;
-        for (double& x : p) sum += x = std::exp(x - max);
-        for (size_t j = 0; j < keys[r]; ++j) {
+        for (size_t j = first; j < keys[r]; ++j) {
+          sum += p[j] = std::exp(p[j] - max);
+        }
+        for (size_t j = first; j < keys[r]; ++j) {
           for (size_t i = 0; i < D; ++i) {
             out[(r * H + h) * D + i] += p[j] / sum * vh[j * Dp + i];
           }
@@ -112,6 +125,12 @@ struct Case {
       }
     }
     return out;
+  }
+
+  void ExpectMatchesReference(const std::string& what) const {
+    const auto expected = Expected();
+    test::ExpectAllClose(expected, ctx.data(),
+                         1e-5 * std::max(1.0, test::MaxAbs(expected)), what);
   }
 };
 
@@ -245,6 +264,70 @@ void TestMatchesFullCausalAttention() {
                        "full causal");
 }
 
+void TestGroupedQueryMatchesReference() {
+  std::mt19937 rng(17);
+  // Groups of 1, 2 and 4, MQA, and a group of 12 (two passes of at most
+  // kDecodeMaxGroup heads); ragged rows over chunk boundaries.
+  const size_t shapes[][2] = {{4, 4}, {4, 2}, {8, 2}, {6, 1}, {12, 1}};
+  for (const auto& shape : shapes) {
+    Case c(rng, shape[0], /*head_dim=*/24, /*num_seqs=*/2, {1, 600, 257, 33},
+           -2.0f, 2.0f, shape[1]);
+    c.Run(2);
+    c.ExpectMatchesReference("H " + std::to_string(shape[0]) + " Hkv " +
+                             std::to_string(shape[1]));
+  }
+}
+
+void TestSlidingWindowMatchesReference() {
+  std::mt19937 rng(19);
+  const size_t C = kDecodeChunk;
+  // Windows of 1 key, 32, one chunk plus one, and wider than every row.
+  for (size_t window : {size_t{1}, size_t{32}, C + 1, size_t{5000}}) {
+    for (size_t kv_heads : {size_t{4}, size_t{1}}) {
+      Case c(rng, /*heads=*/4, /*head_dim=*/16, /*num_seqs=*/2,
+             {1, 31, 32, 33, C + 2, 3 * C + 5}, -2.0f, 2.0f, kv_heads, window);
+      c.Run(3);
+      c.ExpectMatchesReference("window " + std::to_string(window) + " Hkv " +
+                               std::to_string(kv_heads));
+    }
+  }
+}
+
+void TestGroupedWindowedBitwiseAcrossThreadCounts() {
+  std::mt19937 rng(23);
+  Case c(rng, /*heads=*/8, /*head_dim=*/64, /*num_seqs=*/2, {1000, 3, 513, 256},
+         -1.0f, 1.0f, /*kv_heads=*/2, /*window=*/300);
+  c.Run(1);
+  const std::vector<float> one = c.ctx;
+  for (int threads : {2, 3}) {
+    std::fill(c.ctx.begin(), c.ctx.end(), 0.0f);
+    c.Run(threads);
+    EXPECT_EQ(0,
+              std::memcmp(one.data(), c.ctx.data(), one.size() * sizeof(float)))
+        << "threads " << threads;
+  }
+}
+
+void TestGroupingChangesNoBit() {
+  // Grouped heads give the very bits of the same heads run one per K/V
+  // head: the sub-blocked passes keep every sum's order.
+  std::mt19937 rng(29);
+  Case grouped(rng, /*heads=*/4, /*head_dim=*/40, /*num_seqs=*/1, {700}, -1.0f,
+               1.0f, /*kv_heads=*/1);
+  Case single(rng, /*heads=*/1, /*head_dim=*/40, /*num_seqs=*/1, {700}, -1.0f,
+              1.0f);
+  single.k = grouped.k;
+  single.v = grouped.v;
+  grouped.Run(2);
+  for (size_t h = 0; h < 4; ++h) {
+    std::copy_n(grouped.q.data() + h * grouped.Dp, grouped.Dp, single.q.data());
+    single.Run(1);
+    EXPECT_EQ(0, std::memcmp(single.ctx.data(), grouped.ctx.data() + h * 40,
+                             40 * sizeof(float)))
+        << "head " << h;
+  }
+}
+
 }  // namespace
 }  // namespace attn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -259,19 +342,26 @@ HWY_EXPORT_AND_TEST_P(DecodeTest, TestHugeLogitsStayFinite);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestBitwiseIdenticalAcrossThreadCounts);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestNonFinitePropagates);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestMatchesFullCausalAttention);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupedQueryMatchesReference);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestSlidingWindowMatchesReference);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupedWindowedBitwiseAcrossThreadCounts);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupingChangesNoBit);
 
 // DecodeAppend against plain element loops: 40 rows (threaded) of 2
-// sequences into a cache of 3 heads with head_dim 5 (padded to 16).
-TEST(DecodeAppendTest, MatchesElementLoops) {
-  const size_t H = 3, D = 5, Dp = DecodePaddedDim(D), cap = 32, rows = 40;
+// sequences into a cache of Hkv K/V heads with head_dim 5 (padded to 16),
+// from rows of q [H, D], k [Hkv, D], v [Hkv, D].
+void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv) {
+  const size_t D = 5, Dp = DecodePaddedDim(D), cap = 32, rows = 40;
+  const size_t row_floats = (H + 2 * Hkv) * D;
   std::mt19937 rng(3);
   const std::vector<float> qkv =
-      test::RandomVector(rng, rows * 3 * H * D, -1.0f, 1.0f);
+      test::RandomVector(rng, rows * row_floats, -1.0f, 1.0f);
   // Caches and q rows start full of junk: the kernel must zero the padding.
-  std::vector<float> k(2 * H * cap * Dp, 7.0f), v(k), q(rows * H * Dp, 7.0f);
+  std::vector<float> k(2 * Hkv * cap * Dp, 7.0f), v(k), q(rows * H * Dp, 7.0f);
   std::vector<float> want_k(k), want_v(v), want_q(q);
   DecodeParams params;
   params.num_heads = H;
+  params.num_kv_heads = Hkv;
   params.head_dim = D;
   params.row_stride = Dp;
   params.head_stride = cap * Dp;
@@ -279,17 +369,20 @@ TEST(DecodeAppendTest, MatchesElementLoops) {
   for (size_t r = 0; r < rows; ++r) {
     const size_t seq = r % 2, pos = r / 2;
     row[r].q = q.data() + r * H * Dp;
-    row[r].k = k.data() + seq * H * cap * Dp;
-    row[r].v = v.data() + seq * H * cap * Dp;
+    row[r].k = k.data() + seq * Hkv * cap * Dp;
+    row[r].v = v.data() + seq * Hkv * cap * Dp;
     row[r].num_keys = pos + 1;
-    for (size_t h = 0; h < H; ++h) {
-      for (size_t d = 0; d < Dp; ++d) {
-        const bool lane = d < D;
-        const size_t at = seq * H * cap * Dp + (h * cap + pos) * Dp + d;
-        const size_t src = r * 3 * H * D + h * D + d;
-        want_q[r * H * Dp + h * Dp + d] = lane ? qkv[src] : 0.0f;
-        want_k[at] = lane ? qkv[src + H * D] : 0.0f;
-        want_v[at] = lane ? qkv[src + 2 * H * D] : 0.0f;
+    for (size_t d = 0; d < Dp; ++d) {
+      const bool lane = d < D;
+      for (size_t h = 0; h < H; ++h) {
+        want_q[r * H * Dp + h * Dp + d] =
+            lane ? qkv[r * row_floats + h * D + d] : 0.0f;
+      }
+      for (size_t g = 0; g < Hkv; ++g) {
+        const size_t at = seq * Hkv * cap * Dp + (g * cap + pos) * Dp + d;
+        const size_t src = r * row_floats + H * D + g * D + d;
+        want_k[at] = lane ? qkv[src] : 0.0f;
+        want_v[at] = lane ? qkv[src + Hkv * D] : 0.0f;
       }
     }
   }
@@ -299,6 +392,15 @@ TEST(DecodeAppendTest, MatchesElementLoops) {
     EXPECT_EQ(k, want_k) << threads;
     EXPECT_EQ(v, want_v) << threads;
   }
+}
+
+TEST(DecodeAppendTest, MatchesElementLoops) {
+  ExpectAppendMatchesElementLoops(/*H=*/3, /*Hkv=*/3);
+}
+
+TEST(DecodeAppendTest, GroupedWritesOnlyKvHeads) {
+  ExpectAppendMatchesElementLoops(/*H=*/4, /*Hkv=*/2);
+  ExpectAppendMatchesElementLoops(/*H=*/4, /*Hkv=*/1);
 }
 
 }  // namespace

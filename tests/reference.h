@@ -38,6 +38,18 @@ std::vector<double> CausalAttention(const float* qkv, int64_t batch,
                                     int64_t seq_len, int64_t num_heads,
                                     int64_t head_dim);
 
+// Grouped-query, windowed attention core: q [num_heads, batch * seq_len,
+// head_dim], k and v [num_kv_heads, batch * seq_len, head_dim]. Query head h
+// reads K/V head h / (num_heads / num_kv_heads); query i sees keys j with
+// i - window < j <= i (window 0: every j <= i). Returns ctx [batch, seq_len,
+// num_heads * head_dim].
+struct GqaShape {
+  int64_t batch = 0, seq_len = 0, num_heads = 0, num_kv_heads = 0;
+  int64_t head_dim = 0, window = 0;
+};
+std::vector<double> GroupedAttention(const float* q, const float* k,
+                                     const float* v, const GqaShape& shape);
+
 }  // namespace attn::reference
 
 #endif  // ATTN_TESTS_REFERENCE_H_
