@@ -35,6 +35,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   op->batch_ = batch;
   op->seq_len_ = seq_len;
   op->H_ = c.num_heads;
+  op->Hkv_ = c.num_kv_heads;
   op->D_ = c.d_out / c.num_heads;
   if (cache) {
     if (type != DataType::kF32) {
@@ -42,11 +43,17 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
     }
     op->cache_ = *cache;
   }
+  const bool rope = c.rope.theta != 0.0;
+  if (rope && type != DataType::kF32) {
+    return Unsupported("rotary embeddings run in fp32 only; use dtype f32");
+  }
+  // The plain loops know the book's attention only.
+  const bool plain = op->Hkv_ == op->H_ && !rope && c.sliding_window == 0;
   const double R = double(batch) * double(seq_len);
   const double flops =
       2.0 * R * (3.0 * double(c.d_in) * c.d_out + double(c.d_out) * c.d_out) +
       2.0 * R * double(seq_len) * c.d_out;
-  if (!cache && type == DataType::kF32 && flops < kTinyMhaMaxFlops) {
+  if (!cache && plain && type == DataType::kF32 && flops < kTinyMhaMaxFlops) {
     op->tiny_ = true;
     op->buffer_bytes_[kQkv] =
         TinyScratchFloats(batch * seq_len, seq_len, c.d_out) * sizeof(float);
@@ -57,6 +64,13 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   ATTN_RETURN_IF_ERROR(op->MakeMatMuls(type));
   ATTN_RETURN_IF_ERROR(op->Allocate(type, held, what));
   ATTN_RETURN_IF_ERROR(op->PackWeights());
+  if (rope) {
+    ATTN_RETURN_IF_ERROR(op->MakeRope(static_cast<size_t>(seq_len),
+                                      AddSat(held, op->bytes()), what));
+    for (int64_t r = 0; r < batch * seq_len; ++r) {
+      op->positions_.push_back(r % seq_len);
+    }
+  }
   if (type == DataType::kBF16) {
     ATTN_ASSIGN_OR_RETURN(
         kernels::Convert convert,
@@ -69,9 +83,10 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
 
 Status AttentionOp::MakeMatMuls(DataType type) {
   const MhaConfig& c = m_->config;
-  // Shapes: T seq_len, R rows, H heads, D head_dim, G = 3H q/k/v heads.
-  const int64_t T = seq_len_, R = batch_ * T, H = H_, D = D_, G = 3 * H;
-  const int64_t d_in = c.d_in, d_out = c.d_out;
+  // Shapes: T seq_len, R rows, H query heads, Hkv K/V heads, D head_dim,
+  // G = H + 2 Hkv q/k/v heads.
+  const int64_t T = seq_len_, R = batch_ * T, H = H_, Hkv = Hkv_, D = D_;
+  const int64_t G = H + 2 * Hkv, d_in = c.d_in, d_out = c.d_out;
   const auto team = kernels::Threading::kTeam;
   if (!cache_) {
     // x [1, R, d_in] x W_qkv [G, d_in, D] + b [G, 1, D] -> qkv [G, R, D]:
@@ -85,17 +100,20 @@ Status AttentionOp::MakeMatMuls(DataType type) {
     qkv_proj_.emplace(std::move(qkv));
   } else {
     // Per sequence: x [1, T, d_in] x W [H, d_in, D] (+ b [H, 1, D]) -> its
-    // rows of the q plane [H, R, D], and of K and V in the cache.
-    const Operand bias{{H, 1, D}, {}, DataType::kF32};
-    const Operand x{{1, T, d_in}, {}, type}, w{{H, d_in, D}, {}, type};
+    // rows of the q plane [H, R, D], and x W [Hkv, d_in, D] its rows of K
+    // and V in the cache.
+    const Operand x{{1, T, d_in}, {}, type};
+    const Operand q_bias{{H, 1, D}, {}, DataType::kF32};
+    const Operand kv_bias{{Hkv, 1, D}, {}, DataType::kF32};
     ATTN_ASSIGN_OR_RETURN(
-        MatMul q, MatMul::Create(x, w, c.qkv_bias ? &bias : nullptr,
+        MatMul q, MatMul::Create(x, {{H, d_in, D}, {}, type},
+                                 c.qkv_bias ? &q_bias : nullptr,
                                  {{H, T, D}, {R * D, D, 1}, type}, team));
     ATTN_ASSIGN_OR_RETURN(
         MatMul kv,
         MatMul::Create(
-            x, w, c.qkv_bias ? &bias : nullptr,
-            {{H, T, D}, {cache_->head_stride, cache_->row_stride, 1}, type},
+            x, {{Hkv, d_in, D}, {}, type}, c.qkv_bias ? &kv_bias : nullptr,
+            {{Hkv, T, D}, {cache_->head_stride, cache_->row_stride, 1}, type},
             team));
     qkv_proj_.emplace(std::move(q));
     kv_proj_.emplace(std::move(kv));
@@ -114,6 +132,8 @@ Status AttentionOp::MakeMatMuls(DataType type) {
   shape.head_dim = D;
   shape.type = type;
   shape.kv_row_stride = cache_ ? cache_->row_stride : 0;
+  shape.num_kv_heads = Hkv;
+  shape.window = c.sliding_window;
   ATTN_ASSIGN_OR_RETURN(kernels::CausalAttention core,
                         kernels::CausalAttention::Create(shape));
   core_.emplace(std::move(core));
@@ -152,7 +172,8 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   workspace.Add(&b_out_, m_->b_out.size() * sizeof(float));
   buffer_bytes_[kInputLow] = type == DataType::kBF16 ? rows * d_in * elem : 0;
   // With a cache only the q plane lives in kQkv.
-  buffer_bytes_[kQkv] = rows * (cache_ ? 1 : 3) * d_out * elem;
+  const auto heads = static_cast<size_t>(cache_ ? H_ : H_ + 2 * Hkv_);
+  buffer_bytes_[kQkv] = rows * heads * static_cast<size_t>(D_) * elem;
   buffer_bytes_[kContext] = rows * d_out * elem;
   buffer_bytes_[kProjScratch] = mm_scratch * threads;
   buffer_bytes_[kCoreScratch] = core_->worker_scratch_bytes() * threads;
@@ -168,15 +189,17 @@ Status AttentionOp::PackWeights() {
   const float* w = m_->w_qkv.data();
   if (!cache_ && !qkv_weights_) {
     ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(
-        {{3 * H_, d_in, D}, strides, DataType::kF32}, w, w_qkv_.data()));
+        {{H_ + 2 * Hkv_, d_in, D}, strides, DataType::kF32}, w, w_qkv_.data()));
     qkv_weights_ = w_qkv_.data();
   } else if (cache_) {
-    const Operand heads{{H_, d_in, D}, strides, DataType::kF32};
-    const auto plane = static_cast<size_t>(d_out * d_in);
-    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(heads, w, w_qkv_.data()));
-    ATTN_RETURN_IF_ERROR(kv_proj_->PackWeights(heads, w + plane, w_k_.data()));
-    ATTN_RETURN_IF_ERROR(
-        kv_proj_->PackWeights(heads, w + 2 * plane, w_v_.data()));
+    // W_query's H heads, then W_key's and W_value's Hkv each.
+    const Operand q_heads{{H_, d_in, D}, strides, DataType::kF32};
+    const Operand kv_heads{{Hkv_, d_in, D}, strides, DataType::kF32};
+    const float* w_k = w + d_out * d_in;
+    const float* w_v = w_k + Hkv_ * D * d_in;
+    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(q_heads, w, w_qkv_.data()));
+    ATTN_RETURN_IF_ERROR(kv_proj_->PackWeights(kv_heads, w_k, w_k_.data()));
+    ATTN_RETURN_IF_ERROR(kv_proj_->PackWeights(kv_heads, w_v, w_v_.data()));
     qkv_weights_ = w_qkv_.data();
   }
   if (!out_weights_) {
@@ -193,7 +216,8 @@ Status AttentionOp::PackWeights() {
 }
 
 size_t AttentionOp::bytes() const {
-  size_t total = 0;
+  size_t total =
+      (rope_ ? rope_->bytes() : 0) + positions_.size() * sizeof(int64_t);
   for (const AlignedBuffer* b : {&w_qkv_, &w_k_, &w_v_, &b_qkv_, &w_out_,
                                  &b_out_, &qkv_, &ctx_, &proj_scratch_}) {
     total += b->size();
@@ -210,6 +234,7 @@ void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
   const ThreadScope threads(num_threads_);
   // x: [B*T, d_in] -> q, k, v (the planes, or q and the cache).
   Project(x, cache_seqs, buffers);
+  RotateForward(cache_seqs, buffers);
   // Per (sequence, head, query block): softmax(q k^T / sqrt(D), causal) v.
   kernels::AttentionInputs in;
   if (cache_) {
@@ -231,6 +256,53 @@ void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
                  buffers[kProjScratch], threads.num_threads());
 }
 
+// Rotary embeddings on q and k where the projection left them: the planes'
+// rows (row r at position r mod seq_len), and each prompt's K rows in its
+// cache sequence.
+void AttentionOp::RotateForward(const int64_t* cache_seqs,
+                                const Buffers& buffers) const {
+  if (!rope_) return;
+  const auto R = static_cast<size_t>(batch_ * seq_len_);
+  const auto D = static_cast<size_t>(D_);
+  // Without a cache the k planes follow the q planes.
+  const auto heads = static_cast<size_t>(cache_ ? H_ : H_ + Hkv_);
+  kernels::ApplyRope(*rope_,
+                     {static_cast<float*>(buffers[kQkv]), R, D, heads, R * D},
+                     positions_.data(), num_threads_);
+  if (!cache_) return;
+  for (int64_t i = 0; i < batch_; ++i) {
+    kernels::ApplyRope(
+        *rope_,
+        {cache_->k + cache_seqs[i] * cache_->batch_stride,
+         static_cast<size_t>(seq_len_), static_cast<size_t>(cache_->row_stride),
+         static_cast<size_t>(Hkv_), static_cast<size_t>(cache_->head_stride)},
+        positions_.data(), num_threads_);
+  }
+}
+
+// The table for positions [0, max_positions), checked against the cap with
+// `held` bytes already held.
+Status AttentionOp::MakeRope(size_t max_positions, uint64_t held,
+                             const std::string& what) {
+  const RopeConfig& r = m_->config.rope;
+  const size_t bytes =
+      kernels::RopeTable::BytesFor(D_, static_cast<int64_t>(max_positions));
+  ATTN_RETURN_IF_ERROR(CheckMemory(
+      what, AddSat(held, AddSat(bytes, max_positions * sizeof(int64_t))),
+      m_->max_memory_bytes));
+  kernels::RopeConfig config;
+  config.theta = static_cast<float>(r.theta);
+  config.factor = static_cast<float>(r.factor);
+  config.low_freq_factor = static_cast<float>(r.low_freq_factor);
+  config.high_freq_factor = static_cast<float>(r.high_freq_factor);
+  config.original_context_length = r.original_context_length;
+  ATTN_ASSIGN_OR_RETURN(kernels::RopeTable table,
+                        kernels::RopeTable::Create(
+                            config, D_, static_cast<int64_t>(max_positions)));
+  rope_.emplace(std::move(table));
+  return {};
+}
+
 void AttentionOp::Project(const float* x, const int64_t* cache_seqs,
                           const Buffers& buffers) const {
   const int threads = num_threads_;
@@ -247,6 +319,7 @@ void AttentionOp::Project(const float* x, const int64_t* cache_seqs,
   // Per sequence: its q rows, then its K and V into its cache rows; each
   // projection's products share one parallel region.
   const int64_t T = seq_len_, C = H_ * D_, d_in = m_->config.d_in;
+  const int64_t kv_dim = Hkv_ * D_;
   const auto* b = static_cast<const float*>(b_qkv_.data());  // or null
   q_calls_.clear();
   kv_calls_.clear();
@@ -257,7 +330,7 @@ void AttentionOp::Project(const float* x, const int64_t* cache_seqs,
     q_calls_.push_back({xi, qkv_weights_, b, q});
     kv_calls_.push_back({xi, w_k_.data(), b ? b + C : nullptr, cache_->k + at});
     kv_calls_.push_back(
-        {xi, w_v_.data(), b ? b + 2 * C : nullptr, cache_->v + at});
+        {xi, w_v_.data(), b ? b + C + kv_dim : nullptr, cache_->v + at});
   }
   qkv_proj_->RunMany(q_calls_.data(), q_calls_.size(), buffers[kProjScratch],
                      threads);
@@ -333,13 +406,16 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   op->batch_ = rows;
   op->seq_len_ = 1;
   op->H_ = c.num_heads;
+  op->Hkv_ = c.num_kv_heads;
   op->D_ = c.d_out / c.num_heads;
   op->cache_ = cache;
   const auto R = static_cast<size_t>(rows);
   const auto d_out = static_cast<size_t>(c.d_out);
+  const auto qkv_out = static_cast<size_t>(op->QkvWidth());
   const auto Dp = static_cast<size_t>(cache.row_stride);
   // The activations first, against the cap before any primitive exists.
-  const uint64_t per_row = 4 * static_cast<uint64_t>(4 * d_out + op->H_ * Dp);
+  const uint64_t per_row =
+      4 * static_cast<uint64_t>(qkv_out + d_out + op->H_ * Dp);
   ATTN_RETURN_IF_ERROR(
       CheckMemory(what, AddSat(held, MulSat(per_row, R)), m.max_memory_bytes));
   const ThreadScope threads(num_threads);
@@ -349,7 +425,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
     ATTN_RETURN_IF_ERROR(op->MakeStepMatMuls());
   }
   Workspace workspace;
-  workspace.Add(&op->qkv_, R * 3 * d_out * sizeof(float));
+  workspace.Add(&op->qkv_, R * qkv_out * sizeof(float));
   workspace.Add(&op->q_rows_, R * static_cast<size_t>(op->H_) * Dp * 4);
   workspace.Add(&op->ctx_, R * d_out * sizeof(float));
   if (op->qkv_proj_) {
@@ -368,26 +444,30 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
     // W_qkv [3 d_out, d_in] row-major is W_qkv^T [d_in, 3 d_out] with
     // strides {1, d_in}; likewise W_out.
     const int64_t d_in = c.d_in, n = c.d_out;
-    ATTN_RETURN_IF_ERROR(
-        op->qkv_proj_->PackWeights({{d_in, 3 * n}, {1, d_in}, DataType::kF32},
-                                   m.w_qkv.data(), op->w_qkv_.data()));
+    ATTN_RETURN_IF_ERROR(op->qkv_proj_->PackWeights(
+        {{d_in, op->QkvWidth()}, {1, d_in}, DataType::kF32}, m.w_qkv.data(),
+        op->w_qkv_.data()));
     ATTN_RETURN_IF_ERROR(op->out_proj_->PackWeights(
         {{n, n}, {1, n}, DataType::kF32}, m.w_out.data(), op->w_out_.data()));
+  }
+  if (c.rope.theta != 0.0) {
+    ATTN_RETURN_IF_ERROR(op->MakeRope(static_cast<size_t>(cache.capacity),
+                                      AddSat(held, workspace.bytes()), what));
   }
   return op;
 }
 
 Status AttentionOp::MakeStepMatMuls() {
   const int64_t R = batch_, d_in = m_->config.d_in, d_out = m_->config.d_out;
+  const int64_t n = QkvWidth();
   const auto f32 = DataType::kF32;
   const auto team = kernels::Threading::kTeam;
-  // x [R, d_in] x W_qkv^T [d_in, 3 d_out] (+ b) -> qkv [R, 3 d_out].
-  const Operand qkv_bias{{1, 3 * d_out}, {}, f32};
+  // x [R, d_in] x W_qkv^T [d_in, n] (+ b) -> qkv [R, n].
+  const Operand qkv_bias{{1, n}, {}, f32};
   ATTN_ASSIGN_OR_RETURN(
-      MatMul qkv,
-      MatMul::Create({{R, d_in}, {}, f32}, {{d_in, 3 * d_out}, {}, f32},
-                     m_->config.qkv_bias ? &qkv_bias : nullptr,
-                     {{R, 3 * d_out}, {}, f32}, team));
+      MatMul qkv, MatMul::Create({{R, d_in}, {}, f32}, {{d_in, n}, {}, f32},
+                                 m_->config.qkv_bias ? &qkv_bias : nullptr,
+                                 {{R, n}, {}, f32}, team));
   // ctx [R, d_out] x W_out^T + b_out -> y [R, d_out].
   const Operand out_bias{{1, d_out}, {}, f32};
   ATTN_ASSIGN_OR_RETURN(
@@ -424,9 +504,18 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   const int64_t d_in = m.config.d_in, d_out = m.config.d_out;
   auto* qkv = static_cast<float*>(qkv_.data());
   auto* ctx = static_cast<float*>(ctx_.data());
-  // x: [R, d_in] -> qkv: [R, 3 d_out], one fused projection.
-  StepLinear(qkv_proj_, w_qkv_, m.w_qkv, m.b_qkv, x, d_in, 3 * d_out, qkv,
+  // x: [R, d_in] -> qkv: [R, (H + 2 Hkv) D], one fused projection, then
+  // each row's q and k turned to its position.
+  StepLinear(qkv_proj_, w_qkv_, m.w_qkv, m.b_qkv, x, d_in, QkvWidth(), qkv,
              threads.num_threads());
+  if (rope_) {
+    const auto R = static_cast<size_t>(batch_);
+    const auto D = static_cast<size_t>(D_);
+    kernels::ApplyRope(*rope_,
+                       {qkv, R, static_cast<size_t>(QkvWidth()),
+                        static_cast<size_t>(H_ + Hkv_), D},
+                       positions, threads.num_threads());
+  }
   // q into its padded rows; k and v appended to their sequence's cache.
   decode_rows_.clear();
   const auto row_floats = static_cast<size_t>(H_ * cache_->row_stride);
@@ -441,7 +530,7 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
     row.ctx = ctx + r * d_out;
     decode_rows_.push_back(row);
   }
-  const kernels::DecodeParams params = DecodeParamsOf(*cache_, H_, D_);
+  const kernels::DecodeParams params = DecodeParamsOf(*cache_, m.config);
   kernels::DecodeAppend(params, qkv, decode_rows_.data(), decode_rows_.size(),
                         threads.num_threads());
   RunDecodeKernel(partials, max_partials, threads.num_threads());
@@ -455,14 +544,13 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
 // one token per sequence is always one group).
 void AttentionOp::RunDecodeKernel(float* partials, size_t max_partials,
                                   int threads) {
-  const kernels::DecodeParams params = DecodeParamsOf(*cache_, H_, D_);
+  const kernels::DecodeParams params = DecodeParamsOf(*cache_, m_->config);
   std::vector<kernels::DecodeRow>& rows = decode_rows_;
   size_t begin = 0, used = 0;
   for (size_t i = 0; i <= rows.size(); ++i) {
     const size_t need =
-        i < rows.size()
-            ? params.num_heads * kernels::DecodeChunks(rows[i].num_keys)
-            : 0;
+        i < rows.size() ? kernels::DecodeRowPartials(params, rows[i].num_keys)
+                        : 0;
     if ((i == rows.size() && i > begin) || used + need > max_partials) {
       kernels::DecodeAttention(params, rows.data() + begin, i - begin, partials,
                                threads);
@@ -496,10 +584,12 @@ size_t OwnedBuffers::bytes() const {
   return total;
 }
 
-kernels::DecodeParams DecodeParamsOf(const KvCache& cache, int64_t num_heads,
-                                     int64_t head_dim) {
+kernels::DecodeParams DecodeParamsOf(const KvCache& cache, const MhaConfig& c) {
+  const int64_t head_dim = c.d_out / c.num_heads;
   kernels::DecodeParams params;
-  params.num_heads = static_cast<size_t>(num_heads);
+  params.num_heads = static_cast<size_t>(c.num_heads);
+  params.num_kv_heads = static_cast<size_t>(c.num_kv_heads);
+  params.window = static_cast<size_t>(c.sliding_window);
   params.head_dim = static_cast<size_t>(head_dim);
   params.row_stride = static_cast<size_t>(cache.row_stride);
   params.head_stride = static_cast<size_t>(cache.head_stride);

@@ -21,6 +21,7 @@
 #include "kernels/attention.h"
 #include "kernels/decode.h"
 #include "kernels/matmul.h"
+#include "kernels/rope.h"
 
 namespace attn {
 
@@ -33,11 +34,11 @@ struct KvCache {
   float* k = nullptr;
   float* v = nullptr;
   int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+  int64_t capacity = 0;  // tokens per sequence
 };
 
-// The decode kernel's parameters for `cache`.
-kernels::DecodeParams DecodeParamsOf(const KvCache& cache, int64_t num_heads,
-                                     int64_t head_dim);
+// The decode kernel's parameters for `cache` and the attention of `c`.
+kernels::DecodeParams DecodeParamsOf(const KvCache& cache, const MhaConfig& c);
 
 // Below this many FLOPs (the convention) a block runs as plain loops
 // on the calling thread: oneDNN's and OpenMP's fixed cost per call (18 us at
@@ -63,23 +64,25 @@ class AttentionOp {
 
   // Plans x [batch * seq_len, d_in] -> y [batch * seq_len, d_out] for model
   // `m`, matmuls in `type`, on `num_threads`. Without `cache`, q, k and v
-  // are the planes [3, H, batch * seq_len, D] of one fused projection in
-  // kQkv. With it (fp32 only), each sequence's K and V are projected
-  // straight into rows [0, seq_len) of its cache sequence and the core
-  // reads them there. The op runs on the model's packed weights
-  // (MhaModelData::packed) where its matmuls lay them out alike, else packs
-  // its own, checked against the model's cap with `held` bytes already
-  // held; a failure names `what`.
+  // are the planes [H + 2 Hkv, batch * seq_len, D] of one fused projection
+  // in kQkv (Hkv: the K/V heads). Rotary embeddings, when the model has
+  // them, turn q and k where the projection left them (fp32 only). With it
+  // (fp32 only), each sequence's K and V are projected straight into rows [0,
+  // seq_len) of its cache sequence and the core reads them there. The op runs
+  // on the model's packed weights (MhaModelData::packed) where its matmuls lay
+  // them out alike, else packs its own, checked against the model's cap with
+  // `held` bytes already held; a failure names `what`.
   static Result<std::unique_ptr<AttentionOp>> Create(
       const MhaModelData& m, kernels::DataType type, int64_t batch,
       int64_t seq_len, const KvCache* cache, int num_threads, uint64_t held,
       const std::string& what);
 
   // Plans steps of `rows` new tokens against `cache` (fp32): one fused
-  // projection [rows, 3 d_out] (kernels::RowsLinear up to
-  // kRowsLinearMaxRows rows, else a matmul), the tokens' q, k and v into
-  // the decode kernel's rows and the cache (kernels::DecodeAppend), the
-  // decode kernel over each row's keys, the output projection.
+  // projection [rows, (H + 2 Hkv) D] (kernels::RowsLinear up to
+  // kRowsLinearMaxRows rows, else a matmul), rotary embeddings on its q and
+  // k, the tokens' q, k and v into the decode kernel's rows and the cache
+  // (kernels::DecodeAppend), the decode kernel over each row's keys, the
+  // output projection.
   static Result<std::unique_ptr<AttentionOp>> CreateStep(
       const MhaModelData& m, int64_t rows, const KvCache& cache,
       int num_threads, uint64_t held, const std::string& what);
@@ -100,6 +103,8 @@ class AttentionOp {
   void Step(const float* x, const int64_t* seqs, const int64_t* positions,
             float* y, float* partials, size_t max_partials);
 
+  // Columns of the fused projection: the q, k and v heads.
+  int64_t QkvWidth() const { return (H_ + 2 * Hkv_) * D_; }
   // Rows of a step, tokens of a forward.
   int64_t rows() const { return batch_ * seq_len_; }
   int64_t batch() const { return batch_; }
@@ -123,9 +128,11 @@ class AttentionOp {
                   const std::vector<float>& b, const float* x, int64_t in,
                   int64_t out, float* y, int threads) const;
   void RunDecodeKernel(float* partials, size_t max_partials, int threads);
+  Status MakeRope(size_t max_positions, uint64_t held, const std::string& what);
+  void RotateForward(const int64_t* cache_seqs, const Buffers& buffers) const;
 
   const MhaModelData* m_ = nullptr;
-  int64_t batch_ = 0, seq_len_ = 0, H_ = 0, D_ = 0;
+  int64_t batch_ = 0, seq_len_ = 0, H_ = 0, Hkv_ = 0, D_ = 0;
   int num_threads_ = 1;
   bool tiny_ = false;  // plain loops; `qkv_` is their scratch
   bool step_ = false;  // CreateStep: the decode kernel over the cache
@@ -135,6 +142,9 @@ class AttentionOp {
   // writes one sequence's q plane, kv_proj_ its K (then V) into the cache.
   std::optional<kernels::MatMul> qkv_proj_, kv_proj_, out_proj_;
   std::optional<kernels::CausalAttention> core_;
+  // Rotary embeddings: the table, and each forward row's position.
+  std::optional<kernels::RopeTable> rope_;
+  std::vector<int64_t> positions_;
   // Packed weights (with a cache: W_query, then W_key and W_value each
   // packed for kv_proj_) and the biases.
   AlignedBuffer w_qkv_, w_k_, w_v_, b_qkv_, w_out_, b_out_;

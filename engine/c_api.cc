@@ -155,6 +155,27 @@ attn_status ToDType(const char* what, const attn_dtype* field,
                   .c_str());
 }
 
+// Version 4's fields of an attn_*_options struct, those inside its
+// struct_size.
+template <class C>
+void ReadAttentionVariant(const C* c, attn::ModelOptions* options) {
+  const size_t size = c->struct_size;
+  if (Inside(size, offsetof(C, num_kv_heads), sizeof(int))) {
+    options->num_kv_heads = c->num_kv_heads;
+  }
+  if (Inside(size, offsetof(C, sliding_window), sizeof(int))) {
+    options->sliding_window = c->sliding_window;
+  }
+  if (Inside(size, offsetof(C, rope_original_context_length),
+             sizeof(int64_t))) {
+    options->rope.theta = c->rope_theta;
+    options->rope.factor = c->rope_factor;
+    options->rope.low_freq_factor = c->rope_low_freq_factor;
+    options->rope.high_freq_factor = c->rope_high_freq_factor;
+    options->rope.original_context_length = c->rope_original_context_length;
+  }
+}
+
 // The fields attn_mha_options and attn_graph_options share (at different
 // offsets: `layers` sits between context_length and num_threads in the
 // graph's, where version 1 put it), each read when it lies inside the
@@ -163,12 +184,13 @@ template <class C>
 attn_status ToModelOptions(const C* c, const char* what,
                            attn::ModelOptions* options) {
   const size_t size = c->struct_size;
-  if (attn_status s =
-          CheckStructSize(what, c, size, sizeof(size_t), sizeof(*c),
-                          offsetof(C, tuned_config) + sizeof(const char*));
+  if (attn_status s = CheckStructSize(
+          what, c, size, sizeof(size_t), sizeof(*c),
+          offsetof(C, rope_original_context_length) + sizeof(int64_t));
       s != ATTN_OK) {
     return s;
   }
+  ReadAttentionVariant(c, options);
   if (Inside(size, offsetof(C, num_heads), sizeof(int))) {
     options->num_heads = c->num_heads;
   }

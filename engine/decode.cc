@@ -36,12 +36,13 @@ std::string Str(int64_t v) { return std::to_string(v); }
 struct MhaDecoder::Impl {
   std::shared_ptr<const MhaModel> model;
   const MhaModel::Impl* m = nullptr;
-  // B sequences of at most `capacity` tokens; H heads of D floats, each
-  // cache row padded to Dp.
-  int64_t B = 0, capacity = 0, H = 0, D = 0, Dp = 0, d_in = 0, d_out = 0;
+  // B sequences of at most `capacity` tokens; H query and Hkv K/V heads of
+  // D floats, each cache row padded to Dp.
+  int64_t B = 0, capacity = 0, H = 0, Hkv = 0, D = 0, Dp = 0;
+  int64_t d_in = 0, d_out = 0;
   int num_threads = 1;
   std::vector<int64_t> lengths;
-  AlignedBuffer k_cache, v_cache;  // [B, H, capacity, Dp] each
+  AlignedBuffer k_cache, v_cache;  // [B, Hkv, capacity, Dp] each
   AlignedBuffer partials;          // the kernel's split-KV partials
   size_t max_partials = 0;         // slots in `partials`
   std::vector<int64_t> counts;     // Decode's all-ones counts
@@ -75,7 +76,8 @@ struct MhaDecoder::Impl {
     cache.v = static_cast<float*>(v_cache.data());
     cache.row_stride = Dp;
     cache.head_stride = capacity * Dp;
-    cache.batch_stride = H * capacity * Dp;
+    cache.batch_stride = Hkv * capacity * Dp;
+    cache.capacity = capacity;
     return cache;
   }
 };
@@ -196,14 +198,14 @@ MhaDecoder::~MhaDecoder() = default;
 // The K and V caches and the decode kernel's partials, checked against the
 // cap as one request.
 Status MhaDecoder::Impl::AllocateCache() {
-  // 2 x B x H x capacity x Dp floats, checked for overflow before asking.
+  // 2 x B x Hkv x capacity x Dp floats, checked for overflow before asking.
   const double cache_floats =
-      2.0 * double(B) * double(H) * double(capacity) * double(Dp);
+      2.0 * double(B) * double(Hkv) * double(capacity) * double(Dp);
   if (cache_floats * sizeof(float) > 0.5 * double(SIZE_MAX)) {
     return OutOfMemory("decoder cache of batch " + Str(B) + " x max_length " +
                        Str(capacity) + " is too large");
   }
-  const size_t cache_bytes = static_cast<size_t>(B * H) *
+  const size_t cache_bytes = static_cast<size_t>(B * Hkv) *
                              static_cast<size_t>(capacity * Dp) * sizeof(float);
   max_partials = static_cast<size_t>(B * H) *
                  kernels::DecodeChunks(static_cast<size_t>(capacity));
@@ -258,6 +260,7 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   impl->B = options.batch;
   impl->capacity = capacity;
   impl->H = c.num_heads;
+  impl->Hkv = c.num_kv_heads;
   impl->D = c.d_out / c.num_heads;
   impl->Dp = static_cast<int64_t>(
       kernels::DecodePaddedDim(static_cast<size_t>(impl->D)));

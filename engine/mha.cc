@@ -108,8 +108,9 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
   ATTN_RETURN_IF_ERROR(CheckAttentionVariant(c));
   if (c.num_kv_heads != c.num_heads || c.rope.theta != 0.0 ||
       c.sliding_window != 0) {
-    return Unsupported("grouped K/V heads, rotary embeddings and sliding "
-                       "windows are parsed but do not run yet");
+    return Unsupported(
+        "grouped K/V heads, rotary embeddings and sliding "
+        "windows are parsed but do not run yet");
   }
   if (!w.w_query || !w.w_key || !w.w_value || !w.w_out || !w.b_out) {
     return InvalidArgument(

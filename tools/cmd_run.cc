@@ -28,6 +28,7 @@ struct RunArgs {
   std::string graph;         // a JSON graph (attn/graph.hpp) instead
   int64_t layers = 0;        // --graph: runs, weights under trf_blocks.{i}.
   uint64_t max_memory = 0;   // bytes; 0 = attn::DefaultMaxMemoryBytes()
+  AttentionFlags attention;
 };
 
 // One forward pass: input [batch, seq_len, in_width] -> output.
@@ -113,6 +114,7 @@ int RunMha(const RunArgs& args) {
   options.dtype = ParseDType(args.dtype);
   options.max_memory_bytes = args.max_memory;
   options.tuned_config = args.config;
+  args.attention.ApplyTo(options);
   auto model = MhaModel::Load(args.weights, options);
   if (!model.ok()) return Fail(model.status().message());
   MhaSession session(*model);
@@ -138,6 +140,7 @@ int RunGraph(const RunArgs& args) {
   options.dtype = ParseDType(args.dtype);
   options.max_memory_bytes = args.max_memory;
   options.tuned_config = args.config;
+  args.attention.ApplyTo(options);
   auto model = GraphModel::Load(args.graph, args.weights, options);
   if (!model.ok()) return Fail(model.status().message());
   GraphSession session(*model);
@@ -183,6 +186,7 @@ Command AddRunCommand(CLI::App& app) {
                    "longest sequence accepted (default: metadata "
                    "context_length, then the book's mask buffer)")
       ->check(IntegerIn(1));
+  run.attention.AddTo(run_cmd);
   run_cmd
       ->add_option("--threads", run.threads,
                    "threads (default: ATTN_NUM_THREADS, then the tuned "

@@ -81,4 +81,50 @@ CLI::Validator ByteSize() {
       "SIZE");
 }
 
+void AttentionFlags::AddTo(CLI::App* command) {
+  command
+      ->add_option("--kv-heads", kv_heads,
+                   "K/V heads of grouped-query attention, dividing the heads "
+                   "(default: metadata num_kv_heads, else W_key's rows)")
+      ->check(IntegerIn(1));
+  command
+      ->add_option("--sliding-window", sliding_window,
+                   "query i sees keys (i - W, i] (default: metadata "
+                   "sliding_window, else every earlier key)")
+      ->check(IntegerIn(1));
+  CLI::Option* theta =
+      command
+          ->add_option("--rope-theta", rope.theta,
+                       "rotary position embeddings with this base, with "
+                       "the scaling flags below as given (default: metadata "
+                       "rope_theta and rope_*, else none)")
+          ->check(PositiveNumber());
+  // Llama 3.1's scaling goes with a theta: the rope fields come as a group.
+  const std::pair<const char*, double*> scaling[] = {
+      {"--rope-factor", &rope.factor},
+      {"--rope-low-freq-factor", &rope.low_freq_factor},
+      {"--rope-high-freq-factor", &rope.high_freq_factor}};
+  for (const auto& [flag, field] : scaling) {
+    command
+        ->add_option(flag, *field,
+                     std::string("Llama 3.1 frequency scaling's ") +
+                         (flag + 7) + " (with --rope-theta)")
+        ->check(PositiveNumber())
+        ->needs(theta);
+  }
+  command
+      ->add_option("--rope-original-context-length",
+                   rope.original_context_length,
+                   "Llama 3.1 frequency scaling's original context length "
+                   "(with --rope-theta)")
+      ->check(IntegerIn(1))
+      ->needs(theta);
+}
+
+void AttentionFlags::ApplyTo(ModelOptions& options) const {
+  options.num_kv_heads = kv_heads;
+  options.sliding_window = sliding_window;
+  options.rope = rope;
+}
+
 }  // namespace attn::cli

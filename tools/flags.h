@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "CLI/CLI.hpp"
+#include "attn/attn.hpp"
 
 namespace attn::cli {
 
@@ -23,6 +24,16 @@ CLI::Validator NonNegativeNumber();
 // A byte size such as 4096, 512M or 4G, at least 1 byte; goes before
 // CLI::AsSizeValue, which takes a leading '-' as a number and wraps it.
 CLI::Validator ByteSize();
+
+// The attention variant's flags (--kv-heads, --rope-theta and its scaling,
+// --sliding-window), shared by every command that loads a model: each
+// overrides the file's metadata of the same name.
+struct AttentionFlags {
+  int64_t kv_heads = 0, sliding_window = 0;
+  RopeConfig rope;
+  void AddTo(CLI::App* command);
+  void ApplyTo(ModelOptions& options) const;
+};
 
 }  // namespace attn::cli
 

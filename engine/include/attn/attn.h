@@ -81,10 +81,23 @@ typedef struct attn_mha_options {
                                is the default when num_threads is 0 and
                                ATTN_NUM_THREADS is unset; read at load. NULL
                                or "": the file ATTN_CONFIG names, if any */
+  /* Version 4: the attention of current models (attn::MhaConfig), each
+     else the file's metadata of the same name ("num_kv_heads", ...): */
+  int num_kv_heads;   /* K/V heads, dividing num_heads; else W_key's rows */
+  int sliding_window; /* query i sees keys (i - W, i]; 0: all earlier ones */
+  double rope_theta;  /* rotary embeddings (Llama's); 0: none. Then Llama
+                         3.1's frequency scaling, 0: none: */
+  double rope_factor;
+  double rope_low_freq_factor;
+  double rope_high_freq_factor;
+  int64_t rope_original_context_length;
 } attn_mha_options;
 
-#define ATTN_MHA_OPTIONS_INIT \
-  { sizeof(attn_mha_options), 0, 0, 0, 0, ATTN_DTYPE_F32, NULL }
+#define ATTN_MHA_OPTIONS_INIT                                                  \
+  {                                                                            \
+    sizeof(attn_mha_options), 0, 0, 0, 0, ATTN_DTYPE_F32, NULL, 0, 0, 0, 0, 0, \
+        0, 0                                                                   \
+  }
 
 /* Loads weights under PyTorch's state_dict names (W_query.weight,
  * W_key.weight, W_value.weight, optional W_query/W_key/W_value.bias,
@@ -115,11 +128,12 @@ typedef struct attn_mha_config {
 typedef struct attn_mha_weights {
   size_t struct_size;
   const float* w_query; /* W_query.weight [d_out, d_in] */
-  const float* w_key;   /* W_key.weight [d_out, d_in] */
-  const float* w_value; /* W_value.weight [d_out, d_in] */
+  const float* w_key;   /* W_key.weight [kv_dim, d_in]: kv_dim is d_out, or
+                           num_kv_heads * d_out / num_heads (options) */
+  const float* w_value; /* W_value.weight [kv_dim, d_in] */
   const float* b_query; /* W_query.bias [d_out] */
-  const float* b_key;   /* W_key.bias [d_out] */
-  const float* b_value; /* W_value.bias [d_out] */
+  const float* b_key;   /* W_key.bias [kv_dim] */
+  const float* b_value; /* W_value.bias [kv_dim] */
   const float* w_out;   /* out_proj.weight [d_out, d_out] */
   const float* b_out;   /* out_proj.bias [d_out] */
 } attn_mha_weights;
@@ -153,10 +167,22 @@ typedef struct attn_graph_options {
   attn_dtype dtype;          /* bf16: linear and mha matmuls only */
   /* Version 3: */
   const char* tuned_config; /* as in attn_mha_options */
+  /* Version 4: as in attn_mha_options, for mha nodes (else their
+     attributes, else the metadata) */
+  int num_kv_heads;
+  int sliding_window;
+  double rope_theta;
+  double rope_factor;
+  double rope_low_freq_factor;
+  double rope_high_freq_factor;
+  int64_t rope_original_context_length;
 } attn_graph_options;
 
-#define ATTN_GRAPH_OPTIONS_INIT \
-  { sizeof(attn_graph_options), 0, 0, 0, 0, 0, ATTN_DTYPE_F32, NULL }
+#define ATTN_GRAPH_OPTIONS_INIT                                               \
+  {                                                                           \
+    sizeof(attn_graph_options), 0, 0, 0, 0, 0, ATTN_DTYPE_F32, NULL, 0, 0, 0, \
+        0, 0, 0, 0                                                            \
+  }
 
 /* Loads the graph in the JSON file `graph_json_path` with the weights it
  * names in a safetensors file, and validates both (unknown op, missing
