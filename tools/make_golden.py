@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Generate the PyTorch golden files for the chapter-3 causal MultiHeadAttention.
+"""Generate the PyTorch golden files for the chapter-3 causal MultiHeadAttention and Llama's GQA.
 
 Run with Debian's interpreter (it carries python3-torch and numpy):
 
@@ -19,15 +19,27 @@ becomes DIR/mha_<name>.safetensors holding
     qkv_bias ("true"/"false"), tolerance, description.  A result passes when
     max|out - expected| <= tolerance * max(1, max|expected|).
 
+DIR/mha_gqa_<name>.safetensors are the same for the book's Llama 3.2 GroupedQueryAttention
+(with out_proj.bias, and qkv_bias where the metadata says so): W_key.weight and W_value.weight
+are [num_kv_heads * head_dim, d_in], query head h using K/V head h // (num_heads / num_kv_heads).
+Their metadata adds num_kv_heads and, only where used, RoPE in the rotate-half convention
+(rope_theta; Llama 3.1's scaling: rope_factor, rope_low_freq_factor, rope_high_freq_factor,
+rope_original_context_length), applied to q and k after the projections at positions 0..T-1,
+and sliding_window W (query i sees keys i - W < j <= i).  See compute_rope_params for the
+float32 tables.
+
 DIR/bad/<name>.safetensors are tiny files the engine must reject; their
-metadata adds expect_error="true" and an error_hint naming the defect.
+metadata adds expect_error="true" and an error_hint naming the defect
+(kv_heads_not_dividing: 3 K/V heads for 4 query heads, metadata num_kv_heads 3).
 
 DIR/graph/<name>.safetensors are the graph runner's cases (chapter 4): the
-book's LayerNorm, GELU, FeedForward and TransformerBlock, and the feed-forward
-half of its Llama block (RMSNorm, SwiGLU), in eval mode with
+book's LayerNorm, GELU, FeedForward and TransformerBlock, the feed-forward
+half of its Llama block (RMSNorm, SwiGLU), and its Llama 3.2 block (llama_block,
+llama_stack2: norm1, att (GQA with RoPE, no biases), norm2, ff), in eval mode with
 non-trivial norm weights, under their state_dict names ("trf_blocks.{i}."
 for a stack run with --layers), plus "input" and "expected" and metadata
-num_heads, context_length, n_layers, qkv_bias, tolerance, description.
+num_heads, context_length, n_layers, qkv_bias, tolerance, description, and for
+the Llama blocks num_kv_heads, rope_* and sliding_window as above.
 graph/block_too_long.safetensors has an input longer than context_length
 (expect_error="true").
 """
@@ -150,6 +162,155 @@ class LlamaFeedForwardHalf(nn.Module):
         return x + self.ff(self.norm2(x))
 
 
+def llama3_scale(inv_freq, factor, low_freq_factor, high_freq_factor, original_context_length):
+    """Llama 3.1's scaling of the RoPE frequencies, in float32 as Hugging Face's
+    _compute_llama3_parameters: long wavelengths (> original / low) divided by factor, short
+    ones (< original / high) kept, a linear blend between (both ends inclusive)."""
+    low_freq_wavelen = original_context_length / low_freq_factor
+    high_freq_wavelen = original_context_length / high_freq_factor
+    wavelen = 2 * torch.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original_context_length / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    is_medium = (wavelen <= low_freq_wavelen) & (wavelen >= high_freq_wavelen)
+    return torch.where(is_medium, smoothed, inv_freq_llama)
+
+
+def rope_inv_freq(head_dim, rope):
+    """inv_freq [head_dim / 2] in float32: 1 / theta^(arange(0, head_dim, 2) / head_dim), then
+    llama3_scale when rope has a factor.  rope: theta [, factor, low_freq_factor,
+    high_freq_factor, original_context_length] (the metadata keys less their "rope_")."""
+    assert head_dim % 2 == 0, "RoPE needs an even head_dim"
+    inv_freq = 1.0 / (rope["theta"] ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    if "factor" in rope:
+        inv_freq = llama3_scale(inv_freq, **{k: v for k, v in rope.items() if k != "theta"})
+    return inv_freq
+
+
+def rope_bands(head_dim, rope):
+    """How many frequencies Llama 3.1's scaling divides, blends and keeps, as (low, medium, high)."""
+    inv_freq = 1.0 / (rope["theta"] ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    wavelen = 2 * torch.pi / inv_freq
+    low = (wavelen > rope["original_context_length"] / rope["low_freq_factor"]).sum().item()
+    high = (wavelen < rope["original_context_length"] / rope["high_freq_factor"]).sum().item()
+    return low, head_dim // 2 - low - high, high
+
+
+def compute_rope_params(head_dim, rope, context_length):
+    """The book's compute_rope_params (Llama 3.2): float32 cos and sin [context_length, head_dim]
+    of angles = positions (0, 1, ...) outer inv_freq, each frequency twice (rotate-half layout)."""
+    angles = torch.arange(context_length).float()[:, None] * rope_inv_freq(head_dim, rope)[None, :]
+    angles = torch.cat([angles, angles], dim=1)
+    return torch.cos(angles), torch.sin(angles)
+
+
+def apply_rope(x, cos, sin):
+    """The book's apply_rope: x [b, heads, T, head_dim] * cos + rotate_half(x) * sin,
+    rotate_half(x) = cat(-x[..., hd/2:], x[..., :hd/2]), position t using row t of the tables."""
+    head_dim, seq_len = x.shape[-1], x.shape[-2]
+    x1, x2 = x[..., :head_dim // 2], x[..., head_dim // 2:]
+    rotated = torch.cat((-x2, x1), dim=-1)
+    return x * cos[:seq_len] + rotated * sin[:seq_len]
+
+
+class GroupedQueryAttention(nn.Module):
+    """The book's Llama 3.2 GroupedQueryAttention: num_kv_heads K/V heads, query head h using
+    K/V head h // (num_heads // num_kv_heads) (repeat_interleave), RoPE on queries and keys
+    after the projections (biases included) and before the scores.  Beyond the book, for our
+    cases: qkv_bias, out_bias (our MHA files always carry out_proj.bias), rope=None (none) and
+    sliding_window W (query i sees keys i - W < j <= i).  The mask and the cos/sin tables are
+    non-persistent buffers, so the state_dict holds only the weights."""
+
+    def __init__(self, d_in, d_out, context_length, num_heads, num_kv_heads, qkv_bias=False, out_bias=False,
+                 rope=None, sliding_window=None):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        assert num_heads % num_kv_heads == 0, "num_heads must be divisible by num_kv_heads"
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = d_out // num_heads
+        self.group_size = num_heads // num_kv_heads
+        self.W_key = nn.Linear(d_in, num_kv_heads * self.head_dim, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, num_kv_heads * self.head_dim, bias=qkv_bias)
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out, bias=out_bias)
+        ones = torch.ones(context_length, context_length, dtype=torch.bool)
+        mask = torch.triu(ones, diagonal=1)  # True: masked
+        if sliding_window is not None:
+            mask |= torch.tril(ones, diagonal=-sliding_window)  # j <= i - W
+        self.register_buffer("mask", mask, persistent=False)
+        self.rope = rope is not None
+        if self.rope:
+            cos, sin = compute_rope_params(self.head_dim, rope, context_length)
+            self.register_buffer("cos", cos, persistent=False)
+            self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        keys = self.W_key(x).view(b, num_tokens, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        values = self.W_value(x).view(b, num_tokens, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if self.rope:
+            keys = apply_rope(keys, self.cos, self.sin)
+            queries = apply_rope(queries, self.cos, self.sin)
+        keys = keys.repeat_interleave(self.group_size, dim=1)
+        values = values.repeat_interleave(self.group_size, dim=1)
+        attn_scores = queries @ keys.transpose(2, 3)
+        attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)
+        return self.out_proj(context_vec)
+
+
+def reference_gqa(state, x, num_heads, num_kv_heads, rope, sliding_window):
+    """An independent float64 check of GroupedQueryAttention from its state_dict: one head at a
+    time, RoPE as a rotation of each pair (i, i + hd/2), the window as an explicit j > i - W."""
+    st = {k: v.double() for k, v in state.items()}
+    x = x.double()
+    b, T, _ = x.shape
+    d_out = st["W_query.weight"].shape[0]
+    hd = d_out // num_heads
+
+    def project(name):
+        y = x @ st[name + ".weight"].T
+        return y + st[name + ".bias"] if name + ".bias" in st else y
+
+    q, k, v = project("W_query"), project("W_key"), project("W_value")
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    visible = (j <= i) & ((j > i - sliding_window) if sliding_window else True)
+    if rope:
+        angle = torch.arange(T).double()[:, None] * rope_inv_freq(hd, rope).double()[None, :]
+        c, s = torch.cos(angle), torch.sin(angle)
+    heads = []
+    for h in range(num_heads):
+        g = h // (num_heads // num_kv_heads)
+        qh, kh, vh = q[..., h * hd:(h + 1) * hd], k[..., g * hd:(g + 1) * hd], v[..., g * hd:(g + 1) * hd]
+        if rope:
+            qh, kh = [torch.cat((t[..., :hd // 2] * c - t[..., hd // 2:] * s,
+                                 t[..., hd // 2:] * c + t[..., :hd // 2] * s), dim=-1) for t in (qh, kh)]
+        scores = (qh @ kh.transpose(1, 2) / hd ** 0.5).masked_fill(~visible, -torch.inf)
+        heads.append(torch.softmax(scores, dim=-1) @ vh)
+    y = torch.cat(heads, dim=-1) @ st["out_proj.weight"].T
+    return y + st["out_proj.bias"] if "out_proj.bias" in st else y
+
+
+class LlamaTransformerBlock(nn.Module):
+    """The book's Llama 3.2 block: x + att(norm1(x)), then x + ff(norm2(x)); no biases, no dropout."""
+
+    def __init__(self, emb_dim, hidden_dim, context_length, n_heads, n_kv_heads, rope, sliding_window=None):
+        super().__init__()
+        self.att = GroupedQueryAttention(emb_dim, emb_dim, context_length, n_heads, n_kv_heads,
+                                         rope=rope, sliding_window=sliding_window)
+        self.ff = LlamaFeedForward(emb_dim, hidden_dim)
+        self.norm1 = RMSNorm(emb_dim, eps=1e-5)
+        self.norm2 = RMSNorm(emb_dim, eps=1e-5)
+
+    def forward(self, x):
+        x = x + self.att(self.norm1(x))
+        return x + self.ff(self.norm2(x))
+
+
 class TransformerBlock(nn.Module):
     """The book's chapter-4 block: x + att(norm1(x)), then x + ff(norm2(x))."""
 
@@ -186,7 +347,15 @@ BOOK_INPUTS = torch.tensor([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85,
 # name: (b, T, context_length, d_in, d_out, num_heads, qkv_bias, options, description)
 # options: keep_mask (store the book's mask buffer), x_scale (input multiplier),
 # scale ({param: factor} applied after init), tie_rows (rows 2k and 2k+1 of the input equal),
-# store (the dtype the weights are rounded to and stored as), store_input (the same for the input).
+# store (the dtype the weights are rounded to and stored as), store_input (the same for the input);
+# for GroupedQueryAttention (the gqa_ cases, with out_proj.bias): num_kv_heads, rope (ROPE or
+# ROPE_SCALED: theta [, factor, low_freq_factor, high_freq_factor, original_context_length]) and
+# sliding_window, written to the metadata as num_kv_heads, rope_<key> and sliding_window.
+ROPE = {"theta": 10000}
+# Llama 3.1's scaling with original_context_length chosen so that head_dim 16 (64) and 8 (256)
+# each have a kept, a blended and a divided band: wavelengths start at 2 pi, so the kept band
+# needs original / high_freq_factor > 2 pi.
+ROPE_SCALED = {"theta": 500000, "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4}
 CASES = {
     "book": (2, 6, 6, 3, 2, 2, False, {"keep_mask": True},
              "book ch.3 example: seed 123, MHA(3, 2, 6, 0.0, num_heads=2), the six-token input twice"),
@@ -213,6 +382,31 @@ CASES = {
                     "weights and input stored as F16 (subnormals included), expected from them in fp32"),
     "weights_bf16": (1, 7, 7, 5, 6, 3, False, {"store": torch.bfloat16},
                      "weights stored as BF16, expected from them in fp32"),
+    "gqa_g1": (2, 7, 8, 12, 16, 4, True, {"num_kv_heads": 4},
+               "GQA with num_kv_heads == num_heads 4 (group size 1, plain MHA), head_dim 4, qkv_bias"),
+    "gqa_g2": (2, 9, 12, 16, 24, 4, False, {"num_kv_heads": 2},
+               "GQA: 4 query heads of dim 6 share 2 K/V heads (group size 2)"),
+    "gqa_g4": (2, 8, 8, 10, 32, 8, True, {"num_kv_heads": 2},
+               "GQA: 8 query heads of dim 4 share 2 K/V heads (group size 4), qkv_bias, T == ctx"),
+    "gqa_mqa": (2, 11, 16, 12, 24, 6, False, {"num_kv_heads": 1},
+                "MQA: 6 query heads of dim 4 share one K/V head"),
+    "gqa_rope": (2, 12, 16, 16, 32, 4, True, {"num_kv_heads": 4, "rope": ROPE},
+                 "RoPE theta 10000 (rotate-half) on q and k after the biased projections, 4 heads of dim 8"),
+    "gqa_rope_scaled": (2, 20, 24, 16, 32, 2, False,
+                        {"num_kv_heads": 2, "rope": {**ROPE_SCALED, "original_context_length": 64}},
+                        "RoPE theta 500000 with Llama 3.1 scaling (factor 8, low 1, high 4, original 64), "
+                        "head_dim 16: 1 kept, 1 blended, 6 divided frequencies"),
+    "gqa_window1": (2, 9, 12, 8, 16, 4, True, {"num_kv_heads": 4, "sliding_window": 1},
+                    "sliding window 1: each query sees only its own key"),
+    "gqa_window32": (2, 70, 72, 16, 32, 4, False, {"num_kv_heads": 4, "sliding_window": 32},
+                     "sliding window 32 with T 70: query i sees keys i-31..i"),
+    "gqa_window_wide": (2, 10, 16, 12, 24, 3, True, {"num_kv_heads": 3, "sliding_window": 12},
+                        "sliding window 12 wider than T 10: the same as plain causal attention"),
+    "gqa_all": (2, 20, 24, 24, 48, 6, True,
+                {"num_kv_heads": 2, "rope": {**ROPE_SCALED, "original_context_length": 256},
+                 "sliding_window": 5},
+                "GQA (6 heads of dim 8, 2 K/V heads), Llama 3.1 RoPE (theta 500000, factor 8, low 1, "
+                "high 4, original 256), sliding window 5, qkv_bias"),
 }
 
 
@@ -222,10 +416,34 @@ def metadata(d_in, d_out, num_heads, context_length, qkv_bias, description):
             "tolerance": TOLERANCE, "description": description}
 
 
+def gqa_metadata(opts):
+    """The GroupedQueryAttention keys in use: num_kv_heads, rope_<key>, sliding_window."""
+    meta = {"num_kv_heads": str(opts["num_kv_heads"])} if "num_kv_heads" in opts else {}
+    meta.update({"rope_" + key: str(value) for key, value in opts.get("rope", {}).items()})
+    if "sliding_window" in opts:
+        meta["sliding_window"] = str(opts["sliding_window"])
+    return meta
+
+
+def check_gqa(name, module, x, y, heads, opts):
+    """GroupedQueryAttention against reference_gqa, and Llama 3.1 scaling with all three bands."""
+    rope, window = opts.get("rope"), opts.get("sliding_window")
+    if rope and "factor" in rope:
+        assert all(rope_bands(module.head_dim, rope)), f"{name}: bands {rope_bands(module.head_dim, rope)}"
+    y_ref = reference_gqa(module.state_dict(), x, heads, opts["num_kv_heads"], rope, window)
+    err = (y.double() - y_ref).abs().max().item()
+    assert err <= float(TOLERANCE) * max(1.0, y.abs().max().item()), f"{name}: reference error {err:.3g}"
+
+
 def make_case(name, b, T, ctx, d_in, d_out, heads, qkv_bias, opts):
     """Build the seeded module and input; return (state tensors, input, fp32 output)."""
     torch.manual_seed(123 if name == "book" else zlib.crc32(name.encode()))
-    mha = MultiHeadAttention(d_in, d_out, ctx, 0.0, num_heads=heads, qkv_bias=qkv_bias).eval()
+    if "num_kv_heads" in opts:
+        mha = GroupedQueryAttention(d_in, d_out, ctx, heads, opts["num_kv_heads"], qkv_bias=qkv_bias,
+                                    out_bias=True, rope=opts.get("rope"),
+                                    sliding_window=opts.get("sliding_window")).eval()
+    else:
+        mha = MultiHeadAttention(d_in, d_out, ctx, 0.0, num_heads=heads, qkv_bias=qkv_bias).eval()
     if name == "book":
         x = torch.stack((BOOK_INPUTS, BOOK_INPUTS))
     else:
@@ -250,6 +468,8 @@ def make_case(name, b, T, ctx, d_in, d_out, heads, qkv_bias, opts):
     bound = float(TOLERANCE) * max(1.0, y.abs().max().item())
     err = (y.double() - y64).abs().max().item()
     assert torch.isfinite(y).all() and err <= bound / 10, f"{name}: fp32 vs fp64 error {err:.3g}"
+    if "num_kv_heads" in opts:
+        check_gqa(name, mha, x, y, heads, opts)
     return state, x.to(store) if opts.get("store_input") else x, y
 
 
@@ -282,10 +502,20 @@ def bad_cases():
         edit(tensors, meta)
         meta.update(expect_error="true", error_hint=hint)
         yield name, hint, tensors, meta
+    # GQA: W_key/W_value hold 3 K/V heads of head_dim 2, which 4 query heads cannot share evenly.
+    name, hint = "kv_heads_not_dividing", "num_kv_heads 3 does not divide num_heads 4"
+    torch.manual_seed(zlib.crc32(name.encode()))
+    gqa = GroupedQueryAttention(3, 8, 4, 4, 4, qkv_bias=True, out_bias=True)
+    tensors = {k: v[:6] if k.startswith(("W_key.", "W_value.")) else v for k, v in gqa.state_dict().items()}
+    tensors["input"] = torch.randn(1, 3, 3)
+    meta = metadata(3, 8, 4, 4, True, "invalid: " + hint)
+    meta.update(num_kv_heads="3", expect_error="true", error_hint=hint)
+    yield name, hint, tensors, meta
 
 
 # name: (module, b, T, emb_dim, n_heads, context_length, qkv_bias, n_layers, description);
-# module is "layernorm", "gelu", "feedforward", "block" or "stack" (n_layers blocks).
+# module is "layernorm", "gelu", "feedforward", "llama_ff", "block", "stack" (n_layers blocks),
+# "llama_block" or "llama_stack" (n_layers Llama blocks, options in LLAMA_OPTIONS).
 GRAPH_CASES = {
     "layernorm": ("layernorm", 2, 5, 37, 0, 0, False, 0,
                   "LayerNorm(37), scale ~1+0.5N, shift ~0.5N, input 3N+2"),
@@ -299,6 +529,19 @@ GRAPH_CASES = {
     "stack3": ("stack", 2, 6, 12, 2, 6, True, 3,
                "3 TransformerBlocks (emb 12, 2 heads, qkv_bias) as trf_blocks.{i}., run with --layers 3"),
     "block_too_long": ("block", 1, 6, 8, 2, 4, False, 0, "invalid: input has T 6 > context_length 4"),
+    "llama_block": ("llama_block", 2, 9, 32, 4, 16, False, 0,
+                    "the book's Llama 3.2 block (emb 32, 4 heads of dim 8, 2 K/V heads, RoPE theta 10000, "
+                    "SwiGLU hidden 48, RMSNorm eps 1e-5, no biases), ctx 16, T 9"),
+    "llama_stack2": ("llama_stack", 2, 12, 32, 4, 16, False, 2,
+                     "2 Llama blocks as trf_blocks.{i}. (emb 32, 4 heads of dim 8, 2 K/V heads, hidden 48), "
+                     "Llama 3.1 RoPE (theta 500000, factor 8, low 1, high 4, original 256), sliding window 4, "
+                     "ctx 16, T 12"),
+}
+# The Llama cases' num_kv_heads, hidden_dim (fc1/fc2 outputs), rope and sliding_window, as in CASES.
+LLAMA_OPTIONS = {
+    "llama_block": {"num_kv_heads": 2, "hidden_dim": 48, "rope": ROPE},
+    "llama_stack2": {"num_kv_heads": 2, "hidden_dim": 48, "rope": {**ROPE_SCALED, "original_context_length": 256},
+                     "sliding_window": 4},
 }
 
 
@@ -326,6 +569,18 @@ def make_graph_case(name, kind, b, T, emb, heads, ctx, qkv_bias, n_layers):
         module = LlamaFeedForwardHalf(emb, 40)
     elif kind == "block":
         module = TransformerBlock(emb, ctx, heads, qkv_bias)
+    elif kind in ("llama_block", "llama_stack"):
+        opts = LLAMA_OPTIONS[name]
+        if opts["rope"] and "factor" in opts["rope"]:
+            assert all(rope_bands(emb // heads, opts["rope"])), f"graph/{name}: bands"
+        blocks = [LlamaTransformerBlock(emb, opts["hidden_dim"], ctx, heads, opts["num_kv_heads"], opts["rope"],
+                                        opts.get("sliding_window")) for _ in range(max(1, n_layers))]
+        if kind == "llama_block":
+            module = blocks[0]
+        else:  # named like the book's Llama3Model.trf_blocks
+            module = nn.Module()
+            module.trf_blocks = nn.Sequential(*blocks)
+            module.forward = module.trf_blocks.forward
     else:  # named like GPTModel.trf_blocks
         module = nn.Module()
         module.trf_blocks = nn.Sequential(*[TransformerBlock(emb, ctx, heads, qkv_bias) for _ in range(n_layers)])
@@ -343,6 +598,16 @@ def make_graph_case(name, kind, b, T, emb, heads, ctx, qkv_bias, n_layers):
     bound = float(TOLERANCE) * max(1.0, y.abs().max().item())
     err = (y.double() - y64).abs().max().item()
     assert torch.isfinite(y).all() and err <= bound / 10, f"graph/{name}: fp32 vs fp64 error {err:.3g}"
+    if kind in ("llama_block", "llama_stack"):  # each block's attention against reference_gqa
+        opts, y_ref = LLAMA_OPTIONS[name], x.double()
+        with torch.inference_mode():
+            for block in (module.trf_blocks if kind == "llama_stack" else [module]):
+                block64 = copy.deepcopy(block).double()
+                y_ref = y_ref + reference_gqa(block.att.state_dict(), block64.norm1(y_ref), heads,
+                                              opts["num_kv_heads"], opts["rope"], opts.get("sliding_window"))
+                y_ref = y_ref + block64.ff(block64.norm2(y_ref))
+        err = (y.double() - y_ref).abs().max().item()
+        assert err <= bound, f"graph/{name}: reference error {err:.3g}"
     return dict(module.state_dict()), x, y
 
 
@@ -363,9 +628,10 @@ def main():
             assert [round(v, 4) for v in y[0, 0].tolist()] == [0.3190, 0.4858], y[0, 0]
             assert [round(v, 4) for v in y[0, -1].tolist()] == [0.2575, 0.4028], y[0, -1]
         save_safetensors(out / f"mha_{name}.safetensors", {**state, "input": x, "expected": y},
-                         metadata(d_in, d_out, heads, ctx, qkv_bias, description))
+                         {**metadata(d_in, d_out, heads, ctx, qkv_bias, description), **gqa_metadata(opts)})
         print(f"mha_{name}: b={b} T={T} ctx={ctx} d_in={d_in} d_out={d_out} heads={heads} "
-              f"bias={qkv_bias} max|expected|={y.abs().max().item():.4g}")
+              f"bias={qkv_bias} max|expected|={y.abs().max().item():.4g}"
+              + "".join(f" {k}={v}" for k, v in gqa_metadata(opts).items()))
     for name, hint, tensors, meta in bad_cases():
         save_safetensors(out / "bad" / f"{name}.safetensors", tensors, meta)
         print(f"bad/{name}: {hint}")
@@ -373,6 +639,7 @@ def main():
         state, x, y = make_graph_case(name, kind, b, T, emb, heads, ctx, qkv_bias, n_layers)
         meta = {key: str(value) for key, value in
                 (("num_heads", heads), ("context_length", ctx), ("n_layers", n_layers)) if value}
+        meta.update(gqa_metadata(LLAMA_OPTIONS.get(name, {})))
         meta.update(qkv_bias=str(qkv_bias).lower(), tolerance=TOLERANCE, description=description)
         tensors = {**state, "input": x}
         if y is None:
