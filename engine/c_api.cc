@@ -355,6 +355,36 @@ attn_status attn_model_dims(const attn_model* model, int64_t* d_in,
   });
 }
 
+namespace {
+
+// Every field of attn_model_info for `model`.
+attn_model_info InfoOf(const attn_model& model) {
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  if (const attn::GraphModel* g = model.graph.get()) {
+    info.d_in = g->input_width();
+    info.d_out = g->output_width();
+    info.num_threads = g->num_threads();
+    return info;
+  }
+  const attn::MhaConfig& c = model.mha->config();
+  info.d_in = c.d_in;
+  info.d_out = c.d_out;
+  info.num_heads = c.num_heads;
+  info.context_length = c.context_length;
+  info.qkv_bias = c.qkv_bias ? 1 : 0;
+  info.num_threads = model.mha->num_threads();
+  info.num_kv_heads = c.num_kv_heads;
+  info.sliding_window = c.sliding_window;
+  info.rope_theta = c.rope.theta;
+  info.rope_factor = c.rope.factor;
+  info.rope_low_freq_factor = c.rope.low_freq_factor;
+  info.rope_high_freq_factor = c.rope.high_freq_factor;
+  info.rope_original_context_length = c.rope.original_context_length;
+  return info;
+}
+
+}  // namespace
+
 attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
   return Guard([&] {
     if (!model) return NullArgument("model");
@@ -366,21 +396,7 @@ attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
       return CheckStructSize("attn_model_info", info, size, sizeof(size_t),
                              sizeof(*info), sizeof(*info));
     }
-    attn_model_info full = ATTN_MODEL_INFO_INIT;
-    full.struct_size = size;
-    if (const attn::GraphModel* g = model->graph.get()) {
-      full.d_in = g->input_width();
-      full.d_out = g->output_width();
-      full.num_threads = g->num_threads();
-    } else {
-      const attn::MhaConfig& c = model->mha->config();
-      full.d_in = c.d_in;
-      full.d_out = c.d_out;
-      full.num_heads = c.num_heads;
-      full.context_length = c.context_length;
-      full.qkv_bias = c.qkv_bias ? 1 : 0;
-      full.num_threads = model->mha->num_threads();
-    }
+    const attn_model_info full = InfoOf(*model);
     // Field by field, so padding never counts as a field.
     auto copy = [&](size_t offset, size_t bytes) {
       if (Inside(size, offset, bytes)) {
@@ -395,6 +411,14 @@ attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
     copy(offsetof(attn_model_info, context_length), sizeof(int64_t));
     copy(offsetof(attn_model_info, qkv_bias), sizeof(int));
     copy(offsetof(attn_model_info, num_threads), sizeof(int));
+    copy(offsetof(attn_model_info, num_kv_heads), sizeof(int64_t));
+    copy(offsetof(attn_model_info, sliding_window), sizeof(int64_t));
+    copy(offsetof(attn_model_info, rope_theta), sizeof(double));
+    copy(offsetof(attn_model_info, rope_factor), sizeof(double));
+    copy(offsetof(attn_model_info, rope_low_freq_factor), sizeof(double));
+    copy(offsetof(attn_model_info, rope_high_freq_factor), sizeof(double));
+    copy(offsetof(attn_model_info, rope_original_context_length),
+         sizeof(int64_t));
     return ATTN_OK;
   });
 }

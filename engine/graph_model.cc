@@ -256,6 +256,9 @@ class Binder {
       config.num_kv_heads =
           KvHeadsOfShape(file_.Find(prefix_ + *w_key), config);
     }
+    if (Status s = CheckAttentionVariant(config); !s.ok()) {
+      return Status(s.code(), node.Describe() + ": " + s.message());
+    }
 
     std::vector<float> wq, wk, wv, bq, bk, bv, wo, bo;
     const std::vector<int64_t> proj = {d_out, d_in};

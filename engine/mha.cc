@@ -106,12 +106,6 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
   ATTN_RETURN_IF_ERROR(CheckDims(c));
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
   ATTN_RETURN_IF_ERROR(CheckAttentionVariant(c));
-  if (c.num_kv_heads != c.num_heads || c.rope.theta != 0.0 ||
-      c.sliding_window != 0) {
-    return Unsupported(
-        "grouped K/V heads, rotary embeddings and sliding "
-        "windows are parsed but do not run yet");
-  }
   if (!w.w_query || !w.w_key || !w.w_value || !w.w_out || !w.b_out) {
     return InvalidArgument(
         "weights: W_query, W_key, W_value, out_proj weight and bias are "
@@ -198,6 +192,9 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
   if (config.num_kv_heads == 0) {
     config.num_kv_heads = KvHeadsOfShape(file.Find("W_key.weight"), config);
   }
+  // Before the weights' shapes, which follow from these.
+  ATTN_RETURN_IF_ERROR(CheckDims(config));
+  ATTN_RETURN_IF_ERROR(CheckAttentionVariant(config));
 
   const std::vector<int64_t> proj = {config.d_out, config.d_in};
   const std::vector<int64_t> kv_proj = {KvDim(config), config.d_in};

@@ -41,6 +41,7 @@ static int failures = 0;
 
 static char book[4096], moderate[4096], missing[4096], bad_dir[4096];
 static char block_json[4096], golden_graph[4096], biased[4096];
+static char gqa_all[4096], gqa_g4[4096];
 
 enum { kCap = 1 << 16 };
 static float x[kCap], want[kCap], y[kCap];
@@ -201,8 +202,10 @@ static void TestOptions(void) {
                 "does not know");
   /* A newer header may put a field in this struct's tail padding. */
   newer.bytes[sizeof(attn_mha_options) + 4] = 0;
-  newer.bytes[offsetof(attn_mha_options, tuned_config) + sizeof(char*)] = 1;
-  EXPECT(offsetof(attn_mha_options, tuned_config) + sizeof(char*) ==
+  newer.bytes[offsetof(attn_mha_options, rope_original_context_length) +
+              sizeof(int64_t)] = 1;
+  EXPECT(offsetof(attn_mha_options, rope_original_context_length) +
+                 sizeof(int64_t) ==
              sizeof(attn_mha_options) ||
          attn_model_load_mha(book, &newer.options, &model) == ATTN_UNSUPPORTED);
 
@@ -591,6 +594,34 @@ static void TestThreadLocalMessage(void) {
   attn_model_destroy(model);
 }
 
+/* Version 4 of the options and version 2 of the info: grouped K/V heads,
+ * rotary embeddings and a sliding window, from the file or from options. */
+static void TestAttentionVariant(void) {
+  attn_model* model = NULL;
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  TestGolden(gqa_all); /* metadata: 2 K/V heads of 6, scaled RoPE, window 5 */
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(gqa_all, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.num_heads == 6 && info.num_kv_heads == 2);
+  EXPECT(info.sliding_window == 5 && info.rope_theta == 500000.0);
+  EXPECT(info.rope_factor == 8.0 && info.rope_original_context_length == 256);
+  attn_model_destroy(model);
+  /* Options override the metadata, and are checked. */
+  options.sliding_window = 3;
+  options.rope_theta = 10000.0;
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(gqa_all, &options, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.sliding_window == 3 && info.rope_theta == 10000.0);
+  EXPECT(info.rope_factor == 0.0);
+  attn_model_destroy(model);
+  options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+  options.num_kv_heads = 3; /* W_key holds 2 heads of 4 */
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load_mha(gqa_g4, &options, &model), "num_kv_heads");
+  EXPECT(model == NULL);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s SOURCE_DIR\n", argv[0]);
@@ -606,6 +637,10 @@ int main(int argc, char** argv) {
   snprintf(golden_graph, sizeof golden_graph, "%s/tests/golden/graph", argv[1]);
   snprintf(biased, sizeof biased, "%s/tests/golden/mha_t7_hd3_bias.safetensors",
            argv[1]);
+  snprintf(gqa_all, sizeof gqa_all, "%s/tests/golden/mha_gqa_all.safetensors",
+           argv[1]);
+  snprintf(gqa_g4, sizeof gqa_g4, "%s/tests/golden/mha_gqa_g4.safetensors",
+           argv[1]);
   snprintf(bad_dir, sizeof bad_dir,
            "%s/tests/golden/bad/heads_not_divisible.safetensors", argv[1]);
   TestThreadLocalMessage(); /* first: this thread has no message yet */
@@ -619,6 +654,7 @@ int main(int argc, char** argv) {
   TestNullsAndFiles();
   TestOptions();
   TestTensorRead();
+  TestAttentionVariant();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

@@ -213,10 +213,18 @@ typedef struct attn_model_info {
   int64_t context_length; /* 0 = no limit */
   int qkv_bias;           /* 1 when W_query/W_key/W_value have biases */
   int num_threads;        /* the resolved team size of every run */
+  /* Version 2: the attention's variant (MHA models; 0 for graphs) */
+  int64_t num_kv_heads;   /* K/V heads: num_heads without grouping */
+  int64_t sliding_window; /* 0: none */
+  double rope_theta;      /* 0: no rotary embeddings */
+  double rope_factor;     /* Llama 3.1 scaling; 0: none */
+  double rope_low_freq_factor;
+  double rope_high_freq_factor;
+  int64_t rope_original_context_length;
 } attn_model_info;
 
 #define ATTN_MODEL_INFO_INIT \
-  { sizeof(attn_model_info), 0, 0, 0, 0, 0, 0 }
+  { sizeof(attn_model_info), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 ATTN_API attn_status attn_model_config(const attn_model* model,
                                        attn_model_info* info);
