@@ -1,8 +1,10 @@
 // ONNX Runtime (CPU EP, onnxruntime-node) benchmark of the GQA + RoPE block: the ORT side of
 // `attn bench --shape llama-2k` and of its decode points. Models from make_gqa_models.py.
+// Variants: ort_gqa (whole block: x -> Q/K/V MatMuls -> GroupQueryAttention -> out_proj) and
+// ort_gqa_core (the GroupQueryAttention node alone, fed q/k/v).
 //
 //   node bench_ort_gqa.mjs [--shapes llama-2k,decode-4k,decode-4k-mha] [--threads 1,2]
-//                          [--modes copy,shared] [--quick] [--check-only] [--models DIR] [--tol 1e-4]
+//                          [--variants ort_gqa,ort_gqa_core] [--modes copy,shared] [--quick] [--check-only] [--models DIR] [--tol 1e-4]
 //
 // Session options as ../../../anchors/ort/bench_ort.mjs: CPU EP, intra_op = --threads, inter_op 1,
 // graph optimization 'all', sequential execution, a fresh session per configuration.
@@ -30,7 +32,7 @@ const ort = require('onnxruntime-node');
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 
 function parseArgs(argv) {
-  const a = { shapes: null, threads: [1, 2], modes: ['copy', 'shared'], quick: false, checkOnly: false,
+  const a = { shapes: null, threads: [1, 2], variants: ['ort_gqa', 'ort_gqa_core'], modes: ['copy', 'shared'], quick: false, checkOnly: false,
               models: path.join(HERE, 'models'), tol: 1e-4 };
   for (let i = 0; i < argv.length; i++) {
     const [k, inline] = argv[i].split(/=(.*)/s);
@@ -39,6 +41,7 @@ function parseArgs(argv) {
     switch (k) {
       case '--shapes': a.shapes = list(); break;
       case '--threads': a.threads = list().map(Number); break;
+      case '--variants': a.variants = list(); break;
       case '--modes': a.modes = list(); break;
       case '--quick': a.quick = true; break;
       case '--check-only': a.checkOnly = true; break;
@@ -67,11 +70,11 @@ const median = (xs) => {
 const r = (x, n = 4) => (Number.isFinite(x) ? Number(x.toPrecision(n)) : x);
 
 // Feeds (and pre-allocated fetches, for kv_mode 'shared') of one shape.
-function makeFeeds(args, sh, mode) {
+function makeFeeds(args, vr, mode) {
   const feeds = {};
   let fetches = null;
   const probe = [];
-  for (const f of sh.feeds) {
+  for (const f of vr.feeds) {
     if (f.dtype === 'int32') { feeds[f.name] = new ort.Tensor('int32', Int32Array.from(f.values), f.dims); continue; }
     const data = readF32(path.join(args.models, f.file));
     if (mode !== 'shared' || !f.name.startsWith('past_')) { feeds[f.name] = new ort.Tensor('float32', data, f.dims); continue; }
@@ -81,33 +84,34 @@ function makeFeeds(args, sh, mode) {
     for (let i = 0; i < b * kv; i++) buf.set(data.subarray(i * P * hd, (i + 1) * P * hd), i * (P + 1) * hd);
     const t = new ort.Tensor('float32', buf, [b, kv, P + 1, hd]);
     feeds[f.name] = t;
-    fetches ??= { [sh.output]: null };
+    fetches ??= { [vr.output]: null };
     fetches[f.name.replace('past_', 'present_')] = t;
     probe.push({ buf, slot: P, stride: (P + 1) * hd, hd, heads: b * kv });
   }
   return { feeds, fetches, probe };
 }
 
-async function benchOne(args, name, sh, mode, threads, expected) {
-  const base = { shape: name, variant: 'ort_gqa', kv_mode: mode, threads, b: sh.b, S: sh.S, context: sh.context,
+async function benchOne(args, name, sh, variant, mode, threads, expected) {
+  const vr = sh.variants[variant];
+  const base = { shape: name, variant, kv_mode: mode, threads, b: sh.b, S: sh.S, context: sh.context,
                  d: sh.d, heads: sh.heads, kv_heads: sh.kv_heads, head_dim: sh.head_dim };
   const opts = { executionProviders: ['cpu'], intraOpNumThreads: threads, interOpNumThreads: 1,
                  graphOptimizationLevel: 'all', executionMode: 'sequential' };
   let session;
   const t0 = nowMs();
   try {
-    session = await ort.InferenceSession.create(path.join(args.models, sh.model), opts);
+    session = await ort.InferenceSession.create(path.join(args.models, vr.model), opts);
   } catch (e) {
     return { ...base, error: `session create failed: ${String(e.message || e).split('\n')[0]}` };
   }
   const sessionMs = nowMs() - t0;
-  const { feeds, fetches, probe } = makeFeeds(args, sh, mode);
-  const run = () => (fetches ? session.run(feeds, fetches) : session.run(feeds, [sh.output]));
+  const { feeds, fetches, probe } = makeFeeds(args, vr, mode);
+  const run = () => (fetches ? session.run(feeds, fetches) : session.run(feeds, [vr.output]));
 
   let out, firstRunMs;
   const tRun = nowMs();
   try {
-    out = (await run())[sh.output];
+    out = (await run())[vr.output];
     firstRunMs = nowMs() - tRun;
   } catch (e) {
     await session.release();
@@ -147,10 +151,10 @@ async function benchOne(args, name, sh, mode, threads, expected) {
   const med = median(times);
   return {
     ...base, min_ms: r(Math.min(...times)), median_ms: r(med), runs: times.length,
-    gflops: r(sh.flops / (med / 1e3) / 1e9),
+    gflops: r(vr.flops / (med / 1e3) / 1e9),
     ...(sh.kind === 'decode' ? { kv_gbps: r(sh.kv_cache_bytes / (med / 1e3) / 1e9) }
                              : { tokens_per_s: r((sh.b * sh.S) / (med / 1e3)) }),
-    max_abs_diff: maxAbs, ok, ...extra, session_ms: r(sessionMs), flops: sh.flops, ort: ort.env.versions.node,
+    max_abs_diff: maxAbs, ok, ...extra, session_ms: r(sessionMs), flops: vr.flops, ort: ort.env.versions.node,
   };
 }
 
@@ -166,12 +170,14 @@ async function main() {
   for (const name of shapes) {
     const sh = man.shapes[name];
     if (!sh) throw new Error(`shape ${name} not in ${manPath}; run make_gqa_models.py --shapes ${name}`);
-    const expected = readF32(path.join(args.models, sh.expected));
-    for (const mode of sh.kind === 'decode' ? args.modes : ['prompt']) {
-      for (const threads of args.threads) {
-        const res = await benchOne(args, name, sh, mode, threads, expected);
-        if (res.error || !res.ok) bad++;
-        console.log(JSON.stringify(res));
+    for (const variant of args.variants.filter((v) => sh.variants[v])) {
+      const expected = readF32(path.join(args.models, sh.variants[variant].expected));
+      for (const mode of sh.kind === 'decode' ? args.modes : ['prompt']) {
+        for (const threads of args.threads) {
+          const res = await benchOne(args, name, sh, variant, mode, threads, expected);
+          if (res.error || !res.ok) bad++;
+          console.log(JSON.stringify(res));
+        }
       }
     }
   }

@@ -31,8 +31,13 @@ Weights, input and cache come from np.random.default_rng(0) per shape, in this o
   x[b,S,d] standard normal, then for decode past_k, past_v [b,kv,4095,hd] = 0.5*standard normal.
 The reference output is float64 numpy of the same math from the float32 values, stored float32.
 
-Outputs in --outdir (default models/, git-ignored): <shape>.ort_gqa.onnx, <shape>.<input>.bin
-(raw little-endian, C order), <shape>.expected.bin, manifest.json.
+Variants per shape: ort_gqa (the whole block, from x) and ort_gqa_core (the GroupQueryAttention
+node alone, from q/k/v = the block's projections rounded to float32; its expected output is the
+float64 attention output before out_proj). The core variant isolates attention: at decode the
+block also streams ~40-64 MB of projection weights per step, which grouping does not shrink.
+
+Outputs in --outdir (default models/, git-ignored): <shape>.<variant>.onnx, <shape>.<input>.bin
+(raw little-endian, C order), <shape>.<variant>.expected.bin, manifest.json.
 """
 import argparse
 import json
@@ -83,14 +88,17 @@ def rope(t, cos, sin, pos):
 
 
 def reference(w, P, kv, cos, sin):
+    """Returns (q, k, v) float64 projections [b,S,n*hd] (before RoPE), o [b,S,h*hd] (attention
+    output, heads merged) and y [b,S,d]."""
     f = {k: v.astype(np.float64) for k, v in w.items()}
     x = f["x"]
     b, S, _ = x.shape
     pos = np.arange(P, P + S)
     heads = lambda t, n: t.reshape(b, S, n, HD).transpose(0, 2, 1, 3)  # -> [b,n,S,hd]
-    q = rope(heads(x @ f["Wq"].T, H), cos, sin, pos)
-    k = rope(heads(x @ f["Wk"].T, kv), cos, sin, pos)
-    v = heads(x @ f["Wv"].T, kv)
+    qkv = (x @ f["Wq"].T, x @ f["Wk"].T, x @ f["Wv"].T)
+    q = rope(heads(qkv[0], H), cos, sin, pos)
+    k = rope(heads(qkv[1], kv), cos, sin, pos)
+    v = heads(qkv[2], kv)
     if P:
         k = np.concatenate([f["past_key"], k], axis=2)
         v = np.concatenate([f["past_value"], v], axis=2)
@@ -106,35 +114,42 @@ def reference(w, P, kv, cos, sin):
             p = np.exp(s)
             p /= p.sum(axis=-1, keepdims=True)
             o[bi, :, hi * HD:(hi + 1) * HD] = p @ v[bi, hi // g]
-    return (o @ f["Wo"].T + f["bo"]).astype(np.float32)
+    return qkv, o, o @ f["Wo"].T + f["bo"]
 
 
-def build(w, b, S, P, kv, cos32, sin32):
+def build(w, b, S, P, kv, cos32, sin32, core):
     init = lambda n, a: numpy_helper.from_array(np.ascontiguousarray(a), n)
     io = lambda n, t, s: helper.make_tensor_value_info(n, t, s)
     F, I32 = TensorProto.FLOAT, TensorProto.INT32
-    inits = [init("WqT", w["Wq"].T), init("WkT", w["Wk"].T), init("WvT", w["Wv"].T),
-             init("WoT", w["Wo"].T), init("bo", w["bo"]), init("cos_cache", cos32), init("sin_cache", sin32)]
-    inputs = [io("x", F, [b, S, D]), io("seqlens_k", I32, [b]), io("total_sequence_length", I32, [])]
-    outputs = [io("y", F, [b, S, D])]
+    inits = [init("cos_cache", cos32), init("sin_cache", sin32)]
+    if core:  # the GroupQueryAttention node alone: q, k, v are inputs, its output is y
+        inputs = [io("q", F, [b, S, H * HD]), io("k", F, [b, S, kv * HD]), io("v", F, [b, S, kv * HD])]
+        outputs = [io("y", F, [b, S, H * HD])]
+    else:
+        inits += [init("WqT", w["Wq"].T), init("WkT", w["Wk"].T), init("WvT", w["Wv"].T),
+                  init("WoT", w["Wo"].T), init("bo", w["bo"])]
+        inputs = [io("x", F, [b, S, D])]
+        outputs = [io("y", F, [b, S, D])]
+    inputs += [io("seqlens_k", I32, [b]), io("total_sequence_length", I32, [])]
     past = ["", ""]
     if P:
-        inputs[1:1] = [io("past_key", F, [b, kv, "past_seq", HD]), io("past_value", F, [b, kv, "past_seq", HD])]
+        inputs[-2:-2] = [io("past_key", F, [b, kv, "past_seq", HD]), io("past_value", F, [b, kv, "past_seq", HD])]
         outputs += [io("present_key", F, [b, kv, "present_seq", HD]), io("present_value", F, [b, kv, "present_seq", HD])]
         past = ["past_key", "past_value"]
     N = helper.make_node
-    nodes = [
+    gqa = N("GroupQueryAttention",
+            ["q", "k", "v", *past, "seqlens_k", "total_sequence_length", "cos_cache", "sin_cache"],
+            ["y" if core else "attn", "present_key", "present_value"], name="gqa", domain="com.microsoft",
+            num_heads=H, kv_num_heads=kv, do_rotary=1, rotary_interleaved=0)
+    nodes = [gqa] if core else [
         N("MatMul", ["x", "WqT"], ["q"], name="q_proj"),
         N("MatMul", ["x", "WkT"], ["k"], name="k_proj"),
         N("MatMul", ["x", "WvT"], ["v"], name="v_proj"),
-        N("GroupQueryAttention",
-          ["q", "k", "v", *past, "seqlens_k", "total_sequence_length", "cos_cache", "sin_cache"],
-          ["attn", "present_key", "present_value"], name="gqa", domain="com.microsoft",
-          num_heads=H, kv_num_heads=kv, do_rotary=1, rotary_interleaved=0),
+        gqa,
         N("MatMul", ["attn", "WoT"], ["proj"], name="out_proj_matmul"),
         N("Add", ["proj", "bo"], ["y"], name="out_proj_bias"),
     ]
-    g = helper.make_graph(nodes, "gqa_block", inputs, outputs, initializer=inits)
+    g = helper.make_graph(nodes, "gqa_core" if core else "gqa_block", inputs, outputs, initializer=inits)
     return helper.make_model(g, producer_name="bench/ort_gqa/make_gqa_models.py",
                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
 
@@ -158,26 +173,34 @@ def main():
         L = P + S  # total (present) length; also the cos/sin cache length
         w = make_data(b, S, P, kv)
         cos, sin = rope_tables(L, args.theta)
-        y = reference(w, P, kv, cos, sin)
-        model = build(w, b, S, P, kv, cos.astype(np.float32), sin.astype(np.float32))
-        onnx.checker.check_model(model)
-        fn = f"{name}.ort_gqa.onnx"
-        onnx.save(model, os.path.join(args.outdir, fn))
-        feeds = [dict(name="x", dtype="float32", dims=[b, S, D], file=f"{name}.x.bin")]
-        for n in ("past_key", "past_value") if P else ():
-            feeds.append(dict(name=n, dtype="float32", dims=[b, kv, P, HD], file=f"{name}.{n}.bin"))
-        for f in feeds:
-            w[f["name"]].tofile(os.path.join(args.outdir, f["file"]))
-        feeds += [dict(name="seqlens_k", dtype="int32", dims=[b], values=[L - 1] * b),
+        (qp, kp, vp), o, y = reference(w, P, kv, cos, sin)
+        w.update(q=qp.astype(np.float32), k=kp.astype(np.float32), v=vp.astype(np.float32))
+        common = [dict(name="seqlens_k", dtype="int32", dims=[b], values=[L - 1] * b),
                   dict(name="total_sequence_length", dtype="int32", dims=[], values=[L])]
-        y.tofile(os.path.join(args.outdir, f"{name}.expected.bin"))
+        if P:
+            common = [dict(name=n, dtype="float32", dims=[b, kv, P, HD], file=f"{name}.{n}.bin")
+                      for n in ("past_key", "past_value")] + common
         # FLOPs: projections, out_proj, and QK^T + PV over the causal part (prefill: T*T/2 pairs)
         pairs = b * S * P + b * S * (S + 1) / 2 if P else b * S * S / 2
-        flops = 2 * b * S * D * (H * HD + 2 * kv * HD) + 2 * b * S * H * HD * D + 4 * pairs * H * HD
+        attn_flops = 4 * pairs * H * HD
+        proj_flops = 2 * b * S * D * (H * HD + 2 * kv * HD) + 2 * b * S * H * HD * D
+        variants = {}
+        for variant, core in (("ort_gqa", False), ("ort_gqa_core", True)):
+            feeds = ([dict(name=n, dtype="float32", dims=[b, S, (H if n == "q" else kv) * HD],
+                           file=f"{name}.{n}.bin") for n in "qkv"] if core
+                     else [dict(name="x", dtype="float32", dims=[b, S, D], file=f"{name}.x.bin")]) + common
+            model = build(w, b, S, P, kv, cos.astype(np.float32), sin.astype(np.float32), core)
+            onnx.checker.check_model(model)
+            onnx.save(model, os.path.join(args.outdir, f"{name}.{variant}.onnx"))
+            (o if core else y).astype(np.float32).tofile(os.path.join(args.outdir, f"{name}.{variant}.expected.bin"))
+            variants[variant] = dict(model=f"{name}.{variant}.onnx", feeds=feeds, output="y",
+                                     expected=f"{name}.{variant}.expected.bin",
+                                     flops=attn_flops + (0 if core else proj_flops))
+        for f in {f["file"]: f for v_ in variants.values() for f in v_["feeds"] if "file" in f}.values():
+            w[f["name"]].tofile(os.path.join(args.outdir, f["file"]))
         man["shapes"][name] = dict(
             b=b, S=S, past=P, context=L, d=D, heads=H, kv_heads=kv, head_dim=HD, theta=args.theta,
-            kind="decode" if P else "prefill", flops=flops, kv_cache_bytes=2 * b * kv * L * HD * 4,
-            model=fn, feeds=feeds, expected=f"{name}.expected.bin", output="y")
+            kind="decode" if P else "prefill", kv_cache_bytes=2 * b * kv * L * HD * 4, variants=variants)
         print(f"{name}: b={b} S={S} past={P} kv={kv} built in {time.time() - t0:.1f}s", flush=True)
     json.dump(man, open(man_path, "w"), indent=1)
 
