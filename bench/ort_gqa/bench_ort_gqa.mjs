@@ -20,6 +20,12 @@
 //          present_key output (ORT appends in place when past and present data pointers are
 //          equal); `shared_ok` says whether the new token's K really landed in our buffer.
 // Prefill points have kv_mode "prompt" (no past).
+// Times: median_ms/min_ms are wall time around session.run() in JS, as the MHA anchor reports.
+// Sessions also run with ORT's profiler on, and ort_run_*_ms / gqa_*_ms are its own per-run
+// times (the 'model_run' event, the GroupQueryAttention kernel) for the same timed runs: in
+// 'shared' mode onnxruntime-node spends tens of ms per run on the pre-allocated outputs
+// outside the session (C++ callers bind them with IoBinding), so there the ORT-side
+// figures are the ones to compare.
 // One JSON object per line on stdout; progress/errors on stderr.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -91,12 +97,30 @@ function makeFeeds(args, vr, mode) {
   return { feeds, fetches, probe };
 }
 
+// ORT's own times of the last n runs, from its profile (then deleted).
+function readProfile(session, prefix, n) {
+  session.endProfiling();
+  const dir = path.dirname(prefix);
+  const files = fs.readdirSync(dir).filter((f) => path.join(dir, f).startsWith(prefix));
+  if (files.length !== 1) return { profile_error: `${files.length} profile files for ${prefix}` };
+  const file = path.join(dir, files[0]);
+  const events = JSON.parse(fs.readFileSync(file, 'utf8'));
+  fs.unlinkSync(file);
+  const pick = (pred) => events.filter(pred).map((e) => e.dur / 1e3).slice(-n);
+  const run = pick((e) => e.cat === 'Session' && e.name === 'model_run');
+  const gqa = pick((e) => e.cat === 'Node' && e.name === 'gqa_kernel_time');
+  return { ort_run_median_ms: r(median(run)), ort_run_min_ms: r(Math.min(...run)),
+           gqa_median_ms: r(median(gqa)), gqa_min_ms: r(Math.min(...gqa)) };
+}
+
 async function benchOne(args, name, sh, variant, mode, threads, expected) {
   const vr = sh.variants[variant];
   const base = { shape: name, variant, kv_mode: mode, threads, b: sh.b, S: sh.S, context: sh.context,
                  d: sh.d, heads: sh.heads, kv_heads: sh.kv_heads, head_dim: sh.head_dim };
+  const profPrefix = path.join(os.tmpdir(), `ort_gqa_prof_${process.pid}_${name}_${variant}_${mode}_${threads}`);
   const opts = { executionProviders: ['cpu'], intraOpNumThreads: threads, interOpNumThreads: 1,
-                 graphOptimizationLevel: 'all', executionMode: 'sequential' };
+                 graphOptimizationLevel: 'all', executionMode: 'sequential',
+                 enableProfiling: !args.checkOnly, profileFilePrefix: profPrefix };
   let session;
   const t0 = nowMs();
   try {
@@ -147,6 +171,7 @@ async function benchOne(args, name, sh, variant, mode, threads, expected) {
     await run();
     times.push(nowMs() - s);
   }
+  const prof = readProfile(session, profPrefix, times.length);
   await session.release();
   const med = median(times);
   return {
@@ -154,7 +179,7 @@ async function benchOne(args, name, sh, variant, mode, threads, expected) {
     gflops: r(vr.flops / (med / 1e3) / 1e9),
     ...(sh.kind === 'decode' ? { kv_gbps: r(sh.kv_cache_bytes / (med / 1e3) / 1e9) }
                              : { tokens_per_s: r((sh.b * sh.S) / (med / 1e3)) }),
-    max_abs_diff: maxAbs, ok, ...extra, session_ms: r(sessionMs), flops: vr.flops, ort: ort.env.versions.node,
+    ...prof, max_abs_diff: maxAbs, ok, ...extra, session_ms: r(sessionMs), flops: vr.flops, ort: ort.env.versions.node,
   };
 }
 
