@@ -6,7 +6,7 @@
 //   node bench_ort_gqa.mjs [--shapes llama-2k,decode-4k,decode-4k-mha] [--threads 1,2]
 //                          [--variants ort_gqa,ort_gqa_core] [--modes copy,shared] [--quick] [--check-only] [--models DIR] [--tol 1e-4]
 //
-// Session options as ../../../anchors/ort/bench_ort.mjs: CPU EP, intra_op = --threads, inter_op 1,
+// Session options as the MHA anchor's bench_ort.mjs (/work/shared/anchors/ort): CPU EP, intra_op = --threads, inter_op 1,
 // graph optimization 'all', sequential execution, a fresh session per configuration.
 // One correctness run (max abs diff of y against the float64 numpy reference; ok when it is at
 // most --tol times max|reference|: the decode outputs are small, ~0.03), 2 warm-ups, then
@@ -23,7 +23,7 @@
 // Times: median_ms/min_ms are wall time around session.run() in JS, as the MHA anchor reports.
 // Sessions also run with ORT's profiler on, and ort_run_*_ms / gqa_*_ms are its own per-run
 // times (the 'model_run' event, the GroupQueryAttention kernel) for the same timed runs: in
-// 'shared' mode onnxruntime-node spends tens of ms per run on the pre-allocated outputs
+// 'shared' mode onnxruntime-node spends 4-390 ms per run on the pre-allocated outputs
 // outside the session (C++ callers bind them with IoBinding), so there the ORT-side
 // figures are the ones to compare.
 // One JSON object per line on stdout; progress/errors on stderr.
