@@ -72,11 +72,14 @@ float ScaleLlama3(float inv_freq, const RopeConfig& config) {
       static_cast<float>(original / config.low_freq_factor);
   const auto high_freq_wavelen =
       static_cast<float>(original / config.high_freq_factor);
-  const float wavelen = static_cast<float>(2.0 * M_PI) / inv_freq;
+  // PyTorch computes scalar / tensor as reciprocal(tensor) * scalar: the
+  // same here, for the same bits.
+  const float wavelen = (1.0f / inv_freq) * static_cast<float>(2.0 * M_PI);
   if (wavelen > low_freq_wavelen) return inv_freq / config.factor;
   if (wavelen < high_freq_wavelen) return inv_freq;
   const float smooth =
-      (static_cast<float>(original) / wavelen - config.low_freq_factor) /
+      ((1.0f / wavelen) * static_cast<float>(original) -
+       config.low_freq_factor) /
       (config.high_freq_factor - config.low_freq_factor);
   return (1.0f - smooth) * inv_freq / config.factor + smooth * inv_freq;
 }
