@@ -32,24 +32,34 @@ struct Shape {
   int64_t context;  // 0: none
 };
 
+// The attention of current models (MhaConfig): plain when all zero.
+struct Variant {
+  int64_t kv_heads = 0;  // 0: one per query head
+  RopeConfig rope;
+  int64_t window = 0;
+};
+
 // Seeded random weights (nn.Linear's range), kept alive for the model.
 struct Weights {
   std::vector<float> wq, wk, wv, bq, bk, bv, wo, bo;
   Shape shape;
+  Variant variant;
 
-  Weights(const Shape& s, uint32_t seed) : shape(s) {
+  Weights(const Shape& s, uint32_t seed, const Variant& v = {})
+      : shape(s), variant(v) {
     std::mt19937 rng(seed);
     const auto in = static_cast<size_t>(s.d_in);
     const auto out = static_cast<size_t>(s.d_out);
+    const auto kv = v.kv_heads ? out / s.heads * v.kv_heads : out;
     const float a = 1.0f / std::sqrt(float(s.d_in));
     const float b = 1.0f / std::sqrt(float(s.d_out));
     wq = test::RandomVector(rng, out * in, -a, a);
-    wk = test::RandomVector(rng, out * in, -a, a);
-    wv = test::RandomVector(rng, out * in, -a, a);
+    wk = test::RandomVector(rng, kv * in, -a, a);
+    wv = test::RandomVector(rng, kv * in, -a, a);
     if (s.qkv_bias) {
       bq = test::RandomVector(rng, out, -a, a);
-      bk = test::RandomVector(rng, out, -a, a);
-      bv = test::RandomVector(rng, out, -a, a);
+      bk = test::RandomVector(rng, kv, -a, a);
+      bv = test::RandomVector(rng, kv, -a, a);
     }
     wo = test::RandomVector(rng, out * out, -b, b);
     bo = test::RandomVector(rng, out, -b, b);
@@ -63,6 +73,9 @@ struct Weights {
     config.num_heads = shape.heads;
     config.context_length = shape.context;
     config.qkv_bias = shape.qkv_bias;
+    config.num_kv_heads = variant.kv_heads;
+    config.rope = variant.rope;
+    config.sliding_window = variant.window;
     MhaWeights w;
     w.w_query = wq.data();
     w.w_key = wk.data();
@@ -376,6 +389,123 @@ TEST(DecoderTest, BitwiseIdenticalAtOneAndTwoThreads) {
   EXPECT_EQ(0, std::memcmp(results[0].data(), results[1].data(),
                            results[0].size() * sizeof(float)))
       << "1 and 2 threads differ";
+}
+
+// Grouped K/V heads, RoPE (plain and Llama-3.1-scaled) and windows: token
+// by token through the cache, across its 256-key chunks and windows that
+// end inside them, as the full forward (which the PyTorch goldens check).
+TEST(DecoderTest, VariantsTokenByTokenMatchFullForward) {
+  RopeConfig rope, scaled;
+  rope.theta = 10000.0;
+  scaled = {500000.0, 8.0, 1.0, 4.0, 64};
+  struct Case {
+    Shape shape;
+    Variant variant;
+    int64_t B, T, prompt;
+  };
+  const Case cases[] = {
+      {{16, 32, 4, true, 0}, {2, {}, 0}, 2, 20, 1},         // groups of 2
+      {{12, 48, 6, false, 0}, {1, rope, 0}, 1, 300, 5},     // MQA, RoPE
+      {{16, 64, 8, true, 0}, {2, scaled, 32}, 2, 280, 40},  // all, window 32
+      {{8, 32, 4, false, 0}, {4, {}, 1}, 1, 30, 1},         // window 1
+      {{8, 32, 2, false, 600}, {1, rope, 260}, 1, 530, 3},  // window > chunk
+  };
+  uint32_t seed = 11;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("kv_heads " + std::to_string(c.variant.kv_heads) + " window " +
+                 std::to_string(c.variant.window) + " T " +
+                 std::to_string(c.T));
+    const Weights w(c.shape, seed++, c.variant);
+    auto model = w.Model();
+    ASSERT_TRUE(model);
+    auto decoder = MakeDecoder(model, c.B, c.shape.context ? 0 : c.T);
+    ASSERT_TRUE(decoder);
+    std::mt19937 rng(seed++);
+    const auto x = test::RandomVector(
+        rng, static_cast<size_t>(c.B * c.T * c.shape.d_in), -1.0f, 1.0f);
+    const auto y = Incremental(*decoder, x, c.B, c.T, c.shape.d_in,
+                               c.shape.d_out, c.prompt);
+    std::vector<float> full(y.size());
+    ASSERT_TRUE(MhaSession(model).Run(x.data(), c.B, c.T, full.data()).ok());
+    ExpectMatches(std::vector<double>(full.begin(), full.end()), y,
+                  "vs MhaSession");
+  }
+}
+
+// A ragged batch of a grouped, rotated, windowed model: each sequence's
+// prompt and steps land at its own positions.
+TEST(DecoderTest, VariantRaggedBatchEqualsEachSequenceAlone) {
+  const Shape shape{12, 32, 4, true, 0};
+  Variant variant;
+  variant.kv_heads = 2;
+  variant.rope.theta = 10000.0;
+  variant.window = 7;
+  const Weights w(shape, 99, variant);
+  auto model = w.Model();
+  ASSERT_TRUE(model);
+  const std::vector<int64_t> prompts = {3, 1, 12};
+  const int64_t steps = 5, B = 3, d_in = 12, d_out = 32;
+  auto decoder = MakeDecoder(model, B, 20);
+  ASSERT_TRUE(decoder);
+  std::mt19937 rng(8);
+  std::vector<std::vector<float>> seqs;
+  std::vector<float> packed;
+  for (int64_t p : prompts) {
+    seqs.push_back(test::RandomVector(
+        rng, static_cast<size_t>((p + steps) * d_in), -1.0f, 1.0f));
+    packed.insert(packed.end(), seqs.back().begin(),
+                  seqs.back().begin() + p * d_in);
+  }
+  std::vector<float> out(packed.size() / d_in * d_out);
+  ASSERT_TRUE(decoder->Prefill(packed.data(), prompts.data(), out.data()).ok());
+  std::vector<std::vector<float>> ys(B);
+  size_t row = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < prompts[b]; ++t, ++row) {
+      ys[b].insert(ys[b].end(), out.begin() + row * d_out,
+                   out.begin() + (row + 1) * d_out);
+    }
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    std::vector<float> x1, y1(B * d_out);
+    for (int64_t b = 0; b < B; ++b) {
+      const auto at = seqs[b].begin() + (prompts[b] + s) * d_in;
+      x1.insert(x1.end(), at, at + d_in);
+    }
+    ASSERT_TRUE(decoder->Decode(x1.data(), B, y1.data()).ok());
+    for (int64_t b = 0; b < B; ++b) {
+      ys[b].insert(ys[b].end(), y1.begin() + b * d_out,
+                   y1.begin() + (b + 1) * d_out);
+    }
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    SCOPED_TRACE("sequence " + std::to_string(b));
+    std::vector<float> alone(ys[b].size());
+    ASSERT_TRUE(MhaSession(model)
+                    .Run(seqs[b].data(), 1, prompts[b] + steps, alone.data())
+                    .ok());
+    ExpectMatches(std::vector<double>(alone.begin(), alone.end()), ys[b],
+                  "ragged vs alone");
+  }
+}
+
+TEST(DecoderTest, VariantBitwiseIdenticalAtOneAndTwoThreads) {
+  const Shape shape{32, 64, 8, true, 0};
+  Variant variant;
+  variant.kv_heads = 2;
+  variant.rope.theta = 10000.0;
+  variant.window = 300;
+  const Weights w(shape, 78, variant);
+  std::mt19937 rng(5);
+  const int64_t B = 1, T = 600;
+  const auto x = test::RandomVector(rng, B * T * 32, -1.0f, 1.0f);
+  std::vector<float> results[2];
+  for (int threads : {1, 2}) {
+    auto decoder = MakeDecoder(w.Model(threads), B, T);
+    ASSERT_TRUE(decoder);
+    results[threads - 1] = Incremental(*decoder, x, B, T, 32, 64, 100);
+  }
+  EXPECT_EQ(results[0], results[1]) << "1 and 2 threads differ";
 }
 
 // `attn run --incremental` on every golden file matches PyTorch's forward.

@@ -34,21 +34,25 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
          std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// Random weights for the MHA, owned here.
+// Random weights for the MHA, owned here; `variant`: one K/V head, RoPE and
+// a window of 40 keys.
 struct Weights {
   std::vector<float> wq, wk, wv, bq, bk, bv, wo, bo;
-  explicit Weights(uint32_t seed) {
+  bool variant;
+  explicit Weights(uint32_t seed, bool variant_model = false)
+      : variant(variant_model) {
+    const int64_t kv = variant ? kDOut / kHeads : kDOut;
     std::mt19937 rng(seed);
     const auto square = [&](int64_t rows, int64_t cols) {
       return test::RandomVector(rng, static_cast<size_t>(rows * cols), -0.2f,
                                 0.2f);
     };
     wq = square(kDOut, kDIn);
-    wk = square(kDOut, kDIn);
-    wv = square(kDOut, kDIn);
+    wk = square(kv, kDIn);
+    wv = square(kv, kDIn);
     bq = square(1, kDOut);
-    bk = square(1, kDOut);
-    bv = square(1, kDOut);
+    bk = square(1, kv);
+    bv = square(1, kv);
     wo = square(kDOut, kDOut);
     bo = square(1, kDOut);
   }
@@ -58,6 +62,11 @@ struct Weights {
     config.d_out = kDOut;
     config.num_heads = kHeads;
     config.qkv_bias = true;
+    if (variant) {
+      config.num_kv_heads = 1;
+      config.rope.theta = 10000.0;
+      config.sliding_window = 40;
+    }
     MhaWeights w{wq.data(), wk.data(), wv.data(), bq.data(),
                  bk.data(), bv.data(), wo.data(), bo.data()};
     MhaOptions options;
@@ -203,6 +212,18 @@ TEST_P(ThreadInvarianceTest, Mha) {
 
 TEST_P(ThreadInvarianceTest, Decoder) {
   const Weights w(2);
+  ExpectSameBitsAtEveryThreadCount(
+      [&](int threads) { return RunDecoder(w, threads, GetParam()); });
+}
+
+TEST_P(ThreadInvarianceTest, MhaGroupedRotatedWindowed) {
+  const Weights w(3, true);
+  ExpectSameBitsAtEveryThreadCount(
+      [&](int threads) { return RunMha(w, threads, GetParam()); });
+}
+
+TEST_P(ThreadInvarianceTest, DecoderGroupedRotatedWindowed) {
+  const Weights w(4, true);
   ExpectSameBitsAtEveryThreadCount(
       [&](int threads) { return RunDecoder(w, threads, GetParam()); });
 }
