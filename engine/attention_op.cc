@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "engine/model_config.h"
 #include "engine/threads.h"
 #include "kernels/rows_linear.h"
 #include "kernels/softmax.h"
@@ -284,21 +285,15 @@ void AttentionOp::RotateForward(const int64_t* cache_seqs,
 // `held` bytes already held.
 Status AttentionOp::MakeRope(size_t max_positions, uint64_t held,
                              const std::string& what) {
-  const RopeConfig& r = m_->config.rope;
   const size_t bytes =
       kernels::RopeTable::BytesFor(D_, static_cast<int64_t>(max_positions));
   ATTN_RETURN_IF_ERROR(CheckMemory(
       what, AddSat(held, AddSat(bytes, max_positions * sizeof(int64_t))),
       m_->max_memory_bytes));
-  kernels::RopeConfig config;
-  config.theta = static_cast<float>(r.theta);
-  config.factor = static_cast<float>(r.factor);
-  config.low_freq_factor = static_cast<float>(r.low_freq_factor);
-  config.high_freq_factor = static_cast<float>(r.high_freq_factor);
-  config.original_context_length = r.original_context_length;
-  ATTN_ASSIGN_OR_RETURN(kernels::RopeTable table,
-                        kernels::RopeTable::Create(
-                            config, D_, static_cast<int64_t>(max_positions)));
+  ATTN_ASSIGN_OR_RETURN(
+      kernels::RopeTable table,
+      kernels::RopeTable::Create(KernelRope(m_->config.rope), D_,
+                                 static_cast<int64_t>(max_positions)));
   rope_.emplace(std::move(table));
   return {};
 }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "kernels/matmul.h"
+#include "kernels/rope.h"
 
 namespace attn {
 
@@ -143,28 +144,21 @@ Status CheckAttentionVariant(const MhaConfig& c) {
   const RopeConfig& r = c.rope;
   if (r.theta == 0.0) return {};
   const int64_t head_dim = c.d_out / c.num_heads;
-  if (!(r.theta > 1.0) || !std::isfinite(r.theta)) {
-    return InvalidArgument("rope_theta is " + std::to_string(r.theta) +
-                           ", want a finite number above 1");
-  }
   if (head_dim % 2 != 0) {
     return InvalidArgument("rotary embeddings need an even head_dim, got " +
                            std::to_string(head_dim) + " (d_out / num_heads)");
   }
-  const bool scaled = r.factor != 0.0;
-  if (scaled &&
-      !(std::isfinite(r.factor) && r.factor >= 1.0 && r.low_freq_factor > 0.0 &&
-        r.high_freq_factor > r.low_freq_factor &&
-        std::isfinite(r.high_freq_factor) && r.original_context_length > 0)) {
-    return InvalidArgument(
-        "rope scaling is factor " + std::to_string(r.factor) +
-        ", low_freq_factor " + std::to_string(r.low_freq_factor) +
-        ", high_freq_factor " + std::to_string(r.high_freq_factor) +
-        ", original_context_length " +
-        std::to_string(r.original_context_length) +
-        ", want factor >= 1, 0 < low < high and a positive length");
-  }
-  return {};
+  return kernels::ValidateRopeConfig(KernelRope(r));
+}
+
+kernels::RopeConfig KernelRope(const RopeConfig& rope) {
+  kernels::RopeConfig config;
+  config.theta = static_cast<float>(rope.theta);
+  config.factor = static_cast<float>(rope.factor);
+  config.low_freq_factor = static_cast<float>(rope.low_freq_factor);
+  config.high_freq_factor = static_cast<float>(rope.high_freq_factor);
+  config.original_context_length = rope.original_context_length;
+  return config;
 }
 
 }  // namespace attn

@@ -10,6 +10,7 @@
 #include "attn/attn.hpp"
 #include "attn/safetensors.hpp"
 #include "attn/status.hpp"
+#include "kernels/rope.h"
 
 namespace attn {
 
@@ -52,6 +53,9 @@ Status CheckDTypeSupported(DType dtype);
 // The attention variant of `c` (num_kv_heads, rope, sliding_window) is
 // valid for its heads; errors name the field.
 Status CheckAttentionVariant(const MhaConfig& c);
+
+// `rope` as the RoPE kernels take it (fp32, as PyTorch computes it).
+kernels::RopeConfig KernelRope(const RopeConfig& rope);
 
 }  // namespace attn
 

@@ -37,7 +37,9 @@ bool Scaled(const RopeConfig& config) {
   return config.factor > 0.0f && config.factor != 1.0f;
 }
 
-Status ValidateConfig(const RopeConfig& config) {
+}  // namespace
+
+Status ValidateRopeConfig(const RopeConfig& config) {
   if (!(config.theta > 0.0f) || !std::isfinite(config.theta)) {
     return InvalidArgument("rope theta is " + std::to_string(config.theta) +
                            "; wanted a finite value > 0");
@@ -63,6 +65,8 @@ Status ValidateConfig(const RopeConfig& config) {
   return Status();
 }
 
+namespace {
+
 // Llama 3.1's scaling of one frequency, in float32 and in the order of
 // Hugging Face's _compute_llama3_parameters: long wavelengths divided by
 // factor, short ones kept, a linear blend between.
@@ -77,10 +81,9 @@ float ScaleLlama3(float inv_freq, const RopeConfig& config) {
   const float wavelen = (1.0f / inv_freq) * static_cast<float>(2.0 * M_PI);
   if (wavelen > low_freq_wavelen) return inv_freq / config.factor;
   if (wavelen < high_freq_wavelen) return inv_freq;
-  const float smooth =
-      ((1.0f / wavelen) * static_cast<float>(original) -
-       config.low_freq_factor) /
-      (config.high_freq_factor - config.low_freq_factor);
+  const float smooth = ((1.0f / wavelen) * static_cast<float>(original) -
+                        config.low_freq_factor) /
+                       (config.high_freq_factor - config.low_freq_factor);
   return (1.0f - smooth) * inv_freq / config.factor + smooth * inv_freq;
 }
 
@@ -126,7 +129,7 @@ Result<RopeTable> RopeTable::Create(const RopeConfig& config, int64_t head_dim,
                            std::to_string(max_positions) +
                            "; wanted > 0 and a table that fits in memory");
   }
-  ATTN_RETURN_IF_ERROR(ValidateConfig(config));
+  ATTN_RETURN_IF_ERROR(ValidateRopeConfig(config));
   const std::vector<float> inv_freq = RopeInverseFrequencies(config, head_dim);
   const size_t half = inv_freq.size();
   RopeTable table;

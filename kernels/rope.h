@@ -23,6 +23,10 @@ struct RopeConfig {
   int64_t original_context_length = 8192;
 };
 
+// OK when RopeTable::Create accepts `config`; else an error naming the
+// field.
+Status ValidateRopeConfig(const RopeConfig& config);
+
 // inv_freq[i] for i < head_dim / 2, in float32 as PyTorch computes it:
 // 1 / theta^(2i / head_dim), then Llama 3.1's scaling when config asks for
 // it. Requires a config and head_dim that RopeTable::Create accepts.

@@ -163,6 +163,45 @@ std::vector<float> Incremental(MhaDecoder& decoder, const std::vector<float>& x,
   return y;
 }
 
+// One Prefill of every sequence's first prompts[b] rows of seqs[b] ([len,
+// d_in] each), then `steps` Decodes of one row each: every sequence's
+// outputs, in order.
+std::vector<std::vector<float>> RaggedPrefillThenDecode(
+    MhaDecoder& decoder, const std::vector<std::vector<float>>& seqs,
+    const std::vector<int64_t>& prompts, int64_t steps, int64_t d_in,
+    int64_t d_out) {
+  const auto B = static_cast<int64_t>(seqs.size());
+  std::vector<float> packed;
+  for (int64_t b = 0; b < B; ++b) {
+    packed.insert(packed.end(), seqs[b].begin(),
+                  seqs[b].begin() + prompts[b] * d_in);
+  }
+  std::vector<float> out(packed.size() / d_in * d_out);
+  const Status st = decoder.Prefill(packed.data(), prompts.data(), out.data());
+  EXPECT_TRUE(st.ok()) << st.message();
+  std::vector<std::vector<float>> ys(B);
+  size_t row = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < prompts[b]; ++t, ++row) {
+      ys[b].insert(ys[b].end(), out.begin() + row * d_out,
+                   out.begin() + (row + 1) * d_out);
+    }
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    std::vector<float> x1, y1(B * d_out);
+    for (int64_t b = 0; b < B; ++b) {
+      const auto at = seqs[b].begin() + (prompts[b] + s) * d_in;
+      x1.insert(x1.end(), at, at + d_in);
+    }
+    EXPECT_TRUE(decoder.Decode(x1.data(), B, y1.data()).ok());
+    for (int64_t b = 0; b < B; ++b) {
+      ys[b].insert(ys[b].end(), y1.begin() + b * d_out,
+                   y1.begin() + (b + 1) * d_out);
+    }
+  }
+  return ys;
+}
+
 void ExpectMatches(const std::vector<double>& expected,
                    const std::vector<float>& actual, const std::string& what) {
   ASSERT_EQ(expected.size(), actual.size()) << what;
@@ -223,35 +262,12 @@ TEST(DecoderTest, MixedLengthBatchEqualsEachSequenceAlone) {
   ASSERT_TRUE(decoder);
   std::mt19937 rng(3);
   std::vector<std::vector<float>> seqs;  // each [prompt + steps, d_in]
-  std::vector<float> packed;
   for (int64_t p : prompts) {
     seqs.push_back(test::RandomVector(
         rng, static_cast<size_t>((p + steps) * d_in), -1.0f, 1.0f));
-    packed.insert(packed.end(), seqs.back().begin(),
-                  seqs.back().begin() + p * d_in);
   }
-  std::vector<float> out(packed.size() / d_in * d_out);
-  ASSERT_TRUE(decoder->Prefill(packed.data(), prompts.data(), out.data()).ok());
-  std::vector<std::vector<float>> ys(B);
-  size_t row = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < prompts[b]; ++t, ++row) {
-      ys[b].insert(ys[b].end(), out.begin() + row * d_out,
-                   out.begin() + (row + 1) * d_out);
-    }
-  }
-  for (int64_t s = 0; s < steps; ++s) {
-    std::vector<float> x1, y1(B * d_out);
-    for (int64_t b = 0; b < B; ++b) {
-      const auto at = seqs[b].begin() + (prompts[b] + s) * d_in;
-      x1.insert(x1.end(), at, at + d_in);
-    }
-    ASSERT_TRUE(decoder->Decode(x1.data(), B, y1.data()).ok());
-    for (int64_t b = 0; b < B; ++b) {
-      ys[b].insert(ys[b].end(), y1.begin() + b * d_out,
-                   y1.begin() + (b + 1) * d_out);
-    }
-  }
+  const auto ys =
+      RaggedPrefillThenDecode(*decoder, seqs, prompts, steps, d_in, d_out);
   for (int64_t b = 0; b < B; ++b) {
     SCOPED_TRACE("sequence " + std::to_string(b));
     EXPECT_EQ(decoder->length(b), prompts[b] + steps);
@@ -449,35 +465,12 @@ TEST(DecoderTest, VariantRaggedBatchEqualsEachSequenceAlone) {
   ASSERT_TRUE(decoder);
   std::mt19937 rng(8);
   std::vector<std::vector<float>> seqs;
-  std::vector<float> packed;
   for (int64_t p : prompts) {
     seqs.push_back(test::RandomVector(
         rng, static_cast<size_t>((p + steps) * d_in), -1.0f, 1.0f));
-    packed.insert(packed.end(), seqs.back().begin(),
-                  seqs.back().begin() + p * d_in);
   }
-  std::vector<float> out(packed.size() / d_in * d_out);
-  ASSERT_TRUE(decoder->Prefill(packed.data(), prompts.data(), out.data()).ok());
-  std::vector<std::vector<float>> ys(B);
-  size_t row = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < prompts[b]; ++t, ++row) {
-      ys[b].insert(ys[b].end(), out.begin() + row * d_out,
-                   out.begin() + (row + 1) * d_out);
-    }
-  }
-  for (int64_t s = 0; s < steps; ++s) {
-    std::vector<float> x1, y1(B * d_out);
-    for (int64_t b = 0; b < B; ++b) {
-      const auto at = seqs[b].begin() + (prompts[b] + s) * d_in;
-      x1.insert(x1.end(), at, at + d_in);
-    }
-    ASSERT_TRUE(decoder->Decode(x1.data(), B, y1.data()).ok());
-    for (int64_t b = 0; b < B; ++b) {
-      ys[b].insert(ys[b].end(), y1.begin() + b * d_out,
-                   y1.begin() + (b + 1) * d_out);
-    }
-  }
+  const auto ys =
+      RaggedPrefillThenDecode(*decoder, seqs, prompts, steps, d_in, d_out);
   for (int64_t b = 0; b < B; ++b) {
     SCOPED_TRACE("sequence " + std::to_string(b));
     std::vector<float> alone(ys[b].size());
