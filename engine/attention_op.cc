@@ -66,8 +66,10 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   ATTN_RETURN_IF_ERROR(op->Allocate(type, held, what));
   ATTN_RETURN_IF_ERROR(op->PackWeights());
   if (rope) {
-    ATTN_RETURN_IF_ERROR(op->MakeRope(static_cast<size_t>(seq_len),
-                                      AddSat(held, op->bytes()), what));
+    const auto rows = static_cast<uint64_t>(batch * seq_len);
+    ATTN_RETURN_IF_ERROR(
+        op->MakeRope(static_cast<size_t>(seq_len),
+                     AddSat(held, op->bytes() + rows * sizeof(int64_t)), what));
     for (int64_t r = 0; r < batch * seq_len; ++r) {
       op->positions_.push_back(r % seq_len);
     }
@@ -287,9 +289,8 @@ Status AttentionOp::MakeRope(size_t max_positions, uint64_t held,
                              const std::string& what) {
   const size_t bytes =
       kernels::RopeTable::BytesFor(D_, static_cast<int64_t>(max_positions));
-  ATTN_RETURN_IF_ERROR(CheckMemory(
-      what, AddSat(held, AddSat(bytes, max_positions * sizeof(int64_t))),
-      m_->max_memory_bytes));
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory(what, AddSat(held, bytes), m_->max_memory_bytes));
   ATTN_ASSIGN_OR_RETURN(
       kernels::RopeTable table,
       kernels::RopeTable::Create(KernelRope(m_->config.rope), D_,
