@@ -150,6 +150,35 @@ TEST_F(CliTest, InputNameAndHeadsFlags) {
                 1, "sequence length 6 exceeds context_length 5");
 }
 
+// The attention variant's flags override the file's metadata; a bad one is
+// one line naming it, exit 1 (a value CLI11 refuses: 2), and no output.
+TEST_F(CliTest, AttentionVariantFlags) {
+  const std::string gqa = (kGolden / "mha_gqa_g4.safetensors").string();
+  const std::string all = (kGolden / "mha_gqa_all.safetensors").string();
+  EXPECT_EQ(RunOn(all, all).exit_code, 0);  // heads, RoPE, window: metadata
+  fs::remove(output_);
+  ExpectRefused(RunOn(gqa, gqa, "--kv-heads 3"), 1,
+                "num_kv_heads is 3, want a divisor of num_heads 8");
+  ExpectRefused(RunOn(gqa, gqa, "--kv-heads 4"), 1,
+                "'W_key.weight' has shape [8, 10], want [16, 10]");
+  ExpectRefused(RunOn(all, all, "--rope-factor 8"), 2, "--rope-theta");
+  ExpectRefused(RunOn(all, all, "--sliding-window 0"), 2, "--sliding-window");
+  ExpectRefused(
+      RunOn(all, all,
+            "--rope-theta 10000 --rope-factor 8 --rope-low-freq-factor 4 "
+            "--rope-high-freq-factor 1 --rope-original-context-length 64"),
+      1, "rope scaling");
+  // A wider window than the file's changes the answer: it is used.
+  EXPECT_EQ(RunOn(all, all, "--sliding-window 20").exit_code, 0);
+  auto y = SafetensorsFile::Open(output_)->ReadF32("output");
+  auto expected = SafetensorsFile::Open(all)->ReadF32("expected");
+  double largest = 0;
+  for (size_t i = 0; i < y->size(); ++i) {
+    largest = std::max(largest, double(std::fabs((*y)[i] - (*expected)[i])));
+  }
+  EXPECT_GT(largest, 1e-3);
+}
+
 TEST_F(CliTest, BadGoldenFilesAreRefused) {
   const std::pair<const char*, const char*> cases[] = {
       {"wkey_transposed", "'W_key.weight' has shape [3, 4], want [4, 3]"},
