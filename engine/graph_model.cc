@@ -267,7 +267,10 @@ class Binder {
     ATTN_RETURN_IF_ERROR(Read(node, "W_key.weight", kv_proj, wk));
     ATTN_RETURN_IF_ERROR(Read(node, "W_value.weight", kv_proj, wv));
     ATTN_RETURN_IF_ERROR(Read(node, "out_proj.weight", {d_out, d_out}, wo));
-    ATTN_RETURN_IF_ERROR(Read(node, "out_proj.bias", {d_out}, bo));
+    // Llama's out_proj has no bias; a named one must be in the file.
+    if (node.Weight("out_proj.bias")) {
+      ATTN_RETURN_IF_ERROR(Read(node, "out_proj.bias", {d_out}, bo));
+    }
     MhaWeights weights;
     if (config.qkv_bias) {
       ATTN_RETURN_IF_ERROR(Read(node, "W_query.bias", {d_out}, bq));
@@ -281,7 +284,7 @@ class Binder {
     weights.w_key = wk.data();
     weights.w_value = wv.data();
     weights.w_out = wo.data();
-    weights.b_out = bo.data();
+    weights.b_out = bo.empty() ? nullptr : bo.data();
     MhaOptions mha_options;
     mha_options.num_threads = num_threads_;
     mha_options.dtype = options_.dtype;

@@ -106,10 +106,9 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
   ATTN_RETURN_IF_ERROR(CheckDims(c));
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
   ATTN_RETURN_IF_ERROR(CheckAttentionVariant(c));
-  if (!w.w_query || !w.w_key || !w.w_value || !w.w_out || !w.b_out) {
+  if (!w.w_query || !w.w_key || !w.w_value || !w.w_out) {
     return InvalidArgument(
-        "weights: W_query, W_key, W_value, out_proj weight and bias are "
-        "required");
+        "weights: W_query, W_key, W_value and out_proj weight are required");
   }
   const int qkv_biases =
       (w.b_query != nullptr) + (w.b_key != nullptr) + (w.b_value != nullptr);
@@ -149,7 +148,13 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
       std::memcpy(b + out + kv, w.b_value, kv * sizeof(float));
     }
     impl->w_out.assign(w.w_out, w.w_out + out * out);
-    impl->b_out.assign(w.b_out, w.b_out + out);
+    // No out_proj.bias (Llama) adds zeros: x + 0 == x, so the kernels and
+    // their results stay those of the biased path.
+    if (w.b_out) {
+      impl->b_out.assign(w.b_out, w.b_out + out);
+    } else {
+      impl->b_out.assign(out, 0.0f);
+    }
   } catch (const std::bad_alloc&) {
     return OutOfMemory("cannot allocate the weights (d_in " +
                        std::to_string(c.d_in) + ", d_out " +

@@ -1,7 +1,8 @@
 // The graph runner: parsing and validation errors, fusion, the buffer
 // planner, the matmul post-ops, and the book's LayerNorm, GELU, FeedForward
-// and TransformerBlock (single, qkv_bias, stacked) against PyTorch's golden
-// files, through the C++ API and through `attn run --graph`.
+// and TransformerBlock (single, qkv_bias, stacked) and the Llama 3.2 block
+// (single, stacked) against PyTorch's golden files, through the C++ API and
+// through `attn run --graph`.
 #include "attn/graph.hpp"
 
 #include <gtest/gtest.h>
@@ -45,6 +46,8 @@ const std::string kGolden =
     std::string(ATTN_SOURCE_DIR) + "/tests/golden/graph/";
 const std::string kBlock =
     std::string(ATTN_SOURCE_DIR) + "/tools/graphs/transformer_block.json";
+const std::string kLlama =
+    std::string(ATTN_SOURCE_DIR) + "/tools/graphs/llama_block.json";
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
@@ -268,6 +271,39 @@ TEST(GraphGoldenTest, LlamaFeedForwardHalf) {
   }
 }
 
+// The book's Llama 3.2 block (GQA with RoPE, bias-free out_proj, SwiGLU) as
+// shipped in tools/graphs, alone and stacked (Llama 3.1 RoPE, window 4).
+TEST(GraphGoldenTest, LlamaBlock) {
+  for (const int threads : {1, 2}) {
+    GraphOptions options;
+    options.num_threads = threads;
+    ExpectGraphMatchesGolden(ReadText(kLlama), "llama_block", options);
+    ExpectGraphMatchesGolden(ReadText(kLlama), "llama_stack2", options);
+    options.layers = 2;
+    ExpectGraphMatchesGolden(ReadText(kLlama), "llama_stack2", options);
+  }
+}
+
+// Threads split rows, never a sum: the stack's output is the same bits.
+TEST(GraphGoldenTest, LlamaStackIsBitwiseIdenticalAtOneAndTwoThreads) {
+  const Golden g = ReadGolden("llama_stack2");
+  std::vector<std::vector<float>> outputs;
+  for (const int threads : {1, 2}) {
+    GraphOptions options;
+    options.num_threads = threads;
+    auto graph =
+        GraphModel::Load(kLlama, kGolden + "llama_stack2.safetensors", options);
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    EXPECT_EQ((*graph)->layers(), 2);
+    std::vector<float> y(g.expected.size());
+    ASSERT_TRUE(GraphSession(*graph)
+                    .Run(g.input.data(), g.shape[0], g.shape[1], y.data())
+                    .ok());
+    outputs.push_back(std::move(y));
+  }
+  EXPECT_EQ(outputs[0], outputs[1]);
+}
+
 TEST(GraphGoldenTest, GeluKernel) {
   const Golden g = ReadGolden("gelu");
   std::vector<float> y(g.input.size());
@@ -303,14 +339,19 @@ CliResult RunCli(const std::string& args) {
 }
 
 TEST(GraphCliTest, RunGraphMatchesGolden) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"block", ""},
-      {"block_qkv_bias", " --threads 1"},
-      {"stack3", " --layers 3"}};
-  for (const auto& [name, extra] : cases) {
+  struct Case {
+    std::string graph, name, extra;
+  };
+  const std::vector<Case> cases = {
+      {kBlock, "block", ""},
+      {kBlock, "block_qkv_bias", " --threads 1"},
+      {kBlock, "stack3", " --layers 3"},
+      {kLlama, "llama_block", ""},
+      {kLlama, "llama_stack2", " --layers 2 --threads 2"}};
+  for (const auto& [graph, name, extra] : cases) {
     const std::string file = kGolden + name + ".safetensors";
     const std::string out = TempPath("graph_" + name + ".safetensors");
-    const CliResult r = RunCli("run --graph " + kBlock + " --weights " + file +
+    const CliResult r = RunCli("run --graph " + graph + " --weights " + file +
                                " --input " + file + " --output " + out + extra);
     ASSERT_EQ(r.code, 0) << name << ": " << r.err;
     auto y = SafetensorsFile::Open(out);
@@ -538,6 +579,37 @@ TEST(GraphValidationTest, PartialQkvBias) {
       << graph.status().message();
   EXPECT_NE(graph.status().message().find("want all q/k/v biases or none"),
             std::string::npos);
+}
+
+// Without num_kv_heads in the metadata the K/V heads follow from W_key's
+// rows; 12 rows of a head_dim of 8 are not whole heads, so the K/V heads
+// stay the 4 query heads and W_key's shape is named as wrong.
+TEST(GraphValidationTest, LlamaKeyRowsNotWholeHeads) {
+  auto file = SafetensorsFile::Open(kGolden + "llama_block.safetensors");
+  ASSERT_TRUE(file.ok());
+  std::map<std::string, std::string> metadata = file->metadata();
+  metadata.erase("num_kv_heads");
+  std::vector<std::vector<float>> values;
+  std::vector<F32Tensor> tensors;
+  for (const TensorInfo& t : file->tensors()) {
+    values.push_back(file->ReadF32(t.name).value());
+  }
+  for (size_t i = 0; i < file->tensors().size(); ++i) {
+    const TensorInfo& t = file->tensors()[i];
+    std::vector<int64_t> shape = t.shape;
+    if (t.name == "att.W_key.weight") shape[0] = 12;  // 1.5 heads of 8
+    tensors.push_back({t.name, shape, values[i].data()});
+  }
+  const std::string path = TempPath("graph_llama_key_rows.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, tensors, metadata).ok());
+  auto graph = GraphModel::Load(kLlama, path);
+  ASSERT_FALSE(graph.ok());
+  const std::string& message = graph.status().message();
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_NE(message.find("node 'att' (mha): weight 'att.W_key.weight' has "
+                         "shape [12, 32], want [32, 32]"),
+            std::string::npos)
+      << message;
 }
 
 TEST(GraphValidationTest, HeadsFromOptionsElseMetadataElseError) {

@@ -3,6 +3,7 @@
 // library reports for a bad configuration or call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -120,6 +121,25 @@ TEST(MhaTest, BitwiseIdenticalAtOneAndTwoThreadsAndRepeatable) {
   const std::vector<float> one = Forward(m, x, 3, 100, 1);
   EXPECT_EQ(one, Forward(m, x, 3, 100, 2));
   EXPECT_EQ(one, Forward(m, x, 3, 100, 1));
+}
+
+// Llama's out_proj has no bias: a null b_out is a bias of zeros, bit for bit.
+TEST(MhaTest, MissingOutProjBiasIsZeros) {
+  RandomMha m(24, 16, 4, false, 8);
+  std::mt19937 rng(4);
+  const std::vector<float> x =
+      test::RandomVector(rng, size_t{2} * 7 * 24, -1.f, 1.f);
+  std::fill(m.bo.begin(), m.bo.end(), 0.0f);
+  const std::vector<float> zeros = Forward(m, x, 2, 7, 2);
+  MhaWeights w = m.Weights();
+  w.b_out = nullptr;
+  MhaOptions options;
+  options.num_threads = 2;
+  auto model = MhaModel::Create(m.config, w, options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  std::vector<float> y(zeros.size());
+  ASSERT_TRUE(MhaSession(*model).Run(x.data(), 2, 7, y.data()).ok());
+  EXPECT_EQ(y, zeros);
 }
 
 TEST(MhaTest, SessionFollowsChangingShapes) {

@@ -135,7 +135,7 @@ typedef struct attn_mha_weights {
   const float* b_key;   /* W_key.bias [kv_dim] */
   const float* b_value; /* W_value.bias [kv_dim] */
   const float* w_out;   /* out_proj.weight [d_out, d_out] */
-  const float* b_out;   /* out_proj.bias [d_out] */
+  const float* b_out;   /* out_proj.bias [d_out]; NULL: no bias (zeros) */
 } attn_mha_weights;
 
 #define ATTN_MHA_WEIGHTS_INIT \

@@ -104,7 +104,7 @@ struct MhaWeights {
   const float* b_key = nullptr;    // [kv_dim]
   const float* b_value = nullptr;  // [kv_dim]
   const float* w_out = nullptr;    // out_proj.weight [d_out, d_out]
-  const float* b_out = nullptr;    // out_proj.bias [d_out]
+  const float* b_out = nullptr;    // out_proj.bias [d_out]; null: none
 };
 
 // Loaded, validated weights and configuration. Immutable: one model may be
@@ -121,10 +121,11 @@ class ATTN_API MhaModel {
   // generated): copies them, so the caller may free them on return. The
   // pointers must hold config.d_out x d_in floats (W_query, W_key, W_value),
   // d_out x d_out (out_proj.weight) and d_out (each bias); the q/k/v biases
-  // are given exactly when config.qkv_bias. options.num_heads and
-  // context_length, when set, override config; dtype, num_threads and
-  // max_memory_bytes apply as for Load. The result equals Load's for a file
-  // holding the same weights, bit for bit. C: attn_model_create_mha.
+  // are given exactly when config.qkv_bias; b_out may be null (no bias).
+  // options.num_heads and context_length, when set, override config; dtype,
+  // num_threads and max_memory_bytes apply as for Load. The result equals
+  // Load's for a file holding the same weights, bit for bit. C:
+  // attn_model_create_mha.
   static Result<std::shared_ptr<const MhaModel>> Create(
       const MhaConfig& config, const MhaWeights& weights,
       const MhaOptions& options = {});
