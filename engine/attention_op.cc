@@ -156,6 +156,7 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   Workspace workspace;
   // The model's packed weights where the layouts agree.
   const AttentionOp* shared = m_->packed.get();
+  // (The model's op is never tiny: it has its matmuls.)
   if (shared && !cache_ && qkv_proj_->SharesPackedWeights(*shared->qkv_proj_)) {
     qkv_weights_ = shared->qkv_weights_;
   } else {
@@ -221,8 +222,9 @@ Status AttentionOp::PackWeights() {
 size_t AttentionOp::bytes() const {
   size_t total =
       (rope_ ? rope_->bytes() : 0) + positions_.size() * sizeof(int64_t);
-  for (const AlignedBuffer* b : {&w_qkv_, &w_k_, &w_v_, &b_qkv_, &w_out_,
-                                 &b_out_, &qkv_, &ctx_, &proj_scratch_}) {
+  for (const AlignedBuffer* b :
+       {&w_qkv_, &w_k_, &w_v_, &b_qkv_, &w_out_, &b_out_, &qkv_, &ctx_,
+        &proj_scratch_, &q_rows_}) {
     total += b->size();
   }
   return total;
@@ -437,7 +439,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   std::memset(op->q_rows_.data(), 0, op->q_rows_.size());
   op->decode_rows_.reserve(R);
   if (op->qkv_proj_) {
-    // W_qkv [3 d_out, d_in] row-major is W_qkv^T [d_in, 3 d_out] with
+    // W_qkv [n, d_in] row-major is W_qkv^T [d_in, n] with
     // strides {1, d_in}; likewise W_out.
     const int64_t d_in = c.d_in, n = c.d_out;
     ATTN_RETURN_IF_ERROR(op->qkv_proj_->PackWeights(

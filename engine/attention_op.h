@@ -27,9 +27,10 @@ namespace attn {
 
 // The one K/V layout: rows of head h of sequence b at
 // k (or v) + b * batch_stride + h * head_stride, row_stride floats apart
-// (AttentionInputs in kernels/attention.h). A decoder's cache is
-// [B, H, capacity, Dp]: batch_stride H * capacity * Dp, head_stride
-// capacity * Dp, row_stride Dp (DecodePaddedDim(D), padding lanes zero).
+// (AttentionInputs in kernels/attention.h). A decoder's cache holds the Hkv
+// K/V heads: [B, Hkv, capacity, Dp], batch_stride Hkv * capacity * Dp,
+// head_stride capacity * Dp, row_stride Dp (DecodePaddedDim(D), padding
+// lanes zero).
 struct KvCache {
   float* k = nullptr;
   float* v = nullptr;

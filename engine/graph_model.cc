@@ -323,16 +323,31 @@ Status ResolveRunOptions(const GraphOptions& options,
   return {};
 }
 
-// Every weight is copied out of the file once, as float: refused up front
-// when the whole file would not fit under the cap. Those bytes.
+// Every weight is copied out of the file once, as float, and packed once
+// (at most as large in fp32): refused up front when the whole file twice
+// would not fit under the cap. The bytes of one copy.
 Result<uint64_t> CheckWeightsFit(const SafetensorsFile& file, uint64_t cap) {
   uint64_t file_bytes = 0;
   for (const TensorInfo& t : file.tensors()) {
     file_bytes = AddSat(file_bytes, MulSat(t.num_elements, sizeof(float)));
   }
-  ATTN_RETURN_IF_ERROR(
-      CheckMemory("the weights of '" + file.path() + "'", file_bytes, cap));
+  ATTN_RETURN_IF_ERROR(CheckMemory("the weights of '" + file.path() + "'",
+                                   MulSat(2, file_bytes), cap));
   return file_bytes;
+}
+
+// Bytes the mha nodes' packed weights take, in every layer.
+uint64_t MhaPackedBytes(const graph::LoadedGraph& m) {
+  uint64_t bytes = 0;
+  for (const auto& layer : m.layer) {
+    for (const graph::NodeWeights& w : layer) {
+      if (w.mha) {
+        bytes =
+            AddSat(bytes, w.mha->memory_bytes() - WeightBytes(w.mha->config()));
+      }
+    }
+  }
+  return bytes;
 }
 
 // The layer count: the option, else metadata "n_layers", else 0 (once, with
@@ -389,8 +404,7 @@ Status BindLayers(const SafetensorsFile& file, const GraphOptions& options,
 }
 
 // Packs every layer's linear weights once, for a run of kMatMulPackedRows
-// rows,
-// with `held` bytes (the weights as loaded) already held.
+// rows, with `held` bytes (the weights as loaded) already held.
 Status PackLinearWeights(graph::LoadedGraph& m, uint64_t held,
                          const std::string& source) {
   const graph::Program& p = m.program;
@@ -498,7 +512,8 @@ Result<std::shared_ptr<const GraphModel>> GraphModel::FromJson(
   impl->types = graph::TensorTypes(impl->program, impl->dtype);
   {
     const ThreadScope threads(impl->num_threads);
-    ATTN_RETURN_IF_ERROR(PackLinearWeights(*impl, weight_bytes, weights_path));
+    ATTN_RETURN_IF_ERROR(PackLinearWeights(
+        *impl, AddSat(weight_bytes, MhaPackedBytes(*impl)), weights_path));
   }
   return std::shared_ptr<const GraphModel>(new GraphModel(std::move(impl)));
 }

@@ -58,16 +58,6 @@ Status CheckDims(const MhaConfig& c) {
   return {};
 }
 
-// Bytes of the fp32 weights a model of config `c` holds (saturating).
-uint64_t WeightBytes(const MhaConfig& c) {
-  const auto in = static_cast<uint64_t>(c.d_in);
-  const auto out = static_cast<uint64_t>(c.d_out);
-  const uint64_t qkv = out + 2 * static_cast<uint64_t>(KvDim(c));
-  uint64_t floats = AddSat(MulSat(qkv, in), MulSat(out, out));
-  floats = AddSat(floats, (c.qkv_bias ? qkv : 0) + out);
-  return MulSat(floats, sizeof(float));
-}
-
 // Checks that tensor `name` has shape `want` and copies it out as float.
 Result<std::vector<float>> ReadWeight(const SafetensorsFile& file,
                                       const std::string& name,
@@ -87,11 +77,21 @@ Result<std::vector<float>> ReadWeight(const SafetensorsFile& file,
 
 }  // namespace
 
+uint64_t WeightBytes(const MhaConfig& c) {
+  const auto in = static_cast<uint64_t>(c.d_in);
+  const auto out = static_cast<uint64_t>(c.d_out);
+  const uint64_t qkv = out + 2 * static_cast<uint64_t>(KvDim(c));
+  uint64_t floats = AddSat(MulSat(qkv, in), MulSat(out, out));
+  floats = AddSat(floats, (c.qkv_bias ? qkv : 0) + out);
+  return MulSat(floats, sizeof(float));
+}
+
 MhaModel::MhaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MhaModel::~MhaModel() = default;
 const MhaConfig& MhaModel::config() const { return impl_->config; }
 DType MhaModel::dtype() const { return impl_->dtype; }
 int MhaModel::num_threads() const { return impl_->num_threads; }
+uint64_t MhaModel::memory_bytes() const { return MhaModelBytes(*impl_); }
 
 Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
     const MhaConfig& config, const MhaWeights& w, const MhaOptions& options) {
@@ -217,9 +217,10 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
                                  {"W_key.bias", kv_vec},
                                  {"W_value.bias", kv_vec}});
   }
-  // Reading copies the weights once, then Create copies them again.
+  // Reading copies the weights once, Create copies them again and packs a
+  // third copy.
   ATTN_RETURN_IF_ERROR(CheckMemory("loading the weights of '" + path + "'",
-                                   MulSat(2, WeightBytes(config)),
+                                   MulSat(3, WeightBytes(config)),
                                    ResolveMaxMemory(options.max_memory_bytes)));
   std::vector<std::vector<float>> values;
   for (const auto& [name, shape] : wanted) {
@@ -296,7 +297,6 @@ Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   const uint64_t activations =
       MulSat(u(R), u(4 * d_out + (elem == sizeof(float) ? 0 : d_in)));
-  const uint64_t packed = MulSat(u(3 * d_in + d_out), u(d_out));
   // Each worker of the core holds one query block of scores (and of bf16
   // probabilities) against every key.
   const int64_t block =
@@ -305,8 +305,7 @@ Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
       MulSat(u(m.num_threads), MulSat(u(block * seq_len), 4 + elem));
   return CheckMemory(
       run_what,
-      AddSat(AddSat(MulSat(AddSat(activations, packed), elem), core_scratch),
-             MhaModelBytes(m)),
+      AddSat(AddSat(MulSat(activations, elem), core_scratch), MhaModelBytes(m)),
       m.max_memory_bytes);
 }
 

@@ -20,8 +20,8 @@ struct MhaModelData {
   DType dtype = DType::kF32;
   int num_threads = 1;
   uint64_t max_memory_bytes = 0;  // resolved: never 0
-  // W_query, W_key, W_value stacked: [3 * d_out, d_in]; their biases
-  // stacked: [3 * d_out] (empty without qkv_bias). out_proj as in PyTorch.
+  // W_query [d_out, d_in], W_key and W_value [KvDim, d_in] stacked; their
+  // biases likewise (empty without qkv_bias). out_proj as in PyTorch.
   std::vector<float> w_qkv, b_qkv, w_out, b_out;
   // The projections' weights packed once, at load: an operator planned for
   // kernels::kMatMulPackedRows rows, whose packed weights every operator
@@ -40,6 +40,9 @@ inline int64_t KvDim(const MhaConfig& c) {
   return KvHeads(c) == c.num_heads ? c.d_out
                                    : KvHeads(c) * (c.d_out / c.num_heads);
 }
+
+// Bytes of the fp32 weights a model of config `c` holds (saturating).
+uint64_t WeightBytes(const MhaConfig& c);
 
 // Plans `m.packed`, with the model's weights already held.
 Status PackMhaWeights(MhaModelData& m);

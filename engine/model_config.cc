@@ -1,8 +1,8 @@
 #include "engine/model_config.h"
 
-#include <cctype>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
+#include <system_error>
 
 #include "kernels/matmul.h"
 #include "kernels/rope.h"
@@ -36,11 +36,12 @@ Result<double> MetadataNumber(const SafetensorsFile& file,
   const auto it = file.metadata().find(key);
   if (it == file.metadata().end()) return 0.0;
   const std::string& text = it->second;
-  char* end = nullptr;
-  const double value = text.empty() || std::isspace(text[0])
-                           ? 0.0
-                           : std::strtod(text.c_str(), &end);
-  if (!end || *end != '\0' || !std::isfinite(value) || !(value > 0.0)) {
+  // from_chars: the same in every locale, and no leading space or sign.
+  double value = 0.0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc() || stop != end || !std::isfinite(value) ||
+      !(value > 0.0)) {
     return InvalidArgument("metadata '" + key + "' of '" + file.path() +
                            "' is '" + text + "', want a positive number");
   }

@@ -171,7 +171,8 @@ void ApplyRope(const RopeTable& table, const RopeRows& rows,
       std::max<size_t>(1, rows.num_heads * table.head_dim());
   const size_t block = std::max<size_t>(1, 4096 / row_floats);
   const auto blocks = static_cast<int64_t>((rows.num_rows + block - 1) / block);
-#pragma omp parallel for num_threads(num_threads) schedule(static)
+#pragma omp parallel for num_threads(num_threads) \
+    schedule(static) if (blocks > 1)
   for (int64_t b = 0; b < blocks; ++b) {
     const size_t r = static_cast<size_t>(b) * block;
     RopeRows part = rows;

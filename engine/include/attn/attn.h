@@ -145,7 +145,10 @@ typedef struct attn_mha_weights {
  * free them on return. The model is the same as one loaded from a file with
  * these weights (attn_model_load_mha): the same outputs, bit for bit.
  * options may be NULL; its num_heads and context_length, when set, override
- * config's. On failure *model is set to NULL. */
+ * config's, and its version-4 fields set the attention's variant: grouped
+ * K/V weights (w_key, w_value of kv_dim rows) need options->num_kv_heads,
+ * without which they must have d_out rows. On failure *model is set to
+ * NULL. */
 ATTN_API attn_status attn_model_create_mha(const attn_mha_config* config,
                                            const attn_mha_weights* weights,
                                            const attn_mha_options* options,

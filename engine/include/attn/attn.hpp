@@ -119,10 +119,12 @@ class ATTN_API MhaModel {
       const std::string& path, const MhaOptions& options = {});
   // Builds a model from weights in memory (e.g. from another framework or
   // generated): copies them, so the caller may free them on return. The
-  // pointers must hold config.d_out x d_in floats (W_query, W_key, W_value),
-  // d_out x d_out (out_proj.weight) and d_out (each bias); the q/k/v biases
-  // are given exactly when config.qkv_bias; b_out may be null (no bias).
-  // options.num_heads and context_length, when set, override config; dtype,
+  // pointers must hold config.d_out x d_in floats (W_query), kv_dim x d_in
+  // (W_key, W_value; kv_dim is d_out unless num_kv_heads, of config or
+  // options, groups them: see MhaWeights), d_out x d_out (out_proj.weight)
+  // and d_out or kv_dim (each bias); the q/k/v biases are given exactly when
+  // config.qkv_bias; b_out may be null (no bias). Options override config
+  // where set (heads, context length, the attention's variant); dtype,
   // num_threads and max_memory_bytes apply as for Load. The result equals
   // Load's for a file holding the same weights, bit for bit. C:
   // attn_model_create_mha.
@@ -134,6 +136,9 @@ class ATTN_API MhaModel {
   const MhaConfig& config() const;
   DType dtype() const;
   int num_threads() const;  // the resolved team size
+  // Bytes the model holds: its fp32 weights and their packed copy, which
+  // every session laid out alike runs on.
+  uint64_t memory_bytes() const;
 
  private:
   friend class MhaSession;
