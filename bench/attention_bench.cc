@@ -63,7 +63,7 @@ void Core(benchmark::State& state, const GridShape& s, DataType type,
   state.counters["threads"] = threads;
 }
 
-const GridShape kWindowShape = {"win-8k", 1, 8192, 256, 256, 4};
+const GridShape kWindowShape = {"win-8k", 1, 8192, 256, 256, 4, 0, 0.0};
 
 void RegisterVariant(const std::string& name, const GridShape& s,
                      Variant variant) {
