@@ -1,5 +1,5 @@
 #!/bin/bash
-cd /work/wt-b1; R=${R:-bench/results/issue13}
+cd "$(git rev-parse --show-toplevel)"; R=${R:-bench/results/issue13}
 for round in 1 2 3; do
   echo "round $round $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> $R/log3.txt
   build/bin/attention_bench --benchmark_filter=core_gqa/llama --benchmark_min_time=1 2>/dev/null | grep "^core" | sed "s/^/round $round /" >> $R/core_llama.txt

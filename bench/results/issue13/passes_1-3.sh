@@ -1,10 +1,12 @@
 #!/bin/bash
 # Interleaved passes: attn and ORT (bench/ort_gqa) alternating, thread order alternating.
-cd /work/wt-b1
+cd "$(git rev-parse --show-toplevel)"
+# The FMA peak probe: g++ -O2 -mavx2 -mfma -pthread /work/shared/anchors/peak/fma_peak_avx2.cpp -o /tmp/b1_fma_peak
+FMA=${FMA:-/tmp/b1_fma_peak}
 A=build/bin/attn
 R=${R:-bench/results/issue13}
 ORT="node bench/ort_gqa/bench_ort_gqa.mjs"
-/tmp/b1_fma_peak 1 >> $R/peak.txt; /tmp/b1_fma_peak 2 >> $R/peak.txt
+$FMA 1 >> $R/peak.txt; $FMA 2 >> $R/peak.txt
 for pass in 1 2 3; do
   if [ $((pass % 2)) = 1 ]; then T=1,2; else T=2,1; fi
   echo "pass $pass threads $T $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> $R/log.txt
@@ -20,5 +22,5 @@ for pass in 1 2 3; do
   $A bench --shape 1,8192,512,512,8 --sliding-window 512 --threads $T --min-time 2 --json 2>/dev/null | sed "s/^{/{\"pass\":$pass,/" >> $R/window.jsonl
   build/bin/rope_bench --benchmark_min_time=1 2>/dev/null | grep "^rope" | sed "s/^/pass $pass /" >> $R/rope.txt
 done
-/tmp/b1_fma_peak 1 >> $R/peak.txt; /tmp/b1_fma_peak 2 >> $R/peak.txt
+$FMA 1 >> $R/peak.txt; $FMA 2 >> $R/peak.txt
 echo "end $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> $R/log.txt

@@ -1,10 +1,12 @@
 #!/bin/bash
 # Interleaved passes: attn and ORT (bench/ort_gqa) alternating, thread order alternating.
-cd /work/wt-b1
+cd "$(git rev-parse --show-toplevel)"
+# The FMA peak probe: g++ -O2 -mavx2 -mfma -pthread /work/shared/anchors/peak/fma_peak_avx2.cpp -o /tmp/b1_fma_peak
+FMA=${FMA:-/tmp/b1_fma_peak}
 A=build/bin/attn
 R=${R:-bench/results/issue13}
 ORT="node bench/ort_gqa/bench_ort_gqa.mjs"
-/tmp/b1_fma_peak 1 >> $R/peak.txt; /tmp/b1_fma_peak 2 >> $R/peak.txt
+$FMA 1 >> $R/peak.txt; $FMA 2 >> $R/peak.txt
 for pass in 4 5 6; do
   if [ $((pass % 2)) = 1 ]; then T=1,2; else T=2,1; fi
   echo "pass $pass threads $T $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> $R/log.txt
@@ -21,5 +23,5 @@ for pass in 4 5 6; do
   build/bin/rope_bench --benchmark_min_time=1 2>/dev/null | grep "^rope" | sed "s/^/pass $pass /" >> $R/rope.txt
   build/bin/attention_bench --benchmark_filter=core_window --benchmark_min_time=1 2>/dev/null | grep "^core" | sed "s/^/pass $pass /" >> $R/core_window.txt
 done
-/tmp/b1_fma_peak 1 >> $R/peak.txt; /tmp/b1_fma_peak 2 >> $R/peak.txt
+$FMA 1 >> $R/peak.txt; $FMA 2 >> $R/peak.txt
 echo "end $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> $R/log.txt
