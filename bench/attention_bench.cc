@@ -63,7 +63,7 @@ void Core(benchmark::State& state, const GridShape& s, DataType type,
   state.counters["threads"] = threads;
 }
 
-const GridShape kWindowShape = {"win-8k", 1, 8192, 256, 256, 4};
+const GridShape kWindowShape = {"win-8k", 1, 8192, 256, 256, 4, 0, 0.0};
 
 void RegisterVariant(const std::string& name, const GridShape& s,
                      Variant variant) {
@@ -80,7 +80,8 @@ void RegisterVariant(const std::string& name, const GridShape& s,
   }
 }
 
-// Grouped-query attention on gpt2-1k, and a 512-key window at T = 8192.
+// Grouped-query attention on gpt2-1k, long-4k and llama-2k, and a 512-key
+// window at T = 8192.
 void RegisterVariants() {
   const GridShape& gpt2_1k = PeerGrid()[2];
   for (int64_t kv_heads : {12, 6, 3, 1}) {
@@ -93,6 +94,9 @@ void RegisterVariants() {
     RegisterVariant("core_gqa/long-4k/f32/kv_heads:" + std::to_string(kv_heads),
                     long_4k, {kv_heads, 0});
   }
+  // llama-2k's core (32 query heads on 8 K/V heads, T = 2048; RoPE is
+  // applied before the core, so not here): the block's attention share.
+  RegisterVariant("core_gqa/llama-2k/f32/kv_heads:8", kLlama2k, {8, 0});
   for (int64_t window : {0, 512}) {
     RegisterVariant("core_window/win-8k/f32/window:" + std::to_string(window),
                     kWindowShape, {0, window});

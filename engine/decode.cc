@@ -353,7 +353,8 @@ size_t MhaDecoder::workspace_bytes() const {
 size_t MhaDecoder::decode_kv_bytes() const {
   size_t keys = 0;
   for (int64_t n : impl_->lengths) keys += static_cast<size_t>(n + 1);
-  return 2 * keys * static_cast<size_t>(impl_->d_out) * sizeof(float);
+  // K/V rows are Hkv heads of D wide (d_out without grouping).
+  return 2 * keys * static_cast<size_t>(impl_->Hkv * impl_->D) * sizeof(float);
 }
 
 }  // namespace attn

@@ -356,6 +356,31 @@ TEST_F(CliTest, VersionAndHelpWord) {
   ExpectRefused(Attn("help frobnicate"), 2, "unknown subcommand 'frobnicate'");
 }
 
+// The grouped-query, RoPE and window variants through `attn bench`: the
+// llama-2k entry is listed with its K/V heads and theta, the flags reach a
+// forward pass and a decode step, and the JSON says what ran.
+TEST_F(CliTest, BenchTakesTheAttentionFlags) {
+  const std::string bench_help = AttnStdout("help bench");
+  EXPECT_NE(
+      bench_help.find("llama-2k (1,2048,2048,2048,32, kv heads 8, rope theta "
+                      "500000)"),
+      std::string::npos)
+      << bench_help;
+  const std::string forward = AttnStdout(
+      "bench --shape 1,16,32,32,4 --kv-heads 2 --rope-theta 10000 "
+      "--sliding-window 4 --threads 1 --min-time 0.01 --json");
+  EXPECT_NE(forward.find("\"kv_heads\":2"), std::string::npos) << forward;
+  EXPECT_NE(forward.find("\"rope_theta\":10000.0"), std::string::npos)
+      << forward;
+  EXPECT_NE(forward.find("\"sliding_window\":4"), std::string::npos) << forward;
+  const std::string decode = AttnStdout(
+      "bench --decode --context 8 --batch 1 --dims 32,32,4 --kv-heads 2 "
+      "--rope-theta 10000 --threads 1 --min-time 0.01 --json");
+  EXPECT_NE(decode.find("\"kv_heads\":2"), std::string::npos) << decode;
+  ExpectRefused(Attn("bench --shape 1,16,32,32,4 --kv-heads 3"), 1,
+                "does not divide its 4 heads");
+}
+
 TEST_F(CliTest, FifoIsRefusedNotWaitedOn) {
   const std::string fifo = (dir_ / "fifo.safetensors").string();
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);

@@ -45,9 +45,13 @@ const std::vector<Shape>& Grid() {
   static const std::vector<Shape> grid = [] {
     std::vector<bench::GridShape> named = bench::PeerGrid();
     named.push_back(bench::kLong32k);
+    named.push_back(bench::kLlama2k);
     std::vector<Shape> shapes;
     for (const bench::GridShape& s : named) {
-      shapes.push_back({s.name, s.batch, s.seq_len, s.d_in, s.d_out, s.heads});
+      Shape shape{s.name, s.batch, s.seq_len, s.d_in, s.d_out, s.heads};
+      shape.kv_heads = s.kv_heads;
+      shape.rope.theta = s.rope_theta;
+      shapes.push_back(shape);
     }
     return shapes;
   }();
@@ -68,7 +72,12 @@ std::string ShapeFlagHelp(const std::string& default_names) {
     text += (&s == &Grid().front() ? " " : ", ") + s.name + " (" +
             std::to_string(s.batch) + "," + std::to_string(s.seq_len) + "," +
             std::to_string(s.d_in) + "," + std::to_string(s.d_out) + "," +
-            std::to_string(s.heads) + ")";
+            std::to_string(s.heads);
+    if (s.kv_heads > 0) text += ", kv heads " + std::to_string(s.kv_heads);
+    if (s.rope.theta > 0) {
+      text += ", rope theta " + std::to_string(int64_t(s.rope.theta));
+    }
+    text += ")";
   }
   return text + "; seed is the book's chapter-3 toy example. Default: " +
          default_names;
@@ -109,9 +118,27 @@ Result<std::vector<Shape>> ParseShapes(const std::string& spec,
   return shapes;
 }
 
+Result<std::vector<Shape>> WithAttentionFlags(std::vector<Shape> shapes,
+                                              int64_t kv_heads,
+                                              const RopeConfig& rope,
+                                              int64_t sliding_window) {
+  for (Shape& s : shapes) {
+    if (kv_heads > 0) s.kv_heads = kv_heads;
+    if (rope.theta > 0) s.rope = rope;
+    if (sliding_window > 0) s.sliding_window = sliding_window;
+    if (s.kv_heads > 0 && s.heads % s.kv_heads != 0) {
+      return InvalidArgument(
+          "shape " + s.name + ": --kv-heads " + std::to_string(s.kv_heads) +
+          " does not divide its " + std::to_string(s.heads) + " heads");
+    }
+  }
+  return shapes;
+}
+
 double Flops(const Shape& s) {
-  return bench::BlockFlops(
-      {s.name.c_str(), s.batch, s.seq_len, s.d_in, s.d_out, s.heads});
+  return bench::BlockFlops({s.name.c_str(), s.batch, s.seq_len, s.d_in, s.d_out,
+                            s.heads, s.kv_heads, s.rope.theta},
+                           s.sliding_window);
 }
 
 Status CheckBenchMemory(const std::string& what, double bytes,
@@ -128,11 +155,15 @@ Status CheckBenchMemory(const std::string& what, double bytes,
 Result<std::unique_ptr<RandomBlock>> RandomBlock::Create(const Shape& s,
                                                          uint64_t max_memory) {
   const double din = double(s.d_in), dout = double(s.d_out);
+  const double kv_dim = s.kv_heads > 0 && s.heads > 0
+                            ? double(s.kv_heads) * double(s.d_out / s.heads)
+                            : dout;
   const double rows = double(s.batch) * double(s.seq_len);
-  ATTN_RETURN_IF_ERROR(CheckBenchMemory(
-      "shape " + s.name + ": its weights, input and output",
-      4.0 * (3 * dout * din + dout * dout + dout + rows * (din + dout)),
-      max_memory));
+  ATTN_RETURN_IF_ERROR(
+      CheckBenchMemory("shape " + s.name + ": its weights, input and output",
+                       4.0 * ((dout + 2 * kv_dim) * din + dout * dout + dout +
+                              rows * (din + dout)),
+                       max_memory));
   return std::unique_ptr<RandomBlock>(new RandomBlock(s));
 }
 
@@ -140,6 +171,9 @@ RandomBlock::RandomBlock(const Shape& s) : shape(s) {
   config.d_in = s.d_in;
   config.d_out = s.d_out;
   config.num_heads = s.heads;
+  config.num_kv_heads = s.kv_heads;
+  config.rope = s.rope;
+  config.sliding_window = s.sliding_window;
   random_weights = bench::MakeRandomMhaWeights(config, 0);
   weights = random_weights.view();
   const auto rows = static_cast<size_t>(s.batch * s.seq_len);

@@ -19,9 +19,13 @@ namespace attn::cli {
 struct Shape {
   std::string name;
   int64_t batch, seq_len, d_in, d_out, heads;
+  int64_t kv_heads = 0;        // MhaConfig::num_kv_heads; 0: heads
+  RopeConfig rope{};           // rope.theta 0: no rotary embeddings
+  int64_t sliding_window = 0;  // 0: full causal
 };
 
-// The peers' grid of attn/bench.hpp (seed ... long-4k), then long-32k.
+// The peers' grid of attn/bench.hpp (seed ... long-4k), then long-32k and
+// llama-2k.
 const std::vector<Shape>& Grid();
 // The names of `shapes` joined by `separator`, e.g. for help text.
 std::string Names(const std::vector<Shape>& shapes, const char* separator);
@@ -35,8 +39,17 @@ std::vector<Shape> PeerGrid();
 Result<std::vector<Shape>> ParseShapes(const std::string& spec,
                                        const std::string& fallback);
 
-// 2*b*T*(3*d_in*d_out + d_out^2) + 2*b*T^2*d_out: the attention core at its
-// causal half, as the peer benchmarks count it.
+// `shapes` with the attention flags that were given (--kv-heads,
+// --rope-theta and its scaling, --sliding-window) in place of each shape's
+// own; refuses kv heads that do not divide a shape's heads.
+Result<std::vector<Shape>> WithAttentionFlags(std::vector<Shape> shapes,
+                                              int64_t kv_heads,
+                                              const RopeConfig& rope,
+                                              int64_t sliding_window);
+
+// attn/bench.hpp's BlockFlops: 2*b*T*d_in*(d_out + 2*kv_dim) +
+// 2*b*T*d_out^2 + 4*b*pairs*d_out, pairs the causal half T^2/2 (or
+// T*W - W^2/2 under a sliding window W), as the peer benchmarks count it.
 double Flops(const Shape& s);
 // The middle value of `v` (the mean of the middle two for an even count);
 // `v` must not be empty.

@@ -27,8 +27,9 @@ struct DecodeArgs {
   std::vector<int64_t> batches = {1, 8};
   std::string dims = "768,768,12";  // d_in, d_out, heads (gpt2)
   bool recompute = true;
-  uint64_t max_memory = 0;  // bench's --max-memory; 0: the default
-  std::string config;       // bench's --config: a tuned file, or empty
+  uint64_t max_memory = 0;   // bench's --max-memory; 0: the default
+  std::string config;        // bench's --config: a tuned file, or empty
+  AttentionFlags attention;  // bench's --kv-heads, --rope-theta, ...
 };
 
 using Clock = std::chrono::steady_clock;
@@ -39,6 +40,13 @@ double MillisecondsBetween(Clock::time_point t0, Clock::time_point t1) {
 
 struct Dims {
   int64_t d_in = 0, d_out = 0, heads = 0;
+  int64_t kv_heads = 0;  // --kv-heads; 0: heads
+
+  // Rows of W_key and W_value: kv_heads * d_out / heads, or d_out.
+  double kv_dim() const {
+    return kv_heads > 0 ? double(kv_heads) * double(d_out / heads)
+                        : double(d_out);
+  }
 };
 
 // --dims "d_in,d_out,heads", each positive.
@@ -58,7 +66,8 @@ Result<Dims> ParseDims(const std::string& spec) {
 // and the recomputed prefix), against the cap before any is allocated.
 Status CheckPointsFit(const DecodeArgs& args, const Dims& dims) {
   const double din = double(dims.d_in), dout = double(dims.d_out);
-  const double random_weights = 4.0 * (3 * din * dout + dout * dout + dout);
+  const double random_weights =
+      4.0 * ((dout + 2 * dims.kv_dim()) * din + dout * dout + dout);
   for (int64_t context : args.contexts) {
     for (int64_t batch : args.batches) {
       ATTN_RETURN_IF_ERROR(CheckBenchMemory(
@@ -73,13 +82,15 @@ Status CheckPointsFit(const DecodeArgs& args, const Dims& dims) {
 }
 
 // The table's title and column heads (not with --json).
-void PrintHeader(const RuntimeInfo& info, const Dims& dims) {
+void PrintHeader(const RuntimeInfo& info, const Dims& dims,
+                 const AttentionFlags& attention) {
   std::printf(
       "attn %s | highway %s | oneDNN %s %s | decode d_in %ld d_out %ld "
-      "heads %ld\n",
+      "heads %ld kv heads %ld rope theta %g window %ld\n",
       info.version.c_str(), info.simd_target.c_str(),
       info.onednn_version.c_str(), info.onednn_isa.c_str(), dims.d_in,
-      dims.d_out, dims.heads);
+      dims.d_out, dims.heads, dims.kv_heads ? dims.kv_heads : dims.heads,
+      attention.rope.theta, attention.sliding_window);
   std::printf("%7s %5s %7s %10s %11s %9s %10s %13s %9s\n", "context", "batch",
               "threads", "step_ms", "tokens/s", "kv_GB/s", "all_GB/s",
               "recompute_ms", "speedup");
@@ -214,6 +225,9 @@ Result<DecodePoint> MeasurePoint(const DecodeArgs& args, const Dims& dims,
   config.d_in = dims.d_in;
   config.d_out = dims.d_out;
   config.num_heads = dims.heads;
+  config.num_kv_heads = dims.kv_heads;
+  config.rope = args.attention.rope;
+  config.sliding_window = args.attention.sliding_window;
   MhaOptions options;
   options.num_threads = threads;
   options.max_memory_bytes = args.max_memory;
@@ -251,30 +265,33 @@ void PrintPoint(const DecodePoint& point, const Dims& dims,
   const double step_ms = point.step.step_ms;
   const double kv_bytes = double(point.step.kv_bytes);
   const double weight_bytes =
-      4.0 * (3.0 * dims.d_in * dims.d_out + 1.0 * dims.d_out * dims.d_out);
+      4.0 * ((double(dims.d_out) + 2.0 * dims.kv_dim()) * double(dims.d_in) +
+             double(dims.d_out) * double(dims.d_out));
   const double tokens = double(point.batch) / (step_ms / 1e3);
   const double kv_gbs = kv_bytes / (step_ms / 1e3) / 1e9;
   const double all_gbs = (kv_bytes + weight_bytes) / (step_ms / 1e3) / 1e9;
   const double speedup =
       point.recompute_ms > 0 ? point.recompute_ms / step_ms : 0.0;
   if (json) {
-    const nlohmann::json line = {{"kind", "decode"},
-                                 {"context", point.context},
-                                 {"batch", point.batch},
-                                 {"d_in", dims.d_in},
-                                 {"d_out", dims.d_out},
-                                 {"heads", dims.heads},
-                                 {"threads", point.team},
-                                 {"step_ms", step_ms},
-                                 {"reps", point.step.reps},
-                                 {"tokens_per_s", tokens},
-                                 {"kv_bytes", point.step.kv_bytes},
-                                 {"kv_gb_per_s", kv_gbs},
-                                 {"all_gb_per_s", all_gbs},
-                                 {"recompute_ms", point.recompute_ms},
-                                 {"speedup", speedup},
-                                 {"simd_target", info.simd_target},
-                                 {"onednn_isa", info.onednn_isa}};
+    const nlohmann::json line = {
+        {"kind", "decode"},
+        {"context", point.context},
+        {"batch", point.batch},
+        {"d_in", dims.d_in},
+        {"d_out", dims.d_out},
+        {"heads", dims.heads},
+        {"kv_heads", dims.kv_heads ? dims.kv_heads : dims.heads},
+        {"threads", point.team},
+        {"step_ms", step_ms},
+        {"reps", point.step.reps},
+        {"tokens_per_s", tokens},
+        {"kv_bytes", point.step.kv_bytes},
+        {"kv_gb_per_s", kv_gbs},
+        {"all_gb_per_s", all_gbs},
+        {"recompute_ms", point.recompute_ms},
+        {"speedup", speedup},
+        {"simd_target", info.simd_target},
+        {"onednn_isa", info.onednn_isa}};
     std::printf("%s\n", line.dump().c_str());
   } else {
     std::printf("%7ld %5ld %7d %10.3f %11.1f %9.2f %10.2f %13.2f %8.0fx\n",
@@ -286,17 +303,20 @@ void PrintPoint(const DecodePoint& point, const Dims& dims,
 
 int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
         double min_time, bool json) {
-  const Result<Dims> dims = ParseDims(args.dims);
+  Result<Dims> dims = ParseDims(args.dims);
   if (!dims.ok()) return Fail(dims.status().message());
+  dims->kv_heads = args.attention.kv_heads;
   const Status fits = CheckPointsFit(args, *dims);
   if (!fits.ok()) return Fail(fits.message());
   MhaConfig config;
   config.d_in = dims->d_in;
   config.d_out = dims->d_out;
+  config.num_heads = dims->heads;
+  config.num_kv_heads = dims->kv_heads;
   const bench::RandomMhaWeights weights =
       bench::MakeRandomMhaWeights(config, 0);
   const RuntimeInfo info = GetRuntimeInfo();
-  if (!json) PrintHeader(info, *dims);
+  if (!json) PrintHeader(info, *dims, args.attention);
   std::vector<int> thread_counts = threads_list;
   if (thread_counts.empty()) thread_counts = {0};
   for (int64_t context : args.contexts) {
@@ -339,10 +359,12 @@ std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench) {
   return [args]() -> DecodeBench {
     if (!args->enabled) return nullptr;
     return [args](const std::vector<int>& threads, double min_time,
-                  uint64_t max_memory, const std::string& config, bool json) {
+                  uint64_t max_memory, const std::string& config, bool json,
+                  const AttentionFlags& attention) {
       DecodeArgs with_cap = *args;
       with_cap.max_memory = max_memory;
       with_cap.config = config;
+      with_cap.attention = attention;
       return Run(with_cap, threads, min_time, json);
     };
   };

@@ -21,26 +21,71 @@ struct BenchArgs {
   std::vector<int> threads;
   double min_time = 1.0;
   bool json = false;
-  uint64_t max_memory = 0;  // bytes; 0 = attn::DefaultMaxMemoryBytes()
+  uint64_t max_memory = 0;   // bytes; 0 = attn::DefaultMaxMemoryBytes()
+  AttentionFlags attention;  // --kv-heads, --rope-theta, --sliding-window
 };
 
+// The title and column heads (not with --json).
+void PrintHeader(const attn::RuntimeInfo& info, const std::string& dtype) {
+  std::printf("attn %s | highway %s | oneDNN %s %s | dtype %s\n",
+              info.version.c_str(), info.simd_target.c_str(),
+              info.onednn_version.c_str(), info.onednn_isa.c_str(),
+              dtype.c_str());
+  std::printf("%-12s %7s %10s %10s %5s %12s %9s %10s\n", "shape", "threads",
+              "median_ms", "min_ms", "reps", "tokens/s", "GFLOP/s", "peak_MB");
+}
+
+// One measured point: a table row, or a JSON object with --json.
+void PrintPoint(const Shape& s, const Timing& t, const BenchArgs& args,
+                const attn::RuntimeInfo& info) {
+  const double tokens = TokensPerSecond(s, t.median_ms);
+  const double gflops = Flops(s) / (t.median_ms / 1e3) / 1e9;
+  const double peak_mb = double(t.peak_rss_bytes) / (1 << 20);
+  if (args.json) {
+    const nlohmann::json line = {
+        {"shape", s.name},
+        {"b", s.batch},
+        {"T", s.seq_len},
+        {"d_in", s.d_in},
+        {"d_out", s.d_out},
+        {"h", s.heads},
+        {"kv_heads", s.kv_heads ? s.kv_heads : s.heads},
+        {"rope_theta", s.rope.theta},
+        {"sliding_window", s.sliding_window},
+        {"threads", t.threads},
+        {"dtype", args.dtype},
+        {"median_ms", t.median_ms},
+        {"min_ms", t.min_ms},
+        {"reps", t.reps},
+        {"tokens_per_s", tokens},
+        {"gflops", gflops},
+        {"flops", Flops(s)},
+        {"peak_rss_mb", peak_mb},
+        {"attn", info.version},
+        {"simd_target", info.simd_target},
+        {"onednn_isa", info.onednn_isa}};
+    std::printf("%s\n", line.dump().c_str());
+  } else {
+    std::printf("%-12s %7d %10.4g %10.4g %5zu %12.0f %9.1f %10.1f\n",
+                s.name.c_str(), t.threads, t.median_ms, t.min_ms, t.reps,
+                tokens, gflops, peak_mb);
+  }
+  std::fflush(stdout);
+}
+
 int Bench(const BenchArgs& args) {
-  // The grid without long-32k (a minute per point at 1 thread).
-  auto shapes = ParseShapes(args.shape, Names(PeerGrid(), ","));
+  // The grid without long-32k and llama-2k (a minute, a second per point).
+  auto named = ParseShapes(args.shape, Names(PeerGrid(), ","));
+  if (!named.ok()) return Fail(named.status().message());
+  const AttentionFlags& a = args.attention;
+  auto shapes =
+      WithAttentionFlags(*named, a.kv_heads, a.rope, a.sliding_window);
   if (!shapes.ok()) return Fail(shapes.status().message());
   if (const int rc = CheckConfigFile(args.config)) return rc;
   std::vector<int> thread_counts = args.threads;
   if (thread_counts.empty()) thread_counts = {0};  // the library's default
   const attn::RuntimeInfo info = attn::GetRuntimeInfo();
-  if (!args.json) {
-    std::printf("attn %s | highway %s | oneDNN %s %s | dtype %s\n",
-                info.version.c_str(), info.simd_target.c_str(),
-                info.onednn_version.c_str(), info.onednn_isa.c_str(),
-                args.dtype.c_str());
-    std::printf("%-12s %7s %10s %10s %5s %12s %9s %10s\n", "shape", "threads",
-                "median_ms", "min_ms", "reps", "tokens/s", "GFLOP/s",
-                "peak_MB");
-  }
+  if (!args.json) PrintHeader(info, args.dtype);
   const size_t total = shapes->size() * thread_counts.size();
   size_t done = 0;
   for (const Shape& s : *shapes) {
@@ -62,35 +107,7 @@ int Bench(const BenchArgs& args) {
           });
       EndProgress();
       if (!t.ok()) return Fail(s.name + ": " + t.status().message());
-      const double tokens = TokensPerSecond(s, t->median_ms);
-      const double gflops = Flops(s) / (t->median_ms / 1e3) / 1e9;
-      const double peak_mb = double(t->peak_rss_bytes) / (1 << 20);
-      if (args.json) {
-        nlohmann::json line = {{"shape", s.name},
-                               {"b", s.batch},
-                               {"T", s.seq_len},
-                               {"d_in", s.d_in},
-                               {"d_out", s.d_out},
-                               {"h", s.heads},
-                               {"threads", t->threads},
-                               {"dtype", args.dtype},
-                               {"median_ms", t->median_ms},
-                               {"min_ms", t->min_ms},
-                               {"reps", t->reps},
-                               {"tokens_per_s", tokens},
-                               {"gflops", gflops},
-                               {"flops", Flops(s)},
-                               {"peak_rss_mb", peak_mb},
-                               {"attn", info.version},
-                               {"simd_target", info.simd_target},
-                               {"onednn_isa", info.onednn_isa}};
-        std::printf("%s\n", line.dump().c_str());
-      } else {
-        std::printf("%-12s %7d %10.4g %10.4g %5zu %12.0f %9.1f %10.1f\n",
-                    s.name.c_str(), t->threads, t->median_ms, t->min_ms,
-                    t->reps, tokens, gflops, peak_mb);
-      }
-      std::fflush(stdout);
+      PrintPoint(s, *t, args, info);
     }
   }
   return 0;
@@ -128,6 +145,7 @@ Command AddBenchCommand(CLI::App& app) {
                         "tuned file from attn tune --save: its thread count is "
                         "the default");
   bench_cmd->add_flag("--json", bench.json, "one JSON object per line");
+  bench.attention.AddTo(bench_cmd);  // over every shape's own (and --decode's)
 
   const auto decode = AddDecodeBenchOptions(*bench_cmd);  // --decode
   const auto graph = AddGraphBenchOptions(*bench_cmd);    // --graph
@@ -139,7 +157,7 @@ Command AddBenchCommand(CLI::App& app) {
             }
             if (run_decode) {
               return run_decode(args->threads, args->min_time, args->max_memory,
-                                args->config, args->json);
+                                args->config, args->json, args->attention);
             }
             if (run_graph) {
               return run_graph(args->shape, args->threads, args->dtype,

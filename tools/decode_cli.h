@@ -11,6 +11,7 @@
 
 #include "attn/attn.hpp"
 #include "tools/cli.h"
+#include "tools/flags.h"
 
 namespace attn::cli {
 
@@ -23,11 +24,12 @@ Status RunIncremental(std::shared_ptr<const MhaModel> model, const float* input,
 
 // Adds --decode, --context, --batch and --dims to `bench`. The returned
 // function is non-null when --decode was given (check after parsing: call it
-// with the bench's --threads, --min-time, --max-memory, --config and --json
-// to run the decode benchmark).
-using DecodeBench = std::function<int(const std::vector<int>& threads,
-                                      double min_time, uint64_t max_memory,
-                                      const std::string& config, bool json)>;
+// with the bench's --threads, --min-time, --max-memory, --config, --json and
+// attention flags (--kv-heads, --rope-theta, --sliding-window) to run the
+// decode benchmark).
+using DecodeBench = std::function<int(
+    const std::vector<int>& threads, double min_time, uint64_t max_memory,
+    const std::string& config, bool json, const AttentionFlags& attention)>;
 std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench);
 
 }  // namespace attn::cli

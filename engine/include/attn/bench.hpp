@@ -15,41 +15,65 @@
 
 namespace attn::bench {
 
-// A named MHA benchmark shape: input [batch, seq_len, d_in], `heads` heads.
+// A named MHA benchmark shape: input [batch, seq_len, d_in], `heads` heads;
+// `kv_heads` K/V heads (0: heads, plain MHA) and rotary embeddings of base
+// `rope_theta` (0: none), as MhaConfig::num_kv_heads and rope.theta.
 struct GridShape {
   const char* name;
   int64_t batch, seq_len, d_in, d_out, heads;
+  int64_t kv_heads;
+  double rope_theta;
 };
 
 // The grid the peer benchmarks (PyTorch, ONNX Runtime) run, in their order.
 // "seed" is the book's chapter-3 toy example.
 inline const std::vector<GridShape>& PeerGrid() {
   static const std::vector<GridShape> grid = {
-      {"seed", 2, 6, 3, 2, 2},
-      {"gpt2-128", 8, 128, 768, 768, 12},
-      {"gpt2-1k", 1, 1024, 768, 768, 12},
-      {"gpt2-1k-b4", 4, 1024, 768, 768, 12},
-      {"long-4k", 1, 4096, 512, 512, 8},
+      {"seed", 2, 6, 3, 2, 2, 0, 0.0},
+      {"gpt2-128", 8, 128, 768, 768, 12, 0, 0.0},
+      {"gpt2-1k", 1, 1024, 768, 768, 12, 0, 0.0},
+      {"gpt2-1k-b4", 4, 1024, 768, 768, 12, 0, 0.0},
+      {"long-4k", 1, 4096, 512, 512, 8, 0, 0.0},
   };
   return grid;
 }
 
 // Only attn runs it: the peers' T x T scores would take 32 GB.
-inline constexpr GridShape kLong32k = {"long-32k", 1, 32768, 512, 512, 8};
+inline constexpr GridShape kLong32k = {"long-32k", 1, 32768, 512,
+                                       512,        8, 0,     0.0};
 
-// The attention core at its causal half, as the peers count it:
-// 2*b*T^2*d_out.
-inline double CoreFlops(const GridShape& s) {
-  return 2.0 * double(s.batch) * double(s.seq_len) * double(s.seq_len) *
-         double(s.d_out);
+// Llama 3.2 1B's attention (issue 13): 32 query heads of 64 sharing 8 K/V
+// heads, RoPE with Llama 3's base, as bench/ort_gqa's GroupQueryAttention
+// peer runs it. Named-only, like long-32k: not in the default grid.
+inline constexpr GridShape kLlama2k = {"llama-2k", 1,  2048, 2048,
+                                       2048,       32, 8,    500000.0};
+
+// K/V width: kv_heads * d_out / heads, or d_out without grouping.
+inline double KvDim(const GridShape& s) {
+  return s.kv_heads > 0 ? double(s.kv_heads) * double(s.d_out / s.heads)
+                        : double(s.d_out);
 }
 
-// The whole block: 2*b*T*(3*d_in*d_out + d_out^2) + the core.
-inline double BlockFlops(const GridShape& s) {
+// The attention core at its causal half, as the peers count it:
+// 2*b*T^2*d_out = 4 * b*T^2/2 pairs * heads * head_dim. With a sliding
+// window W < T the pairs are T*W - W^2/2 per sequence instead of T^2/2.
+inline double CoreFlops(const GridShape& s, int64_t sliding_window = 0) {
+  const double t = double(s.seq_len);
+  const double w = double(sliding_window);
+  const double pairs = sliding_window > 0 && sliding_window < s.seq_len
+                           ? t * w - w * w / 2
+                           : t * t / 2;
+  return 4.0 * double(s.batch) * pairs * double(s.d_out);
+}
+
+// The whole block: 2*b*T*d_in*(d_out + 2*kv_dim) for q, k and v,
+// 2*b*T*d_out^2 for out_proj, and the core (kv_dim = d_out without
+// grouping: 2*b*T*(3*d_in*d_out + d_out^2) + the core).
+inline double BlockFlops(const GridShape& s, int64_t sliding_window = 0) {
   return 2.0 * double(s.batch) * double(s.seq_len) *
-             (3.0 * double(s.d_in) * double(s.d_out) +
+             (double(s.d_in) * (double(s.d_out) + 2.0 * KvDim(s)) +
               double(s.d_out) * double(s.d_out)) +
-         CoreFlops(s);
+         CoreFlops(s, sliding_window);
 }
 
 namespace detail {
@@ -74,11 +98,12 @@ inline std::vector<float> RandomFloats(size_t n, float bound, uint32_t seed) {
 // +-1/sqrt(fan_in), that is 1/sqrt(d_in) for the q, k and v projections and
 // 1/sqrt(d_out) for out_proj.
 struct RandomMhaWeights {
-  std::vector<float> w_query, w_key, w_value;  // [d_out, d_in]
-  std::vector<float> w_out;                    // [d_out, d_out]
-  std::vector<float> b_out;                    // [d_out]
-  std::vector<float> b_query, b_key, b_value;  // [d_out]; empty without
-                                               // config.qkv_bias
+  std::vector<float> w_query;         // [d_out, d_in]
+  std::vector<float> w_key, w_value;  // [kv_dim, d_in] (see MhaWeights)
+  std::vector<float> w_out;           // [d_out, d_out]
+  std::vector<float> b_out;           // [d_out]
+  std::vector<float> b_query;         // [d_out]; the three are empty
+  std::vector<float> b_key, b_value;  // [kv_dim]; without config.qkv_bias
   // Pointers into the vectors above, for MhaModel::Create: valid while they
   // live.
   MhaWeights view() const {
@@ -98,11 +123,18 @@ struct RandomMhaWeights {
   }
 };
 
-// Weights for `config` (d_in, d_out, qkv_bias), the same for the same seed.
+// Weights for `config` (d_in, d_out, qkv_bias; with num_kv_heads, K and V
+// of kv_dim = num_kv_heads * d_out / num_heads rows), the same for the same
+// seed. Without num_kv_heads the stream is the one it always was.
 inline RandomMhaWeights MakeRandomMhaWeights(const MhaConfig& config,
                                              uint32_t seed) {
   const auto din = static_cast<size_t>(config.d_in);
   const auto dout = static_cast<size_t>(config.d_out);
+  const size_t kv_dim =
+      config.num_kv_heads > 0 && config.num_heads > 0
+          ? static_cast<size_t>(config.num_kv_heads *
+                                (config.d_out / config.num_heads))
+          : dout;
   // Rounded once, from double.
   const auto in_bound =
       static_cast<float>(1.0 / std::sqrt(double(config.d_in)));
@@ -111,14 +143,14 @@ inline RandomMhaWeights MakeRandomMhaWeights(const MhaConfig& config,
   std::mt19937 rng(seed);
   RandomMhaWeights w;
   w.w_query = detail::Uniform(rng, dout * din, in_bound);
-  w.w_key = detail::Uniform(rng, dout * din, in_bound);
-  w.w_value = detail::Uniform(rng, dout * din, in_bound);
+  w.w_key = detail::Uniform(rng, kv_dim * din, in_bound);
+  w.w_value = detail::Uniform(rng, kv_dim * din, in_bound);
   w.w_out = detail::Uniform(rng, dout * dout, out_bound);
   w.b_out = detail::Uniform(rng, dout, out_bound);
   if (config.qkv_bias) {
     w.b_query = detail::Uniform(rng, dout, in_bound);
-    w.b_key = detail::Uniform(rng, dout, in_bound);
-    w.b_value = detail::Uniform(rng, dout, in_bound);
+    w.b_key = detail::Uniform(rng, kv_dim, in_bound);
+    w.b_value = detail::Uniform(rng, kv_dim, in_bound);
   }
   return w;
 }

@@ -75,7 +75,8 @@ class ATTN_API MhaDecoder {
   // Bytes of the K/V cache and of the step buffers.
   size_t cache_bytes() const;
   size_t workspace_bytes() const;
-  // Bytes of K and V one Decode step reads: 2 x sum(length + 1) x d_out x 4.
+  // Bytes of K and V one Decode step reads: 2 x sum(length + 1) x kv_dim x 4
+  // (kv_dim = num_kv_heads x head_dim, d_out without grouping).
   size_t decode_kv_bytes() const;
 
  private:
