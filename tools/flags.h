@@ -26,8 +26,8 @@ CLI::Validator NonNegativeNumber();
 CLI::Validator ByteSize();
 
 // The attention variant's flags (--kv-heads, --rope-theta and its scaling,
-// --sliding-window), shared by every command that loads a model: each
-// overrides the file's metadata of the same name.
+// --sliding-window) of `attn run` and `attn bench`: each overrides the
+// file's metadata of the same name.
 struct AttentionFlags {
   int64_t kv_heads = 0, sliding_window = 0;
   RopeConfig rope;
