@@ -193,7 +193,8 @@ std::vector<std::vector<float>> RaggedPrefillThenDecode(
       const auto at = seqs[b].begin() + (prompts[b] + s) * d_in;
       x1.insert(x1.end(), at, at + d_in);
     }
-    EXPECT_TRUE(decoder.Decode(x1.data(), B, y1.data()).ok());
+    const Status step = decoder.Decode(x1.data(), B, y1.data());
+    EXPECT_TRUE(step.ok()) << step.message();
     for (int64_t b = 0; b < B; ++b) {
       ys[b].insert(ys[b].end(), y1.begin() + b * d_out,
                    y1.begin() + (b + 1) * d_out);
@@ -455,6 +456,69 @@ TEST(DecoderTest, VariantsTokenByTokenMatchFullForward) {
 
 // A ragged batch of a grouped, rotated, windowed model: each sequence's
 // prompt and steps land at its own positions.
+// Fresh prompts of 80 tokens (>= 64: the operator projects their K and V
+// straight into the cache and rotates them there) into sequences 1 and 2 of
+// 3, sequence 0 sitting out; then 3 tokens into sequence 0 alone, then
+// steps for all: the grouped, biased, Llama-3.1-rotated, windowed decoder
+// equals each sequence alone.
+TEST(DecoderTest, VariantFreshPromptsIntoTheCacheEqualEachSequenceAlone) {
+  const Shape shape{24, 64, 8, true, 0};
+  Variant variant;
+  variant.kv_heads = 2;
+  variant.rope = {500000.0, 8.0, 1.0, 4.0, 64};
+  variant.window = 33;
+  const Weights w(shape, 123, variant);
+  auto model = w.Model();
+  ASSERT_TRUE(model);
+  const int64_t lengths[] = {3 + 4, 80 + 4, 80 + 4}, d_in = 24, d_out = 64;
+  auto decoder = MakeDecoder(model, 3, 90);
+  ASSERT_TRUE(decoder);
+  std::mt19937 rng(9);
+  std::vector<std::vector<float>> seqs, ys(3);
+  for (int64_t n : lengths) {
+    seqs.push_back(
+        test::RandomVector(rng, static_cast<size_t>(n * d_in), -1.0f, 1.0f));
+  }
+  // Prefills {0, 80, 80}, then {3, 0, 0}: rows of the sequences in order.
+  for (const std::vector<int64_t>& counts :
+       {std::vector<int64_t>{0, 80, 80}, std::vector<int64_t>{3, 0, 0}}) {
+    std::vector<float> x;
+    for (size_t b = 0; b < 3; ++b) {
+      const auto at =
+          seqs[b].begin() + static_cast<int64_t>(ys[b].size()) / d_out * d_in;
+      x.insert(x.end(), at, at + counts[b] * d_in);
+    }
+    std::vector<float> y(x.size() / d_in * d_out);
+    ASSERT_TRUE(decoder->Prefill(x.data(), counts.data(), y.data()).ok());
+    auto row = y.begin();
+    for (size_t b = 0; b < 3; ++b) {
+      ys[b].insert(ys[b].end(), row, row + counts[b] * d_out);
+      row += counts[b] * d_out;
+    }
+  }
+  for (int64_t s = 0; s < 4; ++s) {
+    std::vector<float> x1, y1(3 * d_out);
+    for (size_t b = 0; b < 3; ++b) {
+      const auto at = seqs[b].begin() + (lengths[b] - 4 + s) * d_in;
+      x1.insert(x1.end(), at, at + d_in);
+    }
+    ASSERT_TRUE(decoder->Decode(x1.data(), 3, y1.data()).ok());
+    for (size_t b = 0; b < 3; ++b) {
+      ys[b].insert(ys[b].end(), y1.begin() + b * d_out,
+                   y1.begin() + (b + 1) * d_out);
+    }
+  }
+  for (size_t b = 0; b < 3; ++b) {
+    SCOPED_TRACE("sequence " + std::to_string(b));
+    std::vector<float> alone(ys[b].size());
+    ASSERT_TRUE(MhaSession(model)
+                    .Run(seqs[b].data(), 1, lengths[b], alone.data())
+                    .ok());
+    ExpectMatches(std::vector<double>(alone.begin(), alone.end()), ys[b],
+                  "fresh prompts vs alone");
+  }
+}
+
 TEST(DecoderTest, VariantRaggedBatchEqualsEachSequenceAlone) {
   const Shape shape{12, 32, 4, true, 0};
   Variant variant;
