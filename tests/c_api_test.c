@@ -594,6 +594,63 @@ static void TestThreadLocalMessage(void) {
   attn_model_destroy(model);
 }
 
+/* gqa_g4's weights from memory (W_key, W_value: 2 K/V heads of 4 for 8 query
+ * heads), grouped by options.num_kv_heads, give its expected output; the
+ * same model without its out_proj.bias equals one with a bias of zeros. */
+static void CreateGroupedFromMemory(void) {
+  static const char* const kNames[8] = {
+      "W_query.weight", "W_key.weight", "W_value.weight",  "W_query.bias",
+      "W_key.bias",     "W_value.bias", "out_proj.weight", "out_proj.bias"};
+  static float w[8][1024], no_bias[kCap];
+  attn_mha_config config = ATTN_MHA_CONFIG_INIT;
+  attn_mha_weights weights = ATTN_MHA_WEIGHTS_INIT;
+  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  attn_model* model = NULL;
+  int64_t shape[ATTN_MAX_RANK];
+  int i;
+  for (i = 0; i < 8; ++i) {
+    EXPECT_STATUS(
+        ATTN_OK,
+        attn_tensor_read_f32(gqa_g4, kNames[i], w[i], 1024, NULL, NULL), "");
+  }
+  EXPECT_STATUS(
+      ATTN_OK, attn_tensor_read_f32(gqa_g4, "input", x, kCap, shape, NULL), "");
+  EXPECT_STATUS(
+      ATTN_OK, attn_tensor_read_f32(gqa_g4, "expected", want, kCap, NULL, NULL),
+      "");
+  config.d_in = 10;
+  config.d_out = 32;
+  config.num_heads = 8;
+  config.context_length = 8;
+  config.qkv_bias = 1;
+  weights.w_query = w[0];
+  weights.w_key = w[1];
+  weights.w_value = w[2];
+  weights.b_query = w[3];
+  weights.b_key = w[4];
+  weights.b_value = w[5];
+  weights.w_out = w[6];
+  weights.b_out = w[7];
+  options.num_kv_heads = 2;
+  EXPECT_STATUS(ATTN_OK,
+                attn_model_create_mha(&config, &weights, &options, &model), "");
+  EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, y), "");
+  EXPECT(MaxAbsDiff(y, want, shape[0] * shape[1] * 32) < 1e-5);
+  attn_model_destroy(model);
+  weights.b_out = NULL;
+  EXPECT_STATUS(ATTN_OK,
+                attn_model_create_mha(&config, &weights, &options, &model), "");
+  EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, no_bias), "");
+  attn_model_destroy(model);
+  memset(w[7], 0, sizeof w[7]);
+  weights.b_out = w[7];
+  EXPECT_STATUS(ATTN_OK,
+                attn_model_create_mha(&config, &weights, &options, &model), "");
+  EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, y), "");
+  EXPECT(memcmp(y, no_bias, sizeof(float) * shape[0] * shape[1] * 32) == 0);
+  attn_model_destroy(model);
+}
+
 /* Version 4 of the options and version 2 of the info: grouped K/V heads,
  * rotary embeddings and a sliding window, from the file or from options. */
 static void TestAttentionVariant(void) {
@@ -615,6 +672,7 @@ static void TestAttentionVariant(void) {
   EXPECT(info.sliding_window == 3 && info.rope_theta == 10000.0);
   EXPECT(info.rope_factor == 0.0);
   attn_model_destroy(model);
+  CreateGroupedFromMemory();
   options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
   options.num_kv_heads = 3; /* W_key holds 2 heads of 4 */
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,

@@ -284,6 +284,42 @@ TEST(GraphGoldenTest, LlamaBlock) {
   }
 }
 
+// The mha node's attributes override the file's metadata, and options
+// override the attributes: a window of 2 in the JSON changes llama_stack2's
+// answer (its metadata says 4), the option's 4 restores it.
+TEST(GraphGoldenTest, LlamaAttributesOverrideMetadataAndOptionsThem) {
+  const Golden g = ReadGolden("llama_stack2");
+  std::string json = ReadText(kLlama);
+  const std::string weights = "\"out_proj.weight\": \"att.out_proj.weight\"}";
+  const size_t at = json.find(weights);
+  ASSERT_NE(at, std::string::npos);
+  json.insert(at + weights.size(),
+              ", \"attributes\": {\"sliding_window\": 2, \"num_kv_heads\": 2, "
+              "\"rope_theta\": 500000, \"rope_factor\": 8, "
+              "\"rope_low_freq_factor\": 1, \"rope_high_freq_factor\": 4, "
+              "\"rope_original_context_length\": 256}");
+  for (const int64_t window : {0, 4}) {
+    GraphOptions options;
+    options.sliding_window = window;
+    auto graph = GraphModel::FromJson(
+        json, kGolden + "llama_stack2.safetensors", options);
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    std::vector<float> y(g.expected.size());
+    ASSERT_TRUE(GraphSession(*graph)
+                    .Run(g.input.data(), g.shape[0], g.shape[1], y.data())
+                    .ok());
+    double worst = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      worst = std::max(worst, double(std::fabs(y[i] - g.expected[i])));
+    }
+    if (window == 0) {
+      EXPECT_GT(worst, 1e-3) << "the node's window of 2 was not used";
+    } else {
+      EXPECT_LE(worst, g.tolerance) << "the option's window was not used";
+    }
+  }
+}
+
 // Threads split rows, never a sum: the stack's output is the same bits.
 TEST(GraphGoldenTest, LlamaStackIsBitwiseIdenticalAtOneAndTwoThreads) {
   const Golden g = ReadGolden("llama_stack2");
