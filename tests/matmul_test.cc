@@ -153,8 +153,7 @@ TEST(MatMulPackingTest, LongProductsShareOnePacking) {
     const MatMul base = make(M, 64, N, DataType::kF32);
     EXPECT_TRUE(
         base.SharesPackedWeights(make(M * 3 + 13, 64, N, DataType::kF32)));
-    EXPECT_FALSE(
-        base.SharesPackedWeights(make(M, 64, N + 16, DataType::kF32)));
+    EXPECT_FALSE(base.SharesPackedWeights(make(M, 64, N + 16, DataType::kF32)));
     EXPECT_FALSE(base.SharesPackedWeights(make(M, 80, N, DataType::kF32)));
   }
   // Weights given with strides are not packed: nothing to share.
