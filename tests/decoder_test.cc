@@ -163,6 +163,27 @@ std::vector<float> Incremental(MhaDecoder& decoder, const std::vector<float>& x,
   return y;
 }
 
+// One random sequence [lengths[i], d_in] per length.
+std::vector<std::vector<float>> RandomSequences(
+    std::mt19937& rng, const std::vector<int64_t>& lengths, int64_t d_in) {
+  std::vector<std::vector<float>> seqs;
+  for (int64_t n : lengths) {
+    seqs.push_back(
+        test::RandomVector(rng, static_cast<size_t>(n * d_in), -1.0f, 1.0f));
+  }
+  return seqs;
+}
+
+// The engine's full forward of `x` [batch, T, d_in], as doubles.
+std::vector<double> FullForward(std::shared_ptr<const MhaModel> model,
+                                const std::vector<float>& x, int64_t batch,
+                                int64_t T) {
+  std::vector<float> y(static_cast<size_t>(batch * T * model->config().d_out));
+  const Status st = MhaSession(model).Run(x.data(), batch, T, y.data());
+  EXPECT_TRUE(st.ok()) << st.message();
+  return {y.begin(), y.end()};
+}
+
 // One Prefill of every sequence's first prompts[b] rows of seqs[b] ([len,
 // d_in] each), then `steps` Decodes of one row each: every sequence's
 // outputs, in order.
@@ -243,11 +264,7 @@ TEST(DecoderTest, TokenByTokenMatchesFullForward) {
     ExpectMatches(w.Reference(x, c.B, c.T), y, "vs reference");
     EXPECT_EQ(decoder->length(0), c.T);
     // And against the engine's own full forward.
-    std::vector<float> full(y.size());
-    MhaSession session(model);
-    ASSERT_TRUE(session.Run(x.data(), c.B, c.T, full.data()).ok());
-    std::vector<double> full_d(full.begin(), full.end());
-    ExpectMatches(full_d, y, "vs MhaSession");
+    ExpectMatches(FullForward(model, x, c.B, c.T), y, "vs MhaSession");
   }
 }
 
@@ -262,11 +279,9 @@ TEST(DecoderTest, MixedLengthBatchEqualsEachSequenceAlone) {
   auto decoder = MakeDecoder(model, B, 300);
   ASSERT_TRUE(decoder);
   std::mt19937 rng(3);
-  std::vector<std::vector<float>> seqs;  // each [prompt + steps, d_in]
-  for (int64_t p : prompts) {
-    seqs.push_back(test::RandomVector(
-        rng, static_cast<size_t>((p + steps) * d_in), -1.0f, 1.0f));
-  }
+  // Each [prompt + steps, d_in].
+  const auto seqs = RandomSequences(
+      rng, {prompts[0] + steps, prompts[1] + steps, prompts[2] + steps}, d_in);
   const auto ys =
       RaggedPrefillThenDecode(*decoder, seqs, prompts, steps, d_in, d_out);
   for (int64_t b = 0; b < B; ++b) {
@@ -447,10 +462,7 @@ TEST(DecoderTest, VariantsTokenByTokenMatchFullForward) {
         rng, static_cast<size_t>(c.B * c.T * c.shape.d_in), -1.0f, 1.0f);
     const auto y = Incremental(*decoder, x, c.B, c.T, c.shape.d_in,
                                c.shape.d_out, c.prompt);
-    std::vector<float> full(y.size());
-    ASSERT_TRUE(MhaSession(model).Run(x.data(), c.B, c.T, full.data()).ok());
-    ExpectMatches(std::vector<double>(full.begin(), full.end()), y,
-                  "vs MhaSession");
+    ExpectMatches(FullForward(model, x, c.B, c.T), y, "vs MhaSession");
   }
 }
 
@@ -474,11 +486,9 @@ TEST(DecoderTest, VariantFreshPromptsIntoTheCacheEqualEachSequenceAlone) {
   auto decoder = MakeDecoder(model, 3, 90);
   ASSERT_TRUE(decoder);
   std::mt19937 rng(9);
-  std::vector<std::vector<float>> seqs, ys(3);
-  for (int64_t n : lengths) {
-    seqs.push_back(
-        test::RandomVector(rng, static_cast<size_t>(n * d_in), -1.0f, 1.0f));
-  }
+  const auto seqs = RandomSequences(
+      rng, std::vector<int64_t>(std::begin(lengths), std::end(lengths)), d_in);
+  std::vector<std::vector<float>> ys(3);
   // Prefills {0, 80, 80}, then {3, 0, 0}: rows of the sequences in order.
   for (const std::vector<int64_t>& counts :
        {std::vector<int64_t>{0, 80, 80}, std::vector<int64_t>{3, 0, 0}}) {
@@ -510,11 +520,7 @@ TEST(DecoderTest, VariantFreshPromptsIntoTheCacheEqualEachSequenceAlone) {
   }
   for (size_t b = 0; b < 3; ++b) {
     SCOPED_TRACE("sequence " + std::to_string(b));
-    std::vector<float> alone(ys[b].size());
-    ASSERT_TRUE(MhaSession(model)
-                    .Run(seqs[b].data(), 1, lengths[b], alone.data())
-                    .ok());
-    ExpectMatches(std::vector<double>(alone.begin(), alone.end()), ys[b],
+    ExpectMatches(FullForward(model, seqs[b], 1, lengths[b]), ys[b],
                   "fresh prompts vs alone");
   }
 }
@@ -533,20 +539,13 @@ TEST(DecoderTest, VariantRaggedBatchEqualsEachSequenceAlone) {
   auto decoder = MakeDecoder(model, B, 20);
   ASSERT_TRUE(decoder);
   std::mt19937 rng(8);
-  std::vector<std::vector<float>> seqs;
-  for (int64_t p : prompts) {
-    seqs.push_back(test::RandomVector(
-        rng, static_cast<size_t>((p + steps) * d_in), -1.0f, 1.0f));
-  }
+  const auto seqs = RandomSequences(
+      rng, {prompts[0] + steps, prompts[1] + steps, prompts[2] + steps}, d_in);
   const auto ys =
       RaggedPrefillThenDecode(*decoder, seqs, prompts, steps, d_in, d_out);
   for (int64_t b = 0; b < B; ++b) {
     SCOPED_TRACE("sequence " + std::to_string(b));
-    std::vector<float> alone(ys[b].size());
-    ASSERT_TRUE(MhaSession(model)
-                    .Run(seqs[b].data(), 1, prompts[b] + steps, alone.data())
-                    .ok());
-    ExpectMatches(std::vector<double>(alone.begin(), alone.end()), ys[b],
+    ExpectMatches(FullForward(model, seqs[b], 1, prompts[b] + steps), ys[b],
                   "ragged vs alone");
   }
 }
