@@ -341,31 +341,45 @@ static void TestGraphModelOwnsItsWeights(void) {
   attn_model_destroy(model);
 }
 
+/* Reads the MHA case `path`: its eight weights into w (each up to `cap`
+ * floats, one after another), pointed at by *weights; its input into x (its
+ * shape into shape) and its expected output into want. */
+static void ReadMhaCase(const char* path, float* w, int64_t cap,
+                        attn_mha_weights* weights, int64_t* shape) {
+  static const char* const kNames[8] = {
+      "W_query.weight", "W_key.weight", "W_value.weight",  "W_query.bias",
+      "W_key.bias",     "W_value.bias", "out_proj.weight", "out_proj.bias"};
+  const float** fields[8] = {&weights->w_query, &weights->w_key,
+                             &weights->w_value, &weights->b_query,
+                             &weights->b_key,   &weights->b_value,
+                             &weights->w_out,   &weights->b_out};
+  int i;
+  for (i = 0; i < 8; ++i) {
+    EXPECT_STATUS(
+        ATTN_OK,
+        attn_tensor_read_f32(path, kNames[i], w + i * cap, cap, NULL, NULL),
+        "");
+    *fields[i] = w + i * cap;
+  }
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(path, "input", x, kCap, shape, NULL), "");
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(path, "expected", want, kCap, NULL, NULL),
+                "");
+}
+
 /* attn_model_create_mha: weights from memory (copied) give the model loaded
  * from the same file, bit for bit; an attn_mha_options of the first version's
  * size still works; the cap and dtype of the full struct are read. */
 static void TestCreateFromMemory(void) {
-  static const char* const kNames[8] = {
-      "W_query.weight", "W_key.weight", "W_value.weight",  "W_query.bias",
-      "W_key.bias",     "W_value.bias", "out_proj.weight", "out_proj.bias"};
   static float w[8][64], from_file[kCap];
   attn_mha_config config = ATTN_MHA_CONFIG_INIT;
   attn_mha_weights weights = ATTN_MHA_WEIGHTS_INIT;
   attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
   attn_model* model = NULL;
   int64_t shape[ATTN_MAX_RANK], n;
-  int i;
 
-  for (i = 0; i < 8; ++i) {
-    EXPECT_STATUS(ATTN_OK,
-                  attn_tensor_read_f32(biased, kNames[i], w[i], 64, NULL, NULL),
-                  "");
-  }
-  EXPECT_STATUS(
-      ATTN_OK, attn_tensor_read_f32(biased, "input", x, kCap, shape, NULL), "");
-  EXPECT_STATUS(
-      ATTN_OK, attn_tensor_read_f32(biased, "expected", want, kCap, NULL, NULL),
-      "");
+  ReadMhaCase(biased, &w[0][0], 64, &weights, shape);
   n = shape[0] * shape[1] * 6;
   EXPECT_STATUS(ATTN_OK, attn_model_load_mha(biased, NULL, &model), "");
   EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, from_file), "");
@@ -376,14 +390,6 @@ static void TestCreateFromMemory(void) {
   config.num_heads = 2;
   config.context_length = 7;
   config.qkv_bias = 1;
-  weights.w_query = w[0];
-  weights.w_key = w[1];
-  weights.w_value = w[2];
-  weights.b_query = w[3];
-  weights.b_key = w[4];
-  weights.b_value = w[5];
-  weights.w_out = w[6];
-  weights.b_out = w[7];
   EXPECT_STATUS(ATTN_OK,
                 attn_model_create_mha(&config, &weights, &options, &model), "");
   memset(w, 0, sizeof w); /* the model holds its own copy */
@@ -394,11 +400,7 @@ static void TestCreateFromMemory(void) {
 
   /* Version 1 of attn_mha_options ended where max_memory_bytes starts: the
    * fields past it are not read, however they are set. */
-  for (i = 0; i < 8; ++i) {
-    EXPECT_STATUS(ATTN_OK,
-                  attn_tensor_read_f32(biased, kNames[i], w[i], 64, NULL, NULL),
-                  "");
-  }
+  ReadMhaCase(biased, &w[0][0], 64, &weights, shape);
   options.struct_size = offsetof(attn_mha_options, max_memory_bytes);
   options.max_memory_bytes = 1;
   options.dtype = (attn_dtype)99;
@@ -598,39 +600,18 @@ static void TestThreadLocalMessage(void) {
  * heads), grouped by options.num_kv_heads, give its expected output; the
  * same model without its out_proj.bias equals one with a bias of zeros. */
 static void CreateGroupedFromMemory(void) {
-  static const char* const kNames[8] = {
-      "W_query.weight", "W_key.weight", "W_value.weight",  "W_query.bias",
-      "W_key.bias",     "W_value.bias", "out_proj.weight", "out_proj.bias"};
   static float w[8][1024], no_bias[kCap];
   attn_mha_config config = ATTN_MHA_CONFIG_INIT;
   attn_mha_weights weights = ATTN_MHA_WEIGHTS_INIT;
   attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
   attn_model* model = NULL;
   int64_t shape[ATTN_MAX_RANK];
-  int i;
-  for (i = 0; i < 8; ++i) {
-    EXPECT_STATUS(
-        ATTN_OK,
-        attn_tensor_read_f32(gqa_g4, kNames[i], w[i], 1024, NULL, NULL), "");
-  }
-  EXPECT_STATUS(
-      ATTN_OK, attn_tensor_read_f32(gqa_g4, "input", x, kCap, shape, NULL), "");
-  EXPECT_STATUS(
-      ATTN_OK, attn_tensor_read_f32(gqa_g4, "expected", want, kCap, NULL, NULL),
-      "");
+  ReadMhaCase(gqa_g4, &w[0][0], 1024, &weights, shape);
   config.d_in = 10;
   config.d_out = 32;
   config.num_heads = 8;
   config.context_length = 8;
   config.qkv_bias = 1;
-  weights.w_query = w[0];
-  weights.w_key = w[1];
-  weights.w_value = w[2];
-  weights.b_query = w[3];
-  weights.b_key = w[4];
-  weights.b_value = w[5];
-  weights.w_out = w[6];
-  weights.b_out = w[7];
   options.num_kv_heads = 2;
   EXPECT_STATUS(ATTN_OK,
                 attn_model_create_mha(&config, &weights, &options, &model), "");
