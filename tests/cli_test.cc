@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attn/safetensors.hpp"
+#include "tests/test_util.h"
 
 namespace attn {
 namespace {
@@ -172,11 +173,7 @@ TEST_F(CliTest, AttentionVariantFlags) {
   EXPECT_EQ(RunOn(all, all, "--sliding-window 20").exit_code, 0);
   auto y = SafetensorsFile::Open(output_)->ReadF32("output");
   auto expected = SafetensorsFile::Open(all)->ReadF32("expected");
-  double largest = 0;
-  for (size_t i = 0; i < y->size(); ++i) {
-    largest = std::max(largest, double(std::fabs((*y)[i] - (*expected)[i])));
-  }
-  EXPECT_GT(largest, 1e-3);
+  EXPECT_GT(test::MaxAbsDiff(*y, *expected), 1e-3);
 }
 
 TEST_F(CliTest, BadGoldenFilesAreRefused) {

@@ -308,10 +308,7 @@ TEST(GraphGoldenTest, LlamaAttributesOverrideMetadataAndOptionsThem) {
     ASSERT_TRUE(GraphSession(*graph)
                     .Run(g.input.data(), g.shape[0], g.shape[1], y.data())
                     .ok());
-    double worst = 0;
-    for (size_t i = 0; i < y.size(); ++i) {
-      worst = std::max(worst, double(std::fabs(y[i] - g.expected[i])));
-    }
+    const double worst = test::MaxAbsDiff(y, g.expected);
     if (window == 0) {
       EXPECT_GT(worst, 1e-3) << "the node's window of 2 was not used";
     } else {

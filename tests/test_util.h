@@ -40,6 +40,16 @@ void ExpectAllClose(const std::vector<E>& expected, const A* actual,
       << " got " << actual[worst];
 }
 
+// Largest |a[i] - b[i]|.
+template <class T>
+double MaxAbsDiff(const std::vector<T>& a, const std::vector<T>& b) {
+  double m = 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    m = std::max(m, std::abs(double(a[i]) - double(b[i])));
+  }
+  return m;
+}
+
 // Largest |x| in v.
 template <class T>
 double MaxAbs(const std::vector<T>& v) {
