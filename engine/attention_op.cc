@@ -191,11 +191,7 @@ Status AttentionOp::PackWeights() {
   // w_qkv[(g * D + j) * d_in + i]; W_out^T likewise.
   const std::vector<int64_t> strides = {D * d_in, 1, d_in};
   const float* w = m_->w_qkv.data();
-  if (!cache_ && !qkv_weights_) {
-    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(
-        {{H_ + 2 * Hkv_, d_in, D}, strides, DataType::kF32}, w, w_qkv_.data()));
-    qkv_weights_ = w_qkv_.data();
-  } else if (cache_) {
+  if (cache_) {
     // W_query's H heads, then W_key's and W_value's Hkv each.
     const Operand q_heads{{H_, d_in, D}, strides, DataType::kF32};
     const Operand kv_heads{{Hkv_, d_in, D}, strides, DataType::kF32};
@@ -204,6 +200,10 @@ Status AttentionOp::PackWeights() {
     ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(q_heads, w, w_qkv_.data()));
     ATTN_RETURN_IF_ERROR(kv_proj_->PackWeights(kv_heads, w_k, w_k_.data()));
     ATTN_RETURN_IF_ERROR(kv_proj_->PackWeights(kv_heads, w_v, w_v_.data()));
+    qkv_weights_ = w_qkv_.data();
+  } else if (!qkv_weights_) {  // not the model's
+    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(
+        {{H_ + 2 * Hkv_, d_in, D}, strides, DataType::kF32}, w, w_qkv_.data()));
     qkv_weights_ = w_qkv_.data();
   }
   if (!out_weights_) {
