@@ -1,0 +1,170 @@
+/* attn/lm.hpp: whole language models (C++ API). A LanguageModel is the
+ * book's GPTModel, a Hugging Face GPT-2 file or the book's Llama 3.2 model:
+ * token (and position) embeddings, transformer blocks running the one
+ * attention operator, a final norm and the output head. An LmBatch is one
+ * thread's generation state: a KV cache in every layer for the sequences it
+ * holds, which join, leave and fork between steps (continuous batching). */
+#ifndef ATTN_LM_HPP_
+#define ATTN_LM_HPP_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "attn/attn.hpp"
+#include "attn/export.h"
+#include "attn/status.hpp"
+
+namespace attn {
+
+// The block family: GPT-2's (learned positions, LayerNorm, GELU MLP, MHA
+// with biases) or Llama's (RoPE, RMSNorm, SwiGLU, GQA, no biases).
+enum class LmArchitecture { kGpt2, kLlama };
+
+struct LmConfig {
+  LmArchitecture architecture = LmArchitecture::kGpt2;
+  // The file's naming: "book-gpt" (the book's GPTModel), "hf-gpt2" (Hugging
+  // Face GPT-2, with or without "transformer."), "book-llama" (the book's
+  // Llama 3.2).
+  std::string layout;
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;  // longest sequence; positions of GPT-2
+  int64_t emb_dim = 0;
+  int64_t hidden_dim = 0;  // of the feed-forward block
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // num_heads without grouping
+  bool qkv_bias = false;
+  bool tied_head = false;  // the head is the token embedding
+  double norm_eps = 1e-5;
+  RopeConfig rope;  // Llama only
+  int64_t sliding_window = 0;
+};
+
+// How to load a language model: the fields every model takes, and the
+// norms' epsilon (0: metadata "rms_norm_eps", else config.json's
+// "layer_norm_epsilon", else 1e-5).
+struct LmOptions : ModelOptions {
+  double norm_eps = 0.0;
+};
+
+// Weights and configuration, immutable once loaded: any number of threads
+// may share one model, each with its own LmBatch.
+class ATTN_API LanguageModel {
+ public:
+  // Reads a safetensors file in one of the layouts of LmConfig::layout,
+  // told apart by its tensor names. Hyper-parameters: options, then the
+  // file's metadata (num_heads, num_kv_heads, context_length, rope_*,
+  // rms_norm_eps), then, for Hugging Face files, a config.json beside the
+  // file (n_head, n_positions, layer_norm_epsilon); widths, layers and the
+  // vocabulary follow from the tensors. F32, F16 and BF16 files.
+  static Result<std::shared_ptr<const LanguageModel>> Load(
+      const std::string& path, const LmOptions& options = {});
+  // A model of `config`'s sizes with seeded random weights (benchmarks);
+  // config.layout is ignored.
+  static Result<std::shared_ptr<const LanguageModel>> Random(
+      const LmConfig& config, uint64_t seed, const LmOptions& options = {});
+  // True when the file's tensor names are one of the whole-model layouts
+  // (a cheap check of the header, for front ends that take either an MHA
+  // or a whole model). False for unreadable files.
+  static bool IsLanguageModelFile(const std::string& path);
+
+  ~LanguageModel();
+  const LmConfig& config() const;
+  int num_threads() const;  // the resolved team size
+  // Bytes the model holds: its fp32 weights and their packed copies.
+  uint64_t memory_bytes() const;
+
+ private:
+  friend class LmBatch;
+  struct ATTN_NO_EXPORT Impl;
+  ATTN_NO_EXPORT explicit LanguageModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct LmBatchOptions {
+  int64_t max_sequences = 1;  // sequences held at once
+  int64_t max_length = 0;     // tokens per sequence; 0: context_length
+};
+
+// One thread's generation state: up to max_sequences sequences, each with a
+// KV cache in every layer (the K/V heads only). Sequences join (Add), leave
+// (Remove) and fork (Fork) between steps; a Step advances any subset of
+// them, mixing prompts with the next token of running ones. A sequence's
+// logits equal running its tokens alone, for every thread count and every
+// mix of sequences in a step, bit for bit. Not thread-safe.
+class ATTN_API LmBatch {
+ public:
+  // Allocates every cache up front, checked against the model's memory cap.
+  static Result<std::unique_ptr<LmBatch>> Create(
+      std::shared_ptr<const LanguageModel> model,
+      const LmBatchOptions& options = {});
+  ~LmBatch();
+  LmBatch(const LmBatch&) = delete;
+  LmBatch& operator=(const LmBatch&) = delete;
+
+  // A new empty sequence; its id (a free slot, < max_sequences).
+  Result<int64_t> Add();
+  // Frees `sequence`'s slot.
+  Status Remove(int64_t sequence);
+  // A new sequence holding a copy of `sequence`'s tokens and caches (for
+  // parallel sampling); its id.
+  Result<int64_t> Fork(int64_t sequence);
+  // Tokens `sequence` holds; -1 when it is not a live sequence.
+  int64_t length(int64_t sequence) const;
+  int64_t max_sequences() const;
+  int64_t max_length() const;
+
+  // One sequence's part of a step: `count` new tokens (a prompt, or the
+  // next token), and which of them get logits.
+  struct Request {
+    int64_t sequence = 0;
+    const int64_t* tokens = nullptr;
+    int64_t count = 0;
+    bool all_logits = false;  // every new token's logits, else the last's
+  };
+  // Appends each request's tokens to its sequence (each sequence at most
+  // once per step) and computes the logits asked for. Token ids, lengths
+  // and sequences are checked first: on an error no sequence changes.
+  Status Step(const Request* requests, size_t count);
+  // Request i's logits from the last Step: [rows, vocab_size] with rows its
+  // count when all_logits, else 1. Valid until the next Step.
+  const float* logits(size_t request) const;
+
+  // Bytes of the caches and the step buffers.
+  size_t cache_bytes() const;
+
+ private:
+  struct ATTN_NO_EXPORT Impl;
+  ATTN_NO_EXPORT explicit LmBatch(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Picking the next token from logits: greedy without a temperature, else
+// the book's chapter-5 generate: top-k, temperature, top-p, then a draw
+// from a generator seeded once.
+struct SamplingOptions {
+  double temperature = 0.0;  // 0: greedy (argmax, the lowest id on ties)
+  int64_t top_k = 0;         // 0: every token
+  double top_p = 1.0;        // 1: no nucleus cut
+  uint64_t seed = 0;
+};
+
+class ATTN_API Sampler {
+ public:
+  // Checks the options (temperature >= 0, top_k >= 0, 0 < top_p <= 1).
+  static Result<Sampler> Create(const SamplingOptions& options);
+  // The next token from `vocab` logits. Draws advance the generator, so a
+  // seeded sequence of calls is reproducible.
+  int64_t Sample(const float* logits, int64_t vocab);
+
+ private:
+  explicit Sampler(const SamplingOptions& options);
+  SamplingOptions options_;
+  uint64_t state_ = 0;
+};
+
+}  // namespace attn
+
+#endif  // ATTN_LM_HPP_
