@@ -16,6 +16,7 @@
 #include "attn/attn.hpp"
 #include "attn/decode.hpp"
 #include "attn/graph.hpp"
+#include "attn/lm.hpp"
 #include "attn/safetensors.hpp"
 #include "engine/threads.h"
 
@@ -589,5 +590,280 @@ int64_t attn_decoder_length(const attn_decoder* decoder, int64_t sequence) {
 }
 
 void attn_decoder_destroy(attn_decoder* decoder) { delete decoder; }
+
+// Language models (attn/lm.hpp).
+struct attn_lm {
+  std::shared_ptr<const attn::LanguageModel> model;
+};
+
+// The batch (which holds its model alive) and the rows of each request of
+// its last successful step: what attn_lm_batch_logits may hand out.
+struct attn_lm_batch {
+  std::unique_ptr<attn::LmBatch> batch;
+  std::vector<int64_t> rows;
+};
+
+struct attn_sampler {
+  attn::Sampler sampler;
+};
+
+}  // extern "C"
+
+namespace {
+
+// attn_lm_options, new in this version: every field lies inside any size
+// CheckStructSize accepts.
+attn_status ToLmOptions(const attn_lm_options* c, attn::LmOptions* options) {
+  if (!c) return ATTN_OK;
+  if (attn_status s = CheckStructSize(
+          "attn_lm_options", c, c->struct_size, sizeof(*c), sizeof(*c),
+          offsetof(attn_lm_options, rope_original_context_length) +
+              sizeof(int64_t));
+      s != ATTN_OK) {
+    return s;
+  }
+  options->num_threads = c->num_threads;
+  options->num_heads = c->num_heads;
+  options->num_kv_heads = c->num_kv_heads;
+  options->context_length = c->context_length;
+  options->max_memory_bytes = c->max_memory_bytes;
+  if (c->tuned_config) options->tuned_config = c->tuned_config;
+  options->norm_eps = c->norm_eps;
+  options->rope.theta = c->rope_theta;
+  options->rope.factor = c->rope_factor;
+  options->rope.low_freq_factor = c->rope_low_freq_factor;
+  options->rope.high_freq_factor = c->rope_high_freq_factor;
+  options->rope.original_context_length = c->rope_original_context_length;
+  return ATTN_OK;
+}
+
+// attn_lm_batch_options (version 1 is the whole struct); zero: the default.
+attn_status ToBatchOptions(const attn_lm_batch_options* c,
+                           attn::LmBatchOptions* options) {
+  if (!c) return ATTN_OK;
+  if (attn_status s =
+          CheckStructSize("attn_lm_batch_options", c, c->struct_size,
+                          sizeof(*c), sizeof(*c), sizeof(*c));
+      s != ATTN_OK) {
+    return s;
+  }
+  if (c->max_sequences != 0) options->max_sequences = c->max_sequences;
+  options->max_length = c->max_length;
+  return ATTN_OK;
+}
+
+// attn_sampler_options (version 1 is the whole struct); zero: the default.
+attn_status ToSamplingOptions(const attn_sampler_options* c,
+                              attn::SamplingOptions* options) {
+  if (!c) return ATTN_OK;
+  if (attn_status s = CheckStructSize("attn_sampler_options", c, c->struct_size,
+                                      sizeof(*c), sizeof(*c), sizeof(*c));
+      s != ATTN_OK) {
+    return s;
+  }
+  options->temperature = c->temperature;
+  options->top_k = c->top_k;
+  if (c->top_p != 0.0) options->top_p = c->top_p;
+  options->seed = c->seed;
+  return ATTN_OK;
+}
+
+attn_lm_info LmInfoOf(const attn::LmConfig& c) {
+  attn_lm_info info = ATTN_LM_INFO_INIT;
+  info.architecture = c.architecture == attn::LmArchitecture::kLlama
+                          ? ATTN_LM_LLAMA
+                          : ATTN_LM_GPT2;
+  info.qkv_bias = c.qkv_bias ? 1 : 0;
+  info.tied_head = c.tied_head ? 1 : 0;
+  info.vocab_size = c.vocab_size;
+  info.context_length = c.context_length;
+  info.emb_dim = c.emb_dim;
+  info.hidden_dim = c.hidden_dim;
+  info.num_layers = c.num_layers;
+  info.num_heads = c.num_heads;
+  info.num_kv_heads = c.num_kv_heads;
+  return info;
+}
+
+// The C++ requests of a step, each checked for a NULL token array.
+attn_status ToRequests(const attn_lm_request* c, size_t count,
+                       std::vector<attn::LmBatch::Request>* requests) {
+  requests->resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (!c[i].tokens && c[i].count != 0) {
+      return NullArgument(
+          ("requests[" + std::to_string(i) + "].tokens").c_str());
+    }
+    (*requests)[i].sequence = c[i].sequence;
+    (*requests)[i].tokens = c[i].tokens;
+    (*requests)[i].count = c[i].count;
+    (*requests)[i].all_logits = c[i].all_logits != 0;
+  }
+  return ATTN_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+attn_status attn_lm_load(const char* safetensors_path,
+                         const attn_lm_options* options, attn_lm** model) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    *model = nullptr;
+    if (!safetensors_path) return NullArgument("safetensors_path");
+    attn::LmOptions opts;
+    if (attn_status s = ToLmOptions(options, &opts); s != ATTN_OK) return s;
+    auto loaded = attn::LanguageModel::Load(safetensors_path, opts);
+    if (!loaded.ok()) return Check(loaded.status());
+    *model = new attn_lm{std::move(loaded).value()};
+    return ATTN_OK;
+  });
+}
+
+void attn_lm_destroy(attn_lm* model) { delete model; }
+
+attn_status attn_lm_get_info(const attn_lm* model, attn_lm_info* info) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    if (!info) return NullArgument("info");
+    const size_t size = info->struct_size;
+    if (size < sizeof(*info) || size > kMaxStructSize) {
+      return CheckStructSize("attn_lm_info", info, size, sizeof(*info),
+                             sizeof(*info), sizeof(*info));
+    }
+    // Only our fields: a newer header's after them stay untouched.
+    *info = LmInfoOf(model->model->config());
+    info->struct_size = size;
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_lm_batch_create(const attn_lm* model,
+                                 const attn_lm_batch_options* options,
+                                 attn_lm_batch** batch) {
+  return Guard([&] {
+    if (!batch) return NullArgument("batch");
+    *batch = nullptr;
+    if (!model) return NullArgument("model");
+    attn::LmBatchOptions opts;
+    if (attn_status s = ToBatchOptions(options, &opts); s != ATTN_OK) return s;
+    auto created = attn::LmBatch::Create(model->model, opts);
+    if (!created.ok()) return Check(created.status());
+    *batch = new attn_lm_batch{std::move(created).value(), {}};
+    return ATTN_OK;
+  });
+}
+
+void attn_lm_batch_destroy(attn_lm_batch* batch) { delete batch; }
+
+attn_status attn_lm_batch_add(attn_lm_batch* batch, int64_t* sequence) {
+  return Guard([&] {
+    if (!sequence) return NullArgument("sequence");
+    *sequence = -1;
+    if (!batch) return NullArgument("batch");
+    auto added = batch->batch->Add();
+    if (!added.ok()) return Check(added.status());
+    *sequence = *added;
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_lm_batch_remove(attn_lm_batch* batch, int64_t sequence) {
+  return Guard([&] {
+    if (!batch) return NullArgument("batch");
+    return Check(batch->batch->Remove(sequence));
+  });
+}
+
+attn_status attn_lm_batch_fork(attn_lm_batch* batch, int64_t sequence,
+                               int64_t* new_sequence) {
+  return Guard([&] {
+    if (!new_sequence) return NullArgument("new_sequence");
+    *new_sequence = -1;
+    if (!batch) return NullArgument("batch");
+    auto forked = batch->batch->Fork(sequence);
+    if (!forked.ok()) return Check(forked.status());
+    *new_sequence = *forked;
+    return ATTN_OK;
+  });
+}
+
+int64_t attn_lm_batch_length(const attn_lm_batch* batch, int64_t sequence) {
+  return batch ? batch->batch->length(sequence) : -1;
+}
+
+attn_status attn_lm_batch_step(attn_lm_batch* batch,
+                               const attn_lm_request* requests, size_t count) {
+  return Guard([&] {
+    if (!batch) return NullArgument("batch");
+    if (!requests) return NullArgument("requests");
+    batch->rows.clear();  // the last step's logits are gone either way
+    std::vector<attn::LmBatch::Request> reqs;
+    if (attn_status s = ToRequests(requests, count, &reqs); s != ATTN_OK) {
+      return s;
+    }
+    if (attn_status s = Check(batch->batch->Step(reqs.data(), reqs.size()));
+        s != ATTN_OK) {
+      return s;
+    }
+    for (const attn::LmBatch::Request& r : reqs) {
+      batch->rows.push_back(r.all_logits ? r.count : 1);
+    }
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_lm_batch_logits(const attn_lm_batch* batch, size_t request,
+                                 const float** logits, int64_t* rows) {
+  return Guard([&] {
+    if (!batch) return NullArgument("batch");
+    if (!logits) return NullArgument("logits");
+    if (!rows) return NullArgument("rows");
+    if (request >= batch->rows.size()) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  ("request is " + std::to_string(request) +
+                   ", want one of the last successful step's " +
+                   std::to_string(batch->rows.size()))
+                      .c_str());
+    }
+    *logits = batch->batch->logits(request);
+    *rows = batch->rows[request];
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_sampler_create(const attn_sampler_options* options,
+                                attn_sampler** sampler) {
+  return Guard([&] {
+    if (!sampler) return NullArgument("sampler");
+    *sampler = nullptr;
+    attn::SamplingOptions opts;
+    if (attn_status s = ToSamplingOptions(options, &opts); s != ATTN_OK) {
+      return s;
+    }
+    auto created = attn::Sampler::Create(opts);
+    if (!created.ok()) return Check(created.status());
+    *sampler = new attn_sampler{std::move(created).value()};
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_sampler_sample(attn_sampler* sampler, const float* logits,
+                                int64_t vocab, int64_t* token) {
+  return Guard([&] {
+    if (!sampler) return NullArgument("sampler");
+    if (!logits) return NullArgument("logits");
+    if (!token) return NullArgument("token");
+    if (vocab <= 0) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  ("vocab is " + std::to_string(vocab) + ", want > 0").c_str());
+    }
+    *token = sampler->sampler.Sample(logits, vocab);
+    return ATTN_OK;
+  });
+}
+
+void attn_sampler_destroy(attn_sampler* sampler) { delete sampler; }
 
 }  // extern "C"

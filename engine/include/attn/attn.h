@@ -27,6 +27,9 @@ extern "C" {
  * - A session keeps the model's weights alive: destroying the model while
  *   sessions of it exist is allowed; the weights go with the last session.
  * - The error message (attn_last_error_message) is per thread.
+ * - The same holds for language models: an attn_lm is shared like a model;
+ *   an attn_lm_batch and an attn_sampler are per-thread state like a
+ *   session, and a batch keeps its model's weights alive.
  * - Threads: each run uses the model's team size (attn_mha_options.num_threads,
  *   see README "Threads"). Called from inside an OpenMP parallel region of the
  *   host, a run uses one thread. Many host threads each running a session get
@@ -330,6 +333,184 @@ ATTN_API int64_t attn_decoder_length(const attn_decoder* decoder,
 
 /* Releases the decoder. NULL is a no-op. */
 ATTN_API void attn_decoder_destroy(attn_decoder* decoder);
+
+/* ---------------------------------------------------------------------------
+ * Language models (C++: attn/lm.hpp). An attn_lm is a whole model (GPT-2's
+ * or Llama's blocks, embeddings, final norm, head), immutable once loaded
+ * and shared by any number of threads like an attn_model. An attn_lm_batch
+ * is one thread's generation state: a KV cache in every layer for up to
+ * max_sequences sequences, which join (add), leave (remove) and fork
+ * between steps; a step advances any subset of them, mixing prompts with
+ * the next token of running ones. A sequence's logits equal running its
+ * tokens alone, bit for bit, whatever else shares the step. A batch keeps
+ * its model's weights alive. An attn_sampler picks the next token from
+ * logits; one per thread (its generator advances with each draw).
+ * ------------------------------------------------------------------------- */
+typedef struct attn_lm attn_lm;
+typedef struct attn_lm_batch attn_lm_batch;
+typedef struct attn_sampler attn_sampler;
+
+/* How to load a language model. Zero means "not set here": each is else the
+ * file's metadata of the same name, then (Hugging Face files) a config.json
+ * beside the file. struct_size as for attn_mha_options; this is version 1,
+ * whose struct_size is sizeof(attn_lm_options). */
+typedef struct attn_lm_options {
+  size_t struct_size;
+  int num_threads;           /* as in attn_mha_options */
+  int num_heads;             /* else metadata "num_heads", config "n_head" */
+  int num_kv_heads;          /* else "num_kv_heads", else num_heads */
+  int context_length;        /* else "context_length", "n_positions" */
+  uint64_t max_memory_bytes; /* as in attn_mha_options, for the weights or
+                                the weights plus a batch's caches */
+  const char* tuned_config;  /* as in attn_mha_options */
+  double norm_eps;           /* the norms' epsilon; else "rms_norm_eps", config
+                                "layer_norm_epsilon", else 1e-5 */
+  double rope_theta; /* Llama's rotary embeddings, as in attn_mha_options */
+  double rope_factor;
+  double rope_low_freq_factor;
+  double rope_high_freq_factor;
+  int64_t rope_original_context_length;
+} attn_lm_options;
+
+#define ATTN_LM_OPTIONS_INIT \
+  { sizeof(attn_lm_options), 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, 0, 0 }
+
+/* Loads a language model from a safetensors file: the book's GPTModel, a
+ * Hugging Face GPT-2 file or the book's Llama 3.2 model, told apart by the
+ * tensor names; F32, F16 or BF16. options may be NULL (all defaults). On
+ * success *model is a new model to release with attn_lm_destroy; on failure
+ * it is set to NULL. */
+ATTN_API attn_status attn_lm_load(const char* safetensors_path,
+                                  const attn_lm_options* options,
+                                  attn_lm** model);
+
+/* Releases the model. NULL is a no-op. Its batches stay usable. */
+ATTN_API void attn_lm_destroy(attn_lm* model);
+
+/* The block family. */
+typedef enum attn_lm_architecture {
+  ATTN_LM_GPT2 = 0, /* learned positions, LayerNorm, GELU MLP, biases */
+  ATTN_LM_LLAMA = 1 /* RoPE, RMSNorm, SwiGLU, grouped K/V heads */
+} attn_lm_architecture;
+
+/* What a loaded language model resolved. struct_size as for
+ * attn_model_info: set it to sizeof(attn_lm_info) (ATTN_LM_INFO_INIT does);
+ * fields a newer header appends are left untouched. Version 1 is the whole
+ * struct. */
+typedef struct attn_lm_info {
+  size_t struct_size;
+  attn_lm_architecture architecture;
+  int qkv_bias;  /* 1 when the attention's Q/K/V projections have biases */
+  int tied_head; /* 1 when the output head is the token embedding */
+  int64_t vocab_size;
+  int64_t context_length; /* the longest sequence */
+  int64_t emb_dim;
+  int64_t hidden_dim; /* of the feed-forward block */
+  int64_t num_layers;
+  int64_t num_heads;
+  int64_t num_kv_heads; /* num_heads without grouping */
+} attn_lm_info;
+
+#define ATTN_LM_INFO_INIT \
+  { sizeof(attn_lm_info), ATTN_LM_GPT2, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+ATTN_API attn_status attn_lm_get_info(const attn_lm* model, attn_lm_info* info);
+
+/* A batch's sizes; zero means "not set here". struct_size as for
+ * attn_lm_options (version 1 is the whole struct). */
+typedef struct attn_lm_batch_options {
+  size_t struct_size;
+  int64_t max_sequences; /* sequences held at once; 0: 1 */
+  int64_t max_length;    /* tokens per sequence; 0: the context_length */
+} attn_lm_batch_options;
+
+#define ATTN_LM_BATCH_OPTIONS_INIT \
+  { sizeof(attn_lm_batch_options), 0, 0 }
+
+/* A batch of `model`, every cache allocated here (checked against the
+ * model's memory cap), to release with attn_lm_batch_destroy. options may
+ * be NULL (one sequence of up to context_length tokens). On failure *batch
+ * is set to NULL. */
+ATTN_API attn_status attn_lm_batch_create(const attn_lm* model,
+                                          const attn_lm_batch_options* options,
+                                          attn_lm_batch** batch);
+
+/* Releases the batch. NULL is a no-op. */
+ATTN_API void attn_lm_batch_destroy(attn_lm_batch* batch);
+
+/* A new empty sequence in a free slot: *sequence is its id (below
+ * max_sequences), or -1 on failure (every slot taken). */
+ATTN_API attn_status attn_lm_batch_add(attn_lm_batch* batch, int64_t* sequence);
+
+/* Frees `sequence`'s slot; a later add may reuse it, empty. */
+ATTN_API attn_status attn_lm_batch_remove(attn_lm_batch* batch,
+                                          int64_t sequence);
+
+/* A new sequence holding a copy of `sequence`'s tokens and caches (parallel
+ * sampling): *new_sequence is its id, or -1 on failure. */
+ATTN_API attn_status attn_lm_batch_fork(attn_lm_batch* batch, int64_t sequence,
+                                        int64_t* new_sequence);
+
+/* Tokens `sequence` holds, or -1 for a NULL batch or a sequence that is not
+ * live. */
+ATTN_API int64_t attn_lm_batch_length(const attn_lm_batch* batch,
+                                      int64_t sequence);
+
+/* One sequence's part of a step: `count` new tokens (a prompt, or the next
+ * token) and which of them get logits. A plain struct passed in arrays: its
+ * layout is fixed for good (no struct_size); a later version that needs
+ * more adds a new struct and function instead. */
+typedef struct attn_lm_request {
+  int64_t sequence;      /* a live sequence, at most once per step */
+  const int64_t* tokens; /* count ids in [0, vocab_size) */
+  int64_t count;
+  int all_logits; /* 1: every new token's logits; 0: the last one's */
+} attn_lm_request;
+
+/* Appends each request's tokens to its sequence and computes the logits
+ * asked for. Sequences, token ids and lengths (at most max_length) are
+ * checked first: on an error no sequence changes, and no logits are left to
+ * read. */
+ATTN_API attn_status attn_lm_batch_step(attn_lm_batch* batch,
+                                        const attn_lm_request* requests,
+                                        size_t count);
+
+/* Request `request`'s logits from the last successful step: *logits points
+ * at [*rows, vocab_size] floats (rows: its count with all_logits, else 1),
+ * owned by the batch and valid until its next step. */
+ATTN_API attn_status attn_lm_batch_logits(const attn_lm_batch* batch,
+                                          size_t request, const float** logits,
+                                          int64_t* rows);
+
+/* How to pick the next token: greedy (argmax, the lowest id on ties) at
+ * temperature 0, else the book's chapter-5 generate: top-k, temperature,
+ * top-p, then a draw from a generator seeded once. Zero means "not set
+ * here"; struct_size as for attn_lm_options (version 1 is the whole
+ * struct). */
+typedef struct attn_sampler_options {
+  size_t struct_size;
+  double temperature; /* >= 0; 0: greedy */
+  int64_t top_k;      /* >= 0; 0: every token */
+  double top_p;       /* in [0, 1]; 0 or 1: no nucleus cut */
+  uint64_t seed;
+} attn_sampler_options;
+
+#define ATTN_SAMPLER_OPTIONS_INIT \
+  { sizeof(attn_sampler_options), 0, 0, 0, 0 }
+
+/* A sampler, to release with attn_sampler_destroy. options may be NULL
+ * (greedy). On failure *sampler is set to NULL. */
+ATTN_API attn_status attn_sampler_create(const attn_sampler_options* options,
+                                         attn_sampler** sampler);
+
+/* The next token from `vocab` logits into *token. Draws advance the
+ * generator, so a seeded sequence of calls is reproducible. */
+ATTN_API attn_status attn_sampler_sample(attn_sampler* sampler,
+                                         const float* logits, int64_t vocab,
+                                         int64_t* token);
+
+/* Releases the sampler. NULL is a no-op. */
+ATTN_API void attn_sampler_destroy(attn_sampler* sampler);
 
 #ifdef __cplusplus
 } /* extern "C" */
