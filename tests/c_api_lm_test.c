@@ -1,0 +1,535 @@
+/* The language-model C API (attn_lm_*, attn_sampler_* in attn/attn.h),
+ * compiled as C99: every golden model of tests/golden/lm gives PyTorch's
+ * logits and greedy tokens through a batch, a fork continues exactly as its
+ * original, a removed slot is reused clean, and every misuse is refused with
+ * a status and a message. Token ids are read with golden_ids.h.
+ * Usage: c_api_lm_test SOURCE_DIR */
+#define _POSIX_C_SOURCE 200809L /* opendir */
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn.h"
+#include "golden_ids.h"
+
+static int failures = 0;
+
+#define EXPECT(cond)                                                     \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      fprintf(stderr, "%s:%d: FAILED: %s\n  last error: %s\n", __FILE__, \
+              __LINE__, #cond, attn_last_error_message());               \
+      ++failures;                                                        \
+    }                                                                    \
+  } while (0)
+
+/* EXPECT that `call` returns `want` and, when failing, leaves a message
+ * containing `needle`. */
+#define EXPECT_STATUS(want, call, needle)                                      \
+  do {                                                                         \
+    const attn_status got_ = (call);                                           \
+    if (got_ != (want)) {                                                      \
+      fprintf(stderr, "%s:%d: FAILED: %s\n  got %s, want %s; message: %s\n",   \
+              __FILE__, __LINE__, #call, attn_status_string(got_),             \
+              attn_status_string(want), attn_last_error_message());            \
+      ++failures;                                                              \
+    } else if ((want) != ATTN_OK &&                                            \
+               strstr(attn_last_error_message(), (needle)) == NULL) {          \
+      fprintf(stderr, "%s:%d: FAILED: %s\n  message '%s' lacks '%s'\n",        \
+              __FILE__, __LINE__, #call, attn_last_error_message(), (needle)); \
+      ++failures;                                                              \
+    }                                                                          \
+  } while (0)
+
+enum { kMaxBatch = 64 };
+
+/* One case of tests/golden/lm: its model and io.safetensors. */
+typedef struct Golden {
+  char name[256], model_path[4096];
+  int64_t b, T, V, N;
+  int64_t lengths[kMaxBatch]; /* each prompt's tokens: T without `lengths` */
+  int64_t* ids;               /* input_ids [b, T] */
+  float* logits;              /* [b, T, V] */
+  int64_t* tokens;            /* greedy continuations [b, N] */
+  double tolerance;           /* 1e-4 * max |logits| */
+} Golden;
+
+static void FreeGolden(Golden* g) {
+  free(g->ids);
+  free(g->logits);
+  free(g->tokens);
+}
+
+/* The number of values of `name`, its shape into shape (any dtype). */
+static int64_t Count(const char* path, const char* name, int64_t* shape) {
+  int rank = 0, i;
+  int64_t n = 1;
+  if (attn_tensor_read_f32(path, name, NULL, 0, shape, &rank) != ATTN_OK) {
+    return -1;
+  }
+  for (i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+/* Reads case `dir`/`name`: 0 when it has no model file (not a case) or
+ * could not be read (a failure). */
+static int ReadGolden(const char* dir, const char* name, Golden* g) {
+  char io[4096];
+  int64_t shape[ATTN_MAX_RANK] = {0}, n_logits, n_tokens, i;
+  int rank = 0;
+  FILE* model;
+  memset(g, 0, sizeof(*g));
+  snprintf(g->name, sizeof g->name, "%s", name);
+  snprintf(g->model_path, sizeof g->model_path, "%s/%s/model.safetensors", dir,
+           name);
+  snprintf(io, sizeof io, "%s/%s/io.safetensors", dir, name);
+  if ((model = fopen(g->model_path, "rb")) == NULL) return 0;
+  fclose(model);
+  n_tokens = Count(io, "tokens", shape);
+  g->N = shape[1];
+  n_logits = Count(io, "logits", shape);
+  g->b = shape[0];
+  g->T = shape[1];
+  g->V = shape[2];
+  EXPECT(n_tokens > 0 && n_logits > 0 && g->b <= kMaxBatch);
+  if (n_tokens <= 0 || n_logits <= 0 || g->b > kMaxBatch) return 0;
+  g->ids = malloc(sizeof(int64_t) * g->b * g->T);
+  g->logits = malloc(sizeof(float) * n_logits);
+  g->tokens = malloc(sizeof(int64_t) * n_tokens);
+  EXPECT(g->ids && g->logits && g->tokens);
+  if (!g->ids || !g->logits || !g->tokens) return 0;
+  EXPECT(ReadGoldenIds(io, "input_ids", g->ids, g->b * g->T, shape, &rank));
+  EXPECT(ReadGoldenIds(io, "tokens", g->tokens, n_tokens, shape, &rank));
+  EXPECT_STATUS(
+      ATTN_OK,
+      attn_tensor_read_f32(io, "logits", g->logits, n_logits, NULL, NULL), "");
+  for (i = 0; i < g->b; ++i) g->lengths[i] = g->T;
+  if (Count(io, "lengths", shape) == g->b) {
+    EXPECT(ReadGoldenIds(io, "lengths", g->lengths, kMaxBatch, shape, &rank));
+  }
+  for (i = 0; i < n_logits; ++i) {
+    g->tolerance = fmax(g->tolerance, fabs(g->logits[i]));
+  }
+  g->tolerance *= 1e-4;
+  return 1;
+}
+
+static attn_lm_batch* NewBatch(const attn_lm* model, int64_t sequences,
+                               int64_t max_length) {
+  attn_lm_batch_options options = ATTN_LM_BATCH_OPTIONS_INIT;
+  attn_lm_batch* batch = NULL;
+  options.max_sequences = sequences;
+  options.max_length = max_length;
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_create(model, &options, &batch), "");
+  return batch;
+}
+
+/* Compares `rows` rows of logits with prompt `i`'s expected ones. */
+static void ExpectLogits(const Golden* g, int64_t i, const float* got,
+                         int64_t rows) {
+  const float* want = g->logits + i * g->T * g->V;
+  double worst = 0;
+  int64_t k;
+  EXPECT(rows == g->lengths[i]);
+  for (k = 0; k < rows * g->V; ++k) {
+    worst = fmax(worst, fabs(got[k] - want[k]));
+  }
+  if (!(worst <= g->tolerance)) {
+    fprintf(stderr, "FAILED: %s: prompt %lld: max error %g, tolerance %g\n",
+            g->name, (long long)i, worst, g->tolerance);
+    ++failures;
+  }
+}
+
+/* Adds a sequence per prompt into seq[] and runs every prompt in one step. */
+static void StepPrompts(attn_lm_batch* batch, const Golden* g, int all_logits,
+                        int64_t* seq) {
+  attn_lm_request requests[kMaxBatch];
+  int64_t i;
+  for (i = 0; i < g->b; ++i) {
+    EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &seq[i]), "");
+    requests[i].sequence = seq[i];
+    requests[i].tokens = g->ids + i * g->T;
+    requests[i].count = g->lengths[i];
+    requests[i].all_logits = all_logits;
+  }
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, requests, (size_t)g->b), "");
+}
+
+/* Every prompt in one step, every position's logits. */
+static void TestLogits(const attn_lm* model, const Golden* g) {
+  attn_lm_batch* batch = NewBatch(model, g->b, g->T);
+  int64_t seq[kMaxBatch], i, rows = 0;
+  const float* logits = NULL;
+  if (!batch) return;
+  StepPrompts(batch, g, 1, seq);
+  for (i = 0; i < g->b; ++i) {
+    EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, i, &logits, &rows), "");
+    if (logits) ExpectLogits(g, i, logits, rows);
+    EXPECT(attn_lm_batch_length(batch, seq[i]) == g->lengths[i]);
+  }
+  attn_lm_batch_destroy(batch);
+}
+
+/* Request i's logits (one row) sampled greedily. */
+static int64_t Greedy(attn_lm_batch* batch, attn_sampler* sampler,
+                      const Golden* g, size_t i) {
+  const float* logits = NULL;
+  int64_t rows = 0, token = -1;
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, i, &logits, &rows), "");
+  EXPECT(rows == 1);
+  if (logits) {
+    EXPECT_STATUS(ATTN_OK, attn_sampler_sample(sampler, logits, g->V, &token),
+                  "");
+  }
+  return token;
+}
+
+/* The fork (request b) and sequence 0 (request 0) got the same logits. */
+static void ExpectForkIdentical(attn_lm_batch* batch, const Golden* g) {
+  const float *original = NULL, *fork = NULL;
+  int64_t rows = 0;
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, 0, &original, &rows), "");
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, g->b, &fork, &rows), "");
+  EXPECT(original && fork && memcmp(original, fork, sizeof(float) * g->V) == 0);
+}
+
+/* Greedy generation, all prompts together, one step per token; halfway,
+ * sequence 0 forks and the fork runs beside it with the same tokens. */
+static void TestGreedyAndFork(const attn_lm* model, const Golden* g) {
+  attn_lm_batch* batch = NewBatch(model, g->b + 1, g->T + g->N);
+  attn_sampler* sampler = NULL;
+  attn_lm_request requests[kMaxBatch + 1];
+  int64_t seq[kMaxBatch + 1], next[kMaxBatch + 1], i, k, fork = -1;
+  EXPECT_STATUS(ATTN_OK, attn_sampler_create(NULL, &sampler), "");
+  if (!batch || !sampler) goto done;
+  StepPrompts(batch, g, 0, seq);
+  for (k = 0; k < g->N; ++k) {
+    if (fork >= 0) ExpectForkIdentical(batch, g);
+    for (i = 0; i < g->b; ++i) {
+      next[i] = Greedy(batch, sampler, g, (size_t)i);
+      EXPECT(next[i] == g->tokens[i * g->N + k]);
+      requests[i].sequence = seq[i];
+      requests[i].tokens = &next[i];
+      requests[i].count = 1;
+      requests[i].all_logits = 0;
+    }
+    if (k == g->N / 2) {
+      EXPECT_STATUS(ATTN_OK, attn_lm_batch_fork(batch, seq[0], &fork), "");
+      EXPECT(attn_lm_batch_length(batch, fork) ==
+             attn_lm_batch_length(batch, seq[0]));
+    }
+    requests[g->b] = requests[0];
+    requests[g->b].sequence = fork;
+    if (k + 1 < g->N) {
+      EXPECT_STATUS(
+          ATTN_OK,
+          attn_lm_batch_step(batch, requests, (size_t)(g->b + (fork >= 0))),
+          "");
+    }
+  }
+done:
+  attn_sampler_destroy(sampler);
+  attn_lm_batch_destroy(batch);
+}
+
+/* A slot freed after another prompt serves the next sequence from empty. */
+static void TestSlotReuse(const attn_lm* model, const Golden* g) {
+  attn_lm_batch* batch = NewBatch(model, 1, g->T + g->N);
+  const int64_t last = g->b - 1;
+  attn_lm_request request = {0, NULL, 0, 1};
+  const float* logits = NULL;
+  int64_t rows = 0;
+  if (!batch) return;
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &request.sequence), "");
+  request.tokens = g->ids + last * g->T;
+  request.count = g->lengths[last];
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, &request, 1), "");
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_remove(batch, request.sequence), "");
+  EXPECT(attn_lm_batch_length(batch, request.sequence) == -1);
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &request.sequence), "");
+  EXPECT(attn_lm_batch_length(batch, request.sequence) == 0);
+  request.tokens = g->ids;
+  request.count = g->lengths[0];
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, &request, 1), "");
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, 0, &logits, &rows), "");
+  if (logits) ExpectLogits(g, 0, logits, rows);
+  attn_lm_batch_destroy(batch);
+}
+
+/* The model's info against the golden's sizes; a newer header's longer
+ * struct keeps its unknown tail. */
+static void TestInfo(const attn_lm* model, const Golden* g) {
+  struct {
+    attn_lm_info info;
+    unsigned char tail[8];
+  } newer;
+  attn_lm_info info = ATTN_LM_INFO_INIT;
+  EXPECT_STATUS(ATTN_OK, attn_lm_get_info(model, &info), "");
+  EXPECT(info.vocab_size == g->V);
+  EXPECT(info.context_length >= g->T + g->N);
+  EXPECT(info.num_layers > 0 && info.num_heads > 0);
+  EXPECT(info.num_kv_heads > 0 && info.num_heads % info.num_kv_heads == 0);
+  EXPECT(info.architecture == ATTN_LM_GPT2 ||
+         info.architecture == ATTN_LM_LLAMA);
+  memset(&newer, 0xab, sizeof newer);
+  newer.info.struct_size = sizeof newer;
+  EXPECT_STATUS(ATTN_OK, attn_lm_get_info(model, &newer.info), "");
+  EXPECT(newer.info.vocab_size == g->V && newer.tail[7] == 0xab);
+}
+
+static void TestCase(const Golden* g) {
+  attn_lm* model = NULL;
+  EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, NULL, &model), "");
+  if (!model) return;
+  TestInfo(model, g);
+  TestLogits(model, g);
+  TestGreedyAndFork(model, g);
+  TestSlotReuse(model, g);
+  attn_lm_destroy(model);
+  printf("%s: checked %lld prompt(s), %lld greedy token(s) each\n", g->name,
+         (long long)g->b, (long long)g->N);
+}
+
+/* Loading: NULLs, a missing file, the struct_size rules. */
+static void TestLoadErrors(const Golden* g) {
+  struct {
+    attn_lm_options options;
+    unsigned char tail[8];
+  } newer;
+  attn_lm_options options = ATTN_LM_OPTIONS_INIT;
+  attn_lm* model = (attn_lm*)&options;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_load(g->model_path, NULL, NULL),
+                "model must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_load(NULL, NULL, &model),
+                "safetensors_path must not be NULL");
+  EXPECT(model == NULL);
+  EXPECT_STATUS(ATTN_IO_ERROR, attn_lm_load("/no/such.safetensors", 0, &model),
+                "/no/such.safetensors");
+  options.struct_size = 0;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_load(g->model_path, &options, &model),
+                "attn_lm_options.struct_size is 0");
+  options.struct_size = 1 << 20;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_load(g->model_path, &options, &model), "uninitialised");
+  memset(&newer, 0, sizeof newer);
+  newer.options.struct_size = sizeof newer;
+  newer.tail[3] = 1;
+  EXPECT_STATUS(ATTN_UNSUPPORTED,
+                attn_lm_load(g->model_path, &newer.options, &model),
+                "does not know");
+  newer.tail[3] = 0; /* unknown fields at zero: accepted */
+  EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, &newer.options, &model),
+                "");
+  attn_lm_destroy(model);
+  attn_lm_destroy(NULL);
+}
+
+/* Info and batch creation: NULLs, struct_size, sizes. */
+static void TestCreateErrors(const attn_lm* model) {
+  attn_lm_info info = ATTN_LM_INFO_INIT;
+  attn_lm_batch_options options = ATTN_LM_BATCH_OPTIONS_INIT;
+  attn_lm_batch* batch = (attn_lm_batch*)&options;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_get_info(NULL, &info), "model");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_get_info(model, NULL), "info");
+  info.struct_size = 0;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_get_info(model, &info),
+                "attn_lm_info.struct_size is 0");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_create(model, 0, NULL),
+                "batch must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_create(NULL, 0, &batch),
+                "model must not be NULL");
+  EXPECT(batch == NULL);
+  options.struct_size = 3;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_batch_create(model, &options, &batch),
+                "attn_lm_batch_options.struct_size is 3");
+  options.struct_size = sizeof options;
+  options.max_sequences = -1;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_batch_create(model, &options, &batch), "");
+  options.max_sequences = 1;
+  options.max_length = (int64_t)1 << 40;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_batch_create(model, &options, &batch), "");
+  EXPECT(batch == NULL);
+  attn_lm_batch_destroy(NULL);
+}
+
+/* Adding, removing and forking: NULLs, sequences out of range or not live,
+ * a full batch. */
+static void TestSequenceErrors(const attn_lm* model) {
+  attn_lm_batch* batch = NewBatch(model, 2, 4);
+  int64_t a = -1, b = -1, c = 7;
+  if (!batch) return;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_add(NULL, &c),
+                "batch must not be NULL");
+  EXPECT(c == -1);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_add(batch, NULL),
+                "sequence must not be NULL");
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &a), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(NULL, a, &b),
+                "batch must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, a, NULL),
+                "new_sequence must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, 2, &b), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, 1 - a, &b),
+                "");
+  EXPECT(b == -1);
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_fork(batch, a, &b), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_add(batch, &c), "");
+  EXPECT(c == -1);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, a, &c), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(NULL, a),
+                "batch must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, -1), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, 2), "");
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_remove(batch, b), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, b), "");
+  EXPECT(attn_lm_batch_length(NULL, a) == -1);
+  EXPECT(attn_lm_batch_length(batch, -1) == -1);
+  EXPECT(attn_lm_batch_length(batch, 2) == -1);
+  EXPECT(attn_lm_batch_length(batch, b) == -1);
+  EXPECT(attn_lm_batch_length(batch, a) == 0);
+  attn_lm_batch_destroy(batch);
+}
+
+/* Steps and logits: NULLs, bad sequences, token ids out of range, past
+ * max_length, a sequence twice; nothing changes and no logits remain. */
+static void TestStepErrors(const attn_lm* model, int64_t vocab) {
+  attn_lm_batch* batch = NewBatch(model, 2, 4);
+  int64_t tokens[5] = {1, 2, 3, 4, 5}, rows = 0;
+  attn_lm_request r[2] = {{0, NULL, 1, 0}, {0, NULL, 1, 0}};
+  const float* logits = NULL;
+  if (!batch) return;
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &r[0].sequence), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(NULL, r, 1),
+                "batch must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, NULL, 1),
+                "requests must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
+                "requests[0].tokens must not be NULL");
+  r[0].tokens = tokens;
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, r, 1), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_batch_logits(NULL, 0, &logits, &rows),
+                "batch must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_batch_logits(batch, 0, NULL, &rows),
+                "logits must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_batch_logits(batch, 0, &logits, NULL),
+                "rows must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_batch_logits(batch, 1, &logits, &rows), "request is 1");
+  tokens[1] = vocab;
+  r[0].tokens = tokens + 1;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1), "");
+  tokens[1] = -1;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_batch_logits(batch, 0, &logits, &rows), "request is 0");
+  r[0].tokens = tokens + 2;
+  r[0].count = 4; /* 1 + 4 > max_length 4 */
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1), "");
+  r[0].count = 1;
+  r[1] = r[0];
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2), "");
+  r[1].sequence = 1 - r[0].sequence; /* a free slot */
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2), "");
+  r[1].sequence = 2;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2), "");
+  EXPECT(attn_lm_batch_length(batch, r[0].sequence) == 1);
+  attn_lm_batch_destroy(batch);
+}
+
+/* The sampler: NULLs, struct_size, option ranges; a seed reproduces. */
+static void TestSampler(void) {
+  float logits[4] = {0.5f, 1.0f, 1.0f, -2.0f};
+  attn_sampler_options options = ATTN_SAMPLER_OPTIONS_INIT;
+  attn_sampler *s = NULL, *t = NULL;
+  int64_t token = -1, other = -1;
+  int i;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_sampler_create(NULL, NULL),
+                "sampler must not be NULL");
+  options.struct_size = 0;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_sampler_create(&options, &s),
+                "attn_sampler_options.struct_size is 0");
+  options.struct_size = sizeof options;
+  options.temperature = -1;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_sampler_create(&options, &s), "");
+  options.temperature = 1;
+  options.top_p = 2;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_sampler_create(&options, &s), "");
+  EXPECT(s == NULL);
+  EXPECT_STATUS(ATTN_OK, attn_sampler_create(NULL, &s), "");
+  EXPECT_STATUS(ATTN_OK, attn_sampler_sample(s, logits, 4, &token), "");
+  EXPECT(token == 1); /* greedy: the lowest id on ties */
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_sampler_sample(NULL, logits, 4, 0),
+                "sampler must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_sampler_sample(s, NULL, 4, &token),
+                "logits must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_sampler_sample(s, logits, 4, NULL),
+                "token must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_sampler_sample(s, logits, 0, &token), "vocab is 0");
+  attn_sampler_destroy(s);
+  options.top_p = 0; /* not set: no nucleus cut */
+  options.seed = 42;
+  EXPECT_STATUS(ATTN_OK, attn_sampler_create(&options, &s), "");
+  EXPECT_STATUS(ATTN_OK, attn_sampler_create(&options, &t), "");
+  for (i = 0; s && t && i < 20; ++i) {
+    EXPECT_STATUS(ATTN_OK, attn_sampler_sample(s, logits, 4, &token), "");
+    EXPECT_STATUS(ATTN_OK, attn_sampler_sample(t, logits, 4, &other), "");
+    EXPECT(token == other && token >= 0 && token < 4);
+  }
+  attn_sampler_destroy(s);
+  attn_sampler_destroy(t);
+  attn_sampler_destroy(NULL);
+}
+
+static void TestErrors(const Golden* g) {
+  attn_lm* model = NULL;
+  TestLoadErrors(g);
+  TestSampler();
+  EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, NULL, &model), "");
+  if (!model) return;
+  TestCreateErrors(model);
+  TestSequenceErrors(model);
+  TestStepErrors(model, g->V);
+  attn_lm_destroy(model);
+}
+
+int main(int argc, char** argv) {
+  char dir[4096];
+  struct dirent* entry;
+  DIR* d;
+  int cases = 0;
+  Golden g;
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s SOURCE_DIR\n", argv[0]);
+    return 2;
+  }
+  snprintf(dir, sizeof dir, "%s/tests/golden/lm", argv[1]);
+  d = opendir(dir);
+  while (d && (entry = readdir(d)) != NULL) {
+    const int failed = failures;
+    if (entry->d_name[0] != '.' && ReadGolden(dir, entry->d_name, &g) &&
+        failures == failed) {
+      TestCase(&g);
+      if (cases++ == 0) TestErrors(&g);
+    }
+    FreeGolden(&g);
+  }
+  if (d) closedir(d);
+  if (cases == 0) {
+    fprintf(stderr, "FAILED: no golden language model under %s\n", dir);
+    ++failures;
+  }
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  return failures ? 1 : 0;
+}
