@@ -518,8 +518,8 @@ int main(int argc, char** argv) {
   d = opendir(dir);
   while (d && (entry = readdir(d)) != NULL) {
     const int failed = failures;
-    if (entry->d_name[0] != '.' && ReadGolden(dir, entry->d_name, &g) &&
-        failures == failed) {
+    if (entry->d_name[0] == '.') continue;
+    if (ReadGolden(dir, entry->d_name, &g) && failures == failed) {
       TestCase(&g);
       if (cases++ == 0) TestErrors(&g);
     }
