@@ -1,11 +1,13 @@
 #!/usr/bin/python3
-"""Generate the PyTorch golden files for the chapter-3 causal MultiHeadAttention and Llama's GQA.
+"""Generate the PyTorch golden files: the book's attention, blocks and whole language models.
 
 Run with Debian's interpreter (it carries python3-torch and numpy):
 
-    /usr/bin/python3 tools/make_golden.py [--out DIR]     # DIR defaults to tests/golden
+    /usr/bin/python3 tools/make_golden.py [--out DIR] [--only mha|bad|graph|lm]
 
-Everything is seeded, so reruns reproduce the files byte for byte.  Each case
+DIR defaults to tests/golden; --only (re)writes one family and leaves the others alone (a
+rerun under another torch or CPU may change the low bits of the rest).  Everything is
+seeded, so reruns reproduce the files byte for byte.  Each attention case
 becomes DIR/mha_<name>.safetensors holding
 
   * the module's state_dict under PyTorch's names (W_query.weight, W_key.weight,
@@ -42,6 +44,43 @@ num_heads, context_length, n_layers, qkv_bias, tolerance, description, and for
 the Llama blocks num_kv_heads, rope_* and sliding_window as above.
 graph/block_too_long.safetensors has an input longer than context_length
 (expect_error="true").
+
+DIR/lm/<case>/ are whole language models (see LM_CASES), each a directory holding
+  * model.safetensors: the weights, under one of three layouts:
+      - the book's chapter-4 GPTModel (gpt_book_*): tok_emb.weight [V, e], pos_emb.weight
+        [ctx, e], trf_blocks.{i}. + the TransformerBlock names above (att.W_query/W_key/W_value
+        .weight [+ .bias with qkv_bias], att.out_proj.weight/.bias, ff.layers.0/.2.weight/.bias,
+        norm1/norm2.scale/.shift; gpt_book_1l also keeps the F32 att.mask buffers),
+        final_norm.scale/.shift, out_head.weight [V, e]; metadata num_heads, context_length;
+      - Hugging Face GPT-2 (hf_gpt2*), the same weights as a book GPTModel with qkv_bias, names
+        sorted: wte.weight, wpe.weight, h.{i}.ln_1/ln_2.weight/.bias, h.{i}.attn.c_attn.weight
+        [e, 3e] (Conv1D: [in, out], nn.Linear's transpose; q, k, v along out) and .bias [3e],
+        h.{i}.attn.c_proj.weight [e, e] / .bias, h.{i}.mlp.c_fc.weight [e, 4e] / .bias,
+        h.{i}.mlp.c_proj.weight [4e, e] / .bias, ln_f.weight/.bias, lm_head.weight [V, e];
+        hf_gpt2 adds the ignored buffers h.{i}.attn.bias (F32 [1, 1, ctx, ctx] lower-triangular
+        ones) and h.{i}.attn.masked_bias (F32 [], -1e4); hf_gpt2_prefixed puts "transformer."
+        before every name but lm_head.weight; hf_gpt2_tied has no lm_head.weight (the head is
+        wte).  Metadata only {"format": "pt"}: the hyper-parameters are in config.json beside it
+        (n_head, n_layer, n_embd, n_positions, n_ctx, vocab_size, layer_norm_epsilon 1e-5,
+        model_type "gpt2", activation_function "gelu_new", architectures, tie_word_embeddings);
+      - the book's Llama 3.2 Llama3Model (llama_*): tok_emb.weight, trf_blocks.{i}.
+        + norm1.weight, att.W_query/W_key/W_value/out_proj.weight (no biases), norm2.weight,
+        ff.fc1/fc2/fc3.weight, then final_norm.weight and out_head.weight (left out when tied to
+        tok_emb: llama_scaled_tied); metadata num_heads, num_kv_heads, context_length, rope_*
+        as above (RoPE at positions 0..T-1), rms_norm_eps;
+    stored F32, or F16/BF16 where LM_CASES says so (the logits computed from the rounded values);
+  * io.safetensors: input_ids I64 (I32 in gpt_book_1l) [b, T], prompts right-padded with 0;
+    lengths I64 [b], each row's prompt length, only where they differ (else all are T);
+    logits F32 [b, T, V], the fp32 eval forward of each row over its own prompt (zeros past
+    it); tokens I64 [b, N], the book's generate_text_simple (greedy, whole context recomputed,
+    lowest id on ties) run N = max_new_tokens steps on each row's own prompt; metadata
+    tolerance (pass: max|logits - expected| <= tolerance * max|expected logits|),
+    max_new_tokens, description.  Every case is checked against a float64 copy and an
+    independent float64 forward; greedy steps keep a clear gap between the best two logits.
+DIR/lm/bad/<case>/ hold a model.safetensors and an io.safetensors (input_ids only) that the
+engine must refuse, io metadata expect_error="true" and error_hint: token_out_of_range (an
+id == vocab_size), too_long (a prompt longer than context_length) and unknown_layout
+(tensor names of no known model; its model metadata says so too).
 """
 
 import argparse
