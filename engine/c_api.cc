@@ -690,7 +690,7 @@ attn_status ToRequests(const attn_lm_request* c, size_t count,
                        std::vector<attn::LmBatch::Request>* requests) {
   requests->resize(count);
   for (size_t i = 0; i < count; ++i) {
-    if (!c[i].tokens && c[i].count != 0) {
+    if (!c[i].tokens) {
       return NullArgument(
           ("requests[" + std::to_string(i) + "].tokens").c_str());
     }

@@ -2,7 +2,8 @@
  * compiled as C99: every golden model of tests/golden/lm gives PyTorch's
  * logits and greedy tokens through a batch, a fork continues exactly as its
  * original, a removed slot is reused clean, and every misuse is refused with
- * a status and a message. Token ids are read with golden_ids.h.
+ * a status and a message, as are the files of tests/golden/lm/bad. Token
+ * ids and metadata are read with golden_io.h.
  * Usage: c_api_lm_test SOURCE_DIR */
 #define _POSIX_C_SOURCE 200809L /* opendir */
 
@@ -13,7 +14,7 @@
 #include <string.h>
 
 #include "attn/attn.h"
-#include "golden_ids.h"
+#include "golden_io.h"
 
 static int failures = 0;
 
@@ -54,7 +55,7 @@ typedef struct Golden {
   int64_t* ids;               /* input_ids [b, T] */
   float* logits;              /* [b, T, V] */
   int64_t* tokens;            /* greedy continuations [b, N] */
-  double tolerance;           /* 1e-4 * max |logits| */
+  double tolerance;           /* metadata "tolerance" times max |logits| */
 } Golden;
 
 static void FreeGolden(Golden* g) {
@@ -77,7 +78,7 @@ static int64_t Count(const char* path, const char* name, int64_t* shape) {
 /* Reads case `dir`/`name`: 0 when it has no model file (not a case) or
  * could not be read (a failure). */
 static int ReadGolden(const char* dir, const char* name, Golden* g) {
-  char io[4096];
+  char io[4096], tolerance[64] = "";
   int64_t shape[ATTN_MAX_RANK] = {0}, n_logits, n_tokens, i;
   int rank = 0;
   FILE* model;
@@ -110,10 +111,11 @@ static int ReadGolden(const char* dir, const char* name, Golden* g) {
   if (Count(io, "lengths", shape) == g->b) {
     EXPECT(ReadGoldenIds(io, "lengths", g->lengths, kMaxBatch, shape, &rank));
   }
+  EXPECT(ReadGoldenMetadata(io, "tolerance", tolerance, sizeof tolerance));
   for (i = 0; i < n_logits; ++i) {
     g->tolerance = fmax(g->tolerance, fabs(g->logits[i]));
   }
-  g->tolerance *= 1e-4;
+  g->tolerance *= atof(tolerance);
   return 1;
 }
 
@@ -351,11 +353,13 @@ static void TestCreateErrors(const attn_lm* model) {
   options.struct_size = sizeof options;
   options.max_sequences = -1;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_batch_create(model, &options, &batch), "");
+                attn_lm_batch_create(model, &options, &batch),
+                "max_sequences is -1");
   options.max_sequences = 1;
   options.max_length = (int64_t)1 << 40;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_batch_create(model, &options, &batch), "");
+                attn_lm_batch_create(model, &options, &batch),
+                "max_length is 1099511627776");
   EXPECT(batch == NULL);
   attn_lm_batch_destroy(NULL);
 }
@@ -365,6 +369,7 @@ static void TestCreateErrors(const attn_lm* model) {
 static void TestSequenceErrors(const attn_lm* model) {
   attn_lm_batch* batch = NewBatch(model, 2, 4);
   int64_t a = -1, b = -1, c = 7;
+  const char* not_live = "is not a live sequence";
   if (!batch) return;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_add(NULL, &c),
                 "batch must not be NULL");
@@ -376,20 +381,26 @@ static void TestSequenceErrors(const attn_lm* model) {
                 "batch must not be NULL");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, a, NULL),
                 "new_sequence must not be NULL");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, 2, &b), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, 2, &b),
+                "fork sequence 2");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, 1 - a, &b),
-                "");
+                "not a live sequence");
   EXPECT(b == -1);
   EXPECT_STATUS(ATTN_OK, attn_lm_batch_fork(batch, a, &b), "");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_add(batch, &c), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_add(batch, &c),
+                "max_sequences");
   EXPECT(c == -1);
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, a, &c), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, a, &c),
+                "max_sequences");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(NULL, a),
                 "batch must not be NULL");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, -1), "");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, 2), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, -1),
+                not_live);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, 2),
+                not_live);
   EXPECT_STATUS(ATTN_OK, attn_lm_batch_remove(batch, b), "");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, b), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, b),
+                not_live);
   EXPECT(attn_lm_batch_length(NULL, a) == -1);
   EXPECT(attn_lm_batch_length(batch, -1) == -1);
   EXPECT(attn_lm_batch_length(batch, 2) == -1);
@@ -405,6 +416,7 @@ static void TestStepErrors(const attn_lm* model, int64_t vocab) {
   int64_t tokens[5] = {1, 2, 3, 4, 5}, rows = 0;
   attn_lm_request r[2] = {{0, NULL, 1, 0}, {0, NULL, 1, 0}};
   const float* logits = NULL;
+  char out_of_range[64];
   if (!batch) return;
   EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &r[0].sequence), "");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(NULL, r, 1),
@@ -428,23 +440,72 @@ static void TestStepErrors(const attn_lm* model, int64_t vocab) {
                 attn_lm_batch_logits(batch, 1, &logits, &rows), "request is 1");
   tokens[1] = vocab;
   r[0].tokens = tokens + 1;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1), "");
+  snprintf(out_of_range, sizeof out_of_range, "token id %lld",
+           (long long)vocab);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
+                out_of_range);
   tokens[1] = -1;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
+                "token id -1");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_lm_batch_logits(batch, 0, &logits, &rows), "request is 0");
   r[0].tokens = tokens + 2;
   r[0].count = 4; /* 1 + 4 > max_length 4 */
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
+                "exceed the context of 4");
+  r[0].count = 0;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
+                "has 0 tokens");
   r[0].count = 1;
   r[1] = r[0];
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2),
+                "appears twice");
   r[1].sequence = 1 - r[0].sequence; /* a free slot */
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2),
+                "is not a live sequence");
   r[1].sequence = 2;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2),
+                "sequence 2 is not a live sequence");
   EXPECT(attn_lm_batch_length(batch, r[0].sequence) == 1);
   attn_lm_batch_destroy(batch);
+}
+
+/* Loads bad/`name` and steps its input_ids, which must be refused. */
+static void ExpectStepRefused(const char* dir, const char* name,
+                              const char* needle) {
+  char model_path[8192], io[8192];
+  int64_t ids[64], shape[ATTN_MAX_RANK];
+  int rank = 0;
+  attn_lm* model = NULL;
+  attn_lm_batch* batch = NULL;
+  attn_lm_request request = {0, ids, 0, 0};
+  snprintf(model_path, sizeof model_path, "%s/bad/%s/model.safetensors", dir,
+           name);
+  snprintf(io, sizeof io, "%s/bad/%s/io.safetensors", dir, name);
+  EXPECT(ReadGoldenIds(io, "input_ids", ids, 64, shape, &rank));
+  request.count = shape[1];
+  EXPECT_STATUS(ATTN_OK, attn_lm_load(model_path, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_create(model, NULL, &batch), "");
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &request.sequence), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, &request, 1),
+                needle);
+  EXPECT(attn_lm_batch_length(batch, request.sequence) == 0);
+  attn_lm_batch_destroy(batch);
+  attn_lm_destroy(model);
+}
+
+/* tests/golden/lm/bad: a token id == vocab_size and a prompt longer than
+ * context_length are refused by the step, names of no known layout by the
+ * load. */
+static void TestBadFiles(const char* dir) {
+  char path[8192];
+  attn_lm* model = NULL;
+  ExpectStepRefused(dir, "token_out_of_range", "token id 50");
+  ExpectStepRefused(dir, "too_long", "exceed the context of 8");
+  snprintf(path, sizeof path, "%s/bad/unknown_layout/model.safetensors", dir);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_load(path, NULL, &model),
+                "layout");
+  EXPECT(model == NULL);
 }
 
 /* The sampler: NULLs, struct_size, option ranges; a seed reproduces. */
@@ -526,6 +587,7 @@ int main(int argc, char** argv) {
     FreeGolden(&g);
   }
   if (d) closedir(d);
+  TestBadFiles(dir);
   if (cases == 0) {
     fprintf(stderr, "FAILED: no golden language model under %s\n", dir);
     ++failures;

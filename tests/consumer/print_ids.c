@@ -3,7 +3,7 @@
  *   print_ids FILE.safetensors NAME */
 #include <stdio.h>
 
-#include "../golden_ids.h"
+#include "../golden_io.h"
 
 int main(int argc, char** argv) {
   static int64_t ids[1 << 20];

@@ -11,7 +11,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "$1" && pwd)
 golden=${2:-$here/../golden/mha_book.safetensors}
-lm=${3:-$here/../golden/lm/LMCASE}
+lm=${3:-$here/../golden/lm/hf_gpt2}
 work=$(mktemp -d "${TMPDIR:-/tmp}/attn-consumer.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix

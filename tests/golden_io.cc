@@ -1,6 +1,6 @@
-// ReadGoldenIds (golden_ids.h): the header through attn::SafetensorsFile,
-// which validates it, then the tensor's bytes straight from the file.
-#include "golden_ids.h"
+// golden_io.h: the header through attn::SafetensorsFile, which validates it;
+// a tensor's bytes straight from the file.
+#include "golden_io.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -13,8 +13,7 @@
 namespace {
 
 bool Refuse(const char* path, const char* name, const char* why) {
-  std::fprintf(stderr, "ReadGoldenIds: tensor '%s' of '%s': %s\n", name, path,
-               why);
+  std::fprintf(stderr, "golden_io: '%s' of '%s': %s\n", name, path, why);
   return false;
 }
 
@@ -61,4 +60,16 @@ bool Read(const char* path, const char* name, int64_t* out, size_t capacity,
 extern "C" int ReadGoldenIds(const char* path, const char* name, int64_t* out,
                              size_t capacity, int64_t* shape, int* rank) {
   return Read(path, name, out, capacity, shape, rank) ? 1 : 0;
+}
+
+extern "C" int ReadGoldenMetadata(const char* path, const char* key, char* out,
+                                  size_t capacity) {
+  auto file = attn::SafetensorsFile::Open(path);
+  if (!file.ok()) return Refuse(path, key, file.status().message().c_str());
+  const auto found = file->metadata().find(key);
+  if (found == file->metadata().end() || capacity == 0) {
+    return Refuse(path, key, "no such metadata");
+  }
+  std::snprintf(out, capacity, "%s", found->second.c_str());
+  return 1;
 }
