@@ -668,6 +668,7 @@ attn_status ToSamplingOptions(const attn_sampler_options* c,
   return ATTN_OK;
 }
 
+// Every field of attn_lm_info for a model of config `c`.
 attn_lm_info LmInfoOf(const attn::LmConfig& c) {
   attn_lm_info info = ATTN_LM_INFO_INIT;
   info.architecture = c.architecture == attn::LmArchitecture::kLlama
