@@ -345,7 +345,8 @@ Status MhaDecoder::Copy(int64_t from, int64_t to) {
   }
   if (from == to) return {};
   const KvCache cache = d.Cache();
-  const size_t bytes = static_cast<size_t>(d.lengths[from] * d.Dp) * sizeof(float);
+  const size_t bytes =
+      static_cast<size_t>(d.lengths[from] * d.Dp) * sizeof(float);
   for (float* base : {cache.k, cache.v}) {
     for (int64_t h = 0; h < d.Hkv; ++h) {
       const int64_t head = h * cache.head_stride;

@@ -72,8 +72,7 @@ struct LmBatch::Impl {
                  float* y) const;
   Status PlanLinears(int64_t rows);
   void Embed(float* x) const;
-  void Norm(const lm::Norm& norm, const float* x, int64_t rows,
-            float* y) const;
+  void Norm(const lm::Norm& norm, const float* x, int64_t rows, float* y) const;
   void FeedForward(const lm::Layer& layer, int64_t rows);
   Status RunBlocks(int64_t rows);
   void RunHead();
@@ -85,8 +84,8 @@ uint64_t LmBatch::Impl::HeldBytes() const {
     bytes = AddSat(bytes, d->cache_bytes() + d->workspace_bytes());
   }
   const StepBuffers& b = buffers;
-  for (const AlignedBuffer* buffer : {&b.x, &b.normed, &b.branch, &b.up,
-                                      &b.gate, &b.logits, &b.scratch}) {
+  for (const AlignedBuffer* buffer :
+       {&b.x, &b.normed, &b.branch, &b.up, &b.gate, &b.logits, &b.scratch}) {
     bytes = AddSat(bytes, buffer->size());
   }
   return bytes;
@@ -179,9 +178,9 @@ Status LmBatch::Impl::Reserve(int64_t rows, int64_t logits) {
   const uint64_t held = HeldBytes() - b.x.size() - b.normed.size() -
                         b.branch.size() - b.up.size() - b.gate.size() -
                         b.logits.size();
-  ATTN_RETURN_IF_ERROR(workspace.Allocate(
-      "the buffers of a step of " + Str(rows) + " tokens", held,
-      m->max_memory_bytes));
+  ATTN_RETURN_IF_ERROR(
+      workspace.Allocate("the buffers of a step of " + Str(rows) + " tokens",
+                         held, m->max_memory_bytes));
   rows_allocated = rows;
   logit_rows_allocated = logits;
   return {};
@@ -225,8 +224,8 @@ void LmBatch::Impl::RunLinear(const lm::Linear& linear, const float* x,
                               int64_t rows, float* y) const {
   const float* bias = linear.bias.empty() ? nullptr : linear.bias.data();
   if (rows <= int64_t(kernels::kRowsLinearMaxRows)) {
-    kernels::RowsLinear(x, size_t(rows), size_t(linear.in), linear.weight,
-                        bias, size_t(linear.out), y, m->num_threads);
+    kernels::RowsLinear(x, size_t(rows), size_t(linear.in), linear.weight, bias,
+                        size_t(linear.out), y, m->num_threads);
     return;
   }
   const Plan& plan = plans.at(std::make_pair(&linear, rows));
@@ -258,8 +257,8 @@ void LmBatch::Impl::Norm(const lm::Norm& norm, const float* x, int64_t rows,
     kernels::RmsNorm(x, norm.scale.data(), y, size_t(rows), e, eps,
                      m->num_threads);
   } else {
-    kernels::LayerNorm(x, norm.scale.data(), norm.shift.data(), y,
-                       size_t(rows), e, eps, m->num_threads);
+    kernels::LayerNorm(x, norm.scale.data(), norm.shift.data(), y, size_t(rows),
+                       e, eps, m->num_threads);
   }
 }
 
@@ -350,10 +349,10 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
       options.max_length ? options.max_length : c.context_length;
   // Every layer's cache, checked as one request before any is made.
   const uint64_t head_dim = c.emb_dim / c.num_heads;
-  const uint64_t cache_bytes = MulSat(
-      MulSat(2 * sizeof(float) * uint64_t(c.num_layers),
-             uint64_t(options.max_sequences) * uint64_t(c.num_kv_heads)),
-      MulSat(uint64_t(capacity), kernels::DecodePaddedDim(head_dim)));
+  const uint64_t cache_bytes =
+      MulSat(MulSat(2 * sizeof(float) * uint64_t(c.num_layers),
+                    uint64_t(options.max_sequences) * uint64_t(c.num_kv_heads)),
+             MulSat(uint64_t(capacity), kernels::DecodePaddedDim(head_dim)));
   ATTN_RETURN_IF_ERROR(CheckMemory(
       "the KV caches of " + Str(options.max_sequences) + " sequences x " +
           Str(capacity) + " tokens in " + Str(c.num_layers) + " layers",

@@ -46,83 +46,80 @@ constexpr Form kT = Form::kTransposed;
 constexpr Form kP = Form::kThird;
 
 // Entries in Role order.
-const Layout kBookGpt = {
-    "book-gpt",
-    LmArchitecture::kGpt2,
-    {{{"tok_emb.weight"},
-      {"pos_emb.weight"},
-      {"trf_blocks.{i}.norm1.scale"},
-      {"trf_blocks.{i}.norm1.shift"},
-      {"trf_blocks.{i}.att.W_query.weight"},
-      {"trf_blocks.{i}.att.W_key.weight"},
-      {"trf_blocks.{i}.att.W_value.weight"},
-      {"trf_blocks.{i}.att.W_query.bias"},
-      {"trf_blocks.{i}.att.W_key.bias"},
-      {"trf_blocks.{i}.att.W_value.bias"},
-      {"trf_blocks.{i}.att.out_proj.weight"},
-      {"trf_blocks.{i}.att.out_proj.bias"},
-      {"trf_blocks.{i}.norm2.scale"},
-      {"trf_blocks.{i}.norm2.shift"},
-      {"trf_blocks.{i}.ff.layers.0.weight"},
-      {"trf_blocks.{i}.ff.layers.0.bias"},
-      {},
-      {"trf_blocks.{i}.ff.layers.2.weight"},
-      {"trf_blocks.{i}.ff.layers.2.bias"},
-      {"final_norm.scale"},
-      {"final_norm.shift"},
-      {"out_head.weight"}}}};
+const Layout kBookGpt = {"book-gpt",
+                         LmArchitecture::kGpt2,
+                         {{{"tok_emb.weight"},
+                           {"pos_emb.weight"},
+                           {"trf_blocks.{i}.norm1.scale"},
+                           {"trf_blocks.{i}.norm1.shift"},
+                           {"trf_blocks.{i}.att.W_query.weight"},
+                           {"trf_blocks.{i}.att.W_key.weight"},
+                           {"trf_blocks.{i}.att.W_value.weight"},
+                           {"trf_blocks.{i}.att.W_query.bias"},
+                           {"trf_blocks.{i}.att.W_key.bias"},
+                           {"trf_blocks.{i}.att.W_value.bias"},
+                           {"trf_blocks.{i}.att.out_proj.weight"},
+                           {"trf_blocks.{i}.att.out_proj.bias"},
+                           {"trf_blocks.{i}.norm2.scale"},
+                           {"trf_blocks.{i}.norm2.shift"},
+                           {"trf_blocks.{i}.ff.layers.0.weight"},
+                           {"trf_blocks.{i}.ff.layers.0.bias"},
+                           {},
+                           {"trf_blocks.{i}.ff.layers.2.weight"},
+                           {"trf_blocks.{i}.ff.layers.2.bias"},
+                           {"final_norm.scale"},
+                           {"final_norm.shift"},
+                           {"out_head.weight"}}}};
 
-const Layout kHfGpt2 = {
-    "hf-gpt2",
-    LmArchitecture::kGpt2,
-    {{{"wte.weight"},
-      {"wpe.weight"},
-      {"h.{i}.ln_1.weight"},
-      {"h.{i}.ln_1.bias"},
-      {"h.{i}.attn.c_attn.weight", kP, 0},
-      {"h.{i}.attn.c_attn.weight", kP, 1},
-      {"h.{i}.attn.c_attn.weight", kP, 2},
-      {"h.{i}.attn.c_attn.bias", kP, 0},
-      {"h.{i}.attn.c_attn.bias", kP, 1},
-      {"h.{i}.attn.c_attn.bias", kP, 2},
-      {"h.{i}.attn.c_proj.weight", kT},
-      {"h.{i}.attn.c_proj.bias"},
-      {"h.{i}.ln_2.weight"},
-      {"h.{i}.ln_2.bias"},
-      {"h.{i}.mlp.c_fc.weight", kT},
-      {"h.{i}.mlp.c_fc.bias"},
-      {},
-      {"h.{i}.mlp.c_proj.weight", kT},
-      {"h.{i}.mlp.c_proj.bias"},
-      {"ln_f.weight"},
-      {"ln_f.bias"},
-      {"lm_head.weight"}}}};
+const Layout kHfGpt2 = {"hf-gpt2",
+                        LmArchitecture::kGpt2,
+                        {{{"wte.weight"},
+                          {"wpe.weight"},
+                          {"h.{i}.ln_1.weight"},
+                          {"h.{i}.ln_1.bias"},
+                          {"h.{i}.attn.c_attn.weight", kP, 0},
+                          {"h.{i}.attn.c_attn.weight", kP, 1},
+                          {"h.{i}.attn.c_attn.weight", kP, 2},
+                          {"h.{i}.attn.c_attn.bias", kP, 0},
+                          {"h.{i}.attn.c_attn.bias", kP, 1},
+                          {"h.{i}.attn.c_attn.bias", kP, 2},
+                          {"h.{i}.attn.c_proj.weight", kT},
+                          {"h.{i}.attn.c_proj.bias"},
+                          {"h.{i}.ln_2.weight"},
+                          {"h.{i}.ln_2.bias"},
+                          {"h.{i}.mlp.c_fc.weight", kT},
+                          {"h.{i}.mlp.c_fc.bias"},
+                          {},
+                          {"h.{i}.mlp.c_proj.weight", kT},
+                          {"h.{i}.mlp.c_proj.bias"},
+                          {"ln_f.weight"},
+                          {"ln_f.bias"},
+                          {"lm_head.weight"}}}};
 
-const Layout kBookLlama = {
-    "book-llama",
-    LmArchitecture::kLlama,
-    {{{"tok_emb.weight"},
-      {},
-      {"trf_blocks.{i}.norm1.weight"},
-      {},
-      {"trf_blocks.{i}.att.W_query.weight"},
-      {"trf_blocks.{i}.att.W_key.weight"},
-      {"trf_blocks.{i}.att.W_value.weight"},
-      {"trf_blocks.{i}.att.W_query.bias"},
-      {"trf_blocks.{i}.att.W_key.bias"},
-      {"trf_blocks.{i}.att.W_value.bias"},
-      {"trf_blocks.{i}.att.out_proj.weight"},
-      {"trf_blocks.{i}.att.out_proj.bias"},
-      {"trf_blocks.{i}.norm2.weight"},
-      {},
-      {"trf_blocks.{i}.ff.fc1.weight"},
-      {},
-      {"trf_blocks.{i}.ff.fc2.weight"},
-      {"trf_blocks.{i}.ff.fc3.weight"},
-      {},
-      {"final_norm.weight"},
-      {},
-      {"out_head.weight"}}}};
+const Layout kBookLlama = {"book-llama",
+                           LmArchitecture::kLlama,
+                           {{{"tok_emb.weight"},
+                             {},
+                             {"trf_blocks.{i}.norm1.weight"},
+                             {},
+                             {"trf_blocks.{i}.att.W_query.weight"},
+                             {"trf_blocks.{i}.att.W_key.weight"},
+                             {"trf_blocks.{i}.att.W_value.weight"},
+                             {"trf_blocks.{i}.att.W_query.bias"},
+                             {"trf_blocks.{i}.att.W_key.bias"},
+                             {"trf_blocks.{i}.att.W_value.bias"},
+                             {"trf_blocks.{i}.att.out_proj.weight"},
+                             {"trf_blocks.{i}.att.out_proj.bias"},
+                             {"trf_blocks.{i}.norm2.weight"},
+                             {},
+                             {"trf_blocks.{i}.ff.fc1.weight"},
+                             {},
+                             {"trf_blocks.{i}.ff.fc2.weight"},
+                             {"trf_blocks.{i}.ff.fc3.weight"},
+                             {},
+                             {"final_norm.weight"},
+                             {},
+                             {"out_head.weight"}}}};
 
 // A layout and the prefix of its names in one file ("transformer." for
 // some Hugging Face GPT-2 files; never before lm_head.weight).
@@ -207,8 +204,8 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
     const TensorInfo* info = file->Find(name);
     if (!info) {
       return InvalidArgument("tensor '" + name + "' is missing from '" +
-                             file->path() + "' (layout " +
-                             layout.layout->name + ")");
+                             file->path() + "' (layout " + layout.layout->name +
+                             ")");
     }
     std::vector<int64_t> want = FileShape(t, rows, cols);
     // A position table may be longer than the context used.
@@ -217,13 +214,12 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
       want[0] = info->shape[0];
     }
     if (info->shape != want) {
-      return InvalidArgument("tensor '" + name + "' in '" + file->path() +
-                             "' is " + ShapeString(info->shape) + ", want " +
-                             ShapeString(want) +
-                             (t.form == Form::kPlain
-                                  ? ""
-                                  : " (Conv1D: [in, out] for " +
-                                        ShapeOf(rows, cols) + ")"));
+      return InvalidArgument(
+          "tensor '" + name + "' in '" + file->path() + "' is " +
+          ShapeString(info->shape) + ", want " + ShapeString(want) +
+          (t.form == Form::kPlain
+               ? ""
+               : " (Conv1D: [in, out] for " + ShapeOf(rows, cols) + ")"));
     }
     ATTN_ASSIGN_OR_RETURN(std::vector<float> values, file->ReadF32(name));
     values.resize(static_cast<size_t>(rows * (cols ? cols : 1)) *
@@ -323,9 +319,9 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
   c.emb_dim = emb->shape[1];
   c.num_layers = CountLayers(file, layout);
   if (c.num_layers == 0) {
-    return InvalidArgument("'" + file.path() + "' has no transformer block: " +
-                           "tensor '" + layout.Name(Role::kNorm1Scale, 0) +
-                           "' is missing");
+    return InvalidArgument("'" + file.path() +
+                           "' has no transformer block: " + "tensor '" +
+                           layout.Name(Role::kNorm1Scale, 0) + "' is missing");
   }
   c.hidden_dim = RoleShape(file, layout, Role::kUp).first;
   c.qkv_bias = file.Find(layout.Name(Role::kQueryBias, 0)) != nullptr;
@@ -361,7 +357,7 @@ Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
   c.sliding_window = dims.sliding_window;
   const int64_t head_dim = c.emb_dim / c.num_heads;
   const int64_t kv_rows = RoleShape(file, layout, Role::kKey).first;
-  c.num_kv_heads = dims.num_kv_heads ? dims.num_kv_heads
+  c.num_kv_heads = dims.num_kv_heads                     ? dims.num_kv_heads
                    : head_dim && kv_rows % head_dim == 0 ? kv_rows / head_dim
                                                          : c.num_heads;
   return {};
@@ -376,11 +372,10 @@ Status CheckFamily(const SafetensorsFile& file, const FileLayout& layout,
     const int64_t positions = pos && pos->shape.size() == 2 ? pos->shape[0] : 0;
     if (c.context_length == 0) c.context_length = positions;
     if (c.context_length > positions) {
-      return InvalidArgument("context_length " +
-                             std::to_string(c.context_length) + " exceeds " +
-                             std::to_string(positions) + " rows of '" +
-                             layout.Name(Role::kPosEmb, 0) + "' in '" +
-                             file.path() + "'");
+      return InvalidArgument(
+          "context_length " + std::to_string(c.context_length) + " exceeds " +
+          std::to_string(positions) + " rows of '" +
+          layout.Name(Role::kPosEmb, 0) + "' in '" + file.path() + "'");
     }
     if (c.rope.theta != 0.0) {
       return InvalidArgument("rope_theta is set for '" + file.path() +

@@ -3,6 +3,8 @@
 // seeded generator. Each block's attention is an MhaModel, so it runs the one
 // attention operator; the other linears keep their [out, in] weights for
 // steps of a few rows and a packed copy for longer ones.
+#include "engine/lm_model.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,7 +17,6 @@
 #include "attn/attn.hpp"
 #include "attn/lm.hpp"
 #include "engine/limits.h"
-#include "engine/lm_model.h"
 #include "engine/model_config.h"
 #include "engine/threads.h"
 #include "kernels/matmul.h"
@@ -31,10 +32,10 @@ Result<kernels::MatMul> LinearMatMul(const Linear& linear, int64_t rows,
   // strides oneDNN picks its packed layout.
   kernels::Operand weights{{linear.in, linear.out}, {}, DataType::kF32};
   if (!packed) weights.strides = {1, linear.in};
-  return kernels::MatMul::Create(
-      {{rows, linear.in}, {}, DataType::kF32}, weights,
-      linear.bias.empty() ? nullptr : &bias,
-      {{rows, linear.out}, {}, DataType::kF32}, kernels::Threading::kTeam);
+  return kernels::MatMul::Create({{rows, linear.in}, {}, DataType::kF32},
+                                 weights, linear.bias.empty() ? nullptr : &bias,
+                                 {{rows, linear.out}, {}, DataType::kF32},
+                                 kernels::Threading::kTeam);
 }
 
 namespace {
@@ -63,10 +64,12 @@ Status CheckSizes(const LmConfig& c) {
 uint64_t ModelFloats(const LmConfig& c) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
   const uint64_t kv = c.num_kv_heads * (e / c.num_heads);
-  const uint64_t ff = (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
+  const uint64_t ff =
+      (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
   const uint64_t layer = 2 * (e * (e + 2 * kv) + e * e + ff) + 4 * e + 2 * h;
   const uint64_t embeddings =
-      v * e + (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
+      v * e +
+      (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
   const uint64_t head = (c.tied_head ? 1 : 2) * v * e;
   return AddSat(MulSat(layer, c.num_layers), AddSat(embeddings, head));
 }
@@ -154,12 +157,13 @@ Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
                         const MhaOptions& options) {
   const int64_t e = c.emb_dim, h = c.hidden_dim;
   Layer layer;
-  ATTN_ASSIGN_OR_RETURN(layer.norm1,
-                        MakeNorm(w, Role::kNorm1Scale, Role::kNorm1Shift, l, e));
+  ATTN_ASSIGN_OR_RETURN(
+      layer.norm1, MakeNorm(w, Role::kNorm1Scale, Role::kNorm1Shift, l, e));
   ATTN_ASSIGN_OR_RETURN(layer.attention, MakeAttention(c, w, l, options));
-  ATTN_ASSIGN_OR_RETURN(layer.norm2,
-                        MakeNorm(w, Role::kNorm2Scale, Role::kNorm2Shift, l, e));
-  ATTN_ASSIGN_OR_RETURN(layer.up, MakeLinear(w, Role::kUp, Role::kUpBias, l, e, h));
+  ATTN_ASSIGN_OR_RETURN(
+      layer.norm2, MakeNorm(w, Role::kNorm2Scale, Role::kNorm2Shift, l, e));
+  ATTN_ASSIGN_OR_RETURN(layer.up,
+                        MakeLinear(w, Role::kUp, Role::kUpBias, l, e, h));
   if (c.architecture == LmArchitecture::kLlama) {
     ATTN_ASSIGN_OR_RETURN(layer.gate,
                           MakeLinear(w, Role::kGate, std::nullopt, l, e, h));
@@ -170,8 +174,8 @@ Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
 }
 
 // Fills `m` from `w` for config `c` (sizes checked), within the memory cap.
-Status Build(const LmConfig& c, const WeightSource& w,
-             const LmOptions& options, ModelData& m) {
+Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
+             ModelData& m) {
   ATTN_RETURN_IF_ERROR(CheckSizes(c));
   ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
   if (options.dtype != DType::kF32) {
@@ -198,8 +202,7 @@ Status Build(const LmConfig& c, const WeightSource& w,
     m.layers.push_back(std::move(layer));
   }
   ATTN_ASSIGN_OR_RETURN(
-      m.final_norm,
-      MakeNorm(w, Role::kFinalScale, Role::kFinalShift, 0, e));
+      m.final_norm, MakeNorm(w, Role::kFinalScale, Role::kFinalShift, 0, e));
   if (c.tied_head) {
     m.head.in = e;
     m.head.out = c.vocab_size;
@@ -290,7 +293,8 @@ Result<std::shared_ptr<const LanguageModel>> LanguageModel::Random(
   c.layout = "random";
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
   auto impl = std::make_unique<Impl>();
-  ATTN_RETURN_IF_ERROR(lm::Build(c, lm::RandomWeights(c, seed), options, *impl));
+  ATTN_RETURN_IF_ERROR(
+      lm::Build(c, lm::RandomWeights(c, seed), options, *impl));
   return std::shared_ptr<const LanguageModel>(
       new LanguageModel(std::move(impl)));
 }

@@ -52,9 +52,28 @@ struct Layer {
 // What each tensor of a model is, whatever a file calls it: per layer from
 // kNorm1Scale to kDownBias, once per model otherwise.
 enum class Role {
-  kTokEmb, kPosEmb, kNorm1Scale, kNorm1Shift, kQuery, kKey, kValue,
-  kQueryBias, kKeyBias, kValueBias, kOut, kOutBias, kNorm2Scale, kNorm2Shift,
-  kUp, kUpBias, kGate, kDown, kDownBias, kFinalScale, kFinalShift, kHead,
+  kTokEmb,
+  kPosEmb,
+  kNorm1Scale,
+  kNorm1Shift,
+  kQuery,
+  kKey,
+  kValue,
+  kQueryBias,
+  kKeyBias,
+  kValueBias,
+  kOut,
+  kOutBias,
+  kNorm2Scale,
+  kNorm2Shift,
+  kUp,
+  kUpBias,
+  kGate,
+  kDown,
+  kDownBias,
+  kFinalScale,
+  kFinalShift,
+  kHead,
 };
 
 // A model's weights by role: `fetch(role, layer, rows, cols)` gives the
