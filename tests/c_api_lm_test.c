@@ -522,10 +522,12 @@ static void TestSampler(void) {
                 "attn_sampler_options.struct_size is 0");
   options.struct_size = sizeof options;
   options.temperature = -1;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_sampler_create(&options, &s), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_sampler_create(&options, &s),
+                "temperature is -1");
   options.temperature = 1;
   options.top_p = 2;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_sampler_create(&options, &s), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_sampler_create(&options, &s),
+                "top_p is 2");
   EXPECT(s == NULL);
   EXPECT_STATUS(ATTN_OK, attn_sampler_create(NULL, &s), "");
   EXPECT_STATUS(ATTN_OK, attn_sampler_sample(s, logits, 4, &token), "");
