@@ -11,7 +11,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <iterator>
+#include <queue>
+#include <tuple>
 #include <utility>
 
 #include "nlohmann/json.hpp"
@@ -185,6 +188,12 @@ std::string EncodeUtf8(char32_t cp) {
 // ---------------------------------------------------------------------------
 // Reading the files.
 
+// Two hex digits.
+std::string Hex(unsigned char byte) {
+  static const char kDigits[] = "0123456789abcdef";
+  return {kDigits[byte >> 4], kDigits[byte & 0xF]};
+}
+
 // `text` in single quotes with control bytes escaped, so that a message
 // stays one line; cut after `max_bytes` (tokens, lines and pieces can be
 // long, paths are given whole).
@@ -196,8 +205,7 @@ std::string Quote(std::string_view text, size_t max_bytes = SIZE_MAX) {
       out += c;
       continue;
     }
-    static const char kHex[] = "0123456789abcdef";
-    out += std::string("\\x") + kHex[u >> 4] + kHex[u & 0xF];
+    out += "\\x" + Hex(u);
   }
   return out + (text.size() > max_bytes ? "...'" : "'");
 }
@@ -224,8 +232,7 @@ Result<std::string> ReadSmallFile(const std::string& path) {
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     return IoError(what +
-                   " is not a regular file (a directory, FIFO or "
-                   "device)");
+                   " is not a regular file (a directory, FIFO or device)");
   }
   const std::string limit = "the limit of " + std::to_string(kMaxFileBytes);
   if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
@@ -356,6 +363,98 @@ Result<Vocab> ParseVocab(const std::string& text, const std::string& path) {
 
 uint64_t PairKey(int32_t a, int32_t b) {
   return (uint64_t{static_cast<uint32_t>(a)} << 32) | static_cast<uint32_t>(b);
+}
+
+// ---------------------------------------------------------------------------
+// BPE merging.
+
+constexpr size_t kNone = SIZE_MAX;
+
+// A piece's symbols, joined in place. Node i keeps index i, its place in the
+// piece, so that pairs of equal rank can be taken left to right.
+class SymbolList {
+ public:
+  explicit SymbolList(std::vector<int32_t> ids)
+      : ids_(std::move(ids)), prev_(ids_.size()), next_(ids_.size()) {
+    for (size_t i = 0; i < ids_.size(); ++i) {
+      prev_[i] = i > 0 ? i - 1 : kNone;
+      next_[i] = i + 1 < ids_.size() ? i + 1 : kNone;
+    }
+  }
+  size_t size() const { return ids_.size(); }
+  int32_t id(size_t i) const { return ids_[i]; }
+  size_t prev(size_t i) const { return prev_[i]; }
+  size_t next(size_t i) const { return next_[i]; }
+  // Whether node i (not joined away) holds `left`, and `right` follows it.
+  bool Holds(size_t i, int32_t left, int32_t right) const {
+    return ids_[i] == left && next_[i] != kNone && ids_[next_[i]] == right;
+  }
+  // Node i becomes `merged`, taking in the node after it (left as -1).
+  void Join(size_t i, int32_t merged) {
+    const size_t gone = next_[i];
+    ids_[i] = merged;
+    ids_[gone] = -1;
+    next_[i] = next_[gone];
+    if (next_[i] != kNone) prev_[next_[i]] = i;
+  }
+  std::vector<int64_t> Ids() const {
+    std::vector<int64_t> ids;
+    for (const int32_t id : ids_) {
+      if (id >= 0) ids.push_back(id);
+    }
+    return ids;
+  }
+
+ private:
+  std::vector<int32_t> ids_;
+  std::vector<size_t> prev_, next_;
+};
+
+// A ranked pair: `left` at node `pos`, `right` after it when it was found.
+struct Candidate {
+  int64_t rank;
+  size_t pos;
+  int32_t left, right, merged;
+  bool operator>(const Candidate& o) const {
+    return std::tie(rank, pos) > std::tie(o.rank, o.pos);
+  }
+};
+
+// encoder.py's bpe(), in O(n log n) rather than its O(n^2) (a long prompt
+// without spaces is one piece): while some adjacent pair has a rank, join
+// every occurrence of the lowest-ranked one, left to right without overlap.
+// The pairs a step makes wait until it ends, as in encoder.py, where they
+// only count from the next step; entries that joins have made stale are
+// skipped. `rule(left, right)` gives a pair's Merge, or nullptr.
+template <class Rule>
+std::vector<int64_t> JoinPairs(std::vector<int32_t> symbols, const Rule& rule) {
+  SymbolList list(std::move(symbols));
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  const auto push = [&](size_t pos) {
+    if (pos == kNone || list.next(pos) == kNone) return;
+    const int32_t left = list.id(pos), right = list.id(list.next(pos));
+    if (const auto* merge = rule(left, right)) {
+      heap.push({merge->rank, pos, left, right, merge->merged});
+    }
+  };
+  for (size_t i = 0; i < list.size(); ++i) push(i);
+  std::vector<size_t> joined;
+  while (!heap.empty()) {
+    // A rank names one pair, so this step joins that pair only.
+    const int64_t rank = heap.top().rank;
+    joined.clear();
+    for (; !heap.empty() && heap.top().rank == rank; heap.pop()) {
+      const Candidate& c = heap.top();
+      if (!list.Holds(c.pos, c.left, c.right)) continue;
+      list.Join(c.pos, c.merged);
+      joined.push_back(c.pos);
+    }
+    for (const size_t pos : joined) {
+      push(list.prev(pos));
+      push(pos);
+    }
+  }
+  return list.Ids();
 }
 
 }  // namespace
@@ -500,22 +599,7 @@ Result<std::vector<int64_t>> Gpt2Tokenizer::Encode(
   return ids;
 }
 
-const Gpt2Tokenizer::Merge* Gpt2Tokenizer::BestMerge(
-    const std::vector<int32_t>& symbols, size_t* first) const {
-  const Merge* best = nullptr;
-  for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-    const auto it = merges_.find(PairKey(symbols[i], symbols[i + 1]));
-    if (it != merges_.end() && (!best || it->second.rank < best->rank)) {
-      best = &it->second;
-      *first = i;
-    }
-  }
-  return best;
-}
-
-// encoder.py's bpe(): while some adjacent pair has a rank, join every
-// occurrence of the lowest-ranked one, left to right without overlap. Its
-// leftmost occurrence is at `first`, since a rank names one pair.
+// The piece's bytes as GPT-2's characters, joined (JoinPairs).
 Result<std::vector<int64_t>> Gpt2Tokenizer::EncodePiece(
     std::string_view piece) const {
   // Merges name known tokens only, so a byte whose character the
@@ -524,26 +608,17 @@ Result<std::vector<int64_t>> Gpt2Tokenizer::EncodePiece(
   for (const char c : piece) {
     const auto byte = static_cast<unsigned char>(c);
     if (byte_ids_[byte] < 0) {
-      static const char kHex[] = "0123456789abcdef";
       return InvalidArgument("cannot encode " + QuoteText(piece) +
                              ": the vocabulary has no token for byte 0x" +
-                             kHex[byte >> 4] + kHex[byte & 0xF]);
+                             Hex(byte));
     }
     symbols.push_back(byte_ids_[byte]);
   }
-  size_t first = 0;
-  while (const Merge* merge = BestMerge(symbols, &first)) {
-    const int32_t a = symbols[first], b = symbols[first + 1];
-    std::vector<int32_t> joined(symbols.begin(), symbols.begin() + first);
-    for (size_t i = first; i < symbols.size(); ++i) {
-      const bool pair =
-          i + 1 < symbols.size() && symbols[i] == a && symbols[i + 1] == b;
-      joined.push_back(pair ? merge->merged : symbols[i]);
-      i += pair ? 1 : 0;
-    }
-    symbols = std::move(joined);
-  }
-  return std::vector<int64_t>(symbols.begin(), symbols.end());
+  return JoinPairs(std::move(symbols),
+                   [this](int32_t left, int32_t right) -> const Merge* {
+                     const auto it = merges_.find(PairKey(left, right));
+                     return it == merges_.end() ? nullptr : &it->second;
+                   });
 }
 
 Result<std::string> Gpt2Tokenizer::Decode(int64_t id) const {

@@ -65,9 +65,6 @@ class Gpt2Tokenizer {
       std::string_view text, const std::string& path,
       const std::unordered_map<std::string, int32_t>& ids);
   Result<std::vector<int64_t>> EncodePiece(std::string_view piece) const;
-  // The lowest-ranked pair of adjacent symbols, or nullptr.
-  const Merge* BestMerge(const std::vector<int32_t>& symbols,
-                         size_t* first) const;
 
   std::vector<std::string> tokens_;  // by id; empty where no token has it
   Merges merges_;
