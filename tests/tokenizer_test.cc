@@ -242,6 +242,18 @@ TEST(Gpt2TokenizerTest, RepeatedPairTakesItsLaterRank) {
   EXPECT_EQ(EncodeOrDie(LoadOrDie(dir), "abc"), (Ids{257, 'c'}));
 }
 
+TEST(Gpt2TokenizerTest, PairsAStepMakesWaitForTheNextStep) {
+  TempDir dir;
+  nlohmann::json vocab = VocabJson();
+  vocab["aba"] = 263;
+  // "ab a" outranks "a b", which makes it: encoder.py joins every "a b"
+  // first, so "abab" is ab|ab, not aba|b.
+  WriteTokenizer(dir, false, vocab, {"ab a", "a b"});
+  const Gpt2Tokenizer tokenizer = LoadOrDie(dir);
+  EXPECT_EQ(EncodeOrDie(tokenizer, "abab"), (Ids{257, 257}));
+  EXPECT_EQ(EncodeOrDie(tokenizer, "aba"), (Ids{263}));
+}
+
 TEST(Gpt2TokenizerTest, UnknownIdsAndBytesAreErrors) {
   TempDir dir;
   nlohmann::json vocab = VocabJson();
