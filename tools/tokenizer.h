@@ -40,8 +40,9 @@ class Gpt2Tokenizer {
 
   // The ids of `text`: its pieces (SplitGpt2Pieces), each piece's bytes as
   // GPT-2's printable characters, merged pair by pair (lowest rank first,
-  // every occurrence, left to right) as in encoder.py. Fails when a piece
-  // ends in a symbol the vocabulary lacks.
+  // every occurrence, left to right) as in encoder.py. Fails when the
+  // vocabulary lacks the character of a byte in `text` (merges name known
+  // tokens only, so no other symbol can be missing).
   Result<std::vector<int64_t>> Encode(std::string_view text) const;
 
   // The bytes of token `id`; a token may end inside a UTF-8 sequence, so
