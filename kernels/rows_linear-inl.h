@@ -79,11 +79,17 @@ HWY_INLINE void RowsLinearByColumn(D d, const float* x, size_t k,
                                    const float* w, const float* bias, size_t n,
                                    size_t j0, size_t j1, float* y) {
   using V = hn::Vec<D>;
-  constexpr size_t kAhead = 8, kBlock = 768;
+  constexpr size_t kAhead = 4, kBlock = 768;
   const size_t N = hn::Lanes(d);
   HWY_ALIGN float acc[kRowsLinearColumns * kRows * HWY_MAX_BYTES / 4];
+  // The block's slices of x, side by side: rows of a large k lie a multiple
+  // of 4 KiB apart, so in place they would share L1 sets with each other.
+  HWY_ALIGN float xb[kRows * kBlock];
   for (size_t k0 = 0; k0 < k; k0 += kBlock) {
     const size_t k1 = std::min(k, k0 + kBlock);
+    for (size_t r = 0; r < kRows; ++r) {
+      std::copy(x + r * k + k0, x + r * k + k1, xb + r * kBlock);
+    }
     for (size_t j = j0; j < j1; ++j) {
       const float* wj = w + j * k;
       float* a = acc + (j - j0) * kRows * N;
@@ -96,13 +102,15 @@ HWY_INLINE void RowsLinearByColumn(D d, const float* x, size_t k,
         hwy::Prefetch(wj + kAhead * k + i);
         const V wv = hn::LoadU(d, wj + i);
         for (size_t r = 0; r < kRows; ++r) {
-          sum[r] = hn::MulAdd(hn::LoadU(d, x + r * k + i), wv, sum[r]);
+          sum[r] =
+              hn::MulAdd(hn::Load(d, xb + r * kBlock + i - k0), wv, sum[r]);
         }
       }
       if (i < k1) {  // k's tail, zero-filled (blocks are whole vectors)
         const V wv = LoadTail(d, wj + i, k1 - i);
         for (size_t r = 0; r < kRows; ++r) {
-          sum[r] = hn::MulAdd(LoadTail(d, x + r * k + i, k1 - i), wv, sum[r]);
+          sum[r] = hn::MulAdd(LoadTail(d, xb + r * kBlock + i - k0, k1 - i), wv,
+                              sum[r]);
         }
       }
       for (size_t r = 0; r < kRows; ++r) hn::Store(sum[r], d, a + r * N);
