@@ -335,6 +335,29 @@ Status MhaDecoder::Truncate(int64_t sequence, int64_t length) {
   return {};
 }
 
+Status MhaDecoder::Copy(int64_t from, int64_t to) {
+  Impl& d = *impl_;
+  for (const int64_t sequence : {from, to}) {
+    if (sequence < 0 || sequence >= d.B) {
+      return InvalidArgument("sequence " + Str(sequence) +
+                             " is out of range [0, " + Str(d.B) + ")");
+    }
+  }
+  if (from == to) return {};
+  const KvCache cache = d.Cache();
+  const size_t bytes =
+      static_cast<size_t>(d.lengths[from] * d.Dp) * sizeof(float);
+  for (float* base : {cache.k, cache.v}) {
+    for (int64_t h = 0; h < d.Hkv; ++h) {
+      const int64_t head = h * cache.head_stride;
+      std::memcpy(base + to * cache.batch_stride + head,
+                  base + from * cache.batch_stride + head, bytes);
+    }
+  }
+  d.lengths[to] = d.lengths[from];
+  return {};
+}
+
 int64_t MhaDecoder::batch() const { return impl_->B; }
 int64_t MhaDecoder::max_length() const { return impl_->capacity; }
 int64_t MhaDecoder::length(int64_t sequence) const {

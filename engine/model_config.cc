@@ -28,9 +28,6 @@ Result<int64_t> MetadataCount(const SafetensorsFile& file,
   return value;
 }
 
-namespace {
-
-// Metadata value `key` of `file` as a positive finite number; 0 when absent.
 Result<double> MetadataNumber(const SafetensorsFile& file,
                               const std::string& key) {
   const auto it = file.metadata().find(key);
@@ -47,6 +44,8 @@ Result<double> MetadataNumber(const SafetensorsFile& file,
   }
   return value;
 }
+
+namespace {
 
 Result<RopeConfig> MetadataRope(const SafetensorsFile& file) {
   RopeConfig rope;

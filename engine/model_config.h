@@ -18,6 +18,9 @@ namespace attn {
 // only); 0 when absent.
 Result<int64_t> MetadataCount(const SafetensorsFile& file,
                               const std::string& key);
+// Metadata value `key` of `file` as a positive finite number; 0 when absent.
+Result<double> MetadataNumber(const SafetensorsFile& file,
+                              const std::string& key);
 
 struct AttentionDims {
   int64_t num_heads = 0;

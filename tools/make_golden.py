@@ -1,11 +1,13 @@
 #!/usr/bin/python3
-"""Generate the PyTorch golden files for the chapter-3 causal MultiHeadAttention and Llama's GQA.
+"""Generate the PyTorch golden files: the book's attention, blocks and whole language models.
 
 Run with Debian's interpreter (it carries python3-torch and numpy):
 
-    /usr/bin/python3 tools/make_golden.py [--out DIR]     # DIR defaults to tests/golden
+    /usr/bin/python3 tools/make_golden.py [--out DIR] [--only mha|bad|graph|lm]
 
-Everything is seeded, so reruns reproduce the files byte for byte.  Each case
+DIR defaults to tests/golden; --only (re)writes one family and leaves the others alone (a
+rerun under another torch or CPU may change the low bits of the rest).  Everything is
+seeded, so reruns reproduce the files byte for byte.  Each attention case
 becomes DIR/mha_<name>.safetensors holding
 
   * the module's state_dict under PyTorch's names (W_query.weight, W_key.weight,
@@ -42,11 +44,49 @@ num_heads, context_length, n_layers, qkv_bias, tolerance, description, and for
 the Llama blocks num_kv_heads, rope_* and sliding_window as above.
 graph/block_too_long.safetensors has an input longer than context_length
 (expect_error="true").
+
+DIR/lm/<case>/ are whole language models (see LM_CASES), each a directory holding
+  * model.safetensors: the weights, under one of three layouts:
+      - the book's chapter-4 GPTModel (gpt_book_*): tok_emb.weight [V, e], pos_emb.weight
+        [ctx, e], trf_blocks.{i}. + the TransformerBlock names above (att.W_query/W_key/W_value
+        .weight [+ .bias with qkv_bias], att.out_proj.weight/.bias, ff.layers.0/.2.weight/.bias,
+        norm1/norm2.scale/.shift; gpt_book_1l also keeps the F32 att.mask buffers),
+        final_norm.scale/.shift, out_head.weight [V, e]; metadata num_heads, context_length;
+      - Hugging Face GPT-2 (hf_gpt2*), the same weights as a book GPTModel with qkv_bias, names
+        sorted: wte.weight, wpe.weight, h.{i}.ln_1/ln_2.weight/.bias, h.{i}.attn.c_attn.weight
+        [e, 3e] (Conv1D: [in, out], nn.Linear's transpose; q, k, v along out) and .bias [3e],
+        h.{i}.attn.c_proj.weight [e, e] / .bias, h.{i}.mlp.c_fc.weight [e, 4e] / .bias,
+        h.{i}.mlp.c_proj.weight [4e, e] / .bias, ln_f.weight/.bias, lm_head.weight [V, e];
+        hf_gpt2 adds the ignored buffers h.{i}.attn.bias (F32 [1, 1, ctx, ctx] lower-triangular
+        ones) and h.{i}.attn.masked_bias (F32 [], -1e4); hf_gpt2_prefixed puts "transformer."
+        before every name but lm_head.weight; hf_gpt2_tied has no lm_head.weight (the head is
+        wte).  Metadata only {"format": "pt"}: the hyper-parameters are in config.json beside it
+        (n_head, n_layer, n_embd, n_positions, n_ctx, vocab_size, layer_norm_epsilon 1e-5,
+        model_type "gpt2", activation_function "gelu_new", architectures, tie_word_embeddings);
+      - the book's Llama 3.2 Llama3Model (llama_*): tok_emb.weight, trf_blocks.{i}.
+        + norm1.weight, att.W_query/W_key/W_value/out_proj.weight (no biases), norm2.weight,
+        ff.fc1/fc2/fc3.weight, then final_norm.weight and out_head.weight (left out when tied to
+        tok_emb: llama_scaled_tied); metadata num_heads, num_kv_heads, context_length, rope_*
+        as above (RoPE at positions 0..T-1), rms_norm_eps;
+    stored F32, or F16/BF16 where LM_CASES says so (the logits computed from the rounded values);
+  * io.safetensors: input_ids I64 (I32 in gpt_book_1l) [b, T], prompts right-padded with 0;
+    lengths I64 [b], each row's prompt length, only where they differ (else all are T);
+    logits F32 [b, T, V], the fp32 eval forward of each row over its own prompt (zeros past
+    it); tokens I64 [b, N], the book's generate_text_simple (greedy, whole context recomputed,
+    lowest id on ties) run N = max_new_tokens steps on each row's own prompt; metadata
+    tolerance (pass: max|logits - expected| <= tolerance * max|expected logits|),
+    max_new_tokens, description.  Every case is checked against a float64 copy and an
+    independent float64 forward; greedy steps keep a clear gap between the best two logits.
+DIR/lm/bad/<case>/ hold a model.safetensors and an io.safetensors (input_ids only) that the
+engine must refuse, io metadata expect_error="true" and error_hint: token_out_of_range (an
+id == vocab_size), too_long (a prompt longer than context_length) and unknown_layout
+(tensor names of no known model; its model metadata says so too).
 """
 
 import argparse
 import copy
 import json
+import shutil
 import struct
 import zlib
 from pathlib import Path
@@ -55,7 +95,8 @@ import torch
 from torch import nn
 
 TOLERANCE = "1e-5"  # pass: max|out - expected| <= TOLERANCE * max(1, max|expected|)
-DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+          torch.int64: "I64", torch.int32: "I32"}
 INT_OF_SIZE = {8: torch.int64, 4: torch.int32, 2: torch.int16}  # numpy has no bfloat16: write the bits
 
 
@@ -325,6 +366,72 @@ class TransformerBlock(nn.Module):
     def forward(self, x):
         x = x + self.drop_shortcut(self.att(self.norm1(x)))
         return x + self.drop_shortcut(self.ff(self.norm2(x)))
+
+
+class GPTModel(nn.Module):
+    """The book's chapter-4 GPTModel: token plus position embeddings, dropout (identity in eval),
+    n_layers TransformerBlocks, the final LayerNorm and a bias-free output head."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.tok_emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"])
+        self.pos_emb = nn.Embedding(cfg["context_length"], cfg["emb_dim"])
+        self.drop_emb = nn.Dropout(cfg["drop_rate"])
+        self.trf_blocks = nn.Sequential(*[TransformerBlock(cfg["emb_dim"], cfg["context_length"], cfg["n_heads"],
+                                                           cfg["qkv_bias"], cfg["drop_rate"])
+                                          for _ in range(cfg["n_layers"])])
+        self.final_norm = LayerNorm(cfg["emb_dim"])
+        self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
+
+    def forward(self, in_idx):
+        batch_size, seq_len = in_idx.shape
+        tok_embeds = self.tok_emb(in_idx)
+        pos_embeds = self.pos_emb(torch.arange(seq_len, device=in_idx.device))
+        x = tok_embeds + pos_embeds
+        x = self.drop_emb(x)
+        x = self.trf_blocks(x)
+        x = self.final_norm(x)
+        return self.out_head(x)
+
+
+class Llama3Model(nn.Module):
+    """The book's Llama 3.2 model ("from GPT to Llama"): token embeddings (no position embeddings:
+    RoPE at positions 0..T-1 inside each block's attention), n_layers LlamaTransformerBlocks, the
+    final RMSNorm (eps 1e-5) and a bias-free output head, tied to tok_emb where cfg says so."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.tok_emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"])
+        self.trf_blocks = nn.Sequential(*[LlamaTransformerBlock(cfg["emb_dim"], cfg["hidden_dim"],
+                                                                cfg["context_length"], cfg["n_heads"],
+                                                                cfg["n_kv_groups"], cfg["rope"])
+                                          for _ in range(cfg["n_layers"])])
+        self.final_norm = RMSNorm(cfg["emb_dim"], eps=1e-5)
+        self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
+
+    def forward(self, in_idx):
+        x = self.tok_emb(in_idx)
+        x = self.trf_blocks(x)
+        x = self.final_norm(x)
+        return self.out_head(x)
+
+
+def generate_text_simple(model, idx, max_new_tokens, context_size):
+    """The book's generate_text_simple (greedy, the whole context recomputed each step), the argmax
+    taken over the logits rather than their softmax (the same token, lowest id on ties, without
+    softmax rounding making ties).  Returns (idx with the new tokens appended, the smallest gap
+    between the best and second-best logit over the steps)."""
+    min_gap = float("inf")
+    for _ in range(max_new_tokens):
+        idx_cond = idx[:, -context_size:]
+        with torch.no_grad():
+            logits = model(idx_cond)
+        logits = logits[:, -1, :]
+        top2 = torch.topk(logits, 2, dim=-1).values
+        min_gap = min(min_gap, (top2[:, 0] - top2[:, 1]).min().item())
+        idx_next = torch.argmax(logits, dim=-1, keepdim=True)
+        idx = torch.cat((idx, idx_next), dim=1)
+    return idx, min_gap
 
 
 def save_safetensors(path, tensors, metadata):
@@ -611,17 +718,349 @@ def make_graph_case(name, kind, b, T, emb, heads, ctx, qkv_bias, n_layers):
     return dict(module.state_dict()), x, y
 
 
+LM_TOLERANCE = "1e-4"  # pass: max|logits - expected| <= LM_TOLERANCE * max|expected logits|
+LM_NEW_TOKENS = 6  # greedy tokens per row ("max_new_tokens")
+
+# name: (family, cfg, options, description); family "gpt" (GPTModel: vocab_size, context_length,
+# emb_dim, n_heads, n_layers, qkv_bias) or "llama" (Llama3Model: ..., n_kv_groups, hidden_dim, rope).
+# options: b, T (the padded prompt width), lengths (each row's prompt length; absent: all T),
+# ids_dtype (of input_ids, I64 unless said), store (the weights' dtype), keep_mask (keep the book's
+# att.mask buffers), tied (out_head.weight is tok_emb.weight and is left out of the file),
+# hf (the Hugging Face GPT-2 twins written from the same model and prompts).
+LM_CASES = {
+    "gpt_book_1l": ("gpt", {"vocab_size": 64, "context_length": 16, "emb_dim": 32, "n_heads": 2, "n_layers": 1,
+                            "qkv_bias": False},
+                    {"b": 2, "T": 9, "ids_dtype": torch.int32, "keep_mask": True},
+                    "book GPTModel: vocab 64, emb 32, 2 heads, ctx 16, 1 layer, F32 with the att.mask "
+                    "buffer; I32 input_ids [2, 9], both rows full"),
+    "gpt_book_2l_bias": ("gpt", {"vocab_size": 96, "context_length": 24, "emb_dim": 32, "n_heads": 4,
+                                 "n_layers": 2, "qkv_bias": True},
+                         {"b": 3, "T": 12, "lengths": [12, 7, 1], "store": torch.float16, "emb_scale": 0.4,
+                          "signed_final_norm": True,
+                          "hf": ("hf_gpt2", "hf_gpt2_prefixed", "hf_gpt2_tied")},
+                         "book GPTModel: vocab 96, emb 32, 4 heads, ctx 24, 2 layers, qkv_bias, weights F16 "
+                         "(no mask buffer); prompts of 12, 7 and 1 tokens right-padded with 0"),
+    "gpt_book_3l": ("gpt", {"vocab_size": 80, "context_length": 20, "emb_dim": 32, "n_heads": 4, "n_layers": 3,
+                            "qkv_bias": False},
+                    {"b": 2, "T": 11, "store": torch.bfloat16},
+                    "book GPTModel: vocab 80, emb 32, 4 heads, ctx 20, 3 layers, weights BF16 (no mask "
+                    "buffer); both rows full"),
+    "llama_gqa": ("llama", {"vocab_size": 100, "context_length": 24, "emb_dim": 32, "n_heads": 4, "n_kv_groups": 2,
+                            "hidden_dim": 64, "n_layers": 2, "rope": ROPE},
+                  {"b": 2, "T": 14, "lengths": [14, 6], "store": torch.bfloat16},
+                  "book Llama3Model: vocab 100, emb 32, 4 heads of dim 8, 2 K/V heads, SwiGLU hidden 64, ctx 24, "
+                  "2 layers, RoPE theta 10000, weights BF16; prompts of 14 and 6 tokens"),
+    "llama_mqa": ("llama", {"vocab_size": 64, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_kv_groups": 1,
+                            "hidden_dim": 64, "n_layers": 1, "rope": ROPE},
+                  {"b": 3, "T": 8},
+                  "book Llama3Model: vocab 64, emb 32, 4 heads of dim 8 sharing 1 K/V head, hidden 64, ctx 16, "
+                  "1 layer, RoPE theta 10000, F32; all rows full"),
+    "llama_scaled_tied": ("llama", {"vocab_size": 120, "context_length": 32, "emb_dim": 32, "n_heads": 2,
+                                    "n_kv_groups": 1, "hidden_dim": 96, "n_layers": 1,
+                                    "rope": {**ROPE_SCALED, "original_context_length": 64}},
+                          {"b": 2, "T": 20, "lengths": [20, 13], "tied": True, "emb_scale": 0.4,
+                           "signed_final_norm": True},
+                          "book Llama3Model: vocab 120, emb 32, 2 heads of dim 16 sharing 1 K/V head, hidden 96, "
+                          "ctx 32, 1 layer, Llama 3.1 RoPE (theta 500000, factor 8, low 1, high 4, original 64: "
+                          "1 kept, 1 blended, 6 divided frequencies), head tied to tok_emb (no out_head.weight), "
+                          "F32; prompts of 20 and 13 tokens"),
+}
+HF_DESCRIPTIONS = {
+    "hf_gpt2": "gpt_book_2l_bias's weights (F16) under Hugging Face GPT-2 names with the attn.bias and "
+               "attn.masked_bias buffers; the same prompts, logits and tokens",
+    "hf_gpt2_prefixed": "hf_gpt2 with transformer. before every name but lm_head.weight (no buffers)",
+    "hf_gpt2_tied": "gpt_book_2l_bias's weights under GPT-2 names without lm_head.weight: the head is wte, "
+                    "so logits and tokens differ from hf_gpt2",
+}
+
+
+def gpt_metadata(cfg):
+    return {"num_heads": str(cfg["n_heads"]), "context_length": str(cfg["context_length"])}
+
+
+def llama_metadata(cfg):
+    meta = {"num_heads": str(cfg["n_heads"]), "num_kv_heads": str(cfg["n_kv_groups"]),
+            "context_length": str(cfg["context_length"])}
+    meta.update({"rope_" + key: str(value) for key, value in cfg["rope"].items()})
+    meta["rms_norm_eps"] = "1e-05"
+    return meta
+
+
+def build_lm(family, cfg, opts, seed):
+    """The seeded eval model: non-trivial norms, W_query and W_key x2 (attention not nearly uniform),
+    the head scaled so logits are O(1..10), weights rounded to the stored dtype."""
+    torch.manual_seed(seed)
+    model = (GPTModel({**cfg, "drop_rate": 0.1}) if family == "gpt" else Llama3Model(cfg)).eval()
+    perturb_norms(model)
+    with torch.no_grad():
+        for block in model.trf_blocks:
+            block.att.W_query.weight.mul_(2)
+            block.att.W_key.weight.mul_(2)
+            block.att.out_proj.weight.mul_(opts.get("block_scale", 1.0))
+            (block.ff.layers[2] if family == "gpt" else block.ff.fc3).weight.mul_(opts.get("block_scale", 1.0))
+        model.tok_emb.weight.mul_(opts.get("emb_scale", 1.0))
+        if opts.get("signed_final_norm"):  # else a tied head favours repeating the last token
+            w = model.final_norm.scale if family == "gpt" else model.final_norm.weight
+            w.mul_(torch.randint(0, 2, w.shape) * 2 - 1)
+        if opts.get("tied"):
+            model.out_head.weight = model.tok_emb.weight
+        else:
+            model.out_head.weight.mul_(4)
+        store = opts.get("store", torch.float32)
+        for p in model.parameters():  # the fp32 forward sees exactly what the file holds
+            p.copy_(p.to(store).float())
+    return model
+
+
+def tie_head(model):
+    """A copy of model whose out_head is its tok_emb (what a Hugging Face loader does without lm_head)."""
+    tied = copy.deepcopy(model)
+    tied.out_head.weight = tied.tok_emb.weight
+    return tied
+
+
+def gpt2_tensors(state, n_layers, tied, buffers_ctx=None):
+    """A book GPTModel's state_dict under Hugging Face GPT-2 names: Conv1D weights are [in, out]
+    (nn.Linear's transposed), c_attn concatenates q, k, v along out; with buffers_ctx, the ignored
+    attn.bias (F32 [1, 1, ctx, ctx] lower-triangular ones) and attn.masked_bias (F32 scalar -1e4)."""
+    t = {"wte.weight": state["tok_emb.weight"], "wpe.weight": state["pos_emb.weight"]}
+    for i in range(n_layers):
+        p, h = f"trf_blocks.{i}.", f"h.{i}."
+        t[h + "ln_1.weight"], t[h + "ln_1.bias"] = state[p + "norm1.scale"], state[p + "norm1.shift"]
+        if buffers_ctx:
+            t[h + "attn.bias"] = torch.tril(torch.ones(buffers_ctx, buffers_ctx)).view(1, 1, buffers_ctx, buffers_ctx)
+            t[h + "attn.masked_bias"] = torch.tensor(-1e4)
+        qkv = [p + f"att.W_{n}" for n in ("query", "key", "value")]
+        t[h + "attn.c_attn.weight"] = torch.cat([state[n + ".weight"].T for n in qkv], dim=1)
+        t[h + "attn.c_attn.bias"] = torch.cat([state.get(n + ".bias", torch.zeros_like(state[n + ".weight"][:, 0]))
+                                               for n in qkv])  # zeros: a model without qkv_bias
+        t[h + "attn.c_proj.weight"] = state[p + "att.out_proj.weight"].T
+        t[h + "attn.c_proj.bias"] = state[p + "att.out_proj.bias"]
+        t[h + "ln_2.weight"], t[h + "ln_2.bias"] = state[p + "norm2.scale"], state[p + "norm2.shift"]
+        t[h + "mlp.c_fc.weight"], t[h + "mlp.c_fc.bias"] = state[p + "ff.layers.0.weight"].T, state[p + "ff.layers.0.bias"]
+        t[h + "mlp.c_proj.weight"] = state[p + "ff.layers.2.weight"].T
+        t[h + "mlp.c_proj.bias"] = state[p + "ff.layers.2.bias"]
+    t["ln_f.weight"], t["ln_f.bias"] = state["final_norm.scale"], state["final_norm.shift"]
+    if not tied:
+        t["lm_head.weight"] = state["out_head.weight"]
+    return {k: v.contiguous() for k, v in sorted(t.items())}
+
+
+def gpt2_config(cfg, tied):
+    """A Hugging Face GPT-2 config.json for cfg."""
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+            "n_head": cfg["n_heads"], "n_layer": cfg["n_layers"], "n_embd": cfg["emb_dim"],
+            "n_positions": cfg["context_length"], "n_ctx": cfg["context_length"],
+            "vocab_size": cfg["vocab_size"], "layer_norm_epsilon": 1e-5, "tie_word_embeddings": tied}
+
+
+def reference_gpt2(t, ids, n_head, eps=1e-5):
+    """An independent float64 forward of one prompt ids [T] from GPT-2 named tensors: logits [T, V]."""
+    t = {k: v.double() for k, v in t.items()}
+    T = ids.shape[0]
+    x = t["wte.weight"][ids] + t["wpe.weight"][:T]
+    e, hd = x.shape[-1], x.shape[-1] // n_head
+
+    def ln(x, n):
+        mu = x.mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps) * t[n + ".weight"] + t[n + ".bias"]
+
+    def conv1d(x, n):
+        return x @ t[n + ".weight"] + t[n + ".bias"]
+
+    future = torch.arange(T)[None, :] > torch.arange(T)[:, None]
+    i = 0
+    while f"h.{i}.ln_1.weight" in t:
+        h = f"h.{i}."
+        q, k, v = [y.view(T, n_head, hd).transpose(0, 1) for y in conv1d(ln(x, h + "ln_1"), h + "attn.c_attn").split(e, -1)]
+        w = torch.softmax((q @ k.transpose(1, 2) / hd ** 0.5).masked_fill(future, -torch.inf), -1)
+        x = x + conv1d((w @ v).transpose(0, 1).reshape(T, e), h + "attn.c_proj")
+        m = conv1d(ln(x, h + "ln_2"), h + "mlp.c_fc")
+        m = 0.5 * m * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (m + 0.044715 * m ** 3)))
+        x = x + conv1d(m, h + "mlp.c_proj")
+        i += 1
+    return ln(x, "ln_f") @ t.get("lm_head.weight", t["wte.weight"]).T
+
+
+def reference_llama(state, ids, cfg, eps=1e-5):
+    """An independent float64 forward of one prompt ids [T] from Llama3Model's state_dict: logits [T, V]."""
+    st = {k: v.double() for k, v in state.items()}
+    x = st["tok_emb.weight"][ids][None]
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    for i in range(cfg["n_layers"]):
+        p = f"trf_blocks.{i}."
+        att = {k[len(p + "att."):]: v for k, v in st.items() if k.startswith(p + "att.")}
+        x = x + reference_gqa(att, rms(x, st[p + "norm1.weight"]), cfg["n_heads"], cfg["n_kv_groups"], cfg["rope"], None)
+        h = rms(x, st[p + "norm2.weight"])
+        x = x + (nn.functional.silu(h @ st[p + "ff.fc1.weight"].T) * (h @ st[p + "ff.fc2.weight"].T)) @ st[p + "ff.fc3.weight"].T
+    return (rms(x, st["final_norm.weight"]) @ st.get("out_head.weight", st["tok_emb.weight"]).T)[0]
+
+
+def lm_io(name, model, ids, lengths, reference):
+    """Logits [b, T, V] (each row over its own prompt, zeros beyond) and greedy tokens [b, N] of the
+    fp32 eval model, checked against its float64 copy and reference(row ids) -> float64 logits.
+    None when the case is ill-conditioned for a test: a greedy step whose best two logits are
+    closer than 1e-2 (or 1e-3 of the largest logit), or degenerate tokens (fewer than 3 distinct
+    tokens in a row)."""
+    b, T = ids.shape
+    ctx = model.trf_blocks[0].att.mask.shape[-1]
+    model64 = copy.deepcopy(model).double()
+    logits = torch.zeros(b, T, model.out_head.weight.shape[0])
+    tokens = torch.zeros(b, LM_NEW_TOKENS, dtype=torch.int64)
+    for r, n in enumerate(lengths):
+        prompt = ids[r:r + 1, :n]
+        with torch.no_grad():
+            y = model(prompt)[0]
+            y64 = model64(prompt)[0]
+        y_ref = reference(prompt[0])
+        bound = float(LM_TOLERANCE) * y.abs().max().item()
+        err64, err_ref = (y.double() - y64).abs().max().item(), (y.double() - y_ref).abs().max().item()
+        assert torch.isfinite(y).all() and err64 <= bound / 10, f"lm/{name}: fp32 vs fp64 error {err64:.3g}"
+        assert err_ref <= bound / 10, f"lm/{name}: reference error {err_ref:.3g}"
+        logits[r, :n] = y
+        out, gap = generate_text_simple(model, prompt, LM_NEW_TOKENS, ctx)
+        out64, _ = generate_text_simple(model64, prompt, LM_NEW_TOKENS, ctx)
+        assert torch.equal(out, out64), f"lm/{name}: fp32 and fp64 greedy tokens differ"
+        if gap < max(1e-2, 1e-3 * y.abs().max().item()) or len(set(out[0, n:].tolist())) < 3:
+            return None
+        tokens[r] = out[0, n:]
+    return logits, tokens
+
+
+def make_lm_case(name, family, cfg, opts):
+    """Seeded prompts and model (the first seed from crc32 whose io lm_io accepts, also for the
+    tied twin of an hf case); return (model, ids, lengths, {case: (logits, tokens)})."""
+    b, T = opts["b"], opts["T"]
+    lengths = opts.get("lengths", [T] * b)
+    assert len(lengths) == b and max(lengths) == T and T + LM_NEW_TOKENS <= cfg["context_length"], name
+    if family == "gpt":
+        reference = lambda m: (lambda row: reference_gpt2(gpt2_tensors(m.state_dict(), cfg["n_layers"], False),
+                                                          row, cfg["n_heads"]))
+    else:
+        assert "factor" not in cfg["rope"] or all(rope_bands(cfg["emb_dim"] // cfg["n_heads"], cfg["rope"])), name
+        reference = lambda m: (lambda row: reference_llama(m.state_dict(), row, cfg))
+    for attempt in range(100):
+        seed = zlib.crc32(("lm/" + name).encode()) + attempt
+        torch.manual_seed(seed)
+        ids = torch.randint(0, cfg["vocab_size"], (b, T))
+        for r, n in enumerate(lengths):
+            ids[r, n:] = 0
+        model = build_lm(family, cfg, opts, seed)
+        io = {name: lm_io(name, model, ids, lengths, reference(model))}
+        if "hf" in opts:
+            tied = tie_head(model)
+            io[opts["hf"][-1]] = lm_io(opts["hf"][-1], tied, ids, lengths, reference(tied))
+        if all(v is not None for v in io.values()):
+            return model, ids.to(opts.get("ids_dtype", torch.int64)), lengths, io
+    raise AssertionError(f"lm/{name}: no seed gives a well-conditioned case")
+
+
+def lm_model_tensors(model, opts):
+    """The file's tensors: the state_dict in the stored dtype, less the book's att.mask buffers unless
+    keep_mask (kept F32), less out_head.weight when tied."""
+    store = opts.get("store", torch.float32)
+    return {k: v if k.endswith("att.mask") else v.to(store) for k, v in model.state_dict().items()
+            if (opts.get("keep_mask") or not k.endswith("att.mask")) and not (opts.get("tied") and k == "out_head.weight")}
+
+
+def write_lm_case(d, model_tensors, model_meta, ids, lengths, logits, tokens, description, config=None):
+    d.mkdir(parents=True, exist_ok=True)
+    save_safetensors(d / "model.safetensors", model_tensors, model_meta)
+    if config is not None:
+        (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    io = {"input_ids": ids}
+    if any(n != ids.shape[1] for n in lengths):
+        io["lengths"] = torch.tensor(lengths, dtype=torch.int64)
+    io.update(logits=logits, tokens=tokens)
+    save_safetensors(d / "io.safetensors", io, {"tolerance": LM_TOLERANCE, "max_new_tokens": str(LM_NEW_TOKENS),
+                                                "description": description})
+
+
+def write_lm_cases(out):
+    for name, (family, cfg, opts, description) in LM_CASES.items():
+        model, ids, lengths, io = make_lm_case(name, family, cfg, opts)
+        tensors = lm_model_tensors(model, opts)
+        meta = gpt_metadata(cfg) if family == "gpt" else llama_metadata(cfg)
+        write_lm_case(out / name, tensors, meta, ids, lengths, *io[name], description)
+        print(f"lm/{name}: ids {list(ids.shape)} lengths {lengths} max|logits|={io[name][0].abs().max().item():.4g} "
+              f"tokens {io[name][1].tolist()} " + " ".join(f"{k}={v}" for k, v in meta.items()))
+        for twin in opts.get("hf", ()):
+            tied = twin.endswith("_tied")
+            hf = gpt2_tensors(tensors, cfg["n_layers"], tied, None if tied or twin.endswith("_prefixed")
+                              else cfg["context_length"])
+            if twin.endswith("_prefixed"):
+                hf = {k if k == "lm_head.weight" else "transformer." + k: v for k, v in hf.items()}
+            write_lm_case(out / twin, hf, {"format": "pt"}, ids, lengths, *io[twin if tied else name],
+                          HF_DESCRIPTIONS[twin], gpt2_config(cfg, tied))
+            print(f"lm/{twin}: {len(hf)} tensors max|logits|={io[twin if tied else name][0].abs().max().item():.4g}")
+    write_lm_bad_cases(out / "bad")
+
+
+def write_lm_bad_cases(out):
+    """lm/bad/: token_out_of_range and too_long (a valid small GPTModel, F16; the defect in io), and
+    unknown_layout (tensor names of no known model); io metadata expect_error="true" and error_hint."""
+    cfg = {"vocab_size": 50, "context_length": 8, "emb_dim": 32, "n_heads": 2, "n_layers": 1, "qkv_bias": False}
+    opts = {"store": torch.float16}
+    cases = {"token_out_of_range": ("input_ids holds 50 == vocab_size", torch.tensor([[3, 17, 50, 8]])),
+             "too_long": ("prompt of 9 tokens > context_length 8", torch.arange(1, 10)[None] * 5)}
+    for name, (hint, ids) in cases.items():
+        model = build_lm("gpt", cfg, opts, zlib.crc32(b"lm/bad/small_gpt"))
+        d = out / name
+        d.mkdir(parents=True, exist_ok=True)
+        save_safetensors(d / "model.safetensors", lm_model_tensors(model, opts), gpt_metadata(cfg))
+        save_safetensors(d / "io.safetensors", {"input_ids": ids},
+                         {"max_new_tokens": str(LM_NEW_TOKENS), "expect_error": "true", "error_hint": hint,
+                          "description": "invalid: " + hint})
+        print(f"lm/bad/{name}: {hint}")
+    name, hint = "unknown_layout", "no known model layout (book GPT, Hugging Face GPT-2, book Llama 3) in the names"
+    torch.manual_seed(zlib.crc32(("lm/bad/" + name).encode()))
+    d = out / name
+    d.mkdir(parents=True, exist_ok=True)
+    meta = {"expect_error": "true", "error_hint": hint, "description": "invalid: " + hint}
+    save_safetensors(d / "model.safetensors", {"embeddings.word_embeddings.weight": torch.randn(16, 8),
+                                               "encoder.layer.0.weight": torch.randn(8, 8),
+                                               "encoder.layer.0.bias": torch.randn(8),
+                                               "classifier.weight": torch.randn(2, 8)}, meta)
+    save_safetensors(d / "io.safetensors", {"input_ids": torch.tensor([[1, 2, 3]])},
+                     {"max_new_tokens": str(LM_NEW_TOKENS), **meta})
+    print(f"lm/bad/{name}: {hint}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "tests" / "golden")
-    out = parser.parse_args().out
-    (out / "bad").mkdir(parents=True, exist_ok=True)
-    (out / "graph").mkdir(parents=True, exist_ok=True)
-    for stale in [*out.glob("mha_*.safetensors"), *(out / "bad").glob("*.safetensors"),
-                  *(out / "graph").glob("*.safetensors")]:
-        stale.unlink()
+    parser.add_argument("--only", choices=("mha", "bad", "graph", "lm"),
+                        help="(re)write only this family of files (default: all)")
+    args = parser.parse_args()
+    out, only = args.out, args.only
     torch.set_num_threads(1)  # fixed reduction order, so reruns are byte-identical
 
+    if only in (None, "mha"):
+        for stale in out.glob("mha_*.safetensors"):
+            stale.unlink()
+        write_mha_cases(out)
+    if only in (None, "bad"):
+        (out / "bad").mkdir(parents=True, exist_ok=True)
+        for stale in (out / "bad").glob("*.safetensors"):
+            stale.unlink()
+        for name, hint, tensors, meta in bad_cases():
+            save_safetensors(out / "bad" / f"{name}.safetensors", tensors, meta)
+            print(f"bad/{name}: {hint}")
+    if only in (None, "graph"):
+        (out / "graph").mkdir(parents=True, exist_ok=True)
+        for stale in (out / "graph").glob("*.safetensors"):
+            stale.unlink()
+        write_graph_cases(out)
+    if only in (None, "lm"):
+        shutil.rmtree(out / "lm", ignore_errors=True)
+        write_lm_cases(out / "lm")
+
+
+def write_mha_cases(out):
+    out.mkdir(parents=True, exist_ok=True)
     for name, (b, T, ctx, d_in, d_out, heads, qkv_bias, opts, description) in CASES.items():
         state, x, y = make_case(name, b, T, ctx, d_in, d_out, heads, qkv_bias, opts)
         if name == "book":
@@ -632,9 +1071,9 @@ def main():
         print(f"mha_{name}: b={b} T={T} ctx={ctx} d_in={d_in} d_out={d_out} heads={heads} "
               f"bias={qkv_bias} max|expected|={y.abs().max().item():.4g}"
               + "".join(f" {k}={v}" for k, v in gqa_metadata(opts).items()))
-    for name, hint, tensors, meta in bad_cases():
-        save_safetensors(out / "bad" / f"{name}.safetensors", tensors, meta)
-        print(f"bad/{name}: {hint}")
+
+
+def write_graph_cases(out):
     for name, (kind, b, T, emb, heads, ctx, qkv_bias, n_layers, description) in GRAPH_CASES.items():
         state, x, y = make_graph_case(name, kind, b, T, emb, heads, ctx, qkv_bias, n_layers)
         meta = {key: str(value) for key, value in

@@ -68,6 +68,9 @@ class ATTN_API MhaDecoder {
   Status Reset(int64_t sequence);
   // Keeps the first `length` tokens of `sequence` (length <= its length).
   Status Truncate(int64_t sequence, int64_t length);
+  // Makes sequence `to` a copy of sequence `from`: its length and the keys
+  // and values of its tokens (forking it, e.g. for parallel sampling).
+  Status Copy(int64_t from, int64_t to);
 
   int64_t batch() const;
   int64_t max_length() const;

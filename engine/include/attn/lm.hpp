@@ -92,8 +92,9 @@ struct LmBatchOptions {
 // KV cache in every layer (the K/V heads only). Sequences join (Add), leave
 // (Remove) and fork (Fork) between steps; a Step advances any subset of
 // them, mixing prompts with the next token of running ones. A sequence's
-// logits equal running its tokens alone, for every thread count and every
-// mix of sequences in a step, bit for bit. Not thread-safe.
+// logits equal running its tokens alone (within rounding: the matmuls'
+// blocking follows a step's row count), and are bit for bit the same for
+// every thread count. Not thread-safe.
 class ATTN_API LmBatch {
  public:
   // Allocates every cache up front, checked against the model's memory cap.

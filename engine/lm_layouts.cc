@@ -1,0 +1,441 @@
+// The file layouts of whole models, in one place: which tensor of a file
+// plays each role (lm::Role), how it is laid out, and where the
+// hyper-parameters come from. The book's GPTModel and Llama 3.2 store
+// nn.Linear weights as [out, in]; Hugging Face's GPT-2 stores Conv1D weights
+// as [in, out], with q, k and v side by side in one c_attn.
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attn/lm.hpp"
+#include "attn/safetensors.hpp"
+#include "engine/json_limits.h"
+#include "engine/lm_model.h"
+#include "engine/model_config.h"
+
+namespace attn::lm {
+namespace {
+
+constexpr size_t kNumRoles = static_cast<size_t>(Role::kHead) + 1;
+
+// How a file's tensor maps onto a role's [out, in] (or [n]).
+enum class Form {
+  kPlain,       // as the role wants it
+  kTransposed,  // Conv1D: [in, out]
+  kThird,       // one of q, k, v: columns (or elements) part*n..(part+1)*n
+                // of a Conv1D [in, 3n] (or [3n]) tensor
+};
+
+struct TensorName {
+  const char* name = nullptr;  // "{i}" stands for the layer; null: none
+  Form form = Form::kPlain;
+  int part = 0;  // kThird: 0 q, 1 k, 2 v
+};
+
+struct Layout {
+  const char* name;
+  LmArchitecture architecture;
+  std::array<TensorName, kNumRoles> tensors;  // by Role
+};
+
+constexpr Form kT = Form::kTransposed;
+constexpr Form kP = Form::kThird;
+
+// Entries in Role order.
+const Layout kBookGpt = {"book-gpt",
+                         LmArchitecture::kGpt2,
+                         {{{"tok_emb.weight"},
+                           {"pos_emb.weight"},
+                           {"trf_blocks.{i}.norm1.scale"},
+                           {"trf_blocks.{i}.norm1.shift"},
+                           {"trf_blocks.{i}.att.W_query.weight"},
+                           {"trf_blocks.{i}.att.W_key.weight"},
+                           {"trf_blocks.{i}.att.W_value.weight"},
+                           {"trf_blocks.{i}.att.W_query.bias"},
+                           {"trf_blocks.{i}.att.W_key.bias"},
+                           {"trf_blocks.{i}.att.W_value.bias"},
+                           {"trf_blocks.{i}.att.out_proj.weight"},
+                           {"trf_blocks.{i}.att.out_proj.bias"},
+                           {"trf_blocks.{i}.norm2.scale"},
+                           {"trf_blocks.{i}.norm2.shift"},
+                           {"trf_blocks.{i}.ff.layers.0.weight"},
+                           {"trf_blocks.{i}.ff.layers.0.bias"},
+                           {},
+                           {"trf_blocks.{i}.ff.layers.2.weight"},
+                           {"trf_blocks.{i}.ff.layers.2.bias"},
+                           {"final_norm.scale"},
+                           {"final_norm.shift"},
+                           {"out_head.weight"}}}};
+
+const Layout kHfGpt2 = {"hf-gpt2",
+                        LmArchitecture::kGpt2,
+                        {{{"wte.weight"},
+                          {"wpe.weight"},
+                          {"h.{i}.ln_1.weight"},
+                          {"h.{i}.ln_1.bias"},
+                          {"h.{i}.attn.c_attn.weight", kP, 0},
+                          {"h.{i}.attn.c_attn.weight", kP, 1},
+                          {"h.{i}.attn.c_attn.weight", kP, 2},
+                          {"h.{i}.attn.c_attn.bias", kP, 0},
+                          {"h.{i}.attn.c_attn.bias", kP, 1},
+                          {"h.{i}.attn.c_attn.bias", kP, 2},
+                          {"h.{i}.attn.c_proj.weight", kT},
+                          {"h.{i}.attn.c_proj.bias"},
+                          {"h.{i}.ln_2.weight"},
+                          {"h.{i}.ln_2.bias"},
+                          {"h.{i}.mlp.c_fc.weight", kT},
+                          {"h.{i}.mlp.c_fc.bias"},
+                          {},
+                          {"h.{i}.mlp.c_proj.weight", kT},
+                          {"h.{i}.mlp.c_proj.bias"},
+                          {"ln_f.weight"},
+                          {"ln_f.bias"},
+                          {"lm_head.weight"}}}};
+
+const Layout kBookLlama = {"book-llama",
+                           LmArchitecture::kLlama,
+                           {{{"tok_emb.weight"},
+                             {},
+                             {"trf_blocks.{i}.norm1.weight"},
+                             {},
+                             {"trf_blocks.{i}.att.W_query.weight"},
+                             {"trf_blocks.{i}.att.W_key.weight"},
+                             {"trf_blocks.{i}.att.W_value.weight"},
+                             {"trf_blocks.{i}.att.W_query.bias"},
+                             {"trf_blocks.{i}.att.W_key.bias"},
+                             {"trf_blocks.{i}.att.W_value.bias"},
+                             {"trf_blocks.{i}.att.out_proj.weight"},
+                             {"trf_blocks.{i}.att.out_proj.bias"},
+                             {"trf_blocks.{i}.norm2.weight"},
+                             {},
+                             {"trf_blocks.{i}.ff.fc1.weight"},
+                             {},
+                             {"trf_blocks.{i}.ff.fc2.weight"},
+                             {"trf_blocks.{i}.ff.fc3.weight"},
+                             {},
+                             {"final_norm.weight"},
+                             {},
+                             {"out_head.weight"}}}};
+
+// A layout and the prefix of its names in one file ("transformer." for
+// some Hugging Face GPT-2 files; never before lm_head.weight).
+struct FileLayout {
+  const Layout* layout = nullptr;
+  std::string prefix;
+
+  // The file's name for `role` in `layer`; empty when the layout has none.
+  std::string Name(Role role, int64_t layer) const {
+    const TensorName& t = layout->tensors[static_cast<size_t>(role)];
+    if (!t.name) return "";
+    std::string name = t.name;
+    if (const size_t at = name.find("{i}"); at != std::string::npos) {
+      name.replace(at, 3, std::to_string(layer));
+    }
+    return role == Role::kHead ? name : prefix + name;
+  }
+};
+
+FileLayout FindLayout(const SafetensorsFile& file) {
+  if (file.Find("tok_emb.weight")) {
+    return {file.Find("pos_emb.weight") ? &kBookGpt : &kBookLlama, ""};
+  }
+  for (const char* prefix : {"", "transformer."}) {
+    if (file.Find(std::string(prefix) + "wte.weight")) {
+      return {&kHfGpt2, prefix};
+    }
+  }
+  return {};
+}
+
+std::string ShapeOf(int64_t rows, int64_t cols) {
+  return cols ? ShapeString({rows, cols}) : ShapeString({rows});
+}
+
+// The shape a role's [rows, cols] (or [rows]) has in the file.
+std::vector<int64_t> FileShape(const TensorName& t, int64_t rows,
+                               int64_t cols) {
+  switch (t.form) {
+    case Form::kTransposed:
+      return {cols, rows};
+    case Form::kThird:
+      return cols ? std::vector<int64_t>{cols, 3 * rows}
+                  : std::vector<int64_t>{3 * rows};
+    case Form::kPlain:
+      break;
+  }
+  return cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows};
+}
+
+// `values` in the file's form, as the role's [rows, cols] (or [rows]).
+std::vector<float> ToRoleForm(const TensorName& t, std::vector<float> values,
+                              int64_t rows, int64_t cols) {
+  if (t.form == Form::kPlain) return values;
+  if (cols == 0) {  // a third of a [3 rows] bias
+    const auto first = values.begin() + t.part * rows;
+    return std::vector<float>(first, first + rows);
+  }
+  // [cols, width] with column offset `first`, transposed to [rows, cols].
+  const int64_t width = t.form == Form::kThird ? 3 * rows : rows;
+  const int64_t first = t.form == Form::kThird ? t.part * rows : 0;
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      out[r * cols + c] = values[c * width + first + r];
+    }
+  }
+  return out;
+}
+
+WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
+                         FileLayout layout) {
+  WeightSource source;
+  source.has = [file, layout](Role role, int64_t layer) {
+    const std::string name = layout.Name(role, layer);
+    return !name.empty() && file->Find(name) != nullptr;
+  };
+  source.fetch = [file, layout](Role role, int64_t layer, int64_t rows,
+                                int64_t cols) -> Result<std::vector<float>> {
+    const TensorName& t = layout.layout->tensors[static_cast<size_t>(role)];
+    const std::string name = layout.Name(role, layer);
+    const TensorInfo* info = file->Find(name);
+    if (!info) {
+      return InvalidArgument("tensor '" + name + "' is missing from '" +
+                             file->path() + "' (layout " + layout.layout->name +
+                             ")");
+    }
+    std::vector<int64_t> want = FileShape(t, rows, cols);
+    // A position table may be longer than the context used.
+    if (role == Role::kPosEmb && info->shape.size() == 2 &&
+        info->shape[0] >= rows) {
+      want[0] = info->shape[0];
+    }
+    if (info->shape != want) {
+      return InvalidArgument(
+          "tensor '" + name + "' in '" + file->path() + "' is " +
+          ShapeString(info->shape) + ", want " + ShapeString(want) +
+          (t.form == Form::kPlain
+               ? ""
+               : " (Conv1D: [in, out] for " + ShapeOf(rows, cols) + ")"));
+    }
+    ATTN_ASSIGN_OR_RETURN(std::vector<float> values, file->ReadF32(name));
+    values.resize(static_cast<size_t>(rows * (cols ? cols : 1)) *
+                  (t.form == Form::kThird ? 3 : 1));
+    return ToRoleForm(t, std::move(values), rows, cols);
+  };
+  return source;
+}
+
+// [rows, cols] of the file's tensor for `role` in layer 0, as the role sees
+// it; {0, 0} when absent or not of rank 2.
+std::pair<int64_t, int64_t> RoleShape(const SafetensorsFile& file,
+                                      const FileLayout& layout, Role role) {
+  const TensorInfo* info = file.Find(layout.Name(role, 0));
+  if (!info || info->shape.size() != 2) return {0, 0};
+  const TensorName& t = layout.layout->tensors[static_cast<size_t>(role)];
+  switch (t.form) {
+    case Form::kTransposed:
+      return {info->shape[1], info->shape[0]};
+    case Form::kThird:
+      return {info->shape[1] / 3, info->shape[0]};
+    case Form::kPlain:
+      break;
+  }
+  return {info->shape[0], info->shape[1]};
+}
+
+// Hugging Face's config.json beside the weights: the attention dims it
+// gives (n_head, n_positions) and layer_norm_epsilon (0 when absent).
+struct HfConfig {
+  AttentionDims dims;
+  double norm_eps = 0.0;
+};
+
+Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
+  const size_t slash = weights_path.rfind('/');
+  const std::string path =
+      (slash == std::string::npos ? "" : weights_path.substr(0, slash + 1)) +
+      "config.json";
+  HfConfig config;
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return config;
+  ATTN_ASSIGN_OR_RETURN(
+      const std::string text,
+      ReadRegularFile(path, 1 << 20, "config file '" + path + "'"));
+  ATTN_ASSIGN_OR_RETURN(const nlohmann::json j,
+                        ParseCheckedJson(text, 16, "'" + path + "'"));
+  const auto count = [&](const char* key) -> Result<int64_t> {
+    if (!j.is_object() || !j.contains(key)) return int64_t{0};
+    if (!j[key].is_number_integer() || j[key].get<int64_t>() <= 0) {
+      return InvalidArgument("'" + path + "': '" + key +
+                             "' is not a positive integer");
+    }
+    return j[key].get<int64_t>();
+  };
+  ATTN_ASSIGN_OR_RETURN(config.dims.num_heads, count("n_head"));
+  ATTN_ASSIGN_OR_RETURN(config.dims.context_length, count("n_positions"));
+  if (j.is_object() && j.contains("layer_norm_epsilon")) {
+    const nlohmann::json& eps = j["layer_norm_epsilon"];
+    if (!eps.is_number() || !(eps.get<double>() > 0.0)) {
+      return InvalidArgument("'" + path +
+                             "': 'layer_norm_epsilon' is not a positive "
+                             "number");
+    }
+    config.norm_eps = eps.get<double>();
+  }
+  return config;
+}
+
+// Layers: trf_blocks.0., trf_blocks.1., ... while the first norm is there.
+int64_t CountLayers(const SafetensorsFile& file, const FileLayout& layout) {
+  int64_t layers = 0;
+  while (file.Find(layout.Name(Role::kNorm1Scale, layers))) ++layers;
+  return layers;
+}
+
+std::string SomeNames(const SafetensorsFile& file) {
+  std::string names;
+  size_t shown = 0;
+  for (const TensorInfo& t : file.tensors()) {
+    if (shown++ == 3) return names + ", ...";
+    names += (names.empty() ? "'" : ", '") + t.name + "'";
+  }
+  return names.empty() ? "no tensors" : names;
+}
+
+// The sizes the tensors give: vocabulary, widths, layers, biases, head.
+Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
+                 LmConfig& c) {
+  const TensorInfo* emb = file.Find(layout.Name(Role::kTokEmb, 0));
+  if (emb->shape.size() != 2 || emb->shape[0] <= 0 || emb->shape[1] <= 0) {
+    return InvalidArgument("tensor '" + emb->name + "' in '" + file.path() +
+                           "' is " + ShapeString(emb->shape) +
+                           ", want [vocab_size, emb_dim]");
+  }
+  c.vocab_size = emb->shape[0];
+  c.emb_dim = emb->shape[1];
+  c.num_layers = CountLayers(file, layout);
+  if (c.num_layers == 0) {
+    return InvalidArgument("'" + file.path() +
+                           "' has no transformer block: " + "tensor '" +
+                           layout.Name(Role::kNorm1Scale, 0) + "' is missing");
+  }
+  c.hidden_dim = RoleShape(file, layout, Role::kUp).first;
+  c.qkv_bias = file.Find(layout.Name(Role::kQueryBias, 0)) != nullptr;
+  c.tied_head = !file.Find(layout.Name(Role::kHead, 0));
+  return {};
+}
+
+// The attention's dims: options, then metadata, then config.json (Hugging
+// Face files), then the position table's rows; K/V heads from W_key.
+Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
+                   const HfConfig& hf, const LmOptions& options, LmConfig& c) {
+  AttentionDims option = DimsOf(options);
+  const auto& meta = file.metadata();
+  if (!option.num_heads && !meta.count("num_heads")) {
+    option.num_heads = hf.dims.num_heads;
+  }
+  if (!option.context_length && !meta.count("context_length")) {
+    option.context_length = hf.dims.context_length;
+  }
+  if (!option.num_heads && !meta.count("num_heads")) {
+    return InvalidArgument(
+        "missing hyper-parameter num_heads: pass --heads, or set metadata "
+        "'num_heads' in '" +
+        file.path() + "'" +
+        (layout.layout == &kHfGpt2 ? " or 'n_head' in a config.json beside it"
+                                   : ""));
+  }
+  ATTN_ASSIGN_OR_RETURN(const AttentionDims dims,
+                        ResolveAttentionDims(file, option, {}, "", ""));
+  c.num_heads = dims.num_heads;
+  c.context_length = dims.context_length;
+  c.rope = dims.rope;
+  c.sliding_window = dims.sliding_window;
+  const int64_t head_dim = c.emb_dim / c.num_heads;
+  const int64_t kv_rows = RoleShape(file, layout, Role::kKey).first;
+  c.num_kv_heads = dims.num_kv_heads                     ? dims.num_kv_heads
+                   : head_dim && kv_rows % head_dim == 0 ? kv_rows / head_dim
+                                                         : c.num_heads;
+  return {};
+}
+
+// What only one family has: GPT-2's positions bound the context; Llama
+// needs a context length and RoPE.
+Status CheckFamily(const SafetensorsFile& file, const FileLayout& layout,
+                   LmConfig& c) {
+  if (c.architecture == LmArchitecture::kGpt2) {
+    const TensorInfo* pos = file.Find(layout.Name(Role::kPosEmb, 0));
+    const int64_t positions = pos && pos->shape.size() == 2 ? pos->shape[0] : 0;
+    if (c.context_length == 0) c.context_length = positions;
+    if (c.context_length > positions) {
+      return InvalidArgument(
+          "context_length " + std::to_string(c.context_length) + " exceeds " +
+          std::to_string(positions) + " rows of '" +
+          layout.Name(Role::kPosEmb, 0) + "' in '" + file.path() + "'");
+    }
+    if (c.rope.theta != 0.0) {
+      return InvalidArgument("rope_theta is set for '" + file.path() +
+                             "', a GPT-2 model with learned positions");
+    }
+    return {};
+  }
+  const std::string where = "' for the Llama model '" + file.path() + "'";
+  if (c.context_length == 0) {
+    return InvalidArgument(
+        "missing hyper-parameter context_length: pass --context-length or "
+        "set metadata 'context_length" +
+        where);
+  }
+  if (c.rope.theta == 0.0) {
+    return InvalidArgument(
+        "missing hyper-parameter rope_theta: pass --rope-theta or set "
+        "metadata 'rope_theta" +
+        where);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string DetectLayout(const SafetensorsFile& file) {
+  const FileLayout layout = FindLayout(file);
+  return layout.layout ? layout.layout->name : "";
+}
+
+Result<FileModel> OpenModelFile(const std::string& path,
+                                const LmOptions& options) {
+  ATTN_ASSIGN_OR_RETURN(SafetensorsFile opened, SafetensorsFile::Open(path));
+  auto file = std::make_shared<const SafetensorsFile>(std::move(opened));
+  const FileLayout layout = FindLayout(*file);
+  if (!layout.layout) {
+    return InvalidArgument(
+        "unknown model layout in '" + path + "': found " + SomeNames(*file) +
+        "; want 'tok_emb.weight' (the book's GPTModel or Llama) or "
+        "'wte.weight' (Hugging Face GPT-2)");
+  }
+  FileModel model;
+  LmConfig& c = model.config;
+  c.layout = layout.layout->name;
+  c.architecture = layout.layout->architecture;
+  ATTN_RETURN_IF_ERROR(ReadSizes(*file, layout, c));
+  HfConfig hf;
+  if (layout.layout == &kHfGpt2) {
+    ATTN_ASSIGN_OR_RETURN(hf, ReadHfConfig(path));
+  }
+  ATTN_RETURN_IF_ERROR(ResolveDims(*file, layout, hf, options, c));
+  ATTN_RETURN_IF_ERROR(CheckFamily(*file, layout, c));
+  ATTN_ASSIGN_OR_RETURN(const double eps,
+                        MetadataNumber(*file, "rms_norm_eps"));
+  c.norm_eps = options.norm_eps ? options.norm_eps
+               : eps            ? eps
+               : hf.norm_eps    ? hf.norm_eps
+                                : 1e-5;
+  model.weights = FileWeights(std::move(file), layout);
+  return model;
+}
+
+}  // namespace attn::lm

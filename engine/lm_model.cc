@@ -1,0 +1,323 @@
+// LanguageModel (attn/lm.hpp): a model built from weights by role
+// (lm::WeightSource), whether they come from a file (lm_layouts.cc) or a
+// seeded generator. Each block's attention is an MhaModel, so it runs the one
+// attention operator; the other linears keep their [out, in] weights for
+// steps of a few rows and a packed copy for longer ones.
+#include "engine/lm_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/lm.hpp"
+#include "engine/limits.h"
+#include "engine/model_config.h"
+#include "engine/threads.h"
+#include "kernels/matmul.h"
+
+namespace attn {
+namespace lm {
+
+Result<kernels::MatMul> LinearMatMul(const Linear& linear, int64_t rows,
+                                     bool packed) {
+  using kernels::DataType;
+  const kernels::Operand bias{{1, linear.out}, {}, DataType::kF32};
+  // W [out, in] row-major is W^T [in, out] with strides (1, in); without
+  // strides oneDNN picks its packed layout.
+  kernels::Operand weights{{linear.in, linear.out}, {}, DataType::kF32};
+  if (!packed) weights.strides = {1, linear.in};
+  return kernels::MatMul::Create({{rows, linear.in}, {}, DataType::kF32},
+                                 weights, linear.bias.empty() ? nullptr : &bias,
+                                 {{rows, linear.out}, {}, DataType::kF32},
+                                 kernels::Threading::kTeam);
+}
+
+namespace {
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+Status CheckSizes(const LmConfig& c) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"vocab_size", c.vocab_size}, {"emb_dim", c.emb_dim},
+      {"hidden_dim", c.hidden_dim}, {"num_layers", c.num_layers},
+      {"num_heads", c.num_heads},   {"context_length", c.context_length}};
+  for (const auto& [name, value] : sizes) {
+    if (value <= 0 || value > (int64_t{1} << 24)) {
+      return InvalidArgument(std::string("model ") + name + " is " +
+                             Str(value) + ", want a positive size");
+    }
+  }
+  if (!(c.norm_eps > 0.0)) {
+    return InvalidArgument("model norm_eps is not positive");
+  }
+  return {};
+}
+
+// Floats the model holds: its weights, the packed copies of the linears and
+// the attention's (as large as the weights).
+uint64_t ModelFloats(const LmConfig& c) {
+  const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
+  const uint64_t kv = c.num_kv_heads * (e / c.num_heads);
+  const uint64_t ff =
+      (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
+  const uint64_t layer = 2 * (e * (e + 2 * kv) + e * e + ff) + 4 * e + 2 * h;
+  const uint64_t embeddings =
+      v * e +
+      (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
+  const uint64_t head = (c.tied_head ? 1 : 2) * v * e;
+  return AddSat(MulSat(layer, c.num_layers), AddSat(embeddings, head));
+}
+
+Result<Norm> MakeNorm(const WeightSource& w, Role scale, Role shift,
+                      int64_t layer, int64_t e) {
+  Norm norm;
+  ATTN_ASSIGN_OR_RETURN(norm.scale, w.fetch(scale, layer, e, 0));
+  if (w.has(shift, layer)) {
+    ATTN_ASSIGN_OR_RETURN(norm.shift, w.fetch(shift, layer, e, 0));
+  }
+  return norm;
+}
+
+// The packed copy for runs of kMatMulPackedRows rows and more.
+Status Pack(Linear& linear) {
+  ATTN_ASSIGN_OR_RETURN(
+      kernels::MatMul mm,
+      LinearMatMul(linear, kernels::kMatMulPackedRows, /*packed=*/true));
+  ATTN_ASSIGN_OR_RETURN(linear.packed,
+                        AlignedBuffer::Allocate(mm.packed_weights_bytes()));
+  ATTN_RETURN_IF_ERROR(mm.PackWeights(
+      {{linear.in, linear.out}, {1, linear.in}, kernels::DataType::kF32},
+      linear.weight, linear.packed.data()));
+  linear.packed_layout.emplace(std::move(mm));
+  return {};
+}
+
+// `bias`: the role of its bias, used when the source has it.
+Result<Linear> MakeLinear(const WeightSource& w, Role weight,
+                          std::optional<Role> bias, int64_t layer, int64_t in,
+                          int64_t out) {
+  Linear linear;
+  linear.in = in;
+  linear.out = out;
+  ATTN_ASSIGN_OR_RETURN(linear.own, w.fetch(weight, layer, out, in));
+  linear.weight = linear.own.data();
+  if (bias && w.has(*bias, layer)) {
+    ATTN_ASSIGN_OR_RETURN(linear.bias, w.fetch(*bias, layer, out, 0));
+  }
+  ATTN_RETURN_IF_ERROR(Pack(linear));
+  return linear;
+}
+
+Result<std::shared_ptr<const MhaModel>> MakeAttention(
+    const LmConfig& c, const WeightSource& w, int64_t l,
+    const MhaOptions& options) {
+  MhaConfig mc;
+  mc.d_in = mc.d_out = c.emb_dim;
+  mc.num_heads = c.num_heads;
+  mc.num_kv_heads = c.num_kv_heads;
+  mc.context_length = c.context_length;
+  mc.qkv_bias = c.qkv_bias;
+  mc.rope = c.rope;
+  mc.sliding_window = c.sliding_window;
+  const int64_t e = c.emb_dim, kv = c.num_kv_heads * (e / c.num_heads);
+  std::vector<float> q, k, v, qb, kb, vb, out, out_bias;
+  ATTN_ASSIGN_OR_RETURN(q, w.fetch(Role::kQuery, l, e, e));
+  ATTN_ASSIGN_OR_RETURN(k, w.fetch(Role::kKey, l, kv, e));
+  ATTN_ASSIGN_OR_RETURN(v, w.fetch(Role::kValue, l, kv, e));
+  ATTN_ASSIGN_OR_RETURN(out, w.fetch(Role::kOut, l, e, e));
+  if (c.qkv_bias) {
+    ATTN_ASSIGN_OR_RETURN(qb, w.fetch(Role::kQueryBias, l, e, 0));
+    ATTN_ASSIGN_OR_RETURN(kb, w.fetch(Role::kKeyBias, l, kv, 0));
+    ATTN_ASSIGN_OR_RETURN(vb, w.fetch(Role::kValueBias, l, kv, 0));
+  }
+  if (w.has(Role::kOutBias, l)) {
+    ATTN_ASSIGN_OR_RETURN(out_bias, w.fetch(Role::kOutBias, l, e, 0));
+  }
+  MhaWeights mw;
+  mw.w_query = q.data();
+  mw.w_key = k.data();
+  mw.w_value = v.data();
+  mw.w_out = out.data();
+  if (c.qkv_bias) {
+    mw.b_query = qb.data();
+    mw.b_key = kb.data();
+    mw.b_value = vb.data();
+  }
+  mw.b_out = out_bias.empty() ? nullptr : out_bias.data();
+  return MhaModel::Create(mc, mw, options);
+}
+
+Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
+                        const MhaOptions& options) {
+  const int64_t e = c.emb_dim, h = c.hidden_dim;
+  Layer layer;
+  ATTN_ASSIGN_OR_RETURN(
+      layer.norm1, MakeNorm(w, Role::kNorm1Scale, Role::kNorm1Shift, l, e));
+  ATTN_ASSIGN_OR_RETURN(layer.attention, MakeAttention(c, w, l, options));
+  ATTN_ASSIGN_OR_RETURN(
+      layer.norm2, MakeNorm(w, Role::kNorm2Scale, Role::kNorm2Shift, l, e));
+  ATTN_ASSIGN_OR_RETURN(layer.up,
+                        MakeLinear(w, Role::kUp, Role::kUpBias, l, e, h));
+  if (c.architecture == LmArchitecture::kLlama) {
+    ATTN_ASSIGN_OR_RETURN(layer.gate,
+                          MakeLinear(w, Role::kGate, std::nullopt, l, e, h));
+  }
+  ATTN_ASSIGN_OR_RETURN(layer.down,
+                        MakeLinear(w, Role::kDown, Role::kDownBias, l, h, e));
+  return layer;
+}
+
+// Fills `m` from `w` for config `c` (sizes checked), within the memory cap.
+Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
+             ModelData& m) {
+  ATTN_RETURN_IF_ERROR(CheckSizes(c));
+  ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
+  if (options.dtype != DType::kF32) {
+    return Unsupported("language models run in fp32 only (dtype bf16 asked)");
+  }
+  m.config = c;
+  ATTN_ASSIGN_OR_RETURN(m.num_threads, ResolveNumThreads(options));
+  m.max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
+  ATTN_RETURN_IF_ERROR(CheckMemory("the model's weights and packed copies",
+                                   MulSat(ModelFloats(c), sizeof(float)),
+                                   m.max_memory_bytes));
+  const ThreadScope threads(m.num_threads);
+  const int64_t e = c.emb_dim;
+  ATTN_ASSIGN_OR_RETURN(m.tok_emb, w.fetch(Role::kTokEmb, 0, c.vocab_size, e));
+  if (c.architecture == LmArchitecture::kGpt2) {
+    ATTN_ASSIGN_OR_RETURN(m.pos_emb,
+                          w.fetch(Role::kPosEmb, 0, c.context_length, e));
+  }
+  MhaOptions mha;
+  mha.num_threads = m.num_threads;
+  mha.max_memory_bytes = m.max_memory_bytes;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    ATTN_ASSIGN_OR_RETURN(lm::Layer layer, MakeLayer(c, w, l, mha));
+    m.layers.push_back(std::move(layer));
+  }
+  ATTN_ASSIGN_OR_RETURN(
+      m.final_norm, MakeNorm(w, Role::kFinalScale, Role::kFinalShift, 0, e));
+  if (c.tied_head) {
+    m.head.in = e;
+    m.head.out = c.vocab_size;
+    m.head.weight = m.tok_emb.data();
+    return Pack(m.head);
+  }
+  ATTN_ASSIGN_OR_RETURN(
+      m.head, MakeLinear(w, Role::kHead, std::nullopt, 0, e, c.vocab_size));
+  return {};
+}
+
+// A generator for Random: splitmix64, one stream per (role, layer), so a
+// tensor's values do not depend on the order tensors are made in.
+uint64_t SplitMix(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// GPT-2's initialisation scale: weights uniform in +-1/sqrt(in) (nn.Linear's
+// bound), embeddings +-0.1, norms 1 and biases, shifts 0.
+WeightSource RandomWeights(const LmConfig& c, uint64_t seed) {
+  WeightSource source;
+  source.has = [c](Role role, int64_t) {
+    switch (role) {
+      case Role::kPosEmb:
+      case Role::kNorm1Shift:
+      case Role::kNorm2Shift:
+      case Role::kFinalShift:
+      case Role::kOutBias:
+      case Role::kUpBias:
+      case Role::kDownBias:
+        return c.architecture == LmArchitecture::kGpt2;
+      case Role::kGate:
+        return c.architecture == LmArchitecture::kLlama;
+      case Role::kQueryBias:
+      case Role::kKeyBias:
+      case Role::kValueBias:
+        return c.qkv_bias;
+      case Role::kHead:
+        return !c.tied_head;
+      default:
+        return true;
+    }
+  };
+  source.fetch = [seed](Role role, int64_t layer, int64_t rows,
+                        int64_t cols) -> Result<std::vector<float>> {
+    std::vector<float> values(static_cast<size_t>(rows * (cols ? cols : 1)));
+    const bool norm = role == Role::kNorm1Scale || role == Role::kNorm2Scale ||
+                      role == Role::kFinalScale;
+    if (cols == 0) {  // biases and shifts 0, norm scales 1
+      std::fill(values.begin(), values.end(), norm ? 1.0f : 0.0f);
+      return values;
+    }
+    const bool embedding = role == Role::kTokEmb || role == Role::kPosEmb;
+    const double bound = embedding ? 0.1 : 1.0 / std::sqrt(double(cols));
+    uint64_t state = seed ^ (uint64_t(role) << 48) ^ uint64_t(layer) << 32;
+    for (float& x : values) {
+      const double u = double(SplitMix(state) >> 11) * 0x1.0p-53;
+      x = static_cast<float>((2.0 * u - 1.0) * bound);
+    }
+    return values;
+  };
+  return source;
+}
+
+}  // namespace
+}  // namespace lm
+
+LanguageModel::LanguageModel(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+LanguageModel::~LanguageModel() = default;
+
+Result<std::shared_ptr<const LanguageModel>> LanguageModel::Load(
+    const std::string& path, const LmOptions& options) {
+  ATTN_ASSIGN_OR_RETURN(const lm::FileModel file,
+                        lm::OpenModelFile(path, options));
+  auto impl = std::make_unique<Impl>();
+  ATTN_RETURN_IF_ERROR(lm::Build(file.config, file.weights, options, *impl));
+  return std::shared_ptr<const LanguageModel>(
+      new LanguageModel(std::move(impl)));
+}
+
+Result<std::shared_ptr<const LanguageModel>> LanguageModel::Random(
+    const LmConfig& config, uint64_t seed, const LmOptions& options) {
+  LmConfig c = config;
+  c.layout = "random";
+  if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
+  auto impl = std::make_unique<Impl>();
+  ATTN_RETURN_IF_ERROR(
+      lm::Build(c, lm::RandomWeights(c, seed), options, *impl));
+  return std::shared_ptr<const LanguageModel>(
+      new LanguageModel(std::move(impl)));
+}
+
+bool LanguageModel::IsLanguageModelFile(const std::string& path) {
+  Result<SafetensorsFile> file = SafetensorsFile::Open(path);
+  return file.ok() && !lm::DetectLayout(*file).empty();
+}
+
+const LmConfig& LanguageModel::config() const { return impl_->config; }
+int LanguageModel::num_threads() const { return impl_->num_threads; }
+
+uint64_t LanguageModel::memory_bytes() const {
+  const Impl& m = *impl_;
+  uint64_t bytes = (m.tok_emb.size() + m.pos_emb.size()) * sizeof(float);
+  const auto linear = [](const lm::Linear& l) {
+    return (l.own.size() + l.bias.size()) * sizeof(float) + l.packed.size();
+  };
+  for (const lm::Layer& layer : m.layers) {
+    bytes += layer.attention->memory_bytes() + linear(layer.up) +
+             linear(layer.gate) + linear(layer.down);
+  }
+  return bytes + linear(m.head);
+}
+
+}  // namespace attn

@@ -1,0 +1,121 @@
+// LanguageModel's internals, shared by its loader (lm_model.cc), the file
+// layouts (lm_layouts.cc) and LmBatch (lm_batch.cc); never installed.
+#ifndef ATTN_ENGINE_LM_MODEL_H_
+#define ATTN_ENGINE_LM_MODEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/lm.hpp"
+#include "attn/safetensors.hpp"
+#include "attn/status.hpp"
+#include "engine/buffer.h"
+#include "kernels/matmul.h"
+
+namespace attn {
+namespace lm {
+
+// y = x W^T (+ b), W [out, in] as nn.Linear holds it. A step of up to
+// kernels::kRowsLinearMaxRows rows reads `weight` (kernels::RowsLinear);
+// longer ones run a matmul on `packed`, laid out for `packed_layout`'s
+// kMatMulPackedRows rows, or on `weight` when their matmul lays it out
+// otherwise.
+struct Linear {
+  int64_t in = 0, out = 0;
+  const float* weight = nullptr;  // into `own`, or a tied embedding
+  std::vector<float> own, bias;   // bias: [out] or empty
+  std::optional<kernels::MatMul> packed_layout;
+  AlignedBuffer packed;
+};
+
+// The matmul of `linear` for `rows` rows: on its packed weights (laid out as
+// the matmul chooses) or, with packed false, on `weight` as it is.
+Result<kernels::MatMul> LinearMatMul(const Linear& linear, int64_t rows,
+                                     bool packed);
+
+struct Norm {
+  std::vector<float> scale, shift;  // shift: LayerNorm only
+};
+
+struct Layer {
+  Norm norm1, norm2;
+  std::shared_ptr<const MhaModel> attention;
+  // GPT-2: up, GELU, down. Llama: down(silu(up(x)) * gate(x)).
+  Linear up, gate, down;
+};
+
+// What each tensor of a model is, whatever a file calls it: per layer from
+// kNorm1Scale to kDownBias, once per model otherwise.
+enum class Role {
+  kTokEmb,
+  kPosEmb,
+  kNorm1Scale,
+  kNorm1Shift,
+  kQuery,
+  kKey,
+  kValue,
+  kQueryBias,
+  kKeyBias,
+  kValueBias,
+  kOut,
+  kOutBias,
+  kNorm2Scale,
+  kNorm2Shift,
+  kUp,
+  kUpBias,
+  kGate,
+  kDown,
+  kDownBias,
+  kFinalScale,
+  kFinalShift,
+  kHead,
+};
+
+// A model's weights by role: `fetch(role, layer, rows, cols)` gives the
+// tensor as [rows, cols] (nn.Linear's [out, in] for weights; cols 0 for a
+// vector of rows), or an error naming the file's tensor; `has` tells whether
+// an optional one is there.
+struct WeightSource {
+  std::function<Result<std::vector<float>>(Role, int64_t, int64_t, int64_t)>
+      fetch;
+  std::function<bool(Role, int64_t)> has;
+};
+
+// A file's configuration (its layout, hyper-parameters and sizes, with
+// `options` applied) and its weights under the book's names.
+struct FileModel {
+  LmConfig config;
+  WeightSource weights;  // reads the file, which it keeps open
+};
+
+// Tells the file's layout by its tensor names and reads its configuration
+// (lm_layouts.cc). Errors name what was found and what was wanted.
+Result<FileModel> OpenModelFile(const std::string& path,
+                                const LmOptions& options);
+// The layout's name, or an empty string when the names fit none.
+std::string DetectLayout(const SafetensorsFile& file);
+
+// What a LanguageModel holds, visible to the engine's sources while
+// LanguageModel::Impl stays private to its friends.
+struct ModelData {
+  LmConfig config;
+  int num_threads = 1;
+  uint64_t max_memory_bytes = 0;        // resolved: never 0
+  std::vector<float> tok_emb, pos_emb;  // [V, e], [context, e] (GPT-2)
+  std::vector<Layer> layers;
+  Norm final_norm;
+  Linear head;  // weight: tok_emb when tied
+};
+
+}  // namespace lm
+
+struct LanguageModel::Impl : lm::ModelData {};
+
+}  // namespace attn
+
+#endif  // ATTN_ENGINE_LM_MODEL_H_

@@ -1,0 +1,356 @@
+// Whole language models (attn/lm.hpp), black-box: PyTorch's logits and
+// greedy tokens for the book's GPTModel, Hugging Face GPT-2 files and the
+// book's Llama 3.2 (tests/golden/lm, tools/make_golden.py), through LmBatch
+// at 1 and 2 threads; continuous batching (mixed steps, forks, slots reused)
+// against running each sequence alone; and the errors a user can cause.
+#include "attn/lm.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/safetensors.hpp"
+#include "tests/test_util.h"
+
+namespace attn {
+namespace {
+
+const std::string kLmDir = std::string(ATTN_SOURCE_DIR) + "/tests/golden/lm/";
+
+// An I64 or I32 tensor of `file`, read from its bytes.
+std::vector<int64_t> ReadIds(const SafetensorsFile& file,
+                             const std::string& name) {
+  const TensorInfo* info = file.Find(name);
+  if (!info) return {};
+  std::ifstream in(file.path(), std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(info->offset));
+  std::vector<char> raw(info->size_bytes);
+  in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+  std::vector<int64_t> ids(info->num_elements);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (info->dtype == "I32") {
+      int32_t v;
+      std::memcpy(&v, raw.data() + 4 * i, 4);
+      ids[i] = v;
+    } else {
+      std::memcpy(&ids[i], raw.data() + 8 * i, 8);
+    }
+  }
+  return ids;
+}
+
+// One golden case: prompts (right-padded rows of their own lengths), the
+// logits over each prompt and the greedy continuation.
+struct Case {
+  std::string name;
+  int64_t b = 0, T = 0, vocab = 0, new_tokens = 0;
+  std::vector<int64_t> ids, lengths, tokens;
+  std::vector<float> logits;
+  double tolerance = 0.0;
+
+  const int64_t* prompt(int64_t row) const { return ids.data() + row * T; }
+};
+
+Case ReadCase(const std::string& name) {
+  Case c;
+  c.name = name;
+  Result<SafetensorsFile> io =
+      SafetensorsFile::Open(kLmDir + name + "/io.safetensors");
+  EXPECT_TRUE(io.ok()) << io.status().message();
+  if (!io.ok()) return c;
+  const TensorInfo* ids = io->Find("input_ids");
+  c.b = ids->shape[0];
+  c.T = ids->shape[1];
+  c.ids = ReadIds(*io, "input_ids");
+  c.lengths = ReadIds(*io, "lengths");
+  if (c.lengths.empty()) c.lengths.assign(size_t(c.b), c.T);
+  c.tokens = ReadIds(*io, "tokens");
+  c.new_tokens = io->Find("tokens")->shape[1];
+  c.logits = *io->ReadF32("logits");
+  c.vocab = io->Find("logits")->shape[2];
+  c.tolerance =
+      std::stod(io->metadata().at("tolerance")) * test::MaxAbs(c.logits);
+  return c;
+}
+
+std::shared_ptr<const LanguageModel> Load(const std::string& name,
+                                          int threads) {
+  LmOptions options;
+  options.num_threads = threads;
+  Result<std::shared_ptr<const LanguageModel>> model =
+      LanguageModel::Load(kLmDir + name + "/model.safetensors", options);
+  EXPECT_TRUE(model.ok()) << name << ": " << model.status().message();
+  return model.ok() ? *model : nullptr;
+}
+
+std::unique_ptr<LmBatch> NewBatch(std::shared_ptr<const LanguageModel> model,
+                                  int64_t sequences) {
+  Result<std::unique_ptr<LmBatch>> batch =
+      LmBatch::Create(std::move(model), {sequences, 0});
+  EXPECT_TRUE(batch.ok()) << batch.status().message();
+  return batch.ok() ? std::move(*batch) : nullptr;
+}
+
+int64_t Argmax(const float* logits, int64_t vocab) {
+  return std::max_element(logits, logits + vocab) - logits;  // first max
+}
+
+// Every prompt in one step, all logits: [b, T, vocab], zeros past a row's
+// length, as the golden file holds them.
+std::vector<float> PromptLogits(LmBatch& batch, const Case& c) {
+  std::vector<LmBatch::Request> requests;
+  for (int64_t row = 0; row < c.b; ++row) {
+    requests.push_back({*batch.Add(), c.prompt(row), c.lengths[row], true});
+  }
+  const Status s = batch.Step(requests.data(), requests.size());
+  EXPECT_TRUE(s.ok()) << s.message();
+  std::vector<float> logits(size_t(c.b * c.T * c.vocab), 0.0f);
+  for (int64_t row = 0; s.ok() && row < c.b; ++row) {
+    std::copy_n(batch.logits(size_t(row)), c.lengths[row] * c.vocab,
+                logits.begin() + row * c.T * c.vocab);
+  }
+  return logits;
+}
+
+// Greedy continuation of every prompt: the prompts in one step, then one
+// step of every sequence's next token at a time. [b, new_tokens].
+std::vector<int64_t> Greedy(LmBatch& batch, const Case& c) {
+  std::vector<LmBatch::Request> requests;
+  for (int64_t row = 0; row < c.b; ++row) {
+    requests.push_back({*batch.Add(), c.prompt(row), c.lengths[row], false});
+  }
+  std::vector<int64_t> out(size_t(c.b * c.new_tokens));
+  for (int64_t t = 0; t < c.new_tokens; ++t) {
+    const Status s = batch.Step(requests.data(), requests.size());
+    EXPECT_TRUE(s.ok()) << s.message();
+    if (!s.ok()) break;
+    for (int64_t row = 0; row < c.b; ++row) {
+      int64_t& next = out[size_t(row * c.new_tokens + t)];
+      next = Argmax(batch.logits(size_t(row)), c.vocab);
+      requests[row].tokens = &next;
+      requests[row].count = 1;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> CaseNames() {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(kLmDir)) {
+    if (entry.path().filename() != "bad") {
+      names.push_back(entry.path().filename().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class LmGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LmGolden, LogitsMatchPyTorchAndAreThreadInvariant) {
+  const Case c = ReadCase(GetParam());
+  std::vector<float> first;
+  for (const int threads : {1, 2}) {
+    auto model = Load(c.name, threads);
+    ASSERT_NE(model, nullptr);
+    EXPECT_EQ(model->config().vocab_size, c.vocab);
+    auto batch = NewBatch(model, c.b);
+    ASSERT_NE(batch, nullptr);
+    const std::vector<float> logits = PromptLogits(*batch, c);
+    test::ExpectAllClose(
+        c.logits, logits.data(), c.tolerance,
+        c.name + " at " + std::to_string(threads) + " threads");
+    if (first.empty()) first = logits;
+    EXPECT_EQ(first, logits) << "threads changed the bits";
+  }
+}
+
+TEST_P(LmGolden, GreedyTokensMatchPyTorch) {
+  const Case c = ReadCase(GetParam());
+  for (const int threads : {1, 2}) {
+    auto batch = NewBatch(Load(c.name, threads), c.b);
+    ASSERT_NE(batch, nullptr);
+    EXPECT_EQ(Greedy(*batch, c), c.tokens) << c.name << " at " << threads;
+  }
+}
+
+// Each sequence alone, one token per step, against the golden logits: the
+// decode path (the prompt's rows one step each) agrees with the full one.
+TEST_P(LmGolden, TokenByTokenMatchesThePrompt) {
+  const Case c = ReadCase(GetParam());
+  auto batch = NewBatch(Load(c.name, 1), 1);
+  ASSERT_NE(batch, nullptr);
+  for (int64_t row = 0; row < c.b; ++row) {
+    const int64_t seq = *batch->Add();
+    for (int64_t t = 0; t < c.lengths[row]; ++t) {
+      const LmBatch::Request r{seq, c.prompt(row) + t, 1, false};
+      ASSERT_TRUE(batch->Step(&r, 1).ok());
+      const auto first = c.logits.begin() + (row * c.T + t) * c.vocab;
+      test::ExpectAllClose(std::vector<float>(first, first + c.vocab),
+                           batch->logits(0), c.tolerance,
+                           c.name + " row " + std::to_string(row));
+    }
+    ASSERT_TRUE(batch->Remove(seq).ok());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, LmGolden, ::testing::ValuesIn(CaseNames()));
+
+TEST(LmLayouts, BookAndHuggingFaceNamesGiveTheSameModel) {
+  const Case c = ReadCase("gpt_book_2l_bias");
+  std::vector<float> book;
+  for (const char* name : {"gpt_book_2l_bias", "hf_gpt2", "hf_gpt2_prefixed"}) {
+    auto model = Load(name, 1);
+    ASSERT_NE(model, nullptr);
+    EXPECT_EQ(model->config().layout, name[0] == 'g' ? "book-gpt" : "hf-gpt2");
+    auto batch = NewBatch(model, c.b);
+    const std::vector<float> logits = PromptLogits(*batch, c);
+    if (book.empty()) book = logits;
+    EXPECT_EQ(book, logits) << name;
+  }
+  EXPECT_TRUE(Load("hf_gpt2_tied", 1)->config().tied_head);
+  EXPECT_TRUE(Load("llama_scaled_tied", 1)->config().tied_head);
+  EXPECT_FALSE(Load("hf_gpt2", 1)->config().tied_head);
+}
+
+// A fork continues exactly as its parent; a removed slot is reused clean.
+TEST(LmBatchTest, ForkContinuesAsTheParentAndSlotsAreReused) {
+  const Case c = ReadCase("llama_gqa");
+  auto batch = NewBatch(Load(c.name, 2), 3);
+  ASSERT_NE(batch, nullptr);
+  const int64_t parent = *batch->Add();
+  LmBatch::Request r{parent, c.prompt(0), c.lengths[0], false};
+  ASSERT_TRUE(batch->Step(&r, 1).ok());
+  const int64_t fork = *batch->Fork(parent);
+  EXPECT_EQ(batch->length(fork), c.lengths[0]);
+  const int64_t next = 7;
+  const LmBatch::Request both[] = {{parent, &next, 1, false},
+                                   {fork, &next, 1, false}};
+  ASSERT_TRUE(batch->Step(both, 2).ok());
+  const std::vector<float> a(batch->logits(0), batch->logits(0) + c.vocab);
+  EXPECT_EQ(a,
+            std::vector<float>(batch->logits(1), batch->logits(1) + c.vocab));
+  ASSERT_TRUE(batch->Remove(parent).ok());
+  EXPECT_EQ(batch->length(parent), -1);
+  const int64_t again = *batch->Add();
+  EXPECT_EQ(again, parent);
+  EXPECT_EQ(batch->length(again), 0);
+}
+
+// One step mixing a new prompt with a running sequence's next token gives
+// each the logits it gets alone.
+TEST(LmBatchTest, MixedStepMatchesSequencesAlone) {
+  const Case c = ReadCase("gpt_book_2l_bias");
+  auto batch = NewBatch(Load(c.name, 2), 2);
+  ASSERT_NE(batch, nullptr);
+  const int64_t running = *batch->Add();
+  LmBatch::Request r{running, c.prompt(0), c.lengths[0] - 1, false};
+  ASSERT_TRUE(batch->Step(&r, 1).ok());
+  const int64_t fresh = *batch->Add();
+  const LmBatch::Request mixed[] = {
+      {fresh, c.prompt(1), c.lengths[1], true},
+      {running, c.prompt(0) + c.lengths[0] - 1, 1, false}};
+  ASSERT_TRUE(batch->Step(mixed, 2).ok());
+  const auto row = [&](int64_t b, int64_t t) {
+    const auto first = c.logits.begin() + (b * c.T + t) * c.vocab;
+    return std::vector<float>(first, first + c.vocab);
+  };
+  test::ExpectAllClose(row(0, c.lengths[0] - 1), batch->logits(1), c.tolerance,
+                       "the running sequence");
+  for (int64_t t = 0; t < c.lengths[1]; ++t) {
+    test::ExpectAllClose(row(1, t), batch->logits(0) + t * c.vocab, c.tolerance,
+                         "the new prompt");
+  }
+}
+
+TEST(LmErrors, BadRequestsAreRefusedAndChangeNothing) {
+  auto batch = NewBatch(Load("gpt_book_1l", 1), 2);
+  ASSERT_NE(batch, nullptr);
+  const int64_t seq = *batch->Add();
+  const int64_t vocab = 64, out_of_range[] = {1, vocab};
+  LmBatch::Request r{seq, out_of_range, 2, false};
+  Status s = batch->Step(&r, 1);
+  EXPECT_NE(s.message().find("token id 64"), std::string::npos) << s.message();
+  std::vector<int64_t> too_long(17, 1);
+  r = {seq, too_long.data(), 17, false};
+  s = batch->Step(&r, 1);
+  EXPECT_NE(s.message().find("exceed the context of 16"), std::string::npos)
+      << s.message();
+  r = {seq + 1, too_long.data(), 1, false};
+  EXPECT_FALSE(batch->Step(&r, 1).ok());  // not a live sequence
+  const LmBatch::Request twice[] = {{seq, too_long.data(), 1, false},
+                                    {seq, too_long.data(), 1, false}};
+  EXPECT_FALSE(batch->Step(twice, 2).ok());
+  EXPECT_EQ(batch->length(seq), 0);
+  ASSERT_TRUE(batch->Add().ok());
+  EXPECT_FALSE(batch->Add().ok());  // both slots taken
+}
+
+TEST(LmErrors, UnknownLayoutNamesWhatWasFound) {
+  Result<std::shared_ptr<const LanguageModel>> model =
+      LanguageModel::Load(kLmDir + "bad/unknown_layout/model.safetensors");
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("unknown model layout"),
+            std::string::npos);
+  EXPECT_NE(model.status().message().find("embeddings.word_embeddings.weight"),
+            std::string::npos)
+      << model.status().message();
+  EXPECT_FALSE(LanguageModel::IsLanguageModelFile(
+      kLmDir + "bad/unknown_layout/model.safetensors"));
+  EXPECT_TRUE(
+      LanguageModel::IsLanguageModelFile(kLmDir + "hf_gpt2/model.safetensors"));
+}
+
+TEST(LmErrors, MissingHyperParameterIsNamed) {
+  LmOptions options;
+  Result<std::shared_ptr<const LanguageModel>> model = LanguageModel::Load(
+      ATTN_SOURCE_DIR "/tests/golden/mha_book.safetensors", options);
+  EXPECT_FALSE(model.ok());
+  // A Hugging Face file without its config.json has no heads.
+  const std::string dir = ::testing::TempDir() + "/hf_no_config";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kLmDir + "hf_gpt2/model.safetensors",
+                             dir + "/model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  model = LanguageModel::Load(dir + "/model.safetensors");
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("missing hyper-parameter num_heads"),
+            std::string::npos)
+      << model.status().message();
+  options.num_heads = 4;
+  EXPECT_TRUE(LanguageModel::Load(dir + "/model.safetensors", options).ok());
+}
+
+TEST(LmRandom, SeededModelIsReproducibleAndFinite) {
+  LmConfig config;
+  config.vocab_size = 50;
+  config.context_length = 16;
+  config.emb_dim = 32;
+  config.hidden_dim = 64;
+  config.num_layers = 2;
+  config.num_heads = 4;
+  config.qkv_bias = true;
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    auto model = LanguageModel::Random(config, 7);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    auto batch = NewBatch(*model, 1);
+    const int64_t ids[] = {1, 2, 3};
+    const LmBatch::Request r{*batch->Add(), ids, 3, false};
+    ASSERT_TRUE(batch->Step(&r, 1).ok());
+    const std::vector<float> logits(batch->logits(0), batch->logits(0) + 50);
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+    if (first.empty()) first = logits;
+    EXPECT_EQ(first, logits);
+  }
+}
+
+}  // namespace
+}  // namespace attn
