@@ -20,45 +20,72 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Columns [j0, j1) of y, four at a time: four rows of w are streamed
-// together (memory-level parallelism) and each x row is read once per
-// group. Every output is one vector accumulator over k in order, then its
-// lanes summed: a fixed order for a given target.
+// y[r0 + r, j + c] for r < kRows, c < kCols, j + c < j1: kCols rows of w
+// streamed together (memory-level parallelism), each of their vectors used
+// for kRows rows of x, so kRows * kCols accumulators hide the FMA latency.
+// Every output is one vector accumulator over k in order, then its lanes
+// summed: the same bits whatever tile computes it.
+template <size_t kRows, size_t kCols, class D>
+HWY_INLINE void RowsLinearTile(D d, const float* x, size_t r0, size_t k,
+                               const float* w, const float* bias, size_t n,
+                               size_t j, size_t j1, float* y) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d);
+  // A short last group repeats its last column and drops the results.
+  const float* wc[kCols];
+  for (size_t c = 0; c < kCols; ++c) wc[c] = w + std::min(j + c, j1 - 1) * k;
+  const float* xr[kRows];
+  for (size_t r = 0; r < kRows; ++r) xr[r] = x + (r0 + r) * k;
+  V acc[kRows][kCols];
+  for (auto& row : acc) {
+    for (V& a : row) a = hn::Zero(d);
+  }
+  size_t i = 0;
+  for (; i + N <= k; i += N) {
+    V xv[kRows];
+    for (size_t r = 0; r < kRows; ++r) xv[r] = hn::LoadU(d, xr[r] + i);
+    for (size_t c = 0; c < kCols; ++c) {
+      const V wv = hn::LoadU(d, wc[c] + i);
+      for (size_t r = 0; r < kRows; ++r) {
+        acc[r][c] = hn::MulAdd(xv[r], wv, acc[r][c]);
+      }
+    }
+  }
+  if (i < k) {  // zero-filled past k
+    for (size_t c = 0; c < kCols; ++c) {
+      const V wv = LoadTail(d, wc[c] + i, k - i);
+      for (size_t r = 0; r < kRows; ++r) {
+        acc[r][c] = hn::MulAdd(LoadTail(d, xr[r] + i, k - i), wv, acc[r][c]);
+      }
+    }
+  }
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t c = 0; c < kCols && j + c < j1; ++c) {
+      y[(r0 + r) * n + j + c] = (bias ? bias[j + c] : 0.0f) +
+                                hn::GetLane(hn::SumOfLanes(d, acc[r][c]));
+    }
+  }
+}
+
+// Columns [j0, j1) of y. One row streams eight columns of w at a time; more
+// rows take four columns at a time, two rows per pass, so that the second
+// and later passes find those columns of w in L1.
 template <class D>
 HWY_INLINE void RowsLinearT(D d, const float* x, size_t rows, size_t k,
                             const float* w, const float* bias, size_t n,
                             size_t j0, size_t j1, float* y) {
-  using V = hn::Vec<D>;
-  constexpr size_t kGroup = 4;
-  const size_t N = hn::Lanes(d);
-  for (size_t j = j0; j < j1; j += kGroup) {
-    // A short last group repeats its last column and drops the results.
-    const float* wc[kGroup];
-    for (size_t c = 0; c < kGroup; ++c) {
-      wc[c] = w + std::min(j + c, j1 - 1) * k;
+  if (rows == 1) {
+    for (size_t j = j0; j < j1; j += 8) {
+      RowsLinearTile<1, 8>(d, x, 0, k, w, bias, n, j, j1, y);
     }
-    for (size_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * k;
-      V acc[kGroup];
-      for (V& a : acc) a = hn::Zero(d);
-      size_t i = 0;
-      for (; i + N <= k; i += N) {
-        const V xv = hn::LoadU(d, xr + i);
-        for (size_t c = 0; c < kGroup; ++c) {
-          acc[c] = hn::MulAdd(xv, hn::LoadU(d, wc[c] + i), acc[c]);
-        }
-      }
-      if (i < k) {  // zero-filled past k
-        const V xv = LoadTail(d, xr + i, k - i);
-        for (size_t c = 0; c < kGroup; ++c) {
-          acc[c] = hn::MulAdd(xv, LoadTail(d, wc[c] + i, k - i), acc[c]);
-        }
-      }
-      for (size_t c = 0; c < kGroup && j + c < j1; ++c) {
-        y[r * n + j + c] = (bias ? bias[j + c] : 0.0f) +
-                           hn::GetLane(hn::SumOfLanes(d, acc[c]));
-      }
+    return;
+  }
+  for (size_t j = j0; j < j1; j += 4) {
+    size_t r = 0;
+    for (; r + 2 <= rows; r += 2) {
+      RowsLinearTile<2, 4>(d, x, r, k, w, bias, n, j, j1, y);
     }
+    if (r < rows) RowsLinearTile<1, 4>(d, x, r, k, w, bias, n, j, j1, y);
   }
 }
 

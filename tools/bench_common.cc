@@ -22,6 +22,13 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
+bool StderrIsTerminal() {
+  static const bool terminal = isatty(STDERR_FILENO) == 1;
+  return terminal;
+}
+
+}  // namespace
+
 // Peak resident memory since the last reset, in bytes (Linux).
 size_t PeakRssBytes() {
   std::ifstream status("/proc/self/status");
@@ -33,13 +40,6 @@ size_t PeakRssBytes() {
 
 // Resets the peak to the current resident size.
 void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
-
-bool StderrIsTerminal() {
-  static const bool terminal = isatty(STDERR_FILENO) == 1;
-  return terminal;
-}
-
-}  // namespace
 
 const std::vector<Shape>& Grid() {
   static const std::vector<Shape> grid = [] {

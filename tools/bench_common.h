@@ -93,6 +93,11 @@ Result<Timing> TimeBlock(RandomBlock& block, const MhaOptions& options,
                          double min_time,
                          const std::function<void(int threads)>& on_start);
 
+// Peak resident memory since the last reset, in bytes (Linux).
+size_t PeakRssBytes();
+// Resets the peak to the current resident size.
+void ResetPeakRss();
+
 // Progress on stderr while a point is measured. On a terminal, one line
 // rewritten in place and erased by EndProgress; elsewhere (a log, a pipe),
 // each update is a plain line, since \r and ESC[K only make sense on a screen.

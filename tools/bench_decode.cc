@@ -346,22 +346,18 @@ std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench) {
       ->delimiter(',')
       ->check(IntegerIn(1))
       ->capture_default_str();
-  bench
-      .add_option("--batch", args->batches,
-                  "decode: sequences decoded together, e.g. 1,8")
-      ->delimiter(',')
-      ->check(IntegerIn(1))
-      ->capture_default_str();
   bench.add_option("--dims", args->dims, "decode: d_in,d_out,heads")
       ->capture_default_str();
   bench.add_flag("!--no-recompute", args->recompute,
                  "decode: skip the recompute-the-prefix baseline");
   return [args]() -> DecodeBench {
     if (!args->enabled) return nullptr;
-    return [args](const std::vector<int>& threads, double min_time,
+    return [args](const std::vector<int>& threads,
+                  const std::vector<int64_t>& batches, double min_time,
                   uint64_t max_memory, const std::string& config, bool json,
                   const AttentionFlags& attention) {
       DecodeArgs with_cap = *args;
+      if (!batches.empty()) with_cap.batches = batches;
       with_cap.max_memory = max_memory;
       with_cap.config = config;
       with_cap.attention = attention;

@@ -287,15 +287,14 @@ std::function<GraphBench()> AddGraphBenchOptions(CLI::App& bench) {
                    "time this JSON graph (e.g. tools/graphs/"
                    "transformer_block.json); --shape then takes gpt2-128, "
                    "gpt2-1k, gpt2-1k-b4 or b,T,e,h");
-  bench.add_option("--weights", args->weights,
-                   "with --graph: weights file (default: random weights "
-                   "under the book's TransformerBlock names)");
   return [args]() -> GraphBench {
     if (args->graph.empty()) return nullptr;
-    return [args](const std::string& shapes, const std::vector<int>& threads,
-                  const std::string& dtype, double min_time,
-                  uint64_t max_memory, const std::string& config, bool json) {
+    return [args](const std::string& shapes, const std::string& weights,
+                  const std::vector<int>& threads, const std::string& dtype,
+                  double min_time, uint64_t max_memory,
+                  const std::string& config, bool json) {
       GraphArgs with_cap = *args;
+      with_cap.weights = weights;
       with_cap.max_memory = max_memory;
       with_cap.config = config;
       return Run(with_cap, shapes, threads, dtype, min_time, json);

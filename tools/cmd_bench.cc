@@ -8,6 +8,7 @@
 #include "attn/attn.hpp"
 #include "nlohmann/json.hpp"
 #include "tools/bench_common.h"
+#include "tools/bench_lm.h"
 #include "tools/cli.h"
 #include "tools/decode_cli.h"
 #include "tools/flags.h"
@@ -18,7 +19,9 @@ namespace {
 
 struct BenchArgs {
   std::string shape, dtype = "f32", config;
+  std::string weights;  // --graph's and --model's; empty: random weights
   std::vector<int> threads;
+  std::vector<int64_t> batches;  // --decode's and --model's; empty: 1, 8
   double min_time = 1.0;
   bool json = false;
   uint64_t max_memory = 0;   // bytes; 0 = attn::DefaultMaxMemoryBytes()
@@ -144,25 +147,41 @@ Command AddBenchCommand(CLI::App& app) {
   bench_cmd->add_option("--config", bench.config,
                         "tuned file from attn tune --save: its thread count is "
                         "the default");
+  bench_cmd->add_option("--weights", bench.weights,
+                        "graph, model: weights file (default: seeded random "
+                        "weights; --graph: under the book's TransformerBlock "
+                        "names)");
+  bench_cmd
+      ->add_option("--batch", bench.batches,
+                   "decode, model: sequences run together, e.g. 1,8 (default)")
+      ->delimiter(',')
+      ->check(IntegerIn(1));
   bench_cmd->add_flag("--json", bench.json, "one JSON object per line");
   bench.attention.AddTo(bench_cmd);  // over every shape's own (and --decode's)
 
   const auto decode = AddDecodeBenchOptions(*bench_cmd);  // --decode
   const auto graph = AddGraphBenchOptions(*bench_cmd);    // --graph
-  return {bench_cmd, [args, decode, graph] {
+  const auto model = AddModelBenchOptions(*bench_cmd);    // --model
+  return {bench_cmd, [args, decode, graph, model] {
             const DecodeBench run_decode = decode();
             const GraphBench run_graph = graph();
-            if (run_decode || run_graph) {
+            const ModelBench run_model = model();
+            if (run_decode || run_graph || run_model) {
               if (const int rc = CheckConfigFile(args->config)) return rc;
             }
+            if (run_model) {
+              return run_model({args->weights, args->threads, args->batches,
+                                args->max_memory, args->config, args->json});
+            }
             if (run_decode) {
-              return run_decode(args->threads, args->min_time, args->max_memory,
-                                args->config, args->json, args->attention);
+              return run_decode(args->threads, args->batches, args->min_time,
+                                args->max_memory, args->config, args->json,
+                                args->attention);
             }
             if (run_graph) {
-              return run_graph(args->shape, args->threads, args->dtype,
-                               args->min_time, args->max_memory, args->config,
-                               args->json);
+              return run_graph(args->shape, args->weights, args->threads,
+                               args->dtype, args->min_time, args->max_memory,
+                               args->config, args->json);
             }
             return Bench(*args);
           }};

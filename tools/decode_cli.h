@@ -22,14 +22,15 @@ namespace attn::cli {
 Status RunIncremental(std::shared_ptr<const MhaModel> model, const float* input,
                       int64_t batch, int64_t seq_len, float* output);
 
-// Adds --decode, --context, --batch and --dims to `bench`. The returned
-// function is non-null when --decode was given (check after parsing: call it
-// with the bench's --threads, --min-time, --max-memory, --config, --json and
-// attention flags (--kv-heads, --rope-theta, --sliding-window) to run the
-// decode benchmark).
+// Adds --decode, --context and --dims to `bench`. The returned function is
+// non-null when --decode was given (check after parsing: call it with the
+// bench's --threads, --batch (empty: 1,8), --min-time, --max-memory,
+// --config, --json and attention flags (--kv-heads, --rope-theta,
+// --sliding-window) to run the decode benchmark).
 using DecodeBench = std::function<int(
-    const std::vector<int>& threads, double min_time, uint64_t max_memory,
-    const std::string& config, bool json, const AttentionFlags& attention)>;
+    const std::vector<int>& threads, const std::vector<int64_t>& batches,
+    double min_time, uint64_t max_memory, const std::string& config, bool json,
+    const AttentionFlags& attention)>;
 std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench);
 
 }  // namespace attn::cli

@@ -12,14 +12,14 @@
 
 namespace attn::cli {
 
-// Adds --graph (and --weights) to `bench`. The returned function is non-null
-// when --graph was given (check after parsing: call it with the bench's
-// --shape, --threads, --dtype, --min-time, --max-memory, --config and
-// --json).
+// Adds --graph to `bench`. The returned function is non-null when --graph
+// was given (check after parsing: call it with the bench's --shape,
+// --weights (empty: random weights), --threads, --dtype, --min-time,
+// --max-memory, --config and --json).
 using GraphBench = std::function<int(
-    const std::string& shapes, const std::vector<int>& threads,
-    const std::string& dtype, double min_time, uint64_t max_memory,
-    const std::string& config, bool json)>;
+    const std::string& shapes, const std::string& weights,
+    const std::vector<int>& threads, const std::string& dtype, double min_time,
+    uint64_t max_memory, const std::string& config, bool json)>;
 std::function<GraphBench()> AddGraphBenchOptions(CLI::App& bench);
 
 }  // namespace attn::cli

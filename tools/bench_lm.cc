@@ -1,0 +1,199 @@
+// attn bench --model: a whole language model's prefill (every sequence's
+// prompt in one step) and decode (one token per sequence per step), with
+// seeded random weights at a named model's sizes or a given file. Reports
+// tokens/s and the rate at which a decode step reads the weights, the bound
+// of batch-1 decoding.
+#include "tools/bench_lm.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/lm.hpp"
+#include "nlohmann/json.hpp"
+#include "tools/bench_common.h"
+#include "tools/flags.h"
+
+namespace attn::cli {
+namespace {
+
+struct ModelArgs {
+  std::string model;  // a named size; empty: --model not given
+  int64_t prompt = 128;
+  int64_t steps = 64;
+};
+
+// GPT-2 124M: the size of the book's chapter-5 model and of the peers.
+LmConfig Gpt2Small() {
+  LmConfig c;
+  c.architecture = LmArchitecture::kGpt2;
+  c.vocab_size = 50257;
+  c.context_length = 1024;
+  c.emb_dim = 768;
+  c.hidden_dim = 3072;
+  c.num_layers = 12;
+  c.num_heads = 12;
+  c.qkv_bias = true;
+  c.tied_head = true;
+  return c;
+}
+
+// Bytes of the weights a decode step of a few rows reads, each once: every
+// block's matrices and the head (not the embeddings, of which it reads a row).
+double DecodeWeightBytes(const LmConfig& c) {
+  const double e = double(c.emb_dim), h = double(c.hidden_dim);
+  const double kv = double(c.num_kv_heads) * (e / double(c.num_heads));
+  const double ff = (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
+  const double block = e * (e + 2 * kv) + e * e + ff;
+  return (double(c.num_layers) * block + double(c.vocab_size) * e) *
+         sizeof(float);
+}
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct Point {
+  int threads = 0;
+  int64_t batch = 0;
+  double prefill_ms = 0, decode_ms_per_step = 0;
+};
+
+// Best of `reps` prefills of `batch` random prompts, then the mean step of
+// `steps` decode steps after the last one.
+Result<Point> Measure(std::shared_ptr<const LanguageModel> model,
+                      const ModelArgs& args, int64_t batch) {
+  const LmConfig& c = model->config();
+  ATTN_ASSIGN_OR_RETURN(
+      std::unique_ptr<LmBatch> lm,
+      LmBatch::Create(model, {batch, args.prompt + args.steps}));
+  std::mt19937_64 rng(42);
+  std::vector<int64_t> ids(size_t(batch * args.prompt));
+  for (int64_t& id : ids) id = int64_t(rng() % uint64_t(c.vocab_size));
+  Point point;
+  point.batch = batch;
+  point.prefill_ms = 1e300;
+  std::vector<LmBatch::Request> requests(static_cast<size_t>(batch));
+  constexpr int kReps = 3;
+  for (int rep = 0; rep < kReps; ++rep) {
+    for (int64_t b = 0; b < batch; ++b) {
+      if (rep > 0) ATTN_RETURN_IF_ERROR(lm->Remove(b));
+      ATTN_ASSIGN_OR_RETURN(const int64_t seq, lm->Add());
+      requests[b] = {seq, ids.data() + b * args.prompt, args.prompt, false};
+    }
+    const Clock::time_point t0 = Clock::now();
+    ATTN_RETURN_IF_ERROR(lm->Step(requests.data(), requests.size()));
+    point.prefill_ms = std::min(point.prefill_ms, MsSince(t0));
+  }
+  std::vector<int64_t> next(size_t(batch), 0);
+  for (int64_t b = 0; b < batch; ++b) requests[b] = {b, &next[b], 1, false};
+  const Clock::time_point t0 = Clock::now();
+  for (int64_t step = 0; step < args.steps; ++step) {
+    ATTN_RETURN_IF_ERROR(lm->Step(requests.data(), requests.size()));
+    for (int64_t b = 0; b < batch; ++b)
+      next[b] = (next[b] + 7919) % c.vocab_size;
+  }
+  point.decode_ms_per_step = MsSince(t0) / double(args.steps);
+  return point;
+}
+
+Result<std::shared_ptr<const LanguageModel>> MakeModel(
+    const std::string& weights, const LmOptions& options) {
+  if (!weights.empty()) return LanguageModel::Load(weights, options);
+  return LanguageModel::Random(Gpt2Small(), 1234, options);
+}
+
+void PrintPoint(const ModelArgs& args, const ModelBenchFlags& flags,
+                const LanguageModel& model, const Point& p) {
+  const bool json = flags.json;
+  const double prefill_tok_s =
+      double(p.batch * args.prompt) / p.prefill_ms * 1e3;
+  const double decode_tok_s = double(p.batch) / p.decode_ms_per_step * 1e3;
+  const double weights_gb_s =
+      DecodeWeightBytes(model.config()) / p.decode_ms_per_step / 1e6;
+  const double peak_mb = double(PeakRssBytes()) / (1 << 20);
+  const std::string name = flags.weights.empty() ? args.model : flags.weights;
+  if (json) {
+    const nlohmann::json line = {{"model", name},
+                                 {"threads", p.threads},
+                                 {"batch", p.batch},
+                                 {"prompt", args.prompt},
+                                 {"steps", args.steps},
+                                 {"prefill_ms", p.prefill_ms},
+                                 {"prefill_tok_s", prefill_tok_s},
+                                 {"decode_ms_per_step", p.decode_ms_per_step},
+                                 {"decode_tok_s", decode_tok_s},
+                                 {"decode_weights_gb_s", weights_gb_s},
+                                 {"peak_rss_mb", peak_mb}};
+    std::printf("%s\n", line.dump().c_str());
+  } else {
+    std::printf("%-10s %7d %5ld %10.1f %11.0f %11.2f %10.1f %9.1f %8.0f\n",
+                name.c_str(), p.threads, long(p.batch), p.prefill_ms,
+                prefill_tok_s, p.decode_ms_per_step, decode_tok_s, weights_gb_s,
+                peak_mb);
+  }
+  std::fflush(stdout);
+}
+
+int Run(const ModelArgs& args, const ModelBenchFlags& flags) {
+  std::vector<int> thread_counts = flags.threads;
+  if (thread_counts.empty()) thread_counts = {0};
+  std::vector<int64_t> batches = flags.batches;
+  if (batches.empty()) batches = {1, 8};
+  if (!flags.json) {
+    std::printf("%-10s %7s %5s %10s %11s %11s %10s %9s %8s\n", "model",
+                "threads", "batch", "prefill_ms", "prefill_t/s", "decode_ms",
+                "decode_t/s", "weight_GB/s", "peak_MB");
+  }
+  for (const int threads : thread_counts) {
+    LmOptions options;
+    options.num_threads = threads;
+    options.max_memory_bytes = flags.max_memory;
+    options.tuned_config = flags.config;
+    ResetPeakRss();
+    ShowProgress("loading %s ...", args.model.c_str());
+    Result<std::shared_ptr<const LanguageModel>> model =
+        MakeModel(flags.weights, options);
+    EndProgress();
+    if (!model.ok()) return Fail(model.status().message());
+    for (const int64_t batch : batches) {
+      ShowProgress("threads=%d batch=%ld ...", (*model)->num_threads(),
+                   long(batch));
+      Result<Point> point = Measure(*model, args, batch);
+      EndProgress();
+      if (!point.ok()) return Fail(point.status().message());
+      point->threads = (*model)->num_threads();
+      PrintPoint(args, flags, **model, *point);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::function<ModelBench()> AddModelBenchOptions(CLI::App& bench) {
+  auto args = std::make_shared<ModelArgs>();
+  bench
+      .add_option("--model", args->model,
+                  "time a whole model's prefill and decode: gpt2-124m "
+                  "(seeded random weights at GPT-2 124M's sizes)")
+      ->check(CLI::IsMember({"gpt2-124m"}));
+  bench.add_option("--prompt", args->prompt, "model: prompt tokens")
+      ->check(IntegerIn(1))
+      ->capture_default_str();
+  bench.add_option("--steps", args->steps, "model: decode steps timed")
+      ->check(IntegerIn(1))
+      ->capture_default_str();
+  return [args]() -> ModelBench {
+    if (args->model.empty()) return nullptr;
+    return [args](const ModelBenchFlags& flags) { return Run(*args, flags); };
+  };
+}
+
+}  // namespace attn::cli
