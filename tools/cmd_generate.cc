@@ -111,10 +111,11 @@ struct Generator {
   Sampler sampler;
 };
 
+// The sampling options are checked first, before a large model loads.
 Result<Generator> PrepareGenerator(const GenerateArgs& args) {
+  ATTN_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(args.sampling));
   ATTN_ASSIGN_OR_RETURN(auto model,
                         LoadLanguageModel(args.weights, args.model));
-  ATTN_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(args.sampling));
   const int64_t vocab = model->config().vocab_size;
   if (args.stop_token >= vocab) {
     return InvalidArgument("--stop-token " + std::to_string(args.stop_token) +
