@@ -102,24 +102,17 @@ Status AttentionOp::MakeMatMuls(DataType type) {
                        team));
     qkv_proj_.emplace(std::move(qkv));
   } else {
-    // Per sequence: x [1, T, d_in] x W [H, d_in, D] (+ b [H, 1, D]) -> its
-    // rows of the q plane [H, R, D], and x W [Hkv, d_in, D] its rows of K
-    // and V in the cache.
-    const Operand x{{1, T, d_in}, {}, type};
-    const Operand q_bias{{H, 1, D}, {}, DataType::kF32};
-    const Operand kv_bias{{Hkv, 1, D}, {}, DataType::kF32};
+    // x [R, d_in] x W_qkv^T [d_in, G D] (+ b) -> rows [R, G D], which
+    // Project scatters: q into its plane, K and V into the cache. One
+    // product of the full width: per-head ones of D columns run at a
+    // fraction of the matmul's speed.
+    const Operand bias{{1, G * D}, {}, DataType::kF32};
     ATTN_ASSIGN_OR_RETURN(
-        MatMul q, MatMul::Create(x, {{H, d_in, D}, {}, type},
-                                 c.qkv_bias ? &q_bias : nullptr,
-                                 {{H, T, D}, {R * D, D, 1}, type}, team));
-    ATTN_ASSIGN_OR_RETURN(
-        MatMul kv,
-        MatMul::Create(
-            x, {{Hkv, d_in, D}, {}, type}, c.qkv_bias ? &kv_bias : nullptr,
-            {{Hkv, T, D}, {cache_->head_stride, cache_->row_stride, 1}, type},
-            team));
-    qkv_proj_.emplace(std::move(q));
-    kv_proj_.emplace(std::move(kv));
+        MatMul qkv,
+        MatMul::Create({{R, d_in}, {}, type}, {{d_in, G * D}, {}, type},
+                       c.qkv_bias ? &bias : nullptr, {{R, G * D}, {}, type},
+                       team));
+    qkv_proj_.emplace(std::move(qkv));
   }
   // ctx [R, d_out] x W_out^T [d_out, d_out] + b_out -> y [R, d_out] f32.
   const Operand out_bias{{1, d_out}, {}, DataType::kF32};
@@ -167,16 +160,12 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   } else {
     workspace.Add(&w_out_, out_proj_->packed_weights_bytes());
   }
-  if (kv_proj_) {
-    workspace.Add(&w_k_, kv_proj_->packed_weights_bytes());
-    workspace.Add(&w_v_, kv_proj_->packed_weights_bytes());
-    mm_scratch = std::max(mm_scratch, kv_proj_->scratch_bytes());
-  }
   workspace.Add(&b_qkv_, m_->b_qkv.size() * sizeof(float));
   workspace.Add(&b_out_, m_->b_out.size() * sizeof(float));
   buffer_bytes_[kInputLow] = type == DataType::kBF16 ? rows * d_in * elem : 0;
-  // With a cache only the q plane lives in kQkv.
-  const auto heads = static_cast<size_t>(cache_ ? H_ : H_ + 2 * Hkv_);
+  // With a cache kQkv holds the q plane, then the projection's rows.
+  const auto heads =
+      static_cast<size_t>(cache_ ? 2 * H_ + 2 * Hkv_ : H_ + 2 * Hkv_);
   buffer_bytes_[kQkv] = rows * heads * static_cast<size_t>(D_) * elem;
   buffer_bytes_[kContext] = rows * d_out * elem;
   buffer_bytes_[kProjScratch] = mm_scratch * threads;
@@ -192,14 +181,9 @@ Status AttentionOp::PackWeights() {
   const std::vector<int64_t> strides = {D * d_in, 1, d_in};
   const float* w = m_->w_qkv.data();
   if (cache_) {
-    // W_query's H heads, then W_key's and W_value's Hkv each.
-    const Operand q_heads{{H_, d_in, D}, strides, DataType::kF32};
-    const Operand kv_heads{{Hkv_, d_in, D}, strides, DataType::kF32};
-    const float* w_k = w + d_out * d_in;
-    const float* w_v = w_k + Hkv_ * D * d_in;
-    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(q_heads, w, w_qkv_.data()));
-    ATTN_RETURN_IF_ERROR(kv_proj_->PackWeights(kv_heads, w_k, w_k_.data()));
-    ATTN_RETURN_IF_ERROR(kv_proj_->PackWeights(kv_heads, w_v, w_v_.data()));
+    // W_qkv [G D, d_in] row-major is W_qkv^T [d_in, G D], strides {1, d_in}.
+    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(
+        {{d_in, QkvWidth()}, {1, d_in}, DataType::kF32}, w, w_qkv_.data()));
     qkv_weights_ = w_qkv_.data();
   } else if (!qkv_weights_) {  // not the model's
     ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(
@@ -222,9 +206,8 @@ Status AttentionOp::PackWeights() {
 size_t AttentionOp::bytes() const {
   size_t total =
       (rope_ ? rope_->bytes() : 0) + positions_.size() * sizeof(int64_t);
-  for (const AlignedBuffer* b :
-       {&w_qkv_, &w_k_, &w_v_, &b_qkv_, &w_out_, &b_out_, &qkv_, &ctx_,
-        &proj_scratch_, &q_rows_}) {
+  for (const AlignedBuffer* b : {&w_qkv_, &b_qkv_, &w_out_, &b_out_, &qkv_,
+                                 &ctx_, &proj_scratch_, &q_rows_}) {
     total += b->size();
   }
   return total;
@@ -314,26 +297,35 @@ void AttentionOp::Project(const float* x, const int64_t* cache_seqs,
                    buffers[kProjScratch], threads);
     return;
   }
-  // Per sequence: its q rows, then its K and V into its cache rows; each
-  // projection's products share one parallel region.
-  const int64_t T = seq_len_, C = H_ * D_, d_in = m_->config.d_in;
-  const int64_t kv_dim = Hkv_ * D_;
-  const auto* b = static_cast<const float*>(b_qkv_.data());  // or null
-  q_calls_.clear();
-  kv_calls_.clear();
-  for (int64_t i = 0; i < batch_; ++i) {
-    const float* xi = x + i * T * d_in;
-    float* q = static_cast<float*>(buffers[kQkv]) + i * T * D_;
-    const int64_t at = cache_seqs[i] * cache_->batch_stride;
-    q_calls_.push_back({xi, qkv_weights_, b, q});
-    kv_calls_.push_back({xi, w_k_.data(), b ? b + C : nullptr, cache_->k + at});
-    kv_calls_.push_back(
-        {xi, w_v_.data(), b ? b + C + kv_dim : nullptr, cache_->v + at});
+  // The rows of q, k and v after the q plane, then each where it goes.
+  const int64_t R = batch_ * seq_len_;
+  auto* q = static_cast<float*>(buffers[kQkv]);
+  float* rows = q + R * H_ * D_;
+  qkv_proj_->Run(src, qkv_weights_, b_qkv_.data(), rows, buffers[kProjScratch],
+                 threads);
+  ScatterQkv(rows, cache_seqs, q);
+}
+
+// Row r of `rows` ([R, (H + 2 Hkv) D]) is token r mod T of sequence r / T:
+// its q heads go to rows r of the q plane [H, R, D], its K and V heads to
+// that token's row of its cache sequence.
+void AttentionOp::ScatterQkv(const float* rows, const int64_t* cache_seqs,
+                             float* q) const {
+  const int64_t T = seq_len_, R = batch_ * T, D = D_;
+  const size_t bytes = static_cast<size_t>(D) * sizeof(float);
+  for (int64_t r = 0; r < R; ++r) {
+    const float* row = rows + r * QkvWidth();
+    for (int64_t h = 0; h < H_; ++h) {
+      std::memcpy(q + (h * R + r) * D, row + h * D, bytes);
+    }
+    const int64_t at =
+        cache_seqs[r / T] * cache_->batch_stride + (r % T) * cache_->row_stride;
+    for (int64_t h = 0; h < Hkv_; ++h) {
+      const int64_t to = at + h * cache_->head_stride;
+      std::memcpy(cache_->k + to, row + (H_ + h) * D, bytes);
+      std::memcpy(cache_->v + to, row + (H_ + Hkv_ + h) * D, bytes);
+    }
   }
-  qkv_proj_->RunMany(q_calls_.data(), q_calls_.size(), buffers[kProjScratch],
-                     threads);
-  kv_proj_->RunMany(kv_calls_.data(), kv_calls_.size(), buffers[kProjScratch],
-                    threads);
 }
 
 // The whole block as plain loops with fp32 accumulation on the calling

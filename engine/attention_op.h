@@ -55,7 +55,8 @@ class AttentionOp {
   // (0: unused, may be null).
   enum Buffer {
     kInputLow,     // bf16 only: x converted
-    kQkv,          // the q, k, v planes (with a cache, q's; tiny: all)
+    kQkv,          // the q, k, v planes (with a cache, q's and then the
+                   // projection's rows; tiny: all)
     kContext,      // the core's output, heads merged
     kProjScratch,  // the projections' per-thread scratch
     kCoreScratch,  // the core's per-thread scratch
@@ -68,8 +69,9 @@ class AttentionOp {
   // are the planes [H + 2 Hkv, batch * seq_len, D] of one fused projection
   // in kQkv (Hkv: the K/V heads). Rotary embeddings, when the model has
   // them, turn q and k where the projection left them (fp32 only). With it
-  // (fp32 only), each sequence's K and V are projected straight into rows [0,
-  // seq_len) of its cache sequence and the core reads them there. The op runs
+  // (fp32 only), one projection of the full width gives each token's q, k
+  // and v, copied to the q plane and to rows [0, seq_len) of its cache
+  // sequence, where the core reads K and V. The op runs
   // on the model's packed weights (MhaModelData::packed) where its matmuls lay
   // them out alike, else packs its own, checked against the model's cap with
   // `held` bytes already held; a failure names `what`.
@@ -123,6 +125,7 @@ class AttentionOp {
   void ForwardTiny(const float* x, float* y, float* scratch) const;
   void Project(const float* x, const int64_t* cache_seqs,
                const Buffers& buffers) const;
+  void ScatterQkv(const float* rows, const int64_t* cache_seqs, float* q) const;
   Status MakeStepMatMuls();
   void StepLinear(const std::optional<kernels::MatMul>& mm,
                   const AlignedBuffer& packed, const std::vector<float>& w,
@@ -139,16 +142,15 @@ class AttentionOp {
   bool step_ = false;  // CreateStep: the decode kernel over the cache
   std::optional<KvCache> cache_;
   std::optional<kernels::Convert> to_bf16_;  // bf16 only: input conversion
-  // Without a cache: qkv_proj_ writes all three planes. With one: qkv_proj_
-  // writes one sequence's q plane, kv_proj_ its K (then V) into the cache.
-  std::optional<kernels::MatMul> qkv_proj_, kv_proj_, out_proj_;
+  // Without a cache: qkv_proj_ writes all three planes. With one: the rows
+  // of q, k and v, which ScatterQkv puts in the q plane and the cache.
+  std::optional<kernels::MatMul> qkv_proj_, out_proj_;
   std::optional<kernels::CausalAttention> core_;
   // Rotary embeddings: the table, and each forward row's position.
   std::optional<kernels::RopeTable> rope_;
   std::vector<int64_t> positions_;
-  // Packed weights (with a cache: W_query, then W_key and W_value each
-  // packed for kv_proj_) and the biases.
-  AlignedBuffer w_qkv_, w_k_, w_v_, b_qkv_, w_out_, b_out_;
+  // Packed weights and the biases.
+  AlignedBuffer w_qkv_, b_qkv_, w_out_, b_out_;
   // What the projections run on: w_qkv_ and w_out_, or the model's.
   const void* qkv_weights_ = nullptr;
   const void* out_weights_ = nullptr;
@@ -157,8 +159,6 @@ class AttentionOp {
   // [rows, H, Dp] zero-padded q rows, and the decode kernel's rows.
   AlignedBuffer qkv_, ctx_, proj_scratch_, q_rows_;
   std::vector<kernels::DecodeRow> decode_rows_;
-  // With a cache: the per-sequence projections' operands.
-  mutable std::vector<kernels::MatMul::Call> q_calls_, kv_calls_;
 };
 
 // Forward's buffers held by their caller, for callers without an arena

@@ -1,7 +1,7 @@
 // MhaDecoder: a KV cache per sequence and the forward pass of new tokens
 // against it (see attn/decode.hpp). Fresh prompts of one length run through
-// the attention operator (engine/attention_op.h), which projects their K and
-// V straight into the cache. Other steps, straight-line: one fused QKV
+// the attention operator (engine/attention_op.h), which copies their K and
+// V into the cache. Other steps, straight-line: one fused QKV
 // projection of the new tokens, K and V appended to the cache, the decode
 // attention kernel (kernels/decode.h), one output projection.
 #include "attn/decode.hpp"
@@ -52,7 +52,7 @@ struct MhaDecoder::Impl {
   std::unique_ptr<AttentionOp> step, other;
   std::vector<int64_t> row_seqs, row_positions;
   // Fresh prompts of one length run through the attention operator, their
-  // K and V projected straight into the cache.
+  // K and V copied into the cache.
   std::unique_ptr<AttentionOp> prompt;
   OwnedBuffers prompt_buffers;       // its activations and scratch
   std::vector<int64_t> prompt_seqs;  // the cache sequence of each prompt

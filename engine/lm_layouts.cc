@@ -324,6 +324,12 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
                            layout.Name(Role::kNorm1Scale, 0) + "' is missing");
   }
   c.hidden_dim = RoleShape(file, layout, Role::kUp).first;
+  if (c.hidden_dim == 0) {
+    return InvalidArgument("tensor '" + layout.Name(Role::kUp, 0) + "' of '" +
+                           file.path() +
+                           "' is missing or not a matrix: the feed-forward "
+                           "block's first weight");
+  }
   c.qkv_bias = file.Find(layout.Name(Role::kQueryBias, 0)) != nullptr;
   c.tied_head = !file.Find(layout.Name(Role::kHead, 0));
   return {};

@@ -68,8 +68,10 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t r0, size_t k,
 }
 
 // Columns [j0, j1) of y. One row streams eight columns of w at a time; more
-// rows take four columns at a time, two rows per pass, so that the second
-// and later passes find those columns of w in L1.
+// rows take six columns at a time, two rows per pass (15 of AVX2's 16
+// vector registers), so that the second and later passes find those columns
+// of w in L1. Measured on Zen 3 for GPT-2's head: 1 row reads w at the
+// machine's read bandwidth, 8 rows take 1.9x as long.
 template <class D>
 HWY_INLINE void RowsLinearT(D d, const float* x, size_t rows, size_t k,
                             const float* w, const float* bias, size_t n,
@@ -80,12 +82,12 @@ HWY_INLINE void RowsLinearT(D d, const float* x, size_t rows, size_t k,
     }
     return;
   }
-  for (size_t j = j0; j < j1; j += 4) {
+  for (size_t j = j0; j < j1; j += 6) {
     size_t r = 0;
     for (; r + 2 <= rows; r += 2) {
-      RowsLinearTile<2, 4>(d, x, r, k, w, bias, n, j, j1, y);
+      RowsLinearTile<2, 6>(d, x, r, k, w, bias, n, j, j1, y);
     }
-    if (r < rows) RowsLinearTile<1, 4>(d, x, r, k, w, bias, n, j, j1, y);
+    if (r < rows) RowsLinearTile<1, 6>(d, x, r, k, w, bias, n, j, j1, y);
   }
 }
 
