@@ -284,6 +284,46 @@ TEST_F(LmCliTest, BadInputsAreRefused) {
   ExpectRefused(Generate(golden.model, golden.io, 1, "--top-p 1.5"));
 }
 
+// A tokenizer of `vocab` one-character tokens, '!' (id 0) onwards: GPT-2's
+// byte table maps the printable bytes 33..126 to themselves, and no merges.
+std::string WriteCharTokenizer(const fs::path& dir, int64_t vocab) {
+  std::ofstream json(dir / "vocab.json");
+  json << "{";
+  for (int64_t id = 0; id < vocab; ++id) {
+    const char c = static_cast<char>('!' + id);
+    json << (id ? "," : "") << "\"" << (c == '"' || c == '\\' ? "\\" : "") << c
+         << "\":" << id;
+  }
+  json << "}";
+  std::ofstream(dir / "merges.txt") << "#version: 0.2\n";
+  return dir.string();
+}
+
+TEST_F(LmCliTest, TextModeStreamsTheTokensOfThePrompt) {
+  const GoldenCase golden = FirstCase();
+  ASSERT_FALSE(golden.model.empty());
+  const int64_t vocab =
+      golden.logits.size() /
+      SafetensorsFile::Open(golden.io)->Find("input_ids")->num_elements;
+  ASSERT_LE(vocab, 94);  // printable characters only
+  // "ABC" is ids 32, 33, 34; its greedy tokens, as characters.
+  ASSERT_EQ(
+      Generate(golden.model, WriteInput({32, 33, 34}, 1, {}), 5).exit_code, 0);
+  std::string expected;
+  for (int64_t id : TakeTokens()) expected += static_cast<char>('!' + id);
+  const std::string out = (dir_ / "stdout.txt").string();
+  const Outcome outcome = Attn(
+      "generate --weights " + golden.model + " --tokenizer " +
+          WriteCharTokenizer(dir_, vocab) + " --prompt ABC --max-new-tokens 5",
+      out);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+  std::ifstream in(out);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}),
+            expected + "\n");
+  ExpectRefused(Attn("generate --weights " + golden.model + " --tokenizer " +
+                     dir_.string() + " --prompt ABC --max-new-tokens 100000"));
+}
+
 TEST_F(LmCliTest, GenerateHelpNamesItsFlags) {
   const std::string help = (dir_ / "help.txt").string();
   ASSERT_EQ(Attn("generate --help", help).exit_code, 0);
@@ -291,7 +331,8 @@ TEST_F(LmCliTest, GenerateHelpNamesItsFlags) {
   const std::string text(std::istreambuf_iterator<char>(in), {});
   for (const char* flag :
        {"--weights", "--input", "--output", "--max-new-tokens", "--temperature",
-        "--top-k", "--top-p", "--seed", "--stop-token", "--threads"}) {
+        "--top-k", "--top-p", "--seed", "--stop-token", "--threads",
+        "--tokenizer", "--prompt"}) {
     EXPECT_NE(text.find(flag), std::string::npos) << flag;
   }
 }

@@ -1,6 +1,7 @@
 // attn generate: new tokens after each prompt, greedy or sampled as the
 // book's chapter-5 generate, every row of the batch in one LmBatch.
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include "tools/cli.h"
 #include "tools/flags.h"
 #include "tools/lm_cli.h"
+#include "tools/tokenizer.h"
 
 namespace attn::cli {
 namespace {
@@ -20,6 +22,7 @@ constexpr int64_t kNoStopToken = -1;
 
 struct GenerateArgs {
   std::string weights, input, output;
+  std::string tokenizer, prompt;  // text mode, instead of input and output
   int64_t max_new_tokens = 0;
   int64_t stop_token = kNoStopToken;
   SamplingOptions sampling;
@@ -143,9 +146,82 @@ int GenerateFromFile(const GenerateArgs& args) {
   return 0;
 }
 
+// The prompt's tokens as a batch of one row.
+Result<Prompts> EncodePrompt(const Gpt2Tokenizer& tokenizer,
+                             const std::string& text) {
+  ATTN_ASSIGN_OR_RETURN(std::vector<int64_t> ids, tokenizer.Encode(text));
+  if (ids.empty()) {
+    return InvalidArgument("--prompt encodes to no tokens, want some text");
+  }
+  Prompts prompts;
+  prompts.batch = 1;
+  prompts.width = static_cast<int64_t>(ids.size());
+  prompts.ids = std::move(ids);
+  prompts.lengths = {prompts.width};
+  return prompts;
+}
+
+// Writes token `id`'s bytes to stdout at once, for a reader watching.
+Status PrintToken(const Gpt2Tokenizer& tokenizer, int64_t id) {
+  ATTN_ASSIGN_OR_RETURN(const std::string text, tokenizer.Decode(id));
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  return {};
+}
+
+// --tokenizer DIR --prompt TEXT: each new token's text on stdout as it is
+// chosen, then a newline.
+int GenerateText(const GenerateArgs& args) {
+  auto tokenizer = Gpt2Tokenizer::Load(args.tokenizer);
+  if (!tokenizer.ok()) return Fail(tokenizer.status().message());
+  auto generator = PrepareGenerator(args);
+  if (!generator.ok()) return Fail(generator.status().message());
+  auto prompts = EncodePrompt(*tokenizer, args.prompt);
+  if (!prompts.ok()) return Fail(prompts.status().message());
+  const Status fits = CheckPrompts(*prompts, "--prompt", *generator->model,
+                                   args.max_new_tokens);
+  if (!fits.ok()) return Fail(fits.message());
+  Generation generation(generator->model, *prompts, args,
+                        std::move(generator->sampler));
+  auto tokens = generation.Run(
+      [&](int64_t, int64_t id) { return PrintToken(*tokenizer, id); });
+  std::fputc('\n', stdout);
+  if (!tokens.ok()) return Fail(tokens.status().message());
+  return 0;
+}
+
 int Generate(const GenerateArgs& args) {
   InstallInterruptHandlers();
+  if (!args.prompt.empty()) return GenerateText(args);
+  if (args.input.empty()) {
+    return Fail(
+        "no prompts: want --input FILE --output FILE, or "
+        "--tokenizer DIR --prompt TEXT");
+  }
   return GenerateFromFile(args);
+}
+
+// --input and --output, or (text mode) --tokenizer and --prompt.
+void AddPromptFlags(CLI::App* command, GenerateArgs& args) {
+  CLI::Option* input = command->add_option(
+      "--input", args.input,
+      "safetensors file with input_ids [b, T] (I64 or I32) and optional "
+      "lengths [b] of right-padded rows");
+  CLI::Option* output = command->add_option(
+      "--output", args.output,
+      "safetensors file to write 'tokens' [b, N] (I64) to (with --input)");
+  CLI::Option* prompt = command->add_option(
+      "--prompt", args.prompt,
+      "text mode: this text's tokens are the prompt, and each new token's "
+      "text goes to stdout as it comes (with --tokenizer)");
+  CLI::Option* tokenizer = command->add_option(
+      "--tokenizer", args.tokenizer,
+      "directory with GPT-2's vocab.json and merges.txt (or encoder.json "
+      "and vocab.bpe), for --prompt");
+  input->needs(output)->excludes(prompt);
+  output->needs(input);
+  prompt->needs(tokenizer);
+  tokenizer->needs(prompt);
 }
 
 void AddSamplingFlags(CLI::App* command, GenerateArgs& args) {
@@ -186,15 +262,7 @@ Command AddGenerateCommand(CLI::App& app) {
                    "whole model: book GPT, Hugging Face GPT-2 or book Llama "
                    "3.2 safetensors")
       ->required();
-  command
-      ->add_option("--input", args->input,
-                   "safetensors file with input_ids [b, T] (I64 or I32) and "
-                   "optional lengths [b] of right-padded rows")
-      ->required();
-  command
-      ->add_option("--output", args->output,
-                   "safetensors file to write 'tokens' [b, N] (I64) to")
-      ->required();
+  AddPromptFlags(command, *args);
   command
       ->add_option("--max-new-tokens", args->max_new_tokens,
                    "N: tokens to generate after each prompt")
