@@ -282,6 +282,9 @@ TEST_F(LmCliTest, BadInputsAreRefused) {
   ExpectRefused(Generate(golden.model, golden.io, 1000000));
   ExpectRefused(Generate(golden.model, golden.io, 1, "--stop-token 1000000"));
   ExpectRefused(Generate(golden.model, golden.io, 1, "--top-p 1.5"));
+  EXPECT_EQ(Attn("generate --weights " + golden.model + " --max-new-tokens 1")
+                .exit_code,
+            2);  // no prompts
 }
 
 // A tokenizer of `vocab` one-character tokens, '!' (id 0) onwards: GPT-2's

@@ -191,14 +191,15 @@ int GenerateText(const GenerateArgs& args) {
 }
 
 int Generate(const GenerateArgs& args) {
-  InstallInterruptHandlers();
-  if (!args.prompt.empty()) return GenerateText(args);
-  if (args.input.empty()) {
-    return Fail(
-        "no prompts: want --input FILE --output FILE, or "
-        "--tokenizer DIR --prompt TEXT");
+  if (args.input.empty() && args.prompt.empty()) {
+    // A usage error, as a missing required flag is.
+    std::fprintf(stderr,
+                 "attn: usage error: no prompts: want --input FILE --output "
+                 "FILE, or --tokenizer DIR --prompt TEXT (see --help)\n");
+    return kExitUsage;
   }
-  return GenerateFromFile(args);
+  InstallInterruptHandlers();
+  return args.input.empty() ? GenerateText(args) : GenerateFromFile(args);
 }
 
 // --input and --output, or (text mode) --tokenizer and --prompt.
