@@ -291,6 +291,7 @@ TEST(LmErrors, BadRequestsAreRefusedAndChangeNothing) {
                                     {seq, too_long.data(), 1, false}};
   EXPECT_FALSE(batch->Step(twice, 2).ok());
   EXPECT_EQ(batch->length(seq), 0);
+  EXPECT_EQ(batch->logits(0), nullptr);
   ASSERT_TRUE(batch->Add().ok());
   EXPECT_FALSE(batch->Add().ok());  // both slots taken
 }
@@ -328,6 +329,27 @@ TEST(LmErrors, MissingHyperParameterIsNamed) {
       << model.status().message();
   options.num_heads = 4;
   EXPECT_TRUE(LanguageModel::Load(dir + "/model.safetensors", options).ok());
+}
+
+TEST(LmRandom, SizesAreChecked) {
+  LmConfig config;
+  config.vocab_size = 50;
+  config.context_length = 16;
+  config.emb_dim = 32;
+  config.hidden_dim = 64;
+  config.num_layers = 1;
+  config.num_heads = 4;
+  config.num_kv_heads = 3;
+  Result<std::shared_ptr<const LanguageModel>> model =
+      LanguageModel::Random(config, 1);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("num_kv_heads is 3"),
+            std::string::npos);
+  config.num_kv_heads = 0;
+  config.vocab_size = int64_t{1} << 30;
+  model = LanguageModel::Random(config, 1);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("vocab_size"), std::string::npos);
 }
 
 TEST(LmRandom, SeededModelIsReproducibleAndFinite) {
@@ -417,6 +439,10 @@ TEST(LmErrors, BrokenFilesNameTheTensorOrKey) {
           Rewrite("llama_mqa", "no_theta.safetensors",
                   [](Tensors&, auto& meta) { meta.erase("rope_theta"); })),
       "missing hyper-parameter rope_theta");
+  has(LoadError(Rewrite(
+          "gpt_book_3l", "gap.safetensors",
+          [](Tensors& t, auto&) { t.erase("trf_blocks.1.norm1.scale"); })),
+      "has no 'trf_blocks.1.norm1.scale'");
   has(LoadError(Rewrite("gpt_book_1l", "no_ff.safetensors",
                         [](Tensors& t, auto&) {
                           t.erase("trf_blocks.0.ff.layers.0.weight");
