@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -76,6 +77,7 @@ struct LmBatch::Impl {
   void FeedForward(const lm::Layer& layer, int64_t rows);
   Status RunBlocks(int64_t rows);
   void RunHead();
+  Status Run();  // the packed step
 };
 
 uint64_t LmBatch::Impl::HeldBytes() const {
@@ -178,6 +180,7 @@ Status LmBatch::Impl::Reserve(int64_t rows, int64_t logits) {
   const uint64_t held = HeldBytes() - b.x.size() - b.normed.size() -
                         b.branch.size() - b.up.size() - b.gate.size() -
                         b.logits.size();
+  rows_allocated = logit_rows_allocated = 0;  // Allocate may empty them
   ATTN_RETURN_IF_ERROR(
       workspace.Allocate("the buffers of a step of " + Str(rows) + " tokens",
                          held, m->max_memory_bytes));
@@ -211,13 +214,20 @@ Status LmBatch::Impl::PlanLinear(const lm::Linear& linear, int64_t rows) {
   return {};
 }
 
+// Plans for the step's row counts, dropping those of other counts: a
+// stream of steps of ever new sizes keeps two sets of primitives at most.
 Status LmBatch::Impl::PlanLinears(int64_t rows) {
+  const auto logits = static_cast<int64_t>(logit_rows.size());
+  for (auto it = plans.begin(); it != plans.end();) {
+    const int64_t planned = it->first.second;
+    it = planned == rows || planned == logits ? std::next(it) : plans.erase(it);
+  }
   for (const lm::Layer& layer : m->layers) {
     for (const lm::Linear* l : {&layer.up, &layer.gate, &layer.down}) {
       if (l->weight) ATTN_RETURN_IF_ERROR(PlanLinear(*l, rows));
     }
   }
-  return PlanLinear(m->head, static_cast<int64_t>(logit_rows.size()));
+  return PlanLinear(m->head, logits);
 }
 
 void LmBatch::Impl::RunLinear(const lm::Linear& linear, const float* x,
@@ -307,6 +317,17 @@ Status LmBatch::Impl::RunBlocks(int64_t rows) {
     FeedForward(layer, rows);
     kernels::Add(x, branch, x, n, m->num_threads);
   }
+  return {};
+}
+
+Status LmBatch::Impl::Run() {
+  const auto rows = static_cast<int64_t>(row_tokens.size());
+  if (rows == 0) return {};
+  const ThreadScope threads(m->num_threads);
+  ATTN_RETURN_IF_ERROR(Reserve(rows, static_cast<int64_t>(logit_rows.size())));
+  ATTN_RETURN_IF_ERROR(PlanLinears(rows));
+  ATTN_RETURN_IF_ERROR(RunBlocks(rows));
+  RunHead();
   return {};
 }
 
@@ -404,7 +425,10 @@ Result<int64_t> LmBatch::Fork(int64_t sequence) {
   }
   ATTN_ASSIGN_OR_RETURN(const int64_t fork, Add());
   for (auto& decoder : d.decoders) {
-    ATTN_RETURN_IF_ERROR(decoder->Copy(sequence, fork));
+    if (const Status s = decoder->Copy(sequence, fork); !s.ok()) {
+      d.live[fork] = false;
+      return s;
+    }
   }
   return fork;
 }
@@ -422,15 +446,9 @@ Status LmBatch::Step(const Request* requests, size_t count) {
   Impl& d = *impl_;
   ATTN_RETURN_IF_ERROR(d.CheckRequests(requests, count));
   d.PackRows(requests, count);
-  const auto rows = static_cast<int64_t>(d.row_tokens.size());
-  if (rows == 0) return {};
-  const ThreadScope threads(d.m->num_threads);
-  ATTN_RETURN_IF_ERROR(
-      d.Reserve(rows, static_cast<int64_t>(d.logit_rows.size())));
-  ATTN_RETURN_IF_ERROR(d.PlanLinears(rows));
-  ATTN_RETURN_IF_ERROR(d.RunBlocks(rows));
-  d.RunHead();
-  return {};
+  const Status s = d.Run();
+  if (!s.ok()) d.logits_first.clear();  // no logits from a failed step
+  return s;
 }
 
 const float* LmBatch::logits(size_t request) const {

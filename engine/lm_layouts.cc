@@ -5,6 +5,7 @@
 // as [in, out], with q, k and v side by side in one c_attn.
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -137,6 +138,11 @@ struct FileLayout {
     }
     return role == Role::kHead ? name : prefix + name;
   }
+  // What every block's names start with, e.g. "trf_blocks.".
+  std::string BlockPrefix() const {
+    const std::string first = layout->tensors[size_t(Role::kNorm1Scale)].name;
+    return prefix + first.substr(0, first.find("{i}"));
+  }
 };
 
 FileLayout FindLayout(const SafetensorsFile& file) {
@@ -197,8 +203,11 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
     const std::string name = layout.Name(role, layer);
     return !name.empty() && file->Find(name) != nullptr;
   };
-  source.fetch = [file, layout](Role role, int64_t layer, int64_t rows,
-                                int64_t cols) -> Result<std::vector<float>> {
+  // c_attn's q, k and v are read once: the last tensor read is kept.
+  auto last = std::make_shared<std::pair<std::string, std::vector<float>>>();
+  source.fetch = [file, layout, last](
+                     Role role, int64_t layer, int64_t rows,
+                     int64_t cols) -> Result<std::vector<float>> {
     const TensorName& t = layout.layout->tensors[static_cast<size_t>(role)];
     const std::string name = layout.Name(role, layer);
     const TensorInfo* info = file->Find(name);
@@ -221,7 +230,11 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
                ? ""
                : " (Conv1D: [in, out] for " + ShapeOf(rows, cols) + ")"));
     }
-    ATTN_ASSIGN_OR_RETURN(std::vector<float> values, file->ReadF32(name));
+    if (last->first != name) {
+      ATTN_ASSIGN_OR_RETURN(last->second, file->ReadF32(name));
+      last->first = name;
+    }
+    std::vector<float> values = last->second;
     values.resize(static_cast<size_t>(rows * (cols ? cols : 1)) *
                   (t.form == Form::kThird ? 3 : 1));
     return ToRoleForm(t, std::move(values), rows, cols);
@@ -290,9 +303,23 @@ Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
 }
 
 // Layers: trf_blocks.0., trf_blocks.1., ... while the first norm is there.
-int64_t CountLayers(const SafetensorsFile& file, const FileLayout& layout) {
+// A tensor of a later block means one in between is missing: an error, not
+// a shorter model.
+Result<int64_t> CountLayers(const SafetensorsFile& file,
+                            const FileLayout& layout) {
   int64_t layers = 0;
   while (file.Find(layout.Name(Role::kNorm1Scale, layers))) ++layers;
+  const std::string blocks = layout.BlockPrefix();
+  for (const TensorInfo& t : file.tensors()) {
+    if (t.name.compare(0, blocks.size(), blocks) != 0) continue;
+    const int64_t block = std::atoll(t.name.c_str() + blocks.size());
+    if (block >= layers) {
+      return InvalidArgument(
+          "tensor '" + t.name + "' of '" + file.path() + "' is in block " +
+          std::to_string(block) + ", but block " + std::to_string(layers) +
+          " has no '" + layout.Name(Role::kNorm1Scale, layers) + "'");
+    }
+  }
   return layers;
 }
 
@@ -317,13 +344,19 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
   }
   c.vocab_size = emb->shape[0];
   c.emb_dim = emb->shape[1];
-  c.num_layers = CountLayers(file, layout);
+  ATTN_ASSIGN_OR_RETURN(c.num_layers, CountLayers(file, layout));
   if (c.num_layers == 0) {
     return InvalidArgument("'" + file.path() +
                            "' has no transformer block: " + "tensor '" +
                            layout.Name(Role::kNorm1Scale, 0) + "' is missing");
   }
   c.hidden_dim = RoleShape(file, layout, Role::kUp).first;
+  if (c.hidden_dim == 0) {
+    return InvalidArgument("tensor '" + layout.Name(Role::kUp, 0) + "' of '" +
+                           file.path() +
+                           "' is missing or not a matrix: the feed-forward "
+                           "block's first weight");
+  }
   c.qkv_bias = file.Find(layout.Name(Role::kQueryBias, 0)) != nullptr;
   c.tied_head = !file.Find(layout.Name(Role::kHead, 0));
   return {};
@@ -357,9 +390,10 @@ Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
   c.sliding_window = dims.sliding_window;
   const int64_t head_dim = c.emb_dim / c.num_heads;
   const int64_t kv_rows = RoleShape(file, layout, Role::kKey).first;
-  c.num_kv_heads = dims.num_kv_heads                     ? dims.num_kv_heads
-                   : head_dim && kv_rows % head_dim == 0 ? kv_rows / head_dim
-                                                         : c.num_heads;
+  c.num_kv_heads = dims.num_kv_heads ? dims.num_kv_heads
+                   : kv_rows > 0 && head_dim && kv_rows % head_dim == 0
+                       ? kv_rows / head_dim
+                       : c.num_heads;
   return {};
 }
 

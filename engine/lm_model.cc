@@ -47,11 +47,21 @@ Status CheckSizes(const LmConfig& c) {
       {"vocab_size", c.vocab_size}, {"emb_dim", c.emb_dim},
       {"hidden_dim", c.hidden_dim}, {"num_layers", c.num_layers},
       {"num_heads", c.num_heads},   {"context_length", c.context_length}};
+  constexpr int64_t kMaxSize = int64_t{1} << 24;
   for (const auto& [name, value] : sizes) {
-    if (value <= 0 || value > (int64_t{1} << 24)) {
+    if (value <= 0 || value > kMaxSize) {
       return InvalidArgument(std::string("model ") + name + " is " +
-                             Str(value) + ", want a positive size");
+                             Str(value) + ", want 1.." + Str(kMaxSize));
     }
+  }
+  if (c.emb_dim % c.num_heads != 0) {
+    return InvalidArgument("model emb_dim " + Str(c.emb_dim) +
+                           " is not divisible by num_heads " +
+                           Str(c.num_heads));
+  }
+  if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0) {
+    return InvalidArgument("model num_kv_heads is " + Str(c.num_kv_heads) +
+                           ", want a divisor of num_heads " + Str(c.num_heads));
   }
   if (!(c.norm_eps > 0.0)) {
     return InvalidArgument("model norm_eps is not positive");

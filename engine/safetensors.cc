@@ -283,6 +283,30 @@ Result<const TensorInfo*> FindFloat(const SafetensorsFile& file,
   return t;
 }
 
+// Tensor `name` of `file`, when ReadI64 can read it: I64 or I32.
+Result<const TensorInfo*> FindInteger(const SafetensorsFile& file,
+                                      const std::string& name) {
+  const TensorInfo* t = file.Find(name);
+  if (!t) {
+    return InvalidArgument("tensor '" + name + "' is missing from " +
+                           Quoted(file.path()));
+  }
+  if (t->dtype != "I64" && t->dtype != "I32") {
+    return InvalidArgument("tensor '" + name + "' in " + Quoted(file.path()) +
+                           " has dtype " + t->dtype + ", want I64 or I32");
+  }
+  return t;
+}
+
+// A tensor to write, of either element type, as bytes.
+struct RawTensor {
+  const std::string& name;
+  const std::vector<int64_t>& shape;
+  const void* data;
+  const char* dtype;
+  size_t element_size;
+};
+
 // Where the tensors' bytes lie in the file.
 struct DataSection {
   uint64_t begin = 0, size = 0;
@@ -523,14 +547,46 @@ Status SafetensorsFile::ReadF32(const std::string& name, float* out,
   return {};
 }
 
-Status WriteSafetensors(const std::string& path,
-                        const std::vector<F32Tensor>& tensors,
-                        const std::map<std::string, std::string>& metadata) {
+Result<std::vector<int64_t>> SafetensorsFile::ReadI64(
+    const std::string& name) const {
+  Result<const TensorInfo*> found = FindInteger(*this, name);
+  if (!found.ok()) return found.status();
+  const TensorInfo* t = *found;
+  const std::string tensor = "tensor '" + name + "'";
+  std::vector<int64_t> values;
+  try {
+    values.resize(t->num_elements);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("cannot allocate " + std::to_string(t->num_elements) +
+                       " integers for " + tensor);
+  }
+  // Little-endian, as on every host we build for. I32 is read into the
+  // back half of the buffer, then widened front to back, which never
+  // overwrites a value not yet widened.
+  const size_t element_size = t->dtype == "I64" ? 8 : 4;
+  char* bytes = reinterpret_cast<char*>(values.data());
+  char* read_to = bytes + (8 - element_size) * t->num_elements;
+  ATTN_RETURN_IF_ERROR(ReadAt(impl_->file, impl_->path, tensor, t->offset,
+                              t->size_bytes, read_to));
+  if (element_size == 8) return values;
+  for (size_t i = 0; i < t->num_elements; ++i) {
+    int32_t narrow;
+    std::memcpy(&narrow, read_to + 4 * i, 4);
+    values[i] = narrow;
+  }
+  return values;
+}
+
+namespace {
+
+Status WriteRawTensors(const std::string& path,
+                       const std::vector<RawTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<uint64_t> sizes;  // bytes of each tensor
   uint64_t offset = 0;
-  for (const F32Tensor& t : tensors) {
+  for (const RawTensor& t : tensors) {
     const std::string tensor = "tensor '" + t.name + "'";
     if (t.name.empty() || t.name == "__metadata__" || header.contains(t.name)) {
       return InvalidArgument(tensor +
@@ -549,8 +605,8 @@ Status WriteSafetensors(const std::string& path,
     if (count != 0 && t.data == nullptr) {
       return InvalidArgument(tensor + " has no data");
     }
-    sizes.push_back(count * sizeof(float));
-    header[t.name] = {{"dtype", "F32"},
+    sizes.push_back(count * t.element_size);
+    header[t.name] = {{"dtype", t.dtype},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + sizes.back()}}};
     offset += sizes.back();
@@ -596,6 +652,28 @@ Status WriteSafetensors(const std::string& path,
                    std::strerror(error));
   }
   return {};
+}
+
+}  // namespace
+
+Status WriteSafetensors(const std::string& path,
+                        const std::vector<F32Tensor>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  return WriteSafetensors(path, tensors, {}, metadata);
+}
+
+Status WriteSafetensors(const std::string& path,
+                        const std::vector<F32Tensor>& f32_tensors,
+                        const std::vector<I64Tensor>& i64_tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  std::vector<RawTensor> tensors;
+  for (const F32Tensor& t : f32_tensors) {
+    tensors.push_back({t.name, t.shape, t.data, "F32", sizeof(float)});
+  }
+  for (const I64Tensor& t : i64_tensors) {
+    tensors.push_back({t.name, t.shape, t.data, "I64", sizeof(int64_t)});
+  }
+  return WriteRawTensors(path, tensors, metadata);
 }
 
 }  // namespace attn

@@ -30,9 +30,7 @@ HWY_EXPORT(RowsLinearColumns);
 
 void RowsLinear(const float* x, size_t rows, size_t k, const float* w,
                 const float* bias, size_t n, float* y, int num_threads) {
-  // 64 columns of 768 floats are 192 KiB of w: enough to amortise the
-  // dispatch, small enough to spread one projection over many threads.
-  constexpr size_t kColumns = 64;
+  constexpr size_t kColumns = kRowsLinearColumns;
   const auto blocks = static_cast<int64_t>((n + kColumns - 1) / kColumns);
 #pragma omp parallel for num_threads(num_threads) schedule(static)
   for (int64_t b = 0; b < blocks; ++b) {

@@ -14,6 +14,10 @@ namespace attn::kernels {
 // The most rows RowsLinear takes: past a few rows, reading W once no longer
 // bounds the time and a blocked matmul wins.
 constexpr size_t kRowsLinearMaxRows = 8;
+// Columns each OpenMP work item computes: 64 columns of 768 floats are 192
+// KiB of w, enough to amortise the dispatch, few enough to spread one
+// projection over many threads.
+constexpr size_t kRowsLinearColumns = 64;
 
 // y[r, j] = bias[j] + sum_i x[r, i] * w[j, i] for r < rows <= 8, j < n,
 // i < k: x [rows, k], w [n, k] (nn.Linear's layout), y [rows, n], dense;

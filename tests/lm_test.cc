@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -289,6 +291,7 @@ TEST(LmErrors, BadRequestsAreRefusedAndChangeNothing) {
                                     {seq, too_long.data(), 1, false}};
   EXPECT_FALSE(batch->Step(twice, 2).ok());
   EXPECT_EQ(batch->length(seq), 0);
+  EXPECT_EQ(batch->logits(0), nullptr);
   ASSERT_TRUE(batch->Add().ok());
   EXPECT_FALSE(batch->Add().ok());  // both slots taken
 }
@@ -328,6 +331,27 @@ TEST(LmErrors, MissingHyperParameterIsNamed) {
   EXPECT_TRUE(LanguageModel::Load(dir + "/model.safetensors", options).ok());
 }
 
+TEST(LmRandom, SizesAreChecked) {
+  LmConfig config;
+  config.vocab_size = 50;
+  config.context_length = 16;
+  config.emb_dim = 32;
+  config.hidden_dim = 64;
+  config.num_layers = 1;
+  config.num_heads = 4;
+  config.num_kv_heads = 3;
+  Result<std::shared_ptr<const LanguageModel>> model =
+      LanguageModel::Random(config, 1);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("num_kv_heads is 3"),
+            std::string::npos);
+  config.num_kv_heads = 0;
+  config.vocab_size = int64_t{1} << 30;
+  model = LanguageModel::Random(config, 1);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("vocab_size"), std::string::npos);
+}
+
 TEST(LmRandom, SeededModelIsReproducibleAndFinite) {
   LmConfig config;
   config.vocab_size = 50;
@@ -350,6 +374,97 @@ TEST(LmRandom, SeededModelIsReproducibleAndFinite) {
     if (first.empty()) first = logits;
     EXPECT_EQ(first, logits);
   }
+}
+
+}  // namespace
+}  // namespace attn
+
+namespace attn {
+namespace {
+
+// `case_name`'s model rewritten as F32 with `edit` applied to its tensors
+// and metadata, in a temporary directory; the new file's path.
+using Tensors =
+    std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
+std::string Rewrite(
+    const std::string& case_name, const std::string& out_name,
+    const std::function<void(Tensors&, std::map<std::string, std::string>&)>&
+        edit) {
+  const SafetensorsFile file = std::move(
+      *SafetensorsFile::Open(kLmDir + case_name + "/model.safetensors"));
+  Tensors tensors;
+  for (const TensorInfo& t : file.tensors()) {
+    tensors[t.name] = {t.shape, *file.ReadF32(t.name)};
+  }
+  std::map<std::string, std::string> metadata = file.metadata();
+  edit(tensors, metadata);
+  std::vector<F32Tensor> out;
+  for (const auto& [name, t] : tensors) {
+    out.push_back({name, t.first, t.second.data()});
+  }
+  const std::string path = ::testing::TempDir() + "/" + out_name;
+  EXPECT_TRUE(WriteSafetensors(path, out, metadata).ok());
+  return path;
+}
+
+std::string LoadError(const std::string& path) {
+  Result<std::shared_ptr<const LanguageModel>> model =
+      LanguageModel::Load(path);
+  return model.ok() ? "loaded" : model.status().message();
+}
+
+TEST(LmErrors, BrokenFilesNameTheTensorOrKey) {
+  const auto has = [](const std::string& message, const std::string& needle) {
+    EXPECT_NE(message.find(needle), std::string::npos) << message;
+  };
+  has(LoadError(Rewrite(
+          "gpt_book_1l", "no_key.safetensors",
+          [](Tensors& t, auto&) { t.erase("trf_blocks.0.att.W_key.weight"); })),
+      "'trf_blocks.0.att.W_key.weight' is missing");
+  has(LoadError(Rewrite("gpt_book_1l", "short_ff.safetensors",
+                        [](Tensors& t, auto&) {
+                          auto& w = t["trf_blocks.0.ff.layers.2.weight"];
+                          w.first[1] -= 1;
+                          w.second.resize(size_t(w.first[0] * w.first[1]));
+                        })),
+      "'trf_blocks.0.ff.layers.2.weight'");
+  has(LoadError(Rewrite("gpt_book_1l", "bad_heads.safetensors",
+                        [](Tensors&, auto& meta) { meta["num_heads"] = "x"; })),
+      "metadata 'num_heads'");
+  has(LoadError(
+          Rewrite("gpt_book_1l", "long_ctx.safetensors",
+                  [](Tensors&, auto& meta) { meta["context_length"] = "17"; })),
+      "context_length 17 exceeds 16 rows of 'pos_emb.weight'");
+  has(LoadError(
+          Rewrite("llama_mqa", "no_theta.safetensors",
+                  [](Tensors&, auto& meta) { meta.erase("rope_theta"); })),
+      "missing hyper-parameter rope_theta");
+  has(LoadError(Rewrite(
+          "gpt_book_3l", "gap.safetensors",
+          [](Tensors& t, auto&) { t.erase("trf_blocks.1.norm1.scale"); })),
+      "has no 'trf_blocks.1.norm1.scale'");
+  has(LoadError(Rewrite("gpt_book_1l", "no_ff.safetensors",
+                        [](Tensors& t, auto&) {
+                          t.erase("trf_blocks.0.ff.layers.0.weight");
+                        })),
+      "'trf_blocks.0.ff.layers.0.weight'");
+}
+
+TEST(LmErrors, ConvOneDShapesAreCheckedAsStored) {
+  const std::string dir = ::testing::TempDir() + "/hf_bad";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kLmDir + "hf_gpt2/config.json",
+                             dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string path =
+      Rewrite("hf_gpt2", "hf_bad/model.safetensors", [](Tensors& t, auto&) {
+        auto& w = t["h.0.attn.c_attn.weight"];
+        std::swap(w.first[0], w.first[1]);
+      });
+  const std::string message = LoadError(path);
+  EXPECT_NE(message.find("'h.0.attn.c_attn.weight'"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("Conv1D"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -46,9 +46,10 @@ void TestRowsLinearMatchesReference() {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   std::mt19937 rng(7);
-  for (size_t rows : {size_t{1}, size_t{3}, kRowsLinearMaxRows}) {
-    for (size_t k :
-         {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2, size_t{64}}) {
+  for (size_t rows : {size_t{1}, size_t{2}, size_t{3}, kRowsLinearMaxRows}) {
+    // 769 and 1539 cross the by-column path's blocks of k (768) with a tail.
+    for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
+                     size_t{64}, size_t{769}, size_t{1539}}) {
       for (size_t n : {size_t{1}, size_t{3}, size_t{5}, size_t{9}}) {
         const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
         const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
@@ -63,6 +64,27 @@ void TestRowsLinearMatchesReference() {
               test::RowsLinearReference(x, rows, k, w, bias, n), y.data(),
               1e-5 * double(k + 1), "rows_linear");
         }
+      }
+    }
+  }
+}
+
+// Every tile sums each output over k in the same order: a row's outputs
+// are the same bits whether it runs alone or among 2..8 rows.
+void TestRowsLinearBitsDoNotDependOnRows() {
+  const hn::ScalableTag<float> d;
+  std::mt19937 rng(9);
+  const size_t k = 1539, n = 13;
+  const auto x = test::RandomVector(rng, kRowsLinearMaxRows * k, -1.f, 1.f);
+  const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
+  std::vector<float> alone(n), all(kRowsLinearMaxRows * n);
+  for (size_t rows = 2; rows <= kRowsLinearMaxRows; ++rows) {
+    RowsLinearT(d, x.data(), rows, k, w.data(), nullptr, n, 0, n, all.data());
+    for (size_t r = 0; r < rows; ++r) {
+      RowsLinearT(d, x.data() + r * k, 1, k, w.data(), nullptr, n, 0, n,
+                  alone.data());
+      for (size_t j = 0; j < n; ++j) {
+        ASSERT_EQ(alone[j], all[r * n + j]) << rows << " rows, row " << r;
       }
     }
   }
@@ -100,6 +122,7 @@ namespace {
 HWY_BEFORE_TEST(RowsLinearTest);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearMatchesReference);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearWritesOnlyItsColumns);
+HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBitsDoNotDependOnRows);
 
 // The dispatched entry point spreads columns over threads: the same bits at
 // every team size, and the reference's values.

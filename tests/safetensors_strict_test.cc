@@ -443,5 +443,58 @@ TEST(SafetensorsWriteTest, LongNamesAreWritten) {
   EXPECT_EQ(file->ReadF32("x").value(), (std::vector<float>{1, 2}));
 }
 
+// Integer tensors (token ids): I64 as stored, I32 widened with its sign,
+// anything else refused by name.
+TEST(SafetensorsIntegerTest, I64AndI32AreReadAsInt64) {
+  test::TempDir dir;
+  const int64_t wide[3] = {-5, 50256, int64_t{1} << 40};
+  const int32_t narrow[3] = {7, -1, 2147483647};
+  std::string data(reinterpret_cast<const char*>(wide), sizeof wide);
+  data.append(reinterpret_cast<const char*>(narrow), sizeof narrow);
+  data.append(8, '\0');  // the F32 tensor "f"
+  const std::string header = "{" + Entry("w", "I64", "[3]", 0, 24) + "," +
+                             Entry("n", "I32", "[1,3]", 24, 36) + "," +
+                             Entry("f", "F32", "[2]", 36, 44) + "}";
+  const std::string path =
+      dir.Write("i.safetensors", SafetensorsBytes(header, data));
+  Result<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_EQ(file->ReadI64("w").value(),
+            (std::vector<int64_t>{-5, 50256, int64_t{1} << 40}));
+  EXPECT_EQ(file->ReadI64("n").value(),
+            (std::vector<int64_t>{7, -1, 2147483647}));
+  Result<std::vector<int64_t>> f = file->ReadI64("f");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            "tensor 'f' in '" + path + "' has dtype F32, want I64 or I32");
+  Result<std::vector<int64_t>> missing = file->ReadI64("ids");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            "tensor 'ids' is missing from '" + path + "'");
+}
+
+TEST(SafetensorsIntegerTest, F32AndI64TensorsAreWrittenTogether) {
+  test::TempDir dir;
+  const std::string path = dir.Path("out.safetensors");
+  const float logits[2] = {0.5f, -1.0f};
+  const int64_t tokens[4] = {1, 2, 3, int64_t{1} << 50};
+  const Status written =
+      WriteSafetensors(path, {{"logits", {1, 2}, logits}},
+                       {{"tokens", {2, 2}, tokens}}, {{"note", "ids"}});
+  ASSERT_TRUE(written.ok()) << written.message();
+  Result<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_EQ(file->Find("tokens")->dtype, "I64");
+  EXPECT_EQ(file->Find("tokens")->shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(file->ReadI64("tokens").value(),
+            (std::vector<int64_t>{1, 2, 3, int64_t{1} << 50}));
+  EXPECT_EQ(file->ReadF32("logits").value(), (std::vector<float>{0.5f, -1.0f}));
+  EXPECT_EQ(file->metadata().at("note"), "ids");
+  // One name space across both element types.
+  EXPECT_EQ(
+      WriteSafetensors(path, {{"t", {2}, logits}}, {{"t", {2}, tokens}}).code(),
+      StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace attn

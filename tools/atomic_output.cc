@@ -47,6 +47,12 @@ void DieIfPending() {
   if (const int sig = g_pending.load(); sig != 0) DieOf(sig);
 }
 
+// What an output file holds: F32 tensors, then I64 ones.
+struct OutputTensors {
+  const std::vector<F32Tensor>& f32;
+  const std::vector<I64Tensor>& i64;
+};
+
 std::string DirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
@@ -80,7 +86,7 @@ Result<std::string> FinalTarget(const std::string& path) {
 // is ours, so that a signal held during WriteSafetensors (which renames its
 // own temporary file onto it) still finds exactly one file to remove.
 Status ReplaceAtomically(const std::string& target,
-                         const std::vector<F32Tensor>& tensors) {
+                         const OutputTensors& tensors) {
   const std::string base = target.substr(target.rfind('/') + 1);
   std::string staged =
       DirectoryOf(target) + "/" + base.substr(0, 32) + ".partial.XXXXXX";
@@ -90,7 +96,7 @@ Status ReplaceAtomically(const std::string& target,
                    "': " + std::strerror(errno));
   }
   close(fd);
-  Status status = WriteSafetensors(staged, tensors);
+  Status status = WriteSafetensors(staged, tensors.f32, tensors.i64);
   if (status.ok() && g_pending.load() == 0 &&
       std::rename(staged.c_str(), target.c_str()) != 0) {
     status = IoError("cannot rename '" + staged + "' to '" + target +
@@ -143,8 +149,8 @@ Status CopyInto(int in, const std::string& path, int out) {
 // written, never replaced. WriteSafetensors writes only into a directory,
 // so stage the file in TMPDIR, unlinked as soon as it is open so that
 // nothing is left behind, then copy it over.
-Status WriteInPlace(const std::string& path,
-                    const std::vector<F32Tensor>& tensors, int out) {
+Status WriteInPlace(const std::string& path, const OutputTensors& tensors,
+                    int out) {
   const char* tmpdir = std::getenv("TMPDIR");
   std::string dir =
       std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/attn-output.XXXXXX";
@@ -153,7 +159,7 @@ Status WriteInPlace(const std::string& path,
                    "' in '" + DirectoryOf(dir) + "': " + std::strerror(errno));
   }
   const std::string staged = dir + "/output.safetensors";
-  Status status = WriteSafetensors(staged, tensors);
+  Status status = WriteSafetensors(staged, tensors.f32, tensors.i64);
   const int in = status.ok() ? open(staged.c_str(), O_RDONLY | O_CLOEXEC) : -1;
   if (status.ok() && in < 0) {
     status = IoError("cannot read '" + staged + "': " + std::strerror(errno));
@@ -180,8 +186,7 @@ int StandardStreamOn(const struct stat& st) {
   return -1;
 }
 
-Status WriteOutput(const std::string& path,
-                   const std::vector<F32Tensor>& tensors) {
+Status WriteOutput(const std::string& path, const OutputTensors& tensors) {
   struct stat st;
   if (stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) {
@@ -237,10 +242,11 @@ void InstallInterruptHandlers() {
 }
 
 Status WriteOutputAtomically(const std::string& path,
-                             const std::vector<F32Tensor>& tensors) {
+                             const std::vector<F32Tensor>& tensors,
+                             const std::vector<I64Tensor>& i64_tensors) {
   g_writing.store(1);
   DieIfPending();
-  const Status status = WriteOutput(path, tensors);
+  const Status status = WriteOutput(path, {tensors, i64_tensors});
   g_writing.store(0);
   DieIfPending();
   return status;

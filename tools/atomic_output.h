@@ -26,8 +26,10 @@ void InstallInterruptHandlers();
 // untouched. Anything else that exists (a character device, a FIFO, a
 // terminal, /dev/stdout on a pipe), and the file stdout or stderr is open on
 // (`--output /dev/stdout >> log`), is written in place, never replaced.
+// `i64_tensors` (token ids) are written after `tensors`.
 Status WriteOutputAtomically(const std::string& path,
-                             const std::vector<F32Tensor>& tensors);
+                             const std::vector<F32Tensor>& tensors,
+                             const std::vector<I64Tensor>& i64_tensors = {});
 
 }  // namespace attn::cli
 

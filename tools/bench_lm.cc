@@ -80,19 +80,22 @@ Result<Point> Measure(std::shared_ptr<const LanguageModel> model,
   point.batch = batch;
   point.prefill_ms = 1e300;
   std::vector<LmBatch::Request> requests(static_cast<size_t>(batch));
+  std::vector<int64_t> seqs(static_cast<size_t>(batch));
   constexpr int kReps = 3;
   for (int rep = 0; rep < kReps; ++rep) {
     for (int64_t b = 0; b < batch; ++b) {
-      if (rep > 0) ATTN_RETURN_IF_ERROR(lm->Remove(b));
-      ATTN_ASSIGN_OR_RETURN(const int64_t seq, lm->Add());
-      requests[b] = {seq, ids.data() + b * args.prompt, args.prompt, false};
+      if (rep > 0) ATTN_RETURN_IF_ERROR(lm->Remove(seqs[b]));
+      ATTN_ASSIGN_OR_RETURN(seqs[b], lm->Add());
+      requests[b] = {seqs[b], ids.data() + b * args.prompt, args.prompt, false};
     }
     const Clock::time_point t0 = Clock::now();
     ATTN_RETURN_IF_ERROR(lm->Step(requests.data(), requests.size()));
     point.prefill_ms = std::min(point.prefill_ms, MsSince(t0));
   }
   std::vector<int64_t> next(size_t(batch), 0);
-  for (int64_t b = 0; b < batch; ++b) requests[b] = {b, &next[b], 1, false};
+  for (int64_t b = 0; b < batch; ++b) {
+    requests[b] = {seqs[b], &next[b], 1, false};
+  }
   const Clock::time_point t0 = Clock::now();
   for (int64_t step = 0; step < args.steps; ++step) {
     ATTN_RETURN_IF_ERROR(lm->Step(requests.data(), requests.size()));

@@ -32,6 +32,7 @@ Command AddBenchCommand(CLI::App& app);
 Command AddInfoCommand(CLI::App& app);
 Command AddTuneCommand(CLI::App& app);
 Command AddSoakCommand(CLI::App& app);
+Command AddGenerateCommand(CLI::App& app);
 
 }  // namespace attn::cli
 

@@ -9,11 +9,13 @@
 
 #include "attn/attn.hpp"
 #include "attn/graph.hpp"
+#include "attn/lm.hpp"
 #include "attn/safetensors.hpp"
 #include "tools/atomic_output.h"
 #include "tools/cli.h"
 #include "tools/decode_cli.h"
 #include "tools/flags.h"
+#include "tools/lm_cli.h"
 
 namespace attn::cli {
 namespace {
@@ -151,10 +153,37 @@ int RunGraph(const RunArgs& args) {
       });
 }
 
+// A whole model (tools/run_lm.cc): its tokens in, logits out.
+int RunWholeModel(const RunArgs& args) {
+  if (args.incremental) {
+    return Fail(
+        "--incremental is for an MHA file: a whole model always runs "
+        "through its KV caches");
+  }
+  LmModelFlags flags;
+  flags.heads = args.heads;
+  flags.context_length = args.context_length;
+  flags.threads = args.threads;
+  flags.max_memory = args.max_memory;
+  flags.attention = args.attention;
+  flags.dtype = ParseDType(args.dtype);
+  flags.tuned_config = args.config;
+  return RunLanguageModel(args.weights, args.input, args.output, flags);
+}
+
+// A whole model's file, or token ids as the input: then a weights file of
+// no known layout is named as such, not as an MHA missing its weights.
+bool WantsWholeModel(const RunArgs& args) {
+  if (LanguageModel::IsLanguageModelFile(args.weights)) return true;
+  auto input = SafetensorsFile::Open(args.input);
+  return input.ok() && input->Find("input_ids") != nullptr;
+}
+
 int Run(const RunArgs& args) {
   if (const int rc = CheckConfigFile(args.config)) return rc;
   InstallInterruptHandlers();
-  return args.graph.empty() ? RunMha(args) : RunGraph(args);
+  if (!args.graph.empty()) return RunGraph(args);
+  return WantsWholeModel(args) ? RunWholeModel(args) : RunMha(args);
 }
 
 }  // namespace
@@ -163,19 +192,25 @@ Command AddRunCommand(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   RunArgs& run = *args;
   CLI::App* run_cmd = app.add_subcommand(
-      "run", "Run the chapter-3 MultiHeadAttention on a safetensors input");
+      "run",
+      "Run the chapter-3 MultiHeadAttention, a graph or a whole language "
+      "model on a safetensors input");
   run_cmd
       ->add_option("--weights", run.weights,
-                   "safetensors file with PyTorch's state_dict names")
+                   "safetensors file with PyTorch's state_dict names: an "
+                   "MHA, a graph's weights or a whole model (book GPT, "
+                   "Hugging Face GPT-2, book Llama 3.2)")
       ->required();
   run_cmd
       ->add_option("--input", run.input,
                    "safetensors file holding the input [b, T, d_in] "
-                   "(F32, F16 or BF16)")
+                   "(F32, F16 or BF16); for a whole model input_ids [b, T] "
+                   "(I64 or I32) and optional lengths [b]")
       ->required();
   run_cmd
       ->add_option("--output", run.output,
-                   "safetensors file to write 'output' [b, T, d_out] to")
+                   "safetensors file to write 'output' [b, T, d_out] to; "
+                   "for a whole model 'logits' [b, T, vocab]")
       ->required();
   run_cmd
       ->add_option("--heads", run.heads,

@@ -130,10 +130,12 @@ class ATTN_API LmBatch {
   // and sequences are checked first: on an error no sequence changes.
   Status Step(const Request* requests, size_t count);
   // Request i's logits from the last Step: [rows, vocab_size] with rows its
-  // count when all_logits, else 1. Valid until the next Step.
+  // count when all_logits, else 1. Valid until the next Step; null after a
+  // failed one.
   const float* logits(size_t request) const;
 
-  // Bytes of the caches and the step buffers.
+  // Bytes of every layer's KV cache and its decoder's buffers (not the
+  // step's activations, which grow with the largest step).
   size_t cache_bytes() const;
 
  private:

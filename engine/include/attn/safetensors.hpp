@@ -55,6 +55,10 @@ class ATTN_API SafetensorsFile {
   // the tensor has more than `capacity` elements. On failure `out` holds
   // unspecified values.
   Status ReadF32(const std::string& name, float* out, size_t capacity) const;
+  // Copies integer tensor `name` out as int64 (token ids), widening I32;
+  // fails, naming the tensor and the file, when it is missing, of another
+  // dtype, or no longer in the file.
+  Result<std::vector<int64_t>> ReadI64(const std::string& name) const;
 
  private:
   struct ATTN_NO_EXPORT Impl;
@@ -69,11 +73,23 @@ struct F32Tensor {
   const float* data = nullptr;
 };
 
+// A tensor to write: I64, row-major (token ids).
+struct I64Tensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  const int64_t* data = nullptr;
+};
+
 // Writes `tensors` to `path` atomically: to a temporary file in the same
 // directory, renamed over `path` only once everything is written and synced.
 ATTN_API Status
 WriteSafetensors(const std::string& path, const std::vector<F32Tensor>& tensors,
                  const std::map<std::string, std::string>& metadata = {});
+// As above, with F32 and I64 tensors (names unique across both).
+ATTN_API Status WriteSafetensors(
+    const std::string& path, const std::vector<F32Tensor>& f32_tensors,
+    const std::vector<I64Tensor>& i64_tensors,
+    const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace attn
 

@@ -1,0 +1,344 @@
+// `attn run` and `attn generate` on whole language models, as a user meets
+// them: every golden case of tests/golden/lm (PyTorch's logits and greedy
+// tokens) at 1 and 2 threads, the bad cases refused cleanly, seeded
+// sampling reproducible, and the stop token.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "attn/safetensors.hpp"
+
+namespace attn {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kLmGolden = fs::path(ATTN_SOURCE_DIR) / "tests/golden/lm";
+
+// The case directories under `root` (each with a model.safetensors),
+// sorted; the bad cases live apart, in root/bad.
+std::vector<fs::path> CaseDirs(const fs::path& root) {
+  std::vector<fs::path> dirs;
+  if (!fs::is_directory(root)) return dirs;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
+    if (fs::exists(entry.path() / "model.safetensors")) {
+      dirs.push_back(entry.path());
+    }
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+struct Outcome {
+  int exit_code;
+  std::string stderr_text;
+};
+
+// A golden case's expected values, read from its io.safetensors.
+struct GoldenCase {
+  fs::path dir;
+  std::string model, io;
+  std::vector<float> logits;
+  std::vector<int64_t> tokens;  // [batch, max_new_tokens]
+  int64_t batch = 0, max_new_tokens = 0;
+  double tolerance = 0.0;
+};
+
+GoldenCase ReadCase(const fs::path& dir) {
+  GoldenCase c;
+  c.dir = dir;
+  c.model = (dir / "model.safetensors").string();
+  c.io = (dir / "io.safetensors").string();
+  Result<SafetensorsFile> io = SafetensorsFile::Open(c.io);
+  EXPECT_TRUE(io.ok()) << io.status().message();
+  if (!io.ok()) return c;
+  c.logits = io->ReadF32("logits").value();
+  c.tokens = io->ReadI64("tokens").value();
+  c.batch = io->Find("tokens")->shape[0];
+  c.max_new_tokens = std::stoll(io->metadata().at("max_new_tokens"));
+  c.tolerance = std::stod(io->metadata().at("tolerance"));
+  return c;
+}
+
+class LmCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("attn_lm_cli_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    output_ = (dir_ / "out.safetensors").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `attn args` with stdout to `stdout_path` (discarded when empty).
+  Outcome Attn(const std::string& args, const std::string& stdout_path = "") {
+    const std::string err = (dir_ / "stderr.txt").string();
+    const std::string out = stdout_path.empty() ? "/dev/null" : stdout_path;
+    const int status = std::system(
+        (std::string(ATTN_CLI) + " " + args + " >" + out + " 2>" + err)
+            .c_str());
+    std::ifstream in(err);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+            std::string(std::istreambuf_iterator<char>(in), {})};
+  }
+
+  Outcome Run(const std::string& model, const std::string& input,
+              const std::string& extra = "") {
+    return Attn("run --weights " + model + " --input " + input + " --output " +
+                output_ + " " + extra);
+  }
+
+  Outcome Generate(const std::string& model, const std::string& input,
+                   int64_t max_new_tokens, const std::string& extra = "") {
+    return Attn("generate --weights " + model + " --input " + input +
+                " --output " + output_ + " --max-new-tokens " +
+                std::to_string(max_new_tokens) + " " + extra);
+  }
+
+  // The output file's tokens or logits; the file is removed for the next run.
+  std::vector<int64_t> TakeTokens() {
+    std::vector<int64_t> tokens =
+        SafetensorsFile::Open(output_)->ReadI64("tokens").value();
+    fs::remove(output_);
+    return tokens;
+  }
+  std::vector<float> TakeLogits() {
+    std::vector<float> logits =
+        SafetensorsFile::Open(output_)->ReadF32("logits").value();
+    fs::remove(output_);
+    return logits;
+  }
+
+  // Expects exit code 1, one stderr line, and no output file.
+  void ExpectRefused(const Outcome& outcome) {
+    EXPECT_EQ(outcome.exit_code, 1) << outcome.stderr_text;
+    EXPECT_EQ(std::count(outcome.stderr_text.begin(), outcome.stderr_text.end(),
+                         '\n'),
+              1)
+        << outcome.stderr_text;
+    EXPECT_FALSE(fs::exists(output_));
+    fs::remove(output_);  // so that one wrong success fails only its check
+  }
+
+  // An input file of `ids` [batch, width] and, unless empty, `lengths`.
+  std::string WriteInput(const std::vector<int64_t>& ids, int64_t batch,
+                         const std::vector<int64_t>& lengths) {
+    const std::string path = (dir_ / "input.safetensors").string();
+    std::vector<I64Tensor> tensors = {
+        {"input_ids",
+         {batch, static_cast<int64_t>(ids.size()) / batch},
+         ids.data()}};
+    if (!lengths.empty()) {
+      tensors.push_back({"lengths", {batch}, lengths.data()});
+    }
+    EXPECT_TRUE(WriteSafetensors(path, {}, tensors).ok());
+    return path;
+  }
+
+  fs::path dir_;
+  std::string output_;
+};
+
+double MaxAbs(const std::vector<float>& values) {
+  double largest = 0.0;
+  for (float v : values) largest = std::max(largest, std::fabs(double{v}));
+  return largest;
+}
+
+TEST_F(LmCliTest, GoldenCasesExist) {
+  EXPECT_FALSE(CaseDirs(kLmGolden).empty()) << kLmGolden;
+  EXPECT_FALSE(CaseDirs(kLmGolden / "bad").empty()) << kLmGolden / "bad";
+}
+
+TEST_F(LmCliTest, RunMatchesGoldenLogitsAtOneAndTwoThreads) {
+  for (const fs::path& dir : CaseDirs(kLmGolden)) {
+    SCOPED_TRACE(dir.string());
+    const GoldenCase golden = ReadCase(dir);
+    const double bound = golden.tolerance * MaxAbs(golden.logits);
+    std::vector<float> at_one_thread;
+    for (int threads : {1, 2}) {
+      const Outcome outcome =
+          Run(golden.model, golden.io, "--threads " + std::to_string(threads));
+      ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+      const std::vector<float> logits = TakeLogits();
+      ASSERT_EQ(logits.size(), golden.logits.size());
+      double worst = 0.0;
+      for (size_t i = 0; i < logits.size(); ++i) {
+        worst =
+            std::max(worst, std::fabs(double{logits[i]} - golden.logits[i]));
+      }
+      EXPECT_LE(worst, bound) << "at " << threads << " threads";
+      if (threads == 1) at_one_thread = logits;
+      EXPECT_EQ(logits, at_one_thread) << "the thread count changed the logits";
+    }
+  }
+}
+
+TEST_F(LmCliTest, GenerateMatchesGoldenGreedyTokensAtOneAndTwoThreads) {
+  for (const fs::path& dir : CaseDirs(kLmGolden)) {
+    SCOPED_TRACE(dir.string());
+    const GoldenCase golden = ReadCase(dir);
+    for (int threads : {1, 2}) {
+      const Outcome outcome =
+          Generate(golden.model, golden.io, golden.max_new_tokens,
+                   "--threads " + std::to_string(threads));
+      ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+      EXPECT_EQ(TakeTokens(), golden.tokens) << "at " << threads << " threads";
+    }
+  }
+}
+
+TEST_F(LmCliTest, BadCasesAreRefusedByRunAndGenerate) {
+  for (const fs::path& dir : CaseDirs(kLmGolden / "bad")) {
+    SCOPED_TRACE(dir.string());
+    const std::string model = (dir / "model.safetensors").string();
+    const std::string io = (dir / "io.safetensors").string();
+    ExpectRefused(Run(model, io));
+    ExpectRefused(Generate(model, io, 1));
+  }
+}
+
+// The first golden case, for the flag tests below.
+GoldenCase FirstCase() {
+  const std::vector<fs::path> dirs = CaseDirs(kLmGolden);
+  return dirs.empty() ? GoldenCase{} : ReadCase(dirs.front());
+}
+
+TEST_F(LmCliTest, SeededSamplingIsReproducible) {
+  const GoldenCase golden = FirstCase();
+  ASSERT_FALSE(golden.model.empty());
+  const auto sample = [&](int seed, int threads) {
+    const Outcome outcome = Generate(
+        golden.model, golden.io, golden.max_new_tokens,
+        "--temperature 2 --top-k 40 --top-p 0.95 --seed " +
+            std::to_string(seed) + " --threads " + std::to_string(threads));
+    EXPECT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+    return TakeTokens();
+  };
+  const std::vector<int64_t> first = sample(7, 1);
+  EXPECT_EQ(sample(7, 1), first);
+  EXPECT_EQ(sample(7, 2), first);  // the logits' bits do not change
+  EXPECT_NE(sample(8, 1), first);
+}
+
+TEST_F(LmCliTest, StopTokenFillsTheRestOfTheRow) {
+  const GoldenCase golden = FirstCase();
+  ASSERT_FALSE(golden.model.empty());
+  const int64_t n = golden.max_new_tokens;
+  ASSERT_GE(n, 2);
+  ASSERT_EQ(Generate(golden.model, golden.io, n).exit_code, 0);
+  std::vector<int64_t> expected = TakeTokens();  // greedy
+  const int64_t stop = expected[1];              // row 0's second token
+  // Greedy rows up to their first stop token, then the stop token.
+  for (int64_t row = 0; row < golden.batch; ++row) {
+    const auto begin = expected.begin() + row * n, end = begin + n;
+    std::fill(std::find(begin, end, stop), end, stop);
+  }
+  const Outcome outcome = Generate(golden.model, golden.io, n,
+                                   "--stop-token " + std::to_string(stop));
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+  EXPECT_EQ(TakeTokens(), expected);
+}
+
+TEST_F(LmCliTest, PaddedRowsGiveTheirOwnPromptsResults) {
+  const GoldenCase golden = FirstCase();
+  ASSERT_FALSE(golden.model.empty());
+  // Row 0 of the golden case alone, then as the short row of a padded batch.
+  const std::vector<int64_t> ids =
+      SafetensorsFile::Open(golden.io)->ReadI64("input_ids").value();
+  const int64_t width = static_cast<int64_t>(ids.size()) / golden.batch;
+  ASSERT_GE(width, 2);
+  const std::vector<int64_t> row0(ids.begin(), ids.begin() + width - 1);
+  ASSERT_EQ(Generate(golden.model, WriteInput(row0, 1, {}), 3).exit_code, 0);
+  const std::vector<int64_t> alone = TakeTokens();
+  std::vector<int64_t> padded(ids.begin(), ids.begin() + 2 * width);
+  padded[width - 1] = 0;  // row 0's last token is padding now
+  ASSERT_EQ(Generate(golden.model, WriteInput(padded, 2, {width - 1, width}), 3)
+                .exit_code,
+            0);
+  const std::vector<int64_t> batched = TakeTokens();
+  EXPECT_EQ(std::vector<int64_t>(batched.begin(), batched.begin() + 3), alone);
+}
+
+TEST_F(LmCliTest, BadInputsAreRefused) {
+  const GoldenCase golden = FirstCase();
+  ASSERT_FALSE(golden.model.empty());
+  const std::vector<int64_t> ids = {1, 2, 3, 4};
+  ExpectRefused(Run(golden.model, WriteInput(ids, 2, {3, 2})));  // > width
+  ExpectRefused(Run(golden.model, WriteInput(ids, 2, {0, 2})));
+  ExpectRefused(Run(golden.model, WriteInput(ids, 2, {2})));  // bad shape
+  ExpectRefused(Run(golden.model, WriteInput({1, -1}, 1, {})));
+  ExpectRefused(Run(golden.model, golden.model));  // no input_ids
+  ExpectRefused(Generate(golden.model, golden.io, 1000000));
+  ExpectRefused(Generate(golden.model, golden.io, 1, "--stop-token 1000000"));
+  ExpectRefused(Generate(golden.model, golden.io, 1, "--top-p 1.5"));
+  EXPECT_EQ(Attn("generate --weights " + golden.model + " --max-new-tokens 1")
+                .exit_code,
+            2);  // no prompts
+}
+
+// A tokenizer of `vocab` one-character tokens, '!' (id 0) onwards: GPT-2's
+// byte table maps the printable bytes 33..126 to themselves, and no merges.
+std::string WriteCharTokenizer(const fs::path& dir, int64_t vocab) {
+  std::ofstream json(dir / "vocab.json");
+  json << "{";
+  for (int64_t id = 0; id < vocab; ++id) {
+    const char c = static_cast<char>('!' + id);
+    json << (id ? "," : "") << "\"" << (c == '"' || c == '\\' ? "\\" : "") << c
+         << "\":" << id;
+  }
+  json << "}";
+  std::ofstream(dir / "merges.txt") << "#version: 0.2\n";
+  return dir.string();
+}
+
+TEST_F(LmCliTest, TextModeStreamsTheTokensOfThePrompt) {
+  const GoldenCase golden = FirstCase();
+  ASSERT_FALSE(golden.model.empty());
+  const int64_t vocab =
+      golden.logits.size() /
+      SafetensorsFile::Open(golden.io)->Find("input_ids")->num_elements;
+  ASSERT_LE(vocab, 94);  // printable characters only
+  // "ABC" is ids 32, 33, 34; its greedy tokens, as characters.
+  ASSERT_EQ(
+      Generate(golden.model, WriteInput({32, 33, 34}, 1, {}), 5).exit_code, 0);
+  std::string expected;
+  for (int64_t id : TakeTokens()) expected += static_cast<char>('!' + id);
+  const std::string out = (dir_ / "stdout.txt").string();
+  const Outcome outcome = Attn(
+      "generate --weights " + golden.model + " --tokenizer " +
+          WriteCharTokenizer(dir_, vocab) + " --prompt ABC --max-new-tokens 5",
+      out);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+  std::ifstream in(out);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}),
+            expected + "\n");
+  ExpectRefused(Attn("generate --weights " + golden.model + " --tokenizer " +
+                     dir_.string() + " --prompt ABC --max-new-tokens 100000"));
+}
+
+TEST_F(LmCliTest, GenerateHelpNamesItsFlags) {
+  const std::string help = (dir_ / "help.txt").string();
+  ASSERT_EQ(Attn("generate --help", help).exit_code, 0);
+  std::ifstream in(help);
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  for (const char* flag :
+       {"--weights", "--input", "--output", "--max-new-tokens", "--temperature",
+        "--top-k", "--top-p", "--seed", "--stop-token", "--threads",
+        "--tokenizer", "--prompt"}) {
+    EXPECT_NE(text.find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace attn

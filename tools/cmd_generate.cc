@@ -1,0 +1,277 @@
+// attn generate: new tokens after each prompt, greedy or sampled as the
+// book's chapter-5 generate, every row of the batch in one LmBatch.
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/lm.hpp"
+#include "attn/safetensors.hpp"
+#include "tools/atomic_output.h"
+#include "tools/cli.h"
+#include "tools/flags.h"
+#include "tools/lm_cli.h"
+#include "tools/tokenizer.h"
+
+namespace attn::cli {
+namespace {
+
+constexpr int64_t kNoStopToken = -1;
+
+struct GenerateArgs {
+  std::string weights, input, output;
+  std::string tokenizer, prompt;  // text mode, instead of input and output
+  int64_t max_new_tokens = 0;
+  int64_t stop_token = kNoStopToken;
+  SamplingOptions sampling;
+  LmModelFlags model;
+};
+
+// Called with each new token as it is chosen, rows in order at each step;
+// an error ends the generation.
+using OnToken = std::function<Status(int64_t row, int64_t token)>;
+
+// Tokens [batch, max_new_tokens] after `prompts`: one Step of every prompt,
+// then one Step a token of every live row; each row's token sampled in row
+// order by one Sampler. A row that emits the stop token leaves the batch;
+// the rest of its row is the stop token.
+class Generation {
+ public:
+  Generation(std::shared_ptr<const LanguageModel> model, const Prompts& prompts,
+             const GenerateArgs& args, Sampler sampler)
+      : model_(std::move(model)),
+        prompts_(prompts),
+        args_(args),
+        sampler_(std::move(sampler)),
+        tokens_(static_cast<size_t>(prompts.batch * args.max_new_tokens)) {}
+
+  Result<std::vector<int64_t>> Run(const OnToken& on_token) {
+    ATTN_RETURN_IF_ERROR(StartPrompts());
+    for (int64_t step = 0; !requests_.empty(); ++step) {
+      ATTN_RETURN_IF_ERROR(batch_->Step(requests_.data(), requests_.size()));
+      ATTN_RETURN_IF_ERROR(ChooseTokens(step, on_token));
+    }
+    return std::move(tokens_);
+  }
+
+ private:
+  // Creates the batch and asks for every prompt's last logits.
+  Status StartPrompts() {
+    LmBatchOptions options;
+    options.max_sequences = prompts_.batch;
+    options.max_length = prompts_.longest() + args_.max_new_tokens;
+    ATTN_ASSIGN_OR_RETURN(batch_, LmBatch::Create(model_, options));
+    for (int64_t b = 0; b < prompts_.batch; ++b) {
+      ATTN_ASSIGN_OR_RETURN(const int64_t sequence, batch_->Add());
+      requests_.push_back(
+          {sequence, prompts_.row(b), prompts_.lengths[b], false});
+      rows_.push_back(b);
+    }
+    return {};
+  }
+
+  // Samples request i's token for output column `step`; the next step
+  // feeds it back unless the row stopped or is full.
+  Status ChooseTokens(int64_t step, const OnToken& on_token) {
+    const int64_t vocab = model_->config().vocab_size;
+    const int64_t n = args_.max_new_tokens;
+    std::vector<LmBatch::Request> next;
+    std::vector<int64_t> next_rows;
+    for (size_t i = 0; i < requests_.size(); ++i) {
+      const int64_t row = rows_[i];
+      int64_t* out = tokens_.data() + row * n;
+      out[step] = sampler_.Sample(batch_->logits(i), vocab);
+      ATTN_RETURN_IF_ERROR(on_token(row, out[step]));
+      if (out[step] == args_.stop_token) {
+        std::fill(out + step, out + n, args_.stop_token);
+        ATTN_RETURN_IF_ERROR(batch_->Remove(requests_[i].sequence));
+      } else if (step + 1 < n) {
+        next.push_back({requests_[i].sequence, out + step, 1, false});
+        next_rows.push_back(row);
+      }
+    }
+    requests_ = std::move(next);
+    rows_ = std::move(next_rows);
+    return {};
+  }
+
+  std::shared_ptr<const LanguageModel> model_;
+  const Prompts& prompts_;
+  const GenerateArgs& args_;
+  Sampler sampler_;
+  std::unique_ptr<LmBatch> batch_;
+  std::vector<LmBatch::Request> requests_;  // the next Step's
+  std::vector<int64_t> rows_;               // the prompt row of each request
+  std::vector<int64_t> tokens_;             // [batch, max_new_tokens]
+};
+
+// The model, with the options that need its vocabulary checked, and the
+// sampler, seeded once for the whole run.
+struct Generator {
+  std::shared_ptr<const LanguageModel> model;
+  Sampler sampler;
+};
+
+// The sampling options are checked first, before a large model loads.
+Result<Generator> PrepareGenerator(const GenerateArgs& args) {
+  ATTN_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(args.sampling));
+  ATTN_ASSIGN_OR_RETURN(auto model,
+                        LoadLanguageModel(args.weights, args.model));
+  const int64_t vocab = model->config().vocab_size;
+  if (args.stop_token >= vocab) {
+    return InvalidArgument("--stop-token " + std::to_string(args.stop_token) +
+                           " is not a token id of the model, want from 0 to " +
+                           std::to_string(vocab - 1));
+  }
+  return Generator{std::move(model), std::move(sampler)};
+}
+
+// --input FILE --output FILE: `tokens` [batch, max_new_tokens] (I64).
+int GenerateFromFile(const GenerateArgs& args) {
+  auto generator = PrepareGenerator(args);
+  if (!generator.ok()) return Fail(generator.status().message());
+  auto prompts =
+      ReadPrompts(args.input, *generator->model, args.max_new_tokens);
+  if (!prompts.ok()) return Fail(prompts.status().message());
+  Generation generation(generator->model, *prompts, args,
+                        std::move(generator->sampler));
+  auto tokens = generation.Run([](int64_t, int64_t) { return Status(); });
+  if (!tokens.ok()) return Fail(tokens.status().message());
+  const Status written = WriteOutputAtomically(
+      args.output, {},
+      {{"tokens", {prompts->batch, args.max_new_tokens}, tokens->data()}});
+  if (!written.ok()) return Fail(written.message());
+  return 0;
+}
+
+// The prompt's tokens as a batch of one row.
+Result<Prompts> EncodePrompt(const Gpt2Tokenizer& tokenizer,
+                             const std::string& text) {
+  ATTN_ASSIGN_OR_RETURN(std::vector<int64_t> ids, tokenizer.Encode(text));
+  if (ids.empty()) {
+    return InvalidArgument("--prompt encodes to no tokens, want some text");
+  }
+  Prompts prompts;
+  prompts.batch = 1;
+  prompts.width = static_cast<int64_t>(ids.size());
+  prompts.ids = std::move(ids);
+  prompts.lengths = {prompts.width};
+  return prompts;
+}
+
+// Writes token `id`'s bytes to stdout at once, for a reader watching.
+Status PrintToken(const Gpt2Tokenizer& tokenizer, int64_t id) {
+  ATTN_ASSIGN_OR_RETURN(const std::string text, tokenizer.Decode(id));
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  return {};
+}
+
+// --tokenizer DIR --prompt TEXT: each new token's text on stdout as it is
+// chosen, then a newline.
+int GenerateText(const GenerateArgs& args) {
+  auto tokenizer = Gpt2Tokenizer::Load(args.tokenizer);
+  if (!tokenizer.ok()) return Fail(tokenizer.status().message());
+  auto generator = PrepareGenerator(args);
+  if (!generator.ok()) return Fail(generator.status().message());
+  auto prompts = EncodePrompt(*tokenizer, args.prompt);
+  if (!prompts.ok()) return Fail(prompts.status().message());
+  const Status fits = CheckPrompts(*prompts, "--prompt", *generator->model,
+                                   args.max_new_tokens);
+  if (!fits.ok()) return Fail(fits.message());
+  Generation generation(generator->model, *prompts, args,
+                        std::move(generator->sampler));
+  auto tokens = generation.Run(
+      [&](int64_t, int64_t id) { return PrintToken(*tokenizer, id); });
+  std::fputc('\n', stdout);
+  if (!tokens.ok()) return Fail(tokens.status().message());
+  return 0;
+}
+
+int Generate(const GenerateArgs& args) {
+  if (args.input.empty() && args.prompt.empty()) {
+    // A usage error, as a missing required flag is.
+    std::fprintf(stderr,
+                 "attn: usage error: no prompts: want --input FILE --output "
+                 "FILE, or --tokenizer DIR --prompt TEXT (see --help)\n");
+    return kExitUsage;
+  }
+  InstallInterruptHandlers();
+  return args.input.empty() ? GenerateText(args) : GenerateFromFile(args);
+}
+
+// --input and --output, or (text mode) --tokenizer and --prompt.
+void AddPromptFlags(CLI::App* command, GenerateArgs& args) {
+  CLI::Option* input = command->add_option(
+      "--input", args.input,
+      "safetensors file with input_ids [b, T] (I64 or I32) and optional "
+      "lengths [b] of right-padded rows");
+  CLI::Option* output = command->add_option(
+      "--output", args.output,
+      "safetensors file to write 'tokens' [b, N] (I64) to (with --input)");
+  CLI::Option* prompt = command->add_option(
+      "--prompt", args.prompt,
+      "text mode: this text's tokens are the prompt, and each new token's "
+      "text goes to stdout as it comes (with --tokenizer)");
+  CLI::Option* tokenizer = command->add_option(
+      "--tokenizer", args.tokenizer,
+      "directory with GPT-2's vocab.json and merges.txt (or encoder.json "
+      "and vocab.bpe), for --prompt");
+  input->needs(output)->excludes(prompt);
+  output->needs(input);
+  prompt->needs(tokenizer);
+  tokenizer->needs(prompt);
+}
+
+void AddSamplingFlags(CLI::App* command, GenerateArgs& args) {
+  command
+      ->add_option("--temperature", args.sampling.temperature,
+                   "sample at this temperature (default 0: greedy, the "
+                   "largest logit, the lowest id on ties)")
+      ->check(NonNegativeNumber());
+  command
+      ->add_option("--top-k", args.sampling.top_k,
+                   "sample among the k largest logits (with ties to the "
+                   "k-th); 0: all")
+      ->check(IntegerIn(0));
+  command
+      ->add_option("--top-p", args.sampling.top_p,
+                   "then among the most probable tokens whose probabilities "
+                   "sum to at least P (nucleus); 1: all")
+      ->check(PositiveNumber());
+  command->add_option("--seed", args.sampling.seed,
+                      "seed of the sampler's generator (default 0)");
+  command
+      ->add_option("--stop-token", args.stop_token,
+                   "a row that emits this token stops; the rest of its "
+                   "output row is this token")
+      ->check(IntegerIn(0));
+}
+
+}  // namespace
+
+Command AddGenerateCommand(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* command = app.add_subcommand(
+      "generate",
+      "Generate tokens after prompts with a whole language model (greedy, or "
+      "sampled with top-k, temperature and top-p)");
+  command
+      ->add_option("--weights", args->weights,
+                   "whole model: book GPT, Hugging Face GPT-2 or book Llama "
+                   "3.2 safetensors")
+      ->required();
+  AddPromptFlags(command, *args);
+  command
+      ->add_option("--max-new-tokens", args->max_new_tokens,
+                   "N: tokens to generate after each prompt")
+      ->required()
+      ->check(IntegerIn(1));
+  AddSamplingFlags(command, *args);
+  args->model.AddTo(command);
+  return {command, [args] { return Generate(*args); }};
+}
+
+}  // namespace attn::cli

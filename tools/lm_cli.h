@@ -1,0 +1,61 @@
+// Whole language models in the CLI: `attn run` on a model file
+// (run_lm.cc) and `attn generate` (cmd_generate.cc) share the model's
+// flags and the prompts' reading (lm_common.cc).
+#ifndef ATTN_TOOLS_LM_CLI_H_
+#define ATTN_TOOLS_LM_CLI_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/lm.hpp"
+#include "tools/cli.h"
+#include "tools/flags.h"
+
+namespace attn::cli {
+
+// The flags that load a model, each overriding the file's metadata as
+// LanguageModel::Load describes.
+struct LmModelFlags {
+  int64_t heads = 0, context_length = 0;
+  int threads = 0;
+  uint64_t max_memory = 0;  // bytes; 0 = attn::DefaultMaxMemoryBytes()
+  AttentionFlags attention;
+  DType dtype = DType::kF32;  // attn run's --dtype
+  std::string tuned_config;   // attn run's --config
+  // Adds --heads, --context-length, the attention flags, --threads and
+  // --max-memory (attn generate; attn run has its own).
+  void AddTo(CLI::App* command);
+};
+
+Result<std::shared_ptr<const LanguageModel>> LoadLanguageModel(
+    const std::string& weights, const LmModelFlags& flags);
+
+// The prompts of an input file: `input_ids` [batch, width] (I64 or I32),
+// right-padded rows when `lengths` [batch] (I64 or I32) says so.
+struct Prompts {
+  int64_t batch = 0, width = 0;
+  std::vector<int64_t> ids;      // [batch, width]
+  std::vector<int64_t> lengths;  // each row's tokens, from 1 to width
+  const int64_t* row(int64_t b) const { return ids.data() + b * width; }
+  int64_t longest() const;
+};
+
+// Reads `path`'s prompts and checks them against `model`: token ids in the
+// vocabulary, each row with room for `extra_tokens` more in the context.
+Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
+                            int64_t extra_tokens);
+
+// Checks each prompt against `model` as ReadPrompts does.
+Status CheckPrompts(const Prompts& prompts, const std::string& where,
+                    const LanguageModel& model, int64_t extra_tokens);
+
+// `attn run` on a whole model: `output` gets `logits` [batch, width, vocab]
+// of every prompt token, zeros past a row's length. Returns the exit code.
+int RunLanguageModel(const std::string& weights, const std::string& input,
+                     const std::string& output, const LmModelFlags& flags);
+
+}  // namespace attn::cli
+
+#endif  // ATTN_TOOLS_LM_CLI_H_

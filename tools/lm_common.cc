@@ -1,0 +1,140 @@
+// What `attn run` on a whole model and `attn generate` share: loading the
+// model from the flags, and reading and checking the prompts.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "attn/safetensors.hpp"
+#include "tools/lm_cli.h"
+
+namespace attn::cli {
+
+void LmModelFlags::AddTo(CLI::App* command) {
+  command
+      ->add_option("--heads", heads,
+                   "attention heads (default: metadata num_heads, then "
+                   "config.json's n_head)")
+      ->check(IntegerIn(1));
+  command
+      ->add_option("--context-length", context_length,
+                   "longest sequence (default: metadata context_length, "
+                   "then config.json's n_positions)")
+      ->check(IntegerIn(1));
+  attention.AddTo(command);
+  command
+      ->add_option("--threads", threads,
+                   "threads (default: ATTN_NUM_THREADS, then all cores this "
+                   "process may use)")
+      ->check(IntegerIn(1, kMaxThreads));
+  command
+      ->add_option("--max-memory", max_memory,
+                   "most memory the model, its caches or the output may ask "
+                   "for, e.g. 512M, 4G (default: half of the physical memory)")
+      ->check(ByteSize())
+      ->transform(CLI::AsSizeValue(false));
+}
+
+Result<std::shared_ptr<const LanguageModel>> LoadLanguageModel(
+    const std::string& weights, const LmModelFlags& flags) {
+  LmOptions options;
+  options.num_heads = flags.heads;
+  options.context_length = flags.context_length;
+  options.num_threads = flags.threads;
+  options.max_memory_bytes = flags.max_memory;
+  options.dtype = flags.dtype;
+  options.tuned_config = flags.tuned_config;
+  flags.attention.ApplyTo(options);
+  return LanguageModel::Load(weights, options);
+}
+
+int64_t Prompts::longest() const {
+  return lengths.empty() ? 0
+                         : *std::max_element(lengths.begin(), lengths.end());
+}
+
+namespace {
+
+// input_ids must be [batch, width] with both sizes at least 1.
+Status CheckIdsShape(const TensorInfo& ids, const std::string& where) {
+  if (ids.shape.size() == 2 && ids.shape[0] > 0 && ids.shape[1] > 0) return {};
+  return InvalidArgument("tensor 'input_ids' in " + where + " has shape " +
+                         ShapeString(ids.shape) +
+                         ", want [batch, tokens] with both at least 1");
+}
+
+// Each row's length: `lengths` [batch] from 1 to width, else every row full.
+Status ReadLengths(const SafetensorsFile& file, const std::string& where,
+                   Prompts& prompts) {
+  const TensorInfo* lengths = file.Find("lengths");
+  if (!lengths) {
+    prompts.lengths.assign(static_cast<size_t>(prompts.batch), prompts.width);
+    return {};
+  }
+  if (lengths->shape != std::vector<int64_t>{prompts.batch}) {
+    return InvalidArgument("tensor 'lengths' in " + where + " has shape " +
+                           ShapeString(lengths->shape) + ", want [" +
+                           std::to_string(prompts.batch) +
+                           "] (one per row of input_ids)");
+  }
+  ATTN_ASSIGN_OR_RETURN(prompts.lengths, file.ReadI64("lengths"));
+  for (int64_t b = 0; b < prompts.batch; ++b) {
+    const int64_t length = prompts.lengths[b];
+    if (length < 1 || length > prompts.width) {
+      return InvalidArgument(
+          "tensor 'lengths' in " + where + " holds " + std::to_string(length) +
+          " for row " + std::to_string(b) + ", want from 1 to " +
+          std::to_string(prompts.width) + " (input_ids' tokens per row)");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Status CheckPrompts(const Prompts& prompts, const std::string& where,
+                    const LanguageModel& model, int64_t extra_tokens) {
+  const int64_t vocab = model.config().vocab_size;
+  const int64_t context = model.config().context_length;
+  for (int64_t b = 0; b < prompts.batch; ++b) {
+    const int64_t length = prompts.lengths[b];
+    if (context > 0 && length + extra_tokens > context) {
+      return InvalidArgument(
+          "row " + std::to_string(b) + " of " + where + " has " +
+          std::to_string(length) + " prompt tokens" +
+          (extra_tokens ? " + " + std::to_string(extra_tokens) + " new" : "") +
+          ", over the model's context_length " + std::to_string(context));
+    }
+    const int64_t* row = prompts.row(b);
+    const auto bad = std::find_if(row, row + length, [vocab](int64_t id) {
+      return id < 0 || id >= vocab;
+    });
+    if (bad != row + length) {
+      return InvalidArgument(
+          "input_ids[" + std::to_string(b) + ", " + std::to_string(bad - row) +
+          "] in " + where + " is " + std::to_string(*bad) +
+          ", want a token id from 0 to " + std::to_string(vocab - 1));
+    }
+  }
+  return {};
+}
+
+Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
+                            int64_t extra_tokens) {
+  ATTN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  const std::string where = "'" + path + "'";
+  const TensorInfo* ids = file.Find("input_ids");
+  if (!ids) {
+    return InvalidArgument("tensor 'input_ids' is missing from " + where +
+                           ", want the prompts' token ids [batch, tokens]");
+  }
+  ATTN_RETURN_IF_ERROR(CheckIdsShape(*ids, where));
+  Prompts prompts;
+  prompts.batch = ids->shape[0];
+  prompts.width = ids->shape[1];
+  ATTN_ASSIGN_OR_RETURN(prompts.ids, file.ReadI64("input_ids"));
+  ATTN_RETURN_IF_ERROR(ReadLengths(file, where, prompts));
+  ATTN_RETURN_IF_ERROR(CheckPrompts(prompts, where, model, extra_tokens));
+  return prompts;
+}
+
+}  // namespace attn::cli

@@ -1,0 +1,74 @@
+// `attn run` on a whole language model: every prompt token's logits, from
+// one LmBatch holding all the rows, in one Step.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "attn/safetensors.hpp"
+#include "tools/atomic_output.h"
+#include "tools/lm_cli.h"
+
+namespace attn::cli {
+namespace {
+
+// The logits [batch, width, vocab] must fit the memory limit, checked
+// before they are allocated.
+Status CheckLogitsFit(const Prompts& prompts, int64_t vocab,
+                      uint64_t max_memory) {
+  if (max_memory == 0) max_memory = DefaultMaxMemoryBytes();
+  const double bytes = 4.0 * prompts.batch * prompts.width * vocab;
+  if (bytes <= static_cast<double>(max_memory)) return {};
+  return OutOfMemory(
+      "logits [" + std::to_string(prompts.batch) + ", " +
+      std::to_string(prompts.width) + ", " + std::to_string(vocab) + "] need " +
+      std::to_string(static_cast<uint64_t>(bytes)) +
+      " bytes, over the memory limit of " + std::to_string(max_memory) +
+      " bytes (raise it with --max-memory)");
+}
+
+// Runs every row's prompt in one Step; logits [batch, width, vocab], zeros
+// past each row's length.
+Result<std::vector<float>> AllLogits(
+    const std::shared_ptr<const LanguageModel>& model, const Prompts& prompts) {
+  LmBatchOptions batch_options;
+  batch_options.max_sequences = prompts.batch;
+  batch_options.max_length = prompts.longest();
+  ATTN_ASSIGN_OR_RETURN(auto batch, LmBatch::Create(model, batch_options));
+  std::vector<LmBatch::Request> requests;
+  for (int64_t b = 0; b < prompts.batch; ++b) {
+    ATTN_ASSIGN_OR_RETURN(const int64_t sequence, batch->Add());
+    requests.push_back({sequence, prompts.row(b), prompts.lengths[b], true});
+  }
+  ATTN_RETURN_IF_ERROR(batch->Step(requests.data(), requests.size()));
+  const int64_t vocab = model->config().vocab_size;
+  std::vector<float> logits(
+      static_cast<size_t>(prompts.batch * prompts.width * vocab), 0.0f);
+  for (int64_t b = 0; b < prompts.batch; ++b) {
+    const float* row = batch->logits(static_cast<size_t>(b));
+    std::copy(row, row + prompts.lengths[b] * vocab,
+              logits.begin() + b * prompts.width * vocab);
+  }
+  return logits;
+}
+
+}  // namespace
+
+int RunLanguageModel(const std::string& weights, const std::string& input,
+                     const std::string& output, const LmModelFlags& flags) {
+  auto model = LoadLanguageModel(weights, flags);
+  if (!model.ok()) return Fail(model.status().message());
+  auto prompts = ReadPrompts(input, **model, 0);
+  if (!prompts.ok()) return Fail(prompts.status().message());
+  const int64_t vocab = (*model)->config().vocab_size;
+  const Status fits = CheckLogitsFit(*prompts, vocab, flags.max_memory);
+  if (!fits.ok()) return Fail(fits.message());
+  auto logits = AllLogits(*model, *prompts);
+  if (!logits.ok()) return Fail(logits.status().message());
+  const Status written = WriteOutputAtomically(
+      output,
+      {{"logits", {prompts->batch, prompts->width, vocab}, logits->data()}});
+  if (!written.ok()) return Fail(written.message());
+  return 0;
+}
+
+}  // namespace attn::cli

@@ -1,0 +1,645 @@
+// GPT-2's byte-level BPE (see tokenizer.h), after OpenAI's encoder.py. The
+// pre-tokenization regex is a hand-written scanner over code points, since
+// no regex library with \p{L} is among our dependencies.
+#include "tools/tokenizer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <iterator>
+#include <queue>
+#include <tuple>
+#include <utility>
+
+#include "nlohmann/json.hpp"
+
+namespace attn::cli {
+namespace {
+
+struct CodePointRange {
+  char32_t first, last;
+};
+#include "tools/unicode_ranges.inc"
+
+constexpr uint64_t kMaxFileBytes = uint64_t{64} << 20;
+constexpr int64_t kMaxId = int64_t{1} << 24;  // keeps tokens_ small
+constexpr char32_t kInvalid = 0xFFFFFFFF;     // a byte outside valid UTF-8
+
+// ---------------------------------------------------------------------------
+// Code points and the pattern's classes.
+
+enum class Class { kLetter, kNumber, kSpace, kOther };
+
+template <size_t N>
+bool InRanges(const CodePointRange (&ranges)[N], char32_t cp) {
+  const auto* it =
+      std::upper_bound(ranges, ranges + N, cp,
+                       [](char32_t c, const auto& r) { return c < r.first; });
+  return it != ranges && cp <= std::prev(it)->last;
+}
+
+Class Classify(char32_t cp) {
+  if (InRanges(kLetterRanges, cp)) return Class::kLetter;
+  if (InRanges(kNumberRanges, cp)) return Class::kNumber;
+  if (InRanges(kSpaceRanges, cp)) return Class::kSpace;
+  return Class::kOther;  // also kInvalid: above every range
+}
+
+// The code point starting at s[i] and its length in *len; kInvalid with
+// length 1 where no valid sequence starts (overlong forms, surrogates and
+// values above U+10FFFF included), so that every byte belongs to some piece.
+char32_t DecodeUtf8(std::string_view s, size_t i, size_t* len) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  *len = 1;
+  if (b0 < 0x80) return b0;
+  size_t extra;
+  char32_t cp, min;
+  if ((b0 & 0xE0) == 0xC0) {
+    extra = 1, cp = b0 & 0x1F, min = 0x80;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    extra = 2, cp = b0 & 0x0F, min = 0x800;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    extra = 3, cp = b0 & 0x07, min = 0x10000;
+  } else {
+    return kInvalid;
+  }
+  if (s.size() - i <= extra) return kInvalid;
+  for (size_t k = 1; k <= extra; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return kInvalid;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+    return kInvalid;
+  }
+  *len = extra + 1;
+  return cp;
+}
+
+struct CodePoint {
+  char32_t value;
+  Class cls;
+  size_t offset;  // of its first byte in the text
+};
+
+std::vector<CodePoint> CodePoints(std::string_view text) {
+  std::vector<CodePoint> cps;
+  size_t len;
+  for (size_t i = 0; i < text.size(); i += len) {
+    const char32_t cp = DecodeUtf8(text, i, &len);
+    cps.push_back({cp, Classify(cp), i});
+  }
+  return cps;
+}
+
+// ---------------------------------------------------------------------------
+// The pattern's alternatives: each returns how many code points it matches
+// at cps[i], 0 for none.
+
+// 's|'t|'re|'ve|'m|'ll|'d (case-sensitive, ASCII apostrophe only).
+size_t MatchContraction(const std::vector<CodePoint>& cps, size_t i) {
+  if (cps[i].value != '\'' || i + 1 == cps.size()) return 0;
+  const char32_t a = cps[i + 1].value;
+  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+  if (i + 2 == cps.size()) return 0;
+  const char32_t b = cps[i + 2].value;
+  const bool two = (a == 'r' && b == 'e') || (a == 'v' && b == 'e') ||
+                   (a == 'l' && b == 'l');
+  return two ? 3 : 0;
+}
+
+// " ?X+" for X one of \p{L}, \p{N}, [^\s\p{L}\p{N}]. The space is U+0020
+// only; when X does not follow it the regex backs off to X+ at the space,
+// which fails, as a space is in none of these classes.
+size_t MatchRun(const std::vector<CodePoint>& cps, size_t i, Class cls) {
+  size_t j = i;
+  if (cps[j].value == ' ' && j + 1 < cps.size() && cps[j + 1].cls == cls) ++j;
+  if (cps[j].cls != cls) return 0;
+  while (j < cps.size() && cps[j].cls == cls) ++j;
+  return j - i;
+}
+
+// \s+(?!\S)|\s+: a run of spaces, less its last one when a non-space
+// follows (that one goes with the next piece, e.g. " world"), unless the
+// run is a single space, which the second alternative then takes whole.
+size_t MatchSpaces(const std::vector<CodePoint>& cps, size_t i) {
+  if (cps[i].cls != Class::kSpace) return 0;
+  size_t j = i;
+  while (j < cps.size() && cps[j].cls == Class::kSpace) ++j;
+  if (j == cps.size() || j - i == 1) return j - i;
+  return j - i - 1;
+}
+
+// The alternatives in the regex's order, the first that matches winning.
+// Every code point is in one of the four classes, so some alternative
+// matches at least one.
+size_t MatchPiece(const std::vector<CodePoint>& cps, size_t i) {
+  for (const size_t n :
+       {MatchContraction(cps, i), MatchRun(cps, i, Class::kLetter),
+        MatchRun(cps, i, Class::kNumber), MatchRun(cps, i, Class::kOther)}) {
+    if (n > 0) return n;
+  }
+  return MatchSpaces(cps, i);
+}
+
+// ---------------------------------------------------------------------------
+// GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other
+// 68 for U+0100 onwards in byte order, so that no token holds a space or a
+// control character.
+
+char32_t ByteChar(int byte) {
+  static const std::array<char32_t, 256> table = [] {
+    std::array<char32_t, 256> chars{};
+    char32_t next = 0x100;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable =
+          (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+      chars[b] = printable ? static_cast<char32_t>(b) : next++;
+    }
+    return chars;
+  }();
+  return table[byte];
+}
+
+// The byte GPT-2's table maps to `cp`, or -1.
+int CharByte(char32_t cp) {
+  static const std::array<int16_t, 0x144> table = [] {
+    std::array<int16_t, 0x144> bytes;
+    bytes.fill(-1);
+    for (int b = 0; b < 256; ++b) bytes[ByteChar(b)] = static_cast<int16_t>(b);
+    return bytes;
+  }();
+  return cp < table.size() ? table[cp] : -1;
+}
+
+std::string EncodeUtf8(char32_t cp) {
+  if (cp < 0x80) return std::string(1, static_cast<char>(cp));
+  // ByteChar's characters are all below U+0800: two bytes.
+  return {static_cast<char>(0xC0 | (cp >> 6)),
+          static_cast<char>(0x80 | (cp & 0x3F))};
+}
+
+// ---------------------------------------------------------------------------
+// Reading the files.
+
+// Two hex digits.
+std::string Hex(unsigned char byte) {
+  static const char kDigits[] = "0123456789abcdef";
+  return {kDigits[byte >> 4], kDigits[byte & 0xF]};
+}
+
+// `text` in single quotes with control bytes escaped, so that a message
+// stays one line; cut after `max_bytes` (tokens, lines and pieces can be
+// long, paths are given whole).
+std::string Quote(std::string_view text, size_t max_bytes = SIZE_MAX) {
+  std::string out = "'";
+  for (const char c : text.substr(0, max_bytes)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7F) {
+      out += c;
+      continue;
+    }
+    out += "\\x" + Hex(u);
+  }
+  return out + (text.size() > max_bytes ? "...'" : "'");
+}
+
+// Quote() for file contents and text to encode.
+std::string QuoteText(std::string_view text) {
+  constexpr size_t kMaxBytes = 40;
+  return Quote(text, kMaxBytes);
+}
+
+struct FdCloser {
+  int fd;
+  ~FdCloser() { close(fd); }
+};
+
+// The whole of `path`, a regular file of at most kMaxFileBytes. Opening
+// never blocks (a FIFO is refused, not waited on) and reading stops at the
+// cap (a file growing under us cannot exhaust memory).
+Result<std::string> ReadSmallFile(const std::string& path) {
+  const std::string what = Quote(path);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return IoError(what + " cannot be opened: " + strerror(errno));
+  const FdCloser closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return IoError(what +
+                   " is not a regular file (a directory, FIFO or device)");
+  }
+  const std::string limit = "the limit of " + std::to_string(kMaxFileBytes);
+  if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
+    return InvalidArgument(what + " is " + std::to_string(st.st_size) +
+                           " bytes, over " + limit);
+  }
+  std::string text;
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return IoError(what + " cannot be read: " + strerror(errno));
+    if (n == 0) return text;
+    if (text.size() + static_cast<size_t>(n) > kMaxFileBytes) {
+      return InvalidArgument(what + " grew over " + limit +
+                             " bytes while being read");
+    }
+    text.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+struct Vocab {
+  std::unordered_map<std::string, int32_t> ids;
+  std::vector<std::string> tokens;  // by id
+};
+
+// Builds a Vocab straight from the parser's events: a flat object of token
+// -> id and nothing else, so no DOM, no recursion, and a token named twice
+// is caught (nlohmann's DOM would keep the last).
+class VocabReader : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  Vocab vocab;
+  std::string problem;
+
+  bool null() override { return NotAnId(); }
+  bool boolean(bool) override { return NotAnId(); }
+  bool number_integer(number_integer_t v) override { return Id(v); }
+  bool number_unsigned(number_unsigned_t v) override {
+    return Id(v < static_cast<uint64_t>(kMaxId) ? static_cast<int64_t>(v)
+                                                : kMaxId);
+  }
+  bool number_float(number_float_t, const string_t&) override {
+    return NotAnId();
+  }
+  bool string(string_t&) override { return NotAnId(); }
+  bool binary(binary_t&) override { return NotAnId(); }
+  bool start_object(std::size_t) override {
+    if (open_) return Fail("nests an object; want token -> id");
+    open_ = true;
+    return true;
+  }
+  bool key(string_t& token) override;
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override {
+    return Fail("holds an array; want an object of token -> id");
+  }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& e) override;
+
+ private:
+  bool Fail(std::string what) {
+    if (problem.empty()) problem = std::move(what);
+    return false;
+  }
+  bool NotAnId();
+  bool Id(int64_t id);
+
+  bool open_ = false;
+  std::string key_;
+};
+
+bool VocabReader::key(string_t& token) {
+  if (token.empty()) return Fail("has an empty token");
+  if (vocab.ids.count(token))
+    return Fail("names token " + QuoteText(token) + " twice");
+  key_ = token;
+  return true;
+}
+
+bool VocabReader::parse_error(std::size_t, const std::string&,
+                              const nlohmann::detail::exception& e) {
+  // Keep nlohmann's reason, not its "[json.exception.parse_error.101] ".
+  const std::string message = e.what();
+  const size_t tag_end = message.find("] ");
+  return Fail("is not valid JSON: " + (tag_end == std::string::npos
+                                           ? message
+                                           : message.substr(tag_end + 2)));
+}
+
+bool VocabReader::NotAnId() {
+  if (!open_) return Fail("is not a JSON object of token -> id");
+  return Fail("gives token " + QuoteText(key_) + " a value that is not an id");
+}
+
+bool VocabReader::Id(int64_t id) {
+  if (!open_) return NotAnId();
+  if (id < 0 || id >= kMaxId) {
+    return Fail("gives token " + QuoteText(key_) + " id " +
+                (id < 0 ? std::to_string(id) : "2^24 or more") +
+                ", want 0 to 2^24 - 1");
+  }
+  if (vocab.tokens.size() <= static_cast<size_t>(id)) {
+    vocab.tokens.resize(static_cast<size_t>(id) + 1);
+  }
+  std::string& slot = vocab.tokens[static_cast<size_t>(id)];
+  if (!slot.empty()) {
+    return Fail("gives id " + std::to_string(id) + " to both " +
+                QuoteText(slot) + " and " + QuoteText(key_));
+  }
+  slot = key_;
+  vocab.ids.emplace(key_, static_cast<int32_t>(id));
+  return true;
+}
+
+Result<Vocab> ParseVocab(const std::string& text, const std::string& path) {
+  VocabReader reader;
+  if (!nlohmann::json::sax_parse(text, &reader) || !reader.problem.empty()) {
+    return InvalidArgument(
+        Quote(path) + " " +
+        (reader.problem.empty() ? "is not valid JSON" : reader.problem));
+  }
+  if (reader.vocab.ids.empty()) {
+    return InvalidArgument(Quote(path) + " has no tokens");
+  }
+  return std::move(reader.vocab);
+}
+
+uint64_t PairKey(int32_t a, int32_t b) {
+  return (uint64_t{static_cast<uint32_t>(a)} << 32) | static_cast<uint32_t>(b);
+}
+
+// ---------------------------------------------------------------------------
+// BPE merging.
+
+constexpr size_t kNone = SIZE_MAX;
+
+// A piece's symbols, joined in place. Node i keeps index i, its place in the
+// piece, so that pairs of equal rank can be taken left to right.
+class SymbolList {
+ public:
+  explicit SymbolList(std::vector<int32_t> ids)
+      : ids_(std::move(ids)), prev_(ids_.size()), next_(ids_.size()) {
+    for (size_t i = 0; i < ids_.size(); ++i) {
+      prev_[i] = i > 0 ? i - 1 : kNone;
+      next_[i] = i + 1 < ids_.size() ? i + 1 : kNone;
+    }
+  }
+  size_t size() const { return ids_.size(); }
+  int32_t id(size_t i) const { return ids_[i]; }
+  size_t prev(size_t i) const { return prev_[i]; }
+  size_t next(size_t i) const { return next_[i]; }
+  // Whether node i (not joined away) holds `left`, and `right` follows it.
+  bool Holds(size_t i, int32_t left, int32_t right) const {
+    return ids_[i] == left && next_[i] != kNone && ids_[next_[i]] == right;
+  }
+  // Node i becomes `merged`, taking in the node after it (left as -1).
+  void Join(size_t i, int32_t merged) {
+    const size_t gone = next_[i];
+    ids_[i] = merged;
+    ids_[gone] = -1;
+    next_[i] = next_[gone];
+    if (next_[i] != kNone) prev_[next_[i]] = i;
+  }
+  std::vector<int64_t> Ids() const {
+    std::vector<int64_t> ids;
+    for (const int32_t id : ids_) {
+      if (id >= 0) ids.push_back(id);
+    }
+    return ids;
+  }
+
+ private:
+  std::vector<int32_t> ids_;
+  std::vector<size_t> prev_, next_;
+};
+
+// A ranked pair: `left` at node `pos`, `right` after it when it was found.
+struct Candidate {
+  int64_t rank;
+  size_t pos;
+  int32_t left, right, merged;
+  bool operator>(const Candidate& o) const {
+    return std::tie(rank, pos) > std::tie(o.rank, o.pos);
+  }
+};
+
+// encoder.py's bpe(), in O(n log n) rather than its O(n^2) (a long prompt
+// without spaces is one piece): while some adjacent pair has a rank, join
+// every occurrence of the lowest-ranked one, left to right without overlap.
+// The pairs a step makes wait until it ends, as in encoder.py, where they
+// only count from the next step; entries that joins have made stale are
+// skipped. `rule(left, right)` gives a pair's Merge, or nullptr.
+template <class Rule>
+std::vector<int64_t> JoinPairs(std::vector<int32_t> symbols, const Rule& rule) {
+  SymbolList list(std::move(symbols));
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  const auto push = [&](size_t pos) {
+    if (pos == kNone || list.next(pos) == kNone) return;
+    const int32_t left = list.id(pos), right = list.id(list.next(pos));
+    if (const auto* merge = rule(left, right)) {
+      heap.push({merge->rank, pos, left, right, merge->merged});
+    }
+  };
+  for (size_t i = 0; i < list.size(); ++i) push(i);
+  std::vector<size_t> joined;
+  while (!heap.empty()) {
+    // A rank names one pair, so this step joins that pair only.
+    const int64_t rank = heap.top().rank;
+    joined.clear();
+    for (; !heap.empty() && heap.top().rank == rank; heap.pop()) {
+      const Candidate& c = heap.top();
+      if (!list.Holds(c.pos, c.left, c.right)) continue;
+      list.Join(c.pos, c.merged);
+      joined.push_back(c.pos);
+    }
+    for (const size_t pos : joined) {
+      push(list.prev(pos));
+      push(pos);
+    }
+  }
+  return list.Ids();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Gpt2Tokenizer.
+
+namespace {
+
+struct MergeLine {
+  int32_t first, second, merged;
+};
+
+// The ids of a merge line's two tokens and of their join.
+Result<MergeLine> ParseMergeLine(
+    std::string_view line,
+    const std::unordered_map<std::string, int32_t>& ids) {
+  const size_t space = line.find(' ');
+  if (space == 0 || space == std::string_view::npos ||
+      space + 1 == line.size() ||
+      line.find(' ', space + 1) != std::string_view::npos) {
+    return InvalidArgument("is " + QuoteText(line) +
+                           ", want two tokens separated by one space");
+  }
+  const std::string tokens[] = {
+      std::string(line.substr(0, space)), std::string(line.substr(space + 1)),
+      std::string(line.substr(0, space)) + std::string(line.substr(space + 1))};
+  int32_t found[3];
+  for (int k = 0; k < 3; ++k) {
+    const auto it = ids.find(tokens[k]);
+    if (it == ids.end()) {
+      return InvalidArgument(std::string(k < 2 ? "names " : "makes ") +
+                             QuoteText(tokens[k]) +
+                             ", a token the vocabulary lacks");
+    }
+    found[k] = it->second;
+  }
+  return MergeLine{found[0], found[1], found[2]};
+}
+
+struct Layout {
+  const char* vocab;
+  const char* merges;
+};
+
+// Which layout `dir` holds, going by its vocabulary file.
+Result<Layout> FindLayout(const std::string& dir) {
+  const std::string want =
+      "want vocab.json + merges.txt (Hugging Face) or encoder.json + "
+      "vocab.bpe (OpenAI)";
+  const std::string what = "tokenizer directory " + Quote(dir);
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    return IoError(what + " cannot be read: " + strerror(errno) + "; " + want);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return InvalidArgument(what + " is not a directory; " + want);
+  }
+  for (const Layout layout : {Layout{"vocab.json", "merges.txt"},
+                              Layout{"encoder.json", "vocab.bpe"}}) {
+    // lstat: a dangling link still picks its layout, and then a clear error.
+    if (lstat((dir + "/" + layout.vocab).c_str(), &st) == 0) return layout;
+  }
+  return InvalidArgument(what + " holds neither vocabulary file; " + want);
+}
+
+}  // namespace
+
+std::vector<std::string_view> SplitGpt2Pieces(std::string_view text) {
+  const std::vector<CodePoint> cps = CodePoints(text);
+  std::vector<std::string_view> pieces;
+  for (size_t i = 0; i < cps.size();) {
+    const size_t next = i + MatchPiece(cps, i);
+    const size_t end = next < cps.size() ? cps[next].offset : text.size();
+    pieces.push_back(text.substr(cps[i].offset, end - cps[i].offset));
+    i = next;
+  }
+  return pieces;
+}
+
+Gpt2Tokenizer::Gpt2Tokenizer(
+    const std::unordered_map<std::string, int32_t>& ids,
+    std::vector<std::string> tokens, Merges merges)
+    : tokens_(std::move(tokens)), merges_(std::move(merges)) {
+  for (int b = 0; b < 256; ++b) {
+    const auto it = ids.find(EncodeUtf8(ByteChar(b)));
+    byte_ids_[b] = it == ids.end() ? -1 : it->second;
+  }
+}
+
+Result<Gpt2Tokenizer> Gpt2Tokenizer::Load(const std::string& dir) {
+  ATTN_ASSIGN_OR_RETURN(const Layout layout, FindLayout(dir));
+  const std::string vocab_path = dir + "/" + layout.vocab;
+  const std::string merges_path = dir + "/" + layout.merges;
+  ATTN_ASSIGN_OR_RETURN(const std::string vocab_text,
+                        ReadSmallFile(vocab_path));
+  ATTN_ASSIGN_OR_RETURN(Vocab vocab, ParseVocab(vocab_text, vocab_path));
+  ATTN_ASSIGN_OR_RETURN(const std::string merges_text,
+                        ReadSmallFile(merges_path));
+  ATTN_ASSIGN_OR_RETURN(Merges merges,
+                        ParseMerges(merges_text, merges_path, vocab.ids));
+  return Gpt2Tokenizer(vocab.ids, std::move(vocab.tokens), std::move(merges));
+}
+
+// Ranks count merge lines from 0. Blank lines name no pair and are skipped;
+// "\r\n" line ends are taken too.
+Result<Gpt2Tokenizer::Merges> Gpt2Tokenizer::ParseMerges(
+    std::string_view text, const std::string& path,
+    const std::unordered_map<std::string, int32_t>& ids) {
+  Merges merges;
+  int64_t rank = 0, line_number = 0;
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = std::min(text.find('\n', begin), text.size());
+    std::string_view line = text.substr(begin, end - begin);
+    begin = end + 1;
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) {
+      continue;
+    }
+    const Result<MergeLine> merge = ParseMergeLine(line, ids);
+    if (!merge.ok()) {
+      return InvalidArgument(Quote(path) + " line " +
+                             std::to_string(line_number) + " " +
+                             merge.status().message());
+    }
+    // A pair listed twice keeps the later rank, as encoder.py's dict does.
+    merges.insert_or_assign(PairKey(merge->first, merge->second),
+                            Merge{rank++, merge->merged});
+  }
+  return merges;
+}
+
+Result<std::vector<int64_t>> Gpt2Tokenizer::Encode(
+    std::string_view text) const {
+  std::vector<int64_t> ids;
+  for (const std::string_view piece : SplitGpt2Pieces(text)) {
+    ATTN_ASSIGN_OR_RETURN(const std::vector<int64_t> piece_ids,
+                          EncodePiece(piece));
+    ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
+  }
+  return ids;
+}
+
+// The piece's bytes as GPT-2's characters, joined (JoinPairs).
+Result<std::vector<int64_t>> Gpt2Tokenizer::EncodePiece(
+    std::string_view piece) const {
+  // Merges name known tokens only, so a byte whose character the
+  // vocabulary lacks could never be joined into one it has.
+  std::vector<int32_t> symbols;
+  for (const char c : piece) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte_ids_[byte] < 0) {
+      return InvalidArgument("cannot encode " + QuoteText(piece) +
+                             ": the vocabulary has no token for byte 0x" +
+                             Hex(byte));
+    }
+    symbols.push_back(byte_ids_[byte]);
+  }
+  return JoinPairs(std::move(symbols),
+                   [this](int32_t left, int32_t right) -> const Merge* {
+                     const auto it = merges_.find(PairKey(left, right));
+                     return it == merges_.end() ? nullptr : &it->second;
+                   });
+}
+
+Result<std::string> Gpt2Tokenizer::Decode(int64_t id) const {
+  if (id < 0 || id >= vocab_size() || tokens_[id].empty()) {
+    return InvalidArgument("no token has id " + std::to_string(id) +
+                           " (the vocabulary's ids run from 0 to " +
+                           std::to_string(vocab_size() - 1) + ")");
+  }
+  const std::string& token = tokens_[id];
+  std::string bytes;
+  size_t len;
+  for (size_t i = 0; i < token.size(); i += len) {
+    const int byte = CharByte(DecodeUtf8(token, i, &len));
+    if (byte < 0) {
+      return InvalidArgument("token " + std::to_string(id) + " " +
+                             QuoteText(token) +
+                             " holds a character outside GPT-2's byte table");
+    }
+    bytes += static_cast<char>(byte);
+  }
+  return bytes;
+}
+
+}  // namespace attn::cli
