@@ -1,6 +1,6 @@
 /* What the C API does not read from golden files: integer tensors (token
  * ids, I64 or I32) and metadata. For the C tests and the consumer's checks,
- * through the C++ reader (attn/safetensors.hpp). */
+ * through the C++ API (attn/safetensors.hpp). */
 #ifndef ATTN_TESTS_GOLDEN_IO_H_
 #define ATTN_TESTS_GOLDEN_IO_H_
 
