@@ -130,7 +130,8 @@ class LmCliTest : public ::testing::Test {
     fs::remove(output_);  // so that one wrong success fails only its check
   }
 
-  // An input file of `ids` [batch, width] and, unless empty, `lengths`.
+  // An input file of `ids` [batch, width] and, unless empty, `lengths`
+  // (of its own size, which need not be batch).
   std::string WriteInput(const std::vector<int64_t>& ids, int64_t batch,
                          const std::vector<int64_t>& lengths) {
     const std::string path = (dir_ / "input.safetensors").string();
@@ -139,7 +140,8 @@ class LmCliTest : public ::testing::Test {
          {batch, static_cast<int64_t>(ids.size()) / batch},
          ids.data()}};
     if (!lengths.empty()) {
-      tensors.push_back({"lengths", {batch}, lengths.data()});
+      tensors.push_back(
+          {"lengths", {static_cast<int64_t>(lengths.size())}, lengths.data()});
     }
     EXPECT_TRUE(WriteSafetensors(path, {}, tensors).ok());
     return path;
