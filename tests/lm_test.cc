@@ -331,14 +331,20 @@ TEST(LmErrors, MissingHyperParameterIsNamed) {
   EXPECT_TRUE(LanguageModel::Load(dir + "/model.safetensors", options).ok());
 }
 
-TEST(LmRandom, SizesAreChecked) {
+// A small GPT-2-style config for the seeded random models.
+LmConfig SmallConfig(int64_t layers) {
   LmConfig config;
   config.vocab_size = 50;
   config.context_length = 16;
   config.emb_dim = 32;
   config.hidden_dim = 64;
-  config.num_layers = 1;
+  config.num_layers = layers;
   config.num_heads = 4;
+  return config;
+}
+
+TEST(LmRandom, SizesAreChecked) {
+  LmConfig config = SmallConfig(1);
   config.num_kv_heads = 3;
   Result<std::shared_ptr<const LanguageModel>> model =
       LanguageModel::Random(config, 1);
@@ -353,13 +359,7 @@ TEST(LmRandom, SizesAreChecked) {
 }
 
 TEST(LmRandom, SeededModelIsReproducibleAndFinite) {
-  LmConfig config;
-  config.vocab_size = 50;
-  config.context_length = 16;
-  config.emb_dim = 32;
-  config.hidden_dim = 64;
-  config.num_layers = 2;
-  config.num_heads = 4;
+  LmConfig config = SmallConfig(2);
   config.qkv_bias = true;
   std::vector<float> first;
   for (int run = 0; run < 2; ++run) {
