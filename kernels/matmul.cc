@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 #include <optional>
 #include <string>
@@ -111,6 +112,11 @@ struct MatMul::Impl {
     int64_t rows, cols;
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul prim;
+    // dst is a dense buffer after the worker's scratch, copied out (plus
+    // the residual) by the worker: oneDNN 2.6's brgemm refuses a strided
+    // dst or binary operand, and its fallbacks run 25% (gemm:jit) to 50x
+    // (ref) slower (Zen 5).
+    bool staged = false;
   };
   struct Tile {
     size_t kind, src, wei, bias, dst;  // dst also locates the residual
@@ -129,7 +135,8 @@ struct MatMul::Impl {
   std::vector<Tile> tiles;  // column tile, then row tile, fastest last
   std::vector<Chunk> chunks;
   size_t packed_bytes = 0;
-  size_t scratch_bytes = 0;  // per thread
+  // Per thread: the primitives' scratch, then a staged tile's dst.
+  size_t primitive_scratch_bytes = 0, staged_bytes = 0;
 
   // Both throw dnnl::error; Create catches it.
   size_t KindFor(const Box& box, const Operand* bias, const PostOps& post_ops);
@@ -143,6 +150,9 @@ struct MatMul::Impl {
     std::vector<dnnl_exec_arg_t> args;
     void Run(const Impl& im, const Tile& tile, const Call& p, void* scratch);
   };
+  // Copies a staged tile's dst to its place in `dst`, adding the residual.
+  void CopyOut(const Kind& k, const Tile& tile, const Call& p,
+               const void* staged) const;
 };
 
 MatMul::MatMul(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -164,12 +174,17 @@ size_t MatMul::Impl::KindFor(const Box& box, const Operand* bias,
   }
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const memory::desc dst_md = ToDesc(Cut(dst, box, kDstRole), false);
+  Operand dst_cut = Cut(dst, box, kDstRole);
+  // A column tile of a wider dst is strided; bf16 residuals stay binary.
+  const bool staged = dst_cut.strides[0] != box.cols &&
+                      (!post_ops.add_residual || dst.type == DataType::kF32);
+  if (staged) dst_cut.strides = {};
+  const memory::desc dst_md = ToDesc(dst_cut, false);
   dnnl::post_ops ops;
   if (post_ops.gelu_tanh) {
     ops.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
   }
-  if (post_ops.add_residual) {
+  if (post_ops.add_residual && !staged) {
     // A binary add reads the residual wherever it lives; a sum post-op
     // would need it copied into dst first.
     residual_index = ops.len();
@@ -187,11 +202,12 @@ size_t MatMul::Impl::KindFor(const Box& box, const Operand* bias,
                                src_md, wei_md,
                                ToDesc(Cut(*bias, box, kWeiRole), false), dst_md)
                          : dnnl::matmul::desc(src_md, wei_md, dst_md);
-  Kind kind{box.rows, box.cols, {}, {}};
+  Kind kind{box.rows, box.cols, {}, {}, staged};
   kind.pd = dnnl::matmul::primitive_desc(desc, attr, CpuEngine());
   kind.prim = dnnl::matmul(kind.pd);
-  scratch_bytes =
-      std::max(scratch_bytes, AlignUp(kind.pd.scratchpad_desc().get_size()));
+  primitive_scratch_bytes = std::max(
+      primitive_scratch_bytes, AlignUp(kind.pd.scratchpad_desc().get_size()));
+  if (staged) staged_bytes = std::max(staged_bytes, dst_md.get_size());
   kinds.push_back(std::move(kind));
   return kinds.size() - 1;
 }
@@ -277,7 +293,9 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
   }
 }
 
-size_t MatMul::scratch_bytes() const { return impl_->scratch_bytes; }
+size_t MatMul::scratch_bytes() const {
+  return impl_->primitive_scratch_bytes + AlignUp(impl_->staged_bytes);
+}
 
 size_t MatMul::packed_weights_bytes() const { return impl_->packed_bytes; }
 
@@ -336,12 +354,14 @@ void MatMul::Impl::Worker::Run(const Impl& im, const Tile& tile, const Call& p,
   wanted[count++] = {DNNL_ARG_SRC, k.pd.src_desc(), at(p.src, tile.src)};
   wanted[count++] = {DNNL_ARG_WEIGHTS, k.pd.weights_desc(),
                      at(p.wei, tile.wei)};
-  wanted[count++] = {DNNL_ARG_DST, k.pd.dst_desc(), at(p.dst, tile.dst)};
+  void* staged = static_cast<char*>(scratch) + im.primitive_scratch_bytes;
+  wanted[count++] = {DNNL_ARG_DST, k.pd.dst_desc(),
+                     k.staged ? staged : at(p.dst, tile.dst)};
   wanted[count++] = {DNNL_ARG_SCRATCHPAD, k.pd.scratchpad_desc(), scratch};
   if (im.has_bias) {
     wanted[count++] = {DNNL_ARG_BIAS, k.pd.bias_desc(), at(p.bias, tile.bias)};
   }
-  if (im.has_residual) {
+  if (im.has_residual && !k.staged) {
     wanted[count++] = {
         DNNL_ARG_ATTR_MULTIPLE_POST_OP(im.residual_index) | DNNL_ARG_SRC_1,
         k.pd.dst_desc(), at(p.residual, tile.dst)};
@@ -365,6 +385,28 @@ void MatMul::Impl::Worker::Run(const Impl& im, const Tile& tile, const Call& p,
       dnnl_primitive_execute(k.prim.get(), stream.get(),
                              static_cast<int>(args.size()), args.data()),
       "could not execute a matmul");
+  if (k.staged) im.CopyOut(k, tile, p, staged);
+}
+
+void MatMul::Impl::CopyOut(const Kind& k, const Tile& tile, const Call& p,
+                           const void* staged) const {
+  const size_t elem = SizeOf(dst.type);
+  const auto row_bytes = static_cast<size_t>(k.cols) * elem;
+  const auto stride = static_cast<size_t>(StridesOf(dst)[dst.dims.size() - 2]);
+  const auto* from = static_cast<const char*>(staged);
+  char* to = static_cast<char*>(p.dst) + tile.dst;
+  for (int64_t r = 0; r < k.rows; ++r, from += row_bytes, to += stride * elem) {
+    if (!has_residual) {
+      std::memcpy(to, from, row_bytes);
+      continue;
+    }
+    const auto* x = reinterpret_cast<const float*>(from);
+    const auto* res =
+        reinterpret_cast<const float*>(static_cast<const char*>(p.residual) +
+                                       (to - static_cast<char*>(p.dst)));
+    auto* y = reinterpret_cast<float*>(to);
+    for (int64_t c = 0; c < k.cols; ++c) y[c] = x[c] + res[c];
+  }
 }
 
 void MatMul::Run(const void* src, const void* wei, const void* bias, void* dst,
@@ -394,7 +436,7 @@ void MatMul::RunMany(const Call* calls, size_t count, void* scratch,
   {
     Impl::Worker worker;
     void* own = static_cast<char*>(scratch) +
-                static_cast<size_t>(omp_get_thread_num()) * im.scratch_bytes;
+                static_cast<size_t>(omp_get_thread_num()) * scratch_bytes();
     // nowait: the region's end is the one barrier, as with `parallel for`.
 #pragma omp for schedule(static) nowait
     for (int64_t t = 0; t < total; ++t) run(worker, t, own);
