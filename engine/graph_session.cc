@@ -161,6 +161,10 @@ struct GraphSession::Plan {
   void PlanArena(int64_t rows, Workspace& workspace);
   Status PackWeights();
   Status RunLayer(size_t l, const float* in, float* out, int threads);
+  // Step k of layer l, one per op kind that needs more than a kernel call.
+  void RunLinear(size_t l, size_t k, const void* src, void* dst,
+                 const float* residual, int threads);
+  void RunMha(size_t l, size_t k, const float* src, float* dst);
   void RunEmbedding(size_t l, const graph::Step& s, const float* src,
                     float* dst, int threads);
   void* At(size_t arena_offset) {
@@ -392,6 +396,28 @@ Status GraphSession::Run(const int64_t* token_ids, int64_t batch,
   return status;
 }
 
+void GraphSession::Plan::RunLinear(size_t l, size_t k, const void* src,
+                                   void* dst, const float* residual,
+                                   int threads) {
+  if (convert[k]) {
+    void* lowered = At(step_offset[k][kLoweredInput]);
+    convert[k]->Run(src, lowered);
+    src = lowered;
+  }
+  matmul[k]->Run(src, PackedWeights(l, k),
+                 m.layer[l][m.program.steps[k].node].bias, dst,
+                 At(step_offset[k][kMatMulScratch]), threads, residual);
+}
+
+void GraphSession::Plan::RunMha(size_t l, size_t k, const float* src,
+                                float* dst) {
+  AttentionOp::Buffers buffers;
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    buffers[i] = At(step_offset[k][i]);
+  }
+  attention[l][k]->Forward(src, nullptr, dst, buffers);
+}
+
 void GraphSession::Plan::RunEmbedding(size_t l, const graph::Step& s,
                                       const float* src, float* dst,
                                       int threads) {
@@ -425,26 +451,13 @@ Status GraphSession::Plan::RunLayer(size_t l, const float* in, float* out,
     const graph::NodeWeights& w = m.layer[l][s.node];
     const auto count = R * static_cast<size_t>(m.widths[s.dst]);
     switch (s.op) {
-      case Op::kLinear: {
-        const void* src = at(s.src);
-        if (convert[k]) {
-          void* lowered = At(step_offset[k][kLoweredInput]);
-          convert[k]->Run(src, lowered);
-          src = lowered;
-        }
-        matmul[k]->Run(src, PackedWeights(l, k), w.bias, at(s.dst),
-                       At(step_offset[k][kMatMulScratch]), threads,
-                       s.src2 >= 0 ? at(s.src2) : nullptr);
+      case Op::kLinear:
+        RunLinear(l, k, at(s.src), at(s.dst),
+                  s.src2 >= 0 ? at(s.src2) : nullptr, threads);
         break;
-      }
-      case Op::kMha: {
-        AttentionOp::Buffers buffers;
-        for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
-          buffers[i] = At(step_offset[k][i]);
-        }
-        attention[l][k]->Forward(at(s.src), nullptr, at(s.dst), buffers);
+      case Op::kMha:
+        RunMha(l, k, at(s.src), at(s.dst));
         break;
-      }
       case Op::kLayerNorm:
         kernels::LayerNorm(at(s.src), w.weight, w.bias, at(s.dst), R,
                            static_cast<size_t>(m.widths[s.dst]),
