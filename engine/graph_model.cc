@@ -441,8 +441,9 @@ graph::RepeatCount CountLayersIn(const SafetensorsFile& file,
   };
 }
 
-// How many times the whole graph runs (LayerCount); a graph with a repeat
-// node runs once, its blocks expanded into `def`, LayerCount's layers its.
+// How many times the whole graph runs (LayerCount), or 0 (once, names as
+// written) for a graph with a repeat node, whose blocks are expanded into
+// `def` instead.
 Result<int64_t> StackLayers(const SafetensorsFile& file,
                             const GraphOptions& options,
                             const std::string& source, graph::GraphDef& def) {
