@@ -474,6 +474,7 @@ Status AttentionOp::MakeStepMatMuls() {
 void AttentionOp::StepLinear(const std::optional<MatMul>& mm,
                              const AlignedBuffer& packed,
                              const std::vector<float>& w,
+                             const std::vector<hwy::bfloat16_t>& w_bf16,
                              const std::vector<float>& b, const float* x,
                              int64_t in, int64_t out, float* y,
                              int threads) const {
@@ -481,8 +482,14 @@ void AttentionOp::StepLinear(const std::optional<MatMul>& mm,
     mm->Run(x, packed.data(), b.data(), y, proj_scratch_.data(), threads);
     return;
   }
-  kernels::RowsLinear(x, static_cast<size_t>(batch_), static_cast<size_t>(in),
-                      w.data(), b.empty() ? nullptr : b.data(),
+  const auto rows = static_cast<size_t>(batch_);
+  const float* bias = b.empty() ? nullptr : b.data();
+  if (!w_bf16.empty()) {  // the same values as w, in half the bytes
+    kernels::RowsLinear(x, rows, static_cast<size_t>(in), w_bf16.data(), bias,
+                        static_cast<size_t>(out), y, threads);
+    return;
+  }
+  kernels::RowsLinear(x, rows, static_cast<size_t>(in), w.data(), bias,
                       static_cast<size_t>(out), y, threads);
 }
 
@@ -496,8 +503,8 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   auto* ctx = static_cast<float*>(ctx_.data());
   // x: [R, d_in] -> qkv: [R, (H + 2 Hkv) D], one fused projection, then
   // each row's q and k turned to its position.
-  StepLinear(qkv_proj_, w_qkv_, m.w_qkv, m.b_qkv, x, d_in, QkvWidth(), qkv,
-             threads.num_threads());
+  StepLinear(qkv_proj_, w_qkv_, m.w_qkv, m.w_qkv_bf16, m.b_qkv, x, d_in,
+             QkvWidth(), qkv, threads.num_threads());
   if (rope_) {
     const auto R = static_cast<size_t>(batch_);
     const auto D = static_cast<size_t>(D_);
@@ -525,8 +532,8 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
                         threads.num_threads());
   RunDecodeKernel(partials, max_partials, threads.num_threads());
   // ctx: [R, d_out] -> y: [R, d_out].
-  StepLinear(out_proj_, w_out_, m.w_out, m.b_out, ctx, d_out, d_out, y,
-             threads.num_threads());
+  StepLinear(out_proj_, w_out_, m.w_out, m.w_out_bf16, m.b_out, ctx, d_out,
+             d_out, y, threads.num_threads());
 }
 
 // Per (row, head, key chunk): softmax(q k^T / sqrt(D)) v over the row's

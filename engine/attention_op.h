@@ -129,6 +129,7 @@ class AttentionOp {
   Status MakeStepMatMuls();
   void StepLinear(const std::optional<kernels::MatMul>& mm,
                   const AlignedBuffer& packed, const std::vector<float>& w,
+                  const std::vector<hwy::bfloat16_t>& w_bf16,
                   const std::vector<float>& b, const float* x, int64_t in,
                   int64_t out, float* y, int threads) const;
   void RunDecodeKernel(float* partials, size_t max_partials, int threads);

@@ -37,6 +37,7 @@ struct StepBuffers {
   AlignedBuffer up, gate;           // [rows, hidden]
   AlignedBuffer logits;             // [logit rows, vocab]
   AlignedBuffer scratch;            // the matmuls'
+  AlignedBuffer low;                // bf16 models: a matmul's input, bf16
 };
 
 }  // namespace
@@ -60,6 +61,7 @@ struct LmBatch::Impl {
   struct Plan {
     kernels::MatMul matmul;
     bool packed = false;
+    std::optional<kernels::Convert> to_bf16;  // bf16 models: the input's
   };
   std::map<std::pair<const lm::Linear*, int64_t>, Plan> plans;
   size_t scratch_allocated = 0;
@@ -86,8 +88,8 @@ uint64_t LmBatch::Impl::HeldBytes() const {
     bytes = AddSat(bytes, d->cache_bytes() + d->workspace_bytes());
   }
   const StepBuffers& b = buffers;
-  for (const AlignedBuffer* buffer :
-       {&b.x, &b.normed, &b.branch, &b.up, &b.gate, &b.logits, &b.scratch}) {
+  for (const AlignedBuffer* buffer : {&b.x, &b.normed, &b.branch, &b.up,
+                                      &b.gate, &b.logits, &b.scratch, &b.low}) {
     bytes = AddSat(bytes, buffer->size());
   }
   return bytes;
@@ -177,9 +179,12 @@ Status LmBatch::Impl::Reserve(int64_t rows, int64_t logits) {
     workspace.Add(&b.gate, floats(rows, c.hidden_dim));
   }
   workspace.Add(&b.logits, floats(logits, c.vocab_size));
+  if (m->dtype == DType::kBF16) {  // the widest input: hidden >= emb_dim
+    workspace.Add(&b.low, floats(rows, std::max(c.hidden_dim, c.emb_dim)) / 2);
+  }
   const uint64_t held = HeldBytes() - b.x.size() - b.normed.size() -
                         b.branch.size() - b.up.size() - b.gate.size() -
-                        b.logits.size();
+                        b.logits.size() - b.low.size();
   rows_allocated = logit_rows_allocated = 0;  // Allocate may empty them
   ATTN_RETURN_IF_ERROR(
       workspace.Allocate("the buffers of a step of " + Str(rows) + " tokens",
@@ -202,6 +207,13 @@ Status LmBatch::Impl::PlanLinear(const lm::Linear& linear, int64_t rows) {
   if (!packed) {
     ATTN_ASSIGN_OR_RETURN(mm, lm::LinearMatMul(linear, rows, false));
   }
+  std::optional<kernels::Convert> to_bf16;
+  if (linear.type() == kernels::DataType::kBF16) {
+    ATTN_ASSIGN_OR_RETURN(
+        to_bf16,
+        kernels::Convert::Create(rows * linear.in, kernels::DataType::kF32,
+                                 kernels::DataType::kBF16));
+  }
   const size_t scratch = mm.scratch_bytes() * size_t(m->num_threads);
   if (scratch > scratch_allocated) {
     ATTN_RETURN_IF_ERROR(CheckMemory("a step's matmul scratch",
@@ -210,7 +222,7 @@ Status LmBatch::Impl::PlanLinear(const lm::Linear& linear, int64_t rows) {
     ATTN_ASSIGN_OR_RETURN(buffers.scratch, AlignedBuffer::Allocate(scratch));
     scratch_allocated = scratch;
   }
-  plans.emplace(key, Plan{std::move(mm), packed});
+  plans.emplace(key, Plan{std::move(mm), packed, std::move(to_bf16)});
   return {};
 }
 
@@ -224,7 +236,7 @@ Status LmBatch::Impl::PlanLinears(int64_t rows) {
   }
   for (const lm::Layer& layer : m->layers) {
     for (const lm::Linear* l : {&layer.up, &layer.gate, &layer.down}) {
-      if (l->weight) ATTN_RETURN_IF_ERROR(PlanLinear(*l, rows));
+      if (l->present()) ATTN_RETURN_IF_ERROR(PlanLinear(*l, rows));
     }
   }
   return PlanLinear(m->head, logits);
@@ -234,13 +246,24 @@ void LmBatch::Impl::RunLinear(const lm::Linear& linear, const float* x,
                               int64_t rows, float* y) const {
   const float* bias = linear.bias.empty() ? nullptr : linear.bias.data();
   if (rows <= int64_t(kernels::kRowsLinearMaxRows)) {
-    kernels::RowsLinear(x, size_t(rows), size_t(linear.in), linear.weight, bias,
-                        size_t(linear.out), y, m->num_threads);
+    if (linear.weight_bf16) {
+      kernels::RowsLinear(x, size_t(rows), size_t(linear.in),
+                          linear.weight_bf16, bias, size_t(linear.out), y,
+                          m->num_threads);
+    } else {
+      kernels::RowsLinear(x, size_t(rows), size_t(linear.in), linear.weight,
+                          bias, size_t(linear.out), y, m->num_threads);
+    }
     return;
   }
   const Plan& plan = plans.at(std::make_pair(&linear, rows));
-  plan.matmul.Run(x, plan.packed ? linear.packed.data() : linear.weight, bias,
-                  y, buffers.scratch.data(), m->num_threads);
+  const void* src = x;
+  if (plan.to_bf16) {
+    plan.to_bf16->Run(x, buffers.low.data());
+    src = buffers.low.data();
+  }
+  plan.matmul.Run(src, plan.packed ? linear.packed.data() : linear.plain(),
+                  bias, y, buffers.scratch.data(), m->num_threads);
 }
 
 // Token embeddings, plus GPT-2's learned positions (PyTorch's tok + pos).
@@ -279,7 +302,7 @@ void LmBatch::Impl::FeedForward(const lm::Layer& layer, int64_t rows) {
   auto* up = static_cast<float*>(b.up.data());
   const size_t hidden = size_t(rows * m->config.hidden_dim);
   RunLinear(layer.up, normed, rows, up);
-  if (layer.gate.weight) {
+  if (layer.gate.present()) {
     auto* gate = static_cast<float*>(b.gate.data());
     RunLinear(layer.gate, normed, rows, gate);
     kernels::Silu(up, up, hidden, m->num_threads);

@@ -17,6 +17,7 @@
 #include "attn/attn.hpp"
 #include "attn/lm.hpp"
 #include "engine/limits.h"
+#include "engine/mha_model.h"
 #include "engine/model_config.h"
 #include "engine/threads.h"
 #include "kernels/matmul.h"
@@ -30,9 +31,9 @@ Result<kernels::MatMul> LinearMatMul(const Linear& linear, int64_t rows,
   const kernels::Operand bias{{1, linear.out}, {}, DataType::kF32};
   // W [out, in] row-major is W^T [in, out] with strides (1, in); without
   // strides oneDNN picks its packed layout.
-  kernels::Operand weights{{linear.in, linear.out}, {}, DataType::kF32};
+  kernels::Operand weights{{linear.in, linear.out}, {}, linear.type()};
   if (!packed) weights.strides = {1, linear.in};
-  return kernels::MatMul::Create({{rows, linear.in}, {}, DataType::kF32},
+  return kernels::MatMul::Create({{rows, linear.in}, {}, linear.type()},
                                  weights, linear.bias.empty() ? nullptr : &bias,
                                  {{rows, linear.out}, {}, DataType::kF32},
                                  kernels::Threading::kTeam);
@@ -69,18 +70,23 @@ Status CheckSizes(const LmConfig& c) {
   return {};
 }
 
-// Floats the model holds: its weights, the packed copies of the linears and
-// the attention's (as large as the weights).
-uint64_t ModelFloats(const LmConfig& c) {
+// Bytes the model holds. fp32: its weights, the packed copies of the
+// linears and the attention's (as large as the weights). bf16: the linears'
+// weights and packed copies in bf16; the attention's fp32 weights, their
+// packed copy and their bf16 copy.
+uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
   const uint64_t kv = c.num_kv_heads * (e / c.num_heads);
   const uint64_t ff =
       (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
-  const uint64_t layer = 2 * (e * (e + 2 * kv) + e * e + ff) + 4 * e + 2 * h;
+  const uint64_t attention = e * (e + 2 * kv) + e * e;
+  const bool bf16 = dtype == DType::kBF16;
+  const uint64_t layer =
+      (bf16 ? 10 : 8) * attention + (bf16 ? 4 : 8) * ff + 4 * (4 * e + 2 * h);
   const uint64_t embeddings =
-      v * e +
-      (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
-  const uint64_t head = (c.tied_head ? 1 : 2) * v * e;
+      4 * v * e +
+      4 * (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
+  const uint64_t head = (c.tied_head || bf16 ? 4 : 8) * v * e;
   return AddSat(MulSat(layer, c.num_layers), AddSat(embeddings, head));
 }
 
@@ -101,26 +107,38 @@ Status Pack(Linear& linear) {
       LinearMatMul(linear, kernels::kMatMulPackedRows, /*packed=*/true));
   ATTN_ASSIGN_OR_RETURN(linear.packed,
                         AlignedBuffer::Allocate(mm.packed_weights_bytes()));
-  ATTN_RETURN_IF_ERROR(mm.PackWeights(
-      {{linear.in, linear.out}, {1, linear.in}, kernels::DataType::kF32},
-      linear.weight, linear.packed.data()));
+  ATTN_RETURN_IF_ERROR(
+      mm.PackWeights({{linear.in, linear.out}, {1, linear.in}, linear.type()},
+                     linear.plain(), linear.packed.data()));
   linear.packed_layout.emplace(std::move(mm));
   return {};
+}
+
+// Makes `linear` hold `weights` [out, in] in `dtype`, and packs them.
+Status HoldWeights(Linear& linear, std::vector<float>& weights, DType dtype) {
+  if (dtype == DType::kBF16) {
+    ATTN_ASSIGN_OR_RETURN(linear.own_bf16, RoundToBf16(weights));
+    linear.weight_bf16 = linear.own_bf16.data();
+  } else {
+    linear.own = std::move(weights);
+    linear.weight = linear.own.data();
+  }
+  return Pack(linear);
 }
 
 // `bias`: the role of its bias, used when the source has it.
 Result<Linear> MakeLinear(const WeightSource& w, Role weight,
                           std::optional<Role> bias, int64_t layer, int64_t in,
-                          int64_t out) {
+                          int64_t out, DType dtype) {
   Linear linear;
   linear.in = in;
   linear.out = out;
-  ATTN_ASSIGN_OR_RETURN(linear.own, w.fetch(weight, layer, out, in));
-  linear.weight = linear.own.data();
   if (bias && w.has(*bias, layer)) {
     ATTN_ASSIGN_OR_RETURN(linear.bias, w.fetch(*bias, layer, out, 0));
   }
-  ATTN_RETURN_IF_ERROR(Pack(linear));
+  ATTN_ASSIGN_OR_RETURN(std::vector<float> weights,
+                        w.fetch(weight, layer, out, in));
+  ATTN_RETURN_IF_ERROR(HoldWeights(linear, weights, dtype));
   return linear;
 }
 
@@ -166,20 +184,21 @@ Result<std::shared_ptr<const MhaModel>> MakeAttention(
 Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
                         const MhaOptions& options) {
   const int64_t e = c.emb_dim, h = c.hidden_dim;
+  const DType dtype = options.step_weights;  // the attention's and the rest's
   Layer layer;
   ATTN_ASSIGN_OR_RETURN(
       layer.norm1, MakeNorm(w, Role::kNorm1Scale, Role::kNorm1Shift, l, e));
   ATTN_ASSIGN_OR_RETURN(layer.attention, MakeAttention(c, w, l, options));
   ATTN_ASSIGN_OR_RETURN(
       layer.norm2, MakeNorm(w, Role::kNorm2Scale, Role::kNorm2Shift, l, e));
-  ATTN_ASSIGN_OR_RETURN(layer.up,
-                        MakeLinear(w, Role::kUp, Role::kUpBias, l, e, h));
+  ATTN_ASSIGN_OR_RETURN(
+      layer.up, MakeLinear(w, Role::kUp, Role::kUpBias, l, e, h, dtype));
   if (c.architecture == LmArchitecture::kLlama) {
-    ATTN_ASSIGN_OR_RETURN(layer.gate,
-                          MakeLinear(w, Role::kGate, std::nullopt, l, e, h));
+    ATTN_ASSIGN_OR_RETURN(
+        layer.gate, MakeLinear(w, Role::kGate, std::nullopt, l, e, h, dtype));
   }
-  ATTN_ASSIGN_OR_RETURN(layer.down,
-                        MakeLinear(w, Role::kDown, Role::kDownBias, l, h, e));
+  ATTN_ASSIGN_OR_RETURN(
+      layer.down, MakeLinear(w, Role::kDown, Role::kDownBias, l, h, e, dtype));
   return layer;
 }
 
@@ -187,15 +206,14 @@ Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
 Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
              ModelData& m) {
   ATTN_RETURN_IF_ERROR(CheckSizes(c));
+  // bf16 prompts run oneDNN's bf16 matmuls.
   ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
-  if (options.dtype != DType::kF32) {
-    return Unsupported("language models run in fp32 only (dtype bf16 asked)");
-  }
   m.config = c;
+  m.dtype = options.dtype;
   ATTN_ASSIGN_OR_RETURN(m.num_threads, ResolveNumThreads(options));
   m.max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
   ATTN_RETURN_IF_ERROR(CheckMemory("the model's weights and packed copies",
-                                   MulSat(ModelFloats(c), sizeof(float)),
+                                   ModelBytes(c, options.dtype),
                                    m.max_memory_bytes));
   const ThreadScope threads(m.num_threads);
   const int64_t e = c.emb_dim;
@@ -207,6 +225,7 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
   MhaOptions mha;
   mha.num_threads = m.num_threads;
   mha.max_memory_bytes = m.max_memory_bytes;
+  mha.step_weights = options.dtype;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     ATTN_ASSIGN_OR_RETURN(lm::Layer layer, MakeLayer(c, w, l, mha));
     m.layers.push_back(std::move(layer));
@@ -216,11 +235,14 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
   if (c.tied_head) {
     m.head.in = e;
     m.head.out = c.vocab_size;
+    if (m.dtype == DType::kBF16) {  // the embeddings are rounded alike
+      return HoldWeights(m.head, m.tok_emb, m.dtype);
+    }
     m.head.weight = m.tok_emb.data();
     return Pack(m.head);
   }
-  ATTN_ASSIGN_OR_RETURN(
-      m.head, MakeLinear(w, Role::kHead, std::nullopt, 0, e, c.vocab_size));
+  ATTN_ASSIGN_OR_RETURN(m.head, MakeLinear(w, Role::kHead, std::nullopt, 0, e,
+                                           c.vocab_size, m.dtype));
   return {};
 }
 
@@ -321,7 +343,8 @@ uint64_t LanguageModel::memory_bytes() const {
   const Impl& m = *impl_;
   uint64_t bytes = (m.tok_emb.size() + m.pos_emb.size()) * sizeof(float);
   const auto linear = [](const lm::Linear& l) {
-    return (l.own.size() + l.bias.size()) * sizeof(float) + l.packed.size();
+    return (l.own.size() + l.bias.size()) * sizeof(float) +
+           l.own_bf16.size() * sizeof(hwy::bfloat16_t) + l.packed.size();
   };
   for (const lm::Layer& layer : m.layers) {
     bytes += layer.attention->memory_bytes() + linear(layer.up) +

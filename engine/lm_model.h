@@ -15,22 +15,34 @@
 #include "attn/safetensors.hpp"
 #include "attn/status.hpp"
 #include "engine/buffer.h"
+#include "hwy/base.h"
 #include "kernels/matmul.h"
 
 namespace attn {
 namespace lm {
 
-// y = x W^T (+ b), W [out, in] as nn.Linear holds it. A step of up to
-// kernels::kRowsLinearMaxRows rows reads `weight` (kernels::RowsLinear);
-// longer ones run a matmul on `packed`, laid out for `packed_layout`'s
-// kMatMulPackedRows rows, or on `weight` when their matmul lays it out
-// otherwise.
+// y = x W^T (+ b), W [out, in] as nn.Linear holds it: in fp32 (`weight`)
+// or, in bf16 models, in bf16 (`weight_bf16`), never both. A step of up to
+// kernels::kRowsLinearMaxRows rows reads it (kernels::RowsLinear); longer
+// ones run a matmul (in a bf16 model, on x rounded to bf16) on `packed`,
+// laid out for `packed_layout`'s kMatMulPackedRows rows, or on the plain
+// weights when their matmul lays them out otherwise.
 struct Linear {
   int64_t in = 0, out = 0;
   const float* weight = nullptr;  // into `own`, or a tied embedding
-  std::vector<float> own, bias;   // bias: [out] or empty
+  const hwy::bfloat16_t* weight_bf16 = nullptr;  // into `own_bf16`
+  std::vector<float> own, bias;                  // bias: [out] or empty
+  std::vector<hwy::bfloat16_t> own_bf16;
   std::optional<kernels::MatMul> packed_layout;
   AlignedBuffer packed;
+
+  bool present() const { return weight || weight_bf16; }
+  kernels::DataType type() const {
+    return weight_bf16 ? kernels::DataType::kBF16 : kernels::DataType::kF32;
+  }
+  const void* plain() const {
+    return weight_bf16 ? static_cast<const void*>(weight_bf16) : weight;
+  }
 };
 
 // The matmul of `linear` for `rows` rows: on its packed weights (laid out as
@@ -104,6 +116,9 @@ std::string DetectLayout(const SafetensorsFile& file);
 // LanguageModel::Impl stays private to its friends.
 struct ModelData {
   LmConfig config;
+  // kBF16: every matrix is held in bf16 (a tied head's embeddings rounded
+  // alike), the rest in fp32; see LmOptions.
+  DType dtype = DType::kF32;
   int num_threads = 1;
   uint64_t max_memory_bytes = 0;        // resolved: never 0
   std::vector<float> tok_emb, pos_emb;  // [V, e], [context, e] (GPT-2)

@@ -127,8 +127,11 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
   if (!threads.ok()) return threads.status();
   impl->num_threads = *threads;
   impl->max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
-  ATTN_RETURN_IF_ERROR(CheckMemory("the model's weights", WeightBytes(c),
-                                   impl->max_memory_bytes));
+  const bool bf16_steps = options.step_weights == DType::kBF16;
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory("the model's weights",
+                  AddSat(WeightBytes(c), bf16_steps ? WeightBytes(c) / 2 : 0),
+                  impl->max_memory_bytes));
 
   const auto in = static_cast<size_t>(c.d_in);
   const auto out = static_cast<size_t>(c.d_out);
@@ -159,6 +162,10 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
     return OutOfMemory("cannot allocate the weights (d_in " +
                        std::to_string(c.d_in) + ", d_out " +
                        std::to_string(c.d_out) + ")");
+  }
+  if (bf16_steps) {
+    ATTN_ASSIGN_OR_RETURN(impl->w_qkv_bf16, RoundToBf16(impl->w_qkv));
+    ATTN_ASSIGN_OR_RETURN(impl->w_out_bf16, RoundToBf16(impl->w_out));
   }
   ATTN_RETURN_IF_ERROR(PackMhaWeights(*impl));
   return std::shared_ptr<const MhaModel>(new MhaModel(std::move(impl)));
@@ -323,7 +330,23 @@ Status PackMhaWeights(MhaModelData& m) {
 }
 
 uint64_t MhaModelBytes(const MhaModelData& m) {
-  return AddSat(WeightBytes(m.config), m.packed ? m.packed->bytes() : 0);
+  const uint64_t bf16 =
+      (m.w_qkv_bf16.size() + m.w_out_bf16.size()) * sizeof(hwy::bfloat16_t);
+  return AddSat(WeightBytes(m.config) + bf16, m.packed ? m.packed->bytes() : 0);
+}
+
+Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w) {
+  const auto count = static_cast<int64_t>(w.size());
+  ATTN_ASSIGN_OR_RETURN(
+      const kernels::Convert down,
+      kernels::Convert::Create(count, DataType::kF32, DataType::kBF16));
+  ATTN_ASSIGN_OR_RETURN(
+      const kernels::Convert up,
+      kernels::Convert::Create(count, DataType::kBF16, DataType::kF32));
+  std::vector<hwy::bfloat16_t> low(w.size());
+  down.Run(w.data(), low.data());
+  up.Run(low.data(), w.data());
+  return low;
 }
 
 Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "hwy/base.h"
 
 namespace attn {
 
@@ -23,6 +24,9 @@ struct MhaModelData {
   // W_query [d_out, d_in], W_key and W_value [KvDim, d_in] stacked; their
   // biases likewise (empty without qkv_bias). out_proj as in PyTorch.
   std::vector<float> w_qkv, b_qkv, w_out, b_out;
+  // MhaOptions::step_weights kBF16: w_qkv and w_out in bf16, which a
+  // decoder's steps read instead (kernels::RowsLinear); else empty.
+  std::vector<hwy::bfloat16_t> w_qkv_bf16, w_out_bf16;
   // The projections' weights packed once, at load: an operator planned for
   // kernels::kMatMulPackedRows rows, whose packed weights every operator
   // that lays them out alike runs on (AttentionOp::Create). Null in models
@@ -43,6 +47,10 @@ inline int64_t KvDim(const MhaConfig& c) {
 
 // Bytes of the fp32 weights a model of config `c` holds (saturating).
 uint64_t WeightBytes(const MhaConfig& c);
+
+// Rounds `w` to bf16 in place (to nearest even) and returns the bf16
+// values: both then hold the same numbers.
+Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w);
 
 // Plans `m.packed`, with the model's weights already held.
 Status PackMhaWeights(MhaModelData& m);

@@ -11,7 +11,9 @@
 #include <stddef.h>
 
 #include <algorithm>
+#include <cstring>
 
+#include "hwy/base.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/rows_linear.h"
@@ -21,19 +23,47 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Lanes(d) weights at p as floats. The tiles below take w as float or bf16
+// through these two loads and nothing else: bf16 widens to f32 exactly (a
+// 16-bit shift), so every product and sum is the one the f32 path makes on
+// the widened weights, bit for bit.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, const float* p) {
+  return hn::LoadU(d, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, const hwy::bfloat16_t* p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::bfloat16_t, D>(), p));
+}
+
+// The first count < Lanes(d) weights at p, zeros in the other lanes; reads
+// nothing past p + count. Once per column and block of k: a cold path.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeightsTail(D d, const float* p, size_t count) {
+  return LoadTail(d, p, count);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeightsTail(D d, const hwy::bfloat16_t* p,
+                                      size_t count) {
+  const hn::Rebind<hwy::bfloat16_t, D> dbf;
+  alignas(64) hwy::bfloat16_t buf[hn::MaxLanes(dbf)] = {};
+  std::memcpy(buf, p, std::min(count, hn::MaxLanes(dbf)) * sizeof(*p));
+  return hn::PromoteTo(d, hn::Load(dbf, buf));
+}
+
 // y[r0 + r, j + c] for r < kRows, c < kCols, j + c < j1: kCols rows of w
 // streamed together (memory-level parallelism), each of their vectors used
 // for kRows rows of x, so kRows * kCols accumulators hide the FMA latency.
 // Every output is one vector accumulator over k in order, then its lanes
 // summed: the same bits whatever tile computes it.
-template <size_t kRows, size_t kCols, class D>
+template <size_t kRows, size_t kCols, class D, typename TW>
 HWY_INLINE void RowsLinearTile(D d, const float* x, size_t r0, size_t k,
-                               const float* w, const float* bias, size_t n,
+                               const TW* w, const float* bias, size_t n,
                                size_t j, size_t j1, float* y) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
   // A short last group repeats its last column and drops the results.
-  const float* wc[kCols];
+  const TW* wc[kCols];
   for (size_t c = 0; c < kCols; ++c) wc[c] = w + std::min(j + c, j1 - 1) * k;
   const float* xr[kRows];
   for (size_t r = 0; r < kRows; ++r) xr[r] = x + (r0 + r) * k;
@@ -46,7 +76,7 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t r0, size_t k,
     V xv[kRows];
     for (size_t r = 0; r < kRows; ++r) xv[r] = hn::LoadU(d, xr[r] + i);
     for (size_t c = 0; c < kCols; ++c) {
-      const V wv = hn::LoadU(d, wc[c] + i);
+      const V wv = LoadWeights(d, wc[c] + i);
       for (size_t r = 0; r < kRows; ++r) {
         acc[r][c] = hn::MulAdd(xv[r], wv, acc[r][c]);
       }
@@ -54,7 +84,7 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t r0, size_t k,
   }
   if (i < k) {  // zero-filled past k
     for (size_t c = 0; c < kCols; ++c) {
-      const V wv = LoadTail(d, wc[c] + i, k - i);
+      const V wv = LoadWeightsTail(d, wc[c] + i, k - i);
       for (size_t r = 0; r < kRows; ++r) {
         acc[r][c] = hn::MulAdd(LoadTail(d, xr[r] + i, k - i), wv, acc[r][c]);
       }
@@ -74,9 +104,9 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t r0, size_t k,
 // is taken in blocks of kBlock so that the rows' slices of x stay in L1;
 // each output's accumulator is kept between blocks, so it still sums over
 // k in order, as every other tile does.
-template <size_t kRows, class D>
-HWY_INLINE void RowsLinearByColumn(D d, const float* x, size_t k,
-                                   const float* w, const float* bias, size_t n,
+template <size_t kRows, class D, typename TW>
+HWY_INLINE void RowsLinearByColumn(D d, const float* x, size_t k, const TW* w,
+                                   const float* bias, size_t n,
                                    size_t j0, size_t j1, float* y) {
   using V = hn::Vec<D>;
   constexpr size_t kAhead = 4, kBlock = 768;
@@ -91,7 +121,7 @@ HWY_INLINE void RowsLinearByColumn(D d, const float* x, size_t k,
       std::copy(x + r * k + k0, x + r * k + k1, xb + r * kBlock);
     }
     for (size_t j = j0; j < j1; ++j) {
-      const float* wj = w + j * k;
+      const TW* wj = w + j * k;
       float* a = acc + (j - j0) * kRows * N;
       V sum[kRows];
       for (size_t r = 0; r < kRows; ++r) {
@@ -100,14 +130,14 @@ HWY_INLINE void RowsLinearByColumn(D d, const float* x, size_t k,
       size_t i = k0;
       for (; i + N <= k1; i += N) {
         hwy::Prefetch(wj + kAhead * k + i);
-        const V wv = hn::LoadU(d, wj + i);
+        const V wv = LoadWeights(d, wj + i);
         for (size_t r = 0; r < kRows; ++r) {
           sum[r] =
               hn::MulAdd(hn::Load(d, xb + r * kBlock + i - k0), wv, sum[r]);
         }
       }
       if (i < k1) {  // k's tail, zero-filled (blocks are whole vectors)
-        const V wv = LoadTail(d, wj + i, k1 - i);
+        const V wv = LoadWeightsTail(d, wj + i, k1 - i);
         for (size_t r = 0; r < kRows; ++r) {
           sum[r] = hn::MulAdd(LoadTail(d, xb + r * kBlock + i - k0, k1 - i), wv,
                               sum[r]);
@@ -129,9 +159,9 @@ HWY_INLINE void RowsLinearByColumn(D d, const float* x, size_t k,
 // which reads w at the machine's read bandwidth; more rows go column by
 // column, every row using each vector of w as it streams (on Zen 3, eight
 // rows of GPT-2's head take 1.3x one row's time).
-template <class D>
+template <class D, typename TW>
 HWY_INLINE void RowsLinearT(D d, const float* x, size_t rows, size_t k,
-                            const float* w, const float* bias, size_t n,
+                            const TW* w, const float* bias, size_t n,
                             size_t j0, size_t j1, float* y) {
   switch (rows) {
     case 1:

@@ -9,6 +9,8 @@
 
 #include <cstddef>
 
+#include "hwy/base.h"
+
 namespace attn::kernels {
 
 // The most rows RowsLinear takes: past a few rows, reading W once no longer
@@ -23,6 +25,11 @@ constexpr size_t kRowsLinearColumns = 64;
 // i < k: x [rows, k], w [n, k] (nn.Linear's layout), y [rows, n], dense;
 // bias [n] or null.
 void RowsLinear(const float* x, size_t rows, size_t k, const float* w,
+                const float* bias, size_t n, float* y, int num_threads);
+
+// As above with bf16 weights: each weight is widened to fp32 exactly, so the
+// result has the bits of the fp32 overload on the widened weights.
+void RowsLinear(const float* x, size_t rows, size_t k, const hwy::bfloat16_t* w,
                 const float* bias, size_t n, float* y, int num_threads);
 
 }  // namespace attn::kernels

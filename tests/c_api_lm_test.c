@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,6 +301,15 @@ static void TestLoadErrors(const Golden* g) {
   EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, &newer.options, &model),
                 "");
   attn_lm_destroy(model);
+  /* Version 1 ended before dtype; a dtype out of the enum is named. */
+  options.struct_size = offsetof(attn_lm_options, dtype);
+  EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, &options, &model), "");
+  attn_lm_destroy(model);
+  options.struct_size = sizeof options;
+  options.dtype = (attn_dtype)7;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_load(g->model_path, &options, &model),
+                "attn_lm_options.dtype is 7");
   attn_lm_destroy(NULL);
 }
 

@@ -65,8 +65,9 @@ struct Weights {
     bo = test::RandomVector(rng, out, -b, b);
   }
 
-  std::shared_ptr<const MhaModel> Model(int threads = 0,
-                                        uint64_t max_memory = 0) const {
+  std::shared_ptr<const MhaModel> Model(
+      int threads = 0, uint64_t max_memory = 0,
+      DType step_weights = DType::kF32) const {
     MhaConfig config;
     config.d_in = shape.d_in;
     config.d_out = shape.d_out;
@@ -90,6 +91,7 @@ struct Weights {
     MhaOptions options;
     options.num_threads = threads;
     options.max_memory_bytes = max_memory;
+    options.step_weights = step_weights;
     auto model = MhaModel::Create(config, w, options);
     EXPECT_TRUE(model.ok()) << model.status().message();
     return model.ok() ? *model : nullptr;
@@ -426,6 +428,36 @@ TEST(DecoderTest, BitwiseIdenticalAtOneAndTwoThreads) {
     }
     EXPECT_EQ(results[0], results[1]) << "1 and 2 threads differ";
   }
+}
+
+// bf16 to nearest, ties to even, as oneDNN rounds (finite values only).
+float RoundToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000u;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// step_weights bf16: prompts and steps (1 to 8 rows, through the bf16
+// kernel) give the bits of an fp32 model of the weights rounded to bf16.
+TEST(DecoderTest, Bf16StepWeightsAreTheRoundedWeights) {
+  const Shape shape{32, 64, 8, true, 0};
+  Variant variant;
+  variant.kv_heads = 2;
+  variant.rope.theta = 10000.0;
+  Weights w(shape, 91, variant), rounded = w;
+  for (auto* m : {&rounded.wq, &rounded.wk, &rounded.wv, &rounded.wo}) {
+    for (float& v : *m) v = RoundToBf16(v);
+  }
+  std::mt19937 rng(5);
+  const int64_t B = 8, T = 12;
+  const auto x = test::RandomVector(rng, B * T * 32, -1.0f, 1.0f);
+  auto bf16 = MakeDecoder(w.Model(2, 0, DType::kBF16), B, T);
+  auto f32 = MakeDecoder(rounded.Model(2), B, T);
+  ASSERT_TRUE(bf16 && f32);
+  EXPECT_EQ(Incremental(*bf16, x, B, T, 32, 64, 3),
+            Incremental(*f32, x, B, T, 32, 64, 3));
 }
 
 // Grouped K/V heads, RoPE (plain and Llama-3.1-scaled) and windows: token

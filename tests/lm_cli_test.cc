@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/attn.hpp"
 #include "attn/safetensors.hpp"
 
 namespace attn {
@@ -198,6 +199,30 @@ TEST_F(LmCliTest, GenerateMatchesGoldenGreedyTokensAtOneAndTwoThreads) {
       EXPECT_EQ(TakeTokens(), golden.tokens) << "at " << threads << " threads";
     }
   }
+}
+
+// --dtype bf16 on a file of BF16 weights: PyTorch's logits of those
+// weights within bf16's rounding of the activations, and greedy tokens of
+// the right shape; refused in one line on CPUs without native bf16.
+TEST_F(LmCliTest, RunAndGenerateTakeDtypeBf16) {
+  const GoldenCase golden = ReadCase(kLmGolden / "llama_gqa");
+  const Outcome run = Run(golden.model, golden.io, "--dtype bf16");
+  if (!GetRuntimeInfo().native_bf16) {
+    ExpectRefused(run);
+    ExpectRefused(Generate(golden.model, golden.io, 2, "--dtype bf16"));
+    return;
+  }
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  const std::vector<float> logits = TakeLogits();
+  ASSERT_EQ(logits.size(), golden.logits.size());
+  const double bound = 2e-2 * MaxAbs(golden.logits);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    ASSERT_NEAR(logits[i], golden.logits[i], bound) << "logit " << i;
+  }
+  const Outcome generate =
+      Generate(golden.model, golden.io, golden.max_new_tokens, "--dtype bf16");
+  ASSERT_EQ(generate.exit_code, 0) << generate.stderr_text;
+  EXPECT_EQ(TakeTokens().size(), golden.tokens.size());
 }
 
 TEST_F(LmCliTest, BadCasesAreRefusedByRunAndGenerate) {

@@ -82,10 +82,11 @@ Case ReadCase(const std::string& name) {
   return c;
 }
 
-std::shared_ptr<const LanguageModel> Load(const std::string& name,
-                                          int threads) {
+std::shared_ptr<const LanguageModel> Load(const std::string& name, int threads,
+                                          DType dtype = DType::kF32) {
   LmOptions options;
   options.num_threads = threads;
+  options.dtype = dtype;
   Result<std::shared_ptr<const LanguageModel>> model =
       LanguageModel::Load(kLmDir + name + "/model.safetensors", options);
   EXPECT_TRUE(model.ok()) << name << ": " << model.status().message();
@@ -204,6 +205,57 @@ TEST_P(LmGolden, TokenByTokenMatchesThePrompt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, LmGolden, ::testing::ValuesIn(CaseNames()));
+
+// bf16 models (LmOptions::dtype) on the golden cases whose files hold BF16
+// weights: rounding them changes nothing, so PyTorch's logits of the same
+// weights are the reference.
+const char* const kBf16Cases[] = {"gpt_book_3l", "llama_gqa"};
+
+void SkipWithoutNativeBf16() {
+  if (!GetRuntimeInfo().native_bf16) GTEST_SKIP() << "no native bf16";
+}
+
+// A step of one token reads the bf16 weights with fp32 activations, in the
+// fp32 model's order: the same bits.
+TEST(LmBf16, OneTokenStepsGiveTheFp32ModelsBits) {
+  SkipWithoutNativeBf16();
+  for (const char* name : kBf16Cases) {
+    const Case c = ReadCase(name);
+    auto f32 = NewBatch(Load(name, 2), 1);
+    auto bf16 = NewBatch(Load(name, 2, DType::kBF16), 1);
+    ASSERT_NE(f32, nullptr);
+    ASSERT_NE(bf16, nullptr);
+    for (LmBatch* batch : {f32.get(), bf16.get()})
+      ASSERT_TRUE(batch->Add().ok());
+    for (int64_t t = 0; t < c.lengths[0]; ++t) {
+      const LmBatch::Request r{0, c.prompt(0) + t, 1, false};
+      ASSERT_TRUE(f32->Step(&r, 1).ok());
+      ASSERT_TRUE(bf16->Step(&r, 1).ok());
+      EXPECT_EQ(std::vector<float>(f32->logits(0), f32->logits(0) + c.vocab),
+                std::vector<float>(bf16->logits(0), bf16->logits(0) + c.vocab))
+          << name << " token " << t;
+    }
+  }
+}
+
+// Whole prompts run oneDNN's bf16 matmuls on activations rounded to bf16:
+// PyTorch's logits within bf16's rounding, the same bits at 1 and 2 threads.
+TEST(LmBf16, PromptLogitsMatchPyTorchWithinBf16Rounding) {
+  SkipWithoutNativeBf16();
+  for (const char* name : kBf16Cases) {
+    const Case c = ReadCase(name);
+    std::vector<float> first;
+    for (const int threads : {1, 2}) {
+      auto batch = NewBatch(Load(name, threads, DType::kBF16), c.b);
+      ASSERT_NE(batch, nullptr);
+      const std::vector<float> logits = PromptLogits(*batch, c);
+      test::ExpectAllClose(c.logits, logits.data(),
+                           2e-2 * test::MaxAbs(c.logits), name);
+      if (first.empty()) first = logits;
+      EXPECT_EQ(first, logits) << name << ": threads changed the bits";
+    }
+  }
+}
 
 TEST(LmLayouts, BookAndHuggingFaceNamesGiveTheSameModel) {
   const Case c = ReadCase("gpt_book_2l_bias");
@@ -341,6 +393,16 @@ LmConfig SmallConfig(int64_t layers) {
   config.num_layers = layers;
   config.num_heads = 4;
   return config;
+}
+
+TEST(LmBf16, RefusedWithoutNativeBf16) {
+  if (GetRuntimeInfo().native_bf16) GTEST_SKIP() << "native bf16";
+  LmOptions options;
+  options.dtype = DType::kBF16;
+  auto model = LanguageModel::Random(SmallConfig(1), 7, options);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("bf16"), std::string::npos)
+      << model.status().message();
 }
 
 TEST(LmRandom, SizesAreChecked) {

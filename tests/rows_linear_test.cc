@@ -1,9 +1,11 @@
 // RowsLinear (a decode step's projections) on every compiled Highway target
 // against a double reference, at rows 1 to 8 and widths around the vector
-// length and the column group; and the threaded entry point, bitwise the
-// same at 1, 2, 3 and 7 threads.
+// length and the column group; bf16 weights bitwise the f32 path on the
+// widened weights; and the threaded entry points, bitwise the same at 1, 2,
+// 3 and 7 threads.
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
@@ -35,6 +37,17 @@ inline std::vector<double> RowsLinearReference(const std::vector<float>& x,
   return y;
 }
 
+// Rounds w to bf16: the bf16 weights and their exact f32 widening.
+inline std::pair<std::vector<hwy::bfloat16_t>, std::vector<float>> ToBF16(
+    const std::vector<float>& w) {
+  std::pair<std::vector<hwy::bfloat16_t>, std::vector<float>> out;
+  for (float v : w) {
+    out.first.push_back(hwy::BF16FromF32(v));
+    out.second.push_back(hwy::F32FromBF16(out.first.back()));
+  }
+  return out;
+}
+
 }  // namespace attn::test
 #endif  // ATTN_TESTS_ROWS_LINEAR_REFERENCE_
 
@@ -46,11 +59,11 @@ void TestRowsLinearMatchesReference() {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   std::mt19937 rng(7);
-  for (size_t rows : {size_t{1}, size_t{2}, size_t{3}, kRowsLinearMaxRows}) {
+  for (size_t rows = 1; rows <= kRowsLinearMaxRows; ++rows) {
     // 769 and 1539 cross the by-column path's blocks of k (768) with a tail.
     for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
                      size_t{64}, size_t{769}, size_t{1539}}) {
-      for (size_t n : {size_t{1}, size_t{3}, size_t{5}, size_t{9}}) {
+      for (size_t n : {size_t{1}, size_t{3}, size_t{5}, size_t{9}, size_t{17}}) {
         const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
         const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
         const auto b = test::RandomVector(rng, n, -1.f, 1.f);
@@ -69,14 +82,48 @@ void TestRowsLinearMatchesReference() {
   }
 }
 
+// bf16 weights: the bits of the f32 path on the widened weights (the same
+// tiles, only the load differs), and so the reference's values, at every
+// shape the f32 test covers.
+void TestRowsLinearBF16MatchesF32() {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  std::mt19937 rng(17);
+  for (size_t rows = 1; rows <= kRowsLinearMaxRows; ++rows) {
+    for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
+                     size_t{64}, size_t{769}, size_t{1539}}) {
+      for (size_t n : {size_t{1}, size_t{3}, size_t{5}, size_t{9}, size_t{17}}) {
+        const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
+        const auto [wb, wf] =
+            test::ToBF16(test::RandomVector(rng, n * k, -1.f, 1.f));
+        const auto b = test::RandomVector(rng, n, -1.f, 1.f);
+        for (const float* bias :
+             {b.data(), static_cast<const float*>(nullptr)}) {
+          // Exactly sized, as above.
+          std::vector<float> y(rows * n), y32(rows * n);
+          RowsLinearT(d, x.data(), rows, k, wb.data(), bias, n, 0, n, y.data());
+          RowsLinearT(d, x.data(), rows, k, wf.data(), bias, n, 0, n,
+                      y32.data());
+          ASSERT_EQ(0, std::memcmp(y.data(), y32.data(), y.size() * 4))
+              << rows << " rows, k " << k << ", n " << n;
+          test::ExpectAllClose(
+              test::RowsLinearReference(x, rows, k, wf, bias, n), y.data(),
+              1e-5 * double(k + 1), "rows_linear bf16");
+        }
+      }
+    }
+  }
+}
+
 // Every tile sums each output over k in the same order: a row's outputs
-// are the same bits whether it runs alone or among 2..8 rows.
-void TestRowsLinearBitsDoNotDependOnRows() {
+// are the same bits whether it runs alone or among 2..8 rows, for f32 and
+// bf16 weights.
+template <typename TW>
+void ExpectBitsDoNotDependOnRows(const std::vector<TW>& w) {
   const hn::ScalableTag<float> d;
   std::mt19937 rng(9);
-  const size_t k = 1539, n = 13;
+  const size_t k = 1539, n = w.size() / k;
   const auto x = test::RandomVector(rng, kRowsLinearMaxRows * k, -1.f, 1.f);
-  const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
   std::vector<float> alone(n), all(kRowsLinearMaxRows * n);
   for (size_t rows = 2; rows <= kRowsLinearMaxRows; ++rows) {
     RowsLinearT(d, x.data(), rows, k, w.data(), nullptr, n, 0, n, all.data());
@@ -88,6 +135,13 @@ void TestRowsLinearBitsDoNotDependOnRows() {
       }
     }
   }
+}
+
+void TestRowsLinearBitsDoNotDependOnRows() {
+  std::mt19937 rng(10);
+  const auto w = test::RandomVector(rng, 13 * 1539, -1.f, 1.f);
+  ExpectBitsDoNotDependOnRows(w);
+  ExpectBitsDoNotDependOnRows(test::ToBF16(w).first);
 }
 
 // A column range in the middle writes exactly its columns.
@@ -123,6 +177,7 @@ HWY_BEFORE_TEST(RowsLinearTest);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearMatchesReference);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearWritesOnlyItsColumns);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBitsDoNotDependOnRows);
+HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBF16MatchesF32);
 
 // The dispatched entry point spreads columns over threads: the same bits at
 // every team size, and the reference's values.
@@ -141,6 +196,36 @@ TEST(RowsLinearDispatchTest, SameBitsAtEveryThreadCount) {
     RowsLinear(x.data(), rows, k, w.data(), b.data(), n, many.data(), threads);
     EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
         << threads << " threads differ from 1";
+  }
+}
+
+// The bf16 entry point: at 1 and 2 threads, every row count, k across
+// blocks with a tail and n not a multiple of any column group, the bits of
+// the f32 entry point on the widened weights and the reference's values.
+TEST(RowsLinearDispatchTest, BF16IsF32OnWidenedWeights) {
+  std::mt19937 rng(11);
+  for (size_t rows = 1; rows <= kRowsLinearMaxRows; ++rows) {
+    for (size_t k : {size_t{300}, size_t{1539}}) {
+      const size_t n = 203;
+      const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
+      const auto [wb, wf] =
+          test::ToBF16(test::RandomVector(rng, n * k, -0.2f, 0.2f));
+      const auto b = test::RandomVector(rng, n, -1.f, 1.f);
+      for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
+        const auto expected =
+            test::RowsLinearReference(x, rows, k, wf, bias, n);
+        for (int threads : {1, 2}) {
+          std::vector<float> y(rows * n), y32(rows * n);
+          RowsLinear(x.data(), rows, k, wb.data(), bias, n, y.data(), threads);
+          RowsLinear(x.data(), rows, k, wf.data(), bias, n, y32.data(),
+                     threads);
+          ASSERT_EQ(0, std::memcmp(y.data(), y32.data(), y.size() * 4))
+              << rows << " rows, k " << k << ", " << threads << " threads";
+          test::ExpectAllClose(expected, y.data(), 1e-5 * double(k + 1),
+                               "bf16 dispatch");
+        }
+      }
+    }
   }
 }
 

@@ -44,13 +44,13 @@ LmConfig Gpt2Small() {
 
 // Bytes of the weights a decode step of a few rows reads, each once: every
 // block's matrices and the head (not the embeddings, of which it reads a row).
-double DecodeWeightBytes(const LmConfig& c) {
+double DecodeWeightBytes(const LmConfig& c, DType dtype) {
   const double e = double(c.emb_dim), h = double(c.hidden_dim);
   const double kv = double(c.num_kv_heads) * (e / double(c.num_heads));
   const double ff = (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
   const double block = e * (e + 2 * kv) + e * e + ff;
   return (double(c.num_layers) * block + double(c.vocab_size) * e) *
-         sizeof(float);
+         (dtype == DType::kBF16 ? 2 : 4);
 }
 
 using Clock = std::chrono::steady_clock;
@@ -118,22 +118,24 @@ void PrintPoint(const ModelArgs& args, const ModelBenchFlags& flags,
   const double prefill_tok_s =
       double(p.batch * args.prompt) / p.prefill_ms * 1e3;
   const double decode_tok_s = double(p.batch) / p.decode_ms_per_step * 1e3;
-  const double weights_gb_s =
-      DecodeWeightBytes(model.config()) / p.decode_ms_per_step / 1e6;
+  const double weights_gb_s = DecodeWeightBytes(model.config(), flags.dtype) /
+                              p.decode_ms_per_step / 1e6;
   const double peak_mb = double(PeakRssBytes()) / (1 << 20);
   const std::string name = flags.weights.empty() ? args.model : flags.weights;
   if (json) {
-    const nlohmann::json line = {{"model", name},
-                                 {"threads", p.threads},
-                                 {"batch", p.batch},
-                                 {"prompt", args.prompt},
-                                 {"steps", args.steps},
-                                 {"prefill_ms", p.prefill_ms},
-                                 {"prefill_tok_s", prefill_tok_s},
-                                 {"decode_ms_per_step", p.decode_ms_per_step},
-                                 {"decode_tok_s", decode_tok_s},
-                                 {"decode_weights_gb_s", weights_gb_s},
-                                 {"peak_rss_mb", peak_mb}};
+    const nlohmann::json line = {
+        {"model", name},
+        {"dtype", flags.dtype == DType::kBF16 ? "bf16" : "f32"},
+        {"threads", p.threads},
+        {"batch", p.batch},
+        {"prompt", args.prompt},
+        {"steps", args.steps},
+        {"prefill_ms", p.prefill_ms},
+        {"prefill_tok_s", prefill_tok_s},
+        {"decode_ms_per_step", p.decode_ms_per_step},
+        {"decode_tok_s", decode_tok_s},
+        {"decode_weights_gb_s", weights_gb_s},
+        {"peak_rss_mb", peak_mb}};
     std::printf("%s\n", line.dump().c_str());
   } else {
     std::printf("%-10s %7d %5ld %10.1f %11.0f %11.2f %10.1f %9.1f %8.0f\n",
@@ -159,6 +161,7 @@ int Run(const ModelArgs& args, const ModelBenchFlags& flags) {
     options.num_threads = threads;
     options.max_memory_bytes = flags.max_memory;
     options.tuned_config = flags.config;
+    options.dtype = flags.dtype;
     ResetPeakRss();
     ShowProgress("loading %s ...", args.model.c_str());
     Result<std::shared_ptr<const LanguageModel>> model =

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/attn.hpp"
 #include "tools/cli.h"
 
 namespace attn::cli {
@@ -20,6 +21,7 @@ struct ModelBenchFlags {
   uint64_t max_memory = 0;
   std::string config;
   bool json = false;
+  DType dtype = DType::kF32;  // bf16: the matrices held in bf16
 };
 
 // Adds --model, --prompt and --steps to `bench`. The returned function is

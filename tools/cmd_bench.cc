@@ -171,7 +171,9 @@ Command AddBenchCommand(CLI::App& app) {
             }
             if (run_model) {
               return run_model({args->weights, args->threads, args->batches,
-                                args->max_memory, args->config, args->json});
+                                args->max_memory, args->config, args->json,
+                                args->dtype == "bf16" ? attn::DType::kBF16
+                                                      : attn::DType::kF32});
             }
             if (run_decode) {
               return run_decode(args->threads, args->batches, args->min_time,

@@ -24,8 +24,8 @@ struct LmModelFlags {
   AttentionFlags attention;
   DType dtype = DType::kF32;  // attn run's --dtype
   std::string tuned_config;   // attn run's --config
-  // Adds --heads, --context-length, the attention flags, --threads and
-  // --max-memory (attn generate; attn run has its own).
+  // Adds --heads, --context-length, the attention flags, --threads,
+  // --max-memory and --dtype (attn generate; attn run has its own).
   void AddTo(CLI::App* command);
 };
 

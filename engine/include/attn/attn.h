@@ -352,8 +352,9 @@ typedef struct attn_sampler attn_sampler;
 
 /* How to load a language model. Zero means "not set here": each is else the
  * file's metadata of the same name, then (Hugging Face files) a config.json
- * beside the file. struct_size as for attn_mha_options; this is version 1,
- * whose struct_size is sizeof(attn_lm_options). */
+ * beside the file. struct_size as for attn_mha_options; this is version 2.
+ * Version 1 ended at rope_original_context_length (struct_size 88 on
+ * 64-bit targets). */
 typedef struct attn_lm_options {
   size_t struct_size;
   int num_threads;           /* as in attn_mha_options */
@@ -370,10 +371,16 @@ typedef struct attn_lm_options {
   double rope_low_freq_factor;
   double rope_high_freq_factor;
   int64_t rope_original_context_length;
+  /* Version 2. ATTN_DTYPE_BF16 (CPUs with native bf16) holds every matrix
+   * in bf16 for half the bytes per decode step (attn::LmOptions). */
+  attn_dtype dtype;
 } attn_lm_options;
 
-#define ATTN_LM_OPTIONS_INIT \
-  { sizeof(attn_lm_options), 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, 0, 0 }
+#define ATTN_LM_OPTIONS_INIT                                            \
+  {                                                                     \
+    sizeof(attn_lm_options), 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, 0, 0, \
+        ATTN_DTYPE_F32                                                  \
+  }
 
 /* Loads a language model from a safetensors file: the book's GPTModel, a
  * Hugging Face GPT-2 file or the book's Llama 3.2 model, told apart by the

@@ -87,7 +87,13 @@ struct ModelOptions {
 };
 
 // How to load and run an MHA model (MhaModel).
-struct MhaOptions : ModelOptions {};
+struct MhaOptions : ModelOptions {
+  // kBF16: the projections' weights are rounded to bf16 at load, and a
+  // decoder's steps of up to 8 rows read them as bf16 (half the bytes per
+  // token); every other path reads the same values as fp32, and the math
+  // stays fp32. Runs on any CPU. Language models set it for bf16 weights.
+  DType step_weights = DType::kF32;
+};
 
 // Half of the physical memory (or of the cgroup's memory.max, if lower).
 ATTN_API uint64_t DefaultMaxMemoryBytes();

@@ -44,7 +44,13 @@ struct LmConfig {
 
 // How to load a language model: the fields every model takes, and the
 // norms' epsilon (0: metadata "rms_norm_eps", else config.json's
-// "layer_norm_epsilon", else 1e-5).
+// "layer_norm_epsilon", else 1e-5). dtype kBF16 (CPUs with native bf16
+// only) holds every matrix in bf16, rounded once at load (a tied head's
+// embeddings too), for half the bytes a decode step reads: steps of up to 8
+// tokens multiply the bf16 weights with fp32 activations in fp32; longer
+// ones run oneDNN's bf16 matmuls (activations rounded to bf16), except the
+// attention's, which stay fp32 on the rounded weights. Norms, biases and
+// the cache stay fp32.
 struct LmOptions : ModelOptions {
   double norm_eps = 0.0;
 };
@@ -73,7 +79,7 @@ class ATTN_API LanguageModel {
   ~LanguageModel();
   const LmConfig& config() const;
   int num_threads() const;  // the resolved team size
-  // Bytes the model holds: its fp32 weights and their packed copies.
+  // Bytes the model holds: its weights and their packed copies.
   uint64_t memory_bytes() const;
 
  private:

@@ -1,0 +1,140 @@
+// RowsLinear (kernels/rows_linear.h), the decode step's projections, on
+// GPT-2 124M's shapes with f32 and bf16 weights, at 1 and 8 rows and 1 and 2
+// threads. Decode reads every weight once per step, far more than the
+// caches hold, so each benchmark cycles through copies of its weights
+// (ATTN_ROWS_LINEAR_MIB in all, 256 by default; the smoke test uses 8) and
+// bytes/s counts the weight bytes read: compare it with stream_read.
+//
+//   rows_linear/<dtype>/k:<k>/n:<n>/rows:<r>/threads:<t>   one linear
+//   rows_linear/<dtype>/gpt2-step/rows:<r>/threads:<t>     a decode step's
+//       49: per layer qkv (768 -> 2304), attention out (768 -> 768), MLP up
+//       (768 -> 3072) and down (3072 -> 768), then the head (768 -> 50257)
+//
+//   rows_linear_bench --benchmark_repetitions=3 --benchmark_filter=gpt2-step
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "hwy/base.h"
+#include "kernels/rows_linear.h"
+
+namespace attn::bench {
+namespace {
+
+struct Linear {
+  size_t k, n;
+};
+
+constexpr Linear kGpt2Layer[] = {{768, 2304}, {768, 768}, {768, 3072},
+                                 {3072, 768}};
+constexpr Linear kGpt2Head = {768, 50257};
+constexpr int kGpt2Layers = 12;
+
+size_t WeightBudgetBytes() {
+  size_t mib = 256;
+  if (const char* env = std::getenv("ATTN_ROWS_LINEAR_MIB")) {
+    mib = std::max<size_t>(1, std::strtoull(env, nullptr, 10));
+  }
+  return mib << 20;
+}
+
+// A random pattern of 1 Mi weights repeated: random enough for timing,
+// and quick to make at hundreds of MiB.
+template <typename TW>
+std::vector<TW> Weights(size_t count) {
+  const std::vector<float> f = RandomFloats(size_t{1} << 20, 0.05f, 3);
+  std::vector<TW> w(count);
+  for (size_t i = 0; i < count; ++i) {
+    if constexpr (sizeof(TW) == 4) {
+      w[i] = f[i % f.size()];
+    } else {
+      w[i] = hwy::BF16FromF32(f[i % f.size()]);
+    }
+  }
+  return w;
+}
+
+// The linears of one pass, each with its own weights.
+template <typename TW>
+void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
+                     size_t rows, int threads) {
+  size_t max_k = 0, max_n = 0, step_weights = 0;
+  for (const Linear& l : linears) {
+    max_k = std::max(max_k, l.k);
+    max_n = std::max(max_n, l.n);
+    step_weights += l.k * l.n;
+  }
+  // Copies of the pass, at least one, so that no weight is in a cache.
+  const size_t copies = std::max<size_t>(
+      1, WeightBudgetBytes() / (step_weights * sizeof(TW)));
+  const std::vector<TW> w = Weights<TW>(copies * step_weights);
+  const std::vector<float> x = RandomFloats(rows * max_k, 1.0f, 1);
+  const std::vector<float> bias = RandomFloats(max_n, 0.1f, 2);
+  std::vector<float> y(rows * max_n);
+  size_t copy = 0;
+  for (auto _ : state) {
+    const TW* wl = w.data() + copy * step_weights;
+    for (const Linear& l : linears) {
+      kernels::RowsLinear(x.data(), rows, l.k, wl, bias.data(), l.n, y.data(),
+                          threads);
+      wl += l.k * l.n;
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    copy = (copy + 1) % copies;
+  }
+  state.counters["bytes/s"] = benchmark::Counter(
+      double(step_weights * sizeof(TW)),
+      benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["FLOP/s"] = benchmark::Counter(
+      2.0 * double(rows * step_weights),
+      benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+template <typename TW>
+void Register(const char* dtype) {
+  std::vector<Linear> step;
+  for (int layer = 0; layer < kGpt2Layers; ++layer) {
+    step.insert(step.end(), std::begin(kGpt2Layer), std::end(kGpt2Layer));
+  }
+  step.push_back(kGpt2Head);
+  for (int threads : {1, 2}) {
+    for (size_t rows : {size_t{1}, size_t{8}}) {
+      const std::string suffix = "/rows:" + std::to_string(rows) +
+                                 "/threads:" + std::to_string(threads);
+      std::vector<std::pair<std::string, std::vector<Linear>>> cases;
+      for (const Linear& l : kGpt2Layer) {
+        cases.push_back({"k:" + std::to_string(l.k) + "/n:" +
+                             std::to_string(l.n),
+                         {l}});
+      }
+      cases.push_back({"k:768/n:50257", {kGpt2Head}});
+      cases.push_back({"gpt2-step", step});
+      for (const auto& [name, linears] : cases) {
+        const std::string full =
+            std::string("rows_linear/") + dtype + "/" + name + suffix;
+        benchmark::RegisterBenchmark(
+            full.c_str(),
+            [linears = linears, rows, threads](benchmark::State& st) {
+              RowsLinearBench<TW>(st, linears, rows, threads);
+            })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void RegisterAll() {
+  Register<float>("f32");
+  Register<hwy::bfloat16_t>("bf16");
+}
+
+}  // namespace attn::bench
