@@ -3,6 +3,7 @@
 #include "engine/graph_ir.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <queue>
@@ -46,6 +47,9 @@ const std::vector<OpSpec>& Specs() {
       {Op::kAdd, "add", 2, {}, {}, {}},
       {Op::kMul, "mul", 2, {}, {}, {}},
       {Op::kDropout, "dropout", 1, {}, {}, {"p"}},
+      {Op::kEmbedding, "embedding", 1, {"weight"}, {}, {}},
+      {Op::kPositionEmbedding, "position_embedding", 1, {"weight"}, {}, {}},
+      {Op::kRepeat, "repeat", 1, {}, {}, {"graph", "prefix", "count"}},
   };
   return specs;
 }
@@ -105,7 +109,10 @@ Status ParseAttribute(Node& node, const std::string& key, const json& value) {
       {"context_length", &node.context_length},
       {"num_kv_heads", &node.num_kv_heads},
       {"sliding_window", &node.sliding_window},
-      {"rope_original_context_length", &node.rope.original_context_length}};
+      {"rope_original_context_length", &node.rope.original_context_length},
+      {"count", &node.count}};
+  const std::map<std::string, std::string*> texts = {
+      {"graph", &node.block_path}, {"prefix", &node.layer_prefix}};
   const std::map<std::string, double*> numbers = {
       {"rope_theta", &node.rope.theta},
       {"rope_factor", &node.rope.factor},
@@ -113,6 +120,12 @@ Status ParseAttribute(Node& node, const std::string& key, const json& value) {
       {"rope_high_freq_factor", &node.rope.high_freq_factor}};
   if (counts.count(key)) {
     ATTN_ASSIGN_OR_RETURN(*counts.at(key), PositiveInt(value, what));
+  } else if (texts.count(key)) {
+    if (!value.is_string() || value.get<std::string>().empty()) {
+      return InvalidArgument(what + " is " + Got(value) +
+                             ", want a non-empty string");
+    }
+    *texts.at(key) = value.get<std::string>();
   } else if (numbers.count(key)) {
     if (!value.is_number() || !(value.get<double>() > 0.0)) {
       return InvalidArgument(what + " is " + Got(value) +
@@ -217,11 +230,17 @@ Status ReadWeights(const json& j, const OpSpec& spec, Node& node) {
       return InvalidArgument(node.Describe() + ": unknown weight '" + role +
                              "', want " + Join(roles));
     }
-    if (!name.is_string() || name.get<std::string>().empty()) {
-      return InvalidArgument(node.Describe() + ": weight '" + role + "' is " +
-                             Got(name) + ", want a tensor name");
+    std::vector<std::string> names;
+    const std::string what = node.Describe() + ": weight '" + role + "'";
+    if (name.is_string() && !name.get<std::string>().empty()) {
+      names.push_back(name.get<std::string>());
+    } else if (!name.is_array() || name.empty() ||
+               !ReadNames(name, what, names).ok()) {
+      return InvalidArgument(what + " is " + Got(name) +
+                             ", want a tensor name or a non-empty array of "
+                             "them (the first in the file is used)");
     }
-    node.weights.emplace_back(role, name.get<std::string>());
+    node.weights.emplace_back(role, std::move(names));
   }
   for (const std::string& role : spec.required_roles) {
     if (!node.Weight(role)) {
@@ -248,7 +267,42 @@ Status ReadAttributes(const json& j, const OpSpec& spec, Node& node) {
   return {};
 }
 
-Result<Node> ParseNode(const json& j, size_t index) {
+// A repeat node's block: its graph file (relative to `source`'s directory)
+// parsed, and its layer prefix checked.
+Status ReadBlock(const std::string& source, Node& node) {
+  const std::pair<const char*, const std::string*> required[] = {
+      {"graph", &node.block_path}, {"prefix", &node.layer_prefix}};
+  for (const auto& [key, value] : required) {
+    if (value->empty()) {
+      return InvalidArgument(node.Describe() + ": attribute '" + key +
+                             "' is missing, want the block's graph file and "
+                             "its weights' prefix, e.g. \"trf_blocks.{i}.\"");
+    }
+  }
+  if (node.layer_prefix.find("{i}") == std::string::npos) {
+    return InvalidArgument(node.Describe() + ": attribute 'prefix' is \"" +
+                           node.layer_prefix +
+                           "\", want it to hold {i}, the layer's index");
+  }
+  namespace fs = std::filesystem;
+  const fs::path path =
+      fs::path(source).parent_path() / fs::path(node.block_path);
+  ATTN_ASSIGN_OR_RETURN(const std::string text, ReadGraphFile(path.string()));
+  ATTN_ASSIGN_OR_RETURN(GraphDef block, ParseGraph(text, path.string()));
+  if (HasRepeat(block)) {
+    // Also what keeps a file from including itself.
+    return InvalidArgument(node.Describe() + ": block '" + path.string() +
+                           "' has a repeat node, want a block without one");
+  }
+  if (block.input == block.output) {
+    return InvalidArgument(node.Describe() + ": block '" + path.string() +
+                           "' has its input as its output, want a new tensor");
+  }
+  node.block = std::make_shared<const GraphDef>(std::move(block));
+  return {};
+}
+
+Result<Node> ParseNode(const json& j, size_t index, const std::string& source) {
   const std::string where = "node " + std::to_string(index);
   ATTN_ASSIGN_OR_RETURN(const OpSpec* spec, ReadOp(j, where));
   Node node;
@@ -256,7 +310,35 @@ Result<Node> ParseNode(const json& j, size_t index) {
   ATTN_RETURN_IF_ERROR(ReadTensors(j, *spec, index, where, node));
   ATTN_RETURN_IF_ERROR(ReadWeights(j, *spec, node));
   ATTN_RETURN_IF_ERROR(ReadAttributes(j, *spec, node));
+  if (node.op == Op::kRepeat) ATTN_RETURN_IF_ERROR(ReadBlock(source, node));
   return node;
+}
+
+// Token ids exist only as the graph input: an embedding reads it, and only
+// embeddings do when one does.
+Status CheckTokenInput(const std::string& input,
+                       const std::vector<Node>& nodes) {
+  const auto embedding = std::find_if(nodes.begin(), nodes.end(), [](auto& n) {
+    return n.op == Op::kEmbedding;
+  });
+  if (embedding == nodes.end()) return {};
+  for (const Node& node : nodes) {
+    const bool reads_input =
+        node.inputs[0] == input ||
+        (node.inputs.size() == 2 && node.inputs[1] == input);
+    if (node.op == Op::kEmbedding && node.inputs[0] != input) {
+      return InvalidArgument(node.Describe() + ": input '" + node.inputs[0] +
+                             "' is not the graph input '" + input +
+                             "', want the token ids there");
+    }
+    if (node.op != Op::kEmbedding && reads_input) {
+      return InvalidArgument(node.Describe() + ": reads the graph input '" +
+                             input + "', which holds token ids for " +
+                             embedding->Describe() +
+                             ", want an embedding's output");
+    }
+  }
+  return {};
 }
 
 // Kahn's algorithm, stable in file order: of the nodes whose inputs are all
@@ -342,6 +424,7 @@ Status Order(const std::string& input, const std::string& output,
                              "made the graph output");
     }
   }
+  ATTN_RETURN_IF_ERROR(CheckTokenInput(input, nodes));
   return SortByInputs(input, producer, nodes);
 }
 
@@ -408,7 +491,7 @@ const char* OpName(Op op) {
   return "?";
 }
 
-const std::string* Node::Weight(const std::string& role) const {
+const std::vector<std::string>* Node::Weight(const std::string& role) const {
   for (const auto& [r, name] : weights) {
     if (r == role) return &name;
   }
@@ -471,7 +554,7 @@ Result<GraphDef> ParseGraph(const std::string& text,
   }
   std::set<std::string> names;
   for (size_t i = 0; i < j["nodes"].size(); ++i) {
-    Result<Node> node = ParseNode(j["nodes"][i], i);
+    Result<Node> node = ParseNode(j["nodes"][i], i, source);
     if (!node.ok()) return fail(node.status());
     if (!names.insert(node->name).second) {
       return fail(InvalidArgument("node name '" + node->name +
@@ -483,6 +566,59 @@ Result<GraphDef> ParseGraph(const std::string& text,
     return fail(s);
   }
   return def;
+}
+
+bool HasRepeat(const GraphDef& def) {
+  return std::any_of(def.nodes.begin(), def.nodes.end(),
+                     [](const Node& n) { return n.op == Op::kRepeat; });
+}
+
+std::string LayerPrefix(const Node& repeat, int64_t layer) {
+  std::string prefix = repeat.layer_prefix;
+  const size_t at = prefix.find("{i}");
+  return prefix.replace(at, 3, std::to_string(layer));
+}
+
+// Layer `layer` of `count` of repeat node `node`, appended to `nodes`.
+void AppendLayer(const Node& repeat, int64_t layer, int64_t count,
+                 std::vector<Node>& nodes) {
+  const GraphDef& block = *repeat.block;
+  const std::string prefix = LayerPrefix(repeat, layer);
+  auto rename = [&](const std::string& t) {
+    if (t == block.input) {
+      return layer == 0 ? repeat.inputs[0]
+                        : LayerPrefix(repeat, layer - 1) + block.output;
+    }
+    if (t == block.output && layer + 1 == count) return repeat.outputs[0];
+    return prefix + t;
+  };
+  for (Node node : block.nodes) {
+    node.name = prefix + node.name;
+    for (std::string& t : node.inputs) t = rename(t);
+    node.outputs[0] = rename(node.outputs[0]);
+    for (auto& [role, names] : node.weights) {
+      for (std::string& name : names) name = prefix + name;
+    }
+    nodes.push_back(std::move(node));
+  }
+}
+
+Result<GraphDef> ExpandRepeats(const GraphDef& def, const RepeatCount& count) {
+  GraphDef expanded;
+  expanded.input = def.input;
+  expanded.output = def.output;
+  for (const Node& node : def.nodes) {
+    if (node.op != Op::kRepeat) {
+      expanded.nodes.push_back(node);
+      continue;
+    }
+    ATTN_ASSIGN_OR_RETURN(const int64_t layers, count(node));
+    for (int64_t l = 0; l < layers; ++l) {
+      AppendLayer(node, l, layers, expanded.nodes);
+    }
+  }
+  ATTN_RETURN_IF_ERROR(Order(expanded.input, expanded.output, expanded.nodes));
+  return expanded;
 }
 
 Program Lower(const GraphDef& def) {

@@ -1,11 +1,14 @@
 // The graph runner's IR: the JSON format parsed and validated into a GraphDef
-// (nodes in topological order), then lowered into a Program of Steps with the
-// cheap fusions applied. Shapes and weights are bound later, in graph.cc.
+// (nodes in topological order), its repeat nodes expanded into their blocks
+// once the weights file is known, then lowered into a Program of Steps with
+// the cheap fusions applied. Shapes and weights are bound in graph_model.cc.
 #ifndef ATTN_ENGINE_GRAPH_IR_H_
 #define ATTN_ENGINE_GRAPH_IR_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,23 +27,35 @@ enum class Op {
   kSilu,
   kAdd,
   kMul,
-  kDropout
+  kDropout,
+  kEmbedding,          // token ids [b, T] -> rows of `weight` [vocab, e]
+  kPositionEmbedding,  // + row p of `weight` [context, e] at position p
+  kRepeat              // a block graph, once per layer; expanded at load
 };
 const char* OpName(Op op);
+
+struct GraphDef;
 
 struct Node {
   std::string name;  // from the file, else "<op>_<index>"
   Op op = Op::kAdd;
   std::vector<std::string> inputs, outputs;
-  // Role (the op's own state_dict name, e.g. "weight") -> name in the file.
-  std::vector<std::pair<std::string, std::string>> weights;
+  // Role (the op's own state_dict name, e.g. "weight") -> names in the file:
+  // the first that the file holds is used (a tied head: ["out_head.weight",
+  // "tok_emb.weight"]).
+  std::vector<std::pair<std::string, std::vector<std::string>>> weights;
   int64_t num_heads = 0, context_length = 0;     // mha; 0 = not given
   int64_t num_kv_heads = 0, sliding_window = 0;  // mha; 0 = not given
   RopeConfig rope;                               // mha; theta 0 = not given
   float eps = 1e-5f;                             // layernorm, rmsnorm
+  // repeat: the block, its path as written, the weight-name prefix of layer
+  // i ("{i}" stands for i) and the layer count (0 = from the file).
+  std::shared_ptr<const GraphDef> block;
+  std::string block_path, layer_prefix;
+  int64_t count = 0;
 
-  // The file's name for `role`, or null when the node does not name one.
-  const std::string* Weight(const std::string& role) const;
+  // The file's candidate names for `role`, or null when the node names none.
+  const std::vector<std::string>* Weight(const std::string& role) const;
   // "node 'ff_out' (linear)", for messages.
   std::string Describe() const;
 };
@@ -57,8 +72,23 @@ Result<std::string> ReadGraphFile(const std::string& path);
 // Parses and validates a graph: known fields, ops, attributes and weight
 // roles; every tensor defined exactly once; no cycle; every node output
 // used; at least one node. Nesting depth and duplicate keys are checked
-// before any DOM is built. `source` prefixes every message.
+// before any DOM is built. `source` prefixes every message, and a repeat
+// node's relative block path is taken from `source`'s directory. An
+// embedding reads the graph input, and nothing else does.
 Result<GraphDef> ParseGraph(const std::string& json, const std::string& source);
+
+// Whether `def` has a repeat node.
+bool HasRepeat(const GraphDef& def);
+
+// `layer_prefix` with "{i}" replaced by `layer`.
+std::string LayerPrefix(const Node& repeat, int64_t layer);
+
+// Replaces each repeat node by `count(node)` copies of its block: layer i's
+// nodes and tensors are named, and its weight names prefixed, by
+// LayerPrefix(node, i); layer 0 reads the node's input, the last layer
+// writes its output. Checks the result as ParseGraph does.
+using RepeatCount = std::function<Result<int64_t>(const Node& repeat)>;
+Result<GraphDef> ExpandRepeats(const GraphDef& def, const RepeatCount& count);
 
 // One kernel call of the lowered graph. Tensors are ids into
 // Program::tensors.

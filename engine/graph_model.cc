@@ -31,8 +31,11 @@ using graph::Op;
 class Binder {
  public:
   Binder(const SafetensorsFile& file, const GraphOptions& options,
-         int num_threads)
-      : file_(file), options_(options), num_threads_(num_threads) {}
+         int num_threads, std::map<std::string, std::vector<float>>& tensors)
+      : file_(file),
+        options_(options),
+        num_threads_(num_threads),
+        tensors_(tensors) {}
 
   // Widths by tensor name, filled by the first Bind and checked by later
   // ones.
@@ -106,19 +109,32 @@ class Binder {
     return {};
   }
 
+  // The file's name of weight `role` of `node`: the first of its names
+  // (with the layer's prefix) that the file holds, else the first.
+  std::string Name(const Node& node, const std::string& role) const {
+    const std::vector<std::string>& names = *node.Weight(role);
+    for (const std::string& name : names) {
+      if (file_.Find(prefix_ + name)) return prefix_ + name;
+    }
+    return prefix_ + names.front();
+  }
+
   // The named weight of `node`, checked to exist with rank `rank` (its dtype
   // is ReadF32's to check).
   Result<const TensorInfo*> Find(const Node& node, const std::string& role,
                                  size_t rank) {
-    const std::string name = prefix_ + *node.Weight(role);
-    const TensorInfo* t = file_.Find(name);
+    const TensorInfo* t = file_.Find(Name(node, role));
     if (!t) {
-      return InvalidArgument(node.Describe() + ": weight '" + name +
-                             "' is missing from '" + file_.path() + "'");
+      std::string names;
+      for (const std::string& name : *node.Weight(role)) {
+        names += (names.empty() ? "'" : " or '") + prefix_ + name + "'";
+      }
+      return InvalidArgument(node.Describe() + ": weight " + names +
+                             " is missing from '" + file_.path() + "'");
     }
     if (t->shape.size() != rank ||
         std::count(t->shape.begin(), t->shape.end(), 0)) {
-      return InvalidArgument(node.Describe() + ": weight '" + name +
+      return InvalidArgument(node.Describe() + ": weight '" + t->name +
                              "' has shape " + ShapeString(t->shape) +
                              ", want rank " + std::to_string(rank) +
                              " with positive sizes");
@@ -131,6 +147,23 @@ class Binder {
     const std::string& out = node.outputs[0];
     const std::string who = node.Describe() + ": ";
     switch (node.op) {
+      case Op::kEmbedding: {
+        // One token id per position: the ids are [b, T] = [b, T, 1].
+        ATTN_ASSIGN_OR_RETURN(const TensorInfo* table, Find(node, "weight", 2));
+        ATTN_RETURN_IF_ERROR(Unify(in, 1, who + "token ids '" + in + "' have"));
+        return Unify(out, table->shape[1],
+                     who + "weight '" + table->name + "' of shape " +
+                         ShapeString(table->shape) + " gives output '" + out +
+                         "'");
+      }
+      case Op::kPositionEmbedding: {
+        ATTN_ASSIGN_OR_RETURN(const TensorInfo* table, Find(node, "weight", 2));
+        ATTN_RETURN_IF_ERROR(Unify(
+            in, table->shape[1],
+            who + "weight '" + table->name + "' of shape " +
+                ShapeString(table->shape) + " wants input '" + in + "' of"));
+        break;
+      }
       case Op::kLinear:
       case Op::kMha: {
         Result<const TensorInfo*> w =
@@ -169,6 +202,7 @@ class Binder {
       case Op::kGelu:
       case Op::kSilu:
       case Op::kDropout:
+      case Op::kRepeat:  // expanded before binding
         break;
     }
     // Element-wise: the output is as wide as the input, either way round.
@@ -181,19 +215,37 @@ class Binder {
     return {};
   }
 
+  // Weight `role` of `node`, checked to have shape `want`.
+  Result<const TensorInfo*> Check(const Node& node, const std::string& role,
+                                  const std::vector<int64_t>& want) {
+    ATTN_ASSIGN_OR_RETURN(const TensorInfo* t, Find(node, role, want.size()));
+    if (t->shape != want) {
+      return InvalidArgument(node.Describe() + ": weight '" + t->name +
+                             "' has shape " + ShapeString(t->shape) +
+                             ", want " + ShapeString(want));
+    }
+    return t;
+  }
+
   // Copies weight `role` of `node` out as float, checking it has shape `want`.
   Status Read(const Node& node, const std::string& role,
               const std::vector<int64_t>& want, std::vector<float>& out) {
-    Result<const TensorInfo*> t = Find(node, role, want.size());
-    if (!t.ok()) return t.status();
-    if ((*t)->shape != want) {
-      return InvalidArgument(node.Describe() + ": weight '" + (*t)->name +
-                             "' has shape " + ShapeString((*t)->shape) +
-                             ", want " + ShapeString(want));
+    ATTN_ASSIGN_OR_RETURN(const TensorInfo* t, Check(node, role, want));
+    ATTN_ASSIGN_OR_RETURN(out, file_.ReadF32(t->name));
+    return {};
+  }
+
+  // As Read, into the model's tensors, where every node naming the tensor
+  // shares one copy (a tied head reads its embedding's table).
+  Status Share(const Node& node, const std::string& role,
+               const std::vector<int64_t>& want, const float*& out) {
+    ATTN_ASSIGN_OR_RETURN(const TensorInfo* t, Check(node, role, want));
+    auto it = tensors_.find(t->name);
+    if (it == tensors_.end()) {
+      ATTN_ASSIGN_OR_RETURN(std::vector<float> values, file_.ReadF32(t->name));
+      it = tensors_.emplace(t->name, std::move(values)).first;
     }
-    Result<std::vector<float>> values = file_.ReadF32((*t)->name);
-    if (!values.ok()) return values.status();
-    out = std::move(values).value();
+    out = it->second.data();
     return {};
   }
 
@@ -201,16 +253,22 @@ class Binder {
     const int64_t in = Width(node.inputs[0]), out = Width(node.outputs[0]);
     switch (node.op) {
       case Op::kLinear:
-        ATTN_RETURN_IF_ERROR(Read(node, "weight", {out, in}, w.weight));
+        ATTN_RETURN_IF_ERROR(Share(node, "weight", {out, in}, w.weight));
         if (node.Weight("bias")) {
-          ATTN_RETURN_IF_ERROR(Read(node, "bias", {out}, w.bias));
+          ATTN_RETURN_IF_ERROR(Share(node, "bias", {out}, w.bias));
         }
         return {};
       case Op::kLayerNorm:
-        ATTN_RETURN_IF_ERROR(Read(node, "scale", {in}, w.weight));
-        return Read(node, "shift", {in}, w.bias);
+        ATTN_RETURN_IF_ERROR(Share(node, "scale", {in}, w.weight));
+        return Share(node, "shift", {in}, w.bias);
       case Op::kRmsNorm:
-        return Read(node, "weight", {in}, w.weight);
+        return Share(node, "weight", {in}, w.weight);
+      case Op::kEmbedding:
+      case Op::kPositionEmbedding: {
+        ATTN_ASSIGN_OR_RETURN(const TensorInfo* table, Find(node, "weight", 2));
+        w.rows = table->shape[0];
+        return Share(node, "weight", {w.rows, out}, w.weight);
+      }
       case Op::kMha:
         return LoadMha(node, in, out, w);
       default:
@@ -227,7 +285,7 @@ class Binder {
     std::vector<std::string> present, absent;
     for (const char* role : {"W_query.bias", "W_key.bias", "W_value.bias"}) {
       if (!node.Weight(role)) continue;
-      const std::string name = prefix_ + *node.Weight(role);
+      const std::string name = Name(node, role);
       (file_.Find(name) ? present : absent).push_back("'" + name + "'");
     }
     if (!present.empty() && !absent.empty()) {
@@ -238,23 +296,22 @@ class Binder {
     }
     config.qkv_bias = !present.empty();
 
-    const std::string* mask = node.Weight("mask");
+    const bool mask = node.Weight("mask") != nullptr;
     ATTN_ASSIGN_OR_RETURN(
         const AttentionDims dims,
         ResolveAttentionDims(
             file_, DimsOf(options_),
             {node.num_heads, node.context_length, node.num_kv_heads, node.rope,
              node.sliding_window},
-            mask ? prefix_ + *mask : std::string(), node.Describe() + ": "));
+            mask ? Name(node, "mask") : std::string(), node.Describe() + ": "));
     config.num_heads = dims.num_heads;
     config.context_length = dims.context_length;
     config.num_kv_heads = dims.num_kv_heads;
     config.rope = dims.rope;
     config.sliding_window = dims.sliding_window;
     if (config.num_kv_heads == 0) {
-      const std::string* w_key = node.Weight("W_key.weight");
       config.num_kv_heads =
-          KvHeadsOfShape(file_.Find(prefix_ + *w_key), config);
+          KvHeadsOfShape(file_.Find(Name(node, "W_key.weight")), config);
     }
     if (Status s = CheckAttentionVariant(config); !s.ok()) {
       return Status(s.code(), node.Describe() + ": " + s.message());
@@ -302,6 +359,7 @@ class Binder {
   const GraphOptions& options_;
   const int num_threads_;
   std::string prefix_;
+  std::map<std::string, std::vector<float>>& tensors_;  // the model's
   std::map<std::string, int64_t> widths_;
   std::vector<std::string> newly_known_;  // widths set by the last Infer
 };
@@ -364,6 +422,43 @@ Result<int64_t> LayerCount(const SafetensorsFile& file,
   return options.layers ? options.layers : n_layers;
 }
 
+// A repeat node's layer count: GraphOptions::layers, else its `count`, else
+// how many layers, from 0 on, have a tensor under their prefix in `file`.
+graph::RepeatCount CountLayersIn(const SafetensorsFile& file,
+                                 const GraphOptions& options) {
+  return [&file, &options](const Node& node) -> Result<int64_t> {
+    if (options.layers > 0) return options.layers;
+    if (node.count > 0) return node.count;
+    int64_t layers = 0;
+    while (HasTensorUnder(file, graph::LayerPrefix(node, layers))) ++layers;
+    if (layers == 0) {
+      return InvalidArgument(node.Describe() + ": no tensor in '" +
+                             file.path() + "' is named under '" +
+                             graph::LayerPrefix(node, 0) +
+                             "', want at least one layer");
+    }
+    return layers;
+  };
+}
+
+// How many times the whole graph runs (LayerCount), or 0 (once, names as
+// written) for a graph with a repeat node, whose blocks are expanded into
+// `def` instead.
+Result<int64_t> StackLayers(const SafetensorsFile& file,
+                            const GraphOptions& options,
+                            const std::string& source, graph::GraphDef& def) {
+  ATTN_ASSIGN_OR_RETURN(const int64_t layers, LayerCount(file, options));
+  if (!graph::HasRepeat(def)) return layers;
+  Result<graph::GraphDef> expanded =
+      graph::ExpandRepeats(def, CountLayersIn(file, options));
+  if (!expanded.ok()) {
+    return Status(expanded.status().code(),
+                  source + ": " + expanded.status().message());
+  }
+  def = std::move(expanded).value();
+  return 0;
+}
+
 // Binds and loads every layer's weights into `loaded.layer` and the widths
 // of the program's tensors into `loaded.widths`. Grown layer by layer, so a
 // count the file cannot back (n_layers of 50,000,000) fails at its first
@@ -374,7 +469,7 @@ Status BindLayers(const SafetensorsFile& file, const GraphOptions& options,
   // One block saved on its own keeps the names as written.
   const bool prefixed =
       layers > 1 || (layers == 1 && HasTensorUnder(file, "trf_blocks.0."));
-  Binder binder(file, options, loaded.num_threads);
+  Binder binder(file, options, loaded.num_threads, loaded.tensors);
   const graph::GraphDef& def = loaded.def;
   for (int64_t l = 0; l < std::max<int64_t>(layers, 1); ++l) {
     const std::string prefix =
@@ -432,7 +527,7 @@ Status PackLinearWeights(graph::LoadedGraph& m, uint64_t held,
       // W [out, in] row-major is W^T [in, out] with strides (1, in).
       ATTN_RETURN_IF_ERROR(m.packed_layout[k]->PackWeights(
           {{in, out}, {1, in}, kernels::DataType::kF32},
-          m.layer[l][step.node].weight.data(), m.packed[l][k].data()));
+          m.layer[l][step.node].weight, m.packed[l][k].data()));
     }
   }
   return {};
@@ -474,7 +569,7 @@ Result<kernels::MatMul> LinearMatMul(const LoadedGraph& m, size_t k,
   post.add_residual = step.src2 >= 0;
   Result<kernels::MatMul> mm = kernels::MatMul::Create(
       {{rows, in}, {}, mm_type}, {{in, out}, {}, mm_type},
-      m.layer[0][step.node].bias.empty() ? nullptr : &bias,
+      m.layer[0][step.node].bias ? &bias : nullptr,
       {{rows, out}, {}, m.types[step.dst]}, kernels::Threading::kTeam, post);
   if (!mm.ok()) {
     return Status(mm.status().code(), m.def.nodes[step.node].Describe() + ": " +
@@ -501,13 +596,22 @@ Result<std::shared_ptr<const GraphModel>> GraphModel::FromJson(
     const GraphOptions& options, const std::string& source) {
   auto impl = std::make_unique<Impl>();
   ATTN_ASSIGN_OR_RETURN(impl->def, graph::ParseGraph(json, source));
-  impl->program = graph::Lower(impl->def);
   ATTN_RETURN_IF_ERROR(ResolveRunOptions(options, *impl));
   ATTN_ASSIGN_OR_RETURN(const SafetensorsFile file,
                         SafetensorsFile::Open(weights_path));
   ATTN_ASSIGN_OR_RETURN(const uint64_t weight_bytes,
                         CheckWeightsFit(file, impl->max_memory_bytes));
-  ATTN_ASSIGN_OR_RETURN(const int64_t layers, LayerCount(file, options));
+  ATTN_ASSIGN_OR_RETURN(const int64_t layers,
+                        StackLayers(file, options, source, impl->def));
+  impl->program = graph::Lower(impl->def);
+  impl->token_input =
+      std::any_of(impl->def.nodes.begin(), impl->def.nodes.end(),
+                  [](const Node& node) { return node.op == Op::kEmbedding; });
+  if (impl->token_input && layers > 1) {
+    return InvalidArgument(source + ": layers is " + std::to_string(layers) +
+                           ", but the graph's input is token ids, want its "
+                           "blocks in a repeat node");
+  }
   ATTN_RETURN_IF_ERROR(BindLayers(file, options, layers, source, *impl));
   impl->types = graph::TensorTypes(impl->program, impl->dtype);
   {
@@ -528,6 +632,7 @@ int64_t GraphModel::layers() const {
   return static_cast<int64_t>(impl_->layer.size());
 }
 DType GraphModel::dtype() const { return impl_->dtype; }
+bool GraphModel::token_input() const { return impl_->token_input; }
 int GraphModel::num_threads() const { return impl_->num_threads; }
 
 }  // namespace attn

@@ -4,8 +4,10 @@
 #define ATTN_ENGINE_GRAPH_MODEL_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
@@ -18,17 +20,24 @@ namespace attn {
 namespace graph {
 
 // One node's weights in one layer, fp32, as the file holds them (linear:
-// [out, in]); LoadedGraph::packed holds the linears' packed copies.
+// [out, in]), in LoadedGraph::tensors; LoadedGraph::packed holds the
+// linears' packed copies.
 struct NodeWeights {
-  std::vector<float> weight, bias;  // linear: [out, in], [out]
-                                    // layernorm: scale, shift
+  const float* weight = nullptr;  // linear [out, in], layernorm's scale,
+                                  // (position_)embedding [rows, e]
+  const float* bias = nullptr;    // linear [out] (null: none), layernorm shift
+  int64_t rows = 0;               // embedding: vocab; position: context
   std::shared_ptr<const MhaModel> mha;
 };
 
 // Everything loading produced; nothing writes it afterwards.
 struct LoadedGraph {
-  GraphDef def;
+  GraphDef def;  // repeat nodes expanded
   Program program;
+  bool token_input = false;  // an embedding reads the input
+  // The weights the nodes point into, fp32, by name in the file: each read
+  // once however many nodes name it (a tied head and its embedding).
+  std::map<std::string, std::vector<float>> tensors;
   std::vector<int64_t> widths;                  // per program tensor
   std::vector<std::vector<NodeWeights>> layer;  // [layer][node]
   int num_threads = 1;

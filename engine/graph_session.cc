@@ -44,6 +44,45 @@ Status CheckShape(int64_t batch, int64_t seq_len) {
   return {};
 }
 
+// Each token id inside the vocabulary of every embedding reading it.
+Status CheckTokenIds(const graph::LoadedGraph& m, const int64_t* ids,
+                     int64_t batch, int64_t seq_len) {
+  for (const graph::Step& step : m.program.steps) {
+    if (step.op != Op::kEmbedding) continue;
+    const int64_t vocab = m.layer[0][step.node].rows;
+    const int64_t* bad =
+        std::find_if(ids, ids + batch * seq_len,
+                     [&](int64_t id) { return id < 0 || id >= vocab; });
+    if (bad != ids + batch * seq_len) {
+      const int64_t at = bad - ids;
+      return InvalidArgument(
+          m.def.input + "[" + std::to_string(at / seq_len) + ", " +
+          std::to_string(at % seq_len) + "] is " + std::to_string(*bad) +
+          ", want a token id from 0 to " + std::to_string(vocab - 1));
+    }
+  }
+  return {};
+}
+
+// dst row r = row ids[r] of `table` [vocab, width].
+void GatherRows(const int64_t* ids, const float* table, size_t rows,
+                size_t width, float* dst) {
+  for (size_t r = 0; r < rows; ++r) {
+    std::memcpy(dst + r * width, table + static_cast<size_t>(ids[r]) * width,
+                width * sizeof(float));
+  }
+}
+
+// dst = x [batch, seq_len, width] + rows [0, seq_len) of `table`, in each
+// sequence.
+void AddPositions(const float* x, const float* table, float* dst, int64_t batch,
+                  int64_t seq_len, size_t width, int threads) {
+  const size_t n = static_cast<size_t>(seq_len) * width;
+  for (size_t b = 0; b < static_cast<size_t>(batch); ++b) {
+    kernels::Add(x + b * n, table, dst + b * n, n, threads);
+  }
+}
+
 // A linear step's buffers, live during that step alone.
 enum LinearBuffer { kMatMulScratch, kLoweredInput, kNumLinearBuffers };
 
@@ -112,14 +151,22 @@ struct GraphSession::Plan {
   std::array<size_t, 2> hop_bytes{}, hop_offset{};
   AlignedBuffer arena;
   GraphMemory memory;
+  const int64_t* token_ids = nullptr;  // a token_input model's, during Run
 
   Status Prepare(int64_t batch, int64_t seq_len);
   void Reset();
   Status PrepareMha(size_t k, int64_t batch, int64_t seq_len);
   Status PrepareLinear(size_t k, int64_t rows, Workspace& workspace);
+  Status CheckContext(size_t k, int64_t seq_len) const;
   void PlanArena(int64_t rows, Workspace& workspace);
   Status PackWeights();
   Status RunLayer(size_t l, const float* in, float* out, int threads);
+  // Step k of layer l, one per op kind that needs more than a kernel call.
+  void RunLinear(size_t l, size_t k, const void* src, void* dst,
+                 const float* residual, int threads);
+  void RunMha(size_t l, size_t k, const float* src, float* dst);
+  void RunEmbedding(size_t l, const graph::Step& s, const float* src,
+                    float* dst, int threads);
   void* At(size_t arena_offset) {
     return static_cast<char*>(arena.data()) + arena_offset;
   }
@@ -182,6 +229,8 @@ Status GraphSession::Plan::Prepare(int64_t new_batch, int64_t new_seq_len) {
       ATTN_RETURN_IF_ERROR(PrepareMha(k, new_batch, new_seq_len));
     } else if (op == Op::kLinear) {
       ATTN_RETURN_IF_ERROR(PrepareLinear(k, R, workspace));
+    } else if (op == Op::kPositionEmbedding) {
+      ATTN_RETURN_IF_ERROR(CheckContext(k, new_seq_len));
     }
   }
   const size_t L = m.layer.size();
@@ -255,6 +304,18 @@ Status GraphSession::Plan::PrepareLinear(size_t k, int64_t R,
   return {};
 }
 
+// A position embedding has a row for each position up to its context.
+Status GraphSession::Plan::CheckContext(size_t k, int64_t new_seq_len) const {
+  const graph::Step& step = m.program.steps[k];
+  const int64_t context = m.layer[0][step.node].rows;
+  if (new_seq_len <= context) return {};
+  return InvalidArgument(m.def.nodes[step.node].Describe() + ": a prompt of " +
+                         std::to_string(new_seq_len) +
+                         " tokens is longer than the context " +
+                         std::to_string(context) + ", want at most " +
+                         std::to_string(context) + " tokens");
+}
+
 // Offsets by liveness into one arena (listed in `workspace`): the
 // intermediates', the steps' buffers', the hops'.
 void GraphSession::Plan::PlanArena(int64_t R, Workspace& workspace) {
@@ -287,8 +348,8 @@ Status GraphSession::Plan::PackWeights() {
     for (size_t l = 0; l < m.layer.size(); ++l) {
       // W [out, in] row-major is W^T [in, out] with strides (1, in).
       ATTN_RETURN_IF_ERROR(matmul[k]->PackWeights(
-          {{in, out}, {1, in}, DataType::kF32},
-          m.layer[l][step.node].weight.data(), packed[l][k].data()));
+          {{in, out}, {1, in}, DataType::kF32}, m.layer[l][step.node].weight,
+          packed[l][k].data()));
     }
   }
   return {};
@@ -298,6 +359,10 @@ Status GraphSession::Run(const float* input, int64_t batch, int64_t seq_len,
                          float* output) {
   if (!input || !output) {
     return InvalidArgument("input and output must not be null");
+  }
+  if (model_ && model_->token_input()) {
+    return InvalidArgument("graph input '" + plan_->m.def.input +
+                           "' is token ids, want Run with int64_t ids");
   }
   ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
   Plan& p = *plan_;
@@ -309,6 +374,61 @@ Status GraphSession::Run(const float* input, int64_t batch, int64_t seq_len,
     ATTN_RETURN_IF_ERROR(p.RunLayer(l, in, out, threads.num_threads()));
   }
   return {};
+}
+
+Status GraphSession::Run(const int64_t* token_ids, int64_t batch,
+                         int64_t seq_len, float* output) {
+  if (!token_ids || !output) {
+    return InvalidArgument("token ids and output must not be null");
+  }
+  if (model_ && !model_->token_input()) {
+    return InvalidArgument(
+        "graph input '" + plan_->m.def.input + "' is floats [b, T, " +
+        std::to_string(model_->input_width()) + "], want Run with float input");
+  }
+  ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
+  Plan& p = *plan_;
+  ATTN_RETURN_IF_ERROR(CheckTokenIds(p.m, token_ids, batch, seq_len));
+  const ThreadScope threads(p.m.num_threads);
+  p.token_ids = token_ids;
+  const Status status = p.RunLayer(0, nullptr, output, threads.num_threads());
+  p.token_ids = nullptr;
+  return status;
+}
+
+void GraphSession::Plan::RunLinear(size_t l, size_t k, const void* src,
+                                   void* dst, const float* residual,
+                                   int threads) {
+  if (convert[k]) {
+    void* lowered = At(step_offset[k][kLoweredInput]);
+    convert[k]->Run(src, lowered);
+    src = lowered;
+  }
+  matmul[k]->Run(src, PackedWeights(l, k),
+                 m.layer[l][m.program.steps[k].node].bias, dst,
+                 At(step_offset[k][kMatMulScratch]), threads, residual);
+}
+
+void GraphSession::Plan::RunMha(size_t l, size_t k, const float* src,
+                                float* dst) {
+  AttentionOp::Buffers buffers;
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    buffers[i] = At(step_offset[k][i]);
+  }
+  attention[l][k]->Forward(src, nullptr, dst, buffers);
+}
+
+void GraphSession::Plan::RunEmbedding(size_t l, const graph::Step& s,
+                                      const float* src, float* dst,
+                                      int threads) {
+  const graph::NodeWeights& w = m.layer[l][s.node];
+  const auto width = static_cast<size_t>(m.widths[s.dst]);
+  if (s.op == Op::kEmbedding) {
+    GatherRows(token_ids, w.weight, static_cast<size_t>(batch * seq_len), width,
+               dst);
+  } else {
+    AddPositions(src, w.weight, dst, batch, seq_len, width, threads);
+  }
 }
 
 Status GraphSession::Plan::RunLayer(size_t l, const float* in, float* out,
@@ -331,33 +451,20 @@ Status GraphSession::Plan::RunLayer(size_t l, const float* in, float* out,
     const graph::NodeWeights& w = m.layer[l][s.node];
     const auto count = R * static_cast<size_t>(m.widths[s.dst]);
     switch (s.op) {
-      case Op::kLinear: {
-        const void* src = at(s.src);
-        if (convert[k]) {
-          void* lowered = At(step_offset[k][kLoweredInput]);
-          convert[k]->Run(src, lowered);
-          src = lowered;
-        }
-        matmul[k]->Run(src, PackedWeights(l, k), w.bias.data(), at(s.dst),
-                       At(step_offset[k][kMatMulScratch]), threads,
-                       s.src2 >= 0 ? at(s.src2) : nullptr);
+      case Op::kLinear:
+        RunLinear(l, k, at(s.src), at(s.dst),
+                  s.src2 >= 0 ? at(s.src2) : nullptr, threads);
         break;
-      }
-      case Op::kMha: {
-        AttentionOp::Buffers buffers;
-        for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
-          buffers[i] = At(step_offset[k][i]);
-        }
-        attention[l][k]->Forward(at(s.src), nullptr, at(s.dst), buffers);
+      case Op::kMha:
+        RunMha(l, k, at(s.src), at(s.dst));
         break;
-      }
       case Op::kLayerNorm:
-        kernels::LayerNorm(at(s.src), w.weight.data(), w.bias.data(), at(s.dst),
-                           R, static_cast<size_t>(m.widths[s.dst]),
+        kernels::LayerNorm(at(s.src), w.weight, w.bias, at(s.dst), R,
+                           static_cast<size_t>(m.widths[s.dst]),
                            m.def.nodes[s.node].eps, threads);
         break;
       case Op::kRmsNorm:
-        kernels::RmsNorm(at(s.src), w.weight.data(), at(s.dst), R,
+        kernels::RmsNorm(at(s.src), w.weight, at(s.dst), R,
                          static_cast<size_t>(m.widths[s.dst]),
                          m.def.nodes[s.node].eps, threads);
         break;
@@ -373,8 +480,13 @@ Status GraphSession::Plan::RunLayer(size_t l, const float* in, float* out,
       case Op::kMul:
         kernels::Mul(at(s.src), at(s.src2), at(s.dst), count, threads);
         break;
+      case Op::kEmbedding:
+      case Op::kPositionEmbedding:
+        RunEmbedding(l, s, at(s.src), at(s.dst), threads);
+        break;
       case Op::kDropout:
-        break;  // lowered away
+      case Op::kRepeat:
+        break;  // lowered away, expanded away
     }
   }
   return {};

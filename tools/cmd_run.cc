@@ -128,6 +128,34 @@ int RunMha(const RunArgs& args) {
       });
 }
 
+// A graph whose input is token ids (a whole model, e.g. tools/graphs/
+// gpt_model.json): input_ids in, logits [b, T, vocab] out, zeros past each
+// row's length as for a model file (rows are causal: padding after a row's
+// tokens does not change their logits).
+int RunGraphOnTokens(const RunArgs& args,
+                     const std::shared_ptr<const GraphModel>& model) {
+  auto prompts = ReadPromptIds(args.input);
+  if (!prompts.ok()) return Fail(prompts.status().message());
+  const int64_t vocab = model->output_width();
+  const Status fits = CheckLogitsFit(*prompts, vocab, args.max_memory);
+  if (!fits.ok()) return Fail(fits.message());
+  const int64_t row_floats = prompts->width * vocab;
+  std::vector<float> logits(static_cast<size_t>(prompts->batch * row_floats));
+  GraphSession session(model);
+  const Status run = session.Run(prompts->ids.data(), prompts->batch,
+                                 prompts->width, logits.data());
+  if (!run.ok()) return Fail(run.message());
+  for (int64_t b = 0; b < prompts->batch; ++b) {
+    std::fill(logits.begin() + b * row_floats + prompts->lengths[b] * vocab,
+              logits.begin() + (b + 1) * row_floats, 0.0f);
+  }
+  const Status written = WriteOutputAtomically(
+      args.output,
+      {{"logits", {prompts->batch, prompts->width, vocab}, logits.data()}});
+  if (!written.ok()) return Fail(written.message());
+  return 0;
+}
+
 int RunGraph(const RunArgs& args) {
   if (args.incremental) {
     return Fail(
@@ -145,6 +173,7 @@ int RunGraph(const RunArgs& args) {
   args.attention.ApplyTo(options);
   auto model = GraphModel::Load(args.graph, args.weights, options);
   if (!model.ok()) return Fail(model.status().message());
+  if ((*model)->token_input()) return RunGraphOnTokens(args, *model);
   GraphSession session(*model);
   return RunForward(
       args, (*model)->input_width(), (*model)->output_width(),
@@ -251,12 +280,14 @@ Command AddRunCommand(CLI::App& app) {
 
   run_cmd->add_option("--graph", run.graph,
                       "run this JSON graph (e.g. tools/graphs/"
-                      "transformer_block.json) instead of the MHA alone");
+                      "transformer_block.json, or gpt_model.json on "
+                      "input_ids) instead of the MHA alone");
   run_cmd
       ->add_option("--layers", run.layers,
                    "with --graph: run it N times, the i-th with weights "
                    "trf_blocks.{i}.* (default: metadata n_layers, else once "
-                   "with the names as written)")
+                   "with the names as written); for a graph with a repeat "
+                   "node, its count (default: the layers in the weights)")
       ->check(IntegerIn(1));
 
   return {run_cmd, [args] { return Run(*args); }};

@@ -42,6 +42,9 @@ struct Prompts {
   int64_t longest() const;
 };
 
+// Reads `path`'s prompts, their shapes checked (not their ids).
+Result<Prompts> ReadPromptIds(const std::string& path);
+
 // Reads `path`'s prompts and checks them against `model`: token ids in the
 // vocabulary, each row with room for `extra_tokens` more in the context.
 Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
@@ -50,6 +53,11 @@ Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
 // Checks each prompt against `model` as ReadPrompts does.
 Status CheckPrompts(const Prompts& prompts, const std::string& where,
                     const LanguageModel& model, int64_t extra_tokens);
+
+// The logits [batch, width, vocab] must fit `max_memory` (0: the default),
+// checked before they are allocated.
+Status CheckLogitsFit(const Prompts& prompts, int64_t vocab,
+                      uint64_t max_memory);
 
 // `attn run` on a whole model: `output` gets `logits` [batch, width, vocab]
 // of every prompt token, zeros past a row's length. Returns the exit code.

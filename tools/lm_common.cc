@@ -126,8 +126,7 @@ Status CheckPrompts(const Prompts& prompts, const std::string& where,
   return {};
 }
 
-Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
-                            int64_t extra_tokens) {
+Result<Prompts> ReadPromptIds(const std::string& path) {
   ATTN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
   const std::string where = "'" + path + "'";
   const TensorInfo* ids = file.Find("input_ids");
@@ -141,7 +140,14 @@ Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
   prompts.width = ids->shape[1];
   ATTN_ASSIGN_OR_RETURN(prompts.ids, file.ReadI64("input_ids"));
   ATTN_RETURN_IF_ERROR(ReadLengths(file, where, prompts));
-  ATTN_RETURN_IF_ERROR(CheckPrompts(prompts, where, model, extra_tokens));
+  return prompts;
+}
+
+Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
+                            int64_t extra_tokens) {
+  ATTN_ASSIGN_OR_RETURN(Prompts prompts, ReadPromptIds(path));
+  ATTN_RETURN_IF_ERROR(
+      CheckPrompts(prompts, "'" + path + "'", model, extra_tokens));
   return prompts;
 }
 

@@ -9,10 +9,7 @@
 #include "tools/lm_cli.h"
 
 namespace attn::cli {
-namespace {
 
-// The logits [batch, width, vocab] must fit the memory limit, checked
-// before they are allocated.
 Status CheckLogitsFit(const Prompts& prompts, int64_t vocab,
                       uint64_t max_memory) {
   if (max_memory == 0) max_memory = DefaultMaxMemoryBytes();
@@ -25,6 +22,8 @@ Status CheckLogitsFit(const Prompts& prompts, int64_t vocab,
       " bytes, over the memory limit of " + std::to_string(max_memory) +
       " bytes (raise it with --max-memory)");
 }
+
+namespace {
 
 // Runs every row's prompt in one Step; logits [batch, width, vocab], zeros
 // past each row's length.

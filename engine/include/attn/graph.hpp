@@ -1,8 +1,9 @@
-/* attn/graph.hpp: the graph runner. Runs a block described in JSON (ops such
- * as linear, mha, layernorm, gelu, add, dropout; see README "Graphs") with
- * weights from a safetensors file. A GraphModel is loaded and validated once
- * and shared; each thread's GraphSession creates primitives, packs weights
- * and plans memory once per input shape, and its runs allocate no buffers. */
+/* attn/graph.hpp: the graph runner. Runs a block or a whole model described
+ * in JSON (ops such as embedding, linear, mha, layernorm, gelu, add, repeat;
+ * see README "Graphs") with weights from a safetensors file. A GraphModel is
+ * loaded and validated once and shared; each thread's GraphSession creates
+ * primitives, packs weights and plans memory once per input shape, and its runs
+ * allocate no buffers. */
 #ifndef ATTN_GRAPH_HPP_
 #define ATTN_GRAPH_HPP_
 
@@ -27,6 +28,8 @@ struct GraphOptions : ModelOptions {
   // Runs the graph this many times in sequence, the i-th time with every
   // weight name prefixed by "trf_blocks.{i}." (the book's GPTModel). 0: once,
   // with the names as written (else metadata "n_layers" when present).
+  // For a graph with a repeat node: that node's layer count instead (0: its
+  // `count` attribute, else the layers the weights file holds).
   int64_t layers = 0;
 };
 
@@ -55,9 +58,12 @@ class ATTN_API GraphModel {
       const GraphOptions& options = {}, const std::string& source = "graph");
 
   ~GraphModel();
-  int64_t input_width() const;   // e of the input [b, T, e]
+  int64_t input_width() const;   // e of the input [b, T, e]; 1 for token ids
   int64_t output_width() const;  // of the output [b, T, output_width]
-  int64_t layers() const;        // times the graph runs per Run
+  int64_t layers() const;  // times the graph runs per Run (1 with a repeat)
+  // Whether the input is token ids [b, T] (an embedding reads it): run it
+  // with the int64_t overload of GraphSession::Run.
+  bool token_input() const;
   DType dtype() const;
   int num_threads() const;  // the resolved team size
 
@@ -83,6 +89,11 @@ class ATTN_API GraphSession {
   // output_width] fp32, dense, not overlapping. A new (batch, seq_len)
   // prepares once; repeated calls with that shape allocate no buffers.
   Status Run(const float* input, int64_t batch, int64_t seq_len, float* output);
+  // For a model whose token_input() is true: token_ids [batch, seq_len],
+  // each in [0, vocab) of every embedding reading them, and seq_len within
+  // every position_embedding's rows; otherwise as above.
+  Status Run(const int64_t* token_ids, int64_t batch, int64_t seq_len,
+             float* output);
   // Creates every primitive, packs every weight and plans the buffers for
   // input [batch, seq_len, input_width] without running (Run calls it when
   // the shape changes).

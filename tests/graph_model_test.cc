@@ -1,0 +1,300 @@
+// Whole models as graphs: tools/graphs/gpt_model.json and llama_model.json
+// (embedding, position_embedding, repeat, a tied head) against PyTorch's
+// logits in tests/golden/lm/, through the C++ API and `attn run --graph`, at
+// 1 and 2 threads and bitwise equal between them; the bad cases and the new
+// ops' parse and load errors, each one clear line.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "attn/graph.hpp"
+#include "attn/safetensors.hpp"
+#include "tests/temp_dir.h"
+
+namespace attn {
+namespace {
+
+const std::string kSource = ATTN_SOURCE_DIR;
+const std::string kLm = kSource + "/tests/golden/lm/";
+const std::string kGptGraph = kSource + "/tools/graphs/gpt_model.json";
+const std::string kLlamaGraph = kSource + "/tools/graphs/llama_model.json";
+
+// A golden case of tests/golden/lm: its model, prompts and logits.
+struct Case {
+  std::string name, model, io, graph;
+  std::vector<int64_t> ids, lengths;  // [batch, width], [batch]
+  std::vector<float> logits;          // [batch, width, vocab]
+  int64_t batch = 0, width = 0;
+  double bound = 0.0;  // tolerance x max |logit|
+};
+
+Case ReadCase(const std::string& name) {
+  Case c;
+  c.name = name;
+  c.model = kLm + name + "/model.safetensors";
+  c.io = kLm + name + "/io.safetensors";
+  c.graph = name.rfind("llama", 0) == 0 ? kLlamaGraph : kGptGraph;
+  Result<SafetensorsFile> io = SafetensorsFile::Open(c.io);
+  EXPECT_TRUE(io.ok()) << io.status().message();
+  if (!io.ok()) return c;
+  c.ids = io->ReadI64("input_ids").value();
+  c.batch = io->Find("input_ids")->shape[0];
+  c.width = io->Find("input_ids")->shape[1];
+  c.lengths = io->Find("lengths") ? io->ReadI64("lengths").value()
+                                  : std::vector<int64_t>(c.batch, c.width);
+  c.logits = io->ReadF32("logits").value();
+  double largest = 0.0;
+  for (float v : c.logits) largest = std::max(largest, std::fabs(double{v}));
+  c.bound = std::stod(io->metadata().at("tolerance")) * largest;
+  return c;
+}
+
+const char* const kCases[] = {"gpt_book_1l", "gpt_book_2l_bias",
+                              "gpt_book_3l", "llama_gqa",
+                              "llama_mqa",   "llama_scaled_tied"};
+
+// The largest |got - want| over each row's own tokens (a padded row's
+// positions past its length see padding the PyTorch run did not).
+double WorstError(const Case& c, const std::vector<float>& got) {
+  const size_t vocab = c.logits.size() / static_cast<size_t>(c.batch * c.width);
+  double worst = 0.0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    const size_t first = static_cast<size_t>(b * c.width) * vocab;
+    const size_t end = first + static_cast<size_t>(c.lengths[b]) * vocab;
+    for (size_t i = first; i < end; ++i) {
+      worst = std::max(worst, std::fabs(double{got[i]} - c.logits[i]));
+    }
+  }
+  return worst;
+}
+
+Result<std::vector<float>> RunGraph(const Case& c, int threads) {
+  GraphOptions options;
+  options.num_threads = threads;
+  ATTN_ASSIGN_OR_RETURN(auto model,
+                        GraphModel::Load(c.graph, c.model, options));
+  EXPECT_TRUE(model->token_input());
+  std::vector<float> logits(c.logits.size());
+  GraphSession session(model);
+  ATTN_RETURN_IF_ERROR(
+      session.Run(c.ids.data(), c.batch, c.width, logits.data()));
+  return logits;
+}
+
+TEST(GraphModelTest, GoldenLogitsThroughTheApiAtOneAndTwoThreads) {
+  for (const char* name : kCases) {
+    SCOPED_TRACE(name);
+    const Case c = ReadCase(name);
+    Result<std::vector<float>> one = RunGraph(c, 1);
+    Result<std::vector<float>> two = RunGraph(c, 2);
+    ASSERT_TRUE(one.ok()) << one.status().message();
+    ASSERT_TRUE(two.ok()) << two.status().message();
+    EXPECT_LE(WorstError(c, *one), c.bound);
+    EXPECT_EQ(
+        0, std::memcmp(one->data(), two->data(), one->size() * sizeof(float)));
+  }
+}
+
+// Runs `attn args`; its exit code and stderr.
+struct Outcome {
+  int exit_code;
+  std::string stderr_text;
+};
+Outcome Attn(const test::TempDir& dir, const std::string& args) {
+  const std::string err = dir.Path("stderr.txt");
+  const int status = std::system(
+      (std::string(ATTN_CLI) + " " + args + " >/dev/null 2>" + err).c_str());
+  std::ifstream in(err);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+          std::string(std::istreambuf_iterator<char>(in), {})};
+}
+
+std::string RunArgs(const std::string& graph, const std::string& model,
+                    const std::string& input, const std::string& output) {
+  return "run --graph " + graph + " --weights " + model + " --input " + input +
+         " --output " + output;
+}
+
+TEST(GraphModelTest, GoldenLogitsThroughTheCliAtOneAndTwoThreads) {
+  test::TempDir dir;
+  for (const char* name : kCases) {
+    SCOPED_TRACE(name);
+    const Case c = ReadCase(name);
+    std::vector<std::vector<float>> logits;
+    for (const int threads : {1, 2}) {
+      const std::string out = dir.Path(std::to_string(threads) + ".st");
+      const Outcome outcome =
+          Attn(dir, RunArgs(c.graph, c.model, c.io, out) + " --threads " +
+                        std::to_string(threads));
+      ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+      logits.push_back(SafetensorsFile::Open(out)->ReadF32("logits").value());
+      ASSERT_EQ(logits.back().size(), c.logits.size());
+      // Zeros past each row's length, as PyTorch's file has them.
+      double worst = 0.0;
+      for (size_t i = 0; i < c.logits.size(); ++i) {
+        worst =
+            std::max(worst, std::fabs(double{logits.back()[i]} - c.logits[i]));
+      }
+      EXPECT_LE(worst, c.bound);
+    }
+    EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(),
+                             logits[0].size() * sizeof(float)));
+  }
+}
+
+TEST(GraphModelTest, BadCasesFailWithOneLineAndNoOutput) {
+  test::TempDir dir;
+  const std::pair<const char*, const char*> cases[] = {
+      {"token_out_of_range",
+       "input_ids[0, 2] is 50, want a token id from 0 to 49"},
+      {"too_long", "a prompt of 9 tokens is longer than the context 8"}};
+  for (const auto& [name, message] : cases) {
+    SCOPED_TRACE(name);
+    const std::string bad = kLm + "bad/" + name;
+    const std::string out = dir.Path("out.st");
+    const Outcome outcome =
+        Attn(dir, RunArgs(kGptGraph, bad + "/model.safetensors",
+                          bad + "/io.safetensors", out));
+    EXPECT_EQ(outcome.exit_code, 1);
+    EXPECT_EQ(std::count(outcome.stderr_text.begin(), outcome.stderr_text.end(),
+                         '\n'),
+              1)
+        << outcome.stderr_text;
+    EXPECT_NE(outcome.stderr_text.find(message), std::string::npos)
+        << outcome.stderr_text;
+    EXPECT_FALSE(std::ifstream(out).good());
+  }
+}
+
+// Loading `json` against gpt_book_1l's weights fails with one line holding
+// `message`.
+void ExpectLoadError(const std::string& json, const std::string& message) {
+  const std::string weights = kLm + "gpt_book_1l/model.safetensors";
+  Result<std::shared_ptr<const GraphModel>> model =
+      GraphModel::FromJson(json, weights, {}, "model.json");
+  ASSERT_FALSE(model.ok()) << json;
+  const std::string& got = model.status().message();
+  EXPECT_NE(got.find(message), std::string::npos) << got;
+  EXPECT_EQ(got.find('\n'), std::string::npos) << got;
+}
+
+// A graph of an embedding, `middle` (nodes from x0 to x) and a head.
+std::string ModelJson(
+    const std::string& middle,
+    const std::string& embedding_weight = "\"tok_emb.weight\"",
+    const std::string& head_weight = "\"out_head.weight\"") {
+  return R"({"inputs": ["ids"], "outputs": ["logits"], "nodes": [
+    {"name": "tok_emb", "op": "embedding", "inputs": ["ids"],
+     "outputs": ["x0"], "weights": {"weight": )" +
+         embedding_weight + "}}, " + middle + R"(,
+    {"name": "head", "op": "linear", "inputs": ["x"], "outputs": ["logits"],
+     "weights": {"weight": )" +
+         head_weight + "}}]}";
+}
+
+std::string Repeat(const std::string& attributes) {
+  return R"({"name": "blocks", "op": "repeat", "inputs": ["x0"],
+             "outputs": ["x"], "attributes": {)" +
+         attributes + "}}";
+}
+
+const std::string kBlockFile =
+    "\"graph\": \"" + kSource + "/tools/graphs/transformer_block.json\"";
+
+TEST(GraphModelTest, NewOpsRefuseBadGraphsWithOneLine) {
+  const std::string prefix = "\"prefix\": \"trf_blocks.{i}.\"";
+  const std::string blocks = Repeat(kBlockFile + ", " + prefix);
+  // The graph itself.
+  ExpectLoadError(ModelJson(blocks, "\"final_norm.scale\""),
+                  "weight 'final_norm.scale' has shape [32], want rank 2");
+  ExpectLoadError(ModelJson(blocks, "[]"),
+                  "want a tensor name or a non-empty array");
+  ExpectLoadError(ModelJson(blocks, "\"tok_emb.weight\"", R"(["a", "b"])"),
+                  "weight 'a' or 'b' is missing");
+  ExpectLoadError(ModelJson(Repeat(prefix)), "attribute 'graph' is missing");
+  ExpectLoadError(ModelJson(Repeat(kBlockFile)),
+                  "attribute 'prefix' is missing");
+  ExpectLoadError(
+      ModelJson(Repeat(kBlockFile + R"(, "prefix": "trf_blocks.")")),
+      "want it to hold {i}");
+  ExpectLoadError(
+      ModelJson(Repeat(kBlockFile + ", " + prefix + R"(, "count": 0)")),
+      "attribute 'count' is 0, want a positive integer");
+  ExpectLoadError(ModelJson(Repeat(kBlockFile + R"(, "prefix": "h.{i}.")")),
+                  "no tensor in '" + kLm +
+                      "gpt_book_1l/model.safetensors' is named under 'h.0.'");
+  ExpectLoadError(
+      ModelJson(Repeat(R"("graph": "no_such_block.json", )" + prefix)),
+      "no_such_block.json");
+  ExpectLoadError(
+      ModelJson(Repeat("\"graph\": \"" + kGptGraph + "\", " + prefix)),
+      "has a repeat node, want a block without one");
+  // Token ids are read by embeddings alone, and only from the graph input.
+  ExpectLoadError(ModelJson(R"({"op": "add", "inputs": ["x0", "ids"],
+                                "outputs": ["x"]})"),
+                  "reads the graph input 'ids', which holds token ids");
+  ExpectLoadError(ModelJson(R"({"name": "again", "op": "embedding",
+      "inputs": ["x0"], "outputs": ["x"], "weights": {"weight": "tok_emb.weight"}})"),
+                  "input 'x0' is not the graph input 'ids'");
+  ExpectLoadError(ModelJson(R"({"op": "position_embedding", "inputs": ["x0"],
+                    "outputs": ["x"], "weights": {"weight": "final_norm.scale"}})"),
+                  "weight 'final_norm.scale' has shape [32], want rank 2");
+}
+
+TEST(GraphModelTest, RunTakesTheInputKindTheGraphHas) {
+  const Case c = ReadCase("gpt_book_1l");
+  auto model = GraphModel::Load(kGptGraph, c.model).value();
+  EXPECT_EQ(model->input_width(), 1);
+  EXPECT_EQ(model->output_width(), 64);
+  GraphSession session(model);
+  std::vector<float> x(static_cast<size_t>(2 * 9 * 64)), y(x.size());
+  const Status floats = session.Run(x.data(), 2, 9, y.data());
+  EXPECT_NE(floats.message().find("graph input 'input_ids' is token ids"),
+            std::string::npos)
+      << floats.message();
+  std::vector<int64_t> ids = c.ids;
+  ids[5] = -1;
+  EXPECT_EQ(session.Run(ids.data(), 2, 9, y.data()).message(),
+            "input_ids[0, 5] is -1, want a token id from 0 to 63");
+  // A block graph's input is floats: gpt_book_1l's block alone.
+  GraphOptions one_block;
+  one_block.layers = 1;
+  auto block =
+      GraphModel::Load(kSource + "/tools/graphs/transformer_block.json",
+                       c.model, one_block)
+          .value();
+  EXPECT_FALSE(block->token_input());
+  GraphSession block_session(block);
+  EXPECT_NE(block_session.Run(ids.data(), 2, 9, y.data())
+                .message()
+                .find("want Run with float input"),
+            std::string::npos);
+}
+
+TEST(GraphModelTest, LayersOptionSetsTheRepeatCount) {
+  // gpt_book_3l's first block alone, then its final norm and head: not the
+  // golden logits, but a valid model of one layer.
+  const Case c = ReadCase("gpt_book_3l");
+  GraphOptions options;
+  options.layers = 1;
+  auto one = GraphModel::Load(kGptGraph, c.model, options).value();
+  auto all = GraphModel::Load(kGptGraph, c.model).value();
+  std::vector<float> y1(c.logits.size()), y3(c.logits.size());
+  ASSERT_TRUE(
+      GraphSession(one).Run(c.ids.data(), c.batch, c.width, y1.data()).ok());
+  ASSERT_TRUE(
+      GraphSession(all).Run(c.ids.data(), c.batch, c.width, y3.data()).ok());
+  EXPECT_LE(WorstError(c, y3), c.bound);
+  EXPECT_GT(WorstError(c, y1), c.bound);
+}
+
+}  // namespace
+}  // namespace attn
