@@ -174,6 +174,17 @@ TEST(GraphModelTest, BadCasesFailWithOneLineAndNoOutput) {
   }
 }
 
+TEST(GraphModelTest, BenchRefusesAGraphOnTokenIds) {
+  test::TempDir dir;
+  const Outcome outcome =
+      Attn(dir, "bench --graph " + kGptGraph + " --weights " + kLm +
+                    "gpt_book_1l/model.safetensors --shape 1,16,32,2 "
+                    "--threads 1 --min-time 0.01");
+  EXPECT_EQ(outcome.exit_code, 1);
+  EXPECT_NE(outcome.stderr_text.find("takes token ids"), std::string::npos)
+      << outcome.stderr_text;
+}
+
 // Loading `json` against gpt_book_1l's weights fails with one line holding
 // `message`.
 void ExpectLoadError(const std::string& json, const std::string& message) {

@@ -239,6 +239,11 @@ Status TimeShape(const GraphArgs& args, const BlockShape& s,
       std::filesystem::remove(temp);
       return model.status();
     }
+    if ((*model)->token_input()) {
+      return InvalidArgument("graph '" + args.graph +
+                             "' takes token ids, want a block on [b, T, e] "
+                             "(time whole models with attn bench --model)");
+    }
     if ((*model)->input_width() != s.emb) {
       return InvalidArgument("--shape '" + s.name + "' has e " +
                              std::to_string(s.emb) +
