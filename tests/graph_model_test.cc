@@ -103,6 +103,36 @@ TEST(GraphModelTest, GoldenLogitsThroughTheApiAtOneAndTwoThreads) {
   }
 }
 
+TEST(GraphModelTest, BitwiseEqualAtEveryThreadCountAndLength) {
+  // gpt_book_3l (context 20) and llama_gqa (context 24), one session per
+  // thread count reused across lengths.
+  for (const char* name : {"gpt_book_3l", "llama_gqa"}) {
+    SCOPED_TRACE(name);
+    const Case c = ReadCase(name);
+    std::vector<GraphSession> sessions;
+    for (const int threads : {1, 2, 3, 7}) {
+      GraphOptions options;
+      options.num_threads = threads;
+      sessions.emplace_back(
+          GraphModel::Load(c.graph, c.model, options).value());
+    }
+    const int64_t vocab = sessions[0].model().output_width();
+    for (const int64_t length : {1, 7, 13, 20}) {
+      std::vector<int64_t> ids(static_cast<size_t>(2 * length));
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = (i * 37 + 5) % 80;
+      std::vector<float> want(ids.size() * static_cast<size_t>(vocab));
+      ASSERT_TRUE(sessions[0].Run(ids.data(), 2, length, want.data()).ok());
+      for (size_t t = 1; t < sessions.size(); ++t) {
+        std::vector<float> got(want.size());
+        ASSERT_TRUE(sessions[t].Run(ids.data(), 2, length, got.data()).ok());
+        EXPECT_EQ(
+            0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+            << "session " << t << ", length " << length;
+      }
+    }
+  }
+}
+
 // Runs `attn args`; its exit code and stderr.
 struct Outcome {
   int exit_code;
