@@ -4,12 +4,18 @@
 Usage: /usr/bin/python3 table.py [--svg FILE] RUN.jsonl [RUN.jsonl ...]
 
 Reads the JSON lines of peers.sh from one or more files: attn's own lines
-(`attn bench --model gpt2-124m --json`, f32, tagged attn-first / attn-last when
+(`attn bench --model gpt2-124m --json`, their "dtype" f32 or bf16, f32 where
+absent; tagged attn-first / attn-last when
 peers.sh ran it through ATTN_CMD; untagged ones count too), ggml gpt-2-backend
 (f32 / f16 files) and gpt-2-batched, stream_read, PyTorch and the load lines.
 Prints, per thread count: prefill of a 128-token prompt at batch 1; decode at
 batch 1 with the weight read rates against stream_read's best; decode at batch
-8 (tok/s of all sequences). Each target cell says "met" or "not met".
+8 (tok/s of all sequences); attn bf16 (decode at batch 1 and 8, prefill,
+bf16 / f32 decode at batch 1, bf16 weight read rate against stream_read's best),
+or a line saying none was measured. Each target cell says "met" or "not met".
+Every f32 figure comes from f32 lines only. The top names the CPU and its SIMD
+flags (from the first line that has them) and warns if lines of different
+"simd" tags are mixed.
 
 Where a figure repeats (attn's two passes, the stream_read runs, several files)
 the largest counts; attn's first and last passes are also listed side by side
@@ -18,8 +24,8 @@ skipped (run3_spot.txt reads too), lines with an "error" field are listed;
 missing figures print "-". Standard library only.
 
 --svg FILE also writes a self-contained 900x500 SVG chart: prefill and decode
-tok/s at batch 1, grouped by thread count, for attn, ggml f32, ggml f16 and
-PyTorch (two panels, each on its own linear scale, values on the bars).
+tok/s at batch 1, grouped by thread count, for attn, ggml f32, ggml f16,
+PyTorch and, when bf16 lines exist, attn bf16 (two panels, each on its own linear scale, values on the bars).
 """
 import argparse
 import json
@@ -30,10 +36,13 @@ from xml.sax.saxutils import escape
 # f32 weights one GPT-2 124M decode step reads: 124.4M parameters x 4 bytes.
 F32_STEP_GB = 0.4975
 PREFILL_GOAL, DECODE_GOAL, SHARE_GOAL, BATCH_GOAL = 4.0, 1.15, 0.85, 6.0
+# bf16 decode at batch 1 against attn's own f32, on CPUs with AVX512_BF16.
+BF16_GOAL = 1.8
 SYSTEMS = [("attn", "attn"), ("ggml-f32", "ggml f32"),
            ("ggml-f16", "ggml f16"), ("torch", "PyTorch")]
 COLORS = {"attn": "#c0392b", "ggml-f32": "#1f4e96", "ggml-f16": "#6fa8dc",
-          "torch": "#e69138"}
+          "torch": "#e69138", "attn-bf16": "#7d3c98"}
+BF16 = ("attn-bf16", "attn bf16")
 
 
 # ---------------------------------------------------------------- input
@@ -70,7 +79,7 @@ def kind_of(d):
     if "error" in d:
         return "error"
     if step.startswith("attn") or (not system and "decode_weights_gb_s" in d):
-        return "attn"
+        return "attn-bf16" if str(d.get("dtype", "f32")) == "bf16" else "attn"
     if system == "ggml-gpt-2-backend":
         return "ggml-" + precision
     if system == "ggml-gpt-2-batched":
@@ -190,6 +199,25 @@ def decode8_section(rows, t):
             ("attn / ggml batched f16", times(ratio(a8, g16)))]
 
 
+def bf16_section(rows, t):
+    b1 = best(rows, "attn-bf16", t, "decode_tok_s", 1)
+    f1 = best(rows, "attn", t, "decode_tok_s", 1)
+    stream = best(rows, "stream", t, "best_gb_s")
+    gb = product(b1, F32_STEP_GB / 2)
+    return [("attn bf16 decode tok/s, batch 1", num(b1)),
+            ("attn bf16 decode tok/s, batch 8",
+             num(best(rows, "attn-bf16", t, "decode_tok_s", 8))),
+            ("attn bf16 prefill tok/s",
+             num(best(rows, "attn-bf16", t, "prefill_tok_s", 1))),
+            ("attn f32 decode tok/s, batch 1", num(f1)),
+            ("bf16 / f32 decode, batch 1 (target >= %gx, CPUs with "
+             "AVX512_BF16)" % BF16_GOAL, target(ratio(b1, f1), BF16_GOAL, times)),
+            ("attn bf16 implied read GB/s (tok/s x %.4f GB)"
+             % (F32_STEP_GB / 2), num(gb)),
+            ("stream_read best GB/s", num(stream)),
+            ("attn bf16 share of stream read", pct(ratio(gb, stream)))]
+
+
 def passes_section(rows):
     """attn's first and last pass side by side, per (threads, batch)."""
     keys = sorted({(d.get("threads"), d.get("batch", 1)) for d in rows
@@ -231,12 +259,16 @@ def load_range(rows):
 
 
 def header(rows, paths):
-    cpus = sorted({str(d["cpu"]) for d in rows if "cpu" in d}) or ["-"]
-    simds = sorted({str(d["simd"]) for d in rows if "simd" in d}) or ["-"]
+    first = lambda k: next((str(d[k]) for d in rows if k in d), "-")
+    simds = sorted({str(d["simd"]) for d in rows if "simd" in d})
     errors = [d for d in rows if d["_kind"] == "error"]
     out = ["# GPT-2 124M: attn against ggml, PyTorch and stream_read", "",
-           "Inputs: " + ", ".join("`%s`" % p for p in paths) + ".  ",
-           "CPU: %s; SIMD: %s." % (" / ".join(cpus), " / ".join(simds))]
+           "CPU: %s; SIMD: %s.  " % (first("cpu"), first("simd") or "-"),
+           "Inputs: " + ", ".join("`%s`" % p for p in paths) + "."]
+    if len(simds) > 1:
+        out += ["", "**Warning: lines from different CPUs are mixed** "
+                "(simd tags: %s); cross-line ratios compare machines." %
+                "; ".join("`%s`" % s for s in simds)]
     if errors:
         out += ["", "Skipped, with an error field: " + "; ".join(
             "%s %s, %s threads" % (d.get("system"), d.get("model"),
@@ -245,7 +277,8 @@ def header(rows, paths):
 
 
 NOTES = [
-    "attn runs f32. Each figure is the best (largest) of its lines: attn's "
+    "attn's f32 figures come from f32 lines only (no \"dtype\" or "
+    "\"dtype\": \"f32\"), its bf16 figures from bf16 lines. Each figure is the best (largest) of its lines: attn's "
     "first and last pass, the stream_read runs, every input file.",
     "Decode tok/s at batch 8 counts every sequence's tokens.",
     "ggml f32's implied read rate assumes one decode step reads all the f32 "
@@ -266,6 +299,14 @@ def report(rows, paths):
     out += thread_table(decode1_section, rows, ts)
     out += ["", "## Decode, batch 8 (tok/s of all 8 sequences)", ""]
     out += thread_table(decode8_section, rows, ts)
+    out += ["", "## attn bf16 weights", ""]
+    if any(d["_kind"] == "attn-bf16" for d in rows):
+        out += thread_table(bf16_section, rows, ts)
+        out += ["", "A bf16 step reads half the bytes of an f32 one: %.4f GB."
+                % (F32_STEP_GB / 2)]
+    else:
+        out += ["No attn bf16 lines were measured (attn bench lines with "
+                "\"dtype\": \"bf16\")."]
     out += ["", "## attn's two passes (tok/s): drift between first and last",
             ""] + passes_section(rows)
     out += ["", "Notes:", ""] + ["- " + n for n in NOTES]
@@ -307,11 +348,17 @@ def axis(x0, w, step, top):
                        ' transform="rotate(-90 %.1f %.1f)"' % (x0 - 48, mid))]
 
 
-def bars(x0, w, top, data, ts):
+def chart_systems(rows):
+    """SYSTEMS, plus attn bf16 where bf16 lines exist."""
+    has = any(d["_kind"] == "attn-bf16" for d in rows)
+    return SYSTEMS + [BF16] if has else list(SYSTEMS)
+
+
+def bars(x0, w, top, data, ts, systems):
     out, gw = [], w / len(ts)
-    bw = gw * 0.8 / len(SYSTEMS)
+    bw = gw * 0.8 / len(systems)
     for gi, t in enumerate(ts):
-        for si, (k, _) in enumerate(SYSTEMS):
+        for si, (k, _) in enumerate(systems):
             x = x0 + gi * gw + gw * 0.1 + si * bw
             out += bar(x, bw, data[t][k], top, COLORS[k])
         out.append(text(x0 + (gi + 0.5) * gw, BOTTOM + 20,
@@ -329,22 +376,23 @@ def bar(x, bw, v, top, color):
             text(x + bw / 2, BOTTOM - h - 4, num(v), 11)]
 
 
-def panel(x0, w, title, data, ts):
+def panel(x0, w, title, data, ts, systems):
     vals = [v for t in ts for v in data[t].values() if v is not None]
     step, top = nice_axis(max(vals) if vals else 0)
     return ([text(x0 + w / 2, TOP - 14, title, 14, "middle",
                   ' font-weight="bold"')]
-            + axis(x0, w, step, top) + bars(x0, w, top, data, ts))
+            + axis(x0, w, step, top) + bars(x0, w, top, data, ts, systems))
 
 
-def legend():
-    out, x = [], W / 2 - 75 * len(SYSTEMS)
-    for k, name in SYSTEMS:
+def legend(systems):
+    gap = min(150, (W - 40) / len(systems))
+    out, x = [], W / 2 - gap / 2 * len(systems)
+    for k, name in systems:
         out.append('<rect x="%.1f" y="46" width="14" height="14" fill="%s"/>'
                    % (x, COLORS[k]))
         out.append(text(x + 20, 58, name + (" (f32)" if k == "attn" else ""),
                         13, "start"))
-        x += 150
+        x += gap
     return out
 
 
@@ -354,8 +402,13 @@ def short(s, n):
 
 def svg(rows, paths):
     ts = thread_counts(rows)
+    systems = chart_systems(rows)
     pre = {t: batch1(rows, t, "prefill_tok_s") for t in ts}
     dec = {t: batch1(rows, t, "decode_tok_s") for t in ts}
+    for t in ts:
+        if len(systems) > len(SYSTEMS):
+            pre[t][BF16[0]] = best(rows, BF16[0], t, "prefill_tok_s", 1)
+            dec[t][BF16[0]] = best(rows, BF16[0], t, "decode_tok_s", 1)
     cpu = short(next((str(d["cpu"]) for d in rows if "cpu" in d), "-"), 40)
     load = load_range(rows)
     out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
@@ -366,9 +419,9 @@ def svg(rows, paths):
            text(W / 2, 28, "GPT-2 124M on %s: tokens/s, batch 1 "
                 "(higher is better)" % cpu, 17, "middle",
                 ' font-weight="bold"')]
-    out += legend()
-    out += panel(75, 360, "Prefill, 128-token prompt", pre, ts)
-    out += panel(525, 360, "Decode, one token per step", dec, ts)
+    out += legend(systems)
+    out += panel(75, 360, "Prefill, 128-token prompt", pre, ts, systems)
+    out += panel(525, 360, "Decode, one token per step", dec, ts, systems)
     names = ", ".join(os.path.basename(p) for p in paths)
     out += [text(W / 2, 468, "Each panel has its own scale; attn: best of its"
                  " first and last pass; 1-min load average over the lines: "
