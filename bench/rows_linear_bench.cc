@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -72,13 +73,17 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
   // Copies of the pass, at least one, so that no weight is in a cache.
   const size_t copies = std::max<size_t>(
       1, WeightBudgetBytes() / (step_weights * sizeof(TW)));
-  const std::vector<TW> w = Weights<TW>(copies * step_weights);
+  // 64-byte aligned, as the engine's weights are (an unaligned w makes
+  // every vector of it straddle two cache lines).
+  const std::vector<TW> w_buffer = Weights<TW>(copies * step_weights + 32);
+  const TW* w = w_buffer.data();
+  while (reinterpret_cast<uintptr_t>(w) % 64 != 0) ++w;
   const std::vector<float> x = RandomFloats(rows * max_k, 1.0f, 1);
   const std::vector<float> bias = RandomFloats(max_n, 0.1f, 2);
   std::vector<float> y(rows * max_n);
   size_t copy = 0;
   for (auto _ : state) {
-    const TW* wl = w.data() + copy * step_weights;
+    const TW* wl = w + copy * step_weights;
     for (const Linear& l : linears) {
       kernels::RowsLinear(x.data(), rows, l.k, wl, bias.data(), l.n, y.data(),
                           threads);

@@ -51,99 +51,123 @@ HWY_INLINE hn::Vec<D> LoadWeightsTail(D d, const hwy::bfloat16_t* p,
   return hn::PromoteTo(d, hn::Load(dbf, buf));
 }
 
-// y[r0 + r, j + c] for r < kRows, c < kCols, j + c < j1: kCols rows of w
-// streamed together (memory-level parallelism), each of their vectors used
-// for kRows rows of x, so kRows * kCols accumulators hide the FMA latency.
+// Hints that p will be read soon, into L2 rather than L1. The tiles below
+// stream w slower than the memory delivers it, and the hardware prefetcher
+// does not run far enough ahead of their several streams; prefetches into
+// L1 (hwy::Prefetch) gained nothing on Zen 5, those into L2 a third.
+template <typename T>
+HWY_INLINE void PrefetchL2(const T* p) {
+#if HWY_COMPILER_GCC || HWY_COMPILER_CLANG
+  __builtin_prefetch(p, 0, 1);  // prefetcht2 on x86
+#else
+  hwy::Prefetch(p);
+#endif
+}
+
+// One k block [k0, k1) of a tile: rows [g, g + kTileRows) of the kRows rows
+// in xb (kBlock floats apart) by kCols columns of w (wc), accumulators in
+// acc[col * kRows + row] (vectors; loaded unless the block is the first,
+// stored after; only the first `valid` columns are stored, the others
+// repeat a column of a short run). While streaming, also prefetches pf[c] at the same
+// offsets (when `prefetch`): the next column of each of the tile's streams.
 // Every output is one vector accumulator over k in order, then its lanes
-// summed: the same bits whatever tile computes it.
-template <size_t kRows, size_t kCols, class D, typename TW>
-HWY_INLINE void RowsLinearTile(D d, const float* x, size_t r0, size_t k,
-                               const TW* w, const float* bias, size_t n,
-                               size_t j, size_t j1, float* y) {
+// summed (RowsLinearColumnsT): the same bits whatever tile computes it.
+template <size_t kTileRows, size_t kCols, size_t kRows, size_t kBlock,
+          class D, typename TW>
+HWY_INLINE void RowsLinearTile(D d, const float* xb, size_t g, size_t k0,
+                               size_t k1, const TW* const* wc,
+                               const TW* const* pf, bool prefetch,
+                               const size_t* col, size_t valid,
+                               float* acc) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
-  // A short last group repeats its last column and drops the results.
-  const TW* wc[kCols];
-  for (size_t c = 0; c < kCols; ++c) wc[c] = w + std::min(j + c, j1 - 1) * k;
-  const float* xr[kRows];
-  for (size_t r = 0; r < kRows; ++r) xr[r] = x + (r0 + r) * k;
-  V acc[kRows][kCols];
-  for (auto& row : acc) {
-    for (V& a : row) a = hn::Zero(d);
-  }
-  size_t i = 0;
-  for (; i + N <= k; i += N) {
-    V xv[kRows];
-    for (size_t r = 0; r < kRows; ++r) xv[r] = hn::LoadU(d, xr[r] + i);
+  V sum[kTileRows][kCols];
+  for (size_t r = 0; r < kTileRows; ++r) {
     for (size_t c = 0; c < kCols; ++c) {
-      const V wv = LoadWeights(d, wc[c] + i);
-      for (size_t r = 0; r < kRows; ++r) {
-        acc[r][c] = hn::MulAdd(xv[r], wv, acc[r][c]);
+      sum[r][c] = k0 == 0 ? hn::Zero(d)
+                          : hn::Load(d, acc + (col[c] * kRows + g + r) * N);
+    }
+  }
+  size_t i = k0;
+  for (; i + N <= k1; i += N) {
+    V wv[kCols];
+    for (size_t c = 0; c < kCols; ++c) {
+      if (prefetch) PrefetchL2(pf[c] + i);
+      wv[c] = LoadWeights(d, wc[c] + i);
+    }
+    for (size_t r = 0; r < kTileRows; ++r) {
+      const V xv = hn::Load(d, xb + (g + r) * kBlock + i - k0);
+      for (size_t c = 0; c < kCols; ++c) {
+        sum[r][c] = hn::MulAdd(xv, wv[c], sum[r][c]);
       }
     }
   }
-  if (i < k) {  // zero-filled past k
+  if (i < k1) {  // k's tail, zero-filled (blocks are whole vectors)
+    V wv[kCols];
     for (size_t c = 0; c < kCols; ++c) {
-      const V wv = LoadWeightsTail(d, wc[c] + i, k - i);
-      for (size_t r = 0; r < kRows; ++r) {
-        acc[r][c] = hn::MulAdd(LoadTail(d, xr[r] + i, k - i), wv, acc[r][c]);
+      wv[c] = LoadWeightsTail(d, wc[c] + i, k1 - i);
+    }
+    for (size_t r = 0; r < kTileRows; ++r) {
+      const V xv = LoadTail(d, xb + (g + r) * kBlock + i - k0, k1 - i);
+      for (size_t c = 0; c < kCols; ++c) {
+        sum[r][c] = hn::MulAdd(xv, wv[c], sum[r][c]);
       }
     }
   }
-  for (size_t r = 0; r < kRows; ++r) {
-    for (size_t c = 0; c < kCols && j + c < j1; ++c) {
-      y[(r0 + r) * n + j + c] = (bias ? bias[j + c] : 0.0f) +
-                                hn::GetLane(hn::SumOfLanes(d, acc[r][c]));
+  for (size_t r = 0; r < kTileRows; ++r) {
+    for (size_t c = 0; c < valid; ++c) {
+      hn::Store(sum[r][c], d, acc + (col[c] * kRows + g + r) * N);
     }
   }
 }
 
-// Columns [j0, j1) (at most kRowsLinearColumns) of y for kRows rows, one
-// column at a time: each vector of w serves every row as it streams, and a
-// prefetch kAhead columns ahead keeps that one stream ahead of the FMAs. k
-// is taken in blocks of kBlock so that the rows' slices of x stay in L1;
-// each output's accumulator is kept between blocks, so it still sums over
-// k in order, as every other tile does.
-template <size_t kRows, class D, typename TW>
-HWY_INLINE void RowsLinearByColumn(D d, const float* x, size_t k, const TW* w,
-                                   const float* bias, size_t n,
-                                   size_t j0, size_t j1, float* y) {
+// Columns [j0, j1) (at most kRowsLinearColumns) of y for kRows rows. The
+// columns are cut into kCols runs of consecutive columns, and a tile takes
+// the t-th column of every run: kCols streams through w, each reading
+// consecutive memory for the whole run (the access pattern that reads w at
+// the machine's bandwidth; kCols adjacent columns instead are kCols short
+// streams that restart every column). Each vector of w serves every row:
+// the rows go through in register tiles of at most 4, while the tile's w is
+// in L1. k is taken in blocks of kBlock so that the rows' slices of x stay
+// in L1; each output's accumulator is kept between blocks, so it still sums
+// over k in order.
+template <size_t kRows, size_t kCols, class D, typename TW>
+HWY_INLINE void RowsLinearColumnsT(D d, const float* x, size_t k, const TW* w,
+                                   const float* bias, size_t n, size_t j0,
+                                   size_t j1, float* y) {
   using V = hn::Vec<D>;
-  constexpr size_t kAhead = 4, kBlock = 768;
+  constexpr size_t kBlock = 768, kTileRows = 4;
   const size_t N = hn::Lanes(d);
   HWY_ALIGN float acc[kRowsLinearColumns * kRows * HWY_MAX_BYTES / 4];
   // The block's slices of x, side by side: rows of a large k lie a multiple
   // of 4 KiB apart, so in place they would share L1 sets with each other.
   HWY_ALIGN float xb[kRows * kBlock];
+  const size_t run = (j1 - j0 + kCols - 1) / kCols;
   for (size_t k0 = 0; k0 < k; k0 += kBlock) {
     const size_t k1 = std::min(k, k0 + kBlock);
     for (size_t r = 0; r < kRows; ++r) {
       std::copy(x + r * k + k0, x + r * k + k1, xb + r * kBlock);
     }
-    for (size_t j = j0; j < j1; ++j) {
-      const TW* wj = w + j * k;
-      float* a = acc + (j - j0) * kRows * N;
-      V sum[kRows];
-      for (size_t r = 0; r < kRows; ++r) {
-        sum[r] = k0 == 0 ? hn::Zero(d) : hn::Load(d, a + r * N);
+    for (size_t t = 0; t < run; ++t) {
+      size_t col[kCols];  // relative to j0
+      const TW* wc[kCols];
+      const TW* pf[kCols];
+      for (size_t c = 0; c < kCols; ++c) {
+        col[c] = std::min(c * run + t, j1 - j0 - 1);
+        wc[c] = w + (j0 + col[c]) * k;
+        pf[c] = w + std::min(j0 + col[c] + 1, n - 1) * k;
       }
-      size_t i = k0;
-      for (; i + N <= k1; i += N) {
-        hwy::Prefetch(wj + kAhead * k + i);
-        const V wv = LoadWeights(d, wj + i);
-        for (size_t r = 0; r < kRows; ++r) {
-          sum[r] =
-              hn::MulAdd(hn::Load(d, xb + r * kBlock + i - k0), wv, sum[r]);
-        }
+      // Runs past j1 - j0 repeat its last column: the first `valid` count.
+      const size_t valid = std::min(kCols, (j1 - j0 - t + run - 1) / run);
+      size_t g = 0;
+      for (; g + kTileRows <= kRows; g += kTileRows) {
+        RowsLinearTile<kTileRows, kCols, kRows, kBlock>(
+            d, xb, g, k0, k1, wc, pf, g == 0, col, valid, acc);
       }
-      if (i < k1) {  // k's tail, zero-filled (blocks are whole vectors)
-        const V wv = LoadWeightsTail(d, wj + i, k1 - i);
-        for (size_t r = 0; r < kRows; ++r) {
-          sum[r] = hn::MulAdd(LoadTail(d, xb + r * kBlock + i - k0, k1 - i), wv,
-                              sum[r]);
-        }
+      if constexpr (kRows % kTileRows != 0) {
+        RowsLinearTile<kRows % kTileRows, kCols, kRows, kBlock>(
+            d, xb, g, k0, k1, wc, pf, g == 0, col, valid, acc);
       }
-      for (size_t r = 0; r < kRows; ++r) hn::Store(sum[r], d, a + r * N);
     }
   }
   for (size_t j = j0; j < j1; ++j) {
@@ -155,34 +179,30 @@ HWY_INLINE void RowsLinearByColumn(D d, const float* x, size_t k, const TW* w,
   }
 }
 
-// Columns [j0, j1) of y. One row streams eight columns of w at a time,
-// which reads w at the machine's read bandwidth; more rows go column by
-// column, every row using each vector of w as it streams (on Zen 3, eight
-// rows of GPT-2's head take 1.3x one row's time).
+// Columns [j0, j1) of y. One row streams eight runs of columns at once, and
+// more rows four, enough to read w at the machine's bandwidth (Zen 5: one
+// row at stream_read's rate; eight rows at about the FMA units' rate).
 template <class D, typename TW>
 HWY_INLINE void RowsLinearT(D d, const float* x, size_t rows, size_t k,
                             const TW* w, const float* bias, size_t n,
                             size_t j0, size_t j1, float* y) {
   switch (rows) {
     case 1:
-      for (size_t j = j0; j < j1; j += 8) {
-        RowsLinearTile<1, 8>(d, x, 0, k, w, bias, n, j, j1, y);
-      }
-      return;
+      return RowsLinearColumnsT<1, 8>(d, x, k, w, bias, n, j0, j1, y);
     case 2:
-      return RowsLinearByColumn<2>(d, x, k, w, bias, n, j0, j1, y);
+      return RowsLinearColumnsT<2, 4>(d, x, k, w, bias, n, j0, j1, y);
     case 3:
-      return RowsLinearByColumn<3>(d, x, k, w, bias, n, j0, j1, y);
+      return RowsLinearColumnsT<3, 4>(d, x, k, w, bias, n, j0, j1, y);
     case 4:
-      return RowsLinearByColumn<4>(d, x, k, w, bias, n, j0, j1, y);
+      return RowsLinearColumnsT<4, 4>(d, x, k, w, bias, n, j0, j1, y);
     case 5:
-      return RowsLinearByColumn<5>(d, x, k, w, bias, n, j0, j1, y);
+      return RowsLinearColumnsT<5, 4>(d, x, k, w, bias, n, j0, j1, y);
     case 6:
-      return RowsLinearByColumn<6>(d, x, k, w, bias, n, j0, j1, y);
+      return RowsLinearColumnsT<6, 4>(d, x, k, w, bias, n, j0, j1, y);
     case 7:
-      return RowsLinearByColumn<7>(d, x, k, w, bias, n, j0, j1, y);
+      return RowsLinearColumnsT<7, 4>(d, x, k, w, bias, n, j0, j1, y);
     default:
-      return RowsLinearByColumn<8>(d, x, k, w, bias, n, j0, j1, y);
+      return RowsLinearColumnsT<8, 4>(d, x, k, w, bias, n, j0, j1, y);
   }
 }
 
