@@ -1,7 +1,8 @@
 // GraphModel (attn/graph.hpp): parses and lowers a graph (graph_ir.h), infers
-// every tensor's width from the weights it names, copies those weights out
-// of the file once, as fp32, and packs the linears' for oneDNN. Sessions
-// (graph_session.cc) share the result.
+// every tensor's width from the weights it names (by the book's names, which
+// a Hugging Face GPT-2 file's are mapped to by lm_layouts.cc), copies those
+// weights out of the file once, as fp32, and packs the linears' for oneDNN.
+// Sessions (graph_session.cc) share the result.
 #include "engine/graph_model.h"
 
 #include <algorithm>
@@ -41,6 +42,7 @@ class GraphWeights {
     GraphWeights weights;
     ATTN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
     weights.file_ = std::make_shared<const SafetensorsFile>(std::move(file));
+    // The book's layouts ("book-gpt", "book-llama") use the graphs' names.
     const std::string layout = lm::DetectLayout(*weights.file_);
     if (!layout.empty() && layout.rfind("book-", 0) != 0) {
       LmOptions lm_options;
@@ -112,9 +114,9 @@ class GraphWeights {
 // i-th layer's names carrying `prefix`.
 class Binder {
  public:
-  Binder(const GraphWeights& file, const GraphOptions& options, int num_threads,
-         std::map<std::string, std::vector<float>>& tensors)
-      : file_(file),
+  Binder(const GraphWeights& weights, const GraphOptions& options,
+         int num_threads, std::map<std::string, std::vector<float>>& tensors)
+      : weights_(weights),
         options_(options),
         num_threads_(num_threads),
         tensors_(tensors) {}
@@ -196,7 +198,7 @@ class Binder {
   std::string Name(const Node& node, const std::string& role) const {
     const std::vector<std::string>& names = *node.Weight(role);
     for (const std::string& name : names) {
-      if (file_.Find(prefix_ + name)) return prefix_ + name;
+      if (weights_.Find(prefix_ + name)) return prefix_ + name;
     }
     return prefix_ + names.front();
   }
@@ -205,14 +207,14 @@ class Binder {
   // is ReadF32's to check).
   Result<const TensorInfo*> Find(const Node& node, const std::string& role,
                                  size_t rank) {
-    const TensorInfo* t = file_.Find(Name(node, role));
+    const TensorInfo* t = weights_.Find(Name(node, role));
     if (!t) {
       std::string names;
       for (const std::string& name : *node.Weight(role)) {
         names += (names.empty() ? "'" : " or '") + prefix_ + name + "'";
       }
       return InvalidArgument(node.Describe() + ": weight " + names +
-                             " is missing from '" + file_.path() + "'");
+                             " is missing from '" + weights_.path() + "'");
     }
     if (t->shape.size() != rank ||
         std::count(t->shape.begin(), t->shape.end(), 0)) {
@@ -313,7 +315,7 @@ class Binder {
   Status Read(const Node& node, const std::string& role,
               const std::vector<int64_t>& want, std::vector<float>& out) {
     ATTN_ASSIGN_OR_RETURN(const TensorInfo* t, Check(node, role, want));
-    ATTN_ASSIGN_OR_RETURN(out, file_.ReadF32(t->name));
+    ATTN_ASSIGN_OR_RETURN(out, weights_.ReadF32(t->name));
     return {};
   }
 
@@ -324,7 +326,8 @@ class Binder {
     ATTN_ASSIGN_OR_RETURN(const TensorInfo* t, Check(node, role, want));
     auto it = tensors_.find(t->name);
     if (it == tensors_.end()) {
-      ATTN_ASSIGN_OR_RETURN(std::vector<float> values, file_.ReadF32(t->name));
+      ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
+                            weights_.ReadF32(t->name));
       it = tensors_.emplace(t->name, std::move(values)).first;
     }
     out = it->second.data();
@@ -368,12 +371,12 @@ class Binder {
     for (const char* role : {"W_query.bias", "W_key.bias", "W_value.bias"}) {
       if (!node.Weight(role)) continue;
       const std::string name = Name(node, role);
-      (file_.Find(name) ? present : absent).push_back("'" + name + "'");
+      (weights_.Find(name) ? present : absent).push_back("'" + name + "'");
     }
     if (!present.empty() && !absent.empty()) {
       return InvalidArgument(node.Describe() + ": weight " + absent[0] +
-                             " is missing from '" + file_.path() + "' while " +
-                             present[0] +
+                             " is missing from '" + weights_.path() +
+                             "' while " + present[0] +
                              " is there, want all q/k/v biases or none");
     }
     config.qkv_bias = !present.empty();
@@ -382,10 +385,10 @@ class Binder {
     AttentionDims attribute = {node.num_heads, node.context_length,
                                node.num_kv_heads, node.rope,
                                node.sliding_window};
-    file_.FillLayoutDims(attribute);  // the options still come first
+    weights_.FillLayoutDims(attribute);  // the options still come first
     ATTN_ASSIGN_OR_RETURN(
         const AttentionDims dims,
-        ResolveAttentionDims(file_.file(), DimsOf(options_), attribute,
+        ResolveAttentionDims(weights_.file(), DimsOf(options_), attribute,
                              mask ? Name(node, "mask") : std::string(),
                              node.Describe() + ": "));
     config.num_heads = dims.num_heads;
@@ -395,7 +398,7 @@ class Binder {
     config.sliding_window = dims.sliding_window;
     if (config.num_kv_heads == 0) {
       config.num_kv_heads =
-          KvHeadsOfShape(file_.Find(Name(node, "W_key.weight")), config);
+          KvHeadsOfShape(weights_.Find(Name(node, "W_key.weight")), config);
     }
     if (Status s = CheckAttentionVariant(config); !s.ok()) {
       return Status(s.code(), node.Describe() + ": " + s.message());
@@ -439,7 +442,7 @@ class Binder {
     return {};
   }
 
-  const GraphWeights& file_;
+  const GraphWeights& weights_;
   const GraphOptions& options_;
   const int num_threads_;
   std::string prefix_;
