@@ -1,13 +1,17 @@
 // GraphModel (attn/graph.hpp): parses and lowers a graph (graph_ir.h), infers
-// every tensor's width from the weights it names, copies those weights out
-// of the file once, as fp32, and packs the linears' for oneDNN. Sessions
-// (graph_session.cc) share the result.
+// every tensor's width from the weights it names (by the book's names, which
+// a Hugging Face GPT-2 file's are mapped to by lm_layouts.cc), copies those
+// weights out of the file once, as fp32, and packs the linears' for oneDNN.
+// Sessions (graph_session.cc) share the result.
 #include "engine/graph_model.h"
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -16,6 +20,7 @@
 #include "attn/safetensors.hpp"
 #include "engine/graph_ir.h"
 #include "engine/limits.h"
+#include "engine/lm_model.h"
 #include "engine/mha_model.h"
 #include "engine/model_config.h"
 #include "engine/threads.h"
@@ -26,13 +31,92 @@ namespace {
 using graph::Node;
 using graph::Op;
 
+// The tensors a graph names, under the book's names: a book file's own, or,
+// for another whole-model layout (Hugging Face GPT-2), the file's tensors
+// read through lm_layouts.cc's tables in the book's form, so that one name
+// table per layout serves both the graphs and the LM library.
+class GraphWeights {
+ public:
+  static Result<GraphWeights> Open(const std::string& path,
+                                   const GraphOptions& options) {
+    GraphWeights weights;
+    ATTN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+    weights.file_ = std::make_shared<const SafetensorsFile>(std::move(file));
+    // The book's layouts ("book-gpt", "book-llama") use the graphs' names.
+    const std::string layout = lm::DetectLayout(*weights.file_);
+    if (!layout.empty() && layout.rfind("book-", 0) != 0) {
+      LmOptions lm_options;
+      static_cast<ModelOptions&>(lm_options) = options;
+      ATTN_ASSIGN_OR_RETURN(weights.model_,
+                            lm::OpenModelFile(path, lm_options));
+    }
+    return weights;
+  }
+
+  const SafetensorsFile& file() const { return *file_; }
+  const std::string& path() const { return file_->path(); }
+
+  // The tensor named `name` (its shape in the book's form), or null.
+  const TensorInfo* Find(const std::string& name) const {
+    if (!model_) return file_->Find(name);
+    if (const auto it = translated_.find(name); it != translated_.end()) {
+      return &it->second;
+    }
+    const auto role = lm::BookRole(model_->config.architecture, name);
+    if (!role) return nullptr;
+    std::vector<int64_t> shape =
+        model_->weights.shape(role->first, role->second);
+    if (shape.empty()) return nullptr;
+    TensorInfo info;
+    info.name = name;
+    info.dtype = "F32";
+    info.num_elements = static_cast<size_t>(std::accumulate(
+        shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>()));
+    info.shape = std::move(shape);
+    return &translated_.emplace(name, std::move(info)).first->second;
+  }
+
+  // Tensor `name`, which Find found, as float.
+  Result<std::vector<float>> ReadF32(const std::string& name) const {
+    if (!model_) return file_->ReadF32(name);
+    const std::vector<int64_t>& shape = Find(name)->shape;
+    const auto role = lm::BookRole(model_->config.architecture, name);
+    return model_->weights.fetch(role->first, role->second, shape[0],
+                                 shape.size() == 2 ? shape[1] : 0);
+  }
+
+  // The layers the file's layout holds (counted by lm_layouts.cc); nothing
+  // for a book file, whose layers are counted by their names.
+  std::optional<int64_t> layout_layers() const {
+    if (!model_) return std::nullopt;
+    return model_->config.num_layers;
+  }
+
+  // Sets the heads and context of `dims` that it leaves unset from the
+  // layout's configuration (a Hugging Face file's config.json), as the file's
+  // metadata, which has neither, would.
+  void FillLayoutDims(AttentionDims& dims) const {
+    if (!model_) return;
+    if (!dims.num_heads) dims.num_heads = model_->config.num_heads;
+    if (!dims.context_length) {
+      dims.context_length = model_->config.context_length;
+    }
+  }
+
+ private:
+  std::shared_ptr<const SafetensorsFile> file_;
+  std::optional<lm::FileModel> model_;  // a layout other than the book's
+  // Find's answers for a translated file, which its pointers point into.
+  mutable std::map<std::string, TensorInfo> translated_;
+};
+
 // Infers tensor widths from the weights and loads one layer's weights, the
 // i-th layer's names carrying `prefix`.
 class Binder {
  public:
-  Binder(const SafetensorsFile& file, const GraphOptions& options,
+  Binder(const GraphWeights& weights, const GraphOptions& options,
          int num_threads, std::map<std::string, std::vector<float>>& tensors)
-      : file_(file),
+      : weights_(weights),
         options_(options),
         num_threads_(num_threads),
         tensors_(tensors) {}
@@ -114,7 +198,7 @@ class Binder {
   std::string Name(const Node& node, const std::string& role) const {
     const std::vector<std::string>& names = *node.Weight(role);
     for (const std::string& name : names) {
-      if (file_.Find(prefix_ + name)) return prefix_ + name;
+      if (weights_.Find(prefix_ + name)) return prefix_ + name;
     }
     return prefix_ + names.front();
   }
@@ -123,14 +207,14 @@ class Binder {
   // is ReadF32's to check).
   Result<const TensorInfo*> Find(const Node& node, const std::string& role,
                                  size_t rank) {
-    const TensorInfo* t = file_.Find(Name(node, role));
+    const TensorInfo* t = weights_.Find(Name(node, role));
     if (!t) {
       std::string names;
       for (const std::string& name : *node.Weight(role)) {
         names += (names.empty() ? "'" : " or '") + prefix_ + name + "'";
       }
       return InvalidArgument(node.Describe() + ": weight " + names +
-                             " is missing from '" + file_.path() + "'");
+                             " is missing from '" + weights_.path() + "'");
     }
     if (t->shape.size() != rank ||
         std::count(t->shape.begin(), t->shape.end(), 0)) {
@@ -231,7 +315,7 @@ class Binder {
   Status Read(const Node& node, const std::string& role,
               const std::vector<int64_t>& want, std::vector<float>& out) {
     ATTN_ASSIGN_OR_RETURN(const TensorInfo* t, Check(node, role, want));
-    ATTN_ASSIGN_OR_RETURN(out, file_.ReadF32(t->name));
+    ATTN_ASSIGN_OR_RETURN(out, weights_.ReadF32(t->name));
     return {};
   }
 
@@ -242,7 +326,8 @@ class Binder {
     ATTN_ASSIGN_OR_RETURN(const TensorInfo* t, Check(node, role, want));
     auto it = tensors_.find(t->name);
     if (it == tensors_.end()) {
-      ATTN_ASSIGN_OR_RETURN(std::vector<float> values, file_.ReadF32(t->name));
+      ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
+                            weights_.ReadF32(t->name));
       it = tensors_.emplace(t->name, std::move(values)).first;
     }
     out = it->second.data();
@@ -286,24 +371,26 @@ class Binder {
     for (const char* role : {"W_query.bias", "W_key.bias", "W_value.bias"}) {
       if (!node.Weight(role)) continue;
       const std::string name = Name(node, role);
-      (file_.Find(name) ? present : absent).push_back("'" + name + "'");
+      (weights_.Find(name) ? present : absent).push_back("'" + name + "'");
     }
     if (!present.empty() && !absent.empty()) {
       return InvalidArgument(node.Describe() + ": weight " + absent[0] +
-                             " is missing from '" + file_.path() + "' while " +
-                             present[0] +
+                             " is missing from '" + weights_.path() +
+                             "' while " + present[0] +
                              " is there, want all q/k/v biases or none");
     }
     config.qkv_bias = !present.empty();
 
     const bool mask = node.Weight("mask") != nullptr;
+    AttentionDims attribute = {node.num_heads, node.context_length,
+                               node.num_kv_heads, node.rope,
+                               node.sliding_window};
+    weights_.FillLayoutDims(attribute);  // the options still come first
     ATTN_ASSIGN_OR_RETURN(
         const AttentionDims dims,
-        ResolveAttentionDims(
-            file_, DimsOf(options_),
-            {node.num_heads, node.context_length, node.num_kv_heads, node.rope,
-             node.sliding_window},
-            mask ? Name(node, "mask") : std::string(), node.Describe() + ": "));
+        ResolveAttentionDims(weights_.file(), DimsOf(options_), attribute,
+                             mask ? Name(node, "mask") : std::string(),
+                             node.Describe() + ": "));
     config.num_heads = dims.num_heads;
     config.context_length = dims.context_length;
     config.num_kv_heads = dims.num_kv_heads;
@@ -311,7 +398,7 @@ class Binder {
     config.sliding_window = dims.sliding_window;
     if (config.num_kv_heads == 0) {
       config.num_kv_heads =
-          KvHeadsOfShape(file_.Find(Name(node, "W_key.weight")), config);
+          KvHeadsOfShape(weights_.Find(Name(node, "W_key.weight")), config);
     }
     if (Status s = CheckAttentionVariant(config); !s.ok()) {
       return Status(s.code(), node.Describe() + ": " + s.message());
@@ -355,7 +442,7 @@ class Binder {
     return {};
   }
 
-  const SafetensorsFile& file_;
+  const GraphWeights& weights_;
   const GraphOptions& options_;
   const int num_threads_;
   std::string prefix_;
@@ -423,17 +510,23 @@ Result<int64_t> LayerCount(const SafetensorsFile& file,
 }
 
 // A repeat node's layer count: GraphOptions::layers, else its `count`, else
-// how many layers, from 0 on, have a tensor under their prefix in `file`.
-graph::RepeatCount CountLayersIn(const SafetensorsFile& file,
+// the layers of the file's layout when not the book's, else how many layers,
+// from 0 on, have a tensor under their prefix in the file.
+graph::RepeatCount CountLayersIn(const GraphWeights& weights,
                                  const GraphOptions& options) {
-  return [&file, &options](const Node& node) -> Result<int64_t> {
+  return [&weights, &options](const Node& node) -> Result<int64_t> {
     if (options.layers > 0) return options.layers;
     if (node.count > 0) return node.count;
+    if (const std::optional<int64_t> layers = weights.layout_layers()) {
+      return *layers;
+    }
     int64_t layers = 0;
-    while (HasTensorUnder(file, graph::LayerPrefix(node, layers))) ++layers;
+    while (HasTensorUnder(weights.file(), graph::LayerPrefix(node, layers))) {
+      ++layers;
+    }
     if (layers == 0) {
       return InvalidArgument(node.Describe() + ": no tensor in '" +
-                             file.path() + "' is named under '" +
+                             weights.path() + "' is named under '" +
                              graph::LayerPrefix(node, 0) +
                              "', want at least one layer");
     }
@@ -444,13 +537,14 @@ graph::RepeatCount CountLayersIn(const SafetensorsFile& file,
 // How many times the whole graph runs (LayerCount), or 0 (once, names as
 // written) for a graph with a repeat node, whose blocks are expanded into
 // `def` instead.
-Result<int64_t> StackLayers(const SafetensorsFile& file,
+Result<int64_t> StackLayers(const GraphWeights& weights,
                             const GraphOptions& options,
                             const std::string& source, graph::GraphDef& def) {
-  ATTN_ASSIGN_OR_RETURN(const int64_t layers, LayerCount(file, options));
+  ATTN_ASSIGN_OR_RETURN(const int64_t layers,
+                        LayerCount(weights.file(), options));
   if (!graph::HasRepeat(def)) return layers;
   Result<graph::GraphDef> expanded =
-      graph::ExpandRepeats(def, CountLayersIn(file, options));
+      graph::ExpandRepeats(def, CountLayersIn(weights, options));
   if (!expanded.ok()) {
     return Status(expanded.status().code(),
                   source + ": " + expanded.status().message());
@@ -463,13 +557,16 @@ Result<int64_t> StackLayers(const SafetensorsFile& file,
 // of the program's tensors into `loaded.widths`. Grown layer by layer, so a
 // count the file cannot back (n_layers of 50,000,000) fails at its first
 // missing weight, having allocated nothing more.
-Status BindLayers(const SafetensorsFile& file, const GraphOptions& options,
+Status BindLayers(const GraphWeights& weights, const GraphOptions& options,
                   int64_t layers, const std::string& source,
                   graph::LoadedGraph& loaded) {
-  // One block saved on its own keeps the names as written.
+  // One block saved on its own keeps the names as written; a whole-model
+  // layout's blocks always have the book's prefix.
   const bool prefixed =
-      layers > 1 || (layers == 1 && HasTensorUnder(file, "trf_blocks.0."));
-  Binder binder(file, options, loaded.num_threads, loaded.tensors);
+      layers > 1 ||
+      (layers == 1 && (weights.layout_layers() ||
+                       HasTensorUnder(weights.file(), "trf_blocks.0.")));
+  Binder binder(weights, options, loaded.num_threads, loaded.tensors);
   const graph::GraphDef& def = loaded.def;
   for (int64_t l = 0; l < std::max<int64_t>(layers, 1); ++l) {
     const std::string prefix =
@@ -597,12 +694,13 @@ Result<std::shared_ptr<const GraphModel>> GraphModel::FromJson(
   auto impl = std::make_unique<Impl>();
   ATTN_ASSIGN_OR_RETURN(impl->def, graph::ParseGraph(json, source));
   ATTN_RETURN_IF_ERROR(ResolveRunOptions(options, *impl));
-  ATTN_ASSIGN_OR_RETURN(const SafetensorsFile file,
-                        SafetensorsFile::Open(weights_path));
-  ATTN_ASSIGN_OR_RETURN(const uint64_t weight_bytes,
-                        CheckWeightsFit(file, impl->max_memory_bytes));
+  ATTN_ASSIGN_OR_RETURN(const GraphWeights weights,
+                        GraphWeights::Open(weights_path, options));
+  ATTN_ASSIGN_OR_RETURN(
+      const uint64_t weight_bytes,
+      CheckWeightsFit(weights.file(), impl->max_memory_bytes));
   ATTN_ASSIGN_OR_RETURN(const int64_t layers,
-                        StackLayers(file, options, source, impl->def));
+                        StackLayers(weights, options, source, impl->def));
   impl->program = graph::Lower(impl->def);
   impl->token_input =
       std::any_of(impl->def.nodes.begin(), impl->def.nodes.end(),
@@ -612,7 +710,7 @@ Result<std::shared_ptr<const GraphModel>> GraphModel::FromJson(
                            ", but the graph's input is token ids, want its "
                            "blocks in a repeat node");
   }
-  ATTN_RETURN_IF_ERROR(BindLayers(file, options, layers, source, *impl));
+  ATTN_RETURN_IF_ERROR(BindLayers(weights, options, layers, source, *impl));
   impl->types = graph::TensorTypes(impl->program, impl->dtype);
   {
     const ThreadScope threads(impl->num_threads);

@@ -3,11 +3,13 @@
 // hyper-parameters come from. The book's GPTModel and Llama 3.2 store
 // nn.Linear weights as [out, in]; Hugging Face's GPT-2 stores Conv1D weights
 // as [in, out], with q, k and v side by side in one c_attn.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -196,12 +198,36 @@ std::vector<float> ToRoleForm(const TensorName& t, std::vector<float> values,
   return out;
 }
 
+// The shape of the file's tensor for `role` in `layer` as the role sees it
+// (nn.Linear's [out, in], or [n]); empty when absent.
+std::vector<int64_t> RoleShape(const SafetensorsFile& file,
+                               const FileLayout& layout, Role role,
+                               int64_t layer) {
+  const TensorInfo* info = file.Find(layout.Name(role, layer));
+  if (!info || info->shape.empty()) return {};
+  const TensorName& t = layout.layout->tensors[static_cast<size_t>(role)];
+  std::vector<int64_t> shape = info->shape;
+  if (t.form != Form::kPlain && shape.size() == 2) {
+    std::swap(shape[0], shape[1]);
+  }
+  if (t.form == Form::kThird) shape[0] /= 3;
+  return shape;
+}
+
+// The rows of a matrix's shape; 0 for anything else (absent among them).
+int64_t MatrixRows(const std::vector<int64_t>& shape) {
+  return shape.size() == 2 ? shape[0] : 0;
+}
+
 WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
                          FileLayout layout) {
   WeightSource source;
   source.has = [file, layout](Role role, int64_t layer) {
     const std::string name = layout.Name(role, layer);
     return !name.empty() && file->Find(name) != nullptr;
+  };
+  source.shape = [file, layout](Role role, int64_t layer) {
+    return RoleShape(*file, layout, role, layer);
   };
   // c_attn's q, k and v are read once: the last tensor read is kept.
   auto last = std::make_shared<std::pair<std::string, std::vector<float>>>();
@@ -240,24 +266,6 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
     return ToRoleForm(t, std::move(values), rows, cols);
   };
   return source;
-}
-
-// [rows, cols] of the file's tensor for `role` in layer 0, as the role sees
-// it; {0, 0} when absent or not of rank 2.
-std::pair<int64_t, int64_t> RoleShape(const SafetensorsFile& file,
-                                      const FileLayout& layout, Role role) {
-  const TensorInfo* info = file.Find(layout.Name(role, 0));
-  if (!info || info->shape.size() != 2) return {0, 0};
-  const TensorName& t = layout.layout->tensors[static_cast<size_t>(role)];
-  switch (t.form) {
-    case Form::kTransposed:
-      return {info->shape[1], info->shape[0]};
-    case Form::kThird:
-      return {info->shape[1] / 3, info->shape[0]};
-    case Form::kPlain:
-      break;
-  }
-  return {info->shape[0], info->shape[1]};
 }
 
 // Hugging Face's config.json beside the weights: the attention dims it
@@ -350,7 +358,7 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
                            "' has no transformer block: " + "tensor '" +
                            layout.Name(Role::kNorm1Scale, 0) + "' is missing");
   }
-  c.hidden_dim = RoleShape(file, layout, Role::kUp).first;
+  c.hidden_dim = MatrixRows(RoleShape(file, layout, Role::kUp, 0));
   if (c.hidden_dim == 0) {
     return InvalidArgument("tensor '" + layout.Name(Role::kUp, 0) + "' of '" +
                            file.path() +
@@ -389,7 +397,7 @@ Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
   c.rope = dims.rope;
   c.sliding_window = dims.sliding_window;
   const int64_t head_dim = c.emb_dim / c.num_heads;
-  const int64_t kv_rows = RoleShape(file, layout, Role::kKey).first;
+  const int64_t kv_rows = MatrixRows(RoleShape(file, layout, Role::kKey, 0));
   c.num_kv_heads = dims.num_kv_heads ? dims.num_kv_heads
                    : kv_rows > 0 && head_dim && kv_rows % head_dim == 0
                        ? kv_rows / head_dim
@@ -433,7 +441,44 @@ Status CheckFamily(const SafetensorsFile& file, const FileLayout& layout,
   return {};
 }
 
+// The layer of `name` when it fits `pattern` ("{i}" standing for a layer
+// in decimal; 0 for a name of the whole model), else nothing.
+std::optional<int64_t> MatchLayer(const std::string& pattern,
+                                  const std::string& name) {
+  const size_t at = pattern.find("{i}");
+  if (at == std::string::npos) {
+    return pattern == name ? std::optional<int64_t>(0) : std::nullopt;
+  }
+  const std::string suffix = pattern.substr(at + 3);
+  if (name.size() <= at + suffix.size() ||
+      name.compare(0, at, pattern, 0, at) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(at, name.size() - at - suffix.size());
+  // Decimal as std::to_string writes it: no sign, no leading zero.
+  const bool decimal = digits.size() <= 9 &&
+                       (digits == "0" || digits[0] != '0') &&
+                       std::all_of(digits.begin(), digits.end(),
+                                   [](char c) { return c >= '0' && c <= '9'; });
+  return decimal ? std::optional<int64_t>(std::stoll(digits)) : std::nullopt;
+}
+
 }  // namespace
+
+std::optional<std::pair<Role, int64_t>> BookRole(LmArchitecture architecture,
+                                                 const std::string& name) {
+  const Layout& book =
+      architecture == LmArchitecture::kGpt2 ? kBookGpt : kBookLlama;
+  for (size_t role = 0; role < kNumRoles; ++role) {
+    const char* pattern = book.tensors[role].name;
+    if (!pattern) continue;
+    if (const std::optional<int64_t> layer = MatchLayer(pattern, name)) {
+      return std::make_pair(static_cast<Role>(role), *layer);
+    }
+  }
+  return std::nullopt;
+}
 
 std::string DetectLayout(const SafetensorsFile& file) {
   const FileLayout layout = FindLayout(file);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/attn.hpp"
@@ -91,11 +92,12 @@ enum class Role {
 // A model's weights by role: `fetch(role, layer, rows, cols)` gives the
 // tensor as [rows, cols] (nn.Linear's [out, in] for weights; cols 0 for a
 // vector of rows), or an error naming the file's tensor; `has` tells whether
-// an optional one is there.
+// an optional one is there, `shape` its shape in that form (empty: absent).
 struct WeightSource {
   std::function<Result<std::vector<float>>(Role, int64_t, int64_t, int64_t)>
       fetch;
   std::function<bool(Role, int64_t)> has;
+  std::function<std::vector<int64_t>(Role, int64_t)> shape;
 };
 
 // A file's configuration (its layout, hyper-parameters and sizes, with
@@ -111,6 +113,11 @@ Result<FileModel> OpenModelFile(const std::string& path,
                                 const LmOptions& options);
 // The layout's name, or an empty string when the names fit none.
 std::string DetectLayout(const SafetensorsFile& file);
+// The role and layer of the book's name `name` in `architecture`'s book
+// layout ("trf_blocks.3.att.W_query.weight": kQuery, 3; 0 for a tensor of
+// the whole model); nothing for a name without a role (att.mask).
+std::optional<std::pair<Role, int64_t>> BookRole(LmArchitecture architecture,
+                                                 const std::string& name);
 
 // What a LanguageModel holds, visible to the engine's sources while
 // LanguageModel::Impl stays private to its friends.

@@ -1,8 +1,9 @@
 // Whole models as graphs: tools/graphs/gpt_model.json and llama_model.json
 // (embedding, position_embedding, repeat, a tied head) against PyTorch's
-// logits in tests/golden/lm/, through the C++ API and `attn run --graph`, at
-// 1 and 2 threads and bitwise equal between them; the bad cases and the new
-// ops' parse and load errors, each one clear line.
+// logits in tests/golden/lm/ (Hugging Face GPT-2 files among them), through
+// the C++ API and `attn run --graph`, at 1 and 2 threads and bitwise equal
+// between them; the bad cases and the new ops' parse and load errors, each
+// one clear line.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -57,9 +58,12 @@ Case ReadCase(const std::string& name) {
   return c;
 }
 
-const char* const kCases[] = {"gpt_book_1l", "gpt_book_2l_bias",
-                              "gpt_book_3l", "llama_gqa",
-                              "llama_mqa",   "llama_scaled_tied"};
+// The hf_ cases are Hugging Face GPT-2 files (Conv1D, c_attn, a tied head,
+// a "transformer." prefix; heads in config.json) through gpt_model.json.
+const char* const kCases[] = {
+    "gpt_book_1l", "gpt_book_2l_bias", "gpt_book_3l",
+    "hf_gpt2",     "hf_gpt2_prefixed", "hf_gpt2_tied",
+    "llama_gqa",   "llama_mqa",        "llama_scaled_tied"};
 
 // The largest |got - want| over each row's own tokens (a padded row's
 // positions past its length see padding the PyTorch run did not).
@@ -202,6 +206,26 @@ TEST(GraphModelTest, BadCasesFailWithOneLineAndNoOutput) {
         << outcome.stderr_text;
     EXPECT_FALSE(std::ifstream(out).good());
   }
+}
+
+TEST(GraphModelTest, ALlamaFileForTheGptGraphFailsWithOneLine) {
+  test::TempDir dir;
+  const std::string llama = kLm + "llama_gqa/";
+  const std::string out = dir.Path("out.st");
+  const Outcome outcome =
+      Attn(dir, RunArgs(kGptGraph, llama + "model.safetensors",
+                        llama + "io.safetensors", out));
+  EXPECT_EQ(outcome.exit_code, 1);
+  EXPECT_EQ(
+      std::count(outcome.stderr_text.begin(), outcome.stderr_text.end(), '\n'),
+      1)
+      << outcome.stderr_text;
+  EXPECT_NE(
+      outcome.stderr_text.find("weight 'pos_emb.weight' is missing from '" +
+                               llama + "model.safetensors'"),
+      std::string::npos)
+      << outcome.stderr_text;
+  EXPECT_FALSE(std::ifstream(out).good());
 }
 
 TEST(GraphModelTest, BenchRefusesAGraphOnTokenIds) {
