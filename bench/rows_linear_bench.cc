@@ -31,8 +31,8 @@ struct Linear {
   size_t k, n;
 };
 
-constexpr Linear kGpt2Layer[] = {{768, 2304}, {768, 768}, {768, 3072},
-                                 {3072, 768}};
+constexpr Linear kGpt2Layer[] = {
+    {768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
 constexpr Linear kGpt2Head = {768, 50257};
 constexpr int kGpt2Layers = 12;
 
@@ -71,8 +71,8 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
     step_weights += l.k * l.n;
   }
   // Copies of the pass, at least one, so that no weight is in a cache.
-  const size_t copies = std::max<size_t>(
-      1, WeightBudgetBytes() / (step_weights * sizeof(TW)));
+  const size_t copies =
+      std::max<size_t>(1, WeightBudgetBytes() / (step_weights * sizeof(TW)));
   // 64-byte aligned, as the engine's weights are (an unaligned w makes
   // every vector of it straddle two cache lines).
   const std::vector<TW> w_buffer = Weights<TW>(copies * step_weights + 32);
@@ -93,12 +93,14 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
     benchmark::ClobberMemory();
     copy = (copy + 1) % copies;
   }
-  state.counters["bytes/s"] = benchmark::Counter(
-      double(step_weights * sizeof(TW)),
-      benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
-  state.counters["FLOP/s"] = benchmark::Counter(
-      2.0 * double(rows * step_weights),
-      benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["bytes/s"] =
+      benchmark::Counter(double(step_weights * sizeof(TW)),
+                         benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * double(rows * step_weights),
+                         benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
 }
 
 template <typename TW>
@@ -114,9 +116,8 @@ void Register(const char* dtype) {
                                  "/threads:" + std::to_string(threads);
       std::vector<std::pair<std::string, std::vector<Linear>>> cases;
       for (const Linear& l : kGpt2Layer) {
-        cases.push_back({"k:" + std::to_string(l.k) + "/n:" +
-                             std::to_string(l.n),
-                         {l}});
+        cases.push_back(
+            {"k:" + std::to_string(l.k) + "/n:" + std::to_string(l.n), {l}});
       }
       cases.push_back({"k:768/n:50257", {kGpt2Head}});
       cases.push_back({"gpt2-step", step});

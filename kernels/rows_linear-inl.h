@@ -68,17 +68,16 @@ HWY_INLINE void PrefetchL2(const T* p) {
 // in xb (kBlock floats apart) by kCols columns of w (wc), accumulators in
 // acc[col * kRows + row] (vectors; loaded unless the block is the first,
 // stored after; only the first `valid` columns are stored, the others
-// repeat a column of a short run). While streaming, also prefetches pf[c] at the same
-// offsets (when `prefetch`): the next column of each of the tile's streams.
-// Every output is one vector accumulator over k in order, then its lanes
-// summed (RowsLinearColumnsT): the same bits whatever tile computes it.
-template <size_t kTileRows, size_t kCols, size_t kRows, size_t kBlock,
-          class D, typename TW>
+// repeat a column of a short run). While streaming, also prefetches pf[c] at
+// the same offsets (when `prefetch`): the next column of each of the tile's
+// streams. Every output is one vector accumulator over k in order, then its
+// lanes summed (RowsLinearColumnsT): the same bits whatever tile computes it.
+template <size_t kTileRows, size_t kCols, size_t kRows, size_t kBlock, class D,
+          typename TW>
 HWY_INLINE void RowsLinearTile(D d, const float* xb, size_t g, size_t k0,
                                size_t k1, const TW* const* wc,
                                const TW* const* pf, bool prefetch,
-                               const size_t* col, size_t valid,
-                               float* acc) {
+                               const size_t* col, size_t valid, float* acc) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
   V sum[kTileRows][kCols];
@@ -184,8 +183,8 @@ HWY_INLINE void RowsLinearColumnsT(D d, const float* x, size_t k, const TW* w,
 // row at stream_read's rate; eight rows at about the FMA units' rate).
 template <class D, typename TW>
 HWY_INLINE void RowsLinearT(D d, const float* x, size_t rows, size_t k,
-                            const TW* w, const float* bias, size_t n,
-                            size_t j0, size_t j1, float* y) {
+                            const TW* w, const float* bias, size_t n, size_t j0,
+                            size_t j1, float* y) {
   switch (rows) {
     case 1:
       return RowsLinearColumnsT<1, 8>(d, x, k, w, bias, n, j0, j1, y);

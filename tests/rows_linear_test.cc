@@ -63,7 +63,8 @@ void TestRowsLinearMatchesReference() {
     // 769 and 1539 cross the by-column path's blocks of k (768) with a tail.
     for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
                      size_t{64}, size_t{769}, size_t{1539}}) {
-      for (size_t n : {size_t{1}, size_t{3}, size_t{5}, size_t{9}, size_t{17}}) {
+      for (size_t n :
+           {size_t{1}, size_t{3}, size_t{5}, size_t{9}, size_t{17}}) {
         const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
         const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
         const auto b = test::RandomVector(rng, n, -1.f, 1.f);
@@ -92,7 +93,8 @@ void TestRowsLinearBF16MatchesF32() {
   for (size_t rows = 1; rows <= kRowsLinearMaxRows; ++rows) {
     for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
                      size_t{64}, size_t{769}, size_t{1539}}) {
-      for (size_t n : {size_t{1}, size_t{3}, size_t{5}, size_t{9}, size_t{17}}) {
+      for (size_t n :
+           {size_t{1}, size_t{3}, size_t{5}, size_t{9}, size_t{17}}) {
         const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
         const auto [wb, wf] =
             test::ToBF16(test::RandomVector(rng, n * k, -1.f, 1.f));

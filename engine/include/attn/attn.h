@@ -376,10 +376,10 @@ typedef struct attn_lm_options {
   attn_dtype dtype;
 } attn_lm_options;
 
-#define ATTN_LM_OPTIONS_INIT                                            \
-  {                                                                     \
+#define ATTN_LM_OPTIONS_INIT                                        \
+  {                                                                 \
     sizeof(attn_lm_options), 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, 0, 0, \
-        ATTN_DTYPE_F32                                                  \
+        ATTN_DTYPE_F32                                              \
   }
 
 /* Loads a language model from a safetensors file: the book's GPTModel, a
