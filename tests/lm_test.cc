@@ -211,14 +211,17 @@ INSTANTIATE_TEST_SUITE_P(Cases, LmGolden, ::testing::ValuesIn(CaseNames()));
 // weights are the reference.
 const char* const kBf16Cases[] = {"gpt_book_3l", "llama_gqa"};
 
-void SkipWithoutNativeBf16() {
-  if (!GetRuntimeInfo().native_bf16) GTEST_SKIP() << "no native bf16";
-}
+class LmBf16Test : public ::testing::Test {
+ protected:
+  // GTEST_SKIP only ends the test from the test body or SetUp.
+  void SetUp() override {
+    if (!GetRuntimeInfo().native_bf16) GTEST_SKIP() << "no native bf16";
+  }
+};
 
 // A step of one token reads the bf16 weights with fp32 activations, in the
 // fp32 model's order: the same bits.
-TEST(LmBf16, OneTokenStepsGiveTheFp32ModelsBits) {
-  SkipWithoutNativeBf16();
+TEST_F(LmBf16Test, OneTokenStepsGiveTheFp32ModelsBits) {
   for (const char* name : kBf16Cases) {
     const Case c = ReadCase(name);
     auto f32 = NewBatch(Load(name, 2), 1);
@@ -240,8 +243,7 @@ TEST(LmBf16, OneTokenStepsGiveTheFp32ModelsBits) {
 
 // Whole prompts run oneDNN's bf16 matmuls on activations rounded to bf16:
 // PyTorch's logits within bf16's rounding, the same bits at 1 and 2 threads.
-TEST(LmBf16, PromptLogitsMatchPyTorchWithinBf16Rounding) {
-  SkipWithoutNativeBf16();
+TEST_F(LmBf16Test, PromptLogitsMatchPyTorchWithinBf16Rounding) {
   for (const char* name : kBf16Cases) {
     const Case c = ReadCase(name);
     std::vector<float> first;
