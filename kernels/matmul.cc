@@ -259,10 +259,8 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
   const int64_t B = rank == 3 ? dst.dims[0] : 1;
   const int64_t M = dst.dims[rank - 2], N = dst.dims[rank - 1];
   const bool split = threading == Threading::kTeam;
-  const int64_t col_tile = !split                 ? N
-                           : M >= kMatMulWideRows ? N
-                           : M >= kMatMulRowTile  ? kMatMulColumnTile
-                                                  : kMatMulNarrowTile;
+  const int64_t col_tile =
+      !split || M >= kMatMulWideRows ? N : kMatMulNarrowTile;
   const Tiles cols = Tiles::Of(N, col_tile);
   const Tiles rows = Tiles::Of(
       M, split ? std::max(kMatMulMinRows, kMatMulTileWork / cols.size) : M);

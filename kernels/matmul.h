@@ -48,20 +48,21 @@ enum class Threading {
 };
 
 // Tiles of Threading::kTeam, each of one batch. From kMatMulWideRows rows
-// on, a tile spans every column, so its dst rows are dense (oneDNN 2.6 runs
-// a strided dst on gemm:jit, not brgemm); fewer rows are also cut into
-// kMatMulColumnTile columns, or kMatMulNarrowTile below kMatMulRowTile rows,
-// so that they still spread over threads. A tile has about kMatMulTileWork
-// dst elements, and at least kMatMulMinRows rows.
-constexpr int64_t kMatMulWideRows = 256;
-constexpr int64_t kMatMulRowTile = 128;
-constexpr int64_t kMatMulColumnTile = 256;
+// on, a tile spans every column: its dst rows are dense (oneDNN 2.6 runs a
+// strided dst on gemm:jit, not brgemm), and its weights are one chunk laid
+// out as for kMatMulPackedRows rows, so the run reads the model's packed
+// copy. (Column tiles of 256 at 128-255 rows ran a 128-token GPT-2 prompt
+// on the plain weights, 3 tiles of an [e, e] product on 2 threads, 17% and
+// 5% slower at 2 and 1 threads on Zen 4.) Fewer rows are cut into
+// kMatMulNarrowTile columns, so that they still spread over threads. A tile
+// has about kMatMulTileWork dst elements, and at least kMatMulMinRows rows.
+constexpr int64_t kMatMulWideRows = 128;
 constexpr int64_t kMatMulNarrowTile = 64;
-constexpr int64_t kMatMulTileWork = kMatMulRowTile * kMatMulColumnTile;
+constexpr int64_t kMatMulTileWork = 128 * 256;
 constexpr int64_t kMatMulMinRows = 64;
-// The row count whose weight packing a model keeps for all its runs: the
-// tiles, and so the packed layout, of every kTeam product of at least this
-// many rows and 8 or more columns are the same (MatMul::SharesPackedWeights
+// The row count whose weight packing a model keeps for all its runs: every
+// kTeam product of at least kMatMulWideRows rows and 8 or more columns has
+// full-width tiles, and so this packed layout (MatMul::SharesPackedWeights
 // tells for sure).
 constexpr int64_t kMatMulPackedRows = 4096;
 

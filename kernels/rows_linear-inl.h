@@ -134,9 +134,9 @@ HWY_INLINE void RowsLinearTile(D d, const float* xb, size_t g, size_t k0,
 // with 32 vector registers all rows are one register tile, so w is loaded
 // once (8 rows by 4 columns: on Zen 4 a GPT-2 decode step of 8 rows takes
 // 29 ms, 40 ms in tiles of 4 rows); with 16, the rows go through in tiles
-// of at most 4 while the tile's w is in L1. k is taken in blocks of kBlock so that the rows' slices of x stay
-// in L1; each output's accumulator is kept between blocks, so it still sums
-// over k in order.
+// of at most 4 while the tile's w is in L1. k is taken in blocks of kBlock so
+// that the rows' slices of x stay in L1; each output's accumulator is kept
+// between blocks, so it still sums over k in order.
 template <size_t kRows, size_t kCols, class D, typename TW>
 HWY_INLINE void RowsLinearColumnsT(D d, const float* x, size_t k, const TW* w,
                                    const float* bias, size_t n, size_t j0,
