@@ -29,7 +29,7 @@ size_t TinyScratchFloats(int64_t rows, int64_t seq_len, int64_t d_out) {
 Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
     const MhaModelData& m, DataType type, int64_t batch, int64_t seq_len,
     const KvCache* cache, int num_threads, uint64_t held,
-    const std::string& what) {
+    const std::string& what, AttentionOp* previous) {
   std::unique_ptr<AttentionOp> op(new AttentionOp());
   const MhaConfig& c = m.config;
   op->m_ = &m;
@@ -63,7 +63,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   const ThreadScope threads(num_threads);
   op->num_threads_ = threads.num_threads();
   ATTN_RETURN_IF_ERROR(op->MakeMatMuls(type));
-  ATTN_RETURN_IF_ERROR(op->Allocate(type, held, what));
+  ATTN_RETURN_IF_ERROR(op->Allocate(type, held, what, previous));
   ATTN_RETURN_IF_ERROR(op->PackWeights());
   if (rope) {
     const auto rows = static_cast<uint64_t>(batch * seq_len);
@@ -137,7 +137,7 @@ Status AttentionOp::MakeMatMuls(DataType type) {
 }
 
 Status AttentionOp::Allocate(DataType type, uint64_t held,
-                             const std::string& what) {
+                             const std::string& what, AttentionOp* previous) {
   const MhaConfig& c = m_->config;
   const auto rows = static_cast<size_t>(batch_ * seq_len_);
   const size_t elem = kernels::SizeOf(type);
@@ -147,19 +147,39 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   size_t mm_scratch =
       std::max(qkv_proj_->scratch_bytes(), out_proj_->scratch_bytes());
   Workspace workspace;
-  // The model's packed weights where the layouts agree.
-  const AttentionOp* shared = m_->packed.get();
-  // (The model's op is never tiny: it has its matmuls.)
-  if (shared && !cache_ && qkv_proj_->SharesPackedWeights(*shared->qkv_proj_)) {
-    qkv_weights_ = shared->qkv_weights_;
-  } else {
-    workspace.Add(&w_qkv_, qkv_proj_->packed_weights_bytes());
-  }
-  if (shared && out_proj_->SharesPackedWeights(*shared->out_proj_)) {
-    out_weights_ = shared->out_weights_;
-  } else {
-    workspace.Add(&w_out_, out_proj_->packed_weights_bytes());
-  }
+  // Each projection runs on the model's packed weights where laid out alike
+  // (the model's op has no cache, so its fused projection serves only ops
+  // without one), else on previous's, taken over, else on its own, packed
+  // by PackWeights. (The model's op is never tiny: it has its matmuls.)
+  const AttentionOp* model = m_->packed.get();
+  AttentionOp* prev = previous && previous->qkv_proj_ &&
+                              previous->cache_.has_value() == cache_.has_value()
+                          ? previous
+                          : nullptr;
+  const auto choose =
+      [&](const kernels::MatMul& mm, const kernels::MatMul* model_mm,
+          const void* model_weights, const kernels::MatMul* prev_mm,
+          AlignedBuffer* prev_weights, AlignedBuffer* own,
+          const void** weights) {
+        if (model_mm && mm.SharesPackedWeights(*model_mm)) {
+          *weights = model_weights;
+        } else if (prev_mm && prev_weights->size() &&
+                   mm.SharesPackedWeights(*prev_mm)) {
+          *own = std::move(*prev_weights);
+          *weights = own->data();
+        } else {
+          workspace.Add(own, mm.packed_weights_bytes());
+        }
+      };
+  const bool model_qkv = model && !cache_;
+  choose(*qkv_proj_, model_qkv ? &*model->qkv_proj_ : nullptr,
+         model_qkv ? model->qkv_weights_ : nullptr,
+         prev ? &*prev->qkv_proj_ : nullptr, prev ? &prev->w_qkv_ : nullptr,
+         &w_qkv_, &qkv_weights_);
+  choose(*out_proj_, model ? &*model->out_proj_ : nullptr,
+         model ? model->out_weights_ : nullptr,
+         prev ? &*prev->out_proj_ : nullptr, prev ? &prev->w_out_ : nullptr,
+         &w_out_, &out_weights_);
   workspace.Add(&b_qkv_, m_->b_qkv.size() * sizeof(float));
   workspace.Add(&b_out_, m_->b_out.size() * sizeof(float));
   buffer_bytes_[kInputLow] = type == DataType::kBF16 ? rows * d_in * elem : 0;
@@ -180,14 +200,13 @@ Status AttentionOp::PackWeights() {
   // w_qkv[(g * D + j) * d_in + i]; W_out^T likewise.
   const std::vector<int64_t> strides = {D * d_in, 1, d_in};
   const float* w = m_->w_qkv.data();
-  if (cache_) {
-    // W_qkv [G D, d_in] row-major is W_qkv^T [d_in, G D], strides {1, d_in}.
-    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(
-        {{d_in, QkvWidth()}, {1, d_in}, DataType::kF32}, w, w_qkv_.data()));
-    qkv_weights_ = w_qkv_.data();
-  } else if (!qkv_weights_) {  // not the model's
-    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(
-        {{H_ + 2 * Hkv_, d_in, D}, strides, DataType::kF32}, w, w_qkv_.data()));
+  if (!qkv_weights_) {  // neither the model's nor taken over
+    // With a cache W_qkv [G D, d_in] row-major is W_qkv^T [d_in, G D],
+    // strides {1, d_in}.
+    const Operand plain =
+        cache_ ? Operand{{d_in, QkvWidth()}, {1, d_in}, DataType::kF32}
+               : Operand{{H_ + 2 * Hkv_, d_in, D}, strides, DataType::kF32};
+    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(plain, w, w_qkv_.data()));
     qkv_weights_ = w_qkv_.data();
   }
   if (!out_weights_) {

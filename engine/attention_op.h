@@ -71,14 +71,16 @@ class AttentionOp {
   // them, turn q and k where the projection left them (fp32 only). With it
   // (fp32 only), one projection of the full width gives each token's q, k
   // and v, copied to the q plane and to rows [0, seq_len) of its cache
-  // sequence, where the core reads K and V. The op runs
-  // on the model's packed weights (MhaModelData::packed) where its matmuls lay
-  // them out alike, else packs its own, checked against the model's cap with
-  // `held` bytes already held; a failure names `what`.
+  // sequence, where the core reads K and V. The op runs on the model's
+  // packed weights (MhaModelData::packed) where its matmuls lay them out
+  // alike, else on those of `previous` (an op of the same model being
+  // replaced, as a decoder's last prompt is by one of another length), which
+  // it takes over where they agree, else packs its own, checked against the
+  // model's cap with `held` bytes already held; a failure names `what`.
   static Result<std::unique_ptr<AttentionOp>> Create(
       const MhaModelData& m, kernels::DataType type, int64_t batch,
       int64_t seq_len, const KvCache* cache, int num_threads, uint64_t held,
-      const std::string& what);
+      const std::string& what, AttentionOp* previous = nullptr);
 
   // Plans steps of `rows` new tokens against `cache` (fp32): one fused
   // projection [rows, (H + 2 Hkv) D] (kernels::RowsLinear up to
@@ -120,7 +122,7 @@ class AttentionOp {
   AttentionOp() = default;
   Status MakeMatMuls(kernels::DataType type);
   Status Allocate(kernels::DataType type, uint64_t held,
-                  const std::string& what);
+                  const std::string& what, AttentionOp* previous);
   Status PackWeights();
   void ForwardTiny(const float* x, float* y, float* scratch) const;
   void Project(const float* x, const int64_t* cache_seqs,

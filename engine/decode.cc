@@ -92,15 +92,20 @@ Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
   if (prompt && prompt->batch() == batch && prompt->seq_len() == seq_len) {
     return {};
   }
-  prompt.reset();
+  // The new op takes over the last one's packed weights where they agree,
+  // so a prompt of a new length does not pack them again; until it is made,
+  // the last one's bytes count as held.
+  const std::unique_ptr<AttentionOp> previous = std::move(prompt);
   prompt_buffers = OwnedBuffers();
   const KvCache cache = Cache();
   const uint64_t held = AddSat(HeldBytes(), other ? other->bytes() : 0);
+  const uint64_t held_before = AddSat(held, previous ? previous->bytes() : 0);
   const std::string what =
       "a prompt of batch " + Str(batch) + " x " + Str(seq_len) + " tokens";
-  ATTN_ASSIGN_OR_RETURN(std::unique_ptr<AttentionOp> op,
-                        AttentionOp::Create(*m, DataType::kF32, batch, seq_len,
-                                            &cache, num_threads, held, what));
+  ATTN_ASSIGN_OR_RETURN(
+      std::unique_ptr<AttentionOp> op,
+      AttentionOp::Create(*m, DataType::kF32, batch, seq_len, &cache,
+                          num_threads, held_before, what, previous.get()));
   ATTN_RETURN_IF_ERROR(prompt_buffers.Allocate(*op, AddSat(held, op->bytes()),
                                                m->max_memory_bytes, what));
   prompt = std::move(op);

@@ -331,6 +331,30 @@ TEST(DecoderTest, TruncateThenRedecodeRepeatsTheOutputs) {
   EXPECT_EQ(Incremental(*decoder, x, 2, 20, 8, 16, 1), first);
 }
 
+// A prompt of a new length replaces the decoder's prompt operator, which
+// takes over the last one's packed weights where its tiles lay them out
+// alike (from 128 rows on) and packs its own otherwise: either way its
+// output has the bits of a fresh decoder's.
+TEST(DecoderTest, PromptsOfNewLengthsEqualAFreshDecoders) {
+  const Shape shape{256, 256, 4, true, 512};
+  const Weights w(shape, 9);
+  auto model = w.Model(1);
+  auto decoder = MakeDecoder(model, 1, 0);
+  ASSERT_TRUE(decoder);
+  std::mt19937 rng(10);
+  for (const int64_t T : {130, 200, 131, 60, 150}) {
+    SCOPED_TRACE(T);
+    const auto x = test::RandomVector(rng, size_t(T * 256), -1.0f, 1.0f);
+    std::vector<float> y(x.size()), fresh_y(x.size());
+    decoder->Reset();
+    ASSERT_TRUE(decoder->Prefill(x.data(), T, y.data()).ok());
+    auto fresh = MakeDecoder(model, 1, 0);
+    ASSERT_TRUE(fresh);
+    ASSERT_TRUE(fresh->Prefill(x.data(), T, fresh_y.data()).ok());
+    EXPECT_EQ(y, fresh_y);
+  }
+}
+
 TEST(DecoderTest, Errors) {
   const Shape shape{4, 8, 2, false, 5};
   const Weights w(shape, 9);
