@@ -136,6 +136,41 @@ Status AttentionOp::MakeMatMuls(DataType type) {
   return {};
 }
 
+// Each projection runs on the model's packed weights where laid out alike
+// (the model's op has no cache, so its fused projection serves only ops
+// without one), else on previous's, taken over, else on its own, listed in
+// `workspace` for PackProjections. (The model's op is never tiny.)
+void AttentionOp::ChooseWeights(AttentionOp* previous, Workspace* workspace) {
+  const AttentionOp* model = m_->packed.get();
+  AttentionOp* prev = previous && previous->qkv_proj_ &&
+                              previous->cache_.has_value() == cache_.has_value()
+                          ? previous
+                          : nullptr;
+  const auto choose = [&](const MatMul& mm, const MatMul* model_mm,
+                          const void* model_weights, const MatMul* prev_mm,
+                          AlignedBuffer* prev_weights, AlignedBuffer* own,
+                          const void** weights) {
+    if (model_mm && mm.SharesPackedWeights(*model_mm)) {
+      *weights = model_weights;
+    } else if (prev_mm && prev_weights->size() &&
+               mm.SharesPackedWeights(*prev_mm)) {
+      *own = std::move(*prev_weights);
+      *weights = own->data();
+    } else {
+      workspace->Add(own, mm.packed_weights_bytes());
+    }
+  };
+  const bool model_qkv = model && !cache_;
+  choose(*qkv_proj_, model_qkv ? &*model->qkv_proj_ : nullptr,
+         model_qkv ? model->qkv_weights_ : nullptr,
+         prev ? &*prev->qkv_proj_ : nullptr, prev ? &prev->w_qkv_ : nullptr,
+         &w_qkv_, &qkv_weights_);
+  choose(*out_proj_, model ? &*model->out_proj_ : nullptr,
+         model ? model->out_weights_ : nullptr,
+         prev ? &*prev->out_proj_ : nullptr, prev ? &prev->w_out_ : nullptr,
+         &w_out_, &out_weights_);
+}
+
 Status AttentionOp::Allocate(DataType type, uint64_t held,
                              const std::string& what, AttentionOp* previous) {
   const MhaConfig& c = m_->config;
@@ -147,39 +182,7 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   size_t mm_scratch =
       std::max(qkv_proj_->scratch_bytes(), out_proj_->scratch_bytes());
   Workspace workspace;
-  // Each projection runs on the model's packed weights where laid out alike
-  // (the model's op has no cache, so its fused projection serves only ops
-  // without one), else on previous's, taken over, else on its own, packed
-  // by PackWeights. (The model's op is never tiny: it has its matmuls.)
-  const AttentionOp* model = m_->packed.get();
-  AttentionOp* prev = previous && previous->qkv_proj_ &&
-                              previous->cache_.has_value() == cache_.has_value()
-                          ? previous
-                          : nullptr;
-  const auto choose =
-      [&](const kernels::MatMul& mm, const kernels::MatMul* model_mm,
-          const void* model_weights, const kernels::MatMul* prev_mm,
-          AlignedBuffer* prev_weights, AlignedBuffer* own,
-          const void** weights) {
-        if (model_mm && mm.SharesPackedWeights(*model_mm)) {
-          *weights = model_weights;
-        } else if (prev_mm && prev_weights->size() &&
-                   mm.SharesPackedWeights(*prev_mm)) {
-          *own = std::move(*prev_weights);
-          *weights = own->data();
-        } else {
-          workspace.Add(own, mm.packed_weights_bytes());
-        }
-      };
-  const bool model_qkv = model && !cache_;
-  choose(*qkv_proj_, model_qkv ? &*model->qkv_proj_ : nullptr,
-         model_qkv ? model->qkv_weights_ : nullptr,
-         prev ? &*prev->qkv_proj_ : nullptr, prev ? &prev->w_qkv_ : nullptr,
-         &w_qkv_, &qkv_weights_);
-  choose(*out_proj_, model ? &*model->out_proj_ : nullptr,
-         model ? model->out_weights_ : nullptr,
-         prev ? &*prev->out_proj_ : nullptr, prev ? &prev->w_out_ : nullptr,
-         &w_out_, &out_weights_);
+  ChooseWeights(previous, &workspace);
   workspace.Add(&b_qkv_, m_->b_qkv.size() * sizeof(float));
   workspace.Add(&b_out_, m_->b_out.size() * sizeof(float));
   buffer_bytes_[kInputLow] = type == DataType::kBF16 ? rows * d_in * elem : 0;
@@ -193,7 +196,7 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   return workspace.Allocate(what, held, m_->max_memory_bytes);
 }
 
-Status AttentionOp::PackWeights() {
+Status AttentionOp::PackProjections() {
   const MhaConfig& c = m_->config;
   const int64_t d_in = c.d_in, d_out = c.d_out, D = D_;
   // W_qkv viewed as [G, d_in, D] is element (g, i, j) =
@@ -215,6 +218,11 @@ Status AttentionOp::PackWeights() {
                                m_->w_out.data(), w_out_.data()));
     out_weights_ = w_out_.data();
   }
+  return {};
+}
+
+Status AttentionOp::PackWeights() {
+  ATTN_RETURN_IF_ERROR(PackProjections());
   if (!m_->b_qkv.empty()) {
     std::memcpy(b_qkv_.data(), m_->b_qkv.data(), b_qkv_.size());
   }
@@ -407,7 +415,7 @@ void AttentionOp::ForwardTiny(const float* x, float* y, float* scratch) const {
 
 Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
     const MhaModelData& m, int64_t rows, const KvCache& cache, int num_threads,
-    uint64_t held, const std::string& what) {
+    uint64_t held, const std::string& what, AttentionOp* previous) {
   std::unique_ptr<AttentionOp> op(new AttentionOp());
   const MhaConfig& c = m.config;
   op->m_ = &m;
@@ -438,8 +446,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   workspace.Add(&op->q_rows_, R * static_cast<size_t>(op->H_) * Dp * 4);
   workspace.Add(&op->ctx_, R * d_out * sizeof(float));
   if (op->qkv_proj_) {
-    workspace.Add(&op->w_qkv_, op->qkv_proj_->packed_weights_bytes());
-    workspace.Add(&op->w_out_, op->out_proj_->packed_weights_bytes());
+    op->ChooseWeights(previous, &workspace);
     workspace.Add(&op->proj_scratch_,
                   std::max(op->qkv_proj_->scratch_bytes(),
                            op->out_proj_->scratch_bytes()) *
@@ -449,16 +456,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   // The padding lanes of q stay zero: DecodeAppend writes them zero too.
   std::memset(op->q_rows_.data(), 0, op->q_rows_.size());
   op->decode_rows_.reserve(R);
-  if (op->qkv_proj_) {
-    // W_qkv [n, d_in] row-major is W_qkv^T [d_in, n] with
-    // strides {1, d_in}; likewise W_out.
-    const int64_t d_in = c.d_in, n = c.d_out;
-    ATTN_RETURN_IF_ERROR(op->qkv_proj_->PackWeights(
-        {{d_in, op->QkvWidth()}, {1, d_in}, DataType::kF32}, m.w_qkv.data(),
-        op->w_qkv_.data()));
-    ATTN_RETURN_IF_ERROR(op->out_proj_->PackWeights(
-        {{n, n}, {1, n}, DataType::kF32}, m.w_out.data(), op->w_out_.data()));
-  }
+  if (op->qkv_proj_) ATTN_RETURN_IF_ERROR(op->PackProjections());
   if (c.rope.theta != 0.0) {
     ATTN_RETURN_IF_ERROR(op->MakeRope(static_cast<size_t>(cache.capacity),
                                       AddSat(held, workspace.bytes()), what));
@@ -491,14 +489,13 @@ Status AttentionOp::MakeStepMatMuls() {
 // x [R, in] -> y [R, out] = x W^T + b by `mm` on its packed weights, or by
 // kernels::RowsLinear on the plain ones when the step made no matmul.
 void AttentionOp::StepLinear(const std::optional<MatMul>& mm,
-                             const AlignedBuffer& packed,
-                             const std::vector<float>& w,
+                             const void* packed, const std::vector<float>& w,
                              const std::vector<hwy::bfloat16_t>& w_bf16,
                              const std::vector<float>& b, const float* x,
                              int64_t in, int64_t out, float* y,
                              int threads) const {
   if (mm) {
-    mm->Run(x, packed.data(), b.data(), y, proj_scratch_.data(), threads);
+    mm->Run(x, packed, b.data(), y, proj_scratch_.data(), threads);
     return;
   }
   const auto rows = static_cast<size_t>(batch_);
@@ -522,7 +519,7 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   auto* ctx = static_cast<float*>(ctx_.data());
   // x: [R, d_in] -> qkv: [R, (H + 2 Hkv) D], one fused projection, then
   // each row's q and k turned to its position.
-  StepLinear(qkv_proj_, w_qkv_, m.w_qkv, m.w_qkv_bf16, m.b_qkv, x, d_in,
+  StepLinear(qkv_proj_, qkv_weights_, m.w_qkv, m.w_qkv_bf16, m.b_qkv, x, d_in,
              QkvWidth(), qkv, threads.num_threads());
   if (rope_) {
     const auto R = static_cast<size_t>(batch_);
@@ -551,8 +548,8 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
                         threads.num_threads());
   RunDecodeKernel(partials, max_partials, threads.num_threads());
   // ctx: [R, d_out] -> y: [R, d_out].
-  StepLinear(out_proj_, w_out_, m.w_out, m.w_out_bf16, m.b_out, ctx, d_out,
-             d_out, y, threads.num_threads());
+  StepLinear(out_proj_, out_weights_, m.w_out, m.w_out_bf16, m.b_out, ctx,
+             d_out, d_out, y, threads.num_threads());
 }
 
 // Per (row, head, key chunk): softmax(q k^T / sqrt(D)) v over the row's

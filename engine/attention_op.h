@@ -88,9 +88,12 @@ class AttentionOp {
   // k, the tokens' q, k and v into the decode kernel's rows and the cache
   // (kernels::DecodeAppend), the decode kernel over each row's keys, the
   // output projection.
+  // Its matmuls' packed weights are found as Create's (`previous`: a step
+  // op of the same model being replaced).
   static Result<std::unique_ptr<AttentionOp>> CreateStep(
       const MhaModelData& m, int64_t rows, const KvCache& cache,
-      int num_threads, uint64_t held, const std::string& what);
+      int num_threads, uint64_t held, const std::string& what,
+      AttentionOp* previous = nullptr);
 
   // The forward on `buffers` (see Buffer). `cache_seqs[i]`: the cache
   // sequence of the batch's i-th sequence (with a cache only; null
@@ -123,14 +126,16 @@ class AttentionOp {
   Status MakeMatMuls(kernels::DataType type);
   Status Allocate(kernels::DataType type, uint64_t held,
                   const std::string& what, AttentionOp* previous);
+  void ChooseWeights(AttentionOp* previous, Workspace* workspace);
+  Status PackProjections();
   Status PackWeights();
   void ForwardTiny(const float* x, float* y, float* scratch) const;
   void Project(const float* x, const int64_t* cache_seqs,
                const Buffers& buffers) const;
   void ScatterQkv(const float* rows, const int64_t* cache_seqs, float* q) const;
   Status MakeStepMatMuls();
-  void StepLinear(const std::optional<kernels::MatMul>& mm,
-                  const AlignedBuffer& packed, const std::vector<float>& w,
+  void StepLinear(const std::optional<kernels::MatMul>& mm, const void* packed,
+                  const std::vector<float>& w,
                   const std::vector<hwy::bfloat16_t>& w_bf16,
                   const std::vector<float>& b, const float* x, int64_t in,
                   int64_t out, float* y, int threads) const;

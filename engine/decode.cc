@@ -62,7 +62,10 @@ struct MhaDecoder::Impl {
     return AddSat(AddSat(MhaModelBytes(*m), k_cache.size() + v_cache.size()),
                   partials.size() + (step ? step->bytes() : 0));
   }
-  Result<std::unique_ptr<AttentionOp>> MakeStep(int64_t rows) const;
+  // A step op of `rows` rows; it takes over `previous`'s packed weights
+  // where they agree, and previous's bytes count as held until it is made.
+  Result<std::unique_ptr<AttentionOp>> MakeStep(
+      int64_t rows, AttentionOp* previous = nullptr) const;
   Status AllocateCache();
   Status Append(const float* input, const int64_t* new_tokens, float* output);
   Result<int64_t> CountRows(const int64_t* new_tokens) const;
@@ -83,9 +86,11 @@ struct MhaDecoder::Impl {
 };
 
 Result<std::unique_ptr<AttentionOp>> MhaDecoder::Impl::MakeStep(
-    int64_t rows) const {
-  return AttentionOp::CreateStep(*m, rows, Cache(), num_threads, HeldBytes(),
-                                 "a decoder step of " + Str(rows) + " tokens");
+    int64_t rows, AttentionOp* previous) const {
+  const uint64_t held = AddSat(HeldBytes(), previous ? previous->bytes() : 0);
+  return AttentionOp::CreateStep(*m, rows, Cache(), num_threads, held,
+                                 "a decoder step of " + Str(rows) + " tokens",
+                                 previous);
 }
 
 Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
@@ -179,8 +184,10 @@ Status MhaDecoder::Impl::AppendRows(const float* input,
   AttentionOp* op = step.get();
   if (R != B) {
     if (!other || other->rows() != R) {
-      other.reset();
-      ATTN_ASSIGN_OR_RETURN(other, MakeStep(R));
+      // The new op takes over the last one's packed weights (steps of more
+      // than 8 rows), so sequences that come and go repack nothing.
+      const std::unique_ptr<AttentionOp> previous = std::move(other);
+      ATTN_ASSIGN_OR_RETURN(other, MakeStep(R, previous.get()));
     }
     op = other.get();
   }

@@ -355,6 +355,38 @@ TEST(DecoderTest, PromptsOfNewLengthsEqualAFreshDecoders) {
   }
 }
 
+// Steps of more than 8 rows run a matmul, whose op is remade whenever the
+// number of sequences stepped changes and takes over the last one's packed
+// weights: every sequence's outputs still match the reference over its
+// tokens.
+TEST(DecoderTest, StepsOfChangingRowCountsMatchTheReference) {
+  const Shape shape{64, 64, 4, true, 0};
+  const Weights w(shape, 11);
+  constexpr int64_t kB = 12, kSteps = 6;
+  auto decoder = MakeDecoder(w.Model(2), kB, kSteps);
+  ASSERT_TRUE(decoder);
+  // Sequences stepped at each step: the first `rows[t]` of them.
+  const int64_t rows[kSteps] = {12, 9, 11, 9, 10, 12};
+  std::mt19937 rng(12);
+  std::vector<std::vector<float>> xs(kB), ys(kB);
+  for (const int64_t R : rows) {
+    std::vector<int64_t> counts(kB, 0);
+    std::fill_n(counts.begin(), R, 1);
+    const auto x = test::RandomVector(rng, size_t(R * 64), -1.0f, 1.0f);
+    std::vector<float> y(x.size());
+    ASSERT_TRUE(decoder->Prefill(x.data(), counts.data(), y.data()).ok());
+    for (int64_t b = 0; b < R; ++b) {
+      xs[b].insert(xs[b].end(), &x[b * 64], &x[(b + 1) * 64]);
+      ys[b].insert(ys[b].end(), &y[b * 64], &y[(b + 1) * 64]);
+    }
+  }
+  for (int64_t b = 0; b < kB; ++b) {
+    SCOPED_TRACE(b);
+    const auto T = static_cast<int64_t>(xs[b].size()) / 64;
+    ExpectMatches(w.Reference(xs[b], 1, T), ys[b], "sequence vs reference");
+  }
+}
+
 TEST(DecoderTest, Errors) {
   const Shape shape{4, 8, 2, false, 5};
   const Weights w(shape, 9);
