@@ -136,21 +136,22 @@ Status AttentionOp::MakeMatMuls(DataType type) {
   return {};
 }
 
-// Each projection runs on the model's packed weights where laid out alike
-// (the model's op has no cache, so its fused projection serves only ops
-// without one), else on previous's, taken over, else on its own, listed in
-// `workspace` for PackProjections. (The model's op is never tiny.)
+// Each projection runs on the model's packed weights where it can read them
+// (MatMul::ReadPackedWeightsOf; the model's op has no cache, so its fused
+// projection serves only ops without one), else on previous's, taken over,
+// else on its own, listed in `workspace` for PackProjections. (The model's
+// op is never tiny.)
 void AttentionOp::ChooseWeights(AttentionOp* previous, Workspace* workspace) {
   const AttentionOp* model = m_->packed.get();
   AttentionOp* prev = previous && previous->qkv_proj_ &&
                               previous->cache_.has_value() == cache_.has_value()
                           ? previous
                           : nullptr;
-  const auto choose = [&](const MatMul& mm, const MatMul* model_mm,
+  const auto choose = [&](MatMul& mm, const MatMul* model_mm,
                           const void* model_weights, const MatMul* prev_mm,
                           AlignedBuffer* prev_weights, AlignedBuffer* own,
                           const void** weights) {
-    if (model_mm && mm.SharesPackedWeights(*model_mm)) {
+    if (model_mm && mm.ReadPackedWeightsOf(*model_mm)) {
       *weights = model_weights;
     } else if (prev_mm && prev_weights->size() &&
                mm.SharesPackedWeights(*prev_mm)) {

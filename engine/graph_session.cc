@@ -294,7 +294,7 @@ Status GraphSession::Plan::PrepareLinear(size_t k, int64_t R,
   ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm, graph::LinearMatMul(m, k, R));
   step_bytes[k][kMatMulScratch] =
       mm.scratch_bytes() * static_cast<size_t>(m.num_threads);
-  own_packing[k] = !mm.SharesPackedWeights(*m.packed_layout[k]);
+  own_packing[k] = !mm.ReadPackedWeightsOf(*m.packed_layout[k]);
   if (own_packing[k]) {
     for (size_t l = 0; l < m.layer.size(); ++l) {
       workspace.Add(&packed[l][k], mm.packed_weights_bytes());

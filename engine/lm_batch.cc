@@ -195,15 +195,15 @@ Status LmBatch::Impl::Reserve(int64_t rows, int64_t logits) {
 }
 
 // The matmul of `linear` for `rows` rows, made once per row count: on the
-// model's packed weights when it lays them out alike, else on the plain
-// ones (no second packed copy).
+// model's packed weights when it can read them (MatMul::ReadPackedWeightsOf),
+// else on the plain ones (no second packed copy).
 Status LmBatch::Impl::PlanLinear(const lm::Linear& linear, int64_t rows) {
   if (rows <= int64_t(kernels::kRowsLinearMaxRows)) return {};
   const auto key = std::make_pair(&linear, rows);
   if (plans.count(key)) return {};
   ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm,
                         lm::LinearMatMul(linear, rows, /*packed=*/true));
-  const bool packed = mm.SharesPackedWeights(*linear.packed_layout);
+  const bool packed = mm.ReadPackedWeightsOf(*linear.packed_layout);
   if (!packed) {
     ATTN_ASSIGN_OR_RETURN(mm, lm::LinearMatMul(linear, rows, false));
   }

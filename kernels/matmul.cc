@@ -61,6 +61,12 @@ struct Tiles {
     const int64_t count = (total + size - 1) / size;
     return {size, count, total - (count - 1) * size};
   }
+  // Tiles of `size`, the last one shorter: tiles of one size start on
+  // every multiple of it.
+  static Tiles Blocks(int64_t total, int64_t size) {
+    const int64_t count = (total + size - 1) / size;
+    return {size, count, total - (count - 1) * size};
+  }
   int64_t SizeOf(int64_t i) const { return i + 1 < count ? size : last; }
 };
 
@@ -102,6 +108,45 @@ size_t OffsetOf(const Operand& op, const Box& box, Role role) {
 }
 
 size_t AlignUp(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// Byte offset in packed weights `whole` [K, N] of columns [n0, n0 + cols)
+// laid out as `part` [K, cols] lays them, when they lie there byte for
+// byte: the same blocked layout (blocks, block strides, padded K), n0 a
+// whole number of column blocks in, and `part` ending on a block edge or
+// where `whole` ends (its padding then is whole's). Nullopt otherwise.
+std::optional<size_t> ColumnsInside(const memory::desc& whole,
+                                    const memory::desc& part, int64_t n0) {
+  const dnnl_memory_desc_t& w = whole.data;
+  const dnnl_memory_desc_t& p = part.data;
+  if (w.ndims != 2 || p.ndims != 2 || w.format_kind != dnnl_blocked ||
+      p.format_kind != dnnl_blocked || w.data_type != p.data_type ||
+      w.extra.flags != 0 || p.extra.flags != 0 || w.offset0 != 0 ||
+      p.offset0 != 0 || w.dims[0] != p.dims[0] ||
+      w.padded_dims[0] != p.padded_dims[0]) {
+    return std::nullopt;
+  }
+  const dnnl_blocking_desc_t& wb = w.format_desc.blocking;
+  const dnnl_blocking_desc_t& pb = p.format_desc.blocking;
+  if (wb.inner_nblks != pb.inner_nblks || wb.strides[0] != pb.strides[0] ||
+      wb.strides[1] != pb.strides[1]) {
+    return std::nullopt;
+  }
+  int64_t col_block = 1;
+  for (int i = 0; i < wb.inner_nblks; ++i) {
+    if (wb.inner_blks[i] != pb.inner_blks[i] ||
+        wb.inner_idxs[i] != pb.inner_idxs[i]) {
+      return std::nullopt;
+    }
+    if (wb.inner_idxs[i] == 1) col_block *= wb.inner_blks[i];
+  }
+  const int64_t cols = p.dims[1];
+  const bool ends_on_edge = cols % col_block == 0 || n0 + cols == w.dims[1];
+  if (n0 % col_block != 0 || n0 + cols > w.dims[1] || !ends_on_edge) {
+    return std::nullopt;
+  }
+  return static_cast<size_t>(n0 / col_block * wb.strides[1]) *
+         dnnl_data_type_size(w.data_type);
+}
 
 }  // namespace
 
@@ -259,9 +304,11 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
   const int64_t B = rank == 3 ? dst.dims[0] : 1;
   const int64_t M = dst.dims[rank - 2], N = dst.dims[rank - 1];
   const bool split = threading == Threading::kTeam;
-  const int64_t col_tile =
-      !split || M >= kMatMulWideRows ? N : kMatMulNarrowTile;
-  const Tiles cols = Tiles::Of(N, col_tile);
+  // Narrow tiles start on multiples of 64 columns, where they can read a
+  // full-width product's packed weights (ReadPackedWeightsOf).
+  const Tiles cols = !split || M >= kMatMulWideRows
+                         ? Tiles::Of(N, N)
+                         : Tiles::Blocks(N, kMatMulNarrowTile);
   const Tiles rows = Tiles::Of(
       M, split ? std::max(kMatMulMinRows, kMatMulTileWork / cols.size) : M);
   try {
@@ -313,6 +360,41 @@ bool MatMul::SharesPackedWeights(const MatMul& other) const {
       return false;
     }
   }
+  return true;
+}
+
+bool MatMul::ReadPackedWeightsOf(const MatMul& other) {
+  if (SharesPackedWeights(other)) return true;
+  Impl& a = *impl_;
+  const Impl& b = *other.impl_;
+  if (!a.packed || !b.packed) return false;
+  std::vector<size_t> offsets;  // of a's chunks in b's copy
+  for (const Impl::Chunk& x : a.chunks) {
+    std::optional<size_t> at;
+    for (const Impl::Chunk& y : b.chunks) {
+      if (y.box.b != x.box.b || x.box.n0 < y.box.n0 ||
+          x.box.n0 + x.box.cols > y.box.n0 + y.box.cols) {
+        continue;
+      }
+      const std::optional<size_t> inside =
+          ColumnsInside(b.kinds[y.kind].pd.weights_desc(),
+                        a.kinds[x.kind].pd.weights_desc(), x.box.n0 - y.box.n0);
+      if (inside) at = y.offset + *inside;
+      break;
+    }
+    if (!at) return false;
+    offsets.push_back(*at);
+  }
+  for (Impl::Tile& tile : a.tiles) {
+    for (size_t i = 0; i < a.chunks.size(); ++i) {
+      if (tile.wei == a.chunks[i].offset) {
+        tile.wei = offsets[i];
+        break;
+      }
+    }
+  }
+  for (size_t i = 0; i < a.chunks.size(); ++i) a.chunks[i].offset = offsets[i];
+  a.packed_bytes = b.packed_bytes;
   return true;
 }
 

@@ -53,8 +53,9 @@ enum class Threading {
 // out as for kMatMulPackedRows rows, so the run reads the model's packed
 // copy. (Column tiles of 256 at 128-255 rows ran a 128-token GPT-2 prompt
 // on the plain weights, 3 tiles of an [e, e] product on 2 threads, 17% and
-// 5% slower at 2 and 1 threads on Zen 4.) Fewer rows are cut into
-// kMatMulNarrowTile columns, so that they still spread over threads. A tile
+// 5% slower at 2 and 1 threads on Zen 4.) Fewer rows are cut into columns
+// of kMatMulNarrowTile (the last one shorter), so that they still spread
+// over threads and read the full-width packed copy in place. A tile
 // has about kMatMulTileWork dst elements, and at least kMatMulMinRows rows.
 constexpr int64_t kMatMulWideRows = 128;
 constexpr int64_t kMatMulNarrowTile = 64;
@@ -92,6 +93,12 @@ class MatMul {
   // same chunks in the same layouts), so that one packed copy serves both:
   // the layout depends on the tiles, so on the row count.
   bool SharesPackedWeights(const MatMul& other) const;
+  // Makes Run read its weights from `other`'s packed copy when each of its
+  // chunks lies inside one of other's byte for byte (the same blocked
+  // layout, starting a whole number of column blocks in: the 64-column
+  // tiles of a short product inside a long one's full-width chunk), or when
+  // SharesPackedWeights. Returns false, changing nothing, otherwise.
+  bool ReadPackedWeightsOf(const MatMul& other);
   // dst = src x wei (+ bias, post-ops) on num_threads threads (1 for
   // Threading::kWorker). Pointers must match the operands given to Create;
   // `wei` is in the packed layout when Create was asked for one.

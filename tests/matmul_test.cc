@@ -111,14 +111,61 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // Full-width tiles: three row tiles, the last one short.
         Problem{1, 301, 70, 257, true, true, true},
-        // Two column tiles of one row tile, the last one short.
+        // Full-width from 128 rows on: two row tiles of 100.
         Problem{1, 200, 70, 257, true, true, true},
+        // Below 128 rows, five column tiles, the last one of one column.
+        Problem{1, 100, 70, 257, true, true, true},
         // A decode step: 5 rows, narrow column tiles, a short last one.
         Problem{1, 5, 70, 257, true, false, false},
         // Rank 3 as the fused q/k/v projection: broadcast src, per-batch
         // packed weights and bias, three row tiles.
         Problem{5, 3000, 40, 24, true, false, false},
         Problem{3, 7, 33, 100, false, false, false}));
+
+// A short product's 64-column tiles read a long product's full-width
+// packed weights in place (the same bytes as their own packing, so the
+// same bits), a last partial block included; a product of another K or
+// of unpacked weights cannot.
+TEST(MatMulPackingTest, ShortProductsReadALongOnesPackedWeights) {
+  for (const int64_t N : {64, 200, 768}) {
+    SCOPED_TRACE(N);
+    const int64_t K = 70;
+    const Problem p{1, 9, K, N, true, false, false};
+    const Data d(p);
+    const Operand bias{{1, N}, {}, DataType::kF32};
+    const auto make = [&](int64_t M, int64_t k) {
+      Result<MatMul> mm = MatMul::Create(
+          {{M, k}, {}, DataType::kF32}, {{k, N}, {}, DataType::kF32}, &bias,
+          {{M, N}, {}, DataType::kF32}, Threading::kTeam);
+      EXPECT_TRUE(mm.ok()) << mm.status().message();
+      return std::move(mm).value();
+    };
+    const Operand plain{{K, N}, {1, K}, DataType::kF32};
+    const auto pack = [&](const MatMul& mm) {
+      std::vector<char> packed(mm.packed_weights_bytes());
+      EXPECT_TRUE(mm.PackWeights(plain, d.w.data(), packed.data()).ok());
+      return packed;
+    };
+    const auto run = [&](const MatMul& mm, const std::vector<char>& packed) {
+      std::vector<char> scratch(mm.scratch_bytes() * 2 + 64);
+      std::vector<float> y(size_t(p.M * N));
+      mm.Run(d.x.data(), packed.data(), d.b.data(), y.data(), scratch.data(),
+             2);
+      return y;
+    };
+    const MatMul long_mm = make(kMatMulPackedRows, K);
+    const std::vector<char> long_packed = pack(long_mm);
+    const MatMul own = make(p.M, K);
+    const std::vector<float> expected = run(own, pack(own));
+    test::ExpectAllClose(Reference(p, d), expected.data(), 1e-4, "own");
+    MatMul reader = make(p.M, K);
+    ASSERT_TRUE(reader.ReadPackedWeightsOf(long_mm));
+    EXPECT_EQ(reader.packed_weights_bytes(), long_mm.packed_weights_bytes());
+    EXPECT_EQ(run(reader, long_packed), expected);
+    MatMul other_k = make(p.M, K + 16);
+    EXPECT_FALSE(other_k.ReadPackedWeightsOf(long_mm));
+  }
+}
 
 // A worker's matmul as the attention core makes it: weights given with
 // strides (k^T of a [N, D] key block), run whole on the calling thread.
