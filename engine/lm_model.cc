@@ -100,7 +100,7 @@ Result<Norm> MakeNorm(const WeightSource& w, Role scale, Role shift,
   return norm;
 }
 
-// The packed copy that every run of kMatMulWideRows rows and more reads.
+// The packed copy that every run of MatMulWideRows() rows and more reads.
 Status Pack(Linear& linear) {
   ATTN_ASSIGN_OR_RETURN(
       kernels::MatMul mm,

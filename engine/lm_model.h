@@ -26,7 +26,7 @@ namespace lm {
 // or, in bf16 models, in bf16 (`weight_bf16`), never both. A step of up to
 // kernels::kRowsLinearMaxRows rows reads it (kernels::RowsLinear); longer
 // ones run a matmul (in a bf16 model, on x rounded to bf16) on `packed`,
-// laid out as `packed_layout` (every run of kMatMulWideRows rows or more)
+// laid out as `packed_layout` (every run of MatMulWideRows() rows or more)
 // lays it out, or on the plain weights when their matmul lays them out
 // otherwise.
 struct Linear {

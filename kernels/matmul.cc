@@ -304,10 +304,11 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
   const int64_t B = rank == 3 ? dst.dims[0] : 1;
   const int64_t M = dst.dims[rank - 2], N = dst.dims[rank - 1];
   const bool split = threading == Threading::kTeam;
-  // Narrow tiles start on multiples of 64 columns, where they can read a
-  // full-width product's packed weights (ReadPackedWeightsOf).
-  const Tiles cols = !split || M >= kMatMulWideRows
-                         ? Tiles::Of(N, N)
+  // Column tiles start on multiples of their width, where those of 64 can
+  // read a full-width product's packed weights (ReadPackedWeightsOf).
+  const Tiles cols = !split || M >= MatMulWideRows() ? Tiles::Of(N, N)
+                     : M >= kMatMulRowTile
+                         ? Tiles::Blocks(N, kMatMulColumnTile)
                          : Tiles::Blocks(N, kMatMulNarrowTile);
   const Tiles rows = Tiles::Of(
       M, split ? std::max(kMatMulMinRows, kMatMulTileWork / cols.size) : M);
@@ -580,6 +581,29 @@ const char* MatMulIsaName() {
     default:
       return "other";
   }
+}
+
+int64_t MatMulWideRows() {
+  static const int64_t rows = [] {
+    try {
+      // Whether oneDNN packs a prompt's projection's weights in blocks.
+      const memory::desc src({128, 768}, memory::data_type::f32,
+                             memory::format_tag::ab);
+      const memory::desc wei({768, 768}, memory::data_type::f32,
+                             memory::format_tag::any);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, src),
+                                            attr, CpuEngine());
+      const dnnl_memory_desc_t& packed = pd.weights_desc().data;
+      const bool blocked = packed.format_kind == dnnl_blocked &&
+                           packed.format_desc.blocking.inner_nblks > 0;
+      return blocked ? kMatMulRowTile : 2 * kMatMulRowTile;
+    } catch (const dnnl::error&) {
+      return 2 * kMatMulRowTile;
+    }
+  }();
+  return rows;
 }
 
 bool HasNativeBF16() {

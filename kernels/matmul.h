@@ -47,22 +47,30 @@ enum class Threading {
   kTeam,
 };
 
-// Tiles of Threading::kTeam, each of one batch. From kMatMulWideRows rows
+// Tiles of Threading::kTeam, each of one batch. From MatMulWideRows() rows
 // on, a tile spans every column: its dst rows are dense (oneDNN 2.6 runs a
 // strided dst on gemm:jit, not brgemm), and its weights are one chunk laid
 // out as for kMatMulPackedRows rows, so the run reads the model's packed
-// copy. (Column tiles of 256 at 128-255 rows ran a 128-token GPT-2 prompt
-// on the plain weights, 3 tiles of an [e, e] product on 2 threads, 17% and
-// 5% slower at 2 and 1 threads on Zen 4.) Fewer rows are cut into columns
-// of kMatMulNarrowTile (the last one shorter), so that they still spread
-// over threads and read the full-width packed copy in place. A tile
-// has about kMatMulTileWork dst elements, and at least kMatMulMinRows rows.
-constexpr int64_t kMatMulWideRows = 128;
+// copy. Fewer rows are cut into columns of kMatMulColumnTile, or of
+// kMatMulNarrowTile below kMatMulRowTile rows (the last one shorter), so
+// that they still spread over threads; those of 64 columns read the
+// full-width packed copy in place where it is laid out in column blocks
+// (MatMul::ReadPackedWeightsOf). A tile has about kMatMulTileWork dst
+// elements, and at least kMatMulMinRows rows.
+constexpr int64_t kMatMulRowTile = 128;
+constexpr int64_t kMatMulColumnTile = 256;
 constexpr int64_t kMatMulNarrowTile = 64;
-constexpr int64_t kMatMulTileWork = 128 * 256;
+constexpr int64_t kMatMulTileWork = kMatMulRowTile * kMatMulColumnTile;
+// kMatMulRowTile where oneDNN packs weights in column blocks (brgemm,
+// AVX-512): there a 128-token prompt's full-width tiles run on the model's
+// packed copy, where its 256-column tiles ran on the plain weights, 5% and
+// 17% slower at 1 and 2 threads (GPT-2 124M, Zen 4). Else 256: AVX2's
+// gemm:jit runs a full-width tile of 64 rows at half the speed of a
+// 128 x 256 one, its weights no longer in cache.
+int64_t MatMulWideRows();
 constexpr int64_t kMatMulMinRows = 64;
 // The row count whose weight packing a model keeps for all its runs: every
-// kTeam product of at least kMatMulWideRows rows and 8 or more columns has
+// kTeam product of at least MatMulWideRows() rows and 8 or more columns has
 // full-width tiles, and so this packed layout (MatMul::SharesPackedWeights
 // tells for sure).
 constexpr int64_t kMatMulPackedRows = 4096;
