@@ -136,40 +136,45 @@ Status AttentionOp::MakeMatMuls(DataType type) {
   return {};
 }
 
+namespace {
+
+// Moves `from`, the packed weights of `from_mm`, into `to` for `mm` and
+// points `weights` at them, unless `weights` is set already or they are
+// laid out otherwise.
+void TakeOver(const MatMul& mm, const MatMul& from_mm, AlignedBuffer* from,
+              AlignedBuffer* to, const void** weights) {
+  if (*weights || from->size() == 0 || !mm.SharesPackedWeights(from_mm)) {
+    return;
+  }
+  *to = std::move(*from);
+  *weights = to->data();
+}
+
+}  // namespace
+
 // Each projection runs on the model's packed weights where it can read them
 // (MatMul::ReadPackedWeightsOf; the model's op has no cache, so its fused
-// projection serves only ops without one), else on previous's, taken over,
-// else on its own, listed in `workspace` for PackProjections. (The model's
-// op is never tiny.)
+// projection serves only ops without one), else on previous's own, taken
+// over, else on its own, listed in `workspace` for PackProjections. (The
+// model's op is never tiny.)
 void AttentionOp::ChooseWeights(AttentionOp* previous, Workspace* workspace) {
-  const AttentionOp* model = m_->packed.get();
-  AttentionOp* prev = previous && previous->qkv_proj_ &&
-                              previous->cache_.has_value() == cache_.has_value()
-                          ? previous
-                          : nullptr;
-  const auto choose = [&](MatMul& mm, const MatMul* model_mm,
-                          const void* model_weights, const MatMul* prev_mm,
-                          AlignedBuffer* prev_weights, AlignedBuffer* own,
-                          const void** weights) {
-    if (model_mm && mm.ReadPackedWeightsOf(*model_mm)) {
-      *weights = model_weights;
-    } else if (prev_mm && prev_weights->size() &&
-               mm.SharesPackedWeights(*prev_mm)) {
-      *own = std::move(*prev_weights);
-      *weights = own->data();
-    } else {
-      workspace->Add(own, mm.packed_weights_bytes());
+  if (const AttentionOp* model = m_->packed.get()) {
+    if (!cache_ && qkv_proj_->ReadPackedWeightsOf(*model->qkv_proj_)) {
+      qkv_weights_ = model->qkv_weights_;
     }
-  };
-  const bool model_qkv = model && !cache_;
-  choose(*qkv_proj_, model_qkv ? &*model->qkv_proj_ : nullptr,
-         model_qkv ? model->qkv_weights_ : nullptr,
-         prev ? &*prev->qkv_proj_ : nullptr, prev ? &prev->w_qkv_ : nullptr,
-         &w_qkv_, &qkv_weights_);
-  choose(*out_proj_, model ? &*model->out_proj_ : nullptr,
-         model ? model->out_weights_ : nullptr,
-         prev ? &*prev->out_proj_ : nullptr, prev ? &prev->w_out_ : nullptr,
-         &w_out_, &out_weights_);
+    if (out_proj_->ReadPackedWeightsOf(*model->out_proj_)) {
+      out_weights_ = model->out_weights_;
+    }
+  }
+  if (previous && previous->qkv_proj_ &&
+      previous->cache_.has_value() == cache_.has_value()) {
+    TakeOver(*qkv_proj_, *previous->qkv_proj_, &previous->w_qkv_, &w_qkv_,
+             &qkv_weights_);
+    TakeOver(*out_proj_, *previous->out_proj_, &previous->w_out_, &w_out_,
+             &out_weights_);
+  }
+  if (!qkv_weights_) workspace->Add(&w_qkv_, qkv_proj_->packed_weights_bytes());
+  if (!out_weights_) workspace->Add(&w_out_, out_proj_->packed_weights_bytes());
 }
 
 Status AttentionOp::Allocate(DataType type, uint64_t held,
