@@ -64,6 +64,9 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   op->num_threads_ = threads.num_threads();
   ATTN_RETURN_IF_ERROR(op->MakeMatMuls(type));
   ATTN_RETURN_IF_ERROR(op->Allocate(type, held, what, previous));
+  // What previous still holds (it gave up what this op took over) stays
+  // held until the caller drops it.
+  held = AddSat(held, previous ? previous->bytes() : 0);
   ATTN_RETURN_IF_ERROR(op->PackWeights());
   if (rope) {
     const auto rows = static_cast<uint64_t>(batch * seq_len);
@@ -199,7 +202,9 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   buffer_bytes_[kContext] = rows * d_out * elem;
   buffer_bytes_[kProjScratch] = mm_scratch * threads;
   buffer_bytes_[kCoreScratch] = core_->worker_scratch_bytes() * threads;
-  return workspace.Allocate(what, held, m_->max_memory_bytes);
+  return workspace.Allocate(what,
+                            AddSat(held, previous ? previous->bytes() : 0),
+                            m_->max_memory_bytes);
 }
 
 Status AttentionOp::PackProjections() {
@@ -440,7 +445,10 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   const uint64_t per_row =
       4 * static_cast<uint64_t>(qkv_out + d_out + op->H_ * Dp);
   ATTN_RETURN_IF_ERROR(
-      CheckMemory(what, AddSat(held, MulSat(per_row, R)), m.max_memory_bytes));
+      CheckMemory(what,
+                  AddSat(AddSat(held, previous ? previous->bytes() : 0),
+                         MulSat(per_row, R)),
+                  m.max_memory_bytes));
   const ThreadScope threads(num_threads);
   op->num_threads_ = threads.num_threads();
   // A step's few rows run kernels::RowsLinear on the model's weights.
@@ -458,6 +466,8 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
                            op->out_proj_->scratch_bytes()) *
                       static_cast<size_t>(op->num_threads_));
   }
+  // What previous still holds stays held until the caller drops it.
+  held = AddSat(held, previous ? previous->bytes() : 0);
   ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, m.max_memory_bytes));
   // The padding lanes of q stay zero: DecodeAppend writes them zero too.
   std::memset(op->q_rows_.data(), 0, op->q_rows_.size());

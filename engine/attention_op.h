@@ -76,7 +76,8 @@ class AttentionOp {
   // alike, else on those of `previous` (an op of the same model being
   // replaced, as a decoder's last prompt is by one of another length), which
   // it takes over where they agree, else packs its own, checked against the
-  // model's cap with `held` bytes already held; a failure names `what`.
+  // model's cap with `held` bytes already held besides what previous still
+  // holds after that; a failure names `what`.
   static Result<std::unique_ptr<AttentionOp>> Create(
       const MhaModelData& m, kernels::DataType type, int64_t batch,
       int64_t seq_len, const KvCache* cache, int num_threads, uint64_t held,

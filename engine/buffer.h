@@ -20,6 +20,14 @@ namespace attn {
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
+  // A moved-from buffer is empty: no data and size 0.
+  AlignedBuffer(AlignedBuffer&& other) noexcept
+      : data_(std::move(other.data_)), size_(std::exchange(other.size_, 0)) {}
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
+    data_ = std::move(other.data_);
+    size_ = std::exchange(other.size_, 0);
+    return *this;
+  }
 
   // Fails with kOutOfMemory rather than throwing.
   static Result<AlignedBuffer> Allocate(size_t bytes) {

@@ -63,7 +63,7 @@ struct MhaDecoder::Impl {
                   partials.size() + (step ? step->bytes() : 0));
   }
   // A step op of `rows` rows; it takes over `previous`'s packed weights
-  // where they agree, and previous's bytes count as held until it is made.
+  // where they agree, and counts what previous still holds as held.
   Result<std::unique_ptr<AttentionOp>> MakeStep(
       int64_t rows, AttentionOp* previous = nullptr) const;
   Status AllocateCache();
@@ -87,8 +87,7 @@ struct MhaDecoder::Impl {
 
 Result<std::unique_ptr<AttentionOp>> MhaDecoder::Impl::MakeStep(
     int64_t rows, AttentionOp* previous) const {
-  const uint64_t held = AddSat(HeldBytes(), previous ? previous->bytes() : 0);
-  return AttentionOp::CreateStep(*m, rows, Cache(), num_threads, held,
+  return AttentionOp::CreateStep(*m, rows, Cache(), num_threads, HeldBytes(),
                                  "a decoder step of " + Str(rows) + " tokens",
                                  previous);
 }
@@ -98,19 +97,19 @@ Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
     return {};
   }
   // The new op takes over the last one's packed weights where they agree,
-  // so a prompt of a new length does not pack them again; until it is made,
-  // the last one's bytes count as held.
-  const std::unique_ptr<AttentionOp> previous = std::move(prompt);
+  // so a prompt of a new length does not pack them again (and counts what
+  // the last one still holds until it is dropped, here).
+  std::unique_ptr<AttentionOp> previous = std::move(prompt);
   prompt_buffers = OwnedBuffers();
   const KvCache cache = Cache();
   const uint64_t held = AddSat(HeldBytes(), other ? other->bytes() : 0);
-  const uint64_t held_before = AddSat(held, previous ? previous->bytes() : 0);
   const std::string what =
       "a prompt of batch " + Str(batch) + " x " + Str(seq_len) + " tokens";
   ATTN_ASSIGN_OR_RETURN(
       std::unique_ptr<AttentionOp> op,
       AttentionOp::Create(*m, DataType::kF32, batch, seq_len, &cache,
-                          num_threads, held_before, what, previous.get()));
+                          num_threads, held, what, previous.get()));
+  previous.reset();
   ATTN_RETURN_IF_ERROR(prompt_buffers.Allocate(*op, AddSat(held, op->bytes()),
                                                m->max_memory_bytes, what));
   prompt = std::move(op);
@@ -186,8 +185,9 @@ Status MhaDecoder::Impl::AppendRows(const float* input,
     if (!other || other->rows() != R) {
       // The new op takes over the last one's packed weights (steps of more
       // than 8 rows), so sequences that come and go repack nothing.
-      const std::unique_ptr<AttentionOp> previous = std::move(other);
+      std::unique_ptr<AttentionOp> previous = std::move(other);
       ATTN_ASSIGN_OR_RETURN(other, MakeStep(R, previous.get()));
+      previous.reset();
     }
     op = other.get();
   }

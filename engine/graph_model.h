@@ -45,10 +45,10 @@ struct LoadedGraph {
   uint64_t max_memory_bytes = 0;         // resolved: never 0
   std::vector<kernels::DataType> types;  // per program tensor (TensorTypes)
   // The linears' weights, packed once at load in the layout of a run of
-  // kernels::kMatMulPackedRows rows, which every long enough run shares: per
-  // step the matmul that chose it (linear steps only), per layer and step the
-  // packed weights. A session whose matmul lays weights out otherwise
-  // (MatMul::SharesPackedWeights) packs its own.
+  // kernels::kMatMulPackedRows rows, which every long enough run shares and
+  // shorter ones read in place: per step the matmul that chose it (linear
+  // steps only), per layer and step the packed weights. A session whose
+  // matmul cannot read them (MatMul::ReadPackedWeightsOf) packs its own.
   std::vector<std::optional<kernels::MatMul>> packed_layout;
   std::vector<std::vector<AlignedBuffer>> packed;  // [layer][step]
 };

@@ -304,11 +304,11 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
   const int64_t B = rank == 3 ? dst.dims[0] : 1;
   const int64_t M = dst.dims[rank - 2], N = dst.dims[rank - 1];
   const bool split = threading == Threading::kTeam;
-  // Column tiles start on multiples of their width, where those of 64 can
-  // read a full-width product's packed weights (ReadPackedWeightsOf).
+  // Narrow tiles start on multiples of 64 columns, where they can read a
+  // full-width product's packed weights (ReadPackedWeightsOf).
   const Tiles cols = !split || M >= MatMulWideRows() ? Tiles::Of(N, N)
                      : M >= kMatMulRowTile
-                         ? Tiles::Blocks(N, kMatMulColumnTile)
+                         ? Tiles::Of(N, kMatMulColumnTile)
                          : Tiles::Blocks(N, kMatMulNarrowTile);
   const Tiles rows = Tiles::Of(
       M, split ? std::max(kMatMulMinRows, kMatMulTileWork / cols.size) : M);
@@ -368,7 +368,10 @@ bool MatMul::ReadPackedWeightsOf(const MatMul& other) {
   if (SharesPackedWeights(other)) return true;
   Impl& a = *impl_;
   const Impl& b = *other.impl_;
-  if (!a.packed || !b.packed) return false;
+  if (!a.packed || !b.packed || a.wei.dims != b.wei.dims ||
+      a.wei.type != b.wei.type) {
+    return false;
+  }
   std::vector<size_t> offsets;  // of a's chunks in b's copy
   for (const Impl::Chunk& x : a.chunks) {
     std::optional<size_t> at;

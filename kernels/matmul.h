@@ -51,12 +51,13 @@ enum class Threading {
 // on, a tile spans every column: its dst rows are dense (oneDNN 2.6 runs a
 // strided dst on gemm:jit, not brgemm), and its weights are one chunk laid
 // out as for kMatMulPackedRows rows, so the run reads the model's packed
-// copy. Fewer rows are cut into columns of kMatMulColumnTile, or of
-// kMatMulNarrowTile below kMatMulRowTile rows (the last one shorter), so
-// that they still spread over threads; those of 64 columns read the
-// full-width packed copy in place where it is laid out in column blocks
-// (MatMul::ReadPackedWeightsOf). A tile has about kMatMulTileWork dst
-// elements, and at least kMatMulMinRows rows.
+// copy. Fewer rows are cut into columns, so that they still spread over
+// threads: as evenly as kMatMulColumnTile allows, or below kMatMulRowTile
+// rows into kMatMulNarrowTile columns (the last one shorter), which read
+// the full-width packed copy in place where it is laid out in column
+// blocks (MatMul::ReadPackedWeightsOf). A tile has about kMatMulTileWork
+// dst elements: kMatMulTileWork / its columns rows, or kMatMulMinRows if
+// more, evened out over the row tiles.
 constexpr int64_t kMatMulRowTile = 128;
 constexpr int64_t kMatMulColumnTile = 256;
 constexpr int64_t kMatMulNarrowTile = 64;
@@ -101,8 +102,9 @@ class MatMul {
   // same chunks in the same layouts), so that one packed copy serves both:
   // the layout depends on the tiles, so on the row count.
   bool SharesPackedWeights(const MatMul& other) const;
-  // Makes Run read its weights from `other`'s packed copy when each of its
-  // chunks lies inside one of other's byte for byte (the same blocked
+  // For a product of the same weights (dims and type as `other`'s): makes
+  // Run read them from `other`'s packed copy when each of its chunks lies
+  // inside one of other's byte for byte (the same blocked
   // layout, starting a whole number of column blocks in: the 64-column
   // tiles of a short product inside a long one's full-width chunk), or when
   // SharesPackedWeights. Returns false, changing nothing, otherwise.
