@@ -24,6 +24,9 @@ size_t TinyScratchFloats(int64_t rows, int64_t seq_len, int64_t d_out) {
   return static_cast<size_t>(rows * 4 * d_out + seq_len * seq_len);
 }
 
+// What an op being replaced still holds (none: 0).
+uint64_t BytesOf(const AttentionOp* op) { return op ? op->bytes() : 0; }
+
 }  // namespace
 
 Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
@@ -66,7 +69,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   ATTN_RETURN_IF_ERROR(op->Allocate(type, held, what, previous));
   // What previous still holds (it gave up what this op took over) stays
   // held until the caller drops it.
-  held = AddSat(held, previous ? previous->bytes() : 0);
+  held = AddSat(held, BytesOf(previous));
   ATTN_RETURN_IF_ERROR(op->PackWeights());
   if (rope) {
     const auto rows = static_cast<uint64_t>(batch * seq_len);
@@ -202,8 +205,7 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   buffer_bytes_[kContext] = rows * d_out * elem;
   buffer_bytes_[kProjScratch] = mm_scratch * threads;
   buffer_bytes_[kCoreScratch] = core_->worker_scratch_bytes() * threads;
-  return workspace.Allocate(what,
-                            AddSat(held, previous ? previous->bytes() : 0),
+  return workspace.Allocate(what, AddSat(held, BytesOf(previous)),
                             m_->max_memory_bytes);
 }
 
@@ -444,11 +446,9 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   // The activations first, against the cap before any primitive exists.
   const uint64_t per_row =
       4 * static_cast<uint64_t>(qkv_out + d_out + op->H_ * Dp);
-  ATTN_RETURN_IF_ERROR(
-      CheckMemory(what,
-                  AddSat(AddSat(held, previous ? previous->bytes() : 0),
-                         MulSat(per_row, R)),
-                  m.max_memory_bytes));
+  ATTN_RETURN_IF_ERROR(CheckMemory(
+      what, AddSat(AddSat(held, BytesOf(previous)), MulSat(per_row, R)),
+      m.max_memory_bytes));
   const ThreadScope threads(num_threads);
   op->num_threads_ = threads.num_threads();
   // A step's few rows run kernels::RowsLinear on the model's weights.
@@ -467,7 +467,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
                       static_cast<size_t>(op->num_threads_));
   }
   // What previous still holds stays held until the caller drops it.
-  held = AddSat(held, previous ? previous->bytes() : 0);
+  held = AddSat(held, BytesOf(previous));
   ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, m.max_memory_bytes));
   // The padding lanes of q stay zero: DecodeAppend writes them zero too.
   std::memset(op->q_rows_.data(), 0, op->q_rows_.size());

@@ -187,7 +187,6 @@ Status MhaDecoder::Impl::AppendRows(const float* input,
       // than 8 rows), so sequences that come and go repack nothing.
       std::unique_ptr<AttentionOp> previous = std::move(other);
       ATTN_ASSIGN_OR_RETURN(other, MakeStep(R, previous.get()));
-      previous.reset();
     }
     op = other.get();
   }

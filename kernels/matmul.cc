@@ -57,9 +57,7 @@ struct Tiles {
   // The fewest tiles of at most `most`, as even as one size allows.
   static Tiles Of(int64_t total, int64_t most) {
     const int64_t fewest = (total + most - 1) / most;
-    const int64_t size = (total + fewest - 1) / fewest;
-    const int64_t count = (total + size - 1) / size;
-    return {size, count, total - (count - 1) * size};
+    return Blocks(total, (total + fewest - 1) / fewest);
   }
   // Tiles of `size`, the last one shorter: tiles of one size start on
   // every multiple of it.

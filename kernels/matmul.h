@@ -62,6 +62,7 @@ constexpr int64_t kMatMulRowTile = 128;
 constexpr int64_t kMatMulColumnTile = 256;
 constexpr int64_t kMatMulNarrowTile = 64;
 constexpr int64_t kMatMulTileWork = kMatMulRowTile * kMatMulColumnTile;
+constexpr int64_t kMatMulMinRows = 64;
 // kMatMulRowTile where oneDNN packs weights in column blocks (brgemm,
 // AVX-512): there a 128-token prompt's full-width tiles run on the model's
 // packed copy, where its 256-column tiles ran on the plain weights, 5% and
@@ -69,7 +70,6 @@ constexpr int64_t kMatMulTileWork = kMatMulRowTile * kMatMulColumnTile;
 // gemm:jit runs a full-width tile of 64 rows at half the speed of a
 // 128 x 256 one, its weights no longer in cache.
 int64_t MatMulWideRows();
-constexpr int64_t kMatMulMinRows = 64;
 // The row count whose weight packing a model keeps for all its runs: every
 // kTeam product of at least MatMulWideRows() rows and 8 or more columns has
 // full-width tiles, and so this packed layout (MatMul::SharesPackedWeights

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "engine/buffer.h"
 
@@ -21,6 +22,24 @@ TEST(WorkspaceTest, AllocatesEveryListedBuffer) {
   EXPECT_EQ(b.size(), 4096u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
   EXPECT_EQ(empty.size(), 0u);
+}
+
+// A buffer moved from is empty, so what an op hands over no longer counts
+// as held by it (AttentionOp's takeover of packed weights).
+TEST(WorkspaceTest, AMovedBufferLeavesAnEmptyOne) {
+  Result<AlignedBuffer> a = AlignedBuffer::Allocate(256);
+  ASSERT_TRUE(a.ok());
+  const void* data = a->data();
+  AlignedBuffer b(std::move(*a));
+  EXPECT_EQ(b.size(), 256u);
+  EXPECT_EQ(b.data(), data);
+  EXPECT_EQ(a->size(), 0u);
+  EXPECT_EQ(a->data(), nullptr);
+  AlignedBuffer c;
+  c = std::move(b);
+  EXPECT_EQ(c.size(), 256u);
+  EXPECT_EQ(b.size(), 0u);
+  EXPECT_EQ(b.data(), nullptr);
 }
 
 TEST(WorkspaceTest, OverTheCapAllocatesNothingAndNamesTheRequest) {
