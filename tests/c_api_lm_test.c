@@ -57,9 +57,13 @@ static int ReadGolden(const char* dir, const char* name, Golden* g) {
   FILE* model;
   memset(g, 0, sizeof(*g));
   snprintf(g->name, sizeof g->name, "%s", name);
-  snprintf(g->model_path, sizeof g->model_path, "%s/%s/model.safetensors", dir,
-           name);
-  snprintf(io, sizeof io, "%s/%s/io.safetensors", dir, name);
+  if (snprintf(g->model_path, sizeof g->model_path, "%s/%s/model.safetensors",
+               dir, name) >= (int)sizeof g->model_path ||
+      snprintf(io, sizeof io, "%s/%s/io.safetensors", dir, name) >=
+          (int)sizeof io) {
+    EXPECT(!"a golden path fits in 4096 bytes");
+    return 0;
+  }
   if ((model = fopen(g->model_path, "rb")) == NULL) return 0;
   fclose(model);
   n_tokens = Count(io, "tokens", shape);

@@ -55,6 +55,16 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace {
 
+// One out-of-line copy per weight type: RowsLinearT is always inlined, and
+// every call site would otherwise compile all its tiles again (5 minutes of
+// this file's build under ASan).
+template <typename TW>
+HWY_NOINLINE void Linear(const float* x, size_t rows, size_t k, const TW* w,
+                         const float* bias, size_t n, size_t j0, size_t j1,
+                         float* y) {
+  RowsLinearT(hn::ScalableTag<float>(), x, rows, k, w, bias, n, j0, j1, y);
+}
+
 void TestRowsLinearMatchesReference() {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
@@ -73,7 +83,7 @@ void TestRowsLinearMatchesReference() {
           // Exactly sized: the kernel must not read past x or w, nor
           // write past y (ASan in CI).
           std::vector<float> y(rows * n);
-          RowsLinearT(d, x.data(), rows, k, w.data(), bias, n, 0, n, y.data());
+          Linear(x.data(), rows, k, w.data(), bias, n, 0, n, y.data());
           test::ExpectAllClose(
               test::RowsLinearReference(x, rows, k, w, bias, n), y.data(),
               1e-5 * double(k + 1), "rows_linear");
@@ -103,9 +113,8 @@ void TestRowsLinearBF16MatchesF32() {
              {b.data(), static_cast<const float*>(nullptr)}) {
           // Exactly sized, as above.
           std::vector<float> y(rows * n), y32(rows * n);
-          RowsLinearT(d, x.data(), rows, k, wb.data(), bias, n, 0, n, y.data());
-          RowsLinearT(d, x.data(), rows, k, wf.data(), bias, n, 0, n,
-                      y32.data());
+          Linear(x.data(), rows, k, wb.data(), bias, n, 0, n, y.data());
+          Linear(x.data(), rows, k, wf.data(), bias, n, 0, n, y32.data());
           ASSERT_EQ(0, std::memcmp(y.data(), y32.data(), y.size() * 4))
               << rows << " rows, k " << k << ", n " << n;
           test::ExpectAllClose(
@@ -122,16 +131,14 @@ void TestRowsLinearBF16MatchesF32() {
 // bf16 weights.
 template <typename TW>
 void ExpectBitsDoNotDependOnRows(const std::vector<TW>& w) {
-  const hn::ScalableTag<float> d;
   std::mt19937 rng(9);
   const size_t k = 1539, n = w.size() / k;
   const auto x = test::RandomVector(rng, kRowsLinearMaxRows * k, -1.f, 1.f);
   std::vector<float> alone(n), all(kRowsLinearMaxRows * n);
   for (size_t rows = 2; rows <= kRowsLinearMaxRows; ++rows) {
-    RowsLinearT(d, x.data(), rows, k, w.data(), nullptr, n, 0, n, all.data());
+    Linear(x.data(), rows, k, w.data(), nullptr, n, 0, n, all.data());
     for (size_t r = 0; r < rows; ++r) {
-      RowsLinearT(d, x.data() + r * k, 1, k, w.data(), nullptr, n, 0, n,
-                  alone.data());
+      Linear(x.data() + r * k, 1, k, w.data(), nullptr, n, 0, n, alone.data());
       for (size_t j = 0; j < n; ++j) {
         ASSERT_EQ(alone[j], all[r * n + j]) << rows << " rows, row " << r;
       }
@@ -148,14 +155,13 @@ void TestRowsLinearBitsDoNotDependOnRows() {
 
 // A column range in the middle writes exactly its columns.
 void TestRowsLinearWritesOnlyItsColumns() {
-  const hn::ScalableTag<float> d;
   std::mt19937 rng(8);
   const size_t rows = 2, k = 19, n = 11;
   const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
   const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
   const auto full = test::RowsLinearReference(x, rows, k, w, nullptr, n);
   std::vector<float> y(rows * n, -7.0f);
-  RowsLinearT(d, x.data(), rows, k, w.data(), nullptr, n, 3, 9, y.data());
+  Linear(x.data(), rows, k, w.data(), nullptr, n, 3, 9, y.data());
   for (size_t r = 0; r < rows; ++r) {
     for (size_t j = 0; j < n; ++j) {
       if (j >= 3 && j < 9) {
