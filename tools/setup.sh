@@ -4,7 +4,7 @@
 #   tools/setup.sh bench       deps + release build + `attn bench` on the grid
 #   tools/setup.sh test        deps + release build + every test (ctest)
 #   tools/setup.sh test-asan   deps + ASan/UBSan build + every test
-#   tools/setup.sh fuzz [S]    deps + clang + the libFuzzer targets, S s each (60)
+#   tools/setup.sh fuzz [S]    deps + clang + the libFuzzer targets, S s at once (60)
 #   tools/setup.sh deps        only install the Debian packages
 set -euo pipefail
 cd "$(dirname "$0")/.."

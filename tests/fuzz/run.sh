@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang-14, ASan + UBSan, build-fuzz/) and runs
-# each for a bounded time from its seed corpus; fails on any finding.
-#   tests/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default 60, all)
+# all at once for a bounded time from their seed corpora; fails on any
+# finding.
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]     (default 60, all)
 # New inputs go to build-fuzz/corpus/<target>/ (not the repository); a
 # finding is written to build-fuzz/findings/ and must become a regression:
 # copy it to tests/fuzz/regressions/, fix the code, and fuzz_regression_test
@@ -32,22 +33,35 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export ATTN_NUM_THREADS=1
 mkdir -p "$build/findings"
-status=0
-for t in "${targets[@]}"; do
-  work="$build/corpus/$t"
+
+fuzz() {  # fuzz TARGET: runs it, its log in $build/TARGET.log
+  local t=$1 work="$build/corpus/$1" dict=()
   mkdir -p "$work"
-  dict=()
   [ "$t" != fuzz_graph ] && dict=(-dict=tests/fuzz/safetensors.dict)
-  echo "fuzz: $t for ${seconds}s" >&2
-  if ! "$build/bin/$t" "$work" "tests/fuzz/corpus/$t" "${dict[@]}" \
-      -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
-      -max_len=16384 -print_final_stats=1 \
-      -artifact_prefix="$build/findings/$t-" 2>"$build/$t.log"; then
+  "$build/bin/$t" "$work" "tests/fuzz/corpus/$t" "${dict[@]}" \
+    -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
+    -max_len=16384 -print_final_stats=1 \
+    -artifact_prefix="$build/findings/$t-" 2>"$build/$t.log"
+}
+
+# All targets at once: the stage takes SECONDS, not SECONDS per target, and
+# no core idles (each fuzzer is one process of one thread).
+echo "fuzz: ${targets[*]} for ${seconds}s at once" >&2
+pids=()
+for t in "${targets[@]}"; do
+  fuzz "$t" &
+  pids+=($!)
+done
+status=0
+for i in "${!targets[@]}"; do
+  t=${targets[$i]}
+  if ! wait "${pids[$i]}"; then
     echo "fuzz: $t found a problem; the input is in $build/findings/:" >&2
     ls "$build/findings" >&2
     tail -n 60 "$build/$t.log" >&2
     status=1
   else
+    echo "fuzz: $t" >&2
     grep -E "^stat::number_of_executed_units|^Done" "$build/$t.log" >&2 || true
   fi
 done

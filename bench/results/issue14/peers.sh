@@ -24,7 +24,9 @@ bin=$1 f32=$2 f16=$3 stream=$4 anchors=$5
 runs=${RUNS:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 
-cpu=$(lscpu | sed -n 's/^Model name: *//p')
+# lscpu's model name alone ("AMD EPYC") does not tell Zen 3, 4 and 5 apart.
+cpu="$(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu |
+  sed -n 's/^CPU family: *//p'), model $(lscpu | sed -n 's/^Model: *//p'))"
 simd=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
        grep -E '^(avx2|fma|f16c|avx512f|avx512bw|avx512_bf16|avx512_vnni|amx_bf16)$' |
        tr '\n' ' ' | sed 's/ $//')
