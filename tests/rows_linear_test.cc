@@ -70,9 +70,10 @@ void TestRowsLinearMatchesReference() {
   const size_t N = hn::Lanes(d);
   std::mt19937 rng(7);
   for (size_t rows = 1; rows <= kRowsLinearMaxRows; ++rows) {
-    // 769 and 1539 cross the by-column path's blocks of k (768) with a tail.
+    // 769, 1539 and 2048 cross the by-column path's blocks of k (768) with a
+    // tail; 2048's rows lie a multiple of 4 KiB apart.
     for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
-                     size_t{64}, size_t{769}, size_t{1539}}) {
+                     size_t{64}, size_t{769}, size_t{1539}, size_t{2048}}) {
       for (size_t n :
            {size_t{1}, size_t{3}, size_t{5}, size_t{9}, size_t{17}}) {
         const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
@@ -102,7 +103,7 @@ void TestRowsLinearBF16MatchesF32() {
   std::mt19937 rng(17);
   for (size_t rows = 1; rows <= kRowsLinearMaxRows; ++rows) {
     for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
-                     size_t{64}, size_t{769}, size_t{1539}}) {
+                     size_t{64}, size_t{769}, size_t{1539}, size_t{2048}}) {
       for (size_t n :
            {size_t{1}, size_t{3}, size_t{5}, size_t{9}, size_t{17}}) {
         const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
@@ -130,9 +131,9 @@ void TestRowsLinearBF16MatchesF32() {
 // are the same bits whether it runs alone or among 2..8 rows, for f32 and
 // bf16 weights.
 template <typename TW>
-void ExpectBitsDoNotDependOnRows(const std::vector<TW>& w) {
+void ExpectBitsDoNotDependOnRows(const std::vector<TW>& w, size_t k) {
   std::mt19937 rng(9);
-  const size_t k = 1539, n = w.size() / k;
+  const size_t n = w.size() / k;
   const auto x = test::RandomVector(rng, kRowsLinearMaxRows * k, -1.f, 1.f);
   std::vector<float> alone(n), all(kRowsLinearMaxRows * n);
   for (size_t rows = 2; rows <= kRowsLinearMaxRows; ++rows) {
@@ -148,9 +149,11 @@ void ExpectBitsDoNotDependOnRows(const std::vector<TW>& w) {
 
 void TestRowsLinearBitsDoNotDependOnRows() {
   std::mt19937 rng(10);
-  const auto w = test::RandomVector(rng, 13 * 1539, -1.f, 1.f);
-  ExpectBitsDoNotDependOnRows(w);
-  ExpectBitsDoNotDependOnRows(test::ToBF16(w).first);
+  for (size_t k : {size_t{1539}, size_t{2048}}) {
+    const auto w = test::RandomVector(rng, 13 * k, -1.f, 1.f);
+    ExpectBitsDoNotDependOnRows(w, k);
+    ExpectBitsDoNotDependOnRows(test::ToBF16(w).first, k);
+  }
 }
 
 // A column range in the middle writes exactly its columns.
