@@ -17,6 +17,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/safetensors.hpp"
+#include "nlohmann/json.hpp"
 
 namespace attn {
 namespace {
@@ -352,6 +353,58 @@ TEST_F(LmCliTest, TextModeStreamsTheTokensOfThePrompt) {
             expected + "\n");
   ExpectRefused(Attn("generate --weights " + golden.model + " --tokenizer " +
                      dir_.string() + " --prompt ABC --max-new-tokens 100000"));
+}
+
+// attn bench --model on a golden file: one JSON line per batch size, with
+// the keys, figures that agree with each other, and --rounds.
+TEST_F(LmCliTest, BenchModelReportsEveryBatchOnce) {
+  const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
+  const std::string out = (dir_ / "bench.jsonl").string();
+  const Outcome outcome = Attn(
+      "bench --model gpt2-124m --weights " + c.model +
+          " --prompt 3 --steps 2 --batch 2,1 --rounds 3 --threads 1 --json",
+      out);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+  std::ifstream in(out);
+  std::vector<int64_t> batches;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* key : {"model", "threads", "batch", "prompt", "steps",
+                            "prefill_ms", "prefill_tok_s", "decode_ms_per_step",
+                            "decode_tok_s", "peak_rss_mb"}) {
+      EXPECT_TRUE(j.contains(key)) << key << " in " << line;
+    }
+    const auto batch = j["batch"].get<int64_t>();
+    batches.push_back(batch);
+    EXPECT_EQ(j["threads"], 1);
+    EXPECT_EQ(j["prompt"], 3);
+    EXPECT_EQ(j["steps"], 2);
+    EXPECT_EQ(j["rounds"], 3);
+    EXPECT_EQ(j["model"], c.model);
+    const double prefill_ms = j["prefill_ms"],
+                 decode_ms = j["decode_ms_per_step"];
+    ASSERT_GT(prefill_ms, 0.0);
+    ASSERT_GT(decode_ms, 0.0);
+    EXPECT_NEAR(j["prefill_tok_s"].get<double>(),
+                double(batch * 3) / prefill_ms * 1e3,
+                1e-6 * 3e3 * batch / prefill_ms);
+    EXPECT_NEAR(j["decode_tok_s"].get<double>(),
+                double(batch) / decode_ms * 1e3,
+                1e-6 * 1e3 * batch / decode_ms);
+    EXPECT_GT(j["peak_rss_mb"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(batches, (std::vector<int64_t>{2, 1}));
+}
+
+TEST_F(LmCliTest, BenchModelRefusesBadRounds) {
+  const Outcome outcome = Attn("bench --model gpt2-124m --rounds 0");
+  EXPECT_NE(outcome.exit_code, 0);
+  EXPECT_EQ(
+      std::count(outcome.stderr_text.begin(), outcome.stderr_text.end(), '\n'),
+      1)
+      << outcome.stderr_text;
+  EXPECT_NE(outcome.stderr_text.find("--rounds: got '0'"), std::string::npos)
+      << outcome.stderr_text;
 }
 
 TEST_F(LmCliTest, GenerateHelpNamesItsFlags) {

@@ -2,7 +2,10 @@
 // prompt in one step) and decode (one token per sequence per step), with
 // seeded random weights at a named model's sizes or a given file. Reports
 // tokens/s and the rate at which a decode step reads the weights, the bound
-// of batch-1 decoding.
+// of batch-1 decoding. With --rounds R every batch size is measured R times,
+// the sizes taking turns, and each figure is the median of its R: the host's
+// memory bandwidth drifts over seconds, and this way batch sizes compared
+// with each other saw the same moments.
 #include "tools/bench_lm.h"
 
 #include <algorithm>
@@ -25,6 +28,7 @@ struct ModelArgs {
   std::string model;  // a named size; empty: --model not given
   int64_t prompt = 128;
   int64_t steps = 64;
+  int rounds = 1;
 };
 
 // GPT-2 124M: the size of the book's chapter-5 model and of the peers.
@@ -112,6 +116,45 @@ Result<std::shared_ptr<const LanguageModel>> MakeModel(
   return LanguageModel::Random(Gpt2Small(), 1234, options);
 }
 
+// The median of each figure over `rounds` (the upper middle of an even count).
+Point Median(std::vector<Point> rounds) {
+  Point p = rounds.front();
+  const size_t mid = rounds.size() / 2;
+  for (double Point::*figure :
+       {&Point::prefill_ms, &Point::decode_ms_per_step}) {
+    std::nth_element(rounds.begin(), rounds.begin() + mid, rounds.end(),
+                     [figure](const Point& a, const Point& b) {
+                       return a.*figure < b.*figure;
+                     });
+    p.*figure = rounds[mid].*figure;
+  }
+  return p;
+}
+
+// Every batch size args.rounds times, the sizes taking turns: the median
+// point of each.
+Result<std::vector<Point>> MeasureInTurns(
+    const std::shared_ptr<const LanguageModel>& model, const ModelArgs& args,
+    const std::vector<int64_t>& batches) {
+  std::vector<std::vector<Point>> rounds(batches.size());
+  for (int round = 1; round <= args.rounds; ++round) {
+    for (size_t i = 0; i < batches.size(); ++i) {
+      ShowProgress("threads=%d batch=%ld round %d of %d ...",
+                   model->num_threads(), long(batches[i]), round, args.rounds);
+      Result<Point> point = Measure(model, args, batches[i]);
+      EndProgress();
+      if (!point.ok()) return point.status();
+      point->threads = model->num_threads();
+      rounds[i].push_back(*point);
+    }
+  }
+  std::vector<Point> medians;
+  for (std::vector<Point>& points : rounds) {
+    medians.push_back(Median(std::move(points)));
+  }
+  return medians;
+}
+
 void PrintPoint(const ModelArgs& args, const ModelBenchFlags& flags,
                 const LanguageModel& model, const Point& p) {
   const bool json = flags.json;
@@ -130,6 +173,7 @@ void PrintPoint(const ModelArgs& args, const ModelBenchFlags& flags,
         {"batch", p.batch},
         {"prompt", args.prompt},
         {"steps", args.steps},
+        {"rounds", args.rounds},
         {"prefill_ms", p.prefill_ms},
         {"prefill_tok_s", prefill_tok_s},
         {"decode_ms_per_step", p.decode_ms_per_step},
@@ -168,14 +212,10 @@ int Run(const ModelArgs& args, const ModelBenchFlags& flags) {
         MakeModel(flags.weights, options);
     EndProgress();
     if (!model.ok()) return Fail(model.status().message());
-    for (const int64_t batch : batches) {
-      ShowProgress("threads=%d batch=%ld ...", (*model)->num_threads(),
-                   long(batch));
-      Result<Point> point = Measure(*model, args, batch);
-      EndProgress();
-      if (!point.ok()) return Fail(point.status().message());
-      point->threads = (*model)->num_threads();
-      PrintPoint(args, flags, **model, *point);
+    Result<std::vector<Point>> points = MeasureInTurns(*model, args, batches);
+    if (!points.ok()) return Fail(points.status().message());
+    for (const Point& point : *points) {
+      PrintPoint(args, flags, **model, point);
     }
   }
   return 0;
@@ -195,6 +235,12 @@ std::function<ModelBench()> AddModelBenchOptions(CLI::App& bench) {
       ->capture_default_str();
   bench.add_option("--steps", args->steps, "model: decode steps timed")
       ->check(IntegerIn(1))
+      ->capture_default_str();
+  bench
+      .add_option("--rounds", args->rounds,
+                  "model: measure every batch size this many times, taking "
+                  "turns, and report the medians")
+      ->check(IntegerIn(1, 1000))
       ->capture_default_str();
   return [args]() -> ModelBench {
     if (args->model.empty()) return nullptr;
