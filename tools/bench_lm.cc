@@ -207,7 +207,9 @@ int Run(const ModelArgs& args, const ModelBenchFlags& flags) {
     options.tuned_config = flags.config;
     options.dtype = flags.dtype;
     ResetPeakRss();
-    ShowProgress("loading %s ...", args.model.c_str());
+    ShowProgress("loading %s ...", flags.weights.empty()
+                                       ? args.model.c_str()
+                                       : flags.weights.c_str());
     Result<std::shared_ptr<const LanguageModel>> model =
         MakeModel(flags.weights, options);
     EndProgress();
