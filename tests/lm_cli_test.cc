@@ -356,7 +356,8 @@ TEST_F(LmCliTest, TextModeStreamsTheTokensOfThePrompt) {
 }
 
 // attn bench --model on a golden file: one JSON line per batch size, with
-// the keys, figures that agree with each other, and --rounds.
+// the keys and figures that agree with each other, after --rounds
+// rounds of every batch size.
 TEST_F(LmCliTest, BenchModelReportsEveryBatchOnce) {
   const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
   const std::string out = (dir_ / "bench.jsonl").string();
@@ -394,6 +395,11 @@ TEST_F(LmCliTest, BenchModelReportsEveryBatchOnce) {
     EXPECT_GT(j["peak_rss_mb"].get<double>(), 0.0);
   }
   EXPECT_EQ(batches, (std::vector<int64_t>{2, 1}));
+  // Off a terminal each progress update is a line: every round ran.
+  for (const char* round : {"batch=2 round 3 of 3", "batch=1 round 3 of 3"}) {
+    EXPECT_NE(outcome.stderr_text.find(round), std::string::npos)
+        << outcome.stderr_text;
+  }
 }
 
 TEST_F(LmCliTest, BenchModelRefusesBadRounds) {

@@ -116,6 +116,12 @@ Result<std::shared_ptr<const LanguageModel>> MakeModel(
   return LanguageModel::Random(Gpt2Small(), 1234, options);
 }
 
+// What the report calls the model: the file when one was given.
+const std::string& ModelName(const ModelArgs& args,
+                             const ModelBenchFlags& flags) {
+  return flags.weights.empty() ? args.model : flags.weights;
+}
+
 // The median of each figure over `rounds` (the upper middle of an even count).
 Point Median(std::vector<Point> rounds) {
   Point p = rounds.front();
@@ -164,7 +170,7 @@ void PrintPoint(const ModelArgs& args, const ModelBenchFlags& flags,
   const double weights_gb_s = DecodeWeightBytes(model.config(), flags.dtype) /
                               p.decode_ms_per_step / 1e6;
   const double peak_mb = double(PeakRssBytes()) / (1 << 20);
-  const std::string name = flags.weights.empty() ? args.model : flags.weights;
+  const std::string& name = ModelName(args, flags);
   if (json) {
     const nlohmann::json line = {
         {"model", name},
@@ -207,9 +213,7 @@ int Run(const ModelArgs& args, const ModelBenchFlags& flags) {
     options.tuned_config = flags.config;
     options.dtype = flags.dtype;
     ResetPeakRss();
-    ShowProgress("loading %s ...", flags.weights.empty()
-                                       ? args.model.c_str()
-                                       : flags.weights.c_str());
+    ShowProgress("loading %s ...", ModelName(args, flags).c_str());
     Result<std::shared_ptr<const LanguageModel>> model =
         MakeModel(flags.weights, options);
     EndProgress();
