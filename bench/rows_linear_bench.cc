@@ -60,34 +60,43 @@ std::vector<TW> Weights(size_t count) {
   return w;
 }
 
-// The linears of one pass, each with its own weights.
+// The linears of one pass, each with its own weights, packed as RowsLinear
+// reads them.
 template <typename TW>
 void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
                      size_t rows, int threads) {
-  size_t max_k = 0, max_n = 0, step_weights = 0;
+  size_t max_k = 0, max_n = 0, step_weights = 0, step_packed = 0;
   for (const Linear& l : linears) {
     max_k = std::max(max_k, l.k);
     max_n = std::max(max_n, l.n);
     step_weights += l.k * l.n;
+    step_packed += kernels::RowsLinearPackedSize(l.n, l.k);
   }
   // Copies of the pass, at least one, so that no weight is in a cache.
   const size_t copies =
       std::max<size_t>(1, WeightBudgetBytes() / (step_weights * sizeof(TW)));
+  const std::vector<TW> plain = Weights<TW>(max_k * max_n);
   // 64-byte aligned, as the engine's weights are (an unaligned w makes
   // every vector of it straddle two cache lines).
-  const std::vector<TW> w_buffer = Weights<TW>(copies * step_weights + 32);
-  const TW* w = w_buffer.data();
+  std::vector<TW> w_buffer(copies * step_packed + 32);
+  TW* w = w_buffer.data();
   while (reinterpret_cast<uintptr_t>(w) % 64 != 0) ++w;
+  for (TW* packed = w; packed < w + copies * step_packed;) {
+    for (const Linear& l : linears) {
+      kernels::PackRowsLinear(plain.data(), l.n, l.k, packed);
+      packed += kernels::RowsLinearPackedSize(l.n, l.k);
+    }
+  }
   const std::vector<float> x = RandomFloats(rows * max_k, 1.0f, 1);
   const std::vector<float> bias = RandomFloats(max_n, 0.1f, 2);
   std::vector<float> y(rows * max_n);
   size_t copy = 0;
   for (auto _ : state) {
-    const TW* wl = w + copy * step_weights;
+    const TW* wl = w + copy * step_packed;
     for (const Linear& l : linears) {
       kernels::RowsLinear(x.data(), rows, l.k, wl, bias.data(), l.n, y.data(),
                           threads);
-      wl += l.k * l.n;
+      wl += kernels::RowsLinearPackedSize(l.n, l.k);
     }
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();

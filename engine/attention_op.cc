@@ -503,26 +503,17 @@ Status AttentionOp::MakeStepMatMuls() {
 }
 
 // x [R, in] -> y [R, out] = x W^T + b by `mm` on its packed weights, or by
-// kernels::RowsLinear on the plain ones when the step made no matmul.
+// kernels::RowsLinear on the step weights when the step made no matmul.
 void AttentionOp::StepLinear(const std::optional<MatMul>& mm,
-                             const void* packed, const std::vector<float>& w,
-                             const std::vector<hwy::bfloat16_t>& w_bf16,
+                             const void* packed, const StepWeights& step,
                              const std::vector<float>& b, const float* x,
-                             int64_t in, int64_t out, float* y,
-                             int threads) const {
+                             float* y, int threads) const {
   if (mm) {
     mm->Run(x, packed, b.data(), y, proj_scratch_.data(), threads);
     return;
   }
-  const auto rows = static_cast<size_t>(batch_);
-  const float* bias = b.empty() ? nullptr : b.data();
-  if (!w_bf16.empty()) {  // the same values as w, in half the bytes
-    kernels::RowsLinear(x, rows, static_cast<size_t>(in), w_bf16.data(), bias,
-                        static_cast<size_t>(out), y, threads);
-    return;
-  }
-  kernels::RowsLinear(x, rows, static_cast<size_t>(in), w.data(), bias,
-                      static_cast<size_t>(out), y, threads);
+  step.Run(x, static_cast<size_t>(batch_), b.empty() ? nullptr : b.data(), y,
+           threads);
 }
 
 void AttentionOp::Step(const float* x, const int64_t* seqs,
@@ -530,13 +521,13 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
                        size_t max_partials) {
   const ThreadScope threads(num_threads_);
   const MhaModelData& m = *m_;
-  const int64_t d_in = m.config.d_in, d_out = m.config.d_out;
+  const int64_t d_out = m.config.d_out;
   auto* qkv = static_cast<float*>(qkv_.data());
   auto* ctx = static_cast<float*>(ctx_.data());
   // x: [R, d_in] -> qkv: [R, (H + 2 Hkv) D], one fused projection, then
   // each row's q and k turned to its position.
-  StepLinear(qkv_proj_, qkv_weights_, m.w_qkv, m.w_qkv_bf16, m.b_qkv, x, d_in,
-             QkvWidth(), qkv, threads.num_threads());
+  StepLinear(qkv_proj_, qkv_weights_, m.step_qkv, m.b_qkv, x, qkv,
+             threads.num_threads());
   if (rope_) {
     const auto R = static_cast<size_t>(batch_);
     const auto D = static_cast<size_t>(D_);
@@ -564,8 +555,8 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
                         threads.num_threads());
   RunDecodeKernel(partials, max_partials, threads.num_threads());
   // ctx: [R, d_out] -> y: [R, d_out].
-  StepLinear(out_proj_, out_weights_, m.w_out, m.w_out_bf16, m.b_out, ctx,
-             d_out, d_out, y, threads.num_threads());
+  StepLinear(out_proj_, out_weights_, m.step_out, m.b_out, ctx, y,
+             threads.num_threads());
 }
 
 // Per (row, head, key chunk): softmax(q k^T / sqrt(D)) v over the row's

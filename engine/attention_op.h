@@ -136,10 +136,8 @@ class AttentionOp {
   void ScatterQkv(const float* rows, const int64_t* cache_seqs, float* q) const;
   Status MakeStepMatMuls();
   void StepLinear(const std::optional<kernels::MatMul>& mm, const void* packed,
-                  const std::vector<float>& w,
-                  const std::vector<hwy::bfloat16_t>& w_bf16,
-                  const std::vector<float>& b, const float* x, int64_t in,
-                  int64_t out, float* y, int threads) const;
+                  const StepWeights& step, const std::vector<float>& b,
+                  const float* x, float* y, int threads) const;
   void RunDecodeKernel(float* partials, size_t max_partials, int threads);
   Status MakeRope(size_t max_positions, uint64_t held, const std::string& what);
   void RotateForward(const int64_t* cache_seqs, const Buffers& buffers) const;

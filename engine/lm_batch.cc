@@ -246,14 +246,7 @@ void LmBatch::Impl::RunLinear(const lm::Linear& linear, const float* x,
                               int64_t rows, float* y) const {
   const float* bias = linear.bias.empty() ? nullptr : linear.bias.data();
   if (rows <= int64_t(kernels::kRowsLinearMaxRows)) {
-    if (linear.weight_bf16) {
-      kernels::RowsLinear(x, size_t(rows), size_t(linear.in),
-                          linear.weight_bf16, bias, size_t(linear.out), y,
-                          m->num_threads);
-    } else {
-      kernels::RowsLinear(x, size_t(rows), size_t(linear.in), linear.weight,
-                          bias, size_t(linear.out), y, m->num_threads);
-    }
+    linear.step.Run(x, size_t(rows), bias, y, m->num_threads);
     return;
   }
   const Plan& plan = plans.at(std::make_pair(&linear, rows));

@@ -70,10 +70,12 @@ Status CheckSizes(const LmConfig& c) {
   return {};
 }
 
-// Bytes the model holds. fp32: its weights, the packed copies of the
-// linears and the attention's (as large as the weights). bf16: the linears'
-// weights and packed copies in bf16; the attention's fp32 weights, their
-// packed copy and their bf16 copy.
+// Bytes the model holds, about (the step weights' panels pad each matrix
+// to whole panels). fp32: its weights, their packed copies and their step
+// weights (each as large as the weights; a tied head's weights are the
+// embeddings). bf16: the linears' weights, packed copies and step weights in
+// bf16; the attention's fp32 weights, their packed copy and bf16 step
+// weights.
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
   const uint64_t kv = c.num_kv_heads * (e / c.num_heads);
@@ -82,11 +84,11 @@ uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t attention = e * (e + 2 * kv) + e * e;
   const bool bf16 = dtype == DType::kBF16;
   const uint64_t layer =
-      (bf16 ? 10 : 8) * attention + (bf16 ? 4 : 8) * ff + 4 * (4 * e + 2 * h);
+      (bf16 ? 10 : 12) * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
   const uint64_t embeddings =
       4 * v * e +
       4 * (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
-  const uint64_t head = (c.tied_head || bf16 ? 4 : 8) * v * e;
+  const uint64_t head = (bf16 ? 6 : c.tied_head ? 8 : 12) * v * e;
   return AddSat(MulSat(layer, c.num_layers), AddSat(embeddings, head));
 }
 
@@ -100,8 +102,17 @@ Result<Norm> MakeNorm(const WeightSource& w, Role scale, Role shift,
   return norm;
 }
 
-// The packed copy that every run of MatMulWideRows() rows and more reads.
+// The packed copy that every run of MatMulWideRows() rows and more reads,
+// and the step weights that runs of a few rows read.
 Status Pack(Linear& linear) {
+  if (linear.weight_bf16) {
+    ATTN_ASSIGN_OR_RETURN(
+        linear.step,
+        StepWeights::Pack(linear.weight_bf16, linear.out, linear.in));
+  } else {
+    ATTN_ASSIGN_OR_RETURN(
+        linear.step, StepWeights::Pack(linear.weight, linear.out, linear.in));
+  }
   ATTN_ASSIGN_OR_RETURN(
       kernels::MatMul mm,
       LinearMatMul(linear, kernels::kMatMulPackedRows, /*packed=*/true));
@@ -344,7 +355,8 @@ uint64_t LanguageModel::memory_bytes() const {
   uint64_t bytes = (m.tok_emb.size() + m.pos_emb.size()) * sizeof(float);
   const auto linear = [](const lm::Linear& l) {
     return (l.own.size() + l.bias.size()) * sizeof(float) +
-           l.own_bf16.size() * sizeof(hwy::bfloat16_t) + l.packed.size();
+           l.own_bf16.size() * sizeof(hwy::bfloat16_t) + l.packed.size() +
+           l.step.bytes();
   };
   for (const lm::Layer& layer : m.layers) {
     bytes += layer.attention->memory_bytes() + linear(layer.up) +

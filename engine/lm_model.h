@@ -16,6 +16,7 @@
 #include "attn/safetensors.hpp"
 #include "attn/status.hpp"
 #include "engine/buffer.h"
+#include "engine/step_weights.h"
 #include "hwy/base.h"
 #include "kernels/matmul.h"
 
@@ -24,11 +25,11 @@ namespace lm {
 
 // y = x W^T (+ b), W [out, in] as nn.Linear holds it: in fp32 (`weight`)
 // or, in bf16 models, in bf16 (`weight_bf16`), never both. A step of up to
-// kernels::kRowsLinearMaxRows rows reads it (kernels::RowsLinear); longer
-// ones run a matmul (in a bf16 model, on x rounded to bf16) on `packed`,
-// laid out as `packed_layout` (every run of MatMulWideRows() rows or more)
-// lays it out, or on the plain weights when their matmul lays them out
-// otherwise.
+// kernels::kRowsLinearMaxRows rows reads `step`, the same weights in the
+// kernel's panels; longer ones run a matmul (in a bf16 model, on x rounded
+// to bf16) on `packed`, laid out as `packed_layout` (every run of
+// MatMulWideRows() rows or more) lays it out, or on the plain weights when
+// their matmul lays them out otherwise.
 struct Linear {
   int64_t in = 0, out = 0;
   const float* weight = nullptr;  // into `own`, or a tied embedding
@@ -37,6 +38,7 @@ struct Linear {
   std::vector<hwy::bfloat16_t> own_bf16;
   std::optional<kernels::MatMul> packed_layout;
   AlignedBuffer packed;
+  StepWeights step;
 
   bool present() const { return weight || weight_bf16; }
   kernels::DataType type() const {

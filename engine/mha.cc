@@ -18,6 +18,7 @@
 #include "engine/model_config.h"
 #include "engine/threads.h"
 #include "kernels/attention.h"
+#include "kernels/rows_linear.h"
 #include "kernels/softmax.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -75,6 +76,37 @@ Result<std::vector<float>> ReadWeight(const SafetensorsFile& file,
   return file.ReadF32(name);
 }
 
+// Bytes of the step weights (StepWeights) of a model of config `c`.
+uint64_t StepWeightBytes(const MhaConfig& c, bool bf16) {
+  const auto in = static_cast<size_t>(c.d_in);
+  const auto out = static_cast<size_t>(c.d_out);
+  const auto qkv = out + 2 * static_cast<size_t>(KvDim(c));
+  const uint64_t elements = AddSat(kernels::RowsLinearPackedSize(qkv, in),
+                                   kernels::RowsLinearPackedSize(out, out));
+  return MulSat(elements, bf16 ? sizeof(hwy::bfloat16_t) : sizeof(float));
+}
+
+// m.step_qkv and m.step_out, from w_qkv and w_out (rounded to bf16 in place
+// for bf16 steps, so that both hold the same numbers).
+Status PackStepWeights(MhaModelData& m, bool bf16) {
+  const int64_t in = m.config.d_in, out = m.config.d_out;
+  const int64_t qkv = out + 2 * KvDim(m.config);
+  if (!bf16) {
+    ATTN_ASSIGN_OR_RETURN(m.step_qkv,
+                          StepWeights::Pack(m.w_qkv.data(), qkv, in));
+    ATTN_ASSIGN_OR_RETURN(m.step_out,
+                          StepWeights::Pack(m.w_out.data(), out, out));
+    return {};
+  }
+  ATTN_ASSIGN_OR_RETURN(const auto qkv_bf16, RoundToBf16(m.w_qkv));
+  ATTN_ASSIGN_OR_RETURN(m.step_qkv,
+                        StepWeights::Pack(qkv_bf16.data(), qkv, in));
+  ATTN_ASSIGN_OR_RETURN(const auto out_bf16, RoundToBf16(m.w_out));
+  ATTN_ASSIGN_OR_RETURN(m.step_out,
+                        StepWeights::Pack(out_bf16.data(), out, out));
+  return {};
+}
+
 }  // namespace
 
 uint64_t WeightBytes(const MhaConfig& c) {
@@ -130,7 +162,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
   const bool bf16_steps = options.step_weights == DType::kBF16;
   ATTN_RETURN_IF_ERROR(
       CheckMemory("the model's weights",
-                  AddSat(WeightBytes(c), bf16_steps ? WeightBytes(c) / 2 : 0),
+                  AddSat(WeightBytes(c), StepWeightBytes(c, bf16_steps)),
                   impl->max_memory_bytes));
 
   const auto in = static_cast<size_t>(c.d_in);
@@ -163,10 +195,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
                        std::to_string(c.d_in) + ", d_out " +
                        std::to_string(c.d_out) + ")");
   }
-  if (bf16_steps) {
-    ATTN_ASSIGN_OR_RETURN(impl->w_qkv_bf16, RoundToBf16(impl->w_qkv));
-    ATTN_ASSIGN_OR_RETURN(impl->w_out_bf16, RoundToBf16(impl->w_out));
-  }
+  ATTN_RETURN_IF_ERROR(PackStepWeights(*impl, bf16_steps));
   ATTN_RETURN_IF_ERROR(PackMhaWeights(*impl));
   return std::shared_ptr<const MhaModel>(new MhaModel(std::move(impl)));
 }
@@ -330,9 +359,8 @@ Status PackMhaWeights(MhaModelData& m) {
 }
 
 uint64_t MhaModelBytes(const MhaModelData& m) {
-  const uint64_t bf16 =
-      (m.w_qkv_bf16.size() + m.w_out_bf16.size()) * sizeof(hwy::bfloat16_t);
-  return AddSat(WeightBytes(m.config) + bf16, m.packed ? m.packed->bytes() : 0);
+  const uint64_t step = m.step_qkv.bytes() + m.step_out.bytes();
+  return AddSat(WeightBytes(m.config) + step, m.packed ? m.packed->bytes() : 0);
 }
 
 Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w) {

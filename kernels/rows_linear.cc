@@ -1,8 +1,8 @@
-// Dynamic dispatch and the OpenMP split of RowsLinear: fixed blocks of
-// columns, one HWY_DYNAMIC_DISPATCH each, for f32 and bf16 weights.
+// Dynamic dispatch and the OpenMP split of RowsLinear (one panel per work
+// item, one HWY_DYNAMIC_DISPATCH each, for f32 and bf16 weights), and the
+// packing of its weights.
 #include "kernels/rows_linear.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #undef HWY_TARGET_INCLUDE
@@ -15,16 +15,16 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 
 // HWY_EXPORT takes no templates: one entry per weight type.
-void RowsLinearColumns(const float* x, size_t rows, size_t k, const float* w,
-                       const float* bias, size_t n, size_t j0, size_t j1,
-                       float* y) {
-  RowsLinearT(hn::ScalableTag<float>(), x, rows, k, w, bias, n, j0, j1, y);
+void RowsLinearPanelF32(const float* x, size_t rows, size_t k,
+                        const float* packed, const float* bias, size_t n,
+                        size_t p, float* y) {
+  RowsLinearPanel(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, p, y);
 }
 
-void RowsLinearColumnsBF16(const float* x, size_t rows, size_t k,
-                           const hwy::bfloat16_t* w, const float* bias,
-                           size_t n, size_t j0, size_t j1, float* y) {
-  RowsLinearT(hn::ScalableTag<float>(), x, rows, k, w, bias, n, j0, j1, y);
+void RowsLinearPanelBF16(const float* x, size_t rows, size_t k,
+                         const hwy::bfloat16_t* packed, const float* bias,
+                         size_t n, size_t p, float* y) {
+  RowsLinearPanel(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, p, y);
 }
 
 }  // namespace attn::kernels::HWY_NAMESPACE
@@ -33,38 +33,65 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attn::kernels {
 
-HWY_EXPORT(RowsLinearColumns);
-HWY_EXPORT(RowsLinearColumnsBF16);
+HWY_EXPORT(RowsLinearPanelF32);
+HWY_EXPORT(RowsLinearPanelBF16);
 
 namespace {
 
-// Columns in blocks of kRowsLinearColumns, statically over the team: which
-// thread computes a column never changes its bits.
-template <typename TW, class Columns>
-void RowsLinearSplit(Columns columns, const float* x, size_t rows, size_t k,
-                     const TW* w, const float* bias, size_t n, float* y,
-                     int num_threads) {
-  constexpr size_t kColumns = kRowsLinearColumns;
-  const auto blocks = static_cast<int64_t>((n + kColumns - 1) / kColumns);
+size_t Panels(size_t n) {
+  return (n + kRowsLinearPanel - 1) / kRowsLinearPanel;
+}
+
+template <typename T>
+void Pack(const T* w, size_t n, size_t k, T* packed) {
+  for (size_t j = 0; j < Panels(n) * kRowsLinearPanel; ++j) {
+    T* column = packed + (j / kRowsLinearPanel) * k * kRowsLinearPanel +
+                j % kRowsLinearPanel;
+    for (size_t i = 0; i < k; ++i) {
+      column[i * kRowsLinearPanel] = j < n ? w[j * k + i] : T{};
+    }
+  }
+}
+
+// Panels statically over the team: which thread computes a column never
+// changes its bits.
+template <typename TW, class PanelFn>
+void Split(PanelFn panel, const float* x, size_t rows, size_t k,
+           const TW* packed, const float* bias, size_t n, float* y,
+           int num_threads) {
+  const auto panels = static_cast<int64_t>(Panels(n));
 #pragma omp parallel for num_threads(num_threads) schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const size_t j0 = static_cast<size_t>(b) * kColumns;
-    columns(x, rows, k, w, bias, n, j0, std::min(n, j0 + kColumns), y);
+  for (int64_t p = 0; p < panels; ++p) {
+    panel(x, rows, k, packed, bias, n, static_cast<size_t>(p), y);
   }
 }
 
 }  // namespace
 
-void RowsLinear(const float* x, size_t rows, size_t k, const float* w,
-                const float* bias, size_t n, float* y, int num_threads) {
-  RowsLinearSplit(HWY_DYNAMIC_DISPATCH(RowsLinearColumns), x, rows, k, w, bias,
-                  n, y, num_threads);
+size_t RowsLinearPackedSize(size_t n, size_t k) {
+  return Panels(n) * kRowsLinearPanel * k;
 }
 
-void RowsLinear(const float* x, size_t rows, size_t k, const hwy::bfloat16_t* w,
+void PackRowsLinear(const float* w, size_t n, size_t k, float* packed) {
+  Pack(w, n, k, packed);
+}
+
+void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,
+                    hwy::bfloat16_t* packed) {
+  Pack(w, n, k, packed);
+}
+
+void RowsLinear(const float* x, size_t rows, size_t k, const float* packed,
                 const float* bias, size_t n, float* y, int num_threads) {
-  RowsLinearSplit(HWY_DYNAMIC_DISPATCH(RowsLinearColumnsBF16), x, rows, k, w,
-                  bias, n, y, num_threads);
+  Split(HWY_DYNAMIC_DISPATCH(RowsLinearPanelF32), x, rows, k, packed, bias, n,
+        y, num_threads);
+}
+
+void RowsLinear(const float* x, size_t rows, size_t k,
+                const hwy::bfloat16_t* packed, const float* bias, size_t n,
+                float* y, int num_threads) {
+  Split(HWY_DYNAMIC_DISPATCH(RowsLinearPanelBF16), x, rows, k, packed, bias, n,
+        y, num_threads);
 }
 
 }  // namespace attn::kernels

@@ -1,9 +1,10 @@
 // y = x W^T + b for a few rows of x: the projections of a decode step. They
-// are bound by reading W once, and oneDNN's matmul, cut into tiles that do
-// not depend on the team size, reads a step's weights at half the speed
-// (bench/RESULTS.md). Here each output is one dot product in a fixed order
-// and the columns are spread over threads, so every bit of the result is the
-// same for every num_threads. Per-target bodies in rows_linear-inl.h.
+// are bound by reading W once, so W is read in the one order that streams
+// it fastest: packed in panels of kRowsLinearPanel columns, each panel one
+// contiguous run of memory that every row consumes as it streams by. Each
+// output is one sum over k in order, computed by one tile whatever the
+// team size, so every bit of the result is the same for every num_threads.
+// Per-target bodies in rows_linear-inl.h.
 #ifndef ATTN_KERNELS_ROWS_LINEAR_H_
 #define ATTN_KERNELS_ROWS_LINEAR_H_
 
@@ -16,21 +17,32 @@ namespace attn::kernels {
 // The most rows RowsLinear takes: past a few rows, reading W once no longer
 // bounds the time and a blocked matmul wins.
 constexpr size_t kRowsLinearMaxRows = 8;
-// Columns each OpenMP work item computes: 64 columns of 768 floats are 192
-// KiB of w, enough to amortise the dispatch, few enough to spread one
-// projection over many threads.
-constexpr size_t kRowsLinearColumns = 64;
+// Columns of a panel: two AVX-512 vectors of fp32, and one 64-byte cache
+// line of bf16 weights per step along k.
+constexpr size_t kRowsLinearPanel = 32;
+
+// Elements of w [n, k] packed for RowsLinear: ceil(n / kRowsLinearPanel)
+// panels of k x kRowsLinearPanel.
+size_t RowsLinearPackedSize(size_t n, size_t k);
+
+// Lays out w [n, k] (nn.Linear's [out, in]) as RowsLinear reads it: panel p
+// holds columns [32p, 32p + 32), for each i < k the 32 weights w[j, i] side
+// by side, zeros past column n. `packed` holds RowsLinearPackedSize(n, k).
+void PackRowsLinear(const float* w, size_t n, size_t k, float* packed);
+void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,
+                    hwy::bfloat16_t* packed);
 
 // y[r, j] = bias[j] + sum_i x[r, i] * w[j, i] for r < rows <= 8, j < n,
-// i < k: x [rows, k], w [n, k] (nn.Linear's layout), y [rows, n], dense;
-// bias [n] or null.
-void RowsLinear(const float* x, size_t rows, size_t k, const float* w,
+// i < k: x [rows, k] and y [rows, n] dense, w as PackRowsLinear lays it
+// out, bias [n] or null.
+void RowsLinear(const float* x, size_t rows, size_t k, const float* packed,
                 const float* bias, size_t n, float* y, int num_threads);
 
 // As above with bf16 weights: each weight is widened to fp32 exactly, so the
 // result has the bits of the fp32 overload on the widened weights.
-void RowsLinear(const float* x, size_t rows, size_t k, const hwy::bfloat16_t* w,
-                const float* bias, size_t n, float* y, int num_threads);
+void RowsLinear(const float* x, size_t rows, size_t k,
+                const hwy::bfloat16_t* packed, const float* bias, size_t n,
+                float* y, int num_threads);
 
 }  // namespace attn::kernels
 

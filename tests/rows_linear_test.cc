@@ -1,8 +1,8 @@
 // RowsLinear (a decode step's projections) on every compiled Highway target
 // against a double reference, at rows 1 to 8 and widths around the vector
-// length and the column group; bf16 weights bitwise the f32 path on the
-// widened weights; and the threaded entry points, bitwise the same at 1, 2,
-// 3 and 7 threads.
+// length and the panel; bf16 weights bitwise the f32 path on the widened
+// weights; the panels' layout; and the threaded entry points, bitwise the
+// same at 1, 2, 3 and 7 threads.
 #include <cstring>
 #include <random>
 #include <utility>
@@ -37,6 +37,14 @@ inline std::vector<double> RowsLinearReference(const std::vector<float>& x,
   return y;
 }
 
+// w [n, k] packed for RowsLinear, in a buffer of exactly its size.
+template <typename T>
+std::vector<T> Packed(const std::vector<T>& w, size_t n, size_t k) {
+  std::vector<T> packed(kernels::RowsLinearPackedSize(n, k));
+  kernels::PackRowsLinear(w.data(), n, k, packed.data());
+  return packed;
+}
+
 // Rounds w to bf16: the bf16 weights and their exact f32 widening.
 inline std::pair<std::vector<hwy::bfloat16_t>, std::vector<float>> ToBF16(
     const std::vector<float>& w) {
@@ -55,14 +63,19 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace {
 
-// One out-of-line copy per weight type: RowsLinearT is always inlined, and
-// every call site would otherwise compile all its tiles again (5 minutes of
-// this file's build under ASan).
+// Every panel of y for w [n, k], packed here. One out-of-line copy per
+// weight type: RowsLinearPanel is always inlined, and every call site would
+// otherwise compile all its tiles again (minutes of this file's build under
+// ASan).
 template <typename TW>
-HWY_NOINLINE void Linear(const float* x, size_t rows, size_t k, const TW* w,
-                         const float* bias, size_t n, size_t j0, size_t j1,
+HWY_NOINLINE void Linear(const float* x, size_t rows, size_t k,
+                         const std::vector<TW>& w, const float* bias, size_t n,
                          float* y) {
-  RowsLinearT(hn::ScalableTag<float>(), x, rows, k, w, bias, n, j0, j1, y);
+  const std::vector<TW> packed = test::Packed(w, n, k);
+  for (size_t p = 0; p * kRowsLinearPanel < n; ++p) {
+    RowsLinearPanel(hn::ScalableTag<float>(), x, rows, k, packed.data(), bias,
+                    n, p, y);
+  }
 }
 
 void TestRowsLinearMatchesReference() {
@@ -70,21 +83,21 @@ void TestRowsLinearMatchesReference() {
   const size_t N = hn::Lanes(d);
   std::mt19937 rng(7);
   for (size_t rows = 1; rows <= kRowsLinearMaxRows; ++rows) {
-    // 769, 1539 and 2048 cross the by-column path's blocks of k (768) with a
-    // tail; 2048's rows lie a multiple of 4 KiB apart.
+    // 2048: the rows of x lie a multiple of 4 KiB apart. n: within one
+    // panel, at its edge and past it by a column, a vector, or several.
     for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
-                     size_t{64}, size_t{769}, size_t{1539}, size_t{2048}}) {
-      for (size_t n :
-           {size_t{1}, size_t{3}, size_t{5}, size_t{9}, size_t{17}}) {
+                     size_t{64}, size_t{769}, size_t{2048}}) {
+      for (size_t n : {size_t{1}, size_t{5}, size_t{17}, size_t{32}, size_t{33},
+                       size_t{48}, size_t{97}}) {
         const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
         const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
         const auto b = test::RandomVector(rng, n, -1.f, 1.f);
         for (const float* bias :
              {b.data(), static_cast<const float*>(nullptr)}) {
-          // Exactly sized: the kernel must not read past x or w, nor
-          // write past y (ASan in CI).
+          // Exactly sized: the kernel must not read past x or the panels,
+          // nor write past y (ASan in CI).
           std::vector<float> y(rows * n);
-          Linear(x.data(), rows, k, w.data(), bias, n, 0, n, y.data());
+          Linear(x.data(), rows, k, w, bias, n, y.data());
           test::ExpectAllClose(
               test::RowsLinearReference(x, rows, k, w, bias, n), y.data(),
               1e-5 * double(k + 1), "rows_linear");
@@ -103,9 +116,9 @@ void TestRowsLinearBF16MatchesF32() {
   std::mt19937 rng(17);
   for (size_t rows = 1; rows <= kRowsLinearMaxRows; ++rows) {
     for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
-                     size_t{64}, size_t{769}, size_t{1539}, size_t{2048}}) {
-      for (size_t n :
-           {size_t{1}, size_t{3}, size_t{5}, size_t{9}, size_t{17}}) {
+                     size_t{64}, size_t{769}, size_t{2048}}) {
+      for (size_t n : {size_t{1}, size_t{5}, size_t{17}, size_t{32}, size_t{33},
+                       size_t{48}, size_t{97}}) {
         const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
         const auto [wb, wf] =
             test::ToBF16(test::RandomVector(rng, n * k, -1.f, 1.f));
@@ -114,8 +127,8 @@ void TestRowsLinearBF16MatchesF32() {
              {b.data(), static_cast<const float*>(nullptr)}) {
           // Exactly sized, as above.
           std::vector<float> y(rows * n), y32(rows * n);
-          Linear(x.data(), rows, k, wb.data(), bias, n, 0, n, y.data());
-          Linear(x.data(), rows, k, wf.data(), bias, n, 0, n, y32.data());
+          Linear(x.data(), rows, k, wb, bias, n, y.data());
+          Linear(x.data(), rows, k, wf, bias, n, y32.data());
           ASSERT_EQ(0, std::memcmp(y.data(), y32.data(), y.size() * 4))
               << rows << " rows, k " << k << ", n " << n;
           test::ExpectAllClose(
@@ -137,9 +150,9 @@ void ExpectBitsDoNotDependOnRows(const std::vector<TW>& w, size_t k) {
   const auto x = test::RandomVector(rng, kRowsLinearMaxRows * k, -1.f, 1.f);
   std::vector<float> alone(n), all(kRowsLinearMaxRows * n);
   for (size_t rows = 2; rows <= kRowsLinearMaxRows; ++rows) {
-    Linear(x.data(), rows, k, w.data(), nullptr, n, 0, n, all.data());
+    Linear(x.data(), rows, k, w, nullptr, n, all.data());
     for (size_t r = 0; r < rows; ++r) {
-      Linear(x.data() + r * k, 1, k, w.data(), nullptr, n, 0, n, alone.data());
+      Linear(x.data() + r * k, 1, k, w, nullptr, n, alone.data());
       for (size_t j = 0; j < n; ++j) {
         ASSERT_EQ(alone[j], all[r * n + j]) << rows << " rows, row " << r;
       }
@@ -156,18 +169,20 @@ void TestRowsLinearBitsDoNotDependOnRows() {
   }
 }
 
-// A column range in the middle writes exactly its columns.
-void TestRowsLinearWritesOnlyItsColumns() {
+// A panel in the middle writes exactly its columns, of every row.
+void TestRowsLinearPanelWritesOnlyItsColumns() {
   std::mt19937 rng(8);
-  const size_t rows = 2, k = 19, n = 11;
+  const size_t rows = 3, k = 19, n = 70;
   const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
   const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
   const auto full = test::RowsLinearReference(x, rows, k, w, nullptr, n);
+  const std::vector<float> packed = test::Packed(w, n, k);
   std::vector<float> y(rows * n, -7.0f);
-  Linear(x.data(), rows, k, w.data(), nullptr, n, 3, 9, y.data());
+  RowsLinearPanel(hn::ScalableTag<float>(), x.data(), rows, k, packed.data(),
+                  nullptr, n, 1, y.data());
   for (size_t r = 0; r < rows; ++r) {
     for (size_t j = 0; j < n; ++j) {
-      if (j >= 3 && j < 9) {
+      if (j >= kRowsLinearPanel && j < 2 * kRowsLinearPanel) {
         EXPECT_NEAR(y[r * n + j], full[r * n + j], 1e-4);
       } else {
         EXPECT_EQ(y[r * n + j], -7.0f) << r << ", " << j;
@@ -186,7 +201,7 @@ namespace {
 
 HWY_BEFORE_TEST(RowsLinearTest);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearMatchesReference);
-HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearWritesOnlyItsColumns);
+HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearPanelWritesOnlyItsColumns);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBitsDoNotDependOnRows);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBF16MatchesF32);
 
@@ -198,21 +213,23 @@ TEST(RowsLinearDispatchTest, SameBitsAtEveryThreadCount) {
   const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
   const auto w = test::RandomVector(rng, n * k, -0.2f, 0.2f);
   const auto b = test::RandomVector(rng, n, -1.f, 1.f);
+  const auto packed = test::Packed(w, n, k);
   std::vector<float> one(rows * n);
-  RowsLinear(x.data(), rows, k, w.data(), b.data(), n, one.data(), 1);
+  RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, one.data(), 1);
   test::ExpectAllClose(test::RowsLinearReference(x, rows, k, w, b.data(), n),
                        one.data(), 1e-4, "1 thread");
   for (int threads : {2, 3, 7}) {
     std::vector<float> many(rows * n);
-    RowsLinear(x.data(), rows, k, w.data(), b.data(), n, many.data(), threads);
+    RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, many.data(),
+               threads);
     EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
         << threads << " threads differ from 1";
   }
 }
 
-// The bf16 entry point: at 1 and 2 threads, every row count, k across
-// blocks with a tail and n not a multiple of any column group, the bits of
-// the f32 entry point on the widened weights and the reference's values.
+// The bf16 entry point: at 1 and 2 threads, every row count, and n not a
+// multiple of the panel, the bits of the f32 entry point on the widened
+// weights and the reference's values.
 TEST(RowsLinearDispatchTest, BF16IsF32OnWidenedWeights) {
   std::mt19937 rng(11);
   for (size_t rows = 1; rows <= kRowsLinearMaxRows; ++rows) {
@@ -221,14 +238,17 @@ TEST(RowsLinearDispatchTest, BF16IsF32OnWidenedWeights) {
       const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
       const auto [wb, wf] =
           test::ToBF16(test::RandomVector(rng, n * k, -0.2f, 0.2f));
+      const auto packed_b = test::Packed(wb, n, k);
+      const auto packed_f = test::Packed(wf, n, k);
       const auto b = test::RandomVector(rng, n, -1.f, 1.f);
       for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
         const auto expected =
             test::RowsLinearReference(x, rows, k, wf, bias, n);
         for (int threads : {1, 2}) {
           std::vector<float> y(rows * n), y32(rows * n);
-          RowsLinear(x.data(), rows, k, wb.data(), bias, n, y.data(), threads);
-          RowsLinear(x.data(), rows, k, wf.data(), bias, n, y32.data(),
+          RowsLinear(x.data(), rows, k, packed_b.data(), bias, n, y.data(),
+                     threads);
+          RowsLinear(x.data(), rows, k, packed_f.data(), bias, n, y32.data(),
                      threads);
           ASSERT_EQ(0, std::memcmp(y.data(), y32.data(), y.size() * 4))
               << rows << " rows, k " << k << ", " << threads << " threads";
@@ -237,6 +257,39 @@ TEST(RowsLinearDispatchTest, BF16IsF32OnWidenedWeights) {
         }
       }
     }
+  }
+}
+
+float AsFloat(float v) { return v; }
+float AsFloat(hwy::bfloat16_t v) { return hwy::F32FromBF16(v); }
+
+// Panel p holds columns [32p, 32p + 32) of w [n, k], k rows of 32 weights
+// side by side, zeros past n; in f32 and bf16 alike.
+template <typename T>
+void ExpectPanelLayout(const std::vector<T>& w, size_t n, size_t k) {
+  const std::vector<T> packed = test::Packed(w, n, k);
+  const size_t panels = (n + kRowsLinearPanel - 1) / kRowsLinearPanel;
+  ASSERT_EQ(packed.size(), panels * k * kRowsLinearPanel);
+  for (size_t p = 0; p < panels; ++p) {
+    for (size_t i = 0; i < k; ++i) {
+      for (size_t c = 0; c < kRowsLinearPanel; ++c) {
+        const size_t j = p * kRowsLinearPanel + c;
+        const T got = packed[(p * k + i) * kRowsLinearPanel + c];
+        const float want = j < n ? AsFloat(w[j * k + i]) : 0.0f;
+        ASSERT_EQ(AsFloat(got), want)
+            << "panel " << p << ", k " << i << ", column " << c;
+      }
+    }
+  }
+}
+
+TEST(RowsLinearPackTest, PanelsHoldColumnsSideBySide) {
+  std::mt19937 rng(12);
+  for (size_t n : {size_t{1}, size_t{32}, size_t{45}, size_t{96}}) {
+    const size_t k = 7;
+    const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
+    ExpectPanelLayout(w, n, k);
+    ExpectPanelLayout(test::ToBF16(w).first, n, k);
   }
 }
 

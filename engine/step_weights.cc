@@ -1,0 +1,45 @@
+#include "engine/step_weights.h"
+
+#include <type_traits>
+
+#include "kernels/rows_linear.h"
+
+namespace attn {
+
+template <typename T>
+Result<StepWeights> StepWeights::PackAs(const T* w, int64_t out, int64_t in) {
+  StepWeights step;
+  step.bf16_ = std::is_same_v<T, hwy::bfloat16_t>;
+  step.in_ = static_cast<size_t>(in);
+  step.out_ = static_cast<size_t>(out);
+  ATTN_ASSIGN_OR_RETURN(
+      step.panels_,
+      AlignedBuffer::Allocate(
+          kernels::RowsLinearPackedSize(step.out_, step.in_) * sizeof(T)));
+  kernels::PackRowsLinear(w, step.out_, step.in_,
+                          static_cast<T*>(step.panels_.data()));
+  return step;
+}
+
+Result<StepWeights> StepWeights::Pack(const float* w, int64_t out, int64_t in) {
+  return PackAs(w, out, in);
+}
+
+Result<StepWeights> StepWeights::Pack(const hwy::bfloat16_t* w, int64_t out,
+                                      int64_t in) {
+  return PackAs(w, out, in);
+}
+
+void StepWeights::Run(const float* x, size_t rows, const float* bias, float* y,
+                      int num_threads) const {
+  if (bf16_) {
+    kernels::RowsLinear(x, rows, in_,
+                        static_cast<const hwy::bfloat16_t*>(panels_.data()),
+                        bias, out_, y, num_threads);
+  } else {
+    kernels::RowsLinear(x, rows, in_, static_cast<const float*>(panels_.data()),
+                        bias, out_, y, num_threads);
+  }
+}
+
+}  // namespace attn

@@ -1,0 +1,43 @@
+// StepWeights: a linear's weights as a decode step's few rows read them
+// (kernels::RowsLinear's panels), in fp32 or bf16. Steps of up to
+// kernels::kRowsLinearMaxRows rows are bound by reading these once.
+#ifndef ATTN_ENGINE_STEP_WEIGHTS_H_
+#define ATTN_ENGINE_STEP_WEIGHTS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attn/status.hpp"
+#include "engine/buffer.h"
+#include "hwy/base.h"
+
+namespace attn {
+
+class StepWeights {
+ public:
+  StepWeights() = default;
+  // W [out, in] (nn.Linear's layout), packed; the bf16 overload keeps bf16.
+  static Result<StepWeights> Pack(const float* w, int64_t out, int64_t in);
+  static Result<StepWeights> Pack(const hwy::bfloat16_t* w, int64_t out,
+                                  int64_t in);
+
+  // y [rows, out] = x [rows, in] W^T + bias (bias [out] or null), for
+  // 1 <= rows <= kernels::kRowsLinearMaxRows.
+  void Run(const float* x, size_t rows, const float* bias, float* y,
+           int num_threads) const;
+
+  bool empty() const { return panels_.size() == 0; }
+  size_t bytes() const { return panels_.size(); }
+
+ private:
+  template <typename T>
+  static Result<StepWeights> PackAs(const T* w, int64_t out, int64_t in);
+
+  AlignedBuffer panels_;
+  bool bf16_ = false;
+  size_t in_ = 0, out_ = 0;
+};
+
+}  // namespace attn
+
+#endif  // ATTN_ENGINE_STEP_WEIGHTS_H_
