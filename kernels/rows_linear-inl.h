@@ -56,39 +56,51 @@ constexpr uintptr_t kPrefetchBytes = 8192;
 constexpr size_t kVectorRegisters =
     (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 16 : 32;
 
-// Rows of one tile: its accumulators, rows x vectors of a panel row, take
-// half the vector registers; the panel row and x's lane take the rest
-// (AVX-512: all 8 rows, so the panel streams by once; AVX2: 2 rows, and the
-// other rows read the panel again from L2).
+// Accumulators of a tile: half the vector registers; the rows of panels
+// and x's lane take the rest.
+constexpr size_t kTileAccumulators = kVectorRegisters / 2;
+
+template <class D>
+constexpr size_t PanelVectors() {
+  static_assert(kRowsLinearPanel % hn::MaxLanes(D()) == 0, "whole vectors");
+  return kRowsLinearPanel / hn::MaxLanes(D());
+}
+
+// Rows of one tile of one panel (AVX-512: all 8, so the panel streams by
+// once; AVX2: 2, and the other rows read the panel again from L2).
 template <class D>
 constexpr size_t TileRows() {
-  constexpr size_t vectors = kRowsLinearPanel / hn::MaxLanes(D());
-  return std::clamp<size_t>(kVectorRegisters / 2 / vectors, 1,
+  return std::clamp<size_t>(kTileAccumulators / PanelVectors<D>(), 1,
                             kRowsLinearMaxRows);
 }
 
-// kRows rows of y (n apart) from those of x (k apart) by one panel, whose
-// first column is j0: each output is one chain of FMAs over k in order, from
-// zero, then plus its bias. Stores only the columns below n.
-template <size_t kRows, class D, typename TW>
+// kRows rows of y (n apart) from those of x (k apart) by kPanels adjacent
+// panels, the first at `panel` with first column j0: each output is one
+// chain of FMAs over k in order, from zero, then plus its bias. Stores only
+// the columns below n. Two panels give one row four chains to overlap.
+template <size_t kRows, size_t kPanels, class D, typename TW>
 HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
                                const float* bias, size_t j0, size_t n,
                                float* y) {
   using V = hn::Vec<D>;
   constexpr size_t N = hn::MaxLanes(D());
-  constexpr size_t kVectors = kRowsLinearPanel / N;
-  static_assert(kRowsLinearPanel % N == 0, "a panel row is whole vectors");
+  constexpr size_t kVectors = kPanels * PanelVectors<D>();
   constexpr size_t kRowBytes = kRowsLinearPanel * sizeof(TW);
+  const size_t stride = k * kRowsLinearPanel;  // between panels
   V acc[kRows][kVectors];
   for (size_t r = 0; r < kRows; ++r) {
     for (size_t v = 0; v < kVectors; ++v) acc[r][v] = hn::Zero(d);
   }
   for (size_t i = 0; i < k; ++i) {
-    const TW* row = panel + i * kRowsLinearPanel;
-    const uintptr_t ahead = reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
-    for (size_t b = 0; b < kRowBytes; b += 64) PrefetchL2(ahead + b);
     V w[kVectors];
-    for (size_t v = 0; v < kVectors; ++v) w[v] = LoadWeights(d, row + v * N);
+    for (size_t q = 0; q < kPanels; ++q) {
+      const TW* row = panel + q * stride + i * kRowsLinearPanel;
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
+      for (size_t b = 0; b < kRowBytes; b += 64) PrefetchL2(ahead + b);
+      for (size_t v = 0; v < PanelVectors<D>(); ++v) {
+        w[q * PanelVectors<D>() + v] = LoadWeights(d, row + v * N);
+      }
+    }
     for (size_t r = 0; r < kRows; ++r) {
       const V xv = hn::Set(d, x[r * k + i]);
       for (size_t v = 0; v < kVectors; ++v) {
@@ -105,47 +117,60 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
   }
 }
 
-// kRows rows of y by one panel, in tiles of TileRows rows.
+// kRows rows of y by `panels` (1 or 2) adjacent panels: both in one tile
+// where their accumulators fit, else panel by panel in tiles of TileRows.
 template <size_t kRows, class D, typename TW>
-HWY_INLINE void RowsLinearPanelT(D d, const float* x, size_t k, const TW* panel,
-                                 const float* bias, size_t j0, size_t n,
-                                 float* y) {
-  constexpr size_t kTile = std::min(kRows, TileRows<D>());
-  size_t r = 0;
-  for (; r + kTile <= kRows; r += kTile) {
-    RowsLinearTile<kTile>(d, x + r * k, k, panel, bias, j0, n, y + r * n);
+HWY_INLINE void RowsLinearPanelsT(D d, const float* x, size_t k,
+                                  const TW* panel, size_t panels,
+                                  const float* bias, size_t j0, size_t n,
+                                  float* y) {
+  if constexpr (2 * kRows * PanelVectors<D>() <= kTileAccumulators) {
+    if (panels == 2) {
+      return RowsLinearTile<kRows, 2>(d, x, k, panel, bias, j0, n, y);
+    }
   }
-  if constexpr (kRows % kTile != 0) {
-    RowsLinearTile<kRows % kTile>(d, x + r * k, k, panel, bias, j0, n,
-                                  y + r * n);
+  constexpr size_t kTile = std::min(kRows, TileRows<D>());
+  for (size_t q = 0; q < panels; ++q) {
+    const TW* one = panel + q * k * kRowsLinearPanel;
+    const size_t j = j0 + q * kRowsLinearPanel;
+    size_t r = 0;
+    for (; r + kTile <= kRows; r += kTile) {
+      RowsLinearTile<kTile, 1>(d, x + r * k, k, one, bias, j, n, y + r * n);
+    }
+    if constexpr (kRows % kTile != 0) {
+      RowsLinearTile<kRows % kTile, 1>(d, x + r * k, k, one, bias, j, n,
+                                       y + r * n);
+    }
   }
 }
 
-// Panel p of y's columns (kRowsLinearPanel from p * kRowsLinearPanel, or up
-// to n) for 1 <= rows <= kRowsLinearMaxRows rows.
+// Columns [j0, j0 + kRowsLinearColumns) of y, or up to n (j0 a multiple of
+// kRowsLinearColumns), for 1 <= rows <= kRowsLinearMaxRows rows.
 template <class D, typename TW>
-HWY_INLINE void RowsLinearPanel(D d, const float* x, size_t rows, size_t k,
-                                const TW* packed, const float* bias, size_t n,
-                                size_t p, float* y) {
-  const TW* panel = packed + p * k * kRowsLinearPanel;
-  const size_t j0 = p * kRowsLinearPanel;
+HWY_INLINE void RowsLinearColumns(D d, const float* x, size_t rows, size_t k,
+                                  const TW* packed, const float* bias, size_t n,
+                                  size_t j0, float* y) {
+  const TW* panel = packed + j0 / kRowsLinearPanel * k * kRowsLinearPanel;
+  const size_t panels =
+      std::min(kRowsLinearColumns, n - j0 + kRowsLinearPanel - 1) /
+      kRowsLinearPanel;
   switch (rows) {
     case 1:
-      return RowsLinearPanelT<1>(d, x, k, panel, bias, j0, n, y);
+      return RowsLinearPanelsT<1>(d, x, k, panel, panels, bias, j0, n, y);
     case 2:
-      return RowsLinearPanelT<2>(d, x, k, panel, bias, j0, n, y);
+      return RowsLinearPanelsT<2>(d, x, k, panel, panels, bias, j0, n, y);
     case 3:
-      return RowsLinearPanelT<3>(d, x, k, panel, bias, j0, n, y);
+      return RowsLinearPanelsT<3>(d, x, k, panel, panels, bias, j0, n, y);
     case 4:
-      return RowsLinearPanelT<4>(d, x, k, panel, bias, j0, n, y);
+      return RowsLinearPanelsT<4>(d, x, k, panel, panels, bias, j0, n, y);
     case 5:
-      return RowsLinearPanelT<5>(d, x, k, panel, bias, j0, n, y);
+      return RowsLinearPanelsT<5>(d, x, k, panel, panels, bias, j0, n, y);
     case 6:
-      return RowsLinearPanelT<6>(d, x, k, panel, bias, j0, n, y);
+      return RowsLinearPanelsT<6>(d, x, k, panel, panels, bias, j0, n, y);
     case 7:
-      return RowsLinearPanelT<7>(d, x, k, panel, bias, j0, n, y);
+      return RowsLinearPanelsT<7>(d, x, k, panel, panels, bias, j0, n, y);
     default:
-      return RowsLinearPanelT<8>(d, x, k, panel, bias, j0, n, y);
+      return RowsLinearPanelsT<8>(d, x, k, panel, panels, bias, j0, n, y);
   }
 }
 

@@ -1,4 +1,4 @@
-// Dynamic dispatch and the OpenMP split of RowsLinear (one panel per work
+// Dynamic dispatch and the OpenMP split of RowsLinear (two panels per work
 // item, one HWY_DYNAMIC_DISPATCH each, for f32 and bf16 weights), and the
 // packing of its weights.
 #include "kernels/rows_linear.h"
@@ -15,16 +15,18 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 
 // HWY_EXPORT takes no templates: one entry per weight type.
-void RowsLinearPanelF32(const float* x, size_t rows, size_t k,
-                        const float* packed, const float* bias, size_t n,
-                        size_t p, float* y) {
-  RowsLinearPanel(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, p, y);
+void RowsLinearColumnsF32(const float* x, size_t rows, size_t k,
+                          const float* packed, const float* bias, size_t n,
+                          size_t j0, float* y) {
+  RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, j0,
+                    y);
 }
 
-void RowsLinearPanelBF16(const float* x, size_t rows, size_t k,
-                         const hwy::bfloat16_t* packed, const float* bias,
-                         size_t n, size_t p, float* y) {
-  RowsLinearPanel(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, p, y);
+void RowsLinearColumnsBF16(const float* x, size_t rows, size_t k,
+                           const hwy::bfloat16_t* packed, const float* bias,
+                           size_t n, size_t j0, float* y) {
+  RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, j0,
+                    y);
 }
 
 }  // namespace attn::kernels::HWY_NAMESPACE
@@ -33,8 +35,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attn::kernels {
 
-HWY_EXPORT(RowsLinearPanelF32);
-HWY_EXPORT(RowsLinearPanelBF16);
+HWY_EXPORT(RowsLinearColumnsF32);
+HWY_EXPORT(RowsLinearColumnsBF16);
 
 namespace {
 
@@ -53,16 +55,18 @@ void Pack(const T* w, size_t n, size_t k, T* packed) {
   }
 }
 
-// Panels statically over the team: which thread computes a column never
-// changes its bits.
-template <typename TW, class PanelFn>
-void Split(PanelFn panel, const float* x, size_t rows, size_t k,
+// Work items of kRowsLinearColumns statically over the team: which thread
+// computes a column never changes its bits.
+template <typename TW, class ColumnsFn>
+void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
            const TW* packed, const float* bias, size_t n, float* y,
            int num_threads) {
-  const auto panels = static_cast<int64_t>(Panels(n));
+  const auto items =
+      static_cast<int64_t>((n + kRowsLinearColumns - 1) / kRowsLinearColumns);
 #pragma omp parallel for num_threads(num_threads) schedule(static)
-  for (int64_t p = 0; p < panels; ++p) {
-    panel(x, rows, k, packed, bias, n, static_cast<size_t>(p), y);
+  for (int64_t item = 0; item < items; ++item) {
+    columns(x, rows, k, packed, bias, n,
+            static_cast<size_t>(item) * kRowsLinearColumns, y);
   }
 }
 
@@ -83,15 +87,15 @@ void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,
 
 void RowsLinear(const float* x, size_t rows, size_t k, const float* packed,
                 const float* bias, size_t n, float* y, int num_threads) {
-  Split(HWY_DYNAMIC_DISPATCH(RowsLinearPanelF32), x, rows, k, packed, bias, n,
+  Split(HWY_DYNAMIC_DISPATCH(RowsLinearColumnsF32), x, rows, k, packed, bias, n,
         y, num_threads);
 }
 
 void RowsLinear(const float* x, size_t rows, size_t k,
                 const hwy::bfloat16_t* packed, const float* bias, size_t n,
                 float* y, int num_threads) {
-  Split(HWY_DYNAMIC_DISPATCH(RowsLinearPanelBF16), x, rows, k, packed, bias, n,
-        y, num_threads);
+  Split(HWY_DYNAMIC_DISPATCH(RowsLinearColumnsBF16), x, rows, k, packed, bias,
+        n, y, num_threads);
 }
 
 }  // namespace attn::kernels

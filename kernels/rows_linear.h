@@ -20,6 +20,9 @@ constexpr size_t kRowsLinearMaxRows = 8;
 // Columns of a panel: two AVX-512 vectors of fp32, and one 64-byte cache
 // line of bf16 weights per step along k.
 constexpr size_t kRowsLinearPanel = 32;
+// Columns of one work item: two panels, which one tile of a few rows reads
+// side by side.
+constexpr size_t kRowsLinearColumns = 2 * kRowsLinearPanel;
 
 // Elements of w [n, k] packed for RowsLinear: ceil(n / kRowsLinearPanel)
 // panels of k x kRowsLinearPanel.

@@ -63,18 +63,18 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace {
 
-// Every panel of y for w [n, k], packed here. One out-of-line copy per
-// weight type: RowsLinearPanel is always inlined, and every call site would
-// otherwise compile all its tiles again (minutes of this file's build under
-// ASan).
+// Every work item of y for w [n, k], packed here. One out-of-line copy per
+// weight type: RowsLinearColumns is always inlined, and every call site
+// would otherwise compile all its tiles again (minutes of this file's build
+// under ASan).
 template <typename TW>
 HWY_NOINLINE void Linear(const float* x, size_t rows, size_t k,
                          const std::vector<TW>& w, const float* bias, size_t n,
                          float* y) {
   const std::vector<TW> packed = test::Packed(w, n, k);
-  for (size_t p = 0; p * kRowsLinearPanel < n; ++p) {
-    RowsLinearPanel(hn::ScalableTag<float>(), x, rows, k, packed.data(), bias,
-                    n, p, y);
+  for (size_t j0 = 0; j0 < n; j0 += kRowsLinearColumns) {
+    RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed.data(), bias,
+                      n, j0, y);
   }
 }
 
@@ -84,7 +84,8 @@ void TestRowsLinearMatchesReference() {
   std::mt19937 rng(7);
   for (size_t rows = 1; rows <= kRowsLinearMaxRows; ++rows) {
     // 2048: the rows of x lie a multiple of 4 KiB apart. n: within one
-    // panel, at its edge and past it by a column, a vector, or several.
+    // panel, at its edge and past it by a column or more, a work item of two
+    // whole panels, of a panel and a column, and of a partial second panel.
     for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
                      size_t{64}, size_t{769}, size_t{2048}}) {
       for (size_t n : {size_t{1}, size_t{5}, size_t{17}, size_t{32}, size_t{33},
@@ -163,29 +164,32 @@ void ExpectBitsDoNotDependOnRows(const std::vector<TW>& w, size_t k) {
 void TestRowsLinearBitsDoNotDependOnRows() {
   std::mt19937 rng(10);
   for (size_t k : {size_t{1539}, size_t{2048}}) {
-    const auto w = test::RandomVector(rng, 13 * k, -1.f, 1.f);
+    // 77 columns: two-panel tiles for up to 4 rows, one-panel ones past 4.
+    const auto w = test::RandomVector(rng, 77 * k, -1.f, 1.f);
     ExpectBitsDoNotDependOnRows(w, k);
     ExpectBitsDoNotDependOnRows(test::ToBF16(w).first, k);
   }
 }
 
-// A panel in the middle writes exactly its columns, of every row.
-void TestRowsLinearPanelWritesOnlyItsColumns() {
+// A work item in the middle writes exactly its columns, of every row.
+void TestRowsLinearItemWritesOnlyItsColumns() {
   std::mt19937 rng(8);
-  const size_t rows = 3, k = 19, n = 70;
-  const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
-  const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
-  const auto full = test::RowsLinearReference(x, rows, k, w, nullptr, n);
-  const std::vector<float> packed = test::Packed(w, n, k);
-  std::vector<float> y(rows * n, -7.0f);
-  RowsLinearPanel(hn::ScalableTag<float>(), x.data(), rows, k, packed.data(),
-                  nullptr, n, 1, y.data());
-  for (size_t r = 0; r < rows; ++r) {
-    for (size_t j = 0; j < n; ++j) {
-      if (j >= kRowsLinearPanel && j < 2 * kRowsLinearPanel) {
-        EXPECT_NEAR(y[r * n + j], full[r * n + j], 1e-4);
-      } else {
-        EXPECT_EQ(y[r * n + j], -7.0f) << r << ", " << j;
+  const size_t k = 19, n = 150, j0 = kRowsLinearColumns;
+  for (size_t rows : {size_t{1}, size_t{3}, size_t{8}}) {
+    const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
+    const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
+    const auto full = test::RowsLinearReference(x, rows, k, w, nullptr, n);
+    const std::vector<float> packed = test::Packed(w, n, k);
+    std::vector<float> y(rows * n, -7.0f);
+    RowsLinearColumns(hn::ScalableTag<float>(), x.data(), rows, k,
+                      packed.data(), nullptr, n, j0, y.data());
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t j = 0; j < n; ++j) {
+        if (j >= j0 && j < j0 + kRowsLinearColumns) {
+          EXPECT_NEAR(y[r * n + j], full[r * n + j], 1e-4);
+        } else {
+          EXPECT_EQ(y[r * n + j], -7.0f) << r << ", " << j;
+        }
       }
     }
   }
@@ -201,7 +205,7 @@ namespace {
 
 HWY_BEFORE_TEST(RowsLinearTest);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearMatchesReference);
-HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearPanelWritesOnlyItsColumns);
+HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearItemWritesOnlyItsColumns);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBitsDoNotDependOnRows);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBF16MatchesF32);
 
