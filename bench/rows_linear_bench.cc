@@ -83,7 +83,7 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
   while (reinterpret_cast<uintptr_t>(w) % 64 != 0) ++w;
   for (TW* packed = w; packed < w + copies * step_packed;) {
     for (const Linear& l : linears) {
-      kernels::PackRowsLinear(plain.data(), l.n, l.k, packed);
+      kernels::PackRowsLinear(plain.data(), l.n, l.k, packed, threads);
       packed += kernels::RowsLinearPackedSize(l.n, l.k);
     }
   }

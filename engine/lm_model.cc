@@ -104,14 +104,15 @@ Result<Norm> MakeNorm(const WeightSource& w, Role scale, Role shift,
 
 // The packed copy that every run of MatMulWideRows() rows and more reads,
 // and the step weights that runs of a few rows read.
-Status Pack(Linear& linear) {
+Status Pack(Linear& linear, int num_threads) {
   if (linear.weight_bf16) {
-    ATTN_ASSIGN_OR_RETURN(
-        linear.step,
-        StepWeights::Pack(linear.weight_bf16, linear.out, linear.in));
+    ATTN_ASSIGN_OR_RETURN(linear.step,
+                          StepWeights::Pack(linear.weight_bf16, linear.out,
+                                            linear.in, num_threads));
   } else {
     ATTN_ASSIGN_OR_RETURN(
-        linear.step, StepWeights::Pack(linear.weight, linear.out, linear.in));
+        linear.step,
+        StepWeights::Pack(linear.weight, linear.out, linear.in, num_threads));
   }
   ATTN_ASSIGN_OR_RETURN(
       kernels::MatMul mm,
@@ -126,7 +127,8 @@ Status Pack(Linear& linear) {
 }
 
 // Makes `linear` hold `weights` [out, in] in `dtype`, and packs them.
-Status HoldWeights(Linear& linear, std::vector<float>& weights, DType dtype) {
+Status HoldWeights(Linear& linear, std::vector<float>& weights, DType dtype,
+                   int num_threads) {
   if (dtype == DType::kBF16) {
     ATTN_ASSIGN_OR_RETURN(linear.own_bf16, RoundToBf16(weights));
     linear.weight_bf16 = linear.own_bf16.data();
@@ -134,13 +136,13 @@ Status HoldWeights(Linear& linear, std::vector<float>& weights, DType dtype) {
     linear.own = std::move(weights);
     linear.weight = linear.own.data();
   }
-  return Pack(linear);
+  return Pack(linear, num_threads);
 }
 
 // `bias`: the role of its bias, used when the source has it.
 Result<Linear> MakeLinear(const WeightSource& w, Role weight,
                           std::optional<Role> bias, int64_t layer, int64_t in,
-                          int64_t out, DType dtype) {
+                          int64_t out, DType dtype, int num_threads) {
   Linear linear;
   linear.in = in;
   linear.out = out;
@@ -149,7 +151,7 @@ Result<Linear> MakeLinear(const WeightSource& w, Role weight,
   }
   ATTN_ASSIGN_OR_RETURN(std::vector<float> weights,
                         w.fetch(weight, layer, out, in));
-  ATTN_RETURN_IF_ERROR(HoldWeights(linear, weights, dtype));
+  ATTN_RETURN_IF_ERROR(HoldWeights(linear, weights, dtype, num_threads));
   return linear;
 }
 
@@ -202,14 +204,16 @@ Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
   ATTN_ASSIGN_OR_RETURN(layer.attention, MakeAttention(c, w, l, options));
   ATTN_ASSIGN_OR_RETURN(
       layer.norm2, MakeNorm(w, Role::kNorm2Scale, Role::kNorm2Shift, l, e));
-  ATTN_ASSIGN_OR_RETURN(
-      layer.up, MakeLinear(w, Role::kUp, Role::kUpBias, l, e, h, dtype));
+  ATTN_ASSIGN_OR_RETURN(layer.up, MakeLinear(w, Role::kUp, Role::kUpBias, l, e,
+                                             h, dtype, options.num_threads));
   if (c.architecture == LmArchitecture::kLlama) {
     ATTN_ASSIGN_OR_RETURN(
-        layer.gate, MakeLinear(w, Role::kGate, std::nullopt, l, e, h, dtype));
+        layer.gate, MakeLinear(w, Role::kGate, std::nullopt, l, e, h, dtype,
+                               options.num_threads));
   }
   ATTN_ASSIGN_OR_RETURN(
-      layer.down, MakeLinear(w, Role::kDown, Role::kDownBias, l, h, e, dtype));
+      layer.down, MakeLinear(w, Role::kDown, Role::kDownBias, l, h, e, dtype,
+                             options.num_threads));
   return layer;
 }
 
@@ -247,13 +251,14 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
     m.head.in = e;
     m.head.out = c.vocab_size;
     if (m.dtype == DType::kBF16) {  // the embeddings are rounded alike
-      return HoldWeights(m.head, m.tok_emb, m.dtype);
+      return HoldWeights(m.head, m.tok_emb, m.dtype, m.num_threads);
     }
     m.head.weight = m.tok_emb.data();
-    return Pack(m.head);
+    return Pack(m.head, m.num_threads);
   }
-  ATTN_ASSIGN_OR_RETURN(m.head, MakeLinear(w, Role::kHead, std::nullopt, 0, e,
-                                           c.vocab_size, m.dtype));
+  ATTN_ASSIGN_OR_RETURN(
+      m.head, MakeLinear(w, Role::kHead, std::nullopt, 0, e, c.vocab_size,
+                         m.dtype, m.num_threads));
   return {};
 }
 

@@ -92,18 +92,18 @@ Status PackStepWeights(MhaModelData& m, bool bf16) {
   const int64_t in = m.config.d_in, out = m.config.d_out;
   const int64_t qkv = out + 2 * KvDim(m.config);
   if (!bf16) {
-    ATTN_ASSIGN_OR_RETURN(m.step_qkv,
-                          StepWeights::Pack(m.w_qkv.data(), qkv, in));
-    ATTN_ASSIGN_OR_RETURN(m.step_out,
-                          StepWeights::Pack(m.w_out.data(), out, out));
+    ATTN_ASSIGN_OR_RETURN(
+        m.step_qkv, StepWeights::Pack(m.w_qkv.data(), qkv, in, m.num_threads));
+    ATTN_ASSIGN_OR_RETURN(
+        m.step_out, StepWeights::Pack(m.w_out.data(), out, out, m.num_threads));
     return {};
   }
   ATTN_ASSIGN_OR_RETURN(const auto qkv_bf16, RoundToBf16(m.w_qkv));
-  ATTN_ASSIGN_OR_RETURN(m.step_qkv,
-                        StepWeights::Pack(qkv_bf16.data(), qkv, in));
+  ATTN_ASSIGN_OR_RETURN(
+      m.step_qkv, StepWeights::Pack(qkv_bf16.data(), qkv, in, m.num_threads));
   ATTN_ASSIGN_OR_RETURN(const auto out_bf16, RoundToBf16(m.w_out));
-  ATTN_ASSIGN_OR_RETURN(m.step_out,
-                        StepWeights::Pack(out_bf16.data(), out, out));
+  ATTN_ASSIGN_OR_RETURN(
+      m.step_out, StepWeights::Pack(out_bf16.data(), out, out, m.num_threads));
   return {};
 }
 

@@ -7,7 +7,8 @@
 namespace attn {
 
 template <typename T>
-Result<StepWeights> StepWeights::PackAs(const T* w, int64_t out, int64_t in) {
+Result<StepWeights> StepWeights::PackAs(const T* w, int64_t out, int64_t in,
+                                        int num_threads) {
   StepWeights step;
   step.bf16_ = std::is_same_v<T, hwy::bfloat16_t>;
   step.in_ = static_cast<size_t>(in);
@@ -17,17 +18,18 @@ Result<StepWeights> StepWeights::PackAs(const T* w, int64_t out, int64_t in) {
       AlignedBuffer::Allocate(
           kernels::RowsLinearPackedSize(step.out_, step.in_) * sizeof(T)));
   kernels::PackRowsLinear(w, step.out_, step.in_,
-                          static_cast<T*>(step.panels_.data()));
+                          static_cast<T*>(step.panels_.data()), num_threads);
   return step;
 }
 
-Result<StepWeights> StepWeights::Pack(const float* w, int64_t out, int64_t in) {
-  return PackAs(w, out, in);
+Result<StepWeights> StepWeights::Pack(const float* w, int64_t out, int64_t in,
+                                      int num_threads) {
+  return PackAs(w, out, in, num_threads);
 }
 
 Result<StepWeights> StepWeights::Pack(const hwy::bfloat16_t* w, int64_t out,
-                                      int64_t in) {
-  return PackAs(w, out, in);
+                                      int64_t in, int num_threads) {
+  return PackAs(w, out, in, num_threads);
 }
 
 void StepWeights::Run(const float* x, size_t rows, const float* bias, float* y,

@@ -16,10 +16,12 @@ namespace attn {
 class StepWeights {
  public:
   StepWeights() = default;
-  // W [out, in] (nn.Linear's layout), packed; the bf16 overload keeps bf16.
-  static Result<StepWeights> Pack(const float* w, int64_t out, int64_t in);
+  // W [out, in] (nn.Linear's layout), packed by a team of num_threads; the
+  // bf16 overload keeps bf16.
+  static Result<StepWeights> Pack(const float* w, int64_t out, int64_t in,
+                                  int num_threads);
   static Result<StepWeights> Pack(const hwy::bfloat16_t* w, int64_t out,
-                                  int64_t in);
+                                  int64_t in, int num_threads);
 
   // y [rows, out] = x [rows, in] W^T + bias (bias [out] or null), for
   // 1 <= rows <= kernels::kRowsLinearMaxRows.
@@ -31,7 +33,8 @@ class StepWeights {
 
  private:
   template <typename T>
-  static Result<StepWeights> PackAs(const T* w, int64_t out, int64_t in);
+  static Result<StepWeights> PackAs(const T* w, int64_t out, int64_t in,
+                                    int num_threads);
 
   AlignedBuffer panels_;
   bool bf16_ = false;

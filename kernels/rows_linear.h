@@ -31,9 +31,10 @@ size_t RowsLinearPackedSize(size_t n, size_t k);
 // Lays out w [n, k] (nn.Linear's [out, in]) as RowsLinear reads it: panel p
 // holds columns [32p, 32p + 32), for each i < k the 32 weights w[j, i] side
 // by side, zeros past column n. `packed` holds RowsLinearPackedSize(n, k).
-void PackRowsLinear(const float* w, size_t n, size_t k, float* packed);
+void PackRowsLinear(const float* w, size_t n, size_t k, float* packed,
+                    int num_threads);
 void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,
-                    hwy::bfloat16_t* packed);
+                    hwy::bfloat16_t* packed, int num_threads);
 
 // y[r, j] = bias[j] + sum_i x[r, i] * w[j, i] for r < rows <= 8, j < n,
 // i < k: x [rows, k] and y [rows, n] dense, w as PackRowsLinear lays it

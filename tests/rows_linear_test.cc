@@ -41,7 +41,7 @@ inline std::vector<double> RowsLinearReference(const std::vector<float>& x,
 template <typename T>
 std::vector<T> Packed(const std::vector<T>& w, size_t n, size_t k) {
   std::vector<T> packed(kernels::RowsLinearPackedSize(n, k));
-  kernels::PackRowsLinear(w.data(), n, k, packed.data());
+  kernels::PackRowsLinear(w.data(), n, k, packed.data(), 1);
   return packed;
 }
 
