@@ -427,12 +427,14 @@ void AttentionOp::ForwardTiny(const float* x, float* y, float* scratch) const {
 }
 
 Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
-    const MhaModelData& m, int64_t rows, const KvCache& cache, int num_threads,
-    uint64_t held, const std::string& what, AttentionOp* previous) {
+    const MhaModelData& m, const StepProjections& steps, int64_t rows,
+    const KvCache& cache, int num_threads, uint64_t held,
+    const std::string& what, AttentionOp* previous) {
   std::unique_ptr<AttentionOp> op(new AttentionOp());
   const MhaConfig& c = m.config;
   op->m_ = &m;
   op->step_ = true;
+  op->steps_ = &steps;
   op->batch_ = rows;
   op->seq_len_ = 1;
   op->H_ = c.num_heads;
@@ -451,7 +453,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
       m.max_memory_bytes));
   const ThreadScope threads(num_threads);
   op->num_threads_ = threads.num_threads();
-  // A step's few rows run kernels::RowsLinear on the model's weights.
+  // A step's few rows run kernels::RowsLinear on the step weights.
   if (R > kernels::kRowsLinearMaxRows) {
     ATTN_RETURN_IF_ERROR(op->MakeStepMatMuls());
   }
@@ -526,7 +528,7 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   auto* ctx = static_cast<float*>(ctx_.data());
   // x: [R, d_in] -> qkv: [R, (H + 2 Hkv) D], one fused projection, then
   // each row's q and k turned to its position.
-  StepLinear(qkv_proj_, qkv_weights_, m.step_qkv, m.b_qkv, x, qkv,
+  StepLinear(qkv_proj_, qkv_weights_, steps_->qkv, m.b_qkv, x, qkv,
              threads.num_threads());
   if (rope_) {
     const auto R = static_cast<size_t>(batch_);
@@ -555,7 +557,7 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
                         threads.num_threads());
   RunDecodeKernel(partials, max_partials, threads.num_threads());
   // ctx: [R, d_out] -> y: [R, d_out].
-  StepLinear(out_proj_, out_weights_, m.step_out, m.b_out, ctx, y,
+  StepLinear(out_proj_, out_weights_, steps_->out, m.b_out, ctx, y,
              threads.num_threads());
 }
 

@@ -18,6 +18,7 @@
 #include "attn/status.hpp"
 #include "engine/buffer.h"
 #include "engine/mha_model.h"
+#include "engine/step_weights.h"
 #include "kernels/attention.h"
 #include "kernels/decode.h"
 #include "kernels/matmul.h"
@@ -90,11 +91,12 @@ class AttentionOp {
   // (kernels::DecodeAppend), the decode kernel over each row's keys, the
   // output projection.
   // Its matmuls' packed weights are found as Create's (`previous`: a step
-  // op of the same model being replaced).
+  // op of the same model being replaced); up to kRowsLinearMaxRows rows read
+  // `steps`, which must outlive the op.
   static Result<std::unique_ptr<AttentionOp>> CreateStep(
-      const MhaModelData& m, int64_t rows, const KvCache& cache,
-      int num_threads, uint64_t held, const std::string& what,
-      AttentionOp* previous = nullptr);
+      const MhaModelData& m, const StepProjections& steps, int64_t rows,
+      const KvCache& cache, int num_threads, uint64_t held,
+      const std::string& what, AttentionOp* previous = nullptr);
 
   // The forward on `buffers` (see Buffer). `cache_seqs[i]`: the cache
   // sequence of the batch's i-th sequence (with a cache only; null
@@ -147,6 +149,7 @@ class AttentionOp {
   int num_threads_ = 1;
   bool tiny_ = false;  // plain loops; `qkv_` is their scratch
   bool step_ = false;  // CreateStep: the decode kernel over the cache
+  const StepProjections* steps_ = nullptr;  // CreateStep's
   std::optional<KvCache> cache_;
   std::optional<kernels::Convert> to_bf16_;  // bf16 only: input conversion
   // Without a cache: qkv_proj_ writes all three planes. With one: the rows

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,7 +20,9 @@
 #include "engine/buffer.h"
 #include "engine/limits.h"
 #include "engine/mha_model.h"
+#include "engine/step_weights.h"
 #include "engine/threads.h"
+#include "hwy/base.h"
 #include "kernels/decode.h"
 #include "kernels/matmul.h"
 
@@ -46,6 +49,9 @@ struct MhaDecoder::Impl {
   AlignedBuffer partials;          // the kernel's split-KV partials
   size_t max_partials = 0;         // slots in `partials`
   std::vector<int64_t> counts;     // Decode's all-ones counts
+  // The projections as steps of up to kRowsLinearMaxRows rows read them, in
+  // the model's step_weights type.
+  StepProjections steps;
   // Steps through the decode kernel: of B rows (Decode, and Prefill when
   // equal), and of the last other Prefill size. Row r is token
   // row_positions[r] of sequence row_seqs[r].
@@ -60,8 +66,9 @@ struct MhaDecoder::Impl {
   // Bytes the weights, the cache and the decode buffers hold.
   uint64_t HeldBytes() const {
     return AddSat(AddSat(MhaModelBytes(*m), k_cache.size() + v_cache.size()),
-                  partials.size() + (step ? step->bytes() : 0));
+                  partials.size() + steps.bytes() + (step ? step->bytes() : 0));
   }
+  Status PackSteps();
   // A step op of `rows` rows; it takes over `previous`'s packed weights
   // where they agree, and counts what previous still holds as held.
   Result<std::unique_ptr<AttentionOp>> MakeStep(
@@ -87,9 +94,36 @@ struct MhaDecoder::Impl {
 
 Result<std::unique_ptr<AttentionOp>> MhaDecoder::Impl::MakeStep(
     int64_t rows, AttentionOp* previous) const {
-  return AttentionOp::CreateStep(*m, rows, Cache(), num_threads, HeldBytes(),
-                                 "a decoder step of " + Str(rows) + " tokens",
-                                 previous);
+  return AttentionOp::CreateStep(
+      *m, steps, rows, Cache(), num_threads, HeldBytes(),
+      "a decoder step of " + Str(rows) + " tokens", previous);
+}
+
+// The model's projections packed for steps: in bf16 when the model rounded
+// them so at load (each value then converts exactly), else in fp32.
+Status MhaDecoder::Impl::PackSteps() {
+  const bool bf16 = m->step_weights == DType::kBF16;
+  const int64_t qkv_rows = static_cast<int64_t>(m->w_qkv.size()) / d_in;
+  ATTN_RETURN_IF_ERROR(CheckMemory(
+      "a decoder's step weights",
+      AddSat(HeldBytes(), AddSat(StepWeights::BytesOf(qkv_rows, d_in, bf16),
+                                 StepWeights::BytesOf(d_out, d_out, bf16))),
+      m->max_memory_bytes));
+  const auto pack = [&](const std::vector<float>& w, int64_t out,
+                        int64_t in) -> Result<StepWeights> {
+    if (!bf16) return StepWeights::Pack(w.data(), out, in, num_threads);
+    std::vector<hwy::bfloat16_t> low;
+    try {
+      low.resize(w.size());
+    } catch (const std::bad_alloc&) {
+      return OutOfMemory("cannot allocate a decoder's bf16 step weights");
+    }
+    for (size_t i = 0; i < w.size(); ++i) low[i] = hwy::BF16FromF32(w[i]);
+    return StepWeights::Pack(low.data(), out, in, num_threads);
+  };
+  ATTN_ASSIGN_OR_RETURN(steps.qkv, pack(m->w_qkv, qkv_rows, d_in));
+  ATTN_ASSIGN_OR_RETURN(steps.out, pack(m->w_out, d_out, d_out));
+  return {};
 }
 
 Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
@@ -283,6 +317,7 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
 
   impl->model = model;  // HeldBytes reads the weights through m
   ATTN_RETURN_IF_ERROR(impl->AllocateCache());
+  ATTN_RETURN_IF_ERROR(impl->PackSteps());
   impl->row_seqs.reserve(static_cast<size_t>(impl->B));
   impl->row_positions.reserve(static_cast<size_t>(impl->B));
   ATTN_ASSIGN_OR_RETURN(impl->step, impl->MakeStep(impl->B));
@@ -380,7 +415,7 @@ size_t MhaDecoder::cache_bytes() const {
 }
 size_t MhaDecoder::workspace_bytes() const {
   const Impl& d = *impl_;
-  return d.partials.size() + d.step->bytes() +
+  return d.partials.size() + d.steps.bytes() + d.step->bytes() +
          (d.other ? d.other->bytes() : 0) +
          (d.prompt ? d.prompt->bytes() + d.prompt_buffers.bytes() : 0);
 }

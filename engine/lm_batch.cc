@@ -19,6 +19,7 @@
 #include "engine/buffer.h"
 #include "engine/limits.h"
 #include "engine/lm_model.h"
+#include "engine/step_weights.h"
 #include "engine/threads.h"
 #include "kernels/decode.h"
 #include "kernels/elementwise.h"
@@ -384,16 +385,25 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   }
   const int64_t capacity =
       options.max_length ? options.max_length : c.context_length;
-  // Every layer's cache, checked as one request before any is made.
+  // Every layer's cache and attention step weights, checked as one request
+  // before any is made.
   const uint64_t head_dim = c.emb_dim / c.num_heads;
   const uint64_t cache_bytes =
       MulSat(MulSat(2 * sizeof(float) * uint64_t(c.num_layers),
                     uint64_t(options.max_sequences) * uint64_t(c.num_kv_heads)),
              MulSat(uint64_t(capacity), kernels::DecodePaddedDim(head_dim)));
+  const bool bf16 = m.dtype == DType::kBF16;
+  const int64_t qkv_rows = c.emb_dim + 2 * c.num_kv_heads * int64_t(head_dim);
+  const uint64_t step_bytes =
+      MulSat(AddSat(StepWeights::BytesOf(qkv_rows, c.emb_dim, bf16),
+                    StepWeights::BytesOf(c.emb_dim, c.emb_dim, bf16)),
+             uint64_t(c.num_layers));
   ATTN_RETURN_IF_ERROR(CheckMemory(
       "the KV caches of " + Str(options.max_sequences) + " sequences x " +
-          Str(capacity) + " tokens in " + Str(c.num_layers) + " layers",
-      AddSat(model->memory_bytes(), cache_bytes), m.max_memory_bytes));
+          Str(capacity) + " tokens in " + Str(c.num_layers) +
+          " layers and their attention's step weights",
+      AddSat(model->memory_bytes(), AddSat(cache_bytes, step_bytes)),
+      m.max_memory_bytes));
   impl->m = &m;
   impl->B = options.max_sequences;
   impl->capacity = capacity;

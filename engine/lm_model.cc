@@ -70,12 +70,11 @@ Status CheckSizes(const LmConfig& c) {
   return {};
 }
 
-// Bytes the model holds, about (the step weights' panels pad each matrix
-// to whole panels). fp32: its weights, their packed copies and their step
-// weights (each as large as the weights; a tied head's weights are the
-// embeddings). bf16: the linears' weights, packed copies and step weights in
-// bf16; the attention's fp32 weights, their packed copy and bf16 step
-// weights.
+// Bytes the model holds, about (step weights pad each matrix to whole
+// panels). fp32: the linears' weights, packed copies and step weights (a
+// tied head's weights are the embeddings); bf16: the same in bf16. The
+// attention's fp32 weights and packed copy (each batch's decoders hold its
+// step weights).
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
   const uint64_t kv = c.num_kv_heads * (e / c.num_heads);
@@ -84,7 +83,7 @@ uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t attention = e * (e + 2 * kv) + e * e;
   const bool bf16 = dtype == DType::kBF16;
   const uint64_t layer =
-      (bf16 ? 10 : 12) * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
+      8 * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
   const uint64_t embeddings =
       4 * v * e +
       4 * (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;

@@ -18,7 +18,6 @@
 #include "engine/model_config.h"
 #include "engine/threads.h"
 #include "kernels/attention.h"
-#include "kernels/rows_linear.h"
 #include "kernels/softmax.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -76,37 +75,6 @@ Result<std::vector<float>> ReadWeight(const SafetensorsFile& file,
   return file.ReadF32(name);
 }
 
-// Bytes of the step weights (StepWeights) of a model of config `c`.
-uint64_t StepWeightBytes(const MhaConfig& c, bool bf16) {
-  const auto in = static_cast<size_t>(c.d_in);
-  const auto out = static_cast<size_t>(c.d_out);
-  const auto qkv = out + 2 * static_cast<size_t>(KvDim(c));
-  const uint64_t elements = AddSat(kernels::RowsLinearPackedSize(qkv, in),
-                                   kernels::RowsLinearPackedSize(out, out));
-  return MulSat(elements, bf16 ? sizeof(hwy::bfloat16_t) : sizeof(float));
-}
-
-// m.step_qkv and m.step_out, from w_qkv and w_out (rounded to bf16 in place
-// for bf16 steps, so that both hold the same numbers).
-Status PackStepWeights(MhaModelData& m, bool bf16) {
-  const int64_t in = m.config.d_in, out = m.config.d_out;
-  const int64_t qkv = out + 2 * KvDim(m.config);
-  if (!bf16) {
-    ATTN_ASSIGN_OR_RETURN(
-        m.step_qkv, StepWeights::Pack(m.w_qkv.data(), qkv, in, m.num_threads));
-    ATTN_ASSIGN_OR_RETURN(
-        m.step_out, StepWeights::Pack(m.w_out.data(), out, out, m.num_threads));
-    return {};
-  }
-  ATTN_ASSIGN_OR_RETURN(const auto qkv_bf16, RoundToBf16(m.w_qkv));
-  ATTN_ASSIGN_OR_RETURN(
-      m.step_qkv, StepWeights::Pack(qkv_bf16.data(), qkv, in, m.num_threads));
-  ATTN_ASSIGN_OR_RETURN(const auto out_bf16, RoundToBf16(m.w_out));
-  ATTN_ASSIGN_OR_RETURN(
-      m.step_out, StepWeights::Pack(out_bf16.data(), out, out, m.num_threads));
-  return {};
-}
-
 }  // namespace
 
 uint64_t WeightBytes(const MhaConfig& c) {
@@ -160,10 +128,8 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
   impl->num_threads = *threads;
   impl->max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
   const bool bf16_steps = options.step_weights == DType::kBF16;
-  ATTN_RETURN_IF_ERROR(
-      CheckMemory("the model's weights",
-                  AddSat(WeightBytes(c), StepWeightBytes(c, bf16_steps)),
-                  impl->max_memory_bytes));
+  ATTN_RETURN_IF_ERROR(CheckMemory("the model's weights", WeightBytes(c),
+                                   impl->max_memory_bytes));
 
   const auto in = static_cast<size_t>(c.d_in);
   const auto out = static_cast<size_t>(c.d_out);
@@ -195,7 +161,11 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
                        std::to_string(c.d_in) + ", d_out " +
                        std::to_string(c.d_out) + ")");
   }
-  ATTN_RETURN_IF_ERROR(PackStepWeights(*impl, bf16_steps));
+  if (bf16_steps) {  // the same numbers, so that steps read them exactly
+    ATTN_RETURN_IF_ERROR(RoundToBf16(impl->w_qkv).status());
+    ATTN_RETURN_IF_ERROR(RoundToBf16(impl->w_out).status());
+  }
+  impl->step_weights = options.step_weights;
   ATTN_RETURN_IF_ERROR(PackMhaWeights(*impl));
   return std::shared_ptr<const MhaModel>(new MhaModel(std::move(impl)));
 }
@@ -359,8 +329,7 @@ Status PackMhaWeights(MhaModelData& m) {
 }
 
 uint64_t MhaModelBytes(const MhaModelData& m) {
-  const uint64_t step = m.step_qkv.bytes() + m.step_out.bytes();
-  return AddSat(WeightBytes(m.config) + step, m.packed ? m.packed->bytes() : 0);
+  return AddSat(WeightBytes(m.config), m.packed ? m.packed->bytes() : 0);
 }
 
 Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w) {

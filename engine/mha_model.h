@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "engine/step_weights.h"
+#include "hwy/base.h"
 
 namespace attn {
 
@@ -24,10 +24,9 @@ struct MhaModelData {
   // W_query [d_out, d_in], W_key and W_value [KvDim, d_in] stacked; their
   // biases likewise (empty without qkv_bias). out_proj as in PyTorch.
   std::vector<float> w_qkv, b_qkv, w_out, b_out;
-  // w_qkv and w_out as a decoder's steps of a few rows read them: in bf16
-  // with MhaOptions::step_weights kBF16 (w_qkv and w_out then rounded to the
-  // same values), else in fp32.
-  StepWeights step_qkv, step_out;
+  // MhaOptions::step_weights: with kBF16, w_qkv and w_out are rounded to
+  // bf16 at load, and each decoder packs its steps' copy in bf16.
+  DType step_weights = DType::kF32;
   // The projections' weights packed once, at load: an operator planned for
   // kernels::kMatMulPackedRows rows, whose packed weights every operator
   // that lays them out alike runs on (AttentionOp::Create). Null in models

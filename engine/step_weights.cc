@@ -2,6 +2,7 @@
 
 #include <type_traits>
 
+#include "engine/limits.h"
 #include "kernels/rows_linear.h"
 
 namespace attn {
@@ -30,6 +31,12 @@ Result<StepWeights> StepWeights::Pack(const float* w, int64_t out, int64_t in,
 Result<StepWeights> StepWeights::Pack(const hwy::bfloat16_t* w, int64_t out,
                                       int64_t in, int num_threads) {
   return PackAs(w, out, in, num_threads);
+}
+
+uint64_t StepWeights::BytesOf(int64_t out, int64_t in, bool bf16) {
+  const size_t elements = kernels::RowsLinearPackedSize(
+      static_cast<size_t>(out), static_cast<size_t>(in));
+  return MulSat(elements, bf16 ? sizeof(hwy::bfloat16_t) : sizeof(float));
 }
 
 void StepWeights::Run(const float* x, size_t rows, const float* bias, float* y,

@@ -28,8 +28,9 @@ class StepWeights {
   void Run(const float* x, size_t rows, const float* bias, float* y,
            int num_threads) const;
 
-  bool empty() const { return panels_.size() == 0; }
   size_t bytes() const { return panels_.size(); }
+  // Bytes Pack gives W [out, in] in fp32, or in bf16 with `bf16`.
+  static uint64_t BytesOf(int64_t out, int64_t in, bool bf16);
 
  private:
   template <typename T>
@@ -39,6 +40,13 @@ class StepWeights {
   AlignedBuffer panels_;
   bool bf16_ = false;
   size_t in_ = 0, out_ = 0;
+};
+
+// A decode step's two projections, as a decoder packs them: [W_query;
+// W_key; W_value] and out_proj.
+struct StepProjections {
+  StepWeights qkv, out;
+  size_t bytes() const { return qkv.bytes() + out.bytes(); }
 };
 
 }  // namespace attn

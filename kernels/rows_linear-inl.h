@@ -47,9 +47,9 @@ HWY_INLINE void PrefetchL2(uintptr_t p) {
 }
 
 // How far ahead of the panel row being read the tiles prefetch: about the
-// bytes one core reads in a memory latency and a half. On Zen 5 the 8-row
-// tile took 20-28 ms for a GPT-2 step's weights without prefetches, 15-31
-// at 2 KiB ahead and 13-25 at 8 KiB (bench/RESULTS.md).
+// bytes one core reads in one to two memory latencies. A GPT-2 step's
+// weights at 8 rows on Zen 5: 25-29 ms f32 and 20-26 bf16 with no
+// prefetch, 22-25 and 13 at 8 KiB ahead (bench/RESULTS.md).
 constexpr uintptr_t kPrefetchBytes = 8192;
 
 // Vector registers of the target: x86 before AVX-512 has 16, the others 32.

@@ -45,7 +45,7 @@ size_t Panels(size_t n) {
 }
 
 // Panel by panel, each written in order: k rows of 32 weights, gathered
-// from 32 rows of w that stay in L1 while 16 of their floats are taken.
+// from 32 rows of w, whose cache lines stay in L1 while they are used up.
 template <typename T>
 void Pack(const T* w, size_t n, size_t k, T* packed, int num_threads) {
   const auto panels = static_cast<int64_t>(Panels(n));

@@ -149,11 +149,12 @@ void ExpectBitsDoNotDependOnRows(const std::vector<TW>& w, size_t k) {
   std::mt19937 rng(9);
   const size_t n = w.size() / k;
   const auto x = test::RandomVector(rng, kRowsLinearMaxRows * k, -1.f, 1.f);
+  const auto bias = test::RandomVector(rng, n, -1.f, 1.f);
   std::vector<float> alone(n), all(kRowsLinearMaxRows * n);
   for (size_t rows = 2; rows <= kRowsLinearMaxRows; ++rows) {
-    Linear(x.data(), rows, k, w, nullptr, n, all.data());
+    Linear(x.data(), rows, k, w, bias.data(), n, all.data());
     for (size_t r = 0; r < rows; ++r) {
-      Linear(x.data() + r * k, 1, k, w, nullptr, n, alone.data());
+      Linear(x.data() + r * k, 1, k, w, bias.data(), n, alone.data());
       for (size_t j = 0; j < n; ++j) {
         ASSERT_EQ(alone[j], all[r * n + j]) << rows << " rows, row " << r;
       }
@@ -171,28 +172,30 @@ void TestRowsLinearBitsDoNotDependOnRows() {
   }
 }
 
-// A work item in the middle writes exactly its columns, of every row.
+// A work item in the middle, or the last one (a whole panel and a part of
+// one), writes exactly its columns, of every row.
 void TestRowsLinearItemWritesOnlyItsColumns() {
   std::mt19937 rng(8);
-  const size_t k = 19, n = 150, j0 = kRowsLinearColumns;
-  for (size_t rows : {size_t{1}, size_t{3}, size_t{8}}) {
-    const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
-    const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
-    const auto full = test::RowsLinearReference(x, rows, k, w, nullptr, n);
-    const std::vector<float> packed = test::Packed(w, n, k);
-    std::vector<float> y(rows * n, -7.0f);
-    RowsLinearColumns(hn::ScalableTag<float>(), x.data(), rows, k,
-                      packed.data(), nullptr, n, j0, y.data());
-    for (size_t r = 0; r < rows; ++r) {
-      for (size_t j = 0; j < n; ++j) {
-        if (j >= j0 && j < j0 + kRowsLinearColumns) {
-          EXPECT_NEAR(y[r * n + j], full[r * n + j], 1e-4);
-        } else {
-          EXPECT_EQ(y[r * n + j], -7.0f) << r << ", " << j;
+  const size_t k = 19, n = 150;
+  for (size_t j0 : {kRowsLinearColumns, 2 * kRowsLinearColumns})
+    for (size_t rows : {size_t{1}, size_t{3}, size_t{8}}) {
+      const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
+      const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
+      const auto full = test::RowsLinearReference(x, rows, k, w, nullptr, n);
+      const std::vector<float> packed = test::Packed(w, n, k);
+      std::vector<float> y(rows * n, -7.0f);
+      RowsLinearColumns(hn::ScalableTag<float>(), x.data(), rows, k,
+                        packed.data(), nullptr, n, j0, y.data());
+      for (size_t r = 0; r < rows; ++r) {
+        for (size_t j = 0; j < n; ++j) {
+          if (j >= j0 && j < j0 + kRowsLinearColumns) {
+            EXPECT_NEAR(y[r * n + j], full[r * n + j], 1e-4);
+          } else {
+            EXPECT_EQ(y[r * n + j], -7.0f) << r << ", " << j;
+          }
         }
       }
     }
-  }
 }
 
 }  // namespace
@@ -294,6 +297,20 @@ TEST(RowsLinearPackTest, PanelsHoldColumnsSideBySide) {
     const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
     ExpectPanelLayout(w, n, k);
     ExpectPanelLayout(test::ToBF16(w).first, n, k);
+  }
+}
+
+// Packing spreads panels over threads: the same bytes at every team size.
+TEST(RowsLinearPackTest, SameLayoutAtEveryThreadCount) {
+  std::mt19937 rng(13);
+  const size_t n = 1001, k = 67;
+  const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
+  const std::vector<float> one = test::Packed(w, n, k);
+  for (int threads : {2, 3}) {
+    std::vector<float> many(one.size(), -1.0f);
+    PackRowsLinear(w.data(), n, k, many.data(), threads);
+    EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
+        << threads << " threads";
   }
 }
 

@@ -89,9 +89,10 @@ struct ModelOptions {
 // How to load and run an MHA model (MhaModel).
 struct MhaOptions : ModelOptions {
   // kBF16: the projections' weights are rounded to bf16 at load, and a
-  // decoder's steps of up to 8 rows read them as bf16 (half the bytes per
-  // token); every other path reads the same values as fp32, and the math
-  // stays fp32. Runs on any CPU. Language models set it for bf16 weights.
+  // decoder's steps of up to 8 rows read its copy of them in bf16 (half the
+  // bytes per token; kF32: in fp32); every other path reads the same values
+  // as fp32, and the math stays fp32. Runs on any CPU. Language models set
+  // it for bf16 weights.
   DType step_weights = DType::kF32;
 };
 

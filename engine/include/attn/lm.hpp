@@ -140,8 +140,8 @@ class ATTN_API LmBatch {
   // failed one.
   const float* logits(size_t request) const;
 
-  // Bytes of every layer's KV cache and its decoder's buffers (not the
-  // step's activations, which grow with the largest step).
+  // Bytes of every layer's KV cache and its decoder's buffers and step
+  // weights (not the step's activations, which grow with the largest step).
   size_t cache_bytes() const;
 
  private:
