@@ -104,11 +104,11 @@ Result<std::unique_ptr<AttentionOp>> MhaDecoder::Impl::MakeStep(
 Status MhaDecoder::Impl::PackSteps() {
   const bool bf16 = m->step_weights == DType::kBF16;
   const int64_t qkv_rows = static_cast<int64_t>(m->w_qkv.size()) / d_in;
-  ATTN_RETURN_IF_ERROR(CheckMemory(
-      "a decoder's step weights",
-      AddSat(HeldBytes(), AddSat(StepWeights::BytesOf(qkv_rows, d_in, bf16),
-                                 StepWeights::BytesOf(d_out, d_out, bf16))),
-      m->max_memory_bytes));
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory("a decoder's step weights",
+                  AddSat(HeldBytes(),
+                         StepProjections::BytesOf(d_in, qkv_rows, d_out, bf16)),
+                  m->max_memory_bytes));
   const auto pack = [&](const std::vector<float>& w, int64_t out,
                         int64_t in) -> Result<StepWeights> {
     if (!bf16) return StepWeights::Pack(w.data(), out, in, num_threads);

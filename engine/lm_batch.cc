@@ -395,8 +395,7 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   const bool bf16 = m.dtype == DType::kBF16;
   const int64_t qkv_rows = c.emb_dim + 2 * c.num_kv_heads * int64_t(head_dim);
   const uint64_t step_bytes =
-      MulSat(AddSat(StepWeights::BytesOf(qkv_rows, c.emb_dim, bf16),
-                    StepWeights::BytesOf(c.emb_dim, c.emb_dim, bf16)),
+      MulSat(StepProjections::BytesOf(c.emb_dim, qkv_rows, c.emb_dim, bf16),
              uint64_t(c.num_layers));
   ATTN_RETURN_IF_ERROR(CheckMemory(
       "the KV caches of " + Str(options.max_sequences) + " sequences x " +

@@ -2,7 +2,6 @@
 
 #include <type_traits>
 
-#include "engine/limits.h"
 #include "kernels/rows_linear.h"
 
 namespace attn {
@@ -14,10 +13,8 @@ Result<StepWeights> StepWeights::PackAs(const T* w, int64_t out, int64_t in,
   step.bf16_ = std::is_same_v<T, hwy::bfloat16_t>;
   step.in_ = static_cast<size_t>(in);
   step.out_ = static_cast<size_t>(out);
-  ATTN_ASSIGN_OR_RETURN(
-      step.panels_,
-      AlignedBuffer::Allocate(
-          kernels::RowsLinearPackedSize(step.out_, step.in_) * sizeof(T)));
+  ATTN_ASSIGN_OR_RETURN(step.panels_,
+                        AlignedBuffer::Allocate(BytesOf(out, in, step.bf16_)));
   kernels::PackRowsLinear(w, step.out_, step.in_,
                           static_cast<T*>(step.panels_.data()), num_threads);
   return step;

@@ -9,6 +9,7 @@
 
 #include "attn/status.hpp"
 #include "engine/buffer.h"
+#include "engine/limits.h"
 #include "hwy/base.h"
 
 namespace attn {
@@ -47,6 +48,12 @@ class StepWeights {
 struct StepProjections {
   StepWeights qkv, out;
   size_t bytes() const { return qkv.bytes() + out.bytes(); }
+  // bytes() once packed from d_in inputs to qkv_rows and d_out outputs.
+  static uint64_t BytesOf(int64_t d_in, int64_t qkv_rows, int64_t d_out,
+                          bool bf16) {
+    return AddSat(StepWeights::BytesOf(qkv_rows, d_in, bf16),
+                  StepWeights::BytesOf(d_out, d_out, bf16));
+  }
 };
 
 }  // namespace attn

@@ -462,6 +462,32 @@ TEST(DecoderTest, Errors) {
       << too_big.status().message();
 }
 
+// A decoder packs its own copy of the projections for its steps: counted
+// in workspace_bytes (bf16 steps: half the bytes), and refused in one line
+// when it does not fit under the model's memory cap.
+TEST(DecoderTest, StepWeightsAreCountedAndCapped) {
+  const Weights w(Shape{256, 256, 4, false, 16}, 12);
+  DecoderOptions options;
+  options.batch = 1;
+  auto f32 = MhaDecoder::Create(w.Model(), options);
+  auto bf16 = MhaDecoder::Create(w.Model(0, 0, DType::kBF16), options);
+  ASSERT_TRUE(f32.ok() && bf16.ok());
+  // [W_query; W_key; W_value] 768 x 256 and out_proj 256 x 256, in panels
+  // of 32 columns: 262144 weights, 4 or 2 bytes each.
+  EXPECT_EQ((*f32)->workspace_bytes() - (*bf16)->workspace_bytes(),
+            size_t{262144} * 2);
+
+  const uint64_t model_bytes = w.Model()->memory_bytes();
+  auto capped = w.Model(0, model_bytes + (uint64_t{1} << 18));
+  ASSERT_TRUE(capped);
+  auto refused = MhaDecoder::Create(capped, options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(refused.status().message().find("a decoder's step weights"),
+            std::string::npos)
+      << refused.status().message();
+}
+
 // Plain, and with one K/V head of 8, RoPE and a window of 300 keys.
 TEST(DecoderTest, BitwiseIdenticalAtOneAndTwoThreads) {
   const Shape shape{32, 64, 8, true, 0};
