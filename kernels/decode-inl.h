@@ -40,10 +40,14 @@ HWY_INLINE void DecodePrefetchRow(const float* p, size_t dims) {
 
 // scores[j] = q . k_j for j in [0, n); k rows `stride` floats apart; `dims`
 // is a multiple of the vector length (rows are zero padded). Four keys at a
-// time, so each q vector load serves four independent FMA chains.
+// time, so each q vector load serves four independent FMA chains. Unless
+// null, the value rows of the same keys (laid out as k) are prefetched as
+// the keys pass, so that the weighted sum after the softmax finds them in
+// cache instead of starting a second stream from memory.
 template <class D>
 HWY_INLINE void DecodeScoresT(D d, const float* HWY_RESTRICT q,
-                              const float* HWY_RESTRICT k, size_t stride,
+                              const float* HWY_RESTRICT k,
+                              const float* prefetch_v, size_t stride,
                               size_t dims, size_t n,
                               float* HWY_RESTRICT scores) {
   using V = hn::Vec<D>;
@@ -56,6 +60,7 @@ HWY_INLINE void DecodeScoresT(D d, const float* HWY_RESTRICT q,
     const float* k3 = k2 + stride;
     for (size_t u = 0; u < 4; ++u) {
       DecodePrefetchRow(k0 + (kDecodePrefetchRows + u) * stride, dims);
+      if (prefetch_v) DecodePrefetchRow(prefetch_v + (j + u) * stride, dims);
     }
     V a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
     for (size_t i = 0; i < dims; i += N) {
@@ -98,7 +103,6 @@ HWY_INLINE void DecodeWeightedBlockT(D d, const float* HWY_RESTRICT p,
   for (size_t j = 0; j < n; ++j) {
     const V pj = hn::Set(d, p[j]);
     const float* vj = v + j * stride;
-    DecodePrefetchRow(vj + kDecodePrefetchRows * stride, kVecs * N);
     for (size_t u = 0; u < kVecs; ++u) {
       acc[u] = hn::MulAdd(pj, hn::LoadU(d, vj + u * N), acc[u]);
     }
@@ -147,18 +151,20 @@ struct DecodeHeads {
 };
 
 // scores[i][j] = q_i . k_j for the heads and keys [0, n) of a chunk, key
-// sub-block by sub-block so that each k row is loaded from memory once.
+// sub-block by sub-block so that each k row is loaded from memory once. The
+// first head's pass prefetches the sub-block's value rows.
 template <class D>
 HWY_INLINE void DecodeGroupScoresT(D d, const DecodeParams& params,
                                    const DecodeHeads& heads,
-                                   const float* HWY_RESTRICT k, size_t n,
-                                   float (*scores)[kDecodeChunk]) {
+                                   const float* HWY_RESTRICT k, const float* v,
+                                   size_t n, float (*scores)[kDecodeChunk]) {
   const size_t dims = params.row_stride;
   const size_t sub = heads.count == 1 ? n : kDecodeSubBlock;
   for (size_t j0 = 0; j0 < n; j0 += sub) {
     const size_t m = std::min(sub, n - j0);
     for (size_t i = 0; i < heads.count; ++i) {
-      DecodeScoresT(d, heads.q + i * dims, k + j0 * dims, dims, dims, m,
+      DecodeScoresT(d, heads.q + i * dims, k + j0 * dims,
+                    i == 0 ? v + j0 * dims : nullptr, dims, dims, m,
                     scores[i] + j0);
     }
   }
@@ -210,15 +216,12 @@ HWY_INLINE void DecodeChunkT(D d, const DecodeParams& params,
                              const float* HWY_RESTRICT v, size_t n) {
   const size_t dims = params.row_stride;
   HWY_ALIGN float scores[kDecodeMaxGroup][kDecodeChunk];
-  // The loops prefetch kDecodePrefetchRows ahead; the first rows of k, and of
-  // v (needed after the softmax), are requested here.
+  // The score loop prefetches keys kDecodePrefetchRows ahead (and values as
+  // it goes); the first key rows are requested here.
   for (size_t j = 0; j < std::min(n, kDecodePrefetchRows); ++j) {
     DecodePrefetchRow(k + j * dims, dims);
   }
-  DecodeGroupScoresT(d, params, heads, k, n, scores);
-  for (size_t j = 0; j < std::min(n, kDecodePrefetchRows); ++j) {
-    DecodePrefetchRow(v + j * dims, dims);
-  }
+  DecodeGroupScoresT(d, params, heads, k, v, n, scores);
   bool live[kDecodeMaxGroup];
   for (size_t i = 0; i < heads.count; ++i) {
     live[i] = DecodeChunkSoftmaxT(d, params, scores[i], n,
