@@ -44,11 +44,13 @@ namespace {
 constexpr size_t kChunk = 4096;
 
 // Calls run_chunk(first, n) for the chunks of [0, count), split statically
-// over up to num_threads threads.
+// over up to num_threads threads. A single chunk (a decode step's few rows)
+// runs on the caller: waking the team would cost more than the work.
 template <class RunChunk>
 void ForEachChunk(size_t count, int num_threads, const RunChunk& run_chunk) {
   const auto chunks = static_cast<int64_t>((count + kChunk - 1) / kChunk);
-#pragma omp parallel for num_threads(num_threads) schedule(static)
+#pragma omp parallel for num_threads(num_threads) schedule(static) \
+    if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const size_t i = static_cast<size_t>(c) * kChunk;
     run_chunk(i, std::min(kChunk, count - i));
