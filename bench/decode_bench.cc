@@ -9,9 +9,14 @@
 //                   new token attends to `context` keys; bytes = K/V read.
 //   BM_RecomputePrefix  MhaSession::Run over [batch, context]: what one new
 //                   token per sequence costs without a cache.
-//   BM_DecodeKernelGqa  kernels::DecodeAttention alone, 12 query heads over
-//                   kv_heads K/V heads (12: plain MHA; 3: groups of 4), at
-//                   1 and 2 threads; bytes = K/V read.
+//   BM_DecodeKernel kernels::DecodeAttention alone, 12 query heads over
+//                   kv_heads K/V heads (12: plain MHA; 3: groups of 4), each
+//                   row at `keys` keys of a cache of `capacity`, at 1 and 2
+//                   threads; bytes = K/V read. Caches smaller than 128 MiB
+//                   are repeated and taken in turn, as a model's layers are,
+//                   so that every call reads from memory: keys 160 of
+//                   capacity 192 at batch 8 is a GPT-2 `attn bench --model`
+//                   step (128-token prompts, 64 steps).
 // Model: d_in = d_out = 768, 12 heads (gpt2). Run with OMP_PROC_BIND=close
 // for stable numbers (README "Threads").
 #include <benchmark/benchmark.h>
@@ -174,52 +179,61 @@ BENCHMARK(BM_RecomputePrefix)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-// One decode step of `batch` rows at `context` keys, straight on the
-// kernel: the grouped K/V cache is what makes GQA decode cheaper.
-void BM_DecodeKernelGqa(benchmark::State& state) {
-  const auto context = static_cast<size_t>(state.range(0));
-  const auto kv_heads = static_cast<size_t>(state.range(1));
-  const auto batch = static_cast<size_t>(state.range(2));
-  const int threads = static_cast<int>(state.range(3));
+// One decode step of `batch` rows at `keys` keys, straight on the kernel:
+// the grouped K/V cache is what makes GQA decode cheaper.
+void BM_DecodeKernel(benchmark::State& state) {
+  const auto keys = static_cast<size_t>(state.range(0));
+  const auto capacity = static_cast<size_t>(state.range(1));
+  const auto kv_heads = static_cast<size_t>(state.range(2));
+  const auto batch = static_cast<size_t>(state.range(3));
+  const int threads = static_cast<int>(state.range(4));
   namespace k = attn::kernels;
   k::DecodeParams params;
   params.num_heads = kHeads;
   params.num_kv_heads = kv_heads;
   params.head_dim = kDim / kHeads;
   params.row_stride = k::DecodePaddedDim(params.head_dim);
-  params.head_stride = context * params.row_stride;
+  params.head_stride = capacity * params.row_stride;
   params.scale = 0.125f;
   const size_t Dp = params.row_stride, H = params.num_heads;
-  const size_t cache = batch * kv_heads * context * Dp;
-  const Floats kc = AllocateTouched(cache, 0.01f);
-  const Floats vc = AllocateTouched(cache, 0.02f);
+  const size_t sequence = kv_heads * capacity * Dp;  // floats of K (or V)
+  const size_t cache = batch * sequence;
+  const size_t copies =
+      std::max<size_t>(1, (size_t{128} << 20) / (2 * cache * sizeof(float)));
+  const Floats kc = AllocateTouched(copies * cache, 0.01f);
+  const Floats vc = AllocateTouched(copies * cache, 0.02f);
   const Floats q = AllocateTouched(batch * H * Dp, 0.03f);
   const Floats ctx = AllocateTouched(batch * H * params.head_dim, 0.0f);
   std::vector<k::DecodeRow> rows(batch);
   for (size_t r = 0; r < batch; ++r) {
     rows[r].q = q.get() + r * H * Dp;
-    rows[r].k = kc.get() + r * kv_heads * context * Dp;
-    rows[r].v = vc.get() + r * kv_heads * context * Dp;
-    rows[r].num_keys = context;
+    rows[r].num_keys = keys;
     rows[r].ctx = ctx.get() + r * H * params.head_dim;
-    rows[r].first_partial = r * k::DecodeRowPartials(params, context);
+    rows[r].first_partial = r * k::DecodeRowPartials(params, keys);
   }
   const Floats partials =
       AllocateTouched(k::DecodeNumPartials(params, rows.data(), batch) *
                           k::DecodePartialFloats(Dp),
                       0.0f);
+  size_t copy = 0;
   for (auto _ : state) {
+    for (size_t r = 0; r < batch; ++r) {
+      rows[r].k = kc.get() + copy * cache + r * sequence;
+      rows[r].v = vc.get() + copy * cache + r * sequence;
+    }
+    copy = (copy + 1) % copies;
     k::DecodeAttention(params, rows.data(), batch, partials.get(), threads);
     benchmark::ClobberMemory();
   }
-  state.counters["kv_bytes/s"] =
-      benchmark::Counter(2.0 * sizeof(float) * double(cache),
-                         benchmark::Counter::kIsIterationInvariantRate,
-                         benchmark::Counter::kIs1000);
+  state.counters["kv_bytes/s"] = benchmark::Counter(
+      2.0 * sizeof(float) * double(batch * kv_heads * keys * Dp),
+      benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_DecodeKernelGqa)
-    ->ArgNames({"context", "kv_heads", "batch", "threads"})
-    ->ArgsProduct({{4096}, {12, 3}, {1, 8}, {1, 2}})
+BENCHMARK(BM_DecodeKernel)
+    ->ArgNames({"keys", "capacity", "kv_heads", "batch", "threads"})
+    ->ArgsProduct({{4096}, {4096}, {12, 3}, {1, 8}, {1, 2}})
+    ->ArgsProduct({{160}, {192}, {12}, {8}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
