@@ -2,6 +2,8 @@
 // and either all are allocated or none.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 
@@ -40,6 +42,20 @@ TEST(WorkspaceTest, AMovedBufferLeavesAnEmptyOne) {
   EXPECT_EQ(c.size(), 256u);
   EXPECT_EQ(b.size(), 0u);
   EXPECT_EQ(b.data(), nullptr);
+}
+
+// Every byte zero afterwards, below and above the size at which huge pages
+// are asked for, and an odd size whose end is not page aligned.
+TEST(WorkspaceTest, ZeroAllPagesZeroesEveryByte) {
+  for (const size_t bytes : {size_t{100}, (size_t{3} << 20) + 12345}) {
+    Result<AlignedBuffer> buffer = AlignedBuffer::Allocate(bytes);
+    ASSERT_TRUE(buffer.ok());
+    auto* p = static_cast<unsigned char*>(buffer->data());
+    std::fill(p, p + bytes, 0xA5);
+    buffer->ZeroAllPages();
+    EXPECT_EQ(std::count(p, p + bytes, 0), static_cast<std::ptrdiff_t>(bytes))
+        << bytes << " bytes";
+  }
 }
 
 TEST(WorkspaceTest, OverTheCapAllocatesNothingAndNamesTheRequest) {
