@@ -12,9 +12,9 @@
 //   BM_DecodeKernel kernels::DecodeAttention alone, 12 query heads over
 //                   kv_heads K/V heads (12: plain MHA; 3: groups of 4), each
 //                   row at `keys` keys of a cache of `capacity`, at 1 and 2
-//                   threads; bytes = K/V read. Caches smaller than 128 MiB
-//                   are repeated and taken in turn, as a model's layers are,
-//                   so that every call reads from memory: keys 160 of
+//                   threads; bytes = K/V read. Small caches are repeated
+//                   to about 128 MiB and taken in turn, as a model's layers
+//                   are, so that calls read from memory: keys 160 of
 //                   capacity 192 at batch 8 is a GPT-2 `attn bench --model`
 //                   step (128-token prompts, 64 steps).
 // Model: d_in = d_out = 768, 12 heads (gpt2). Run with OMP_PROC_BIND=close

@@ -15,6 +15,7 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 #include "attn/status.hpp"
@@ -56,17 +57,24 @@ class AlignedBuffer {
   size_t size() const { return size_; }
 
   // Zeroes the buffer, faulting every page in now. A buffer of a huge page
-  // or more first asks for transparent huge pages (Linux honours the ask
-  // when THP is in its default madvise mode): a cache of hundreds of MB
-  // then takes hundreds of faults instead of a hundred thousand.
+  // or more first asks for transparent huge pages on the whole pages it
+  // covers (Linux honours the ask when THP is set to `madvise` or `always`):
+  // a cache of hundreds of MB then takes hundreds of faults, not a hundred
+  // thousand.
   void ZeroAllPages() {
+    if (size_ == 0) return;
 #ifdef MADV_HUGEPAGE
     constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
-    if (size_ >= kHugePage) {
+    const long page_size = sysconf(_SC_PAGESIZE);
+    if (size_ >= kHugePage && page_size > 0) {
+      const auto page = static_cast<uintptr_t>(page_size);
       const auto begin = reinterpret_cast<uintptr_t>(data_.get());
-      const uintptr_t page = (begin + 4095) / 4096 * 4096;  // madvise's unit
-      (void)madvise(reinterpret_cast<void*>(page), begin + size_ - page,
-                    MADV_HUGEPAGE);
+      const uintptr_t first = (begin + page - 1) / page * page;
+      const uintptr_t end = (begin + size_) / page * page;
+      if (end > first) {
+        (void)madvise(reinterpret_cast<void*>(first), end - first,
+                      MADV_HUGEPAGE);
+      }
     }
 #endif
     std::memset(data_.get(), 0, size_);

@@ -27,15 +27,23 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Rows this far ahead are prefetched. The hardware's stream prefetchers stop
-// at 4 KiB pages, which a 64-float head crosses every 16 rows; software
-// prefetch keeps the loads in flight across them.
+// Key rows this far ahead are prefetched (value rows as their keys pass).
+// The hardware's stream prefetchers stop at 4 KiB pages, which a 64-float
+// head crosses every 16 rows; software prefetch keeps the loads in flight
+// across them.
 constexpr size_t kDecodePrefetchRows = 16;
 
-// Prefetches the `dims` floats of the row at p (harmless past the end: a
-// prefetch never faults).
-HWY_INLINE void DecodePrefetchRow(const float* p, size_t dims) {
-  for (size_t i = 0; i < dims; i += kDecodeAlign) hwy::Prefetch(p + i);
+// Prefetches the `dims` floats of row `row` of the rows `stride` floats
+// apart from p. The row may lie past the cache: a prefetch never faults,
+// and its address is formed as an integer, as a pointer there would be
+// undefined.
+HWY_INLINE void DecodePrefetchRow(const float* p, size_t row, size_t stride,
+                                  size_t dims) {
+  const uintptr_t at =
+      reinterpret_cast<uintptr_t>(p) + row * stride * sizeof(float);
+  for (size_t i = 0; i < dims; i += kDecodeAlign) {
+    hwy::Prefetch(reinterpret_cast<const float*>(at + i * sizeof(float)));
+  }
 }
 
 // scores[j] = q . k_j for j in [0, n); k rows `stride` floats apart; `dims`
@@ -59,8 +67,8 @@ HWY_INLINE void DecodeScoresT(D d, const float* HWY_RESTRICT q,
     const float* k2 = k1 + stride;
     const float* k3 = k2 + stride;
     for (size_t u = 0; u < 4; ++u) {
-      DecodePrefetchRow(k0 + (kDecodePrefetchRows + u) * stride, dims);
-      if (prefetch_v) DecodePrefetchRow(prefetch_v + (j + u) * stride, dims);
+      DecodePrefetchRow(k0, kDecodePrefetchRows + u, stride, dims);
+      if (prefetch_v) DecodePrefetchRow(prefetch_v, j + u, stride, dims);
     }
     V a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
     for (size_t i = 0; i < dims; i += N) {
@@ -76,6 +84,7 @@ HWY_INLINE void DecodeScoresT(D d, const float* HWY_RESTRICT q,
     scores[j + 3] = hn::GetLane(hn::SumOfLanes(d, a3));
   }
   for (; j < n; ++j) {
+    if (prefetch_v) DecodePrefetchRow(prefetch_v, j, stride, dims);
     const float* kj = k + j * stride;
     V a = hn::Zero(d);
     for (size_t i = 0; i < dims; i += N) {
@@ -219,7 +228,7 @@ HWY_INLINE void DecodeChunkT(D d, const DecodeParams& params,
   // The score loop prefetches keys kDecodePrefetchRows ahead (and values as
   // it goes); the first key rows are requested here.
   for (size_t j = 0; j < std::min(n, kDecodePrefetchRows); ++j) {
-    DecodePrefetchRow(k + j * dims, dims);
+    DecodePrefetchRow(k, j, dims, dims);
   }
   DecodeGroupScoresT(d, params, heads, k, v, n, scores);
   bool live[kDecodeMaxGroup];
