@@ -49,8 +49,8 @@ constexpr size_t kChunk = 4096;
 template <class RunChunk>
 void ForEachChunk(size_t count, int num_threads, const RunChunk& run_chunk) {
   const auto chunks = static_cast<int64_t>((count + kChunk - 1) / kChunk);
-#pragma omp parallel for num_threads(num_threads) schedule(static) \
-    if (chunks > 1)
+#pragma omp parallel for num_threads(num_threads) \
+    schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const size_t i = static_cast<size_t>(c) * kChunk;
     run_chunk(i, std::min(kChunk, count - i));

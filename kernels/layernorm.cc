@@ -44,8 +44,8 @@ void ForEachRowBlock(size_t rows, size_t cols, int num_threads,
   // About 16 KiB of input per block: a few blocks per thread even at b*T = 8.
   const size_t block = std::max<size_t>(1, 4096 / std::max<size_t>(cols, 1));
   const auto blocks = static_cast<int64_t>((rows + block - 1) / block);
-#pragma omp parallel for num_threads(num_threads) schedule(static) \
-    if (blocks > 1)
+#pragma omp parallel for num_threads(num_threads) \
+    schedule(static) if (blocks > 1)
   for (int64_t b = 0; b < blocks; ++b) {
     const size_t r = static_cast<size_t>(b) * block;
     run_block(r, std::min(block, rows - r));
