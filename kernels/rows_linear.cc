@@ -3,7 +3,11 @@
 // packing of its weights.
 #include "kernels/rows_linear.h"
 
+#include <omp.h>
+
+#include <atomic>
 #include <cstdint>
+#include <memory>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/rows_linear.cc"
@@ -61,18 +65,69 @@ void Pack(const T* w, size_t n, size_t k, T* packed, int num_threads) {
   }
 }
 
-// Work items of kRowsLinearColumns statically over the team: which thread
+// Items [front, back) of one thread's share, both in one word so that one
+// compare-and-swap takes an item from either end.
+class alignas(64) ItemRange {
+ public:
+  void Reset(uint32_t front, uint32_t back) {
+    span_.store(uint64_t{front} << 32 | back, std::memory_order_relaxed);
+  }
+  // The first item left (the owner's) or the last (another thread's, once
+  // done with its own share); false when none is left.
+  bool TakeFront(uint32_t* item) { return Take(true, item); }
+  bool TakeBack(uint32_t* item) { return Take(false, item); }
+
+ private:
+  bool Take(bool front_end, uint32_t* item) {
+    uint64_t span = span_.load(std::memory_order_relaxed);
+    for (;;) {
+      const auto front = static_cast<uint32_t>(span >> 32);
+      const auto back = static_cast<uint32_t>(span);
+      if (front >= back) return false;
+      const uint64_t rest = front_end ? span + (uint64_t{1} << 32) : span - 1;
+      if (span_.compare_exchange_weak(span, rest, std::memory_order_relaxed)) {
+        *item = front_end ? front : back - 1;
+        return true;
+      }
+    }
+  }
+  std::atomic<uint64_t> span_{0};
+};
+
+// Work items of kRowsLinearColumns in one contiguous share per thread, which
+// its owner reads front to back as one stream of panels; a thread done with
+// its share takes items from the backs of the others'. A core the host
+// slows no longer keeps the other waiting at the barrier, and which thread
 // computes a column never changes its bits.
 template <typename TW, class ColumnsFn>
 void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
            const TW* packed, const float* bias, size_t n, float* y,
            int num_threads) {
-  const auto items =
-      static_cast<int64_t>((n + kRowsLinearColumns - 1) / kRowsLinearColumns);
-#pragma omp parallel for num_threads(num_threads) schedule(static)
-  for (int64_t item = 0; item < items; ++item) {
-    columns(x, rows, k, packed, bias, n,
-            static_cast<size_t>(item) * kRowsLinearColumns, y);
+  const size_t items = (n + kRowsLinearColumns - 1) / kRowsLinearColumns;
+  const auto run = [&](uint32_t item) {
+    columns(x, rows, k, packed, bias, n, item * kRowsLinearColumns, y);
+  };
+  if (num_threads <= 1 || items <= 1) {
+    for (size_t item = 0; item < items; ++item) run(uint32_t(item));
+    return;
+  }
+  const auto shares = static_cast<size_t>(num_threads);
+  std::unique_ptr<ItemRange[]> ranges(new ItemRange[shares]);
+  for (size_t t = 0; t < shares; ++t) {
+    ranges[t].Reset(uint32_t(items * t / shares),
+                    uint32_t(items * (t + 1) / shares));
+  }
+#pragma omp parallel num_threads(num_threads)
+  {
+    // A team smaller than asked leaves shares without an owner: the
+    // others take them from the back.
+    const auto self = static_cast<size_t>(omp_get_thread_num());
+    uint32_t item;
+    while (ranges[self].TakeFront(&item)) run(item);
+    for (size_t i = 1; i < shares; ++i) {
+      ItemRange& other = ranges[(self + i) % shares];
+      while (other.TakeBack(&item)) run(item);
+    }
   }
 }
 

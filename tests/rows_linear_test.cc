@@ -2,7 +2,10 @@
 // against a double reference, at rows 1 to 8 and widths around the vector
 // length and the panel; bf16 weights bitwise the f32 path on the widened
 // weights; the panels' layout; and the threaded entry points, bitwise the
-// same at 1, 2, 3 and 7 threads.
+// same at 1, 2, 3 and 7 threads and in a team smaller than asked.
+#include <omp.h>
+
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -231,6 +234,38 @@ TEST(RowsLinearDispatchTest, SameBitsAtEveryThreadCount) {
                threads);
     EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
         << threads << " threads differ from 1";
+  }
+}
+
+// Each thread's share of columns has an owner only when the team is as large
+// as asked: inside an enclosing parallel region the team is one thread,
+// which must take the other shares too; with more threads than work items
+// some shares are empty. Every column is still written, with the same bits.
+TEST(RowsLinearDispatchTest, EveryColumnWhateverTheTeam) {
+  std::mt19937 rng(10);
+  const size_t rows = 3, k = 64;
+  for (size_t n : {size_t{100}, size_t{1001}}) {
+    const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
+    const auto w = test::RandomVector(rng, n * k, -0.2f, 0.2f);
+    const auto packed = test::Packed(w, n, k);
+    std::vector<float> one(rows * n);
+    RowsLinear(x.data(), rows, k, packed.data(), nullptr, n, one.data(), 1);
+    const int saved_levels = omp_get_max_active_levels();
+    omp_set_max_active_levels(1);  // the inner teams are of one thread
+    std::vector<std::vector<float>> nested(
+        2, std::vector<float>(rows * n, std::nanf("")));
+#pragma omp parallel for num_threads(2)
+    for (int i = 0; i < 2; ++i) {
+      RowsLinear(x.data(), rows, k, packed.data(), nullptr, n,
+                 nested[size_t(i)].data(), 4);
+    }
+    omp_set_max_active_levels(saved_levels);
+    std::vector<float> wide(rows * n, std::nanf(""));
+    RowsLinear(x.data(), rows, k, packed.data(), nullptr, n, wide.data(), 7);
+    for (const auto* got : {&nested[0], &nested[1], &wide}) {
+      EXPECT_EQ(0, std::memcmp(one.data(), got->data(), one.size() * 4))
+          << "n " << n;
+    }
   }
 }
 
