@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -66,7 +67,8 @@ void Pack(const T* w, size_t n, size_t k, T* packed, int num_threads) {
 }
 
 // Items [front, back) of one thread's share, both in one word so that one
-// compare-and-swap takes an item from either end.
+// compare-and-swap takes an item from either end; a cache line each, so
+// that owners taking items do not contend for one line.
 class alignas(64) ItemRange {
  public:
   void Reset(uint32_t front, uint32_t back) {
@@ -104,20 +106,22 @@ void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
            const TW* packed, const float* bias, size_t n, float* y,
            int num_threads) {
   const size_t items = (n + kRowsLinearColumns - 1) / kRowsLinearColumns;
-  const auto run = [&](uint32_t item) {
+  const auto run = [&](size_t item) {
     columns(x, rows, k, packed, bias, n, item * kRowsLinearColumns, y);
   };
-  if (num_threads <= 1 || items <= 1) {
-    for (size_t item = 0; item < items; ++item) run(uint32_t(item));
+  const size_t shares =
+      num_threads > 1 ? std::min(static_cast<size_t>(num_threads), items) : 1;
+  if (shares <= 1) {
+    for (size_t item = 0; item < items; ++item) run(item);
     return;
   }
-  const auto shares = static_cast<size_t>(num_threads);
+  HWY_DASSERT(items <= UINT32_MAX);
   std::unique_ptr<ItemRange[]> ranges(new ItemRange[shares]);
   for (size_t t = 0; t < shares; ++t) {
-    ranges[t].Reset(uint32_t(items * t / shares),
-                    uint32_t(items * (t + 1) / shares));
+    ranges[t].Reset(static_cast<uint32_t>(items * t / shares),
+                    static_cast<uint32_t>(items * (t + 1) / shares));
   }
-#pragma omp parallel num_threads(num_threads)
+#pragma omp parallel num_threads(static_cast <int>(shares))
   {
     // A team smaller than asked leaves shares without an owner: the
     // others take them from the back.

@@ -38,8 +38,7 @@ void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,
 
 // y[r, j] = bias[j] + sum_i x[r, i] * w[j, i] for r < rows <= 8, j < n,
 // i < k: x [rows, k] and y [rows, n] dense, w as PackRowsLinear lays it
-// out, bias [n] or null; n below 2^38 (its work items are counted in 32
-// bits).
+// out, bias [n] or null.
 void RowsLinear(const float* x, size_t rows, size_t k, const float* packed,
                 const float* bias, size_t n, float* y, int num_threads);
 

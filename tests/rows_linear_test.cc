@@ -239,8 +239,9 @@ TEST(RowsLinearDispatchTest, SameBitsAtEveryThreadCount) {
 
 // Each thread's share of columns has an owner only when the team is as large
 // as asked: inside an enclosing parallel region the team is one thread,
-// which must take the other shares too; with more threads than work items
-// some shares are empty. Every column is still written, with the same bits.
+// which must take the other shares too; and more threads than work items
+// (n 100: two items) get one share per item. Every column is still written,
+// with the same bits.
 TEST(RowsLinearDispatchTest, EveryColumnWhateverTheTeam) {
   std::mt19937 rng(10);
   const size_t rows = 3, k = 64;
@@ -254,12 +255,15 @@ TEST(RowsLinearDispatchTest, EveryColumnWhateverTheTeam) {
     omp_set_max_active_levels(1);  // the inner teams are of one thread
     std::vector<std::vector<float>> nested(
         2, std::vector<float>(rows * n, std::nanf("")));
+    int outer_team = 0;
 #pragma omp parallel for num_threads(2)
     for (int i = 0; i < 2; ++i) {
+      if (i == 0) outer_team = omp_get_num_threads();
       RowsLinear(x.data(), rows, k, packed.data(), nullptr, n,
                  nested[size_t(i)].data(), 4);
     }
     omp_set_max_active_levels(saved_levels);
+    ASSERT_EQ(2, outer_team) << "the inner calls must run in a team";
     std::vector<float> wide(rows * n, std::nanf(""));
     RowsLinear(x.data(), rows, k, packed.data(), nullptr, n, wide.data(), 7);
     for (const auto* got : {&nested[0], &nested[1], &wide}) {
