@@ -121,7 +121,8 @@ void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
     ranges[t].Reset(static_cast<uint32_t>(items * t / shares),
                     static_cast<uint32_t>(items * (t + 1) / shares));
   }
-#pragma omp parallel num_threads(static_cast <int>(shares))
+  const int team = static_cast<int>(shares);
+#pragma omp parallel num_threads(team)
   {
     // A team smaller than asked leaves shares without an owner: the
     // others take them from the back.
