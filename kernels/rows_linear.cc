@@ -99,8 +99,8 @@ class alignas(64) ItemRange {
 // Work items of kRowsLinearColumns in one contiguous share per thread, which
 // its owner reads front to back as one stream of panels; a thread done with
 // its share takes items from the backs of the others'. A core the host
-// slows no longer keeps the other waiting at the barrier, and which thread
-// computes a column never changes its bits.
+// slows keeps the others waiting at the barrier for one item at most, and
+// which thread computes a column never changes its bits.
 template <typename TW, class ColumnsFn>
 void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
            const TW* packed, const float* bias, size_t n, float* y,
