@@ -1,8 +1,9 @@
 // LmBatch (attn/lm.hpp): continuous batching over a LanguageModel. Each
 // layer's attention is an MhaDecoder whose cache holds every slot; a step
 // packs the new tokens of its requests slot after slot, runs the blocks on
-// those rows (each decoder appending them to its cache) and the final norm
-// and head on the rows whose logits were asked for.
+// those rows (each decoder appending them to its cache), then the last
+// block's feed-forward, the final norm and the head on the rows whose
+// logits were asked for.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -78,6 +79,7 @@ struct LmBatch::Impl {
   void Embed(float* x) const;
   void Norm(const lm::Norm& norm, const float* x, int64_t rows, float* y) const;
   void FeedForward(const lm::Layer& layer, int64_t rows);
+  int64_t KeepLogitRows(float* x, float* branch) const;
   Status RunBlocks(int64_t rows);
   void RunHead();
   Status Run();  // the packed step
@@ -236,8 +238,10 @@ Status LmBatch::Impl::PlanLinears(int64_t rows) {
     it = planned == rows || planned == logits ? std::next(it) : plans.erase(it);
   }
   for (const lm::Layer& layer : m->layers) {
+    // The last feed-forward runs on the logit rows alone (KeepLogitRows).
+    const int64_t ff_rows = &layer == &m->layers.back() ? logits : rows;
     for (const lm::Linear* l : {&layer.up, &layer.gate, &layer.down}) {
-      if (l->present()) ATTN_RETURN_IF_ERROR(PlanLinear(*l, rows));
+      if (l->present()) ATTN_RETURN_IF_ERROR(PlanLinear(*l, ff_rows));
     }
   }
   return PlanLinear(m->head, logits);
@@ -307,6 +311,22 @@ void LmBatch::Impl::FeedForward(const lm::Layer& layer, int64_t rows) {
   RunLinear(layer.down, up, rows, static_cast<float*>(b.branch.data()));
 }
 
+// After the last attention only the rows whose logits were asked for
+// reach the head: moves them, in order, to the front of x and of the
+// attention's output, so that the last feed-forward runs on those alone
+// (llama.cpp's output ids; a 128-token GPT-2 prompt skips 5.5% of its
+// FLOPs).
+int64_t LmBatch::Impl::KeepLogitRows(float* x, float* branch) const {
+  const size_t e = size_t(m->config.emb_dim);
+  for (size_t i = 0; i < logit_rows.size(); ++i) {
+    const auto from = static_cast<size_t>(logit_rows[i]);
+    if (from == i) continue;  // rows ascend: from > i, no overlap
+    std::memcpy(x + i * e, x + from * e, e * sizeof(float));
+    std::memcpy(branch + i * e, branch + from * e, e * sizeof(float));
+  }
+  return static_cast<int64_t>(logit_rows.size());
+}
+
 // The blocks over the packed rows. A decoder that fails leaves the caches
 // of the layers before it holding the step's tokens: they are cut back.
 Status LmBatch::Impl::RunBlocks(int64_t rows) {
@@ -314,7 +334,6 @@ Status LmBatch::Impl::RunBlocks(int64_t rows) {
   auto* x = static_cast<float*>(b.x.data());
   auto* normed = static_cast<float*>(b.normed.data());
   auto* branch = static_cast<float*>(b.branch.data());
-  const size_t n = size_t(rows * m->config.emb_dim);
   Embed(x);
   for (size_t l = 0; l < m->layers.size(); ++l) {
     const lm::Layer& layer = m->layers[l];
@@ -329,6 +348,8 @@ Status LmBatch::Impl::RunBlocks(int64_t rows) {
       }
       return attended;
     }
+    if (l + 1 == m->layers.size()) rows = KeepLogitRows(x, branch);
+    const size_t n = size_t(rows * m->config.emb_dim);
     kernels::Add(x, branch, x, n, m->num_threads);
     Norm(layer.norm2, x, rows, normed);
     FeedForward(layer, rows);
@@ -348,19 +369,14 @@ Status LmBatch::Impl::Run() {
   return {};
 }
 
-// The final norm and the head, on the rows asked for only.
+// The final norm and the head, on the rows asked for (KeepLogitRows put
+// them first).
 void LmBatch::Impl::RunHead() {
   StepBuffers& b = buffers;
-  const size_t e = size_t(m->config.emb_dim);
   const auto* x = static_cast<const float*>(b.x.data());
-  auto* selected = static_cast<float*>(b.branch.data());
-  for (size_t i = 0; i < logit_rows.size(); ++i) {
-    std::memcpy(selected + i * e, x + size_t(logit_rows[i]) * e,
-                e * sizeof(float));
-  }
   const auto rows = static_cast<int64_t>(logit_rows.size());
   auto* normed = static_cast<float*>(b.normed.data());
-  Norm(m->final_norm, selected, rows, normed);
+  Norm(m->final_norm, x, rows, normed);
   RunLinear(m->head, normed, rows, static_cast<float*>(b.logits.data()));
 }
 
