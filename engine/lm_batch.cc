@@ -314,8 +314,7 @@ void LmBatch::Impl::FeedForward(const lm::Layer& layer, int64_t rows) {
 // After the last attention only the rows whose logits were asked for
 // reach the head: moves them, in order, to the front of x and of the
 // attention's output, so that the last feed-forward runs on those alone
-// (llama.cpp's output ids; a 128-token GPT-2 prompt skips 5.5% of its
-// FLOPs).
+// (llama.cpp's output ids).
 int64_t LmBatch::Impl::KeepLogitRows(float* x, float* branch) const {
   const size_t e = size_t(m->config.emb_dim);
   for (size_t i = 0; i < logit_rows.size(); ++i) {
