@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -50,8 +52,8 @@ struct MhaDecoder::Impl {
   size_t max_partials = 0;         // slots in `partials`
   std::vector<int64_t> counts;     // Decode's all-ones counts
   // The projections as steps of up to kRowsLinearMaxRows rows read them, in
-  // the model's step_weights type.
-  StepProjections steps;
+  // the model's step_weights type: shared by the decoders on the model.
+  std::shared_ptr<const StepProjections> steps;
   // Steps through the decode kernel: of B rows (Decode, and Prefill when
   // equal), and of the last other Prefill size. Row r is token
   // row_positions[r] of sequence row_seqs[r].
@@ -63,12 +65,13 @@ struct MhaDecoder::Impl {
   OwnedBuffers prompt_buffers;       // its activations and scratch
   std::vector<int64_t> prompt_seqs;  // the cache sequence of each prompt
 
-  // Bytes the weights, the cache and the decode buffers hold.
+  // Bytes the model (with the step weights), the cache and the decode
+  // buffers hold.
   uint64_t HeldBytes() const {
     return AddSat(AddSat(MhaModelBytes(*m), k_cache.size() + v_cache.size()),
-                  partials.size() + steps.bytes() + (step ? step->bytes() : 0));
+                  partials.size() + (step ? step->bytes() : 0));
   }
-  Status PackSteps();
+  Status ShareSteps();
   // A step op of `rows` rows; it takes over `previous`'s packed weights
   // where they agree, and counts what previous still holds as held.
   Result<std::unique_ptr<AttentionOp>> MakeStep(
@@ -95,20 +98,24 @@ struct MhaDecoder::Impl {
 Result<std::unique_ptr<AttentionOp>> MhaDecoder::Impl::MakeStep(
     int64_t rows, AttentionOp* previous) const {
   return AttentionOp::CreateStep(
-      *m, steps, rows, Cache(), num_threads, HeldBytes(),
+      *m, *steps, rows, Cache(), num_threads, HeldBytes(),
       "a decoder step of " + Str(rows) + " tokens", previous);
 }
 
-// The model's projections packed for steps: in bf16 when the model rounded
-// them so at load (each value then converts exactly), else in fp32.
-Status MhaDecoder::Impl::PackSteps() {
+// The model's projections packed for steps, in bf16 when the model rounded
+// them so at load (each value then converts exactly), else in fp32: those
+// of the decoders alive on the model, or packed here and shared from now on.
+Status MhaDecoder::Impl::ShareSteps() {
+  const uint64_t held = HeldBytes();  // MhaModelBytes takes the lock
+  const std::lock_guard<std::mutex> lock(m->steps_mutex);
+  steps = m->steps.lock();
+  if (steps) return {};
   const bool bf16 = m->step_weights == DType::kBF16;
   const int64_t qkv_rows = static_cast<int64_t>(m->w_qkv.size()) / d_in;
-  ATTN_RETURN_IF_ERROR(
-      CheckMemory("a decoder's step weights",
-                  AddSat(HeldBytes(),
-                         StepProjections::BytesOf(d_in, qkv_rows, d_out, bf16)),
-                  m->max_memory_bytes));
+  ATTN_RETURN_IF_ERROR(CheckMemory(
+      "a decoder's step weights",
+      AddSat(held, StepProjections::BytesOf(d_in, qkv_rows, d_out, bf16)),
+      m->max_memory_bytes));
   const auto pack = [&](const std::vector<float>& w, int64_t out,
                         int64_t in) -> Result<StepWeights> {
     if (!bf16) return StepWeights::Pack(w.data(), out, in, num_threads);
@@ -121,8 +128,11 @@ Status MhaDecoder::Impl::PackSteps() {
     for (size_t i = 0; i < w.size(); ++i) low[i] = hwy::BF16FromF32(w[i]);
     return StepWeights::Pack(low.data(), out, in, num_threads);
   };
-  ATTN_ASSIGN_OR_RETURN(steps.qkv, pack(m->w_qkv, qkv_rows, d_in));
-  ATTN_ASSIGN_OR_RETURN(steps.out, pack(m->w_out, d_out, d_out));
+  auto packed = std::make_shared<StepProjections>();
+  ATTN_ASSIGN_OR_RETURN(packed->qkv, pack(m->w_qkv, qkv_rows, d_in));
+  ATTN_ASSIGN_OR_RETURN(packed->out, pack(m->w_out, d_out, d_out));
+  m->steps = packed;
+  steps = std::move(packed);
   return {};
 }
 
@@ -319,7 +329,7 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
 
   impl->model = model;  // HeldBytes reads the weights through m
   ATTN_RETURN_IF_ERROR(impl->AllocateCache());
-  ATTN_RETURN_IF_ERROR(impl->PackSteps());
+  ATTN_RETURN_IF_ERROR(impl->ShareSteps());
   impl->row_seqs.reserve(static_cast<size_t>(impl->B));
   impl->row_positions.reserve(static_cast<size_t>(impl->B));
   ATTN_ASSIGN_OR_RETURN(impl->step, impl->MakeStep(impl->B));
@@ -417,7 +427,7 @@ size_t MhaDecoder::cache_bytes() const {
 }
 size_t MhaDecoder::workspace_bytes() const {
   const Impl& d = *impl_;
-  return d.partials.size() + d.steps.bytes() + d.step->bytes() +
+  return d.partials.size() + d.step->bytes() +
          (d.other ? d.other->bytes() : 0) +
          (d.prompt ? d.prompt->bytes() + d.prompt_buffers.bytes() : 0);
 }

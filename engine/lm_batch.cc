@@ -401,7 +401,8 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   const int64_t capacity =
       options.max_length ? options.max_length : c.context_length;
   // Every layer's cache and attention step weights, checked as one request
-  // before any is made.
+  // before any is made (the step weights counted even when another batch
+  // already made them, which the model's bytes then hold too).
   const uint64_t head_dim = c.emb_dim / c.num_heads;
   const uint64_t cache_bytes =
       MulSat(MulSat(2 * sizeof(float) * uint64_t(c.num_layers),

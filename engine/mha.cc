@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <utility>
@@ -16,6 +18,7 @@
 #include "engine/limits.h"
 #include "engine/mha_model.h"
 #include "engine/model_config.h"
+#include "engine/step_weights.h"
 #include "engine/threads.h"
 #include "kernels/attention.h"
 #include "kernels/softmax.h"
@@ -329,7 +332,13 @@ Status PackMhaWeights(MhaModelData& m) {
 }
 
 uint64_t MhaModelBytes(const MhaModelData& m) {
-  return AddSat(WeightBytes(m.config), m.packed ? m.packed->bytes() : 0);
+  std::shared_ptr<const StepProjections> steps;
+  {
+    const std::lock_guard<std::mutex> lock(m.steps_mutex);
+    steps = m.steps.lock();
+  }
+  return AddSat(AddSat(WeightBytes(m.config), m.packed ? m.packed->bytes() : 0),
+                steps ? steps->bytes() : 0);
 }
 
 Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 namespace attn {
 
 class AttentionOp;
+struct StepProjections;
 
 // What an MhaModel holds, visible to the engine (the attention operator
 // takes it) while MhaModel::Impl stays private to the model's friends.
@@ -32,6 +34,11 @@ struct MhaModelData {
   // that lays them out alike runs on (AttentionOp::Create). Null in models
   // made without it.
   std::shared_ptr<const AttentionOp> packed;
+  // The projections as decode steps of up to 8 rows read them: packed by
+  // the first decoder on the model, shared by all decoders alive on it
+  // (MhaDecoder::Create), freed with the last.
+  mutable std::mutex steps_mutex;
+  mutable std::weak_ptr<const StepProjections> steps;
 };
 
 // K/V heads of `c` (num_heads while not set) and their width (d_out
@@ -54,7 +61,8 @@ Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w);
 
 // Plans `m.packed`, with the model's weights already held.
 Status PackMhaWeights(MhaModelData& m);
-// Bytes the model holds: its weights and their packed copy.
+// Bytes the model holds: its weights, their packed copy and, while a
+// decoder lives, the decoders' step copy.
 uint64_t MhaModelBytes(const MhaModelData& m);
 
 struct MhaModel::Impl : MhaModelData {};

@@ -462,20 +462,45 @@ TEST(DecoderTest, Errors) {
       << too_big.status().message();
 }
 
-// A decoder packs its own copy of the projections for its steps: counted
-// in workspace_bytes (bf16 steps: half the bytes), and refused in one line
-// when it does not fit under the model's memory cap.
-TEST(DecoderTest, StepWeightsAreCountedAndCapped) {
+// The decoders on one model share one copy of the projections for their
+// steps: the model holds it while a decoder lives (in memory_bytes; bf16
+// steps: half the bytes), a second decoder fits under a cap that a second
+// copy would not, and a copy that does not fit is refused in one line.
+TEST(DecoderTest, StepWeightsAreSharedCountedAndCapped) {
   const Weights w(Shape{256, 256, 4, false, 16}, 12);
   DecoderOptions options;
   options.batch = 1;
-  auto f32 = MhaDecoder::Create(w.Model(), options);
-  auto bf16 = MhaDecoder::Create(w.Model(0, 0, DType::kBF16), options);
-  ASSERT_TRUE(f32.ok() && bf16.ok());
   // [W_query; W_key; W_value] 768 x 256 and out_proj 256 x 256, in panels
   // of 32 columns: 262144 weights, 4 or 2 bytes each.
-  EXPECT_EQ((*f32)->workspace_bytes() - (*bf16)->workspace_bytes(),
-            size_t{262144} * 2);
+  constexpr uint64_t kStepWeights = 262144;
+  for (const DType type : {DType::kF32, DType::kBF16}) {
+    auto model = w.Model(0, 0, type);
+    ASSERT_TRUE(model);
+    const uint64_t alone = model->memory_bytes();
+    auto first = MhaDecoder::Create(model, options);
+    ASSERT_TRUE(first.ok());
+    const uint64_t shared = model->memory_bytes();
+    EXPECT_EQ(shared - alone, kStepWeights * (type == DType::kBF16 ? 2 : 4));
+    auto second = MhaDecoder::Create(model, options);
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(model->memory_bytes(), shared);
+    first->reset();
+    EXPECT_EQ(model->memory_bytes(), shared);
+    second->reset();
+    EXPECT_EQ(model->memory_bytes(), alone);
+  }
+
+  auto probe = w.Model();
+  auto one = MhaDecoder::Create(probe, options);
+  ASSERT_TRUE(one.ok());
+  const uint64_t room = probe->memory_bytes() + (*one)->cache_bytes() +
+                        (*one)->workspace_bytes() + kStepWeights * 4 / 2;
+  auto roomy = w.Model(0, room);
+  ASSERT_TRUE(roomy);
+  auto first = MhaDecoder::Create(roomy, options);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  auto second = MhaDecoder::Create(roomy, options);
+  EXPECT_TRUE(second.ok()) << second.status().message();
 
   const uint64_t model_bytes = w.Model()->memory_bytes();
   auto capped = w.Model(0, model_bytes + (uint64_t{1} << 18));

@@ -144,7 +144,8 @@ class ATTN_API MhaModel {
   DType dtype() const;
   int num_threads() const;  // the resolved team size
   // Bytes the model holds: its fp32 weights and their packed copy, which
-  // every session laid out alike runs on.
+  // every session laid out alike runs on, and while a decoder lives on it
+  // the copy that decode steps read (one, shared by every decoder).
   uint64_t memory_bytes() const;
 
  private:

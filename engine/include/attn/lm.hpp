@@ -79,7 +79,8 @@ class ATTN_API LanguageModel {
   ~LanguageModel();
   const LmConfig& config() const;
   int num_threads() const;  // the resolved team size
-  // Bytes the model holds: its weights and their packed copies.
+  // Bytes the model holds: its weights and their packed copies, and while
+  // a batch lives on it the attention's step copies (shared by every batch).
   uint64_t memory_bytes() const;
 
  private:
@@ -140,8 +141,9 @@ class ATTN_API LmBatch {
   // failed one.
   const float* logits(size_t request) const;
 
-  // Bytes of every layer's KV cache and its decoder's buffers and step
-  // weights (not the step's activations, which grow with the largest step).
+  // Bytes of every layer's KV cache and its decoder's buffers (not the
+  // step's activations, which grow with the largest step, nor the
+  // attention's step weights, which the model holds: memory_bytes).
   size_t cache_bytes() const;
 
  private:
