@@ -20,6 +20,7 @@
 #include "engine/buffer.h"
 #include "engine/limits.h"
 #include "engine/lm_model.h"
+#include "engine/mha_model.h"
 #include "engine/step_weights.h"
 #include "engine/threads.h"
 #include "kernels/decode.h"
@@ -400,9 +401,9 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   }
   const int64_t capacity =
       options.max_length ? options.max_length : c.context_length;
-  // Every layer's cache and attention step weights, checked as one request
-  // before any is made (the step weights counted even when another batch
-  // already made them, which the model's bytes then hold too).
+  // Every layer's cache, and the attention step weights of the layers whose
+  // shared copy no batch holds yet, checked as one request before any is
+  // made.
   const uint64_t head_dim = c.emb_dim / c.num_heads;
   const uint64_t cache_bytes =
       MulSat(MulSat(2 * sizeof(float) * uint64_t(c.num_layers),
@@ -410,9 +411,12 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
              MulSat(uint64_t(capacity), kernels::DecodePaddedDim(head_dim)));
   const bool bf16 = m.dtype == DType::kBF16;
   const int64_t qkv_rows = c.emb_dim + 2 * c.num_kv_heads * int64_t(head_dim);
-  const uint64_t step_bytes =
-      MulSat(StepProjections::BytesOf(c.emb_dim, qkv_rows, c.emb_dim, bf16),
-             uint64_t(c.num_layers));
+  uint64_t step_bytes = 0;
+  for (const lm::Layer& layer : m.layers) {
+    if (HoldsStepWeights(*layer.attention->impl_)) continue;
+    step_bytes = AddSat(step_bytes, StepProjections::BytesOf(
+                                        c.emb_dim, qkv_rows, c.emb_dim, bf16));
+  }
   ATTN_RETURN_IF_ERROR(CheckMemory(
       "the KV caches of " + Str(options.max_sequences) + " sequences x " +
           Str(capacity) + " tokens in " + Str(c.num_layers) +

@@ -73,8 +73,8 @@ Status CheckSizes(const LmConfig& c) {
 // Bytes the model holds, about (step weights pad each matrix to whole
 // panels). fp32: the linears' weights, packed copies and step weights (a
 // tied head's weights are the embeddings); bf16: the same in bf16. The
-// attention's fp32 weights and packed copy (each batch's decoders hold its
-// step weights).
+// attention's fp32 weights and packed copy (its step weights come with the
+// first batch: LmBatch::Create counts them).
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
   const uint64_t kv = c.num_kv_heads * (e / c.num_heads);

@@ -331,6 +331,11 @@ Status PackMhaWeights(MhaModelData& m) {
   return {};
 }
 
+bool HoldsStepWeights(const MhaModelData& m) {
+  const std::lock_guard<std::mutex> lock(m.steps_mutex);
+  return !m.steps.expired();
+}
+
 uint64_t MhaModelBytes(const MhaModelData& m) {
   std::shared_ptr<const StepProjections> steps;
   {

@@ -27,7 +27,7 @@ struct MhaModelData {
   // biases likewise (empty without qkv_bias). out_proj as in PyTorch.
   std::vector<float> w_qkv, b_qkv, w_out, b_out;
   // MhaOptions::step_weights: with kBF16, w_qkv and w_out are rounded to
-  // bf16 at load, and each decoder packs its steps' copy in bf16.
+  // bf16 at load, and the decoders' shared step copy is packed in bf16.
   DType step_weights = DType::kF32;
   // The projections' weights packed once, at load: an operator planned for
   // kernels::kMatMulPackedRows rows, whose packed weights every operator
@@ -64,6 +64,8 @@ Status PackMhaWeights(MhaModelData& m);
 // Bytes the model holds: its weights, their packed copy and, while a
 // decoder lives, the decoders' step copy.
 uint64_t MhaModelBytes(const MhaModelData& m);
+// Whether a decoder alive on the model holds the shared step copy.
+bool HoldsStepWeights(const MhaModelData& m);
 
 struct MhaModel::Impl : MhaModelData {};
 

@@ -333,6 +333,36 @@ TEST(LmBatchTest, ForkContinuesAsTheParentAndSlotsAreReused) {
   EXPECT_EQ(batch->length(again), 0);
 }
 
+// Batches on one model share the attention's step weights: the model holds
+// them while a batch lives, and a second batch fits under a cap that a
+// second copy would not.
+TEST(LmBatchTest, BatchesShareTheAttentionStepWeights) {
+  const std::string name = "llama_gqa";
+  auto model = Load(name, 1);
+  ASSERT_NE(model, nullptr);
+  const uint64_t alone = model->memory_bytes();
+  auto first = NewBatch(model, 2);
+  ASSERT_NE(first, nullptr);
+  const uint64_t shared = model->memory_bytes();
+  ASSERT_GT(shared, alone);
+  auto second = NewBatch(model, 2);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(model->memory_bytes(), shared);
+  EXPECT_EQ(first->cache_bytes(), second->cache_bytes());
+
+  LmOptions options;
+  options.num_threads = 1;
+  options.max_memory_bytes =
+      shared + first->cache_bytes() + (shared - alone) / 2;
+  Result<std::shared_ptr<const LanguageModel>> capped =
+      LanguageModel::Load(kLmDir + name + "/model.safetensors", options);
+  ASSERT_TRUE(capped.ok()) << capped.status().message();
+  Result<std::unique_ptr<LmBatch>> one = LmBatch::Create(*capped, {2, 0});
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  Result<std::unique_ptr<LmBatch>> two = LmBatch::Create(*capped, {2, 0});
+  EXPECT_TRUE(two.ok()) << two.status().message();
+}
+
 // One step mixing a new prompt with a running sequence's next token gives
 // each the logits it gets alone.
 TEST(LmBatchTest, MixedStepMatchesSequencesAlone) {

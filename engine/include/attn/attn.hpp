@@ -88,8 +88,8 @@ struct ModelOptions {
 
 // How to load and run an MHA model (MhaModel).
 struct MhaOptions : ModelOptions {
-  // kBF16: the projections' weights are rounded to bf16 at load, and a
-  // decoder's steps of up to 8 rows read its copy of them in bf16 (half the
+  // kBF16: the projections' weights are rounded to bf16 at load, and
+  // decoders' steps of up to 8 rows read their shared copy in bf16 (half the
   // bytes per token; kF32: in fp32); every other path reads the same values
   // as fp32, and the math stays fp32. Runs on any CPU. Language models set
   // it for bf16 weights.
@@ -152,6 +152,7 @@ class ATTN_API MhaModel {
   friend class MhaSession;
   friend class MhaDecoder;    // attn/decode.hpp
   friend class GraphSession;  // attn/graph.hpp: its mha steps
+  friend class LmBatch;       // attn/lm.hpp: whether its layers share steps
   struct ATTN_NO_EXPORT Impl;
   ATTN_NO_EXPORT explicit MhaModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
