@@ -141,6 +141,69 @@ TEST(Concurrency, OneModelManyThreadsMatchesSerialBitwise) {
 
 // Sessions outlive their model's handle; threads may destroy the handle
 // while others still run.
+// A decoder's prompts (the first rows of x, as many as leave room for the
+// steps) and three steps of one new token per sequence; empty on failure.
+std::vector<float> DecodeOnce(const attn_model* model, const Tensor& x,
+                              int64_t d_out) {
+  constexpr int64_t kSteps = 3;
+  const int64_t batch = x.shape[0], d_in = x.shape[2];
+  const int64_t prompt = x.shape[1] - kSteps, rows = batch * prompt;
+  attn_decoder* decoder = nullptr;
+  std::vector<float> y(static_cast<size_t>((rows + kSteps * batch) * d_out));
+  const std::vector<int64_t> counts(static_cast<size_t>(batch), prompt);
+  bool ok =
+      attn_decoder_create(model, batch, x.shape[1], &decoder) == ATTN_OK &&
+      attn_decoder_prefill(decoder, x.data.data(), counts.data(), y.data()) ==
+          ATTN_OK;
+  for (int64_t s = 0; ok && s < kSteps; ++s) {
+    const int64_t row = rows + s * batch;  // x's rows after the prompts'
+    ok = attn_decoder_decode(decoder, x.data.data() + row * d_in, batch,
+                             y.data() + row * d_out) == ATTN_OK;
+  }
+  attn_decoder_destroy(decoder);
+  if (!ok) y.clear();
+  return y;
+}
+
+// 8 threads each create, run and destroy decoders on one model, which share
+// one copy of the step weights, packed again whenever the last decoder
+// holding it is gone: every output is bitwise the serial one.
+TEST(Concurrency, DecodersOnOneModelMatchSerialBitwise) {
+  const std::string path = Golden("mha_moderate");
+  attn_model* model = nullptr;
+  ASSERT_EQ(attn_model_load_mha(path.c_str(), nullptr, &model), ATTN_OK)
+      << attn_last_error_message();
+  int64_t d_in = 0, d_out = 0;
+  ASSERT_EQ(attn_model_dims(model, &d_in, &d_out), ATTN_OK);
+  const Tensor x = Read(path, "input");
+  ASSERT_EQ(x.rank, 3);
+  ASSERT_GE(x.shape[1], 4);
+  const std::vector<float> serial = DecodeOnce(model, x, d_out);
+  ASSERT_FALSE(serial.empty()) << attn_last_error_message();
+
+  constexpr int kThreads = 8, kRuns = 20;
+  std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRuns; ++r) {
+        const std::vector<float> y = DecodeOnce(model, x, d_out);
+        if (y.empty()) {
+          ++failures[t];
+        } else if (!BitwiseEqual(y, serial)) {
+          ++mismatches[t];
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(failures[t], 0) << "thread " << t;
+    EXPECT_EQ(mismatches[t], 0) << "thread " << t << " differed from serial";
+  }
+  attn_model_destroy(model);
+}
+
 TEST(Concurrency, SessionsKeepTheModelAlive) {
   const std::string path = Golden("mha_book");
   attn_model* model = nullptr;
