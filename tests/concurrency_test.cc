@@ -52,6 +52,18 @@ Tensor Read(const std::string& path, const char* name) {
   return t;
 }
 
+// The MHA model at `path` and its output width; null on failure.
+attn_model* LoadMha(const std::string& path, int64_t* d_out) {
+  attn_model* model = nullptr;
+  int64_t d_in = 0;
+  if (attn_model_load_mha(path.c_str(), nullptr, &model) != ATTN_OK ||
+      attn_model_dims(model, &d_in, d_out) != ATTN_OK) {
+    attn_model_destroy(model);
+    return nullptr;
+  }
+  return model;
+}
+
 // One run on a fresh session; the output, empty on failure.
 std::vector<float> RunOnce(const attn_model* model, const float* x,
                            int64_t batch, int64_t seq_len, int64_t d_out) {
@@ -75,11 +87,9 @@ bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
 // every output is compared bitwise with the serial one.
 TEST(Concurrency, OneModelManyThreadsMatchesSerialBitwise) {
   const std::string path = Golden("mha_moderate");
-  attn_model* model = nullptr;
-  ASSERT_EQ(attn_model_load_mha(path.c_str(), nullptr, &model), ATTN_OK)
-      << attn_last_error_message();
-  int64_t d_in = 0, d_out = 0;
-  ASSERT_EQ(attn_model_dims(model, &d_in, &d_out), ATTN_OK);
+  int64_t d_out = 0;
+  attn_model* model = LoadMha(path, &d_out);
+  ASSERT_NE(model, nullptr) << attn_last_error_message();
   const Tensor x = Read(path, "input");
   const Tensor expected = Read(path, "expected");
   ASSERT_EQ(x.rank, 3);
@@ -170,11 +180,9 @@ std::vector<float> DecodeOnce(const attn_model* model, const Tensor& x,
 // holding it is gone: every output is bitwise the serial one.
 TEST(Concurrency, DecodersOnOneModelMatchSerialBitwise) {
   const std::string path = Golden("mha_moderate");
-  attn_model* model = nullptr;
-  ASSERT_EQ(attn_model_load_mha(path.c_str(), nullptr, &model), ATTN_OK)
-      << attn_last_error_message();
-  int64_t d_in = 0, d_out = 0;
-  ASSERT_EQ(attn_model_dims(model, &d_in, &d_out), ATTN_OK);
+  int64_t d_out = 0;
+  attn_model* model = LoadMha(path, &d_out);
+  ASSERT_NE(model, nullptr) << attn_last_error_message();
   const Tensor x = Read(path, "input");
   ASSERT_EQ(x.rank, 3);
   ASSERT_GE(x.shape[1], 4);
