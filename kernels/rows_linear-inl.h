@@ -52,6 +52,17 @@ HWY_INLINE void PrefetchL2(uintptr_t p) {
 // prefetch, 22-25 and 13 at 8 KiB ahead (bench/RESULTS.md).
 constexpr uintptr_t kPrefetchBytes = 8192;
 
+// Whether the tiles of an item of kRows rows prefetch: only where the
+// item's FMAs per cache line of weights (kRows for fp32, twice that for
+// bf16) are enough to slow the stream, from 6. With fewer, the out-of-order
+// window and the hardware prefetcher keep enough lines in flight and the
+// prefetches only take load slots. Without them a GPT-2 step on Zen 4 ran
+// 4-8% faster at 1 row (f32 and bf16) and 20% slower at 8 (bench/RESULTS.md).
+template <size_t kRows, typename TW>
+constexpr bool PrefetchWeights() {
+  return kRows * sizeof(float) / sizeof(TW) >= 6;
+}
+
 // Vector registers of the target: x86 before AVX-512 has 16, the others 32.
 constexpr size_t kVectorRegisters =
     (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 16 : 32;
@@ -78,7 +89,8 @@ constexpr size_t TileRows() {
 // panels, the first at `panel` with first column j0: each output is one
 // chain of FMAs over k in order, from zero, then plus its bias. Stores only
 // the columns below n. Two panels give one row four chains to overlap.
-template <size_t kRows, size_t kPanels, class D, typename TW>
+// kPrefetch: whether to prefetch the weights kPrefetchBytes ahead.
+template <size_t kRows, size_t kPanels, bool kPrefetch, class D, typename TW>
 HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
                                const float* bias, size_t j0, size_t n,
                                float* y) {
@@ -95,8 +107,11 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
     V w[kVectors];
     for (size_t q = 0; q < kPanels; ++q) {
       const TW* row = panel + q * stride + i * kRowsLinearPanel;
-      const uintptr_t ahead = reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
-      for (size_t b = 0; b < kRowBytes; b += 64) PrefetchL2(ahead + b);
+      if constexpr (kPrefetch) {
+        const uintptr_t ahead =
+            reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
+        for (size_t b = 0; b < kRowBytes; b += 64) PrefetchL2(ahead + b);
+      }
       for (size_t v = 0; v < PanelVectors<D>(); ++v) {
         w[q * PanelVectors<D>() + v] = LoadWeights(d, row + v * N);
       }
@@ -124,9 +139,11 @@ HWY_INLINE void RowsLinearPanelsT(D d, const float* x, size_t k,
                                   const TW* panel, size_t panels,
                                   const float* bias, size_t j0, size_t n,
                                   float* y) {
+  constexpr bool kPrefetch = PrefetchWeights<kRows, TW>();
   if constexpr (2 * kRows * PanelVectors<D>() <= kTileAccumulators) {
     if (panels == 2) {
-      return RowsLinearTile<kRows, 2>(d, x, k, panel, bias, j0, n, y);
+      return RowsLinearTile<kRows, 2, kPrefetch>(d, x, k, panel, bias, j0, n,
+                                                 y);
     }
   }
   constexpr size_t kTile = std::min(kRows, TileRows<D>());
@@ -135,11 +152,12 @@ HWY_INLINE void RowsLinearPanelsT(D d, const float* x, size_t k,
     const size_t j = j0 + q * kRowsLinearPanel;
     size_t r = 0;
     for (; r + kTile <= kRows; r += kTile) {
-      RowsLinearTile<kTile, 1>(d, x + r * k, k, one, bias, j, n, y + r * n);
+      RowsLinearTile<kTile, 1, kPrefetch>(d, x + r * k, k, one, bias, j, n,
+                                          y + r * n);
     }
     if constexpr (kRows % kTile != 0) {
-      RowsLinearTile<kRows % kTile, 1>(d, x + r * k, k, one, bias, j, n,
-                                       y + r * n);
+      RowsLinearTile<kRows % kTile, 1, kPrefetch>(d, x + r * k, k, one, bias, j,
+                                                  n, y + r * n);
     }
   }
 }
