@@ -23,19 +23,6 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Lanes(d) weights at p as floats. The tiles below take w as float or bf16
-// through these two loads and nothing else: bf16 widens to f32 exactly (a
-// 16-bit shift), so every product and sum is the one the f32 path makes on
-// the widened weights, bit for bit.
-template <class D>
-HWY_INLINE hn::Vec<D> LoadWeights(D d, const float* p) {
-  return hn::LoadU(d, p);
-}
-template <class D>
-HWY_INLINE hn::Vec<D> LoadWeights(D d, const hwy::bfloat16_t* p) {
-  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::bfloat16_t, D>(), p));
-}
-
 // Hints that the cache line at p (which may lie past the weights: only an
 // address, never read) will be read soon, into L2.
 HWY_INLINE void PrefetchL2(uintptr_t p) {
@@ -77,6 +64,36 @@ constexpr size_t PanelVectors() {
   return kRowsLinearPanel / hn::MaxLanes(D());
 }
 
+// One panel row at p as PanelVectors<D>() vectors of floats, columns in
+// order. The tiles take w as float or bf16 through these two loads and
+// nothing else: bf16 widens to f32 exactly (its bits are the float's high
+// half), so every product and sum is the one the f32 path makes on the
+// widened weights, bit for bit.
+template <class D>
+HWY_INLINE void LoadPanelRow(D d, const float* p, hn::Vec<D>* w) {
+  constexpr size_t N = hn::MaxLanes(D());
+  for (size_t v = 0; v < PanelVectors<D>(); ++v) w[v] = hn::LoadU(d, p + v * N);
+}
+
+// bf16 panel rows hold columns c and c + 16 in one 32-bit word (low half,
+// high half: PackRowsLinear), so one load and two bit operations widen two
+// vectors, columns [0, 16) and [16, 32). Half the instructions per cache
+// line of a widening shuffle and a shift, which lets the out-of-order
+// window keep more lines in flight.
+template <class D>
+HWY_INLINE void LoadPanelRow(D d, const hwy::bfloat16_t* p, hn::Vec<D>* w) {
+  const hn::RebindToUnsigned<D> du;
+  constexpr size_t N = hn::MaxLanes(D());
+  constexpr size_t kWords = PanelVectors<D>() / 2;  // vectors of pairs
+  const auto high = hn::Set(du, 0xFFFF0000u);
+  const auto* pairs = reinterpret_cast<const uint32_t*>(p);
+  for (size_t m = 0; m < kWords; ++m) {
+    const auto u = hn::LoadU(du, pairs + m * N);
+    w[m] = hn::BitCast(d, hn::ShiftLeft<16>(u));
+    w[kWords + m] = hn::BitCast(d, hn::And(u, high));
+  }
+}
+
 // Rows of one tile of one panel (AVX-512: all 8, so the panel streams by
 // once; AVX2: 2, and the other rows read the panel again from L2).
 template <class D>
@@ -112,9 +129,7 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
             reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
         for (size_t b = 0; b < kRowBytes; b += 64) PrefetchL2(ahead + b);
       }
-      for (size_t v = 0; v < PanelVectors<D>(); ++v) {
-        w[q * PanelVectors<D>() + v] = LoadWeights(d, row + v * N);
-      }
+      LoadPanelRow(d, row, w + q * PanelVectors<D>());
     }
     for (size_t r = 0; r < kRows; ++r) {
       const V xv = hn::Set(d, x[r * k + i]);

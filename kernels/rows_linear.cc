@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #undef HWY_TARGET_INCLUDE
@@ -49,6 +50,33 @@ size_t Panels(size_t n) {
   return (n + kRowsLinearPanel - 1) / kRowsLinearPanel;
 }
 
+// w[j, i] of w [n, k], zero past row n.
+template <typename T>
+T Weight(const T* w, size_t n, size_t k, size_t j, size_t i) {
+  return j < n ? w[j * k + i] : T{};
+}
+
+// Row i of the panel of columns [j0, j0 + 32): fp32 in column order.
+void PackPanelRow(const float* w, size_t n, size_t k, size_t j0, size_t i,
+                  float* out) {
+  for (size_t c = 0; c < kRowsLinearPanel; ++c) {
+    out[c] = Weight(w, n, k, j0 + c, i);
+  }
+}
+
+// bf16: columns c and c + 16 in one 32-bit word, the low half and the high
+// half, as the tiles widen them (LoadPanelRow).
+void PackPanelRow(const hwy::bfloat16_t* w, size_t n, size_t k, size_t j0,
+                  size_t i, hwy::bfloat16_t* out) {
+  constexpr size_t kHalf = kRowsLinearPanel / 2;
+  for (size_t c = 0; c < kHalf; ++c) {
+    const uint32_t word = uint32_t{Weight(w, n, k, j0 + kHalf + c, i).bits}
+                              << 16 |
+                          Weight(w, n, k, j0 + c, i).bits;
+    std::memcpy(out + 2 * c, &word, sizeof(word));
+  }
+}
+
 // Panel by panel, each written in order: k rows of 32 weights, gathered
 // from 32 rows of w, whose cache lines stay in L1 while they are used up.
 template <typename T>
@@ -58,10 +86,8 @@ void Pack(const T* w, size_t n, size_t k, T* packed, int num_threads) {
   for (int64_t p = 0; p < panels; ++p) {
     const size_t j0 = static_cast<size_t>(p) * kRowsLinearPanel;
     T* out = packed + j0 * k;
-    for (size_t i = 0; i < k; ++i) {
-      for (size_t c = 0; c < kRowsLinearPanel; ++c) {
-        *out++ = j0 + c < n ? w[(j0 + c) * k + i] : T{};
-      }
+    for (size_t i = 0; i < k; ++i, out += kRowsLinearPanel) {
+      PackPanelRow(w, n, k, j0, i, out);
     }
   }
 }

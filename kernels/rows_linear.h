@@ -30,7 +30,9 @@ size_t RowsLinearPackedSize(size_t n, size_t k);
 
 // Lays out w [n, k] (nn.Linear's [out, in]) as RowsLinear reads it: panel p
 // holds columns [32p, 32p + 32), for each i < k the 32 weights w[j, i] side
-// by side, zeros past column n. `packed` holds RowsLinearPackedSize(n, k).
+// by side, zeros past column n; in column order for fp32, and for bf16 in
+// 16 pairs (column c, column c + 16), each one 32-bit word, the first of the
+// pair in its low half. `packed` holds RowsLinearPackedSize(n, k).
 void PackRowsLinear(const float* w, size_t n, size_t k, float* packed,
                     int num_threads);
 void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,

@@ -309,6 +309,17 @@ TEST(RowsLinearDispatchTest, BF16IsF32OnWidenedWeights) {
 float AsFloat(float v) { return v; }
 float AsFloat(hwy::bfloat16_t v) { return hwy::F32FromBF16(v); }
 
+// Column c of a packed panel row: fp32 in column order; bf16 in pairs
+// (c, c + 16), each one 32-bit word with the first in its low half.
+float PackedColumn(const float* row, size_t c) { return row[c]; }
+float PackedColumn(const hwy::bfloat16_t* row, size_t c) {
+  constexpr size_t kHalf = kRowsLinearPanel / 2;
+  uint32_t word;
+  std::memcpy(&word, row + 2 * (c % kHalf), sizeof(word));
+  const auto bits = static_cast<uint16_t>(c < kHalf ? word : word >> 16);
+  return hwy::F32FromBF16(hwy::bfloat16_t{bits});
+}
+
 // Panel p holds columns [32p, 32p + 32) of w [n, k], k rows of 32 weights
 // side by side, zeros past n; in f32 and bf16 alike.
 template <typename T>
@@ -318,11 +329,11 @@ void ExpectPanelLayout(const std::vector<T>& w, size_t n, size_t k) {
   ASSERT_EQ(packed.size(), panels * k * kRowsLinearPanel);
   for (size_t p = 0; p < panels; ++p) {
     for (size_t i = 0; i < k; ++i) {
+      const T* row = packed.data() + (p * k + i) * kRowsLinearPanel;
       for (size_t c = 0; c < kRowsLinearPanel; ++c) {
         const size_t j = p * kRowsLinearPanel + c;
-        const T got = packed[(p * k + i) * kRowsLinearPanel + c];
         const float want = j < n ? AsFloat(w[j * k + i]) : 0.0f;
-        ASSERT_EQ(AsFloat(got), want)
+        ASSERT_EQ(PackedColumn(row, c), want)
             << "panel " << p << ", k " << i << ", column " << c;
       }
     }
