@@ -102,20 +102,20 @@ constexpr size_t TileRows() {
                             kRowsLinearMaxRows);
 }
 
-// kRows rows of y (n apart) from those of x (k apart) by kPanels adjacent
-// panels, the first at `panel` with first column j0: each output is one
-// chain of FMAs over k in order, from zero, then plus its bias. Stores only
-// the columns below n. Two panels give one row four chains to overlap.
-// kPrefetch: whether to prefetch the weights kPrefetchBytes ahead.
+// kRows rows of y (n apart) from those of x (k apart) by kPanels panels of
+// one item, the first at `panel` with first column j0, placed by `at`: each
+// output is one chain of FMAs over k in order, from zero, then plus its
+// bias. Stores only the columns below n. Two panels give one row four
+// chains to overlap. kPrefetch: whether to prefetch the weights
+// kPrefetchBytes ahead.
 template <size_t kRows, size_t kPanels, bool kPrefetch, class D, typename TW>
 HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
-                               const float* bias, size_t j0, size_t n,
-                               float* y) {
+                               RowsLinearItemStrides at, const float* bias,
+                               size_t j0, size_t n, float* y) {
   using V = hn::Vec<D>;
   constexpr size_t N = hn::MaxLanes(D());
   constexpr size_t kVectors = kPanels * PanelVectors<D>();
   constexpr size_t kRowBytes = kRowsLinearPanel * sizeof(TW);
-  const size_t stride = k * kRowsLinearPanel;  // between panels
   V acc[kRows][kVectors];
   for (size_t r = 0; r < kRows; ++r) {
     for (size_t v = 0; v < kVectors; ++v) acc[r][v] = hn::Zero(d);
@@ -123,7 +123,7 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
   for (size_t i = 0; i < k; ++i) {
     V w[kVectors];
     for (size_t q = 0; q < kPanels; ++q) {
-      const TW* row = panel + q * stride + i * kRowsLinearPanel;
+      const TW* row = panel + q * at.panel + i * at.row;
       if constexpr (kPrefetch) {
         const uintptr_t ahead =
             reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
@@ -147,32 +147,33 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
   }
 }
 
-// kRows rows of y by `panels` (1 or 2) adjacent panels: both in one tile
-// where their accumulators fit, else panel by panel in tiles of TileRows.
+// kRows rows of y by the item at `item` of `panels` (1 or 2) panels: both
+// in one tile where their accumulators fit, else panel by panel in tiles of
+// TileRows.
 template <size_t kRows, class D, typename TW>
-HWY_INLINE void RowsLinearPanelsT(D d, const float* x, size_t k,
-                                  const TW* panel, size_t panels,
-                                  const float* bias, size_t j0, size_t n,
-                                  float* y) {
+HWY_INLINE void RowsLinearItemT(D d, const float* x, size_t k, const TW* item,
+                                size_t panels, const float* bias, size_t j0,
+                                size_t n, float* y) {
   constexpr bool kPrefetch = PrefetchWeights<kRows, TW>();
+  const RowsLinearItemStrides at = RowsLinearStrides<TW>(panels, k);
   if constexpr (2 * kRows * PanelVectors<D>() <= kTileAccumulators) {
     if (panels == 2) {
-      return RowsLinearTile<kRows, 2, kPrefetch>(d, x, k, panel, bias, j0, n,
+      return RowsLinearTile<kRows, 2, kPrefetch>(d, x, k, item, at, bias, j0, n,
                                                  y);
     }
   }
   constexpr size_t kTile = std::min(kRows, TileRows<D>());
   for (size_t q = 0; q < panels; ++q) {
-    const TW* one = panel + q * k * kRowsLinearPanel;
+    const TW* one = item + q * at.panel;
     const size_t j = j0 + q * kRowsLinearPanel;
     size_t r = 0;
     for (; r + kTile <= kRows; r += kTile) {
-      RowsLinearTile<kTile, 1, kPrefetch>(d, x + r * k, k, one, bias, j, n,
+      RowsLinearTile<kTile, 1, kPrefetch>(d, x + r * k, k, one, at, bias, j, n,
                                           y + r * n);
     }
     if constexpr (kRows % kTile != 0) {
-      RowsLinearTile<kRows % kTile, 1, kPrefetch>(d, x + r * k, k, one, bias, j,
-                                                  n, y + r * n);
+      RowsLinearTile<kRows % kTile, 1, kPrefetch>(d, x + r * k, k, one, at,
+                                                  bias, j, n, y + r * n);
     }
   }
 }
@@ -183,27 +184,27 @@ template <class D, typename TW>
 HWY_INLINE void RowsLinearColumns(D d, const float* x, size_t rows, size_t k,
                                   const TW* packed, const float* bias, size_t n,
                                   size_t j0, float* y) {
-  const TW* panel = packed + j0 / kRowsLinearPanel * k * kRowsLinearPanel;
+  const TW* item = packed + j0 * k;
   const size_t panels =
       std::min(kRowsLinearColumns, n - j0 + kRowsLinearPanel - 1) /
       kRowsLinearPanel;
   switch (rows) {
     case 1:
-      return RowsLinearPanelsT<1>(d, x, k, panel, panels, bias, j0, n, y);
+      return RowsLinearItemT<1>(d, x, k, item, panels, bias, j0, n, y);
     case 2:
-      return RowsLinearPanelsT<2>(d, x, k, panel, panels, bias, j0, n, y);
+      return RowsLinearItemT<2>(d, x, k, item, panels, bias, j0, n, y);
     case 3:
-      return RowsLinearPanelsT<3>(d, x, k, panel, panels, bias, j0, n, y);
+      return RowsLinearItemT<3>(d, x, k, item, panels, bias, j0, n, y);
     case 4:
-      return RowsLinearPanelsT<4>(d, x, k, panel, panels, bias, j0, n, y);
+      return RowsLinearItemT<4>(d, x, k, item, panels, bias, j0, n, y);
     case 5:
-      return RowsLinearPanelsT<5>(d, x, k, panel, panels, bias, j0, n, y);
+      return RowsLinearItemT<5>(d, x, k, item, panels, bias, j0, n, y);
     case 6:
-      return RowsLinearPanelsT<6>(d, x, k, panel, panels, bias, j0, n, y);
+      return RowsLinearItemT<6>(d, x, k, item, panels, bias, j0, n, y);
     case 7:
-      return RowsLinearPanelsT<7>(d, x, k, panel, panels, bias, j0, n, y);
+      return RowsLinearItemT<7>(d, x, k, item, panels, bias, j0, n, y);
     default:
-      return RowsLinearPanelsT<8>(d, x, k, panel, panels, bias, j0, n, y);
+      return RowsLinearItemT<8>(d, x, k, item, panels, bias, j0, n, y);
   }
 }
 

@@ -77,17 +77,22 @@ void PackPanelRow(const hwy::bfloat16_t* w, size_t n, size_t k, size_t j0,
   }
 }
 
-// Panel by panel, each written in order: k rows of 32 weights, gathered
-// from 32 rows of w, whose cache lines stay in L1 while they are used up.
+// Panel by panel, each in order: k rows of 32 weights, gathered from 32
+// rows of w, whose cache lines stay in L1 while they are used up.
 template <typename T>
 void Pack(const T* w, size_t n, size_t k, T* packed, int num_threads) {
-  const auto panels = static_cast<int64_t>(Panels(n));
+  const size_t panels = Panels(n);
 #pragma omp parallel for num_threads(num_threads) schedule(static)
-  for (int64_t p = 0; p < panels; ++p) {
+  for (int64_t p = 0; p < static_cast<int64_t>(panels); ++p) {
     const size_t j0 = static_cast<size_t>(p) * kRowsLinearPanel;
-    T* out = packed + j0 * k;
-    for (size_t i = 0; i < k; ++i, out += kRowsLinearPanel) {
-      PackPanelRow(w, n, k, j0, i, out);
+    const size_t item_j0 = j0 / kRowsLinearColumns * kRowsLinearColumns;
+    const size_t item_panels =
+        std::min<size_t>(2, panels - item_j0 / kRowsLinearPanel);
+    const RowsLinearItemStrides at = RowsLinearStrides<T>(item_panels, k);
+    T* out =
+        packed + item_j0 * k + (j0 - item_j0) / kRowsLinearPanel * at.panel;
+    for (size_t i = 0; i < k; ++i) {
+      PackPanelRow(w, n, k, j0, i, out + i * at.row);
     }
   }
 }

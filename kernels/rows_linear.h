@@ -1,7 +1,8 @@
 // y = x W^T + b for a few rows of x: the projections of a decode step. They
-// are bound by reading W once, so W is read in the one order that streams
-// it fastest: packed in panels of kRowsLinearPanel columns, each panel one
-// contiguous run of memory that every row consumes as it streams by. Each
+// are bound by reading W once, so W is read in the order that streams it
+// fastest: packed in panels of kRowsLinearPanel columns, two to a work item,
+// each item one contiguous run of memory that every row consumes as it
+// streams by. Each
 // output is one sum over k in order, computed by one tile whatever the
 // team size, so every bit of the result is the same for every num_threads.
 // Per-target bodies in rows_linear-inl.h.
@@ -28,11 +29,34 @@ constexpr size_t kRowsLinearColumns = 2 * kRowsLinearPanel;
 // panels of k x kRowsLinearPanel.
 size_t RowsLinearPackedSize(size_t n, size_t k);
 
+// Where the panels of the work item of columns [j0, j0 + 64) lie, from
+// packed + j0 * k: panel q at q * panel, its row i at i * row after that.
+// `panels`: the item's panels, 2 or (the last item) 1.
+// - fp32: panel after panel. 5-8 rows take one panel at a time (their
+//   accumulators for two do not fit), and read a row-by-row item 8-30%
+//   slower.
+// - bf16: row by row, both panels' 64-byte rows of each i side by side, so
+//   one item is one stream: a GPT-2 decode step at batch 1 on one thread of
+//   a Zen 4, 13% faster than two streams (bench/RESULTS.md).
+struct RowsLinearItemStrides {
+  size_t panel;
+  size_t row;
+};
+template <typename T>
+RowsLinearItemStrides RowsLinearStrides(size_t panels, size_t k) {
+  if constexpr (sizeof(T) == sizeof(float)) {
+    return {k * kRowsLinearPanel, kRowsLinearPanel};
+  } else {
+    return {kRowsLinearPanel, panels * kRowsLinearPanel};
+  }
+}
+
 // Lays out w [n, k] (nn.Linear's [out, in]) as RowsLinear reads it: panel p
 // holds columns [32p, 32p + 32), for each i < k the 32 weights w[j, i] side
-// by side, zeros past column n; in column order for fp32, and for bf16 in
-// 16 pairs (column c, column c + 16), each one 32-bit word, the first of the
-// pair in its low half. `packed` holds RowsLinearPackedSize(n, k).
+// by side, zeros past column n, in rows placed by RowsLinearStrides; in
+// column order for fp32, and for bf16 in 16 pairs (column c, column c + 16),
+// each one 32-bit word, the first of the pair in its low half. `packed`
+// holds RowsLinearPackedSize(n, k).
 void PackRowsLinear(const float* w, size_t n, size_t k, float* packed,
                     int num_threads);
 void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,

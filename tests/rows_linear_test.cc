@@ -5,6 +5,7 @@
 // same at 1, 2, 3 and 7 threads and in a team smaller than asked.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -320,6 +321,18 @@ float PackedColumn(const hwy::bfloat16_t* row, size_t c) {
   return hwy::F32FromBF16(hwy::bfloat16_t{bits});
 }
 
+// Where row i of panel p of `panels` lies: fp32 panel after panel; bf16
+// item (two panels) after item, each holding its panels' rows side by side.
+size_t PanelRowAt(float, size_t panels, size_t k, size_t p, size_t i) {
+  (void)panels;
+  return (p * k + i) * kRowsLinearPanel;
+}
+size_t PanelRowAt(hwy::bfloat16_t, size_t panels, size_t k, size_t p,
+                  size_t i) {
+  const size_t first = p / 2 * 2, in_item = std::min<size_t>(2, panels - first);
+  return (first * k + i * in_item + p - first) * kRowsLinearPanel;
+}
+
 // Panel p holds columns [32p, 32p + 32) of w [n, k], k rows of 32 weights
 // side by side, zeros past n; in f32 and bf16 alike.
 template <typename T>
@@ -329,7 +342,7 @@ void ExpectPanelLayout(const std::vector<T>& w, size_t n, size_t k) {
   ASSERT_EQ(packed.size(), panels * k * kRowsLinearPanel);
   for (size_t p = 0; p < panels; ++p) {
     for (size_t i = 0; i < k; ++i) {
-      const T* row = packed.data() + (p * k + i) * kRowsLinearPanel;
+      const T* row = packed.data() + PanelRowAt(T{}, panels, k, p, i);
       for (size_t c = 0; c < kRowsLinearPanel; ++c) {
         const size_t j = p * kRowsLinearPanel + c;
         const float want = j < n ? AsFloat(w[j * k + i]) : 0.0f;
@@ -342,7 +355,8 @@ void ExpectPanelLayout(const std::vector<T>& w, size_t n, size_t k) {
 
 TEST(RowsLinearPackTest, PanelsHoldColumnsSideBySide) {
   std::mt19937 rng(12);
-  for (size_t n : {size_t{1}, size_t{32}, size_t{45}, size_t{96}}) {
+  for (size_t n : {size_t{1}, size_t{32}, size_t{45}, size_t{64}, size_t{96},
+                   size_t{128}}) {
     const size_t k = 7;
     const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
     ExpectPanelLayout(w, n, k);
