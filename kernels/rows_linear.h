@@ -37,7 +37,7 @@ size_t RowsLinearPackedSize(size_t n, size_t k);
 //   slower.
 // - bf16: row by row, both panels' 64-byte rows of each i side by side, so
 //   one item is one stream: a GPT-2 decode step at batch 1 on one thread of
-//   a Zen 4, 13% faster than two streams (bench/RESULTS.md).
+//   a Zen 4, 6-13% faster than two streams (bench/RESULTS.md).
 struct RowsLinearItemStrides {
   size_t panel;
   size_t row;
