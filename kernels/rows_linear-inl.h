@@ -77,11 +77,12 @@ HWY_INLINE void LoadPanelRow(D d, const float* p, hn::Vec<D>* w) {
 
 // bf16 panel rows hold columns c and c + 16 in one 32-bit word (low half,
 // high half: PackRowsLinear), so one load and two bit operations widen two
-// vectors, columns [0, 16) and [16, 32). Half the instructions per cache
-// line of a widening shuffle and a shift, which lets the out-of-order
-// window keep more lines in flight.
+// vectors, columns [0, 16) and [16, 32): half the instructions of a
+// widening shuffle and a shift, which pays where the tiles are bound by
+// instructions (8 rows), not by memory (1 row).
 template <class D>
 HWY_INLINE void LoadPanelRow(D d, const hwy::bfloat16_t* p, hn::Vec<D>* w) {
+  static_assert(PanelVectors<D>() % 2 == 0, "pairs need at most 16 lanes");
   const hn::RebindToUnsigned<D> du;
   constexpr size_t N = hn::MaxLanes(D());
   constexpr size_t kWords = PanelVectors<D>() / 2;  // vectors of pairs
@@ -185,9 +186,7 @@ HWY_INLINE void RowsLinearColumns(D d, const float* x, size_t rows, size_t k,
                                   const TW* packed, const float* bias, size_t n,
                                   size_t j0, float* y) {
   const TW* item = packed + j0 * k;
-  const size_t panels =
-      std::min(kRowsLinearColumns, n - j0 + kRowsLinearPanel - 1) /
-      kRowsLinearPanel;
+  const size_t panels = RowsLinearItemPanels(n, j0);
   switch (rows) {
     case 1:
       return RowsLinearItemT<1>(d, x, k, item, panels, bias, j0, n, y);

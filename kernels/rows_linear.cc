@@ -70,15 +70,15 @@ void PackPanelRow(const hwy::bfloat16_t* w, size_t n, size_t k, size_t j0,
                   size_t i, hwy::bfloat16_t* out) {
   constexpr size_t kHalf = kRowsLinearPanel / 2;
   for (size_t c = 0; c < kHalf; ++c) {
-    const uint32_t word = uint32_t{Weight(w, n, k, j0 + kHalf + c, i).bits}
-                              << 16 |
-                          Weight(w, n, k, j0 + c, i).bits;
+    const uint32_t high = Weight(w, n, k, j0 + kHalf + c, i).bits;
+    const uint32_t word = (high << 16) | Weight(w, n, k, j0 + c, i).bits;
     std::memcpy(out + 2 * c, &word, sizeof(word));
   }
 }
 
-// Panel by panel, each in order: k rows of 32 weights, gathered from 32
-// rows of w, whose cache lines stay in L1 while they are used up.
+// Panel by panel, each written as k rows of 32 weights that
+// RowsLinearStrides places, gathered from 32 rows of w, whose cache lines
+// stay in L1 while they are used up.
 template <typename T>
 void Pack(const T* w, size_t n, size_t k, T* packed, int num_threads) {
   const size_t panels = Panels(n);
@@ -86,9 +86,8 @@ void Pack(const T* w, size_t n, size_t k, T* packed, int num_threads) {
   for (int64_t p = 0; p < static_cast<int64_t>(panels); ++p) {
     const size_t j0 = static_cast<size_t>(p) * kRowsLinearPanel;
     const size_t item_j0 = j0 / kRowsLinearColumns * kRowsLinearColumns;
-    const size_t item_panels =
-        std::min<size_t>(2, panels - item_j0 / kRowsLinearPanel);
-    const RowsLinearItemStrides at = RowsLinearStrides<T>(item_panels, k);
+    const RowsLinearItemStrides at =
+        RowsLinearStrides<T>(RowsLinearItemPanels(n, item_j0), k);
     T* out =
         packed + item_j0 * k + (j0 - item_j0) / kRowsLinearPanel * at.panel;
     for (size_t i = 0; i < k; ++i) {

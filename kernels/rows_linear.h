@@ -2,14 +2,16 @@
 // are bound by reading W once, so W is read in the order that streams it
 // fastest: packed in panels of kRowsLinearPanel columns, two to a work item,
 // each item one contiguous run of memory that every row consumes as it
-// streams by. Each
-// output is one sum over k in order, computed by one tile whatever the
-// team size, so every bit of the result is the same for every num_threads.
+// streams by. Each output is one sum over k in order, computed by one tile
+// whatever the team size, so every bit of the result is the same for every
+// num_threads.
 // Per-target bodies in rows_linear-inl.h.
 #ifndef ATTN_KERNELS_ROWS_LINEAR_H_
 #define ATTN_KERNELS_ROWS_LINEAR_H_
 
+#include <algorithm>
 #include <cstddef>
+#include <type_traits>
 
 #include "hwy/base.h"
 
@@ -29,22 +31,34 @@ constexpr size_t kRowsLinearColumns = 2 * kRowsLinearPanel;
 // panels of k x kRowsLinearPanel.
 size_t RowsLinearPackedSize(size_t n, size_t k);
 
+// Panels of the work item of columns [j0, j0 + 64): 2, or 1 for a last
+// item that ends within its first panel.
+inline size_t RowsLinearItemPanels(size_t n, size_t j0) {
+  return std::min(kRowsLinearColumns, n - j0 + kRowsLinearPanel - 1) /
+         kRowsLinearPanel;
+}
+
 // Where the panels of the work item of columns [j0, j0 + 64) lie, from
 // packed + j0 * k: panel q at q * panel, its row i at i * row after that.
-// `panels`: the item's panels, 2 or (the last item) 1.
+// `panels`: RowsLinearItemPanels.
 // - fp32: panel after panel. 5-8 rows take one panel at a time (their
 //   accumulators for two do not fit), and read a row-by-row item 8-30%
 //   slower.
 // - bf16: row by row, both panels' 64-byte rows of each i side by side, so
-//   one item is one stream: a GPT-2 decode step at batch 1 on one thread of
-//   a Zen 4, 6-13% faster than two streams (bench/RESULTS.md).
+//   that a tile of both panels reads one stream: a GPT-2 decode step at
+//   batch 1 on one thread of a Zen 4, 6-13% faster than two streams
+//   (bench/RESULTS.md). Tiles of one panel (AVX-512 from 5 rows, AVX2 from
+//   2) read every other 64-byte line: 2% slower at 8 rows on Zen 4; AVX2
+//   not measured.
 struct RowsLinearItemStrides {
   size_t panel;
   size_t row;
 };
 template <typename T>
 RowsLinearItemStrides RowsLinearStrides(size_t panels, size_t k) {
-  if constexpr (sizeof(T) == sizeof(float)) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, hwy::bfloat16_t>,
+                "fp32 or bf16 weights");
+  if constexpr (std::is_same_v<T, float>) {
     return {k * kRowsLinearPanel, kRowsLinearPanel};
   } else {
     return {kRowsLinearPanel, panels * kRowsLinearPanel};

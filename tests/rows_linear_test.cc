@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -93,7 +94,7 @@ void TestRowsLinearMatchesReference() {
     for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
                      size_t{64}, size_t{769}, size_t{2048}}) {
       for (size_t n : {size_t{1}, size_t{5}, size_t{17}, size_t{32}, size_t{33},
-                       size_t{48}, size_t{97}}) {
+                       size_t{48}, size_t{77}, size_t{97}}) {
         const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
         const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
         const auto b = test::RandomVector(rng, n, -1.f, 1.f);
@@ -123,7 +124,7 @@ void TestRowsLinearBF16MatchesF32() {
     for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
                      size_t{64}, size_t{769}, size_t{2048}}) {
       for (size_t n : {size_t{1}, size_t{5}, size_t{17}, size_t{32}, size_t{33},
-                       size_t{48}, size_t{97}}) {
+                       size_t{48}, size_t{77}, size_t{97}}) {
         const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
         const auto [wb, wf] =
             test::ToBF16(test::RandomVector(rng, n * k, -1.f, 1.f));
@@ -177,16 +178,18 @@ void TestRowsLinearBitsDoNotDependOnRows() {
 }
 
 // A work item in the middle, or the last one (a whole panel and a part of
-// one), writes exactly its columns, of every row.
-void TestRowsLinearItemWritesOnlyItsColumns() {
+// one), writes exactly its columns, of every row; w holds TW weights, wf
+// their values as floats.
+template <typename TW>
+void ExpectItemWritesOnlyItsColumns(const std::vector<TW>& w,
+                                    const std::vector<float>& wf, size_t k) {
   std::mt19937 rng(8);
-  const size_t k = 19, n = 150;
+  const size_t n = w.size() / k;
+  const std::vector<TW> packed = test::Packed(w, n, k);
   for (size_t j0 : {kRowsLinearColumns, 2 * kRowsLinearColumns})
     for (size_t rows : {size_t{1}, size_t{3}, size_t{8}}) {
       const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
-      const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
-      const auto full = test::RowsLinearReference(x, rows, k, w, nullptr, n);
-      const std::vector<float> packed = test::Packed(w, n, k);
+      const auto full = test::RowsLinearReference(x, rows, k, wf, nullptr, n);
       std::vector<float> y(rows * n, -7.0f);
       RowsLinearColumns(hn::ScalableTag<float>(), x.data(), rows, k,
                         packed.data(), nullptr, n, j0, y.data());
@@ -200,6 +203,15 @@ void TestRowsLinearItemWritesOnlyItsColumns() {
         }
       }
     }
+}
+
+void TestRowsLinearItemWritesOnlyItsColumns() {
+  std::mt19937 rng(8);
+  const size_t k = 19, n = 150;
+  const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
+  ExpectItemWritesOnlyItsColumns(w, w, k);
+  const auto [wb, wf] = test::ToBF16(w);
+  ExpectItemWritesOnlyItsColumns(wb, wf, k);
 }
 
 }  // namespace
@@ -323,18 +335,19 @@ float PackedColumn(const hwy::bfloat16_t* row, size_t c) {
 
 // Where row i of panel p of `panels` lies: fp32 panel after panel; bf16
 // item (two panels) after item, each holding its panels' rows side by side.
-size_t PanelRowAt(float, size_t panels, size_t k, size_t p, size_t i) {
-  (void)panels;
-  return (p * k + i) * kRowsLinearPanel;
-}
-size_t PanelRowAt(hwy::bfloat16_t, size_t panels, size_t k, size_t p,
-                  size_t i) {
-  const size_t first = p / 2 * 2, in_item = std::min<size_t>(2, panels - first);
-  return (first * k + i * in_item + p - first) * kRowsLinearPanel;
+template <typename T>
+size_t PanelRowAt(size_t panels, size_t k, size_t p, size_t i) {
+  if constexpr (std::is_same_v<T, float>) {
+    return (p * k + i) * kRowsLinearPanel;
+  } else {
+    const size_t first = p / 2 * 2;
+    const size_t in_item = std::min<size_t>(2, panels - first);
+    return (first * k + i * in_item + p - first) * kRowsLinearPanel;
+  }
 }
 
 // Panel p holds columns [32p, 32p + 32) of w [n, k], k rows of 32 weights
-// side by side, zeros past n; in f32 and bf16 alike.
+// placed by PanelRowAt, zeros past n.
 template <typename T>
 void ExpectPanelLayout(const std::vector<T>& w, size_t n, size_t k) {
   const std::vector<T> packed = test::Packed(w, n, k);
@@ -342,7 +355,7 @@ void ExpectPanelLayout(const std::vector<T>& w, size_t n, size_t k) {
   ASSERT_EQ(packed.size(), panels * k * kRowsLinearPanel);
   for (size_t p = 0; p < panels; ++p) {
     for (size_t i = 0; i < k; ++i) {
-      const T* row = packed.data() + PanelRowAt(T{}, panels, k, p, i);
+      const T* row = packed.data() + PanelRowAt<T>(panels, k, p, i);
       for (size_t c = 0; c < kRowsLinearPanel; ++c) {
         const size_t j = p * kRowsLinearPanel + c;
         const float want = j < n ? AsFloat(w[j * k + i]) : 0.0f;
@@ -355,8 +368,8 @@ void ExpectPanelLayout(const std::vector<T>& w, size_t n, size_t k) {
 
 TEST(RowsLinearPackTest, PanelsHoldColumnsSideBySide) {
   std::mt19937 rng(12);
-  for (size_t n : {size_t{1}, size_t{32}, size_t{45}, size_t{64}, size_t{96},
-                   size_t{128}}) {
+  for (size_t n : {size_t{1}, size_t{32}, size_t{45}, size_t{64}, size_t{77},
+                   size_t{96}, size_t{128}}) {
     const size_t k = 7;
     const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
     ExpectPanelLayout(w, n, k);
@@ -364,18 +377,27 @@ TEST(RowsLinearPackTest, PanelsHoldColumnsSideBySide) {
   }
 }
 
-// Packing spreads panels over threads: the same bytes at every team size.
+// Packing spreads panels over threads: the same bytes at every team size,
+// also where bf16 items hold panels that different threads write.
+template <typename T>
+void ExpectSameLayoutAtEveryThreadCount(const std::vector<T>& w, size_t k) {
+  const size_t n = w.size() / k;
+  const std::vector<T> one = test::Packed(w, n, k);
+  for (int threads : {2, 3}) {
+    std::vector<T> many(one.size());
+    std::memset(many.data(), 0xFF, many.size() * sizeof(T));
+    PackRowsLinear(w.data(), n, k, many.data(), threads);
+    EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(T)))
+        << threads << " threads";
+  }
+}
+
 TEST(RowsLinearPackTest, SameLayoutAtEveryThreadCount) {
   std::mt19937 rng(13);
   const size_t n = 1001, k = 67;
   const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
-  const std::vector<float> one = test::Packed(w, n, k);
-  for (int threads : {2, 3}) {
-    std::vector<float> many(one.size(), -1.0f);
-    PackRowsLinear(w.data(), n, k, many.data(), threads);
-    EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
-        << threads << " threads";
-  }
+  ExpectSameLayoutAtEveryThreadCount(w, k);
+  ExpectSameLayoutAtEveryThreadCount(test::ToBF16(w).first, k);
 }
 
 }  // namespace
