@@ -81,9 +81,9 @@ void PackPanelRow(const hwy::bfloat16_t* w, size_t n, size_t k, size_t j0,
 // stay in L1 while they are used up.
 template <typename T>
 void Pack(const T* w, size_t n, size_t k, T* packed, int num_threads) {
-  const size_t panels = Panels(n);
+  const auto panels = static_cast<int64_t>(Panels(n));
 #pragma omp parallel for num_threads(num_threads) schedule(static)
-  for (int64_t p = 0; p < static_cast<int64_t>(panels); ++p) {
+  for (int64_t p = 0; p < panels; ++p) {
     const size_t j0 = static_cast<size_t>(p) * kRowsLinearPanel;
     const size_t item_j0 = j0 / kRowsLinearColumns * kRowsLinearColumns;
     const RowsLinearItemStrides at =
