@@ -17,10 +17,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "engine/huge_pages.h"
 #include "hwy/base.h"
 #include "kernels/rows_linear.h"
 
@@ -76,11 +78,17 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
   const size_t copies =
       std::max<size_t>(1, WeightBudgetBytes() / (step_weights * sizeof(TW)));
   const std::vector<TW> plain = Weights<TW>(max_k * max_n);
-  // 64-byte aligned, as the engine's weights are (an unaligned w makes
-  // every vector of it straddle two cache lines).
-  std::vector<TW> w_buffer(copies * step_packed + 32);
-  TW* w = w_buffer.data();
-  while (reinterpret_cast<uintptr_t>(w) % 64 != 0) ++w;
+  // Aligned and on huge pages as the engine's weights are
+  // (engine/huge_pages.h; an unaligned w makes every vector of it straddle
+  // two cache lines).
+  const size_t w_bytes = copies * step_packed * sizeof(TW);
+  const size_t align = StreamAlignment(w_bytes);
+  const std::unique_ptr<void, void (*)(void*)> w_buffer(
+      std::aligned_alloc(align, (w_bytes + align - 1) / align * align),
+      std::free);
+  if (!w_buffer) std::abort();
+  AdviseHugePages(w_buffer.get(), w_bytes);
+  TW* w = static_cast<TW*>(w_buffer.get());
   for (TW* packed = w; packed < w + copies * step_packed;) {
     for (const Linear& l : linears) {
       kernels::PackRowsLinear(plain.data(), l.n, l.k, packed, threads);

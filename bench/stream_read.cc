@@ -7,7 +7,8 @@
 // with a Highway kernel chosen at run time (the project builds without
 // -march): four independent vector accumulators, so the loop vectorises
 // without reassociation flags; the order of the sum does not matter here.
-// The array is touched before timing, by the widest team.
+// The array is touched before timing, by the widest team, on huge pages
+// where Linux allows, as the engine keeps its weights (engine/huge_pages.h).
 //
 // One benchmark iteration is one pass over the array. Counters:
 //   bytes/s       bytes read / mean pass time (Google Benchmark's rate)
@@ -62,6 +63,7 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 #include <vector>
 
+#include "engine/huge_pages.h"
 #include "hwy/targets.h"
 
 namespace attn::bench {
@@ -90,9 +92,12 @@ int WidestTeam() { return std::max(2, omp_get_num_procs()); }
 const float* Array() {
   static const std::unique_ptr<float[], FreeDeleter> array = [] {
     const size_t n = ArrayFloats();
-    std::unique_ptr<float[], FreeDeleter> a(
-        static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
+    const size_t bytes = n * sizeof(float);
+    const size_t align = StreamAlignment(bytes);
+    std::unique_ptr<float[], FreeDeleter> a(static_cast<float*>(
+        std::aligned_alloc(align, (bytes + align - 1) / align * align)));
     if (!a) std::abort();
+    AdviseHugePages(a.get(), bytes);
     const auto count = static_cast<int64_t>(n);
 #pragma omp parallel for schedule(static) num_threads(WidestTeam())
     for (int64_t i = 0; i < count; ++i) {

@@ -1,4 +1,5 @@
-// AlignedBuffer: an owned, 64-byte aligned, uninitialised byte buffer; and
+// AlignedBuffer: an owned, 64-byte aligned (from 2 MiB on: 2 MiB aligned, on
+// huge pages where Linux allows), uninitialised byte buffer; and
 // Workspace: the buffers of one plan, checked against the memory cap as one
 // request before any of them is allocated.
 #ifndef ATTN_ENGINE_BUFFER_H_
@@ -13,12 +14,8 @@
 #include <utility>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#include <unistd.h>
-#endif
-
 #include "attn/status.hpp"
+#include "engine/huge_pages.h"
 #include "engine/limits.h"
 
 namespace attn {
@@ -35,20 +32,23 @@ class AlignedBuffer {
     return *this;
   }
 
-  // Fails with kOutOfMemory rather than throwing.
+  // Fails with kOutOfMemory rather than throwing. A buffer of a huge page
+  // or more starts on one and asks for huge pages (engine/huge_pages.h).
   static Result<AlignedBuffer> Allocate(size_t bytes) {
     AlignedBuffer buffer;
     if (bytes == 0) return buffer;
-    if (bytes > SIZE_MAX - 63) {
+    const size_t align = StreamAlignment(bytes);
+    if (bytes > SIZE_MAX - (align - 1)) {
       return OutOfMemory("cannot allocate " + std::to_string(bytes) +
                          " bytes of working memory");
     }
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    buffer.data_.reset(static_cast<char*>(std::aligned_alloc(64, rounded)));
+    const size_t rounded = (bytes + align - 1) / align * align;
+    buffer.data_.reset(static_cast<char*>(std::aligned_alloc(align, rounded)));
     if (!buffer.data_) {
       return OutOfMemory("cannot allocate " + std::to_string(bytes) +
                          " bytes of working memory");
     }
+    AdviseHugePages(buffer.data_.get(), bytes);
     buffer.size_ = bytes;
     return buffer;
   }
@@ -56,27 +56,10 @@ class AlignedBuffer {
   void* data() const { return data_.get(); }
   size_t size() const { return size_; }
 
-  // Zeroes the buffer, faulting every page in now. A buffer of a huge page
-  // or more first asks for transparent huge pages on the whole pages it
-  // covers (Linux honours the ask when THP is set to `madvise` or `always`):
-  // a cache of hundreds of MB then takes hundreds of faults, not a hundred
-  // thousand.
+  // Zeroes the buffer, faulting every page in now (a cache of hundreds of
+  // MB on huge pages: hundreds of faults, not a hundred thousand).
   void ZeroAllPages() {
     if (size_ == 0) return;
-#ifdef MADV_HUGEPAGE
-    constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
-    const long page_size = sysconf(_SC_PAGESIZE);
-    if (size_ >= kHugePage && page_size > 0) {
-      const auto page = static_cast<uintptr_t>(page_size);
-      const auto begin = reinterpret_cast<uintptr_t>(data_.get());
-      const uintptr_t first = (begin + page - 1) / page * page;
-      const uintptr_t end = (begin + size_) / page * page;
-      if (end > first) {
-        (void)madvise(reinterpret_cast<void*>(first), end - first,
-                      MADV_HUGEPAGE);
-      }
-    }
-#endif
     std::memset(data_.get(), 0, size_);
   }
 

@@ -44,6 +44,20 @@ TEST(WorkspaceTest, AMovedBufferLeavesAnEmptyOne) {
   EXPECT_EQ(b.data(), nullptr);
 }
 
+// Small buffers start on a cache line; from one huge page on, on a huge page,
+// so that every whole huge page of the buffer can be one.
+TEST(WorkspaceTest, LargeBuffersStartOnAHugePage) {
+  for (const size_t bytes : {size_t{100}, kHugePageBytes - 1, kHugePageBytes,
+                             (size_t{3} << 20) + 12345}) {
+    Result<AlignedBuffer> buffer = AlignedBuffer::Allocate(bytes);
+    ASSERT_TRUE(buffer.ok());
+    const size_t align = bytes >= kHugePageBytes ? kHugePageBytes : 64;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % align, 0u)
+        << bytes << " bytes";
+    EXPECT_EQ(buffer->size(), bytes);
+  }
+}
+
 // Every byte zero afterwards, below and above the size at which huge pages
 // are asked for, and an odd size whose end is not page aligned.
 TEST(WorkspaceTest, ZeroAllPagesZeroesEveryByte) {
