@@ -48,11 +48,7 @@ using Floats = std::unique_ptr<float[], FreeDeleter>;
 // Aligned and on huge pages as the engine's buffers (engine/huge_pages.h),
 // first touched by the threads that will use it.
 Floats AllocateTouched(size_t n, float value) {
-  const size_t bytes = n * sizeof(float);
-  const size_t align = attn::StreamAlignment(bytes);
-  Floats p(static_cast<float*>(
-      std::aligned_alloc(align, (bytes + align - 1) / align * align)));
-  attn::AdviseHugePages(p.get(), bytes);
+  Floats p(static_cast<float*>(attn::AllocateStreamed(n * sizeof(float))));
   const auto count = static_cast<int64_t>(n);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i) p[static_cast<size_t>(i)] = value;

@@ -81,13 +81,9 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
   // Aligned and on huge pages as the engine's weights are
   // (engine/huge_pages.h; an unaligned w makes every vector of it straddle
   // two cache lines).
-  const size_t w_bytes = copies * step_packed * sizeof(TW);
-  const size_t align = StreamAlignment(w_bytes);
   const std::unique_ptr<void, void (*)(void*)> w_buffer(
-      std::aligned_alloc(align, (w_bytes + align - 1) / align * align),
-      std::free);
+      AllocateStreamed(copies * step_packed * sizeof(TW)), std::free);
   if (!w_buffer) std::abort();
-  AdviseHugePages(w_buffer.get(), w_bytes);
   TW* w = static_cast<TW*>(w_buffer.get());
   for (TW* packed = w; packed < w + copies * step_packed;) {
     for (const Linear& l : linears) {

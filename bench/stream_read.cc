@@ -92,12 +92,9 @@ int WidestTeam() { return std::max(2, omp_get_num_procs()); }
 const float* Array() {
   static const std::unique_ptr<float[], FreeDeleter> array = [] {
     const size_t n = ArrayFloats();
-    const size_t bytes = n * sizeof(float);
-    const size_t align = StreamAlignment(bytes);
-    std::unique_ptr<float[], FreeDeleter> a(static_cast<float*>(
-        std::aligned_alloc(align, (bytes + align - 1) / align * align)));
+    std::unique_ptr<float[], FreeDeleter> a(
+        static_cast<float*>(AllocateStreamed(n * sizeof(float))));
     if (!a) std::abort();
-    AdviseHugePages(a.get(), bytes);
     const auto count = static_cast<int64_t>(n);
 #pragma omp parallel for schedule(static) num_threads(WidestTeam())
     for (int64_t i = 0; i < count; ++i) {

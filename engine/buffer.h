@@ -37,18 +37,11 @@ class AlignedBuffer {
   static Result<AlignedBuffer> Allocate(size_t bytes) {
     AlignedBuffer buffer;
     if (bytes == 0) return buffer;
-    const size_t align = StreamAlignment(bytes);
-    if (bytes > SIZE_MAX - (align - 1)) {
-      return OutOfMemory("cannot allocate " + std::to_string(bytes) +
-                         " bytes of working memory");
-    }
-    const size_t rounded = (bytes + align - 1) / align * align;
-    buffer.data_.reset(static_cast<char*>(std::aligned_alloc(align, rounded)));
+    buffer.data_.reset(static_cast<char*>(AllocateStreamed(bytes)));
     if (!buffer.data_) {
       return OutOfMemory("cannot allocate " + std::to_string(bytes) +
                          " bytes of working memory");
     }
-    AdviseHugePages(buffer.data_.get(), bytes);
     buffer.size_ = bytes;
     return buffer;
   }

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -41,6 +42,16 @@ inline void AdviseHugePages(void* p, size_t bytes) {
   (void)p;
   (void)bytes;
 #endif
+}
+
+// `bytes` (> 0) of uninitialised memory aligned by StreamAlignment, huge
+// pages asked for; null when out of memory. Free with std::free.
+inline void* AllocateStreamed(size_t bytes) {
+  const size_t align = StreamAlignment(bytes);
+  if (bytes > SIZE_MAX - (align - 1)) return nullptr;
+  void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+  if (p != nullptr) AdviseHugePages(p, bytes);
+  return p;
 }
 
 }  // namespace attn
