@@ -1,7 +1,8 @@
 // The concurrency promise of attn/attn.h, through the C API as an embedder
-// uses it: one model shared by many threads, each with its own session, gives
-// bitwise the serial output; create/run/destroy cycles do not grow memory
-// (LeakSanitizer checks the same in the ASan build).
+// uses it: one model shared by many threads, each with its own session,
+// decoder or language-model batch, gives bitwise the serial output;
+// create/run/destroy cycles do not grow memory (LeakSanitizer checks the same
+// in the ASan build).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -310,6 +311,86 @@ bool Cycle(const std::string& path, const float* x, int64_t batch,
   attn_session_destroy(session);
   attn_model_destroy(model);
   return ok;
+}
+
+// A prompt of two sequences, then greedy decode steps, on a new batch of
+// `model`: every step's logits, in order; empty on failure.
+std::vector<float> GenerateOnce(const attn_lm* model, int64_t vocab) {
+  constexpr int64_t kSequences = 2, kPrompt = 5, kSteps = 6;
+  attn_lm_batch_options options = ATTN_LM_BATCH_OPTIONS_INIT;
+  options.max_sequences = kSequences;
+  options.max_length = kPrompt + kSteps;
+  attn_lm_batch* batch = nullptr;
+  std::vector<float> all;
+  bool ok = attn_lm_batch_create(model, &options, &batch) == ATTN_OK;
+  std::vector<int64_t> tokens(kSequences * kPrompt);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int64_t>(i * 7 + 3) % vocab;
+  }
+  attn_lm_request requests[kSequences];
+  for (int64_t s = 0; ok && s < kSequences; ++s) {
+    ok = attn_lm_batch_add(batch, &requests[s].sequence) == ATTN_OK;
+    requests[s].tokens = tokens.data() + s * kPrompt;
+    requests[s].count = kPrompt;
+    requests[s].all_logits = 0;
+  }
+  int64_t next[kSequences] = {};
+  for (int64_t step = 0; ok && step <= kSteps; ++step) {
+    ok = attn_lm_batch_step(batch, requests, kSequences) == ATTN_OK;
+    for (int64_t s = 0; ok && s < kSequences; ++s) {
+      const float* logits = nullptr;
+      int64_t rows = 0;
+      ok = attn_lm_batch_logits(batch, static_cast<size_t>(s), &logits,
+                                &rows) == ATTN_OK;
+      if (!ok) break;
+      all.insert(all.end(), logits, logits + vocab);
+      next[s] = std::max_element(logits, logits + vocab) - logits;
+      requests[s].tokens = &next[s];
+      requests[s].count = 1;
+    }
+  }
+  attn_lm_batch_destroy(batch);
+  if (!ok) all.clear();
+  return all;
+}
+
+// One language model (grouped-query attention and RoPE, 2 threads per
+// step) shared by 8 threads, each generating with its own batch: every
+// step's logits bitwise those of a serial run.
+TEST(Concurrency, BatchesOnOneLanguageModelMatchSerialBitwise) {
+  const std::string path = std::string(ATTN_SOURCE_DIR) +
+                           "/tests/golden/lm/llama_gqa/model.safetensors";
+  attn_lm_options options = ATTN_LM_OPTIONS_INIT;
+  options.num_threads = 2;
+  attn_lm* model = nullptr;
+  ASSERT_EQ(attn_lm_load(path.c_str(), &options, &model), ATTN_OK)
+      << attn_last_error_message();
+  attn_lm_info info = ATTN_LM_INFO_INIT;
+  ASSERT_EQ(attn_lm_get_info(model, &info), ATTN_OK);
+  const std::vector<float> serial = GenerateOnce(model, info.vocab_size);
+  ASSERT_FALSE(serial.empty()) << attn_last_error_message();
+
+  constexpr int kThreads = 8, kRuns = 10;
+  std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRuns; ++r) {
+        const std::vector<float> y = GenerateOnce(model, info.vocab_size);
+        if (y.empty()) {
+          ++failures[t];
+        } else if (!BitwiseEqual(y, serial)) {
+          ++mismatches[t];
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(failures[t], 0) << "thread " << t;
+    EXPECT_EQ(mismatches[t], 0) << "thread " << t << " differed from serial";
+  }
+  attn_lm_destroy(model);
 }
 
 // 10,000 load/create/run/destroy cycles on a tiny model. LeakSanitizer (the
