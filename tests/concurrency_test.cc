@@ -83,6 +83,33 @@ bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
          std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// 8 threads call `run` `runs` times each, at once: every output must be
+// `serial`, bit for bit (an empty output is a failed run).
+template <typename Run>
+void ExpectEveryRunMatches(const std::vector<float>& serial, int runs,
+                           const Run& run) {
+  constexpr int kThreads = 8;
+  std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < runs; ++r) {
+        const std::vector<float> y = run();
+        if (y.empty()) {
+          ++failures[t];
+        } else if (!BitwiseEqual(y, serial)) {
+          ++mismatches[t];
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(failures[t], 0) << "thread " << t;
+    EXPECT_EQ(mismatches[t], 0) << "thread " << t << " differed from serial";
+  }
+}
+
 // 8 threads x 50 runs on one model, each thread with its own session,
 // alternating between two shapes so that sessions re-prepare concurrently;
 // every output is compared bitwise with the serial one.
@@ -190,26 +217,8 @@ TEST(Concurrency, DecodersOnOneModelMatchSerialBitwise) {
   const std::vector<float> serial = DecodeOnce(model, x, d_out);
   ASSERT_FALSE(serial.empty()) << attn_last_error_message();
 
-  constexpr int kThreads = 8, kRuns = 20;
-  std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int r = 0; r < kRuns; ++r) {
-        const std::vector<float> y = DecodeOnce(model, x, d_out);
-        if (y.empty()) {
-          ++failures[t];
-        } else if (!BitwiseEqual(y, serial)) {
-          ++mismatches[t];
-        }
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(failures[t], 0) << "thread " << t;
-    EXPECT_EQ(mismatches[t], 0) << "thread " << t << " differed from serial";
-  }
+  ExpectEveryRunMatches(serial, 20,
+                        [&] { return DecodeOnce(model, x, d_out); });
   attn_model_destroy(model);
 }
 
@@ -370,26 +379,8 @@ TEST(Concurrency, BatchesOnOneLanguageModelMatchSerialBitwise) {
   const std::vector<float> serial = GenerateOnce(model, info.vocab_size);
   ASSERT_FALSE(serial.empty()) << attn_last_error_message();
 
-  constexpr int kThreads = 8, kRuns = 10;
-  std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int r = 0; r < kRuns; ++r) {
-        const std::vector<float> y = GenerateOnce(model, info.vocab_size);
-        if (y.empty()) {
-          ++failures[t];
-        } else if (!BitwiseEqual(y, serial)) {
-          ++mismatches[t];
-        }
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(failures[t], 0) << "thread " << t;
-    EXPECT_EQ(mismatches[t], 0) << "thread " << t << " differed from serial";
-  }
+  ExpectEveryRunMatches(serial, 10,
+                        [&] { return GenerateOnce(model, info.vocab_size); });
   attn_lm_destroy(model);
 }
 
