@@ -49,6 +49,7 @@ using Floats = std::unique_ptr<float[], FreeDeleter>;
 // first touched by the threads that will use it.
 Floats AllocateTouched(size_t n, float value) {
   Floats p(static_cast<float*>(attn::AllocateStreamed(n * sizeof(float))));
+  if (!p) std::abort();
   const auto count = static_cast<int64_t>(n);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i) p[static_cast<size_t>(i)] = value;

@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -45,6 +44,10 @@ size_t WeightBudgetBytes() {
   }
   return mib << 20;
 }
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
 
 // A random pattern of 1 Mi weights repeated: random enough for timing,
 // and quick to make at hundreds of MiB.
@@ -81,8 +84,8 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
   // Aligned and on huge pages as the engine's weights are
   // (engine/huge_pages.h; an unaligned w makes every vector of it straddle
   // two cache lines).
-  const std::unique_ptr<void, void (*)(void*)> w_buffer(
-      AllocateStreamed(copies * step_packed * sizeof(TW)), std::free);
+  const std::unique_ptr<void, FreeDeleter> w_buffer(
+      AllocateStreamed(copies * step_packed * sizeof(TW)));
   if (!w_buffer) std::abort();
   TW* w = static_cast<TW*>(w_buffer.get());
   for (TW* packed = w; packed < w + copies * step_packed;) {

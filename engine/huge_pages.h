@@ -4,7 +4,7 @@
 // On the Zen 4 of bench/RESULTS.md huge pages read 19% faster at one
 // thread. Linux gives them to a region that asks (madvise) when transparent
 // huge pages are in `madvise` or `always` mode; elsewhere nothing changes.
-// Header-only, so that bench/stream_read allocates as the engine does.
+// Header-only, so that the benches allocate as the engine does.
 #ifndef ATTN_ENGINE_HUGE_PAGES_H_
 #define ATTN_ENGINE_HUGE_PAGES_H_
 
@@ -27,8 +27,8 @@ inline size_t StreamAlignment(size_t bytes) {
 }
 
 // Asks for huge pages on the whole huge pages within [p, p + bytes); the
-// rest keeps small pages, so the ask adds no memory. Before the first touch:
-// pages already faulted in stay small.
+// rest keeps small pages. Best on fresh memory: pages already faulted in
+// stay small until khugepaged merges them.
 inline void AdviseHugePages(void* p, size_t bytes) {
 #ifdef MADV_HUGEPAGE
   const auto begin = reinterpret_cast<uintptr_t>(p);
@@ -49,6 +49,8 @@ inline void AdviseHugePages(void* p, size_t bytes) {
 inline void* AllocateStreamed(size_t bytes) {
   const size_t align = StreamAlignment(bytes);
   if (bytes > SIZE_MAX - (align - 1)) return nullptr;
+  // aligned_alloc wants a multiple of the alignment (AddressSanitizer
+  // enforces it).
   void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
   if (p != nullptr) AdviseHugePages(p, bytes);
   return p;

@@ -90,6 +90,7 @@ void ExpectEveryRunMatches(const std::vector<float>& serial, int runs,
                            const Run& run) {
   constexpr int kThreads = 8;
   std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
+  std::vector<std::string> messages(kThreads);  // the last error is per thread
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -97,6 +98,7 @@ void ExpectEveryRunMatches(const std::vector<float>& serial, int runs,
         const std::vector<float> y = run();
         if (y.empty()) {
           ++failures[t];
+          messages[t] = attn_last_error_message();
         } else if (!BitwiseEqual(y, serial)) {
           ++mismatches[t];
         }
@@ -105,7 +107,7 @@ void ExpectEveryRunMatches(const std::vector<float>& serial, int runs,
   }
   for (std::thread& thread : threads) thread.join();
   for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(failures[t], 0) << "thread " << t;
+    EXPECT_EQ(failures[t], 0) << "thread " << t << ": " << messages[t];
     EXPECT_EQ(mismatches[t], 0) << "thread " << t << " differed from serial";
   }
 }
@@ -177,8 +179,6 @@ TEST(Concurrency, OneModelManyThreadsMatchesSerialBitwise) {
   attn_model_destroy(model);
 }
 
-// Sessions outlive their model's handle; threads may destroy the handle
-// while others still run.
 // A decoder's prompts (the first rows of x, as many as leave room for the
 // steps) and three steps of one new token per sequence; empty on failure.
 std::vector<float> DecodeOnce(const attn_model* model, const Tensor& x,
@@ -222,6 +222,8 @@ TEST(Concurrency, DecodersOnOneModelMatchSerialBitwise) {
   attn_model_destroy(model);
 }
 
+// Sessions outlive their model's handle; threads may destroy the handle
+// while others still run.
 TEST(Concurrency, SessionsKeepTheModelAlive) {
   const std::string path = Golden("mha_book");
   attn_model* model = nullptr;
@@ -351,6 +353,7 @@ std::vector<float> GenerateOnce(const attn_lm* model, int64_t vocab) {
       int64_t rows = 0;
       ok = attn_lm_batch_logits(batch, static_cast<size_t>(s), &logits,
                                 &rows) == ATTN_OK;
+      ok = ok && rows == 1;  // the last token's logits only
       if (!ok) break;
       all.insert(all.end(), logits, logits + vocab);
       next[s] = std::max_element(logits, logits + vocab) - logits;
