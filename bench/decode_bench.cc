@@ -11,12 +11,14 @@
 //                   token per sequence costs without a cache.
 //   BM_DecodeKernel kernels::DecodeAttention alone, 12 query heads over
 //                   kv_heads K/V heads (12: plain MHA; 3: groups of 4), each
-//                   row at `keys` keys of a cache of `capacity`, at 1 and 2
-//                   threads; bytes = K/V read. Small caches are repeated
-//                   to about 128 MiB and taken in turn, as a model's layers
-//                   are, so that calls read from memory: keys 160 of
-//                   capacity 192 at batch 8 is a GPT-2 `attn bench --model`
-//                   step (128-token prompts, 64 steps).
+//                   row at `keys` keys of a cache of `capacity`, token major
+//                   as the engine's ([B, capacity, Hkv, Dp]) or head major
+//                   ([B, Hkv, capacity, Dp]), at 1 and 2 threads; bytes =
+//                   K/V read. Small caches are repeated to about 128 MiB and
+//                   taken in turn, as a model's layers are, so that calls
+//                   read from memory: keys 160 of capacity 192 at batch 8 is
+//                   a GPT-2 `attn bench --model` step (128-token prompts, 64
+//                   steps).
 // Model: d_in = d_out = 768, 12 heads (gpt2). Run with OMP_PROC_BIND=close
 // for stable numbers (README "Threads").
 #include <benchmark/benchmark.h>
@@ -189,16 +191,18 @@ void BM_DecodeKernel(benchmark::State& state) {
   const auto capacity = static_cast<size_t>(state.range(1));
   const auto kv_heads = static_cast<size_t>(state.range(2));
   const auto batch = static_cast<size_t>(state.range(3));
-  const int threads = static_cast<int>(state.range(4));
+  const bool token_major = state.range(4) != 0;
+  const int threads = static_cast<int>(state.range(5));
   namespace k = attn::kernels;
   k::DecodeParams params;
   params.num_heads = kHeads;
   params.num_kv_heads = kv_heads;
   params.head_dim = kDim / kHeads;
-  params.row_stride = k::DecodePaddedDim(params.head_dim);
-  params.head_stride = capacity * params.row_stride;
+  params.padded_dim = k::DecodePaddedDim(params.head_dim);
+  const size_t Dp = params.padded_dim, H = params.num_heads;
+  params.key_stride = token_major ? kv_heads * Dp : Dp;
+  params.head_stride = token_major ? Dp : capacity * Dp;
   params.scale = 0.125f;
-  const size_t Dp = params.row_stride, H = params.num_heads;
   const size_t sequence = kv_heads * capacity * Dp;  // floats of K (or V)
   const size_t cache = batch * sequence;
   const size_t copies =
@@ -234,9 +238,10 @@ void BM_DecodeKernel(benchmark::State& state) {
       benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_DecodeKernel)
-    ->ArgNames({"keys", "capacity", "kv_heads", "batch", "threads"})
-    ->ArgsProduct({{4096}, {4096}, {12, 3}, {1, 8}, {1, 2}})
-    ->ArgsProduct({{160}, {192}, {12}, {8}, {1, 2}})
+    ->ArgNames({"keys", "capacity", "kv_heads", "batch", "token_major",
+                "threads"})
+    ->ArgsProduct({{4096}, {4096}, {12, 3}, {1, 8}, {1}, {1, 2}})
+    ->ArgsProduct({{160}, {192}, {12}, {8}, {1, 0}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

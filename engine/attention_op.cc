@@ -444,7 +444,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   const auto R = static_cast<size_t>(rows);
   const auto d_out = static_cast<size_t>(c.d_out);
   const auto qkv_out = static_cast<size_t>(op->QkvWidth());
-  const auto Dp = static_cast<size_t>(cache.row_stride);
+  const size_t Dp = kernels::DecodePaddedDim(static_cast<size_t>(op->D_));
   // The activations first, against the cap before any primitive exists.
   const uint64_t per_row =
       4 * static_cast<uint64_t>(qkv_out + d_out + op->H_ * Dp);
@@ -540,7 +540,8 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   }
   // q into its padded rows; k and v appended to their sequence's cache.
   decode_rows_.clear();
-  const auto row_floats = static_cast<size_t>(H_ * cache_->row_stride);
+  const kernels::DecodeParams params = DecodeParamsOf(*cache_, m.config);
+  const size_t row_floats = static_cast<size_t>(H_) * params.padded_dim;
   for (int64_t r = 0; r < batch_; ++r) {
     kernels::DecodeRow row;
     const int64_t at = seqs[r] * cache_->batch_stride;
@@ -552,7 +553,6 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
     row.ctx = ctx + r * d_out;
     decode_rows_.push_back(row);
   }
-  const kernels::DecodeParams params = DecodeParamsOf(*cache_, m.config);
   kernels::DecodeAppend(params, qkv, decode_rows_.data(), decode_rows_.size(),
                         threads.num_threads());
   RunDecodeKernel(partials, max_partials, threads.num_threads());
@@ -613,7 +613,8 @@ kernels::DecodeParams DecodeParamsOf(const KvCache& cache, const MhaConfig& c) {
   params.num_kv_heads = static_cast<size_t>(c.num_kv_heads);
   params.window = static_cast<size_t>(c.sliding_window);
   params.head_dim = static_cast<size_t>(head_dim);
-  params.row_stride = static_cast<size_t>(cache.row_stride);
+  params.padded_dim = kernels::DecodePaddedDim(params.head_dim);
+  params.key_stride = static_cast<size_t>(cache.row_stride);
   params.head_stride = static_cast<size_t>(cache.head_stride);
   params.scale =
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));

@@ -28,10 +28,12 @@ namespace attn {
 
 // The one K/V layout: rows of head h of sequence b at
 // k (or v) + b * batch_stride + h * head_stride, row_stride floats apart
-// (AttentionInputs in kernels/attention.h). A decoder's cache holds the Hkv
-// K/V heads: [B, Hkv, capacity, Dp], batch_stride Hkv * capacity * Dp,
-// head_stride capacity * Dp, row_stride Dp (DecodePaddedDim(D), padding
-// lanes zero).
+// (AttentionInputs in kernels/attention.h). A decoder's cache is token
+// major, [B, capacity, Hkv, Dp]: batch_stride capacity * Hkv * Dp,
+// row_stride Hkv * Dp, head_stride Dp (DecodePaddedDim(D), padding lanes
+// zero). A sequence's live keys are then one unbroken run of memory, which
+// the decode kernel reads as one stream, however far capacity exceeds them
+// (bench/RESULTS.md, "token-major KV cache").
 struct KvCache {
   float* k = nullptr;
   float* v = nullptr;

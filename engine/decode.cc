@@ -47,7 +47,7 @@ struct MhaDecoder::Impl {
   int64_t d_in = 0, d_out = 0;
   int num_threads = 1;
   std::vector<int64_t> lengths;
-  AlignedBuffer k_cache, v_cache;  // [B, Hkv, capacity, Dp] each
+  AlignedBuffer k_cache, v_cache;  // [B, capacity, Hkv, Dp] each
   AlignedBuffer partials;          // the kernel's split-KV partials
   size_t max_partials = 0;         // slots in `partials`
   std::vector<int64_t> counts;     // Decode's all-ones counts
@@ -87,9 +87,9 @@ struct MhaDecoder::Impl {
     KvCache cache;
     cache.k = static_cast<float*>(k_cache.data());
     cache.v = static_cast<float*>(v_cache.data());
-    cache.row_stride = Dp;
-    cache.head_stride = capacity * Dp;
-    cache.batch_stride = Hkv * capacity * Dp;
+    cache.row_stride = Hkv * Dp;
+    cache.head_stride = Dp;
+    cache.batch_stride = capacity * Hkv * Dp;
     cache.capacity = capacity;
     return cache;
   }
@@ -403,14 +403,12 @@ Status MhaDecoder::Copy(int64_t from, int64_t to) {
   }
   if (from == to) return {};
   const KvCache cache = d.Cache();
+  // Token major: the first `lengths` tokens are one run.
   const size_t bytes =
-      static_cast<size_t>(d.lengths[from] * d.Dp) * sizeof(float);
+      static_cast<size_t>(d.lengths[from] * cache.row_stride) * sizeof(float);
   for (float* base : {cache.k, cache.v}) {
-    for (int64_t h = 0; h < d.Hkv; ++h) {
-      const int64_t head = h * cache.head_stride;
-      std::memcpy(base + to * cache.batch_stride + head,
-                  base + from * cache.batch_stride + head, bytes);
-    }
+    std::memcpy(base + to * cache.batch_stride,
+                base + from * cache.batch_stride, bytes);
   }
   d.lengths[to] = d.lengths[from];
   return {};

@@ -38,7 +38,7 @@ struct AttentionShape {
 // sequence b start at q + b * q_batch_stride + h * q_head_stride, head_dim
 // apart; likewise the rows of K/V head g in k and v with kv_batch_stride,
 // g * kv_head_stride and rows AttentionShape::kv_row_stride apart, sequence b
-// being kv_batches[b] (b when null): a KV cache is [B, Hkv, capacity, Dp],
+// being kv_batches[b] (b when null): a KV cache is [B, capacity, Hkv, Dp],
 // and a prompt may fill any of its sequences.
 struct AttentionInputs {
   const void* q = nullptr;

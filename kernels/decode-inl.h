@@ -17,7 +17,6 @@
 #include <cstring>
 #include <limits>
 
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/decode.h"
 #include "kernels/exp-inl.h"
@@ -27,162 +26,82 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Key rows this far ahead are prefetched (value rows as their keys pass).
-// The hardware's stream prefetchers stop at 4 KiB pages, which a 64-float
-// head crosses every 16 rows; software prefetch keeps the loads in flight
-// across them.
-constexpr size_t kDecodePrefetchRows = 16;
+// Query heads one pass over a chunk computes (their scores live on the
+// stack); a group larger than this makes several passes over its K/V head,
+// each reading the chunk from L2 rather than memory.
+constexpr size_t kDecodeMaxHeads = 16;
 
-// Prefetches the `dims` floats of row `row` of the rows `stride` floats
-// apart from p. The row may lie past the cache: a prefetch never faults,
-// and its address is formed as an integer, as a pointer there would be
-// undefined.
-HWY_INLINE void DecodePrefetchRow(const float* p, size_t row, size_t stride,
-                                  size_t dims) {
-  const uintptr_t at =
-      reinterpret_cast<uintptr_t>(p) + row * stride * sizeof(float);
-  for (size_t i = 0; i < dims; i += kDecodeAlign) {
-    hwy::Prefetch(reinterpret_cast<const float*>(at + i * sizeof(float)));
-  }
-}
-
-// scores[j] = q . k_j for j in [0, n); k rows `stride` floats apart; `dims`
-// is a multiple of the vector length (rows are zero padded). Four keys at a
-// time, so each q vector load serves four independent FMA chains. Unless
-// null, the value rows of the same keys (laid out as k) are prefetched as
-// the keys pass, so that the weighted sum after the softmax finds them in
-// cache instead of starting a second stream from memory.
-template <class D>
-HWY_INLINE void DecodeScoresT(D d, const float* HWY_RESTRICT q,
-                              const float* HWY_RESTRICT k,
-                              const float* prefetch_v, size_t stride,
-                              size_t dims, size_t n,
-                              float* HWY_RESTRICT scores) {
-  using V = hn::Vec<D>;
-  const size_t N = hn::Lanes(d);
-  size_t j = 0;
-  for (; j + 4 <= n; j += 4) {
-    const float* k0 = k + j * stride;
-    const float* k1 = k0 + stride;
-    const float* k2 = k1 + stride;
-    const float* k3 = k2 + stride;
-    for (size_t u = 0; u < 4; ++u) {
-      DecodePrefetchRow(k0, kDecodePrefetchRows + u, stride, dims);
-      if (prefetch_v) DecodePrefetchRow(prefetch_v, j + u, stride, dims);
-    }
-    V a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-    for (size_t i = 0; i < dims; i += N) {
-      const V qv = hn::LoadU(d, q + i);
-      a0 = hn::MulAdd(qv, hn::LoadU(d, k0 + i), a0);
-      a1 = hn::MulAdd(qv, hn::LoadU(d, k1 + i), a1);
-      a2 = hn::MulAdd(qv, hn::LoadU(d, k2 + i), a2);
-      a3 = hn::MulAdd(qv, hn::LoadU(d, k3 + i), a3);
-    }
-    scores[j] = hn::GetLane(hn::SumOfLanes(d, a0));
-    scores[j + 1] = hn::GetLane(hn::SumOfLanes(d, a1));
-    scores[j + 2] = hn::GetLane(hn::SumOfLanes(d, a2));
-    scores[j + 3] = hn::GetLane(hn::SumOfLanes(d, a3));
-  }
-  for (; j < n; ++j) {
-    if (prefetch_v) DecodePrefetchRow(prefetch_v, j, stride, dims);
-    const float* kj = k + j * stride;
-    V a = hn::Zero(d);
-    for (size_t i = 0; i < dims; i += N) {
-      a = hn::MulAdd(hn::LoadU(d, q + i), hn::LoadU(d, kj + i), a);
-    }
-    scores[j] = hn::GetLane(hn::SumOfLanes(d, a));
-  }
-}
-
-// o[i, i + kVecs * N) (+)= sum_j p[j] * v_j[i, ...): kVecs accumulators
-// held in registers while the value rows stream past once. With
-// `accumulate` the sum continues from o, in the same order as one longer
-// call, so splitting the keys changes no bit.
-template <size_t kVecs, class D>
-HWY_INLINE void DecodeWeightedBlockT(D d, const float* HWY_RESTRICT p,
-                                     const float* HWY_RESTRICT v, size_t stride,
-                                     size_t n, bool accumulate,
-                                     float* HWY_RESTRICT o) {
-  using V = hn::Vec<D>;
-  const size_t N = hn::Lanes(d);
-  V acc[kVecs];
-  for (size_t u = 0; u < kVecs; ++u) {
-    acc[u] = accumulate ? hn::LoadU(d, o + u * N) : hn::Zero(d);
-  }
-  for (size_t j = 0; j < n; ++j) {
-    const V pj = hn::Set(d, p[j]);
-    const float* vj = v + j * stride;
-    for (size_t u = 0; u < kVecs; ++u) {
-      acc[u] = hn::MulAdd(pj, hn::LoadU(d, vj + u * N), acc[u]);
-    }
-  }
-  for (size_t u = 0; u < kVecs; ++u) hn::StoreU(acc[u], d, o + u * N);
-}
-
-// o[0, dims) (+)= sum_j p[j] * v_j, dims a multiple of the vector length.
-template <class D>
-HWY_INLINE void DecodeWeightedSumT(D d, const float* HWY_RESTRICT p,
-                                   const float* HWY_RESTRICT v, size_t stride,
-                                   size_t dims, size_t n, bool accumulate,
-                                   float* HWY_RESTRICT o) {
-  const size_t N = hn::Lanes(d);
-  size_t i = 0;
-  for (; i + 8 * N <= dims; i += 8 * N) {
-    DecodeWeightedBlockT<8>(d, p, v + i, stride, n, accumulate, o + i);
-  }
-  if (i + 4 * N <= dims) {
-    DecodeWeightedBlockT<4>(d, p, v + i, stride, n, accumulate, o + i);
-    i += 4 * N;
-  }
-  if (i + 2 * N <= dims) {
-    DecodeWeightedBlockT<2>(d, p, v + i, stride, n, accumulate, o + i);
-    i += 2 * N;
-  }
-  if (i < dims) {
-    DecodeWeightedBlockT<1>(d, p, v + i, stride, n, accumulate, o + i);
-  }
-}
-
-// Query heads one pass over a chunk serves; a larger group makes several
-// passes (each reading the chunk from L2 rather than memory).
-constexpr size_t kDecodeMaxGroup = 8;
-// Keys per sub-block: their K (or V) rows, 8 KiB at head_dim 64, stay in L1
-// while every query head of the group reads them.
-constexpr size_t kDecodeSubBlock = 32;
-
-// The query heads of one work item: `count` consecutive heads starting at
-// q, their partials `partial_stride` floats apart from `partial`.
+// The query heads of one pass: `count` consecutive heads, the first's
+// query at q and the others padded_dim apart, their partials
+// `partial_stride` floats apart from `partial`. Head i reads its K/V head
+// kv_offset[i] floats from a key's row.
 struct DecodeHeads {
   const float* q;
   size_t count;
   float* partial;
   size_t partial_stride;
+  size_t kv_offset[kDecodeMaxHeads];
 };
 
-// scores[i][j] = q_i . k_j for the heads and keys [0, n) of a chunk, key
-// sub-block by sub-block so that each k row is loaded from memory once. The
-// first head's pass prefetches the sub-block's value rows.
+// scores[i][j] = q_i . k_j for the heads and keys [0, n) of a chunk, key by
+// key, so that a token-major cache is read front to back as one stream,
+// which the hardware prefetchers follow (software prefetch only slowed it,
+// bench/RESULTS.md "token-major KV cache"); query heads sharing a K/V head
+// find its row in L1.
 template <class D>
-HWY_INLINE void DecodeGroupScoresT(D d, const DecodeParams& params,
-                                   const DecodeHeads& heads,
-                                   const float* HWY_RESTRICT k, const float* v,
-                                   size_t n, float (*scores)[kDecodeChunk]) {
-  const size_t dims = params.row_stride;
-  const size_t sub = heads.count == 1 ? n : kDecodeSubBlock;
-  for (size_t j0 = 0; j0 < n; j0 += sub) {
-    const size_t m = std::min(sub, n - j0);
+HWY_INLINE void DecodePassScoresT(D d, const DecodeParams& params,
+                                  const DecodeHeads& heads,
+                                  const float* HWY_RESTRICT k, size_t n,
+                                  float (*scores)[kDecodeChunk]) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d), dims = params.padded_dim;
+  for (size_t j = 0; j < n; ++j) {
     for (size_t i = 0; i < heads.count; ++i) {
-      DecodeScoresT(d, heads.q + i * dims, k + j0 * dims,
-                    i == 0 ? v + j0 * dims : nullptr, dims, dims, m,
-                    scores[i] + j0);
+      const float* q = heads.q + i * dims;
+      const float* kj = k + j * params.key_stride + heads.kv_offset[i];
+      V a = hn::Zero(d);
+      for (size_t x = 0; x < dims; x += N) {
+        a = hn::MulAdd(hn::LoadU(d, q + x), hn::LoadU(d, kj + x), a);
+      }
+      scores[i][j] = hn::GetLane(hn::SumOfLanes(d, a));
+    }
+  }
+}
+
+// o_i = sum_j p_i[j] v_j over keys [0, n), key by key as the scores, for
+// the heads with live[i] (zero for the others). Each o_i, padded_dim floats,
+// stays in L1 between keys.
+template <class D>
+HWY_INLINE void DecodePassValuesT(D d, const DecodeParams& params,
+                                  const DecodeHeads& heads,
+                                  const float* HWY_RESTRICT v, size_t n,
+                                  const float (*p)[kDecodeChunk],
+                                  const bool* live) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d), dims = params.padded_dim;
+  for (size_t i = 0; i < heads.count; ++i) {
+    std::memset(heads.partial + i * heads.partial_stride + kDecodeAlign, 0,
+                dims * sizeof(float));
+  }
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t i = 0; i < heads.count; ++i) {
+      if (!live[i]) continue;
+      float* HWY_RESTRICT o =
+          heads.partial + i * heads.partial_stride + kDecodeAlign;
+      const float* vj = v + j * params.key_stride + heads.kv_offset[i];
+      const V pj = hn::Set(d, p[i][j]);
+      for (size_t x = 0; x < dims; x += N) {
+        hn::StoreU(hn::MulAdd(pj, hn::LoadU(d, vj + x), hn::LoadU(d, o + x)), d,
+                   o + x);
+      }
     }
   }
 }
 
 // Turns one head's scores[0, n) into p_j = exp(scale * (s_j - m)) in place
 // and writes m and l = sum_j p_j to the partial. Returns false when m is
-// NaN (a NaN or +inf score) or -inf (every score -inf): then the partial's
-// o is zero and nothing is to be accumulated.
+// NaN (a NaN or +inf score) or -inf (every score -inf): then l is zero and
+// nothing is to be accumulated.
 template <class D>
 HWY_INLINE bool DecodeChunkSoftmaxT(D d, const DecodeParams& params,
                                     float* HWY_RESTRICT scores, size_t n,
@@ -197,7 +116,6 @@ HWY_INLINE bool DecodeChunkSoftmaxT(D d, const DecodeParams& params,
   partial[0] = m;
   if (!(m > -kInf)) {
     partial[1] = 0.0f;
-    std::memset(partial + kDecodeAlign, 0, params.row_stride * sizeof(float));
     return false;
   }
   // Subtracting the max keeps exp finite.
@@ -214,38 +132,23 @@ HWY_INLINE bool DecodeChunkSoftmaxT(D d, const DecodeParams& params,
   return true;
 }
 
-// One work item: keys [0, n) of a chunk (n <= kDecodeChunk) for up to
-// kDecodeMaxGroup query heads sharing one K/V head. Writes each head's
+// One pass: keys [0, n) of a chunk (n <= kDecodeChunk) for `heads`; k and
+// v point at the chunk's first key of K/V head 0. Writes each head's
 // partial = {m, l, ..., o}: m the max raw score, l = sum_j exp(scale (s_j -
 // m)), o = sum_j exp(scale (s_j - m)) v_j.
 template <class D>
-HWY_INLINE void DecodeChunkT(D d, const DecodeParams& params,
-                             const DecodeHeads& heads,
-                             const float* HWY_RESTRICT k,
-                             const float* HWY_RESTRICT v, size_t n) {
-  const size_t dims = params.row_stride;
-  HWY_ALIGN float scores[kDecodeMaxGroup][kDecodeChunk];
-  // The score loop prefetches keys kDecodePrefetchRows ahead (and values as
-  // it goes); the first key rows are requested here.
-  for (size_t j = 0; j < std::min(n, kDecodePrefetchRows); ++j) {
-    DecodePrefetchRow(k, j, dims, dims);
-  }
-  DecodeGroupScoresT(d, params, heads, k, v, n, scores);
-  bool live[kDecodeMaxGroup];
+HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
+                            const DecodeHeads& heads,
+                            const float* HWY_RESTRICT k,
+                            const float* HWY_RESTRICT v, size_t n) {
+  HWY_ALIGN float scores[kDecodeMaxHeads][kDecodeChunk];
+  DecodePassScoresT(d, params, heads, k, n, scores);
+  bool live[kDecodeMaxHeads];
   for (size_t i = 0; i < heads.count; ++i) {
     live[i] = DecodeChunkSoftmaxT(d, params, scores[i], n,
                                   heads.partial + i * heads.partial_stride);
   }
-  const size_t sub = heads.count == 1 ? n : kDecodeSubBlock;
-  for (size_t j0 = 0; j0 < n; j0 += sub) {
-    const size_t m = std::min(sub, n - j0);
-    for (size_t i = 0; i < heads.count; ++i) {
-      if (!live[i]) continue;
-      float* o = heads.partial + i * heads.partial_stride + kDecodeAlign;
-      DecodeWeightedSumT(d, scores[i] + j0, v + j0 * dims, dims, dims, m,
-                         j0 > 0, o);
-    }
-  }
+  DecodePassValuesT(d, params, heads, v, n, scores, live);
 }
 
 // Merges `chunks` partials (consecutive, `partial_floats` apart) in order
@@ -255,7 +158,7 @@ HWY_INLINE void DecodeMergeT(D d, const DecodeParams& params, float* partials,
                              size_t chunks, size_t partial_floats, float* out) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
-  const size_t dims = params.row_stride;
+  const size_t dims = params.padded_dim;
   float m = -std::numeric_limits<float>::infinity();
   bool nan = false;
   for (size_t c = 0; c < chunks; ++c) {
@@ -290,41 +193,78 @@ HWY_INLINE void DecodeMergeT(D d, const DecodeParams& params, float* partials,
   std::memcpy(out, acc, params.head_dim * sizeof(float));
 }
 
-// The row of work item `item` (items count DecodeRowPartials / group per
-// row, so a row's first item is first_partial / group).
-HWY_INLINE const DecodeRow* DecodeRowOf(const DecodeRow* rows, size_t num_rows,
-                                        size_t item, size_t group) {
-  return std::upper_bound(
-             rows, rows + num_rows, item * group,
-             [](size_t i, const DecodeRow& r) { return i < r.first_partial; }) -
+// How the work items split each row: `kv_heads` K/V heads per item, so
+// `blocks` items per key chunk.
+struct DecodeSplit {
+  size_t kv_heads;
+  size_t blocks;
+};
+
+// All of a row's K/V heads in one item (as many as one pass computes),
+// unless the rows' `chunks` would then give fewer than four items per
+// thread to balance. The split changes no bit: an item computes each of its
+// (head, chunk) partials as any other item would.
+HWY_INLINE DecodeSplit DecodeSplitOf(const DecodeParams& params, size_t chunks,
+                                     int num_threads) {
+  const size_t Hkv = DecodeKvHeads(params);
+  auto blocks_of = [Hkv](size_t kv_heads) {
+    return (Hkv + kv_heads - 1) / kv_heads;
+  };
+  size_t kv_heads =
+      std::min(Hkv, std::max<size_t>(1, kDecodeMaxHeads / DecodeGroup(params)));
+  const size_t wanted = 4 * static_cast<size_t>(num_threads);
+  if (num_threads > 1 && chunks * blocks_of(kv_heads) < wanted) {
+    const size_t blocks = std::min(Hkv, (wanted + chunks - 1) / chunks);
+    kv_heads = std::min(kv_heads, (Hkv + blocks - 1) / blocks);
+  }
+  return {kv_heads, blocks_of(kv_heads)};
+}
+
+// The row of work item `item`: a row's items are its chunks x split.blocks,
+// so its first is first_partial / num_heads * split.blocks.
+HWY_INLINE const DecodeRow* DecodeRowOf(const DecodeParams& params,
+                                        const DecodeSplit& split,
+                                        const DecodeRow* rows, size_t num_rows,
+                                        size_t item) {
+  const size_t H = params.num_heads;
+  return std::upper_bound(rows, rows + num_rows, item,
+                          [&](size_t i, const DecodeRow& r) {
+                            return i < r.first_partial / H * split.blocks;
+                          }) -
          1;
 }
 
-// Work item `item`: one key chunk of one K/V head of one row, for every
-// query head of the group.
+// Work item `item`: one key chunk of one row, for every query head of one
+// block of K/V heads.
 template <class D>
 HWY_INLINE void DecodeItemT(D d, const DecodeParams& params,
-                            const DecodeRow* rows, size_t num_rows, size_t item,
-                            float* partials) {
-  const size_t group = DecodeGroup(params);
-  const size_t partial_floats = DecodePartialFloats(params.row_stride);
-  const DecodeRow* row = DecodeRowOf(rows, num_rows, item, group);
+                            const DecodeSplit& split, const DecodeRow* rows,
+                            size_t num_rows, size_t item, float* partials) {
+  const size_t H = params.num_heads, group = DecodeGroup(params);
+  const size_t partial_floats = DecodePartialFloats(params.padded_dim);
+  const DecodeRow* row = DecodeRowOf(params, split, rows, num_rows, item);
   const size_t first_key = DecodeFirstKey(params, row->num_keys);
   const size_t chunks = DecodeChunks(row->num_keys - first_key);
-  const size_t local = item - row->first_partial / group;
-  const size_t g = local / chunks, c = local % chunks;
+  const size_t local = item - row->first_partial / H * split.blocks;
+  const size_t c = local / split.blocks, block = local % split.blocks;
   const size_t j0 = first_key + c * kDecodeChunk;
   const size_t n = std::min(kDecodeChunk, row->num_keys - j0);
-  const size_t kv = g * params.head_stride + j0 * params.row_stride;
-  for (size_t h0 = 0; h0 < group; h0 += kDecodeMaxGroup) {
-    const size_t h = g * group + h0;  // first query head of this pass
+  const size_t kv_end =
+      std::min(DecodeKvHeads(params), (block + 1) * split.kv_heads);
+  const size_t heads_end = kv_end * group;
+  for (size_t h = block * split.kv_heads * group; h < heads_end;
+       h += kDecodeMaxHeads) {
     DecodeHeads heads;
-    heads.q = row->q + h * params.row_stride;
-    heads.count = std::min(kDecodeMaxGroup, group - h0);
+    heads.q = row->q + h * params.padded_dim;
+    heads.count = std::min(kDecodeMaxHeads, heads_end - h);
+    for (size_t i = 0; i < heads.count; ++i) {
+      heads.kv_offset[i] = (h + i) / group * params.head_stride;
+    }
     heads.partial =
         partials + (row->first_partial + h * chunks + c) * partial_floats;
     heads.partial_stride = chunks * partial_floats;
-    DecodeChunkT(d, params, heads, row->k + kv, row->v + kv, n);
+    DecodePassT(d, params, heads, row->k + j0 * params.key_stride,
+                row->v + j0 * params.key_stride, n);
   }
 }
 
@@ -333,18 +273,19 @@ inline void DecodeAttentionT(const DecodeParams& params, const DecodeRow* rows,
                              size_t num_rows, float* partials,
                              int num_threads) {
   const size_t H = params.num_heads;
-  const size_t partial_floats = DecodePartialFloats(params.row_stride);
-  const auto items = static_cast<int64_t>(
-      DecodeNumPartials(params, rows, num_rows) / DecodeGroup(params));
+  const size_t partial_floats = DecodePartialFloats(params.padded_dim);
+  const size_t all_chunks = DecodeNumPartials(params, rows, num_rows) / H;
+  const DecodeSplit split = DecodeSplitOf(params, all_chunks, num_threads);
+  const auto items = static_cast<int64_t>(all_chunks * split.blocks);
   const auto heads = static_cast<int64_t>(num_rows * H);
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1)
   {
     const hn::ScalableTag<float> d;
-    // Phase 1: every (row, K/V head, chunk) on its own; each partial has
-    // one fixed slot.
+    // Phase 1: every (row, chunk, block of K/V heads) on its own; each
+    // partial has one fixed slot.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
-      DecodeItemT(d, params, rows, num_rows, static_cast<size_t>(item),
+      DecodeItemT(d, params, split, rows, num_rows, static_cast<size_t>(item),
                   partials);
     }
     // Phase 2 (after the implicit barrier): merge each (row, head) in order.

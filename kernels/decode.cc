@@ -38,7 +38,7 @@ void DecodeAttention(const DecodeParams& params, const DecodeRow* rows,
 void DecodeAppend(const DecodeParams& params, const float* qkv,
                   const DecodeRow* rows, size_t num_rows, int num_threads) {
   const size_t H = params.num_heads, Hkv = DecodeKvHeads(params);
-  const size_t D = params.head_dim, Dp = params.row_stride;
+  const size_t D = params.head_dim, Dp = params.padded_dim;
   const size_t row_floats = (H + 2 * Hkv) * D;
   const auto count = static_cast<int64_t>(num_rows);
 #pragma omp parallel for num_threads(num_threads) if (count > 16)
@@ -54,7 +54,7 @@ void DecodeAppend(const DecodeParams& params, const float* qkv,
       std::fill(q + D, q + Dp, 0.0f);
     }
     for (size_t g = 0; g < Hkv; ++g) {
-      const size_t at = g * params.head_stride + pos * Dp;
+      const size_t at = g * params.head_stride + pos * params.key_stride;
       float* k = const_cast<float*>(row.k) + at;
       float* v = const_cast<float*>(row.v) + at;
       std::memcpy(k, k_src + g * D, D * sizeof(float));

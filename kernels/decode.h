@@ -35,10 +35,10 @@ struct DecodeParams {
   // num_heads: one K/V head per query head. Must divide num_heads.
   size_t num_kv_heads = 0;
   size_t head_dim = 0;     // D
-  size_t row_stride = 0;   // DecodePaddedDim(D): floats between key rows,
-                           // value rows, and the heads of a query row
-  size_t head_stride = 0;  // floats between the K/V heads of one sequence's
-                           // cache
+  size_t padded_dim = 0;   // DecodePaddedDim(D): floats of one head's row
+                           // of q, k or v, and between a query row's heads
+  size_t key_stride = 0;   // floats between the rows of consecutive keys
+  size_t head_stride = 0;  // floats between the K/V heads of one key
   float scale = 0.0f;      // softmax(scale * q.k), 1/sqrt(D)
   // Sliding window: a row sees only its last `window` keys; 0: all of them.
   size_t window = 0;
@@ -69,9 +69,9 @@ inline size_t DecodeRowPartials(const DecodeParams& params, size_t num_keys) {
 
 // One query row: the token at position num_keys - 1 of its sequence.
 struct DecodeRow {
-  const float* q = nullptr;  // head h at q + h * row_stride, zero padded
+  const float* q = nullptr;  // head h at q + h * padded_dim, zero padded
   const float* k = nullptr;  // key j of K/V head g at k + g * head_stride +
-                             // j * row_stride, zero padded
+                             // j * key_stride, zero padded
   const float* v = nullptr;  // laid out as k
   size_t num_keys = 0;       // keys [0, num_keys) exist; > 0
   float* ctx = nullptr;      // [num_heads * head_dim], heads merged
@@ -90,10 +90,13 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
 
 // For every row and head: ctx = softmax(scale * q.k_j) . v over the visible
 // keys j in [DecodeFirstKey, num_keys) of the head's K/V head. Work items
-// (row, K/V head, key chunk) are spread over num_threads OpenMP threads; an
-// item computes every query head of the group, so each cached K/V row is
-// read once per group. Then each (row, head) merges its chunks in order.
-// `partials`: DecodeNumPartials x DecodePartialFloats(row_stride) floats,
+// (row, key chunk, block of K/V heads) are spread over num_threads OpenMP
+// threads; an item computes every query head of its K/V heads, so each
+// cached K/V row is read once. A block holds all K/V heads of a row unless
+// that would leave threads idle, so that in a token-major cache (heads of a
+// key side by side: head_stride = padded_dim) an item reads one unbroken
+// stream of keys. Then each (row, head) merges its chunks in order.
+// `partials`: DecodeNumPartials x DecodePartialFloats(padded_dim) floats,
 // 64-byte aligned. Results are bitwise identical for every num_threads. As the
 // full-sequence core: a NaN or +inf score makes the row NaN, a row whose
 // scores are all -inf becomes zeros; NaN or Inf in v propagates.

@@ -26,10 +26,11 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// A cache of `seqs` sequences x Hkv K/V heads x `capacity` rows, zero
-// padded, and one query row of H heads per entry of `keys` (row r belongs to
-// sequence r % seqs). Query head h reads K/V head h / (H / Hkv); a row sees
-// its last `window` keys (0: all).
+// A cache of `seqs` sequences of `capacity` keys x Hkv K/V heads, zero
+// padded, token major as the engine's ([seqs, capacity, Hkv, Dp]) unless
+// UseHeadMajor, and one query row of H heads per entry of `keys` (row r
+// belongs to sequence r % seqs). Query head h reads K/V head h / (H / Hkv);
+// a row sees its last `window` keys (0: all).
 struct Case {
   size_t H, Hkv, D, Dp, capacity, seqs;
   std::vector<size_t> keys;
@@ -60,8 +61,9 @@ struct Case {
     params.num_heads = H;
     params.num_kv_heads = kv_heads;
     params.head_dim = D;
-    params.row_stride = Dp;
-    params.head_stride = capacity * Dp;
+    params.padded_dim = Dp;
+    params.key_stride = Hkv * Dp;
+    params.head_stride = Dp;
     params.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
     params.window = window;
     ctx.assign(keys.size() * H * D, -1.0f);
@@ -80,6 +82,18 @@ struct Case {
     }
     // 64-byte aligned partials: over-allocate and offset.
     partials.assign(first * DecodePartialFloats(Dp) + kDecodeAlign, 0.0f);
+  }
+
+  // The same data read as [seqs, Hkv, capacity, Dp].
+  void UseHeadMajor() {
+    params.key_stride = Dp;
+    params.head_stride = capacity * Dp;
+  }
+
+  // Index of key j of K/V head g of sequence s in k and v.
+  size_t KvAt(size_t s, size_t g, size_t j) const {
+    return s * Hkv * capacity * Dp + g * params.head_stride +
+           j * params.key_stride;
   }
 
   float* AlignedPartials() {
@@ -103,13 +117,12 @@ struct Case {
       for (size_t h = 0; h < H; ++h) {
         const size_t g = h / (H / Hkv);
         const float* qr = q.data() + (r * H + h) * Dp;
-        const float* kh = k.data() + (s * Hkv + g) * capacity * Dp;
-        const float* vh = v.data() + (s * Hkv + g) * capacity * Dp;
         std::vector<double> p(keys[r]);
         double max = -INFINITY;
         for (size_t j = first; j < keys[r]; ++j) {
+          const float* kj = k.data() + KvAt(s, g, j);
           double dot = 0.0;
-          for (size_t i = 0; i < D; ++i) dot += double(qr[i]) * kh[j * Dp + i];
+          for (size_t i = 0; i < D; ++i) dot += double(qr[i]) * kj[i];
           p[j] = dot * params.scale;
           max = std::max(max, p[j]);
         }
@@ -118,8 +131,9 @@ struct Case {
           sum += p[j] = std::exp(p[j] - max);
         }
         for (size_t j = first; j < keys[r]; ++j) {
+          const float* vj = v.data() + KvAt(s, g, j);
           for (size_t i = 0; i < D; ++i) {
-            out[(r * H + h) * D + i] += p[j] / sum * vh[j * Dp + i];
+            out[(r * H + h) * D + i] += p[j] / sum * vj[i];
           }
         }
       }
@@ -141,12 +155,14 @@ void TestMatchesReferenceAroundChunkAndPadding() {
                    size_t{80}, size_t{130}}) {
     for (size_t keys : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, C - 1, C,
                         C + 1, 2 * C + 3}) {
-      Case c(rng, /*heads=*/2, D, /*num_seqs=*/1, {keys}, -1.0f, 1.0f);
-      c.Run(2);
-      const auto expected = c.Expected();
-      test::ExpectAllClose(
-          expected, c.ctx.data(), 1e-5 * std::max(1.0, test::MaxAbs(expected)),
-          "D " + std::to_string(D) + " keys " + std::to_string(keys));
+      for (bool head_major : {false, true}) {
+        Case c(rng, /*heads=*/2, D, /*num_seqs=*/1, {keys}, -1.0f, 1.0f);
+        if (head_major) c.UseHeadMajor();
+        c.Run(2);
+        c.ExpectMatchesReference("D " + std::to_string(D) + " keys " +
+                                 std::to_string(keys) +
+                                 (head_major ? " head major" : ""));
+      }
     }
   }
 }
@@ -174,10 +190,8 @@ void TestHugeLogitsStayFinite() {
                        1e-5 * std::max(1.0, test::MaxAbs(expected)), "huge");
 }
 
-void TestBitwiseIdenticalAcrossThreadCounts() {
-  std::mt19937 rng(5);
-  Case c(rng, /*heads=*/2, /*head_dim=*/64, /*num_seqs=*/2, {1000, 3, 513, 256},
-         -1.0f, 1.0f);
+// The ctx of c.Run(1) is bitwise that of more threads.
+void ExpectBitwiseAcrossThreadCounts(Case& c, const std::string& what) {
   c.Run(1);
   const std::vector<float> one = c.ctx;
   for (int threads : {2, 3, 7}) {
@@ -185,8 +199,21 @@ void TestBitwiseIdenticalAcrossThreadCounts() {
     c.Run(threads);
     EXPECT_EQ(0,
               std::memcmp(one.data(), c.ctx.data(), one.size() * sizeof(float)))
-        << "threads " << threads;
+        << what << ", threads " << threads;
   }
+}
+
+void TestBitwiseIdenticalAcrossThreadCounts() {
+  std::mt19937 rng(5);
+  Case c(rng, /*heads=*/2, /*head_dim=*/64, /*num_seqs=*/2, {1000, 3, 513, 256},
+         -1.0f, 1.0f);
+  ExpectBitwiseAcrossThreadCounts(c, "2 heads");
+  // One row of one chunk: at 1 thread one item holds all 12 heads, at more
+  // the heads split into blocks (DecodeSplitOf).
+  Case wide(rng, /*heads=*/12, /*head_dim=*/64, /*num_seqs=*/1, {160}, -1.0f,
+            1.0f);
+  ExpectBitwiseAcrossThreadCounts(wide, "12 heads");
+  wide.ExpectMatchesReference("12 heads");
 }
 
 void TestNonFinitePropagates() {
@@ -194,8 +221,8 @@ void TestNonFinitePropagates() {
   Case c(rng, /*heads=*/2, /*head_dim=*/8, /*num_seqs=*/1, {300, 300, 4}, -1.0f,
          1.0f);
   // Head 0: a NaN key in the second chunk. Head 1: +inf in a value.
-  c.k[(0 * c.capacity + 280) * c.Dp + 3] = NAN;
-  c.v[(1 * c.capacity + 2) * c.Dp + 1] = kInf;
+  c.k[c.KvAt(0, 0, 280) + 3] = NAN;
+  c.v[c.KvAt(0, 1, 2) + 1] = kInf;
   c.Run(2);
   for (size_t r = 0; r < 3; ++r) {
     for (size_t i = 0; i < c.D; ++i) {
@@ -233,10 +260,11 @@ void TestMatchesFullCausalAttention() {
       }
     }
   }
-  DecodeParams params;
+  DecodeParams params;  // head major: [B, H, T, Dp]
   params.num_heads = H;
   params.head_dim = D;
-  params.row_stride = Dp;
+  params.padded_dim = Dp;
+  params.key_stride = Dp;
   params.head_stride = T * Dp;
   params.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
   std::vector<DecodeRow> rows;
@@ -266,15 +294,23 @@ void TestMatchesFullCausalAttention() {
 
 void TestGroupedQueryMatchesReference() {
   std::mt19937 rng(17);
-  // Groups of 1, 2 and 4, MQA, and a group of 12 (two passes of at most
-  // kDecodeMaxGroup heads); ragged rows over chunk boundaries.
-  const size_t shapes[][2] = {{4, 4}, {4, 2}, {8, 2}, {6, 1}, {12, 1}};
+  // Groups of 1, 2 and 4, MQA, a group of 24 (two passes of at most
+  // kDecodeMaxHeads heads), and 20 heads in groups of 5 (four K/V heads
+  // don't fit one pass); ragged rows over chunk boundaries.
+  const size_t shapes[][2] = {{4, 4}, {4, 2}, {8, 2}, {6, 1}, {24, 1}, {20, 4}};
   for (const auto& shape : shapes) {
-    Case c(rng, shape[0], /*head_dim=*/24, /*num_seqs=*/2, {1, 600, 257, 33},
-           -2.0f, 2.0f, shape[1]);
-    c.Run(2);
-    c.ExpectMatchesReference("H " + std::to_string(shape[0]) + " Hkv " +
-                             std::to_string(shape[1]));
+    for (bool head_major : {false, true}) {
+      Case c(rng, shape[0], /*head_dim=*/24, /*num_seqs=*/2, {1, 600, 257, 33},
+             -2.0f, 2.0f, shape[1]);
+      if (head_major) c.UseHeadMajor();
+      for (int threads : {1, 2}) {
+        c.Run(threads);
+        c.ExpectMatchesReference("H " + std::to_string(shape[0]) + " Hkv " +
+                                 std::to_string(shape[1]) + " threads " +
+                                 std::to_string(threads) +
+                                 (head_major ? " head major" : ""));
+      }
+    }
   }
 }
 
@@ -297,20 +333,12 @@ void TestGroupedWindowedBitwiseAcrossThreadCounts() {
   std::mt19937 rng(23);
   Case c(rng, /*heads=*/8, /*head_dim=*/64, /*num_seqs=*/2, {1000, 3, 513, 256},
          -1.0f, 1.0f, /*kv_heads=*/2, /*window=*/300);
-  c.Run(1);
-  const std::vector<float> one = c.ctx;
-  for (int threads : {2, 3}) {
-    std::fill(c.ctx.begin(), c.ctx.end(), 0.0f);
-    c.Run(threads);
-    EXPECT_EQ(0,
-              std::memcmp(one.data(), c.ctx.data(), one.size() * sizeof(float)))
-        << "threads " << threads;
-  }
+  ExpectBitwiseAcrossThreadCounts(c, "grouped, windowed");
 }
 
 void TestGroupingChangesNoBit() {
   // Grouped heads give the very bits of the same heads run one per K/V
-  // head: the sub-blocked passes keep every sum's order.
+  // head: each sum runs in key order whichever heads share its pass.
   std::mt19937 rng(29);
   Case grouped(rng, /*heads=*/4, /*head_dim=*/40, /*num_seqs=*/1, {700}, -1.0f,
                1.0f, /*kv_heads=*/1);
@@ -348,8 +376,8 @@ HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupedWindowedBitwiseAcrossThreadCounts);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupingChangesNoBit);
 
 // DecodeAppend against plain element loops: 40 rows (threaded) of 2
-// sequences into a cache of Hkv K/V heads with head_dim 5 (padded to 16),
-// from rows of q [H, D], k [Hkv, D], v [Hkv, D].
+// sequences into a token-major cache [2, cap, Hkv, Dp] with head_dim 5
+// (padded to 16), from rows of q [H, D], k [Hkv, D], v [Hkv, D].
 void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv) {
   const size_t D = 5, Dp = DecodePaddedDim(D), cap = 32, rows = 40;
   const size_t row_floats = (H + 2 * Hkv) * D;
@@ -363,8 +391,9 @@ void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv) {
   params.num_heads = H;
   params.num_kv_heads = Hkv;
   params.head_dim = D;
-  params.row_stride = Dp;
-  params.head_stride = cap * Dp;
+  params.padded_dim = Dp;
+  params.key_stride = Hkv * Dp;
+  params.head_stride = Dp;
   std::vector<DecodeRow> row(rows);
   for (size_t r = 0; r < rows; ++r) {
     const size_t seq = r % 2, pos = r / 2;
@@ -379,7 +408,7 @@ void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv) {
             lane ? qkv[r * row_floats + h * D + d] : 0.0f;
       }
       for (size_t g = 0; g < Hkv; ++g) {
-        const size_t at = seq * Hkv * cap * Dp + (g * cap + pos) * Dp + d;
+        const size_t at = ((seq * cap + pos) * Hkv + g) * Dp + d;
         const size_t src = r * row_floats + H * D + g * D + d;
         want_k[at] = lane ? qkv[src] : 0.0f;
         want_v[at] = lane ? qkv[src + Hkv * D] : 0.0f;
