@@ -555,7 +555,7 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   }
   kernels::DecodeAppend(params, qkv, decode_rows_.data(), decode_rows_.size(),
                         threads.num_threads());
-  RunDecodeKernel(partials, max_partials, threads.num_threads());
+  RunDecodeKernel(params, partials, max_partials, threads.num_threads());
   // ctx: [R, d_out] -> y: [R, d_out].
   StepLinear(out_proj_, out_weights_, steps_->out, m.b_out, ctx, y,
              threads.num_threads());
@@ -564,9 +564,9 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
 // Per (row, head, key chunk): softmax(q k^T / sqrt(D)) v over the row's
 // visible keys, in groups of rows whose partials fit the buffer (a step of
 // one token per sequence is always one group).
-void AttentionOp::RunDecodeKernel(float* partials, size_t max_partials,
+void AttentionOp::RunDecodeKernel(const kernels::DecodeParams& params,
+                                  float* partials, size_t max_partials,
                                   int threads) {
-  const kernels::DecodeParams params = DecodeParamsOf(*cache_, m_->config);
   std::vector<kernels::DecodeRow>& rows = decode_rows_;
   size_t begin = 0, used = 0;
   for (size_t i = 0; i <= rows.size(); ++i) {

@@ -142,7 +142,8 @@ class AttentionOp {
   void StepLinear(const std::optional<kernels::MatMul>& mm, const void* packed,
                   const StepWeights& step, const std::vector<float>& b,
                   const float* x, float* y, int threads) const;
-  void RunDecodeKernel(float* partials, size_t max_partials, int threads);
+  void RunDecodeKernel(const kernels::DecodeParams& params, float* partials,
+                       size_t max_partials, int threads);
   Status MakeRope(size_t max_positions, uint64_t held, const std::string& what);
   void RotateForward(const int64_t* cache_seqs, const Buffers& buffers) const;
 

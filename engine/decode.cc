@@ -42,7 +42,7 @@ struct MhaDecoder::Impl {
   std::shared_ptr<const MhaModel> model;
   const MhaModel::Impl* m = nullptr;
   // B sequences of at most `capacity` tokens; H query and Hkv K/V heads of
-  // D floats, each cache row padded to Dp.
+  // D floats, each head's row of a key padded to Dp.
   int64_t B = 0, capacity = 0, H = 0, Hkv = 0, D = 0, Dp = 0;
   int64_t d_in = 0, d_out = 0;
   int num_threads = 1;
@@ -275,9 +275,9 @@ Status MhaDecoder::Impl::AllocateCache() {
       "a decoder cache of batch " + Str(B) + " x max_length " + Str(capacity),
       HeldBytes(), m->max_memory_bytes));
   // Zeroed now, for two reasons. A prompt's projection writes the first D
-  // floats of each cache row: the padding lanes, which the decode kernel
-  // reads, start zero and stay. And the pages are touched here, not by the
-  // steps that grow into them: a step never stops to fault one in (GPT-2 at
+  // floats of each head's row of a key: the padding lanes, which the decode
+  // kernel reads, start zero and stay. And the pages are touched here, not by
+  // the steps that grow into them: a step never stops to fault one in (GPT-2 at
   // batch 8 grows into about 140 pages a step, each fault 10 us on a VM),
   // and the memory the cap counted is really held from the start.
   k_cache.ZeroAllPages();

@@ -21,8 +21,9 @@ struct AttentionShape {
   int64_t head_dim = 0;
   int64_t query_block = 128;       // rows of Q per work item (bench/RESULTS.md)
   DataType type = DataType::kF32;  // of q, k, v, probabilities and ctx
-  // Elements between consecutive rows of k (and of v); 0: head_dim. A KV
-  // cache pads its rows (kernels/decode.h DecodePaddedDim).
+  // Elements between consecutive rows of k (and of v); 0: head_dim. In a
+  // token-major KV cache, one key's padded K/V heads (kernels/decode.h
+  // DecodePaddedDim).
   int64_t kv_row_stride = 0;
   // K/V heads (grouped-query attention; 1: multi-query). Query head h reads
   // K/V head h / (num_heads / num_kv_heads), as PyTorch's

@@ -202,8 +202,9 @@ struct DecodeSplit {
 
 // All of a row's K/V heads in one item (as many as one pass computes),
 // unless the rows' `chunks` would then give fewer than four items per
-// thread to balance. The split changes no bit: an item computes each of its
-// (head, chunk) partials as any other item would.
+// thread to balance; then smaller blocks (rounding may leave slightly fewer
+// items than four per thread). The split changes no bit: an item computes
+// each of its (head, chunk) partials as any other item would.
 HWY_INLINE DecodeSplit DecodeSplitOf(const DecodeParams& params, size_t chunks,
                                      int num_threads) {
   const size_t Hkv = DecodeKvHeads(params);
@@ -272,6 +273,7 @@ HWY_INLINE void DecodeItemT(D d, const DecodeParams& params,
 inline void DecodeAttentionT(const DecodeParams& params, const DecodeRow* rows,
                              size_t num_rows, float* partials,
                              int num_threads) {
+  if (num_rows == 0) return;
   const size_t H = params.num_heads;
   const size_t partial_floats = DecodePartialFloats(params.padded_dim);
   const size_t all_chunks = DecodeNumPartials(params, rows, num_rows) / H;

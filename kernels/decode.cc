@@ -30,7 +30,6 @@ HWY_EXPORT(DecodeAttentionF32);
 
 void DecodeAttention(const DecodeParams& params, const DecodeRow* rows,
                      size_t num_rows, float* partials, int num_threads) {
-  if (num_rows == 0) return;
   HWY_DYNAMIC_DISPATCH(DecodeAttentionF32)
   (params, rows, num_rows, partials, num_threads);
 }

@@ -92,10 +92,11 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
 // keys j in [DecodeFirstKey, num_keys) of the head's K/V head. Work items
 // (row, key chunk, block of K/V heads) are spread over num_threads OpenMP
 // threads; an item computes every query head of its K/V heads, so each
-// cached K/V row is read once. A block holds all K/V heads of a row unless
-// that would leave threads idle, so that in a token-major cache (heads of a
-// key side by side: head_stride = padded_dim) an item reads one unbroken
-// stream of keys. Then each (row, head) merges its chunks in order.
+// cached K/V row is read once. A block holds as many K/V heads as have at
+// most 16 query heads (all of GPT-2's 12), fewer where threads would idle,
+// so that in a token-major cache (heads of a key side by side: head_stride
+// = padded_dim) an item reads one stream of keys. Then each (row, head)
+// merges its chunks in order.
 // `partials`: DecodeNumPartials x DecodePartialFloats(padded_dim) floats,
 // 64-byte aligned. Results are bitwise identical for every num_threads. As the
 // full-sequence core: a NaN or +inf score makes the row NaN, a row whose
