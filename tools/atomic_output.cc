@@ -24,7 +24,13 @@ std::atomic<int> g_writing{0};  // 1 while an output is being written
 std::atomic<int> g_pending{0};  // a signal that arrived meanwhile
 static_assert(std::atomic<int>::is_always_lock_free);
 
-[[noreturn]] void DieOf(int sig) {
+// Ends the process by `sig`'s default action (termination for kSignals):
+// raise does not return. Neither this nor its callers are [[noreturn]], nor
+// call anything that is: under AddressSanitizer such a call first runs
+// __asan_handle_no_return, which reads /proc/self/maps through malloc, and
+// the code the signal interrupted may hold the allocator's lock (an
+// interrupted `attn run` hung in CI that way).
+void DieOf(int sig) {
   std::signal(sig, SIG_DFL);
   // Inside the handler the signal is blocked: unblock it so that raise
   // delivers it now, with the default action.
@@ -33,11 +39,10 @@ static_assert(std::atomic<int>::is_always_lock_free);
   sigaddset(&set, sig);
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
   std::raise(sig);
-  _exit(128 + sig);  // not reached: the default action ends the process
 }
 
 void OnSignal(int sig) {
-  if (g_writing.load() == 0) DieOf(sig);
+  if (g_writing.load() == 0) return DieOf(sig);
   int expected = 0;
   g_pending.compare_exchange_strong(expected, sig);
 }
