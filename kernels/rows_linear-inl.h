@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "hwy/base.h"
 #include "hwy/cache_control.h"
@@ -148,8 +149,18 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
   }
 }
 
+// Whether kRows rows read both panels of an item in one tile: bf16 only
+// (its items hold the panels row by row, RowsLinearStrides), where their
+// accumulators fit. fp32 items hold one panel after the other, which tiles
+// of one panel read as one stream.
+template <size_t kRows, class D, typename TW>
+constexpr bool BothPanelsInOneTile() {
+  return std::is_same_v<TW, hwy::bfloat16_t> &&
+         2 * kRows * PanelVectors<D>() <= kTileAccumulators;
+}
+
 // kRows rows of y by the item at `item` of `panels` (1 or 2) panels: both
-// in one tile where their accumulators fit, else panel by panel in tiles of
+// in one tile (BothPanelsInOneTile), else panel by panel in tiles of
 // TileRows.
 template <size_t kRows, class D, typename TW>
 HWY_INLINE void RowsLinearItemT(D d, const float* x, size_t k, const TW* item,
@@ -157,7 +168,7 @@ HWY_INLINE void RowsLinearItemT(D d, const float* x, size_t k, const TW* item,
                                 size_t n, float* y) {
   constexpr bool kPrefetch = PrefetchWeights<kRows, TW>();
   const RowsLinearItemStrides at = RowsLinearStrides<TW>(panels, k);
-  if constexpr (2 * kRows * PanelVectors<D>() <= kTileAccumulators) {
+  if constexpr (BothPanelsInOneTile<kRows, D, TW>()) {
     if (panels == 2) {
       return RowsLinearTile<kRows, 2, kPrefetch>(d, x, k, item, at, bias, j0, n,
                                                  y);
