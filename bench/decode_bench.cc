@@ -189,15 +189,16 @@ BENCHMARK(BM_RecomputePrefix)
 void BM_DecodeKernel(benchmark::State& state) {
   const auto keys = static_cast<size_t>(state.range(0));
   const auto capacity = static_cast<size_t>(state.range(1));
-  const auto kv_heads = static_cast<size_t>(state.range(2));
-  const auto batch = static_cast<size_t>(state.range(3));
-  const bool token_major = state.range(4) != 0;
-  const int threads = static_cast<int>(state.range(5));
+  const auto heads = static_cast<size_t>(state.range(2));
+  const auto kv_heads = static_cast<size_t>(state.range(3));
+  const auto batch = static_cast<size_t>(state.range(4));
+  const bool token_major = state.range(5) != 0;
+  const int threads = static_cast<int>(state.range(6));
   namespace k = attn::kernels;
   k::DecodeParams params;
-  params.num_heads = kHeads;
+  params.num_heads = heads;
   params.num_kv_heads = kv_heads;
-  params.head_dim = kDim / kHeads;
+  params.head_dim = kDim / kHeads;  // 64, GPT-2's and Llama 3.2's
   params.padded_dim = k::DecodePaddedDim(params.head_dim);
   const size_t Dp = params.padded_dim, H = params.num_heads;
   params.key_stride = token_major ? kv_heads * Dp : Dp;
@@ -238,10 +239,12 @@ void BM_DecodeKernel(benchmark::State& state) {
       benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_DecodeKernel)
-    ->ArgNames({"keys", "capacity", "kv_heads", "batch", "token_major",
+    ->ArgNames({"keys", "capacity", "heads", "kv_heads", "batch", "token_major",
                 "threads"})
-    ->ArgsProduct({{4096}, {4096}, {12, 3}, {1, 8}, {1}, {1, 2}})
-    ->ArgsProduct({{160}, {192}, {12}, {8}, {1, 0}, {1, 2}})
+    ->ArgsProduct({{4096}, {4096}, {12}, {12, 3}, {1, 8}, {1}, {1, 2}})
+    ->ArgsProduct({{160}, {192}, {12}, {12}, {8}, {1, 0}, {1, 2}})
+    // Llama 3.2 1B's grouping: 32 query heads on 8 K/V heads.
+    ->ArgsProduct({{4096}, {4096}, {32}, {8}, {1, 8}, {1}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

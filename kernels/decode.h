@@ -93,10 +93,10 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
 // (row, key chunk, block of K/V heads) are spread over num_threads OpenMP
 // threads; an item computes every query head of its K/V heads, so each
 // cached K/V row is read once. A block holds as many K/V heads as have at
-// most 16 query heads (all of GPT-2's 12), fewer where threads would idle,
-// so that in a token-major cache (heads of a key side by side: head_stride
-// = padded_dim) an item reads one stream of keys. Then each (row, head)
-// merges its chunks in order.
+// most 32 query heads (all of GPT-2's 12, all of Llama 3.2 1B's 32), fewer
+// where threads would idle, so that in a token-major cache (heads of a key
+// side by side: head_stride = padded_dim) an item reads one stream of keys.
+// Then each (row, head) merges its chunks in order.
 // `partials`: DecodeNumPartials x DecodePartialFloats(padded_dim) floats,
 // 64-byte aligned. Results are bitwise identical for every num_threads. As the
 // full-sequence core: a NaN or +inf score makes the row NaN, a row whose

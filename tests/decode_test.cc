@@ -216,11 +216,11 @@ void TestBitwiseIdenticalAcrossThreadCounts() {
             1.0f);
   ExpectBitwiseAcrossThreadCounts(wide, "12 heads");
   wide.ExpectMatchesReference("12 heads");
-  // Groups where the split changes which K/V heads share a pass: 20 heads
-  // in groups of 5 (three K/V heads per pass at 1 thread), and one group of
-  // 24 (two passes).
-  for (size_t kv_heads : {size_t{4}, size_t{1}}) {
-    const size_t heads = kv_heads == 4 ? 20 : 24;
+  // Groups where the split changes which K/V heads share a pass: 40 heads
+  // in groups of 5 (six K/V heads per pass at 1 thread), and one group of
+  // 40 (two passes).
+  for (size_t kv_heads : {size_t{8}, size_t{1}}) {
+    const size_t heads = 40;
     Case grouped(rng, heads, /*head_dim=*/24, /*num_seqs=*/2, {300, 40}, -1.0f,
                  1.0f, kv_heads);
     ExpectBitwiseAcrossThreadCounts(grouped, std::to_string(heads) + " heads");
@@ -306,10 +306,10 @@ void TestMatchesFullCausalAttention() {
 
 void TestGroupedQueryMatchesReference() {
   std::mt19937 rng(17);
-  // Groups of 1, 2 and 4, MQA, a group of 24 (two passes of at most
-  // kDecodeMaxHeads heads), and 20 heads in groups of 5 (four K/V heads
+  // Groups of 1, 2 and 4, MQA, a group of 40 (two passes of at most
+  // kDecodeMaxHeads heads), and 40 heads in groups of 5 (eight K/V heads
   // don't fit one pass); ragged rows over chunk boundaries.
-  const size_t shapes[][2] = {{4, 4}, {4, 2}, {8, 2}, {6, 1}, {24, 1}, {20, 4}};
+  const size_t shapes[][2] = {{4, 4}, {4, 2}, {8, 2}, {6, 1}, {40, 1}, {40, 8}};
   for (const auto& shape : shapes) {
     for (bool head_major : {false, true}) {
       Case c(rng, shape[0], /*head_dim=*/24, /*num_seqs=*/2, {1, 600, 257, 33},
