@@ -6,9 +6,11 @@
 // bytes/s counts the weight bytes read: compare it with stream_read.
 //
 //   rows_linear/<dtype>/k:<k>/n:<n>/rows:<r>/threads:<t>   one linear
-//   rows_linear/<dtype>/gpt2-step/rows:<r>/threads:<t>     a decode step's
-//       49: per layer qkv (768 -> 2304), attention out (768 -> 768), MLP up
-//       (768 -> 3072) and down (3072 -> 768), then the head (768 -> 50257)
+//   rows_linear/<dtype>/gpt2-step/prefetch:<p>/rows:<r>/threads:<t>
+//       a decode step's 49: per layer qkv (768 -> 2304), attention out
+//       (768 -> 768), MLP up (768 -> 3072) and down (3072 -> 768), then the
+//       head (768 -> 50257); with either RowsLinearPrefetch (every-tile,
+//       many-fmas), where the single linears take this CPU's
 //
 //   rows_linear_bench --benchmark_repetitions=3 --benchmark_filter=gpt2-step
 #include <benchmark/benchmark.h>
@@ -69,7 +71,8 @@ std::vector<TW> Weights(size_t count) {
 // reads them.
 template <typename TW>
 void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
-                     size_t rows, int threads) {
+                     size_t rows, int threads,
+                     kernels::RowsLinearPrefetch prefetch) {
   size_t max_k = 0, max_n = 0, step_weights = 0, step_packed = 0;
   for (const Linear& l : linears) {
     max_k = std::max(max_k, l.k);
@@ -102,7 +105,7 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
     const TW* wl = w + copy * step_packed;
     for (const Linear& l : linears) {
       kernels::RowsLinear(x.data(), rows, l.k, wl, bias.data(), l.n, y.data(),
-                          threads);
+                          threads, prefetch);
       wl += kernels::RowsLinearPackedSize(l.n, l.k);
     }
     benchmark::DoNotOptimize(y.data());
@@ -130,21 +133,33 @@ void Register(const char* dtype) {
     for (size_t rows : {size_t{1}, size_t{8}}) {
       const std::string suffix = "/rows:" + std::to_string(rows) +
                                  "/threads:" + std::to_string(threads);
-      std::vector<std::pair<std::string, std::vector<Linear>>> cases;
+      struct Case {
+        std::string name;
+        std::vector<Linear> linears;
+        kernels::RowsLinearPrefetch prefetch;
+      };
+      std::vector<Case> cases;
       for (const Linear& l : kGpt2Layer) {
         cases.push_back(
-            {"k:" + std::to_string(l.k) + "/n:" + std::to_string(l.n), {l}});
+            {"k:" + std::to_string(l.k) + "/n:" + std::to_string(l.n),
+             {l},
+             kernels::RowsLinearPrefetchOfThisCpu()});
       }
-      cases.push_back({"k:768/n:50257", {kGpt2Head}});
-      cases.push_back({"gpt2-step", step});
-      for (const auto& [name, linears] : cases) {
+      cases.push_back({"k:768/n:50257",
+                       {kGpt2Head},
+                       kernels::RowsLinearPrefetchOfThisCpu()});
+      cases.push_back({"gpt2-step/prefetch:every-tile", step,
+                       kernels::RowsLinearPrefetch::kEveryTile});
+      cases.push_back({"gpt2-step/prefetch:many-fmas", step,
+                       kernels::RowsLinearPrefetch::kManyFmasPerLine});
+      for (const Case& c : cases) {
         const std::string full =
-            std::string("rows_linear/") + dtype + "/" + name + suffix;
-        benchmark::RegisterBenchmark(
-            full.c_str(),
-            [linears = linears, rows, threads](benchmark::State& st) {
-              RowsLinearBench<TW>(st, linears, rows, threads);
-            })
+            std::string("rows_linear/") + dtype + "/" + c.name + suffix;
+        benchmark::RegisterBenchmark(full.c_str(),
+                                     [c, rows, threads](benchmark::State& st) {
+                                       RowsLinearBench<TW>(st, c.linears, rows,
+                                                           threads, c.prefetch);
+                                     })
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
       }

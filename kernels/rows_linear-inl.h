@@ -40,14 +40,11 @@ HWY_INLINE void PrefetchL2(uintptr_t p) {
 // prefetch, 22-25 and 13 at 8 KiB ahead (bench/RESULTS.md).
 constexpr uintptr_t kPrefetchBytes = 8192;
 
-// Whether the tiles of an item of kRows rows prefetch: only where the
-// item's FMAs per cache line of weights (kRows for fp32, twice that for
-// bf16) are enough to slow the stream, from 6. With fewer, the out-of-order
-// window and the hardware prefetcher keep enough lines in flight and the
-// prefetches only take load slots. Without them a GPT-2 step on Zen 4 ran
-// 4-8% faster at 1 row (f32 and bf16) and 20% slower at 8 (bench/RESULTS.md).
+// Whether the tiles of an item of kRows rows have many FMAs per cache line
+// of weights (kRows for fp32, twice that for bf16): enough to slow the
+// stream below memory's rate unless they prefetch (RowsLinearPrefetch).
 template <size_t kRows, typename TW>
-constexpr bool PrefetchWeights() {
+constexpr bool ManyFmasPerLine() {
   return kRows * sizeof(float) / sizeof(TW) >= 6;
 }
 
@@ -161,12 +158,11 @@ constexpr bool BothPanelsInOneTile() {
 
 // kRows rows of y by the item at `item` of `panels` (1 or 2) panels: both
 // in one tile (BothPanelsInOneTile), else panel by panel in tiles of
-// TileRows.
-template <size_t kRows, class D, typename TW>
+// TileRows; kPrefetch: whether the tiles prefetch.
+template <size_t kRows, bool kPrefetch, class D, typename TW>
 HWY_INLINE void RowsLinearItemT(D d, const float* x, size_t k, const TW* item,
                                 size_t panels, const float* bias, size_t j0,
                                 size_t n, float* y) {
-  constexpr bool kPrefetch = PrefetchWeights<kRows, TW>();
   const RowsLinearItemStrides at = RowsLinearStrides<TW>(panels, k);
   if constexpr (BothPanelsInOneTile<kRows, D, TW>()) {
     if (panels == 2) {
@@ -190,31 +186,45 @@ HWY_INLINE void RowsLinearItemT(D d, const float* x, size_t k, const TW* item,
   }
 }
 
+// As above, prefetching as `prefetch` says for kRows rows.
+template <size_t kRows, class D, typename TW>
+HWY_INLINE void RowsLinearItem(D d, const float* x, size_t k, const TW* item,
+                               size_t panels, const float* bias, size_t j0,
+                               size_t n, float* y,
+                               RowsLinearPrefetch prefetch) {
+  if (ManyFmasPerLine<kRows, TW>() ||
+      prefetch == RowsLinearPrefetch::kEveryTile) {
+    return RowsLinearItemT<kRows, true>(d, x, k, item, panels, bias, j0, n, y);
+  }
+  RowsLinearItemT<kRows, false>(d, x, k, item, panels, bias, j0, n, y);
+}
+
 // Columns [j0, j0 + kRowsLinearColumns) of y, or up to n (j0 a multiple of
 // kRowsLinearColumns), for 1 <= rows <= kRowsLinearMaxRows rows.
 template <class D, typename TW>
 HWY_INLINE void RowsLinearColumns(D d, const float* x, size_t rows, size_t k,
                                   const TW* packed, const float* bias, size_t n,
-                                  size_t j0, float* y) {
+                                  size_t j0, float* y,
+                                  RowsLinearPrefetch prefetch) {
   const TW* item = packed + j0 * k;
   const size_t panels = RowsLinearItemPanels(n, j0);
   switch (rows) {
     case 1:
-      return RowsLinearItemT<1>(d, x, k, item, panels, bias, j0, n, y);
+      return RowsLinearItem<1>(d, x, k, item, panels, bias, j0, n, y, prefetch);
     case 2:
-      return RowsLinearItemT<2>(d, x, k, item, panels, bias, j0, n, y);
+      return RowsLinearItem<2>(d, x, k, item, panels, bias, j0, n, y, prefetch);
     case 3:
-      return RowsLinearItemT<3>(d, x, k, item, panels, bias, j0, n, y);
+      return RowsLinearItem<3>(d, x, k, item, panels, bias, j0, n, y, prefetch);
     case 4:
-      return RowsLinearItemT<4>(d, x, k, item, panels, bias, j0, n, y);
+      return RowsLinearItem<4>(d, x, k, item, panels, bias, j0, n, y, prefetch);
     case 5:
-      return RowsLinearItemT<5>(d, x, k, item, panels, bias, j0, n, y);
+      return RowsLinearItem<5>(d, x, k, item, panels, bias, j0, n, y, prefetch);
     case 6:
-      return RowsLinearItemT<6>(d, x, k, item, panels, bias, j0, n, y);
+      return RowsLinearItem<6>(d, x, k, item, panels, bias, j0, n, y, prefetch);
     case 7:
-      return RowsLinearItemT<7>(d, x, k, item, panels, bias, j0, n, y);
+      return RowsLinearItem<7>(d, x, k, item, panels, bias, j0, n, y, prefetch);
     default:
-      return RowsLinearItemT<8>(d, x, k, item, panels, bias, j0, n, y);
+      return RowsLinearItem<8>(d, x, k, item, panels, bias, j0, n, y, prefetch);
   }
 }
 

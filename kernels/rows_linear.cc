@@ -5,6 +5,10 @@
 
 #include <omp.h>
 
+#if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -23,16 +27,17 @@ namespace attn::kernels::HWY_NAMESPACE {
 // HWY_EXPORT takes no templates: one entry per weight type.
 void RowsLinearColumnsF32(const float* x, size_t rows, size_t k,
                           const float* packed, const float* bias, size_t n,
-                          size_t j0, float* y) {
+                          size_t j0, float* y, RowsLinearPrefetch prefetch) {
   RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, j0,
-                    y);
+                    y, prefetch);
 }
 
 void RowsLinearColumnsBF16(const float* x, size_t rows, size_t k,
                            const hwy::bfloat16_t* packed, const float* bias,
-                           size_t n, size_t j0, float* y) {
+                           size_t n, size_t j0, float* y,
+                           RowsLinearPrefetch prefetch) {
   RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, j0,
-                    y);
+                    y, prefetch);
 }
 
 }  // namespace attn::kernels::HWY_NAMESPACE
@@ -134,10 +139,11 @@ class alignas(64) ItemRange {
 template <typename TW, class ColumnsFn>
 void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
            const TW* packed, const float* bias, size_t n, float* y,
-           int num_threads) {
+           int num_threads, RowsLinearPrefetch prefetch) {
   const size_t items = (n + kRowsLinearColumns - 1) / kRowsLinearColumns;
   const auto run = [&](size_t item) {
-    columns(x, rows, k, packed, bias, n, item * kRowsLinearColumns, y);
+    columns(x, rows, k, packed, bias, n, item * kRowsLinearColumns, y,
+            prefetch);
   };
   const size_t shares =
       num_threads > 1 ? std::min(static_cast<size_t>(num_threads), items) : 1;
@@ -166,7 +172,28 @@ void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
   }
 }
 
+bool IsIntelCpu() {
+#if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
+  unsigned max_leaf, ebx, ecx, edx;
+  if (!__get_cpuid(0, &max_leaf, &ebx, &ecx, &edx)) return false;
+  char vendor[12];
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::memcmp(vendor, "GenuineIntel", sizeof(vendor)) == 0;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
+
+RowsLinearPrefetch RowsLinearPrefetchOfThisCpu() {
+  static const RowsLinearPrefetch prefetch =
+      IsIntelCpu() ? RowsLinearPrefetch::kEveryTile
+                   : RowsLinearPrefetch::kManyFmasPerLine;
+  return prefetch;
+}
 
 size_t RowsLinearPackedSize(size_t n, size_t k) {
   return Panels(n) * kRowsLinearPanel * k;
@@ -183,16 +210,17 @@ void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,
 }
 
 void RowsLinear(const float* x, size_t rows, size_t k, const float* packed,
-                const float* bias, size_t n, float* y, int num_threads) {
+                const float* bias, size_t n, float* y, int num_threads,
+                RowsLinearPrefetch prefetch) {
   Split(HWY_DYNAMIC_DISPATCH(RowsLinearColumnsF32), x, rows, k, packed, bias, n,
-        y, num_threads);
+        y, num_threads, prefetch);
 }
 
 void RowsLinear(const float* x, size_t rows, size_t k,
                 const hwy::bfloat16_t* packed, const float* bias, size_t n,
-                float* y, int num_threads) {
+                float* y, int num_threads, RowsLinearPrefetch prefetch) {
   Split(HWY_DYNAMIC_DISPATCH(RowsLinearColumnsBF16), x, rows, k, packed, bias,
-        n, y, num_threads);
+        n, y, num_threads, prefetch);
 }
 
 }  // namespace attn::kernels
