@@ -37,8 +37,14 @@ HWY_INLINE void PrefetchL2(uintptr_t p) {
 // How far ahead of the panel row being read the tiles prefetch: about the
 // bytes one core reads in one to two memory latencies. A GPT-2 step's
 // weights at 8 rows on Zen 5: 25-29 ms f32 and 20-26 bf16 with no
-// prefetch, 22-25 and 13 at 8 KiB ahead (bench/RESULTS.md).
-constexpr uintptr_t kPrefetchBytes = 8192;
+// prefetch, 22-25 and 13 at 8 KiB ahead. On the Xeon of
+// RowsLinearPrefetch, fp32 at 8 rows streams 13% faster 2 KiB ahead (once
+// the outputs land in one buffer, Split), bf16 30% slower (bench/RESULTS.md).
+template <typename TW>
+constexpr uintptr_t PrefetchBytes(RowsLinearPrefetch prefetch) {
+  return prefetch == RowsLinearPrefetch::kEveryTile && sizeof(TW) == 4 ? 2048
+                                                                       : 8192;
+}
 
 // Whether the tiles of an item of kRows rows have many FMAs per cache line
 // of weights (kRows for fp32, twice that for bf16): enough to slow the
@@ -101,16 +107,17 @@ constexpr size_t TileRows() {
                             kRowsLinearMaxRows);
 }
 
-// kRows rows of y (n apart) from those of x (k apart) by kPanels panels of
-// one item, the first at `panel` with first column j0, placed by `at`: each
-// output is one chain of FMAs over k in order, from zero, then plus its
-// bias. Stores only the columns below n. Two panels give one row four
-// chains to overlap. kPrefetch: whether to prefetch the weights
-// kPrefetchBytes ahead.
-template <size_t kRows, size_t kPanels, bool kPrefetch, class D, typename TW>
+// kRows rows of y (ldy apart) from those of x (k apart) by kPanels panels
+// of one item, the first at `panel`, placed by `at`: each output is one
+// chain of FMAs over k in order, from zero, then plus its bias (bias and y
+// at the tile's first column, bias null for none). Stores only the first
+// `columns`. Two panels give one row four chains to overlap. The tile
+// prefetches the weights kPrefetchBytes ahead, or not at 0.
+template <size_t kRows, size_t kPanels, uintptr_t kPrefetchBytes, class D,
+          typename TW>
 HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
                                RowsLinearItemStrides at, const float* bias,
-                               size_t j0, size_t n, float* y) {
+                               size_t columns, float* y, size_t ldy) {
   using V = hn::Vec<D>;
   constexpr size_t N = hn::MaxLanes(D());
   constexpr size_t kVectors = kPanels * PanelVectors<D>();
@@ -123,7 +130,7 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
     V w[kVectors];
     for (size_t q = 0; q < kPanels; ++q) {
       const TW* row = panel + q * at.panel + i * at.row;
-      if constexpr (kPrefetch) {
+      if constexpr (kPrefetchBytes != 0) {
         const uintptr_t ahead =
             reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
         for (size_t b = 0; b < kRowBytes; b += 64) PrefetchL2(ahead + b);
@@ -137,11 +144,11 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
       }
     }
   }
-  for (size_t v = 0; v < kVectors && j0 + v * N < n; ++v) {
-    const size_t j = j0 + v * N, count = n - j;
-    const V b = bias ? LoadTail(d, bias + j, count) : hn::Zero(d);
+  for (size_t v = 0; v < kVectors && v * N < columns; ++v) {
+    const size_t c = v * N, count = columns - c;
+    const V b = bias ? LoadTail(d, bias + c, count) : hn::Zero(d);
     for (size_t r = 0; r < kRows; ++r) {
-      StoreTail(d, hn::Add(b, acc[r][v]), y + r * n + j, count);
+      StoreTail(d, hn::Add(b, acc[r][v]), y + r * ldy + c, count);
     }
   }
 }
@@ -156,32 +163,33 @@ constexpr bool BothPanelsInOneTile() {
          2 * kRows * PanelVectors<D>() <= kTileAccumulators;
 }
 
-// kRows rows of y by the item at `item` of `panels` (1 or 2) panels: both
-// in one tile (BothPanelsInOneTile), else panel by panel in tiles of
-// TileRows; kPrefetch: whether the tiles prefetch.
-template <size_t kRows, bool kPrefetch, class D, typename TW>
+// kRows rows of y by the item at `item` of `panels` (1 or 2) panels, its
+// first `columns` (bias and y as RowsLinearTile's): both panels in one tile
+// (BothPanelsInOneTile), else panel by panel in tiles of TileRows.
+template <size_t kRows, uintptr_t kPrefetchBytes, class D, typename TW>
 HWY_INLINE void RowsLinearItemT(D d, const float* x, size_t k, const TW* item,
-                                size_t panels, const float* bias, size_t j0,
-                                size_t n, float* y) {
+                                size_t panels, const float* bias,
+                                size_t columns, float* y, size_t ldy) {
   const RowsLinearItemStrides at = RowsLinearStrides<TW>(panels, k);
   if constexpr (BothPanelsInOneTile<kRows, D, TW>()) {
     if (panels == 2) {
-      return RowsLinearTile<kRows, 2, kPrefetch>(d, x, k, item, at, bias, j0, n,
-                                                 y);
+      return RowsLinearTile<kRows, 2, kPrefetchBytes>(d, x, k, item, at, bias,
+                                                      columns, y, ldy);
     }
   }
   constexpr size_t kTile = std::min(kRows, TileRows<D>());
   for (size_t q = 0; q < panels; ++q) {
     const TW* one = item + q * at.panel;
-    const size_t j = j0 + q * kRowsLinearPanel;
+    const size_t c = q * kRowsLinearPanel;
+    const float* bias_q = bias ? bias + c : nullptr;
     size_t r = 0;
     for (; r + kTile <= kRows; r += kTile) {
-      RowsLinearTile<kTile, 1, kPrefetch>(d, x + r * k, k, one, at, bias, j, n,
-                                          y + r * n);
+      RowsLinearTile<kTile, 1, kPrefetchBytes>(
+          d, x + r * k, k, one, at, bias_q, columns - c, y + r * ldy + c, ldy);
     }
     if constexpr (kRows % kTile != 0) {
-      RowsLinearTile<kRows % kTile, 1, kPrefetch>(d, x + r * k, k, one, at,
-                                                  bias, j, n, y + r * n);
+      RowsLinearTile<kRows % kTile, 1, kPrefetchBytes>(
+          d, x + r * k, k, one, at, bias_q, columns - c, y + r * ldy + c, ldy);
     }
   }
 }
@@ -189,42 +197,60 @@ HWY_INLINE void RowsLinearItemT(D d, const float* x, size_t k, const TW* item,
 // As above, prefetching as `prefetch` says for kRows rows.
 template <size_t kRows, class D, typename TW>
 HWY_INLINE void RowsLinearItem(D d, const float* x, size_t k, const TW* item,
-                               size_t panels, const float* bias, size_t j0,
-                               size_t n, float* y,
+                               size_t panels, const float* bias, size_t columns,
+                               float* y, size_t ldy,
                                RowsLinearPrefetch prefetch) {
-  if (ManyFmasPerLine<kRows, TW>() ||
-      prefetch == RowsLinearPrefetch::kEveryTile) {
-    return RowsLinearItemT<kRows, true>(d, x, k, item, panels, bias, j0, n, y);
+  if (prefetch == RowsLinearPrefetch::kEveryTile) {
+    constexpr uintptr_t kBytes =
+        PrefetchBytes<TW>(RowsLinearPrefetch::kEveryTile);
+    return RowsLinearItemT<kRows, kBytes>(d, x, k, item, panels, bias, columns,
+                                          y, ldy);
   }
-  RowsLinearItemT<kRows, false>(d, x, k, item, panels, bias, j0, n, y);
+  constexpr uintptr_t kBytes =
+      ManyFmasPerLine<kRows, TW>()
+          ? PrefetchBytes<TW>(RowsLinearPrefetch::kManyFmasPerLine)
+          : 0;
+  RowsLinearItemT<kRows, kBytes>(d, x, k, item, panels, bias, columns, y, ldy);
 }
 
-// Columns [j0, j0 + kRowsLinearColumns) of y, or up to n (j0 a multiple of
-// kRowsLinearColumns), for 1 <= rows <= kRowsLinearMaxRows rows.
+// The work item of columns [j0, j0 + kRowsLinearColumns), or up to n (j0 a
+// multiple of kRowsLinearColumns), for 1 <= rows <= kRowsLinearMaxRows
+// rows, into y [rows, ldy] from its column 0: y[r * ldy + c] is column
+// j0 + c of row r.
 template <class D, typename TW>
 HWY_INLINE void RowsLinearColumns(D d, const float* x, size_t rows, size_t k,
                                   const TW* packed, const float* bias, size_t n,
-                                  size_t j0, float* y,
+                                  size_t j0, float* y, size_t ldy,
                                   RowsLinearPrefetch prefetch) {
   const TW* item = packed + j0 * k;
   const size_t panels = RowsLinearItemPanels(n, j0);
+  const float* bias_j0 = bias ? bias + j0 : nullptr;
+  const size_t columns = std::min(kRowsLinearColumns, n - j0);
   switch (rows) {
     case 1:
-      return RowsLinearItem<1>(d, x, k, item, panels, bias, j0, n, y, prefetch);
+      return RowsLinearItem<1>(d, x, k, item, panels, bias_j0, columns, y, ldy,
+                               prefetch);
     case 2:
-      return RowsLinearItem<2>(d, x, k, item, panels, bias, j0, n, y, prefetch);
+      return RowsLinearItem<2>(d, x, k, item, panels, bias_j0, columns, y, ldy,
+                               prefetch);
     case 3:
-      return RowsLinearItem<3>(d, x, k, item, panels, bias, j0, n, y, prefetch);
+      return RowsLinearItem<3>(d, x, k, item, panels, bias_j0, columns, y, ldy,
+                               prefetch);
     case 4:
-      return RowsLinearItem<4>(d, x, k, item, panels, bias, j0, n, y, prefetch);
+      return RowsLinearItem<4>(d, x, k, item, panels, bias_j0, columns, y, ldy,
+                               prefetch);
     case 5:
-      return RowsLinearItem<5>(d, x, k, item, panels, bias, j0, n, y, prefetch);
+      return RowsLinearItem<5>(d, x, k, item, panels, bias_j0, columns, y, ldy,
+                               prefetch);
     case 6:
-      return RowsLinearItem<6>(d, x, k, item, panels, bias, j0, n, y, prefetch);
+      return RowsLinearItem<6>(d, x, k, item, panels, bias_j0, columns, y, ldy,
+                               prefetch);
     case 7:
-      return RowsLinearItem<7>(d, x, k, item, panels, bias, j0, n, y, prefetch);
+      return RowsLinearItem<7>(d, x, k, item, panels, bias_j0, columns, y, ldy,
+                               prefetch);
     default:
-      return RowsLinearItem<8>(d, x, k, item, panels, bias, j0, n, y, prefetch);
+      return RowsLinearItem<8>(d, x, k, item, panels, bias_j0, columns, y, ldy,
+                               prefetch);
   }
 }
 

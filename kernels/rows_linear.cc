@@ -27,17 +27,18 @@ namespace attn::kernels::HWY_NAMESPACE {
 // HWY_EXPORT takes no templates: one entry per weight type.
 void RowsLinearColumnsF32(const float* x, size_t rows, size_t k,
                           const float* packed, const float* bias, size_t n,
-                          size_t j0, float* y, RowsLinearPrefetch prefetch) {
+                          size_t j0, float* y, size_t ldy,
+                          RowsLinearPrefetch prefetch) {
   RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, j0,
-                    y, prefetch);
+                    y, ldy, prefetch);
 }
 
 void RowsLinearColumnsBF16(const float* x, size_t rows, size_t k,
                            const hwy::bfloat16_t* packed, const float* bias,
-                           size_t n, size_t j0, float* y,
+                           size_t n, size_t j0, float* y, size_t ldy,
                            RowsLinearPrefetch prefetch) {
   RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, j0,
-                    y, prefetch);
+                    y, ldy, prefetch);
 }
 
 }  // namespace attn::kernels::HWY_NAMESPACE
@@ -102,28 +103,37 @@ void Pack(const T* w, size_t n, size_t k, T* packed, int num_threads) {
 }
 
 // Items [front, back) of one thread's share, both in one word so that one
-// compare-and-swap takes an item from either end; a cache line each, so
-// that owners taking items do not contend for one line.
+// compare-and-swap takes items from either end; a cache line each, so that
+// owners taking items do not contend for one line.
 class alignas(64) ItemRange {
  public:
   void Reset(uint32_t front, uint32_t back) {
     span_.store(uint64_t{front} << 32 | back, std::memory_order_relaxed);
   }
-  // The first item left (the owner's) or the last (another thread's, once
-  // done with its own share); false when none is left.
-  bool TakeFront(uint32_t* item) { return Take(true, item); }
-  bool TakeBack(uint32_t* item) { return Take(false, item); }
+  // Up to `most` items from the front (the owner's) or the last one (another
+  // thread's, once done with its own share): [*first, *first + *count);
+  // false when none is left.
+  bool TakeFront(uint32_t most, uint32_t* first, uint32_t* count) {
+    return Take(true, most, first, count);
+  }
+  bool TakeBack(uint32_t* item) {
+    uint32_t count;
+    return Take(false, 1, item, &count);
+  }
 
  private:
-  bool Take(bool front_end, uint32_t* item) {
+  bool Take(bool front_end, uint32_t most, uint32_t* first, uint32_t* count) {
     uint64_t span = span_.load(std::memory_order_relaxed);
     for (;;) {
       const auto front = static_cast<uint32_t>(span >> 32);
       const auto back = static_cast<uint32_t>(span);
       if (front >= back) return false;
-      const uint64_t rest = front_end ? span + (uint64_t{1} << 32) : span - 1;
+      const uint32_t taken = std::min(most, back - front);
+      const uint64_t rest =
+          front_end ? span + (uint64_t{taken} << 32) : span - taken;
       if (span_.compare_exchange_weak(span, rest, std::memory_order_relaxed)) {
-        *item = front_end ? front : back - 1;
+        *first = front_end ? front : back - taken;
+        *count = taken;
         return true;
       }
     }
@@ -131,27 +141,57 @@ class alignas(64) ItemRange {
   std::atomic<uint64_t> span_{0};
 };
 
+// The most items whose outputs land in one buffer on the stack before one
+// copy spreads them over y's rows. Tiles storing straight into y touch a
+// page per row for every panel: on the Xeon of RowsLinearPrefetch, 8 rows
+// then streamed their weights 20% slower (the L2 prefetcher's streams lose
+// track of the weights), and as fast as one row with the stores in one
+// buffer (bench/RESULTS.md). 8 items of 8 rows: 16 KiB.
+constexpr size_t kGroupItems = 8;
+
+// Items [first, first + count) of y [rows, n] through one buffer.
+template <typename TW, class ColumnsFn>
+void RunGroup(ColumnsFn columns, const float* x, size_t rows, size_t k,
+              const TW* packed, const float* bias, size_t n, float* y,
+              RowsLinearPrefetch prefetch, size_t first, size_t count) {
+  HWY_ALIGN float buffer[kGroupItems * kRowsLinearColumns * kRowsLinearMaxRows];
+  const size_t ldb = count * kRowsLinearColumns;
+  const size_t j0 = first * kRowsLinearColumns;
+  for (size_t i = 0; i < count; ++i) {
+    columns(x, rows, k, packed, bias, n, j0 + i * kRowsLinearColumns,
+            buffer + i * kRowsLinearColumns, ldb, prefetch);
+  }
+  const size_t width = std::min(n, j0 + ldb) - j0;
+  for (size_t r = 0; r < rows; ++r) {
+    std::memcpy(y + r * n + j0, buffer + r * ldb, width * sizeof(float));
+  }
+}
+
 // Work items of kRowsLinearColumns in one contiguous share per thread, which
-// its owner reads front to back as one stream of panels; a thread done with
-// its share takes items from the backs of the others'. A core the host
-// slows keeps the others waiting at the barrier for one item at most, and
+// its owner reads front to back as one stream of panels, in groups of up to
+// a quarter of its share (kGroupItems at most); a thread done with its share
+// takes items one by one from the backs of the others'. A core the host
+// slows keeps the others waiting at the barrier for one group at most, and
 // which thread computes a column never changes its bits.
 template <typename TW, class ColumnsFn>
 void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
            const TW* packed, const float* bias, size_t n, float* y,
            int num_threads, RowsLinearPrefetch prefetch) {
   const size_t items = (n + kRowsLinearColumns - 1) / kRowsLinearColumns;
-  const auto run = [&](size_t item) {
-    columns(x, rows, k, packed, bias, n, item * kRowsLinearColumns, y,
-            prefetch);
+  const auto run = [&](size_t first, size_t count) {
+    RunGroup(columns, x, rows, k, packed, bias, n, y, prefetch, first, count);
   };
   const size_t shares =
       num_threads > 1 ? std::min(static_cast<size_t>(num_threads), items) : 1;
   if (shares <= 1) {
-    for (size_t item = 0; item < items; ++item) run(item);
+    for (size_t first = 0; first < items; first += kGroupItems) {
+      run(first, std::min(kGroupItems, items - first));
+    }
     return;
   }
   HWY_DASSERT(items <= UINT32_MAX);
+  const auto group = static_cast<uint32_t>(
+      std::clamp<size_t>(items / shares / 4, 1, kGroupItems));
   std::unique_ptr<ItemRange[]> ranges(new ItemRange[shares]);
   for (size_t t = 0; t < shares; ++t) {
     ranges[t].Reset(static_cast<uint32_t>(items * t / shares),
@@ -163,11 +203,11 @@ void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
     // A team smaller than asked leaves shares without an owner: the
     // others take them from the back.
     const auto self = static_cast<size_t>(omp_get_thread_num());
-    uint32_t item;
-    while (ranges[self].TakeFront(&item)) run(item);
+    uint32_t first, count;
+    while (ranges[self].TakeFront(group, &first, &count)) run(first, count);
     for (size_t i = 1; i < shares; ++i) {
       ItemRange& other = ranges[(self + i) % shares];
-      while (other.TakeBack(&item)) run(item);
+      while (other.TakeBack(&first)) run(first, 1);
     }
   }
 }

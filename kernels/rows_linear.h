@@ -86,9 +86,10 @@ enum class RowsLinearPrefetch {
   // lines in flight without help, and a GPT-2 step on Zen 4 ran 4-8%
   // faster at 1 row without the prefetches.
   kManyFmasPerLine,
-  // Every tile. On a Xeon with AVX-512 and AMX (lscpu family 6 model 167),
-  // a GPT-2 step's weights at 1 row on one thread read 15% faster (fp32)
-  // and 8% faster (bf16) with them (bench/RESULTS.md).
+  // Every tile, fp32 2 KiB ahead (bf16 8 KiB). On a Xeon with AVX-512 and
+  // AMX (lscpu family 6 model 167), a GPT-2 step's weights on one thread
+  // read 15% faster at 1 row (fp32; bf16 2-8%), and fp32 13% faster at 8
+  // rows 2 KiB ahead than 8 KiB (bench/RESULTS.md).
   kEveryTile,
 };
 
