@@ -1,6 +1,7 @@
 // Dynamic dispatch and the OpenMP split of RowsLinear (two panels per work
-// item, one HWY_DYNAMIC_DISPATCH each, for f32 and bf16 weights), and the
-// packing of its weights.
+// item, one HWY_DYNAMIC_DISPATCH each, for f32 and bf16 weights; items in
+// groups through a stack buffer), the CPU's prefetch choice, and the packing
+// of its weights.
 #include "kernels/rows_linear.h"
 
 #include <omp.h>
