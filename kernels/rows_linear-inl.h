@@ -39,7 +39,8 @@ HWY_INLINE void PrefetchL2(uintptr_t p) {
 // weights at 8 rows on Zen 5: 25-29 ms f32 and 20-26 bf16 with no
 // prefetch, 22-25 and 13 at 8 KiB ahead. On the Xeon of
 // RowsLinearPrefetch, fp32 at 8 rows streams 13% faster 2 KiB ahead (once
-// the outputs land in one buffer, Split), bf16 30% slower (bench/RESULTS.md).
+// the outputs land in one buffer, RunGroup), bf16 30% slower
+// (bench/RESULTS.md).
 template <typename TW>
 constexpr uintptr_t PrefetchBytes(RowsLinearPrefetch prefetch) {
   return prefetch == RowsLinearPrefetch::kEveryTile && sizeof(TW) == 4 ? 2048

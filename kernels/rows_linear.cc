@@ -145,9 +145,9 @@ class alignas(64) ItemRange {
 // The most items whose outputs land in one buffer on the stack before one
 // copy spreads them over y's rows. Tiles storing straight into y touch a
 // page per row for every panel: on the Xeon of RowsLinearPrefetch, 8 rows
-// then streamed their weights 20% slower (the L2 prefetcher's streams lose
-// track of the weights), and as fast as one row with the stores in one
-// buffer (bench/RESULTS.md). 8 items of 8 rows: 16 KiB.
+// then streamed their weights 13-15% slower than through the buffer (the
+// L2 prefetcher's streams seem to lose track of the weights;
+// bench/RESULTS.md). 8 items of 8 rows: 16 KiB.
 constexpr size_t kGroupItems = 8;
 
 // Items [first, first + count) of y [rows, n] through one buffer.
@@ -155,6 +155,7 @@ template <typename TW, class ColumnsFn>
 void RunGroup(ColumnsFn columns, const float* x, size_t rows, size_t k,
               const TW* packed, const float* bias, size_t n, float* y,
               RowsLinearPrefetch prefetch, size_t first, size_t count) {
+  HWY_DASSERT(rows >= 1 && rows <= kRowsLinearMaxRows && count <= kGroupItems);
   HWY_ALIGN float buffer[kGroupItems * kRowsLinearColumns * kRowsLinearMaxRows];
   const size_t ldb = count * kRowsLinearColumns;
   const size_t j0 = first * kRowsLinearColumns;
@@ -169,8 +170,8 @@ void RunGroup(ColumnsFn columns, const float* x, size_t rows, size_t k,
 }
 
 // Work items of kRowsLinearColumns in one contiguous share per thread, which
-// its owner reads front to back as one stream of panels, in groups of up to
-// a quarter of its share (kGroupItems at most); a thread done with its share
+// its owner reads front to back as one stream of panels, in groups of a
+// quarter of an average share (1 to kGroupItems); a thread done with its share
 // takes items one by one from the backs of the others'. A core the host
 // slows keeps the others waiting at the barrier for one group at most, and
 // which thread computes a column never changes its bits.
