@@ -9,8 +9,8 @@
 //   rows_linear/<dtype>/gpt2-step/prefetch:<p>/rows:<r>/threads:<t>
 //       a decode step's 49: per layer qkv (768 -> 2304), attention out
 //       (768 -> 768), MLP up (768 -> 3072) and down (3072 -> 768), then the
-//       head (768 -> 50257); with either RowsLinearPrefetch (every-tile,
-//       many-fmas), where the single linears take this CPU's
+//       head (768 -> 50257); once with each RowsLinearPrefetch choice
+//       (every-tile, many-fmas). The single linears use this CPU's choice.
 //
 //   rows_linear_bench --benchmark_repetitions=3 --benchmark_filter=gpt2-step
 #include <benchmark/benchmark.h>
