@@ -13,12 +13,14 @@
 //                   kv_heads K/V heads (12: plain MHA; 3: groups of 4), each
 //                   row at `keys` keys of a cache of `capacity`, token major
 //                   as the engine's ([B, capacity, Hkv, Dp]) or head major
-//                   ([B, Hkv, capacity, Dp]), at 1 and 2 threads; bytes =
-//                   K/V read. Small caches are repeated to about 128 MiB and
-//                   taken in turn, as a model's layers are, so that calls
-//                   read from memory: keys 160 of capacity 192 at batch 8 is
-//                   a GPT-2 `attn bench --model` step (128-token prompts, 64
-//                   steps).
+//                   ([B, Hkv, capacity, Dp]), at 1 and 2 threads, with this
+//                   CPU's DecodePrefetch (prefetch 2) or each choice (0 none,
+//                   1 keys ahead); bytes = K/V read. Small caches are
+//                   repeated to about 1 GiB and taken in turn, as a model's
+//                   layers are, so that calls read from memory (a Xeon of
+//                   bench/RESULTS.md has 480 MiB of L3): keys 160 of
+//                   capacity 192 at batch 8 is a GPT-2 `attn bench --model`
+//                   step (128-token prompts, 64 steps).
 // Model: d_in = d_out = 768, 12 heads (gpt2). Run with OMP_PROC_BIND=close
 // for stable numbers (README "Threads").
 #include <benchmark/benchmark.h>
@@ -195,6 +197,10 @@ void BM_DecodeKernel(benchmark::State& state) {
   const bool token_major = state.range(5) != 0;
   const int threads = static_cast<int>(state.range(6));
   namespace k = attn::kernels;
+  const k::DecodePrefetch prefetch =
+      state.range(7) == 2   ? k::DecodePrefetchOfThisCpu()
+      : state.range(7) == 1 ? k::DecodePrefetch::kKeysAhead
+                            : k::DecodePrefetch::kNone;
   k::DecodeParams params;
   params.num_heads = heads;
   params.num_kv_heads = kv_heads;
@@ -207,7 +213,7 @@ void BM_DecodeKernel(benchmark::State& state) {
   const size_t sequence = kv_heads * capacity * Dp;  // floats of K (or V)
   const size_t cache = batch * sequence;
   const size_t copies =
-      std::max<size_t>(1, (size_t{128} << 20) / (2 * cache * sizeof(float)));
+      std::max<size_t>(1, (size_t{1} << 30) / (2 * cache * sizeof(float)));
   const Floats kc = AllocateTouched(copies * cache, 0.01f);
   const Floats vc = AllocateTouched(copies * cache, 0.02f);
   const Floats q = AllocateTouched(batch * H * Dp, 0.03f);
@@ -230,7 +236,8 @@ void BM_DecodeKernel(benchmark::State& state) {
       rows[r].v = vc.get() + copy * cache + r * sequence;
     }
     copy = (copy + 1) % copies;
-    k::DecodeAttention(params, rows.data(), batch, partials.get(), threads);
+    k::DecodeAttention(params, rows.data(), batch, partials.get(), threads,
+                       prefetch);
     benchmark::ClobberMemory();
   }
   state.counters["kv_bytes/s"] = benchmark::Counter(
@@ -240,11 +247,11 @@ void BM_DecodeKernel(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeKernel)
     ->ArgNames({"keys", "capacity", "heads", "kv_heads", "batch", "token_major",
-                "threads"})
-    ->ArgsProduct({{4096}, {4096}, {12}, {12, 3}, {1, 8}, {1}, {1, 2}})
-    ->ArgsProduct({{160}, {192}, {12}, {12}, {8}, {1, 0}, {1, 2}})
+                "threads", "prefetch"})
+    ->ArgsProduct({{4096}, {4096}, {12}, {12, 3}, {1, 8}, {1}, {1, 2}, {2}})
+    ->ArgsProduct({{160}, {192}, {12}, {12}, {8}, {1, 0}, {1, 2}, {0, 1}})
     // Llama 3.2 1B's grouping: 32 query heads on 8 K/V heads.
-    ->ArgsProduct({{4096}, {4096}, {32}, {8}, {1, 8}, {1}, {1, 2}})
+    ->ArgsProduct({{4096}, {4096}, {32}, {8}, {1, 8}, {1}, {1, 2}, {2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "hwy/highway.h"
+#include "kernels/cpu.h"
 #include "kernels/decode.h"
 #include "kernels/exp-inl.h"
 #include "kernels/softmax-inl.h"
@@ -47,19 +48,36 @@ struct DecodeHeads {
   size_t kv_offset[kDecodeMaxHeads];
 };
 
+// Hints that the rows `heads` reads of the key at `key` (k or v) will be
+// read soon: each of its K/V heads once.
+HWY_INLINE void DecodePrefetchKey(const DecodeParams& params,
+                                  const DecodeHeads& heads, const float* key) {
+  for (size_t i = 0; i < heads.count; ++i) {
+    if (i != 0 && heads.kv_offset[i] == heads.kv_offset[i - 1]) continue;
+    const float* row = key + heads.kv_offset[i];
+    for (size_t x = 0; x < params.padded_dim; x += kDecodeAlign) {
+      PrefetchL2(row + x);
+    }
+  }
+}
+
 // scores[i][j] = q_i . k_j for the heads and keys [0, n) of a chunk, key by
-// key, so that a token-major cache is read front to back as one stream,
-// which the hardware prefetchers follow (software prefetch only slowed it,
-// bench/RESULTS.md "token-major KV cache"); query heads sharing a K/V head
-// find its row in L1.
+// key, so that a token-major cache is read front to back as one stream;
+// query heads sharing a K/V head find its row in L1. Prefetches
+// `prefetch_keys` keys ahead (0: none).
 template <class D>
 HWY_INLINE void DecodePassScoresT(D d, const DecodeParams& params,
                                   const DecodeHeads& heads,
                                   const float* HWY_RESTRICT k, size_t n,
+                                  size_t prefetch_keys,
                                   float (*scores)[kDecodeChunk]) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d), dims = params.padded_dim;
   for (size_t j = 0; j < n; ++j) {
+    if (prefetch_keys != 0 && j + prefetch_keys < n) {
+      DecodePrefetchKey(params, heads,
+                        k + (j + prefetch_keys) * params.key_stride);
+    }
     for (size_t i = 0; i < heads.count; ++i) {
       const float* q = heads.q + i * dims;
       const float* kj = k + j * params.key_stride + heads.kv_offset[i];
@@ -79,6 +97,7 @@ template <class D>
 HWY_INLINE void DecodePassValuesT(D d, const DecodeParams& params,
                                   const DecodeHeads& heads,
                                   const float* HWY_RESTRICT v, size_t n,
+                                  size_t prefetch_keys,
                                   const float (*p)[kDecodeChunk],
                                   const bool* live) {
   using V = hn::Vec<D>;
@@ -88,6 +107,10 @@ HWY_INLINE void DecodePassValuesT(D d, const DecodeParams& params,
                 dims * sizeof(float));
   }
   for (size_t j = 0; j < n; ++j) {
+    if (prefetch_keys != 0 && j + prefetch_keys < n) {
+      DecodePrefetchKey(params, heads,
+                        v + (j + prefetch_keys) * params.key_stride);
+    }
     for (size_t i = 0; i < heads.count; ++i) {
       if (!live[i]) continue;
       float* HWY_RESTRICT o =
@@ -144,15 +167,16 @@ template <class D>
 HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
                             const DecodeHeads& heads,
                             const float* HWY_RESTRICT k,
-                            const float* HWY_RESTRICT v, size_t n) {
+                            const float* HWY_RESTRICT v, size_t n,
+                            size_t prefetch_keys) {
   HWY_ALIGN float scores[kDecodeMaxHeads][kDecodeChunk];
-  DecodePassScoresT(d, params, heads, k, n, scores);
+  DecodePassScoresT(d, params, heads, k, n, prefetch_keys, scores);
   bool live[kDecodeMaxHeads];
   for (size_t i = 0; i < heads.count; ++i) {
     live[i] = DecodeChunkSoftmaxT(d, params, scores[i], n,
                                   heads.partial + i * heads.partial_stride);
   }
-  DecodePassValuesT(d, params, heads, v, n, scores, live);
+  DecodePassValuesT(d, params, heads, v, n, prefetch_keys, scores, live);
 }
 
 // Merges `chunks` partials (consecutive, `partial_floats` apart) in order
@@ -244,7 +268,8 @@ HWY_INLINE const DecodeRow* DecodeRowOf(const DecodeParams& params,
 template <class D>
 HWY_INLINE void DecodeItemT(D d, const DecodeParams& params,
                             const DecodeSplit& split, const DecodeRow* rows,
-                            size_t num_rows, size_t item, float* partials) {
+                            size_t num_rows, size_t item, size_t prefetch_keys,
+                            float* partials) {
   const size_t H = params.num_heads, group = DecodeGroup(params);
   const size_t partial_floats = DecodePartialFloats(params.padded_dim);
   const DecodeRow* row = DecodeRowOf(params, split, rows, num_rows, item);
@@ -269,15 +294,17 @@ HWY_INLINE void DecodeItemT(D d, const DecodeParams& params,
         partials + (row->first_partial + h * chunks + c) * partial_floats;
     heads.partial_stride = chunks * partial_floats;
     DecodePassT(d, params, heads, row->k + j0 * params.key_stride,
-                row->v + j0 * params.key_stride, n);
+                row->v + j0 * params.key_stride, n, prefetch_keys);
   }
 }
 
 // The whole kernel (see DecodeAttention in decode.h).
 inline void DecodeAttentionT(const DecodeParams& params, const DecodeRow* rows,
-                             size_t num_rows, float* partials,
-                             int num_threads) {
+                             size_t num_rows, float* partials, int num_threads,
+                             DecodePrefetch prefetch) {
   if (num_rows == 0) return;
+  const size_t prefetch_keys =
+      prefetch == DecodePrefetch::kKeysAhead ? kDecodePrefetchKeys : 0;
   const size_t H = params.num_heads;
   const size_t partial_floats = DecodePartialFloats(params.padded_dim);
   const size_t all_chunks = DecodeNumPartials(params, rows, num_rows) / H;
@@ -292,7 +319,7 @@ inline void DecodeAttentionT(const DecodeParams& params, const DecodeRow* rows,
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       DecodeItemT(d, params, split, rows, num_rows, static_cast<size_t>(item),
-                  partials);
+                  prefetch_keys, partials);
     }
     // Phase 2 (after the implicit barrier): merge each (row, head) in order.
 #pragma omp for schedule(static)

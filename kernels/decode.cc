@@ -10,14 +10,16 @@
 #define HWY_TARGET_INCLUDE "kernels/decode.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/cpu.h"
 #include "kernels/decode-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 
 void DecodeAttentionF32(const DecodeParams& params, const DecodeRow* rows,
-                        size_t num_rows, float* partials, int num_threads) {
-  DecodeAttentionT(params, rows, num_rows, partials, num_threads);
+                        size_t num_rows, float* partials, int num_threads,
+                        DecodePrefetch prefetch) {
+  DecodeAttentionT(params, rows, num_rows, partials, num_threads, prefetch);
 }
 
 }  // namespace attn::kernels::HWY_NAMESPACE
@@ -28,10 +30,17 @@ namespace attn::kernels {
 
 HWY_EXPORT(DecodeAttentionF32);
 
+DecodePrefetch DecodePrefetchOfThisCpu() {
+  static const DecodePrefetch prefetch =
+      IsIntelCpu() ? DecodePrefetch::kKeysAhead : DecodePrefetch::kNone;
+  return prefetch;
+}
+
 void DecodeAttention(const DecodeParams& params, const DecodeRow* rows,
-                     size_t num_rows, float* partials, int num_threads) {
+                     size_t num_rows, float* partials, int num_threads,
+                     DecodePrefetch prefetch) {
   HWY_DYNAMIC_DISPATCH(DecodeAttentionF32)
-  (params, rows, num_rows, partials, num_threads);
+  (params, rows, num_rows, partials, num_threads, prefetch);
 }
 
 void DecodeAppend(const DecodeParams& params, const float* qkv,

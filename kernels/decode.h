@@ -88,6 +88,24 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
   return last.first_partial + DecodeRowPartials(params, last.num_keys);
 }
 
+// Whether the decode attention prefetches the K/V rows it will read a few
+// keys ahead. Neither choice changes a bit of the result.
+enum class DecodePrefetch {
+  // None: the hardware prefetchers follow a token-major cache's stream, and
+  // on Zen 4 a software prefetch only slowed it (bench/RESULTS.md
+  // "token-major KV cache").
+  kNone,
+  // While key j is read, key j + kDecodePrefetchKeys's rows into L2. On a
+  // Xeon with AVX-512 and AMX (lscpu family 6 model 167), GPT-2's decode
+  // attention read from memory ran 7-10% faster, and a batch-8 GPT-2 step
+  // 2-3% (bench/RESULTS.md).
+  kKeysAhead,
+};
+constexpr size_t kDecodePrefetchKeys = 4;
+
+// This CPU's choice: kKeysAhead on Intel's, else kNone.
+DecodePrefetch DecodePrefetchOfThisCpu();
+
 // For every row and head: ctx = softmax(scale * q.k_j) . v over the visible
 // keys j in [DecodeFirstKey, num_keys) of the head's K/V head. Work items
 // (row, key chunk, block of K/V heads) are spread over num_threads OpenMP
@@ -102,7 +120,8 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
 // full-sequence core: a NaN or +inf score makes the row NaN, a row whose
 // scores are all -inf becomes zeros; NaN or Inf in v propagates.
 void DecodeAttention(const DecodeParams& params, const DecodeRow* rows,
-                     size_t num_rows, float* partials, int num_threads);
+                     size_t num_rows, float* partials, int num_threads,
+                     DecodePrefetch prefetch = DecodePrefetchOfThisCpu());
 
 // Appends new tokens to a KV cache: for row r, qkv + r * (H + 2 Hkv) * D
 // holds its q [H, D], k [Hkv, D] and v [Hkv, D] (heads merged, the fused

@@ -15,24 +15,14 @@
 #include <type_traits>
 
 #include "hwy/base.h"
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "kernels/cpu.h"
 #include "kernels/rows_linear.h"
 #include "kernels/tail-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// Hints that the cache line at p (which may lie past the weights: only an
-// address, never read) will be read soon, into L2.
-HWY_INLINE void PrefetchL2(uintptr_t p) {
-#if HWY_COMPILER_GCC || HWY_COMPILER_CLANG
-  __builtin_prefetch(reinterpret_cast<const void*>(p), 0, 1);  // prefetcht2
-#else
-  hwy::Prefetch(reinterpret_cast<const void*>(p));
-#endif
-}
 
 // How far ahead of the panel row being read the tiles prefetch: about the
 // bytes one core reads in one to two memory latencies. A GPT-2 step's
@@ -134,7 +124,9 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
       if constexpr (kPrefetchBytes != 0) {
         const uintptr_t ahead =
             reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
-        for (size_t b = 0; b < kRowBytes; b += 64) PrefetchL2(ahead + b);
+        for (size_t b = 0; b < kRowBytes; b += 64) {
+          PrefetchL2(reinterpret_cast<const void*>(ahead + b));
+        }
       }
       LoadPanelRow(d, row, w + q * PanelVectors<D>());
     }

@@ -6,10 +6,6 @@
 
 #include <omp.h>
 
-#if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
-#include <cpuid.h>
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -20,6 +16,7 @@
 #define HWY_TARGET_INCLUDE "kernels/rows_linear.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/cpu.h"
 #include "kernels/rows_linear-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -212,20 +209,6 @@ void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
       while (other.TakeBack(&first)) run(first, 1);
     }
   }
-}
-
-bool IsIntelCpu() {
-#if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
-  unsigned max_leaf, ebx, ecx, edx;
-  if (!__get_cpuid(0, &max_leaf, &ebx, &ecx, &edx)) return false;
-  char vendor[12];
-  std::memcpy(vendor, &ebx, 4);
-  std::memcpy(vendor + 4, &edx, 4);
-  std::memcpy(vendor + 8, &ecx, 4);
-  return std::memcmp(vendor, "GenuineIntel", sizeof(vendor)) == 0;
-#else
-  return false;
-#endif
 }
 
 }  // namespace

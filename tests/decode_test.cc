@@ -102,10 +102,10 @@ struct Case {
   }
 
   // Partials start NaN: a slot the kernel reads before writing shows.
-  void Run(int threads) {
+  void Run(int threads, DecodePrefetch prefetch = DecodePrefetchOfThisCpu()) {
     std::fill(partials.begin(), partials.end(), NAN);
     DecodeAttentionT(params, rows.data(), rows.size(), AlignedPartials(),
-                     threads);
+                     threads, prefetch);
   }
 
   // Scalar double reference: softmax(scale * q.k_j) . v over the row's
@@ -296,7 +296,8 @@ void TestMatchesFullCausalAttention() {
   }
   hwy::AlignedFreeUniquePtr<float[]> partials =
       hwy::AllocateAligned<float>(first * DecodePartialFloats(Dp));
-  DecodeAttentionT(params, rows.data(), rows.size(), partials.get(), 2);
+  DecodeAttentionT(params, rows.data(), rows.size(), partials.get(), 2,
+                   DecodePrefetchOfThisCpu());
   const std::vector<double> expected =
       reference::CausalAttention(qkv.data(), B, T, H, D);
   test::ExpectAllClose(expected, ctx.data(),
@@ -368,6 +369,30 @@ void TestGroupingChangesNoBit() {
   }
 }
 
+void TestPrefetchChangesNoBit() {
+  // Rows shorter than the prefetch distance, over chunk boundaries, grouped
+  // and not, in either cache layout.
+  std::mt19937 rng(31);
+  const size_t shapes[][2] = {{12, 12}, {8, 2}, {40, 8}};
+  for (const auto& shape : shapes) {
+    for (bool head_major : {false, true}) {
+      Case c(rng, shape[0], /*head_dim=*/24, /*num_seqs=*/2,
+             {1, kDecodePrefetchKeys, 600, 257}, -2.0f, 2.0f, shape[1]);
+      if (head_major) c.UseHeadMajor();
+      const std::string what = "H " + std::to_string(shape[0]) + " Hkv " +
+                               std::to_string(shape[1]) +
+                               (head_major ? " head major" : "");
+      c.Run(2, DecodePrefetch::kNone);
+      const std::vector<float> plain = c.ctx;
+      c.Run(2, DecodePrefetch::kKeysAhead);
+      EXPECT_EQ(0, std::memcmp(plain.data(), c.ctx.data(),
+                               plain.size() * sizeof(float)))
+          << what;
+      c.ExpectMatchesReference(what);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -386,6 +411,7 @@ HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupedQueryMatchesReference);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestSlidingWindowMatchesReference);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupedWindowedBitwiseAcrossThreadCounts);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupingChangesNoBit);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestPrefetchChangesNoBit);
 
 // DecodeAppend against plain element loops: 40 rows (threaded) of 2
 // sequences into a token-major cache [2, cap, Hkv, Dp] with head_dim 5
