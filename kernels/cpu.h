@@ -4,6 +4,7 @@
 #define ATTN_KERNELS_CPU_H_
 
 #include "hwy/base.h"
+#include "hwy/cache_control.h"
 
 namespace attn::kernels {
 
@@ -17,10 +18,10 @@ bool IsIntelCpu();
 // Highway targets' code (their target attributes differ), and a call per
 // cache line made RowsLinear's 1-row GPT-2 step 25% slower.
 HWY_INLINE void PrefetchL2(const void* p) {
-#if defined(__GNUC__) || defined(__clang__)
+#if HWY_COMPILER_GCC || HWY_COMPILER_CLANG
   __builtin_prefetch(p, 0, 1);  // prefetcht2 on x86
 #else
-  (void)p;
+  hwy::Prefetch(p);
 #endif
 }
 

@@ -92,7 +92,7 @@ HWY_INLINE void DecodePassScoresT(D d, const DecodeParams& params,
 
 // o_i = sum_j p_i[j] v_j over keys [0, n), key by key as the scores, for
 // the heads with live[i] (zero for the others). Each o_i, padded_dim floats,
-// stays in L1 between keys.
+// stays in L1 between keys. Prefetches as the scores.
 template <class D>
 HWY_INLINE void DecodePassValuesT(D d, const DecodeParams& params,
                                   const DecodeHeads& heads,
@@ -160,9 +160,10 @@ HWY_INLINE bool DecodeChunkSoftmaxT(D d, const DecodeParams& params,
 }
 
 // One pass: keys [0, n) of a chunk (n <= kDecodeChunk) for `heads`; k and
-// v point at the chunk's first key of K/V head 0. Writes each head's
-// partial = {m, l, ..., o}: m the max raw score, l = sum_j exp(scale (s_j -
-// m)), o = sum_j exp(scale (s_j - m)) v_j.
+// v point at the chunk's first key of K/V head 0; both passes prefetch
+// `prefetch_keys` keys ahead (0: none). Writes each head's partial = {m, l,
+// ..., o}: m the max raw score, l = sum_j exp(scale (s_j - m)), o = sum_j
+// exp(scale (s_j - m)) v_j.
 template <class D>
 HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
                             const DecodeHeads& heads,

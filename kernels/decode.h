@@ -92,15 +92,16 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
 // keys ahead. Neither choice changes a bit of the result.
 enum class DecodePrefetch {
   // None: the hardware prefetchers follow a token-major cache's stream, and
-  // on Zen 4 a software prefetch only slowed it (bench/RESULTS.md
-  // "token-major KV cache").
+  // on Zen 4 a similar prefetch (keys 6 KiB ahead, values during the score
+  // loop) slowed this kernel (bench/RESULTS.md "token-major KV cache").
   kNone,
   // While key j is read, key j + kDecodePrefetchKeys's rows into L2. On a
   // Xeon with AVX-512 and AMX (lscpu family 6 model 167), GPT-2's decode
-  // attention read from memory ran 7-10% faster, and a batch-8 GPT-2 step
-  // 2-3% (bench/RESULTS.md).
+  // attention read from memory ran 6-10% faster, and a GPT-2 step at batch
+  // 8 1-5% (bench/RESULTS.md).
   kKeysAhead,
 };
+// 8 keys ahead measured the same as 4 on that Xeon.
 constexpr size_t kDecodePrefetchKeys = 4;
 
 // This CPU's choice: kKeysAhead on Intel's, else kNone.

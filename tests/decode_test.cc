@@ -101,9 +101,11 @@ struct Case {
     return partials.data() + ((64 - addr % 64) % 64) / sizeof(float);
   }
 
-  // Partials start NaN: a slot the kernel reads before writing shows.
+  // Partials and ctx start NaN: a slot the kernel reads before writing, or
+  // an output it leaves unwritten, shows.
   void Run(int threads, DecodePrefetch prefetch = DecodePrefetchOfThisCpu()) {
     std::fill(partials.begin(), partials.end(), NAN);
+    std::fill(ctx.begin(), ctx.end(), NAN);
     DecodeAttentionT(params, rows.data(), rows.size(), AlignedPartials(),
                      threads, prefetch);
   }
@@ -371,7 +373,8 @@ void TestGroupingChangesNoBit() {
 
 void TestPrefetchChangesNoBit() {
   // Rows shorter than the prefetch distance, over chunk boundaries, grouped
-  // and not, in either cache layout.
+  // and not, in either cache layout. (A prefetch of a wrong address would
+  // not show: prefetches never fault, and sanitizers ignore them.)
   std::mt19937 rng(31);
   const size_t shapes[][2] = {{12, 12}, {8, 2}, {40, 8}};
   for (const auto& shape : shapes) {
