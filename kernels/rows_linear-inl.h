@@ -98,6 +98,35 @@ constexpr size_t TileRows() {
                             kRowsLinearMaxRows);
 }
 
+// One step i of RowsLinearTile: row i of its panels (prefetching the
+// weights kPrefetchBytes ahead, or not at 0) into every chain of acc.
+template <size_t kRows, size_t kPanels, uintptr_t kPrefetchBytes, class D,
+          typename TW>
+HWY_INLINE void RowsLinearTileStep(
+    D d, const float* x, size_t k, const TW* panel, RowsLinearItemStrides at,
+    size_t i, hn::Vec<D> (&acc)[kRows][kPanels * PanelVectors<D>()]) {
+  using V = hn::Vec<D>;
+  constexpr size_t kVectors = kPanels * PanelVectors<D>();
+  constexpr size_t kRowBytes = kRowsLinearPanel * sizeof(TW);
+  V w[kVectors];
+  for (size_t q = 0; q < kPanels; ++q) {
+    const TW* row = panel + q * at.panel + i * at.row;
+    if constexpr (kPrefetchBytes != 0) {
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
+      for (size_t b = 0; b < kRowBytes; b += 64) {
+        PrefetchL2(reinterpret_cast<const void*>(ahead + b));
+      }
+    }
+    LoadPanelRow(d, row, w + q * PanelVectors<D>());
+  }
+  for (size_t r = 0; r < kRows; ++r) {
+    const V xv = hn::Set(d, x[r * k + i]);
+    for (size_t v = 0; v < kVectors; ++v) {
+      acc[r][v] = hn::MulAdd(xv, w[v], acc[r][v]);
+    }
+  }
+}
+
 // kRows rows of y (ldy apart) from those of x (k apart) by kPanels panels
 // of one item, the first at `panel`, placed by `at`: each output is one
 // chain of FMAs over k in order, from zero, then plus its bias (bias and y
@@ -112,29 +141,23 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
   using V = hn::Vec<D>;
   constexpr size_t N = hn::MaxLanes(D());
   constexpr size_t kVectors = kPanels * PanelVectors<D>();
-  constexpr size_t kRowBytes = kRowsLinearPanel * sizeof(TW);
   V acc[kRows][kVectors];
   for (size_t r = 0; r < kRows; ++r) {
     for (size_t v = 0; v < kVectors; ++v) acc[r][v] = hn::Zero(d);
   }
-  for (size_t i = 0; i < k; ++i) {
-    V w[kVectors];
-    for (size_t q = 0; q < kPanels; ++q) {
-      const TW* row = panel + q * at.panel + i * at.row;
-      if constexpr (kPrefetchBytes != 0) {
-        const uintptr_t ahead =
-            reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
-        for (size_t b = 0; b < kRowBytes; b += 64) {
-          PrefetchL2(reinterpret_cast<const void*>(ahead + b));
-        }
-      }
-      LoadPanelRow(d, row, w + q * PanelVectors<D>());
+  if constexpr (std::is_same_v<TW, hwy::bfloat16_t>) {
+    // Unrolled: fewer instructions per weight let the core run further
+    // ahead; a 1-row GPT-2 step's bf16 weights read 6-12% faster on the
+    // Xeon of RowsLinearPrefetch (fp32: no faster; bench/RESULTS.md).
+#pragma GCC unroll 4
+    for (size_t i = 0; i < k; ++i) {
+      RowsLinearTileStep<kRows, kPanels, kPrefetchBytes>(d, x, k, panel, at, i,
+                                                         acc);
     }
-    for (size_t r = 0; r < kRows; ++r) {
-      const V xv = hn::Set(d, x[r * k + i]);
-      for (size_t v = 0; v < kVectors; ++v) {
-        acc[r][v] = hn::MulAdd(xv, w[v], acc[r][v]);
-      }
+  } else {
+    for (size_t i = 0; i < k; ++i) {
+      RowsLinearTileStep<kRows, kPanels, kPrefetchBytes>(d, x, k, panel, at, i,
+                                                         acc);
     }
   }
   for (size_t v = 0; v < kVectors && v * N < columns; ++v) {
