@@ -147,9 +147,9 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
   }
   if constexpr (std::is_same_v<TW, hwy::bfloat16_t>) {
     // Unrolled: fewer instructions per weight let the core run further
-    // ahead; a 1-row GPT-2 step's bf16 weights read 6-12% faster on the
-    // Xeon of RowsLinearPrefetch (fp32: no faster; bench/RESULTS.md).
-#pragma GCC unroll 4
+    // ahead; the bf16 decode step of GPT-2 at 1 row ran 8-11% faster on
+    // the Xeon of RowsLinearPrefetch (fp32: no faster; bench/RESULTS.md).
+    HWY_UNROLL(4)
     for (size_t i = 0; i < k; ++i) {
       RowsLinearTileStep<kRows, kPanels, kPrefetchBytes>(d, x, k, panel, at, i,
                                                          acc);
