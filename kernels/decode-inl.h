@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/cpu.h"
@@ -61,6 +62,61 @@ HWY_INLINE void DecodePrefetchKey(const DecodeParams& params,
   }
 }
 
+// Vectors of queries or of sums a block of heads keeps in registers: half
+// the vector registers (x86 before AVX-512 has 16, the others 32).
+constexpr size_t kDecodeBlockRegisters =
+    (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 8 : 16;
+
+// Hints that the rows of kHeads heads from `first` (kFloats each) of the
+// key at `key` will be read soon: each K/V head once.
+template <size_t kHeads, size_t kFloats>
+HWY_INLINE void DecodePrefetchRows(const DecodeHeads& heads, size_t first,
+                                   const float* key) {
+  for (size_t h = 0; h < kHeads; ++h) {
+    const size_t offset = heads.kv_offset[first + h];
+    if (h != 0 && offset == heads.kv_offset[first + h - 1]) continue;
+    for (size_t x = 0; x < kFloats; x += kDecodeAlign) {
+      PrefetchL2(key + offset + x);
+    }
+  }
+}
+
+// scores[first + h][j] = q . k_j for kHeads heads from `first`, kVecs
+// vectors each, whose queries stay in registers while the keys pass; each
+// score is the chain DecodePassScoresT makes, so a head's bits do not
+// depend on its block. A token-major cache is read as one strided pass per
+// block. Prefetches `prefetch_keys` keys ahead (0: none).
+template <size_t kHeads, size_t kVecs, class D>
+HWY_INLINE void DecodeScoresBlockT(D d, const DecodeParams& params,
+                                   const DecodeHeads& heads, size_t first,
+                                   const float* HWY_RESTRICT k, size_t n,
+                                   size_t prefetch_keys,
+                                   float (*scores)[kDecodeChunk]) {
+  using V = hn::Vec<D>;
+  constexpr size_t N = hn::MaxLanes(D());
+  V q[kHeads][kVecs];
+  for (size_t h = 0; h < kHeads; ++h) {
+    for (size_t x = 0; x < kVecs; ++x) {
+      q[h][x] = hn::LoadU(d, heads.q + (first + h) * params.padded_dim + x * N);
+    }
+  }
+  for (size_t j = 0; j < n; ++j) {
+    const float* kj = k + j * params.key_stride;
+    if (prefetch_keys != 0 && j + prefetch_keys < n) {
+      DecodePrefetchRows<kHeads, kVecs * N>(
+          heads, first, kj + prefetch_keys * params.key_stride);
+    }
+    for (size_t h = 0; h < kHeads; ++h) {
+      const float* row = kj + heads.kv_offset[first + h];
+      V a = hn::Zero(d);
+      for (size_t x = 0; x < kVecs; ++x) {
+        a = hn::MulAdd(q[h][x], hn::LoadU(d, row + x * N), a);
+      }
+      scores[first + h][j] = hn::GetLane(hn::SumOfLanes(d, a));
+    }
+  }
+}
+
 // scores[i][j] = q_i . k_j for the heads and keys [0, n) of a chunk, key by
 // key, so that a token-major cache is read front to back as one stream;
 // query heads sharing a K/V head find its row in L1. Prefetches
@@ -86,6 +142,47 @@ HWY_INLINE void DecodePassScoresT(D d, const DecodeParams& params,
         a = hn::MulAdd(hn::LoadU(d, q + x), hn::LoadU(d, kj + x), a);
       }
       scores[i][j] = hn::GetLane(hn::SumOfLanes(d, a));
+    }
+  }
+}
+
+// o_i = sum_j p_i[j] v_j over keys [0, n) for kHeads heads from `first`,
+// kVecs vectors each (padded_dim floats), held in registers while the keys
+// pass: no load and store of o per key, which kept the GPT-2 batch-8 pass
+// waiting on its own stores (bench/RESULTS.md). Heads without live[i] get
+// zero. Prefetches as the scores.
+template <size_t kHeads, size_t kVecs, class D>
+HWY_INLINE void DecodeValuesBlockT(D d, const DecodeParams& params,
+                                   const DecodeHeads& heads, size_t first,
+                                   const float* HWY_RESTRICT v, size_t n,
+                                   size_t prefetch_keys,
+                                   const float (*p)[kDecodeChunk],
+                                   const bool* live) {
+  using V = hn::Vec<D>;
+  constexpr size_t N = hn::MaxLanes(D());
+  V acc[kHeads][kVecs];
+  for (size_t h = 0; h < kHeads; ++h) {
+    for (size_t x = 0; x < kVecs; ++x) acc[h][x] = hn::Zero(d);
+  }
+  for (size_t j = 0; j < n; ++j) {
+    const float* vj = v + j * params.key_stride;
+    if (prefetch_keys != 0 && j + prefetch_keys < n) {
+      DecodePrefetchRows<kHeads, kVecs * N>(
+          heads, first, vj + prefetch_keys * params.key_stride);
+    }
+    for (size_t h = 0; h < kHeads; ++h) {
+      const V pj = hn::Set(d, p[first + h][j]);
+      const float* row = vj + heads.kv_offset[first + h];
+      for (size_t x = 0; x < kVecs; ++x) {
+        acc[h][x] = hn::MulAdd(pj, hn::LoadU(d, row + x * N), acc[h][x]);
+      }
+    }
+  }
+  for (size_t h = 0; h < kHeads; ++h) {
+    float* o =
+        heads.partial + (first + h) * heads.partial_stride + kDecodeAlign;
+    for (size_t x = 0; x < kVecs; ++x) {
+      hn::StoreU(live[first + h] ? acc[h][x] : hn::Zero(d), d, o + x * N);
     }
   }
 }
@@ -159,24 +256,80 @@ HWY_INLINE bool DecodeChunkSoftmaxT(D d, const DecodeParams& params,
   return true;
 }
 
+// The softmax of every head's scores of a pass (DecodeChunkSoftmaxT):
+// live[i] false where head i has nothing to accumulate.
+template <class D>
+HWY_INLINE void DecodePassSoftmaxT(D d, const DecodeParams& params,
+                                   const DecodeHeads& heads, size_t n,
+                                   float (*scores)[kDecodeChunk], bool* live) {
+  for (size_t i = 0; i < heads.count; ++i) {
+    live[i] = DecodeChunkSoftmaxT(d, params, scores[i], n,
+                                  heads.partial + i * heads.partial_stride);
+  }
+}
+
+// f(std::integral_constant<size_t, kHeads>(), first) for the heads [0,
+// count) in blocks of kHeads, then f with blocks of one for the rest.
+template <size_t kHeads, class F>
+HWY_INLINE void ForEachHeadBlock(size_t count, const F& f) {
+  size_t first = 0;
+  for (; first + kHeads <= count; first += kHeads) {
+    f(std::integral_constant<size_t, kHeads>(), first);
+  }
+  for (; first < count; ++first) f(std::integral_constant<size_t, 1>(), first);
+}
+
+// DecodePassT for heads of kVecs vectors: blocks of heads whose queries,
+// then sums of values, fill kDecodeBlockRegisters registers.
+template <size_t kVecs, class D>
+HWY_INLINE void DecodeBlockedPassT(D d, const DecodeParams& params,
+                                   const DecodeHeads& heads,
+                                   const float* HWY_RESTRICT k,
+                                   const float* HWY_RESTRICT v, size_t n,
+                                   size_t prefetch_keys) {
+  constexpr size_t kHeads = std::max<size_t>(1, kDecodeBlockRegisters / kVecs);
+  HWY_ALIGN float scores[kDecodeMaxHeads][kDecodeChunk];
+  ForEachHeadBlock<kHeads>(heads.count, [&](auto block, size_t first) {
+    DecodeScoresBlockT<decltype(block)::value, kVecs>(
+        d, params, heads, first, k, n, prefetch_keys, scores);
+  });
+  bool live[kDecodeMaxHeads];
+  DecodePassSoftmaxT(d, params, heads, n, scores, live);
+  ForEachHeadBlock<kHeads>(heads.count, [&](auto block, size_t first) {
+    DecodeValuesBlockT<decltype(block)::value, kVecs>(
+        d, params, heads, first, v, n, prefetch_keys, scores, live);
+  });
+}
+
 // One pass: keys [0, n) of a chunk (n <= kDecodeChunk) for `heads`; k and
 // v point at the chunk's first key of K/V head 0; both passes prefetch
 // `prefetch_keys` keys ahead (0: none). Writes each head's partial = {m, l,
 // ..., o}: m the max raw score, l = sum_j exp(scale (s_j - m)), o = sum_j
-// exp(scale (s_j - m)) v_j.
+// exp(scale (s_j - m)) v_j. Heads of 1, 2, 4 or 8 vectors (GPT-2's and
+// Llama's 64 dimensions on AVX2 and AVX-512) go through registers
+// (DecodeBlockedPassT), others key by key through L1.
 template <class D>
 HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
                             const DecodeHeads& heads,
                             const float* HWY_RESTRICT k,
                             const float* HWY_RESTRICT v, size_t n,
                             size_t prefetch_keys) {
+  switch (params.padded_dim / hn::Lanes(d)) {
+    case 1:
+      return DecodeBlockedPassT<1>(d, params, heads, k, v, n, prefetch_keys);
+    case 2:
+      return DecodeBlockedPassT<2>(d, params, heads, k, v, n, prefetch_keys);
+    case 4:
+      return DecodeBlockedPassT<4>(d, params, heads, k, v, n, prefetch_keys);
+    case 8:
+      return DecodeBlockedPassT<8>(d, params, heads, k, v, n, prefetch_keys);
+    default:
+      break;
+  }
   HWY_ALIGN float scores[kDecodeMaxHeads][kDecodeChunk];
   DecodePassScoresT(d, params, heads, k, n, prefetch_keys, scores);
   bool live[kDecodeMaxHeads];
-  for (size_t i = 0; i < heads.count; ++i) {
-    live[i] = DecodeChunkSoftmaxT(d, params, scores[i], n,
-                                  heads.partial + i * heads.partial_stride);
-  }
+  DecodePassSoftmaxT(d, params, heads, n, scores, live);
   DecodePassValuesT(d, params, heads, v, n, prefetch_keys, scores, live);
 }
 
