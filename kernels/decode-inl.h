@@ -49,12 +49,13 @@ struct DecodeHeads {
   size_t kv_offset[kDecodeMaxHeads];
 };
 
-// Hints that the rows `heads` reads of the key at `key` (k or v) will be
-// read soon: each of its K/V heads once.
+// Hints that the rows heads [first, first + count) read of the key at
+// `key` (k or v) will be read soon: each of their K/V heads once.
 HWY_INLINE void DecodePrefetchKey(const DecodeParams& params,
-                                  const DecodeHeads& heads, const float* key) {
-  for (size_t i = 0; i < heads.count; ++i) {
-    if (i != 0 && heads.kv_offset[i] == heads.kv_offset[i - 1]) continue;
+                                  const DecodeHeads& heads, size_t first,
+                                  size_t count, const float* key) {
+  for (size_t i = first; i < first + count; ++i) {
+    if (i != first && heads.kv_offset[i] == heads.kv_offset[i - 1]) continue;
     const float* row = key + heads.kv_offset[i];
     for (size_t x = 0; x < params.padded_dim; x += kDecodeAlign) {
       PrefetchL2(row + x);
@@ -67,25 +68,12 @@ HWY_INLINE void DecodePrefetchKey(const DecodeParams& params,
 constexpr size_t kDecodeBlockRegisters =
     (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 8 : 16;
 
-// Hints that the rows of kHeads heads from `first` (kFloats each) of the
-// key at `key` will be read soon: each K/V head once.
-template <size_t kHeads, size_t kFloats>
-HWY_INLINE void DecodePrefetchRows(const DecodeHeads& heads, size_t first,
-                                   const float* key) {
-  for (size_t h = 0; h < kHeads; ++h) {
-    const size_t offset = heads.kv_offset[first + h];
-    if (h != 0 && offset == heads.kv_offset[first + h - 1]) continue;
-    for (size_t x = 0; x < kFloats; x += kDecodeAlign) {
-      PrefetchL2(key + offset + x);
-    }
-  }
-}
-
 // scores[first + h][j] = q . k_j for kHeads heads from `first`, kVecs
 // vectors each, whose queries stay in registers while the keys pass; each
 // score is the chain DecodePassScoresT makes, so a head's bits do not
 // depend on its block. A token-major cache is read as one strided pass per
-// block. Prefetches `prefetch_keys` keys ahead (0: none).
+// block (GPT-2's 12 heads: 3 passes of 1 KiB of every 3 KiB row).
+// Prefetches the block's rows `prefetch_keys` keys ahead (0: none).
 template <size_t kHeads, size_t kVecs, class D>
 HWY_INLINE void DecodeScoresBlockT(D d, const DecodeParams& params,
                                    const DecodeHeads& heads, size_t first,
@@ -93,7 +81,7 @@ HWY_INLINE void DecodeScoresBlockT(D d, const DecodeParams& params,
                                    size_t prefetch_keys,
                                    float (*scores)[kDecodeChunk]) {
   using V = hn::Vec<D>;
-  constexpr size_t N = hn::MaxLanes(D());
+  const size_t N = hn::Lanes(d);
   V q[kHeads][kVecs];
   for (size_t h = 0; h < kHeads; ++h) {
     for (size_t x = 0; x < kVecs; ++x) {
@@ -103,8 +91,8 @@ HWY_INLINE void DecodeScoresBlockT(D d, const DecodeParams& params,
   for (size_t j = 0; j < n; ++j) {
     const float* kj = k + j * params.key_stride;
     if (prefetch_keys != 0 && j + prefetch_keys < n) {
-      DecodePrefetchRows<kHeads, kVecs * N>(
-          heads, first, kj + prefetch_keys * params.key_stride);
+      DecodePrefetchKey(params, heads, first, kHeads,
+                        kj + prefetch_keys * params.key_stride);
     }
     for (size_t h = 0; h < kHeads; ++h) {
       const float* row = kj + heads.kv_offset[first + h];
@@ -131,7 +119,7 @@ HWY_INLINE void DecodePassScoresT(D d, const DecodeParams& params,
   const size_t N = hn::Lanes(d), dims = params.padded_dim;
   for (size_t j = 0; j < n; ++j) {
     if (prefetch_keys != 0 && j + prefetch_keys < n) {
-      DecodePrefetchKey(params, heads,
+      DecodePrefetchKey(params, heads, 0, heads.count,
                         k + (j + prefetch_keys) * params.key_stride);
     }
     for (size_t i = 0; i < heads.count; ++i) {
@@ -159,7 +147,7 @@ HWY_INLINE void DecodeValuesBlockT(D d, const DecodeParams& params,
                                    const float (*p)[kDecodeChunk],
                                    const bool* live) {
   using V = hn::Vec<D>;
-  constexpr size_t N = hn::MaxLanes(D());
+  const size_t N = hn::Lanes(d);
   V acc[kHeads][kVecs];
   for (size_t h = 0; h < kHeads; ++h) {
     for (size_t x = 0; x < kVecs; ++x) acc[h][x] = hn::Zero(d);
@@ -167,8 +155,8 @@ HWY_INLINE void DecodeValuesBlockT(D d, const DecodeParams& params,
   for (size_t j = 0; j < n; ++j) {
     const float* vj = v + j * params.key_stride;
     if (prefetch_keys != 0 && j + prefetch_keys < n) {
-      DecodePrefetchRows<kHeads, kVecs * N>(
-          heads, first, vj + prefetch_keys * params.key_stride);
+      DecodePrefetchKey(params, heads, first, kHeads,
+                        vj + prefetch_keys * params.key_stride);
     }
     for (size_t h = 0; h < kHeads; ++h) {
       const V pj = hn::Set(d, p[first + h][j]);
@@ -205,7 +193,7 @@ HWY_INLINE void DecodePassValuesT(D d, const DecodeParams& params,
   }
   for (size_t j = 0; j < n; ++j) {
     if (prefetch_keys != 0 && j + prefetch_keys < n) {
-      DecodePrefetchKey(params, heads,
+      DecodePrefetchKey(params, heads, 0, heads.count,
                         v + (j + prefetch_keys) * params.key_stride);
     }
     for (size_t i = 0; i < heads.count; ++i) {
@@ -279,21 +267,21 @@ HWY_INLINE void ForEachHeadBlock(size_t count, const F& f) {
   for (; first < count; ++first) f(std::integral_constant<size_t, 1>(), first);
 }
 
-// DecodePassT for heads of kVecs vectors: blocks of heads whose queries,
-// then sums of values, fill kDecodeBlockRegisters registers.
+// Scores, softmax and values of a pass for heads of kVecs vectors: blocks
+// of heads whose queries, then sums, fill kDecodeBlockRegisters registers.
 template <size_t kVecs, class D>
 HWY_INLINE void DecodeBlockedPassT(D d, const DecodeParams& params,
                                    const DecodeHeads& heads,
                                    const float* HWY_RESTRICT k,
                                    const float* HWY_RESTRICT v, size_t n,
-                                   size_t prefetch_keys) {
-  constexpr size_t kHeads = std::max<size_t>(1, kDecodeBlockRegisters / kVecs);
-  HWY_ALIGN float scores[kDecodeMaxHeads][kDecodeChunk];
+                                   size_t prefetch_keys,
+                                   float (*scores)[kDecodeChunk], bool* live) {
+  static_assert(kVecs <= kDecodeBlockRegisters, "a head fits the registers");
+  constexpr size_t kHeads = kDecodeBlockRegisters / kVecs;
   ForEachHeadBlock<kHeads>(heads.count, [&](auto block, size_t first) {
     DecodeScoresBlockT<decltype(block)::value, kVecs>(
         d, params, heads, first, k, n, prefetch_keys, scores);
   });
-  bool live[kDecodeMaxHeads];
   DecodePassSoftmaxT(d, params, heads, n, scores, live);
   ForEachHeadBlock<kHeads>(heads.count, [&](auto block, size_t first) {
     DecodeValuesBlockT<decltype(block)::value, kVecs>(
@@ -305,30 +293,51 @@ HWY_INLINE void DecodeBlockedPassT(D d, const DecodeParams& params,
 // v point at the chunk's first key of K/V head 0; both passes prefetch
 // `prefetch_keys` keys ahead (0: none). Writes each head's partial = {m, l,
 // ..., o}: m the max raw score, l = sum_j exp(scale (s_j - m)), o = sum_j
-// exp(scale (s_j - m)) v_j. Heads of 1, 2, 4 or 8 vectors (GPT-2's and
-// Llama's 64 dimensions on AVX2 and AVX-512) go through registers
-// (DecodeBlockedPassT), others key by key through L1.
+// exp(scale (s_j - m)) v_j. Ungrouped heads of 1 to 8 vectors (16 to 128
+// dimensions on AVX-512, 8 to 64 on AVX2) go through registers
+// (DecodeBlockedPassT); grouped or wider heads key by key through L1, the
+// same bits either way. Blocks of grouped heads were slower: 12 heads on 3
+// K/V heads by 1.35-1.5x on Zen 5, each block reading one K/V head's part
+// of every key (bench/RESULTS.md).
 template <class D>
 HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
                             const DecodeHeads& heads,
                             const float* HWY_RESTRICT k,
                             const float* HWY_RESTRICT v, size_t n,
                             size_t prefetch_keys) {
-  switch (params.padded_dim / hn::Lanes(d)) {
+  HWY_ALIGN float scores[kDecodeMaxHeads][kDecodeChunk];
+  bool live[kDecodeMaxHeads];
+  const size_t vecs =
+      DecodeGroup(params) == 1 ? params.padded_dim / hn::Lanes(d) : 0;
+  switch (vecs) {
     case 1:
-      return DecodeBlockedPassT<1>(d, params, heads, k, v, n, prefetch_keys);
+      return DecodeBlockedPassT<1>(d, params, heads, k, v, n, prefetch_keys,
+                                   scores, live);
     case 2:
-      return DecodeBlockedPassT<2>(d, params, heads, k, v, n, prefetch_keys);
+      return DecodeBlockedPassT<2>(d, params, heads, k, v, n, prefetch_keys,
+                                   scores, live);
+    case 3:
+      return DecodeBlockedPassT<3>(d, params, heads, k, v, n, prefetch_keys,
+                                   scores, live);
     case 4:
-      return DecodeBlockedPassT<4>(d, params, heads, k, v, n, prefetch_keys);
+      return DecodeBlockedPassT<4>(d, params, heads, k, v, n, prefetch_keys,
+                                   scores, live);
+    case 5:
+      return DecodeBlockedPassT<5>(d, params, heads, k, v, n, prefetch_keys,
+                                   scores, live);
+    case 6:
+      return DecodeBlockedPassT<6>(d, params, heads, k, v, n, prefetch_keys,
+                                   scores, live);
+    case 7:
+      return DecodeBlockedPassT<7>(d, params, heads, k, v, n, prefetch_keys,
+                                   scores, live);
     case 8:
-      return DecodeBlockedPassT<8>(d, params, heads, k, v, n, prefetch_keys);
+      return DecodeBlockedPassT<8>(d, params, heads, k, v, n, prefetch_keys,
+                                   scores, live);
     default:
       break;
   }
-  HWY_ALIGN float scores[kDecodeMaxHeads][kDecodeChunk];
   DecodePassScoresT(d, params, heads, k, n, prefetch_keys, scores);
-  bool live[kDecodeMaxHeads];
   DecodePassSoftmaxT(d, params, heads, n, scores, live);
   DecodePassValuesT(d, params, heads, v, n, prefetch_keys, scores, live);
 }

@@ -114,8 +114,10 @@ DecodePrefetch DecodePrefetchOfThisCpu();
 // cached K/V row is read once. A block holds as many K/V heads as have at
 // most 32 query heads (all of GPT-2's 12, all of Llama 3.2 1B's 32), fewer
 // where threads would idle, so that in a token-major cache (heads of a key
-// side by side: head_stride = padded_dim) an item reads one stream of keys.
-// Then each (row, head) merges its chunks in order.
+// side by side: head_stride = padded_dim) an item reads the chunk's keys
+// once (ungrouped heads of up to 8 vectors: in one strided pass per block
+// of heads held in registers). Then each (row, head) merges its chunks in
+// order.
 // `partials`: DecodeNumPartials x DecodePartialFloats(padded_dim) floats,
 // 64-byte aligned. Results are bitwise identical for every num_threads. As the
 // full-sequence core: a NaN or +inf score makes the row NaN, a row whose

@@ -351,23 +351,61 @@ void TestGroupedWindowedBitwiseAcrossThreadCounts() {
   ExpectBitwiseAcrossThreadCounts(c, "grouped, windowed");
 }
 
-void TestGroupingChangesNoBit() {
-  // Grouped heads give the very bits of the same heads run one per K/V
-  // head: each sum runs in key order whichever heads share its pass.
-  std::mt19937 rng(29);
-  Case grouped(rng, /*heads=*/4, /*head_dim=*/40, /*num_seqs=*/1, {700}, -1.0f,
-               1.0f, /*kv_heads=*/1);
-  Case single(rng, /*heads=*/1, /*head_dim=*/40, /*num_seqs=*/1, {700}, -1.0f,
-              1.0f);
-  single.k = grouped.k;
-  single.v = grouped.v;
-  grouped.Run(2);
-  for (size_t h = 0; h < 4; ++h) {
-    std::copy_n(grouped.q.data() + h * grouped.Dp, grouped.Dp, single.q.data());
+// Head h of c, run alone (one head of one sequence) with its own query and
+// K/V rows, gives the bits of c's head h.
+void ExpectHeadsAloneGiveTheSameBits(std::mt19937& rng, Case& c,
+                                     const std::string& what) {
+  c.Run(2);
+  const size_t keys = c.keys[0];
+  Case single(rng, /*heads=*/1, c.D, /*num_seqs=*/1, {keys}, -1.0f, 1.0f);
+  for (size_t h = 0; h < c.H; ++h) {
+    const size_t g = h / (c.H / c.Hkv);
+    std::copy_n(c.q.data() + h * c.Dp, c.Dp, single.q.data());
+    for (size_t j = 0; j < keys; ++j) {
+      std::copy_n(c.k.data() + c.KvAt(0, g, j), c.Dp,
+                  single.k.data() + single.KvAt(0, 0, j));
+      std::copy_n(c.v.data() + c.KvAt(0, g, j), c.Dp,
+                  single.v.data() + single.KvAt(0, 0, j));
+    }
     single.Run(1);
-    EXPECT_EQ(0, std::memcmp(single.ctx.data(), grouped.ctx.data() + h * 40,
-                             40 * sizeof(float)))
-        << "head " << h;
+    EXPECT_EQ(0, std::memcmp(single.ctx.data(), c.ctx.data() + h * c.D,
+                             c.D * sizeof(float)))
+        << what << " head " << h;
+  }
+}
+
+void TestGroupingChangesNoBit() {
+  // A head gives the same bits alone, among others in a block of registers
+  // (ungrouped heads of 1-8 vectors), or in a group sharing its K/V head
+  // (key by key): each sum runs in key order in every pass. 17 heads fill
+  // blocks of 16, 8, 4 or 2 heads and leave a single one (AVX-512: D 16,
+  // 32, 64, 128; AVX2: blocks of 4, 2, 1); D 200 is key by key everywhere.
+  std::mt19937 rng(29);
+  const size_t H = 17;
+  for (size_t D : {size_t{16}, size_t{32}, size_t{40}, size_t{64}, size_t{128},
+                   size_t{200}}) {
+    for (size_t kv_heads : {H, size_t{1}}) {
+      Case c(rng, H, D, /*num_seqs=*/1, {700}, -1.0f, 1.0f, kv_heads);
+      ExpectHeadsAloneGiveTheSameBits(
+          rng, c,
+          "D " + std::to_string(D) + " Hkv " + std::to_string(kv_heads));
+    }
+  }
+}
+
+void TestChunkWithoutWeightAddsNothing() {
+  // Every key of the first chunk scores -inf (a -inf in a key against a
+  // positive query): that chunk's max is -inf and its sums must be zero,
+  // not -inf times the values, for the merge to weigh it by exp(-inf) = 0.
+  std::mt19937 rng(37);
+  for (size_t D : {size_t{8}, size_t{64}}) {
+    Case c(rng, /*heads=*/5, D, /*num_seqs=*/1, {kDecodeChunk + 40}, 0.5f,
+           1.0f);
+    for (size_t j = 0; j < kDecodeChunk; ++j) {
+      for (size_t h = 0; h < c.H; ++h) c.k[c.KvAt(0, h, j)] = -kInf;
+    }
+    c.Run(2);
+    c.ExpectMatchesReference("D " + std::to_string(D));
   }
 }
 
@@ -414,6 +452,7 @@ HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupedQueryMatchesReference);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestSlidingWindowMatchesReference);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupedWindowedBitwiseAcrossThreadCounts);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupingChangesNoBit);
+HWY_EXPORT_AND_TEST_P(DecodeTest, TestChunkWithoutWeightAddsNothing);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestPrefetchChangesNoBit);
 
 // DecodeAppend against plain element loops: 40 rows (threaded) of 2
