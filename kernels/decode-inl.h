@@ -289,6 +289,25 @@ HWY_INLINE void DecodeBlockedPassT(D d, const DecodeParams& params,
   });
 }
 
+// DecodeBlockedPassT<vecs> for heads of `vecs` vectors, kVecs <= vecs <= 8;
+// false (nothing done) for other widths.
+template <size_t kVecs = 1, class D>
+HWY_INLINE bool DecodeBlockedPassOfT(
+    D d, size_t vecs, const DecodeParams& params, const DecodeHeads& heads,
+    const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, size_t n,
+    size_t prefetch_keys, float (*scores)[kDecodeChunk], bool* live) {
+  if (vecs == kVecs) {
+    DecodeBlockedPassT<kVecs>(d, params, heads, k, v, n, prefetch_keys, scores,
+                              live);
+    return true;
+  }
+  if constexpr (kVecs < 8) {
+    return DecodeBlockedPassOfT<kVecs + 1>(d, vecs, params, heads, k, v, n,
+                                           prefetch_keys, scores, live);
+  }
+  return false;
+}
+
 // One pass: keys [0, n) of a chunk (n <= kDecodeChunk) for `heads`; k and
 // v point at the chunk's first key of K/V head 0; both passes prefetch
 // `prefetch_keys` keys ahead (0: none). Writes each head's partial = {m, l,
@@ -307,35 +326,10 @@ HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
                             size_t prefetch_keys) {
   HWY_ALIGN float scores[kDecodeMaxHeads][kDecodeChunk];
   bool live[kDecodeMaxHeads];
-  const size_t vecs =
-      DecodeGroup(params) == 1 ? params.padded_dim / hn::Lanes(d) : 0;
-  switch (vecs) {
-    case 1:
-      return DecodeBlockedPassT<1>(d, params, heads, k, v, n, prefetch_keys,
-                                   scores, live);
-    case 2:
-      return DecodeBlockedPassT<2>(d, params, heads, k, v, n, prefetch_keys,
-                                   scores, live);
-    case 3:
-      return DecodeBlockedPassT<3>(d, params, heads, k, v, n, prefetch_keys,
-                                   scores, live);
-    case 4:
-      return DecodeBlockedPassT<4>(d, params, heads, k, v, n, prefetch_keys,
-                                   scores, live);
-    case 5:
-      return DecodeBlockedPassT<5>(d, params, heads, k, v, n, prefetch_keys,
-                                   scores, live);
-    case 6:
-      return DecodeBlockedPassT<6>(d, params, heads, k, v, n, prefetch_keys,
-                                   scores, live);
-    case 7:
-      return DecodeBlockedPassT<7>(d, params, heads, k, v, n, prefetch_keys,
-                                   scores, live);
-    case 8:
-      return DecodeBlockedPassT<8>(d, params, heads, k, v, n, prefetch_keys,
-                                   scores, live);
-    default:
-      break;
+  if (DecodeGroup(params) == 1 &&
+      DecodeBlockedPassOfT(d, params.padded_dim / hn::Lanes(d), params, heads,
+                           k, v, n, prefetch_keys, scores, live)) {
+    return;
   }
   DecodePassScoresT(d, params, heads, k, n, prefetch_keys, scores);
   DecodePassSoftmaxT(d, params, heads, n, scores, live);
