@@ -248,10 +248,10 @@ void BM_DecodeKernel(benchmark::State& state) {
 BENCHMARK(BM_DecodeKernel)
     ->ArgNames({"keys", "capacity", "heads", "kv_heads", "batch", "token_major",
                 "threads", "prefetch"})
-    ->ArgsProduct({{4096}, {4096}, {12}, {12, 3}, {1, 8}, {1}, {1, 2}, {2}})
-    ->ArgsProduct({{160}, {192}, {12}, {12}, {8}, {1, 0}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{4096}, {4096}, {12}, {12, 3}, {1, 8}, {1, 0}, {1, 2}, {2}})
+    ->ArgsProduct({{160}, {192, 1024}, {12}, {12}, {8}, {1, 0}, {1, 2}, {0, 1}})
     // Llama 3.2 1B's grouping: 32 query heads on 8 K/V heads.
-    ->ArgsProduct({{4096}, {4096}, {32}, {8}, {1, 8}, {1}, {1, 2}, {2}})
+    ->ArgsProduct({{4096}, {4096}, {32}, {8}, {1, 8}, {1, 0}, {1, 2}, {2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

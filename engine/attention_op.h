@@ -28,12 +28,13 @@ namespace attn {
 
 // The one K/V layout: rows of head h of sequence b at
 // k (or v) + b * batch_stride + h * head_stride, row_stride floats apart
-// (AttentionInputs in kernels/attention.h). A decoder's cache is token
-// major, [B, capacity, Hkv, Dp]: batch_stride capacity * Hkv * Dp,
-// row_stride Hkv * Dp, head_stride Dp (DecodePaddedDim(D), padding lanes
-// zero). A sequence's live keys are then one unbroken run of memory, which
-// the decode kernel reads as one stream, however far capacity exceeds them
-// (bench/RESULTS.md, "token-major KV cache").
+// (AttentionInputs in kernels/attention.h). A decoder's cache, padded to
+// Dp = DecodePaddedDim(D) floats a row (padding lanes zero), is laid out as
+// the decode kernel reads it fastest (kernels::DecodeBlocksHeads): head
+// major, [B, Hkv, capacity, Dp] (row_stride Dp, head_stride capacity * Dp),
+// each head's keys one run; or token major, [B, capacity, Hkv, Dp]
+// (row_stride Hkv * Dp, head_stride Dp), a sequence's keys one run however
+// far capacity exceeds them. batch_stride is capacity * Hkv * Dp in both.
 struct KvCache {
   float* k = nullptr;
   float* v = nullptr;

@@ -47,7 +47,11 @@ struct MhaDecoder::Impl {
   int64_t d_in = 0, d_out = 0;
   int num_threads = 1;
   std::vector<int64_t> lengths;
-  AlignedBuffer k_cache, v_cache;  // [B, capacity, Hkv, Dp] each
+  // [B, Hkv, capacity, Dp] each where the decode kernel reads the heads in
+  // blocks (head major), else [B, capacity, Hkv, Dp] (token major):
+  // kernels::DecodeBlocksHeads.
+  AlignedBuffer k_cache, v_cache;
+  bool head_major = false;
   AlignedBuffer partials;          // the kernel's split-KV partials
   size_t max_partials = 0;         // slots in `partials`
   std::vector<int64_t> counts;     // Decode's all-ones counts
@@ -87,8 +91,8 @@ struct MhaDecoder::Impl {
     KvCache cache;
     cache.k = static_cast<float*>(k_cache.data());
     cache.v = static_cast<float*>(v_cache.data());
-    cache.row_stride = Hkv * Dp;
-    cache.head_stride = Dp;
+    cache.row_stride = head_major ? Dp : Hkv * Dp;
+    cache.head_stride = head_major ? capacity * Dp : Dp;
     cache.batch_stride = capacity * Hkv * Dp;
     cache.capacity = capacity;
     return cache;
@@ -321,6 +325,11 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   impl->D = c.d_out / c.num_heads;
   impl->Dp = static_cast<int64_t>(
       kernels::DecodePaddedDim(static_cast<size_t>(impl->D)));
+  kernels::DecodeParams heads;
+  heads.num_heads = static_cast<size_t>(impl->H);
+  heads.num_kv_heads = static_cast<size_t>(impl->Hkv);
+  heads.padded_dim = static_cast<size_t>(impl->Dp);
+  impl->head_major = kernels::DecodeBlocksHeads(heads);
   impl->d_in = c.d_in;
   impl->d_out = c.d_out;
   impl->num_threads = model->num_threads();
@@ -403,12 +412,17 @@ Status MhaDecoder::Copy(int64_t from, int64_t to) {
   }
   if (from == to) return {};
   const KvCache cache = d.Cache();
-  // Token major: the first `lengths` tokens are one run.
+  // The first `lengths` keys: one run per K/V head (head major) or one in
+  // all (token major).
+  const int64_t runs = d.head_major ? d.Hkv : 1;
   const size_t bytes =
       static_cast<size_t>(d.lengths[from] * cache.row_stride) * sizeof(float);
   for (float* base : {cache.k, cache.v}) {
-    std::memcpy(base + to * cache.batch_stride,
-                base + from * cache.batch_stride, bytes);
+    for (int64_t g = 0; g < runs; ++g) {
+      const int64_t at = g * cache.head_stride;
+      std::memcpy(base + to * cache.batch_stride + at,
+                  base + from * cache.batch_stride + at, bytes);
+    }
   }
   d.lengths[to] = d.lengths[from];
   return {};

@@ -22,8 +22,8 @@ struct AttentionShape {
   int64_t query_block = 128;       // rows of Q per work item (bench/RESULTS.md)
   DataType type = DataType::kF32;  // of q, k, v, probabilities and ctx
   // Elements between consecutive rows of k (and of v); 0: head_dim. In a
-  // token-major KV cache, one key's padded K/V heads (kernels/decode.h
-  // DecodePaddedDim).
+  // KV cache, a padded head (kernels/decode.h DecodePaddedDim) when head
+  // major, one key's padded K/V heads when token major.
   int64_t kv_row_stride = 0;
   // K/V heads (grouped-query attention; 1: multi-query). Query head h reads
   // K/V head h / (num_heads / num_kv_heads), as PyTorch's
@@ -39,8 +39,9 @@ struct AttentionShape {
 // sequence b start at q + b * q_batch_stride + h * q_head_stride, head_dim
 // apart; likewise the rows of K/V head g in k and v with kv_batch_stride,
 // g * kv_head_stride and rows AttentionShape::kv_row_stride apart, sequence b
-// being kv_batches[b] (b when null): a KV cache is [B, capacity, Hkv, Dp],
-// and a prompt may fill any of its sequences.
+// being kv_batches[b] (b when null): a KV cache ([B, Hkv, capacity, Dp] or
+// [B, capacity, Hkv, Dp]) is read so, and a prompt may fill any of its
+// sequences.
 struct AttentionInputs {
   const void* q = nullptr;
   int64_t q_batch_stride = 0, q_head_stride = 0;

@@ -71,8 +71,9 @@ constexpr size_t kDecodeBlockRegisters =
 // scores[first + h][j] = q . k_j for kHeads heads from `first`, kVecs
 // vectors each, whose queries stay in registers while the keys pass; each
 // score is the chain DecodePassScoresT makes, so a head's bits do not
-// depend on its block. A token-major cache is read as one strided pass per
-// block (GPT-2's 12 heads: 3 passes of 1 KiB of every 3 KiB row).
+// depend on its block. The block's heads are read side by side, key after
+// key: in a head-major cache, one stream of keys per head (the engine's for
+// such heads, DecodeBlocksHeads).
 // Prefetches the block's rows `prefetch_keys` keys ahead (0: none).
 template <size_t kHeads, size_t kVecs, class D>
 HWY_INLINE void DecodeScoresBlockT(D d, const DecodeParams& params,
@@ -289,33 +290,43 @@ HWY_INLINE void DecodeBlockedPassT(D d, const DecodeParams& params,
   });
 }
 
-// DecodeBlockedPassT<vecs> for heads of `vecs` vectors, kVecs <= vecs <= 8;
-// false (nothing done) for other widths.
+// Widest head, in vectors, whose blocks DecodeBlockedPassT holds in
+// registers.
+constexpr size_t kDecodeBlockMaxVecs = 8;
+
+// Whether DecodePassT runs heads of `group` query heads per K/V head and
+// padded_dim floats through DecodeBlockedPassT: ungrouped heads of 1 to
+// kDecodeBlockMaxVecs vectors (16 to 128 dimensions on AVX-512, 8 to 64 on
+// AVX2). Decoders lay out their caches by this (DecodeBlocksHeads).
+template <class D>
+HWY_INLINE bool DecodeBlocksHeadsT(D d, size_t group, size_t padded_dim) {
+  return group == 1 && padded_dim <= kDecodeBlockMaxVecs * hn::Lanes(d);
+}
+
+// DecodeBlockedPassT<vecs> for heads of `vecs` vectors, kVecs <= vecs <=
+// kDecodeBlockMaxVecs.
 template <size_t kVecs = 1, class D>
-HWY_INLINE bool DecodeBlockedPassOfT(
+HWY_INLINE void DecodeBlockedPassOfT(
     D d, size_t vecs, const DecodeParams& params, const DecodeHeads& heads,
     const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, size_t n,
     size_t prefetch_keys, float (*scores)[kDecodeChunk], bool* live) {
   if (vecs == kVecs) {
-    DecodeBlockedPassT<kVecs>(d, params, heads, k, v, n, prefetch_keys, scores,
-                              live);
-    return true;
+    return DecodeBlockedPassT<kVecs>(d, params, heads, k, v, n, prefetch_keys,
+                                     scores, live);
   }
-  if constexpr (kVecs < 8) {
-    return DecodeBlockedPassOfT<kVecs + 1>(d, vecs, params, heads, k, v, n,
-                                           prefetch_keys, scores, live);
+  if constexpr (kVecs < kDecodeBlockMaxVecs) {
+    DecodeBlockedPassOfT<kVecs + 1>(d, vecs, params, heads, k, v, n,
+                                    prefetch_keys, scores, live);
   }
-  return false;
 }
 
 // One pass: keys [0, n) of a chunk (n <= kDecodeChunk) for `heads`; k and
 // v point at the chunk's first key of K/V head 0; both passes prefetch
 // `prefetch_keys` keys ahead (0: none). Writes each head's partial = {m, l,
 // ..., o}: m the max raw score, l = sum_j exp(scale (s_j - m)), o = sum_j
-// exp(scale (s_j - m)) v_j. Ungrouped heads of 1 to 8 vectors (16 to 128
-// dimensions on AVX-512, 8 to 64 on AVX2) go through registers
-// (DecodeBlockedPassT); grouped or wider heads key by key through L1, the
-// same bits either way. Blocks of grouped heads were slower: 12 heads on 3
+// exp(scale (s_j - m)) v_j. Heads DecodeBlocksHeadsT picks go through
+// registers (DecodeBlockedPassT); grouped or wider heads key by key through
+// L1, the same bits either way. Blocks of grouped heads were slower: 12 heads on 3
 // K/V heads by 1.35-1.5x on Zen 5, each block reading one K/V head's part
 // of every key (bench/RESULTS.md).
 template <class D>
@@ -326,10 +337,9 @@ HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
                             size_t prefetch_keys) {
   HWY_ALIGN float scores[kDecodeMaxHeads][kDecodeChunk];
   bool live[kDecodeMaxHeads];
-  if (DecodeGroup(params) == 1 &&
-      DecodeBlockedPassOfT(d, params.padded_dim / hn::Lanes(d), params, heads,
-                           k, v, n, prefetch_keys, scores, live)) {
-    return;
+  if (DecodeBlocksHeadsT(d, DecodeGroup(params), params.padded_dim)) {
+    return DecodeBlockedPassOfT(d, params.padded_dim / hn::Lanes(d), params,
+                                heads, k, v, n, prefetch_keys, scores, live);
   }
   DecodePassScoresT(d, params, heads, k, n, prefetch_keys, scores);
   DecodePassSoftmaxT(d, params, heads, n, scores, live);

@@ -22,6 +22,11 @@ void DecodeAttentionF32(const DecodeParams& params, const DecodeRow* rows,
   DecodeAttentionT(params, rows, num_rows, partials, num_threads, prefetch);
 }
 
+bool DecodeBlocksHeadsF32(const DecodeParams& params) {
+  return DecodeBlocksHeadsT(hn::ScalableTag<float>(), DecodeGroup(params),
+                            params.padded_dim);
+}
+
 }  // namespace attn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -29,6 +34,11 @@ HWY_AFTER_NAMESPACE();
 namespace attn::kernels {
 
 HWY_EXPORT(DecodeAttentionF32);
+HWY_EXPORT(DecodeBlocksHeadsF32);
+
+bool DecodeBlocksHeads(const DecodeParams& params) {
+  return HWY_DYNAMIC_DISPATCH(DecodeBlocksHeadsF32)(params);
+}
 
 DecodePrefetch DecodePrefetchOfThisCpu() {
   static const DecodePrefetch prefetch =

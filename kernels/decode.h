@@ -52,6 +52,16 @@ inline size_t DecodeGroup(const DecodeParams& params) {
   return params.num_heads / DecodeKvHeads(params);
 }
 
+// Whether DecodeAttention holds blocks of these heads (num_heads,
+// num_kv_heads and padded_dim of `params`) in registers while the keys
+// pass, reading the block's heads side by side: ungrouped heads of 1 to 8
+// vectors of this CPU's target. Such heads read a head-major cache ([B,
+// Hkv, capacity, Dp]: each head's keys one run) faster than a token-major
+// one ([B, capacity, Hkv, Dp]: each key's heads one run), and the key-by-key
+// pass of the other heads the reverse: on Zen 5, GPT-2's decode attention
+// 20-28% faster head major, grouped heads 10-25% slower (bench/RESULTS.md).
+bool DecodeBlocksHeads(const DecodeParams& params);
+
 // The first key a row with num_keys keys sees, and how many it sees.
 inline size_t DecodeFirstKey(const DecodeParams& params, size_t num_keys) {
   return params.window == 0 || num_keys <= params.window
@@ -91,7 +101,7 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
 // Whether the decode attention prefetches the K/V rows it will read a few
 // keys ahead. Neither choice changes a bit of the result.
 enum class DecodePrefetch {
-  // None: the hardware prefetchers follow a token-major cache's stream, and
+  // None: the hardware prefetchers follow the cache's streams, and
   // on Zen 4 a similar prefetch (keys 6 KiB ahead, values during the score
   // loop) slowed this kernel (bench/RESULTS.md "token-major KV cache").
   kNone,
@@ -113,11 +123,9 @@ DecodePrefetch DecodePrefetchOfThisCpu();
 // threads; an item computes every query head of its K/V heads, so each
 // cached K/V row is read once. A block holds as many K/V heads as have at
 // most 32 query heads (all of GPT-2's 12, all of Llama 3.2 1B's 32), fewer
-// where threads would idle, so that in a token-major cache (heads of a key
-// side by side: head_stride = padded_dim) an item reads the chunk's keys
-// once (ungrouped heads of up to 8 vectors: in one strided pass per block
-// of heads held in registers). Then each (row, head) merges its chunks in
-// order.
+// where threads would idle, so that an item reads the chunk's keys once
+// (in blocks of heads held in registers where DecodeBlocksHeads). Then
+// each (row, head) merges its chunks in order.
 // `partials`: DecodeNumPartials x DecodePartialFloats(padded_dim) floats,
 // 64-byte aligned. Results are bitwise identical for every num_threads. As the
 // full-sequence core: a NaN or +inf score makes the row NaN, a row whose

@@ -310,8 +310,12 @@ TEST(LmLayouts, BookAndHuggingFaceNamesGiveTheSameModel) {
 }
 
 // A fork continues exactly as its parent; a removed slot is reused clean.
-TEST(LmBatchTest, ForkContinuesAsTheParentAndSlotsAreReused) {
-  const Case c = ReadCase("llama_gqa");
+// Grouped heads keep a token-major cache, GPT-2's ungrouped ones a head-major
+// one (kernels::DecodeBlocksHeads): the fork copies either.
+class LmForkTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LmForkTest, ContinuesAsTheParentAndSlotsAreReused) {
+  const Case c = ReadCase(GetParam());
   auto batch = NewBatch(Load(c.name, 2), 3);
   ASSERT_NE(batch, nullptr);
   const int64_t parent = *batch->Add();
@@ -332,6 +336,9 @@ TEST(LmBatchTest, ForkContinuesAsTheParentAndSlotsAreReused) {
   EXPECT_EQ(again, parent);
   EXPECT_EQ(batch->length(again), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(CacheLayouts, LmForkTest,
+                         ::testing::Values("llama_gqa", "gpt_book_2l_bias"));
 
 // Batches on one model share the attention's step weights: the model holds
 // them while a batch lives, and a second batch fits under a cap that a
