@@ -52,9 +52,9 @@ struct MhaDecoder::Impl {
   // kernels::DecodeBlocksHeads.
   AlignedBuffer k_cache, v_cache;
   bool head_major = false;
-  AlignedBuffer partials;          // the kernel's split-KV partials
-  size_t max_partials = 0;         // slots in `partials`
-  std::vector<int64_t> counts;     // Decode's all-ones counts
+  AlignedBuffer partials;       // the kernel's split-KV partials
+  size_t max_partials = 0;      // slots in `partials`
+  std::vector<int64_t> counts;  // Decode's all-ones counts
   // The projections as steps of up to kRowsLinearMaxRows rows read them, in
   // the model's step_weights type: shared by the decoders on the model.
   std::shared_ptr<const StepProjections> steps;

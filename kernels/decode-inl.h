@@ -326,8 +326,8 @@ HWY_INLINE void DecodeBlockedPassOfT(
 // ..., o}: m the max raw score, l = sum_j exp(scale (s_j - m)), o = sum_j
 // exp(scale (s_j - m)) v_j. Heads DecodeBlocksHeadsT picks go through
 // registers (DecodeBlockedPassT); grouped or wider heads key by key through
-// L1, the same bits either way. Blocks of grouped heads were slower: 12 heads on 3
-// K/V heads by 1.35-1.5x on Zen 5, each block reading one K/V head's part
+// L1, the same bits either way. Blocks of grouped heads were slower: 12 heads
+// on 3 K/V heads by 1.35-1.5x on Zen 5, each block reading one K/V head's part
 // of every key (bench/RESULTS.md).
 template <class D>
 HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
