@@ -27,10 +27,10 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // A cache of `seqs` sequences of `capacity` keys x Hkv K/V heads, zero
-// padded, token major as the engine's ([seqs, capacity, Hkv, Dp]) unless
-// UseHeadMajor, and one query row of H heads per entry of `keys` (row r
-// belongs to sequence r % seqs). Query head h reads K/V head h / (H / Hkv);
-// a row sees its last `window` keys (0: all).
+// padded, token major ([seqs, capacity, Hkv, Dp]) unless UseHeadMajor, and
+// one query row of H heads per entry of `keys` (row r belongs to sequence
+// r % seqs). Query head h reads K/V head h / (H / Hkv); a row sees its last
+// `window` keys (0: all).
 struct Case {
   size_t H, Hkv, D, Dp, capacity, seqs;
   std::vector<size_t> keys;
