@@ -9,18 +9,22 @@
 //                   new token attends to `context` keys; bytes = K/V read.
 //   BM_RecomputePrefix  MhaSession::Run over [batch, context]: what one new
 //                   token per sequence costs without a cache.
-//   BM_DecodeKernel kernels::DecodeAttention alone, 12 query heads over
-//                   kv_heads K/V heads (12: plain MHA; 3: groups of 4), each
+//   BM_DecodeKernel kernels::DecodeAttention alone, 12 query heads (32 in
+//                   the Llama-shaped cases) over kv_heads K/V heads (12:
+//                   plain MHA; 3: groups of 4), each
 //                   row at `keys` keys of a cache of `capacity`, token major
-//                   as the engine's ([B, capacity, Hkv, Dp]) or head major
-//                   ([B, Hkv, capacity, Dp]), at 1 and 2 threads, with this
+//                   ([B, capacity, Hkv, Dp]) or head major ([B, Hkv,
+//                   capacity, Dp]; the engine picks by
+//                   kernels::DecodeBlocksHeads), at 1 and 2 threads, with this
 //                   CPU's DecodePrefetch (prefetch 2) or each choice (0 none,
 //                   1 keys ahead); bytes = K/V read. Small caches are
 //                   repeated to about 1 GiB and taken in turn, as a model's
 //                   layers are, so that calls read from memory (a Xeon of
 //                   bench/RESULTS.md has 480 MiB of L3): keys 160 of
 //                   capacity 192 at batch 8 is a GPT-2 `attn bench --model`
-//                   step (128-token prompts, 64 steps).
+//                   step (128-token prompts, 64 steps); of 1024, a cache of
+//                   GPT-2's whole context (head major: heads 1024 keys
+//                   apart).
 // Model: d_in = d_out = 768, 12 heads (gpt2). Run with OMP_PROC_BIND=close
 // for stable numbers (README "Threads").
 #include <benchmark/benchmark.h>

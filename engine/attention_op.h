@@ -26,7 +26,7 @@
 
 namespace attn {
 
-// The one K/V layout: rows of head h of sequence b at
+// One addressing for every K/V layout: rows of head h of sequence b at
 // k (or v) + b * batch_stride + h * head_stride, row_stride floats apart
 // (AttentionInputs in kernels/attention.h). A decoder's cache, padded to
 // Dp = DecodePaddedDim(D) floats a row (padding lanes zero), is laid out as

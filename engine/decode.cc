@@ -325,11 +325,7 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   impl->D = c.d_out / c.num_heads;
   impl->Dp = static_cast<int64_t>(
       kernels::DecodePaddedDim(static_cast<size_t>(impl->D)));
-  kernels::DecodeParams heads;
-  heads.num_heads = static_cast<size_t>(impl->H);
-  heads.num_kv_heads = static_cast<size_t>(impl->Hkv);
-  heads.padded_dim = static_cast<size_t>(impl->Dp);
-  impl->head_major = kernels::DecodeBlocksHeads(heads);
+  impl->head_major = kernels::DecodeBlocksHeads(DecodeParamsOf(KvCache(), c));
   impl->d_in = c.d_in;
   impl->d_out = c.d_out;
   impl->num_threads = model->num_threads();

@@ -300,7 +300,9 @@ constexpr size_t kDecodeBlockMaxVecs = 8;
 // AVX2). Decoders lay out their caches by this (DecodeBlocksHeads).
 template <class D>
 HWY_INLINE bool DecodeBlocksHeadsT(D d, size_t group, size_t padded_dim) {
-  return group == 1 && padded_dim <= kDecodeBlockMaxVecs * hn::Lanes(d);
+  const size_t N = hn::Lanes(d);
+  return group == 1 && padded_dim % N == 0 &&
+         padded_dim <= kDecodeBlockMaxVecs * N;
 }
 
 // DecodeBlockedPassT<vecs> for heads of `vecs` vectors, kVecs <= vecs <=

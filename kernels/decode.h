@@ -55,11 +55,11 @@ inline size_t DecodeGroup(const DecodeParams& params) {
 // Whether DecodeAttention holds blocks of these heads (num_heads,
 // num_kv_heads and padded_dim of `params`) in registers while the keys
 // pass, reading the block's heads side by side: ungrouped heads of 1 to 8
-// vectors of this CPU's target. Such heads read a head-major cache ([B,
-// Hkv, capacity, Dp]: each head's keys one run) faster than a token-major
-// one ([B, capacity, Hkv, Dp]: each key's heads one run), and the key-by-key
-// pass of the other heads the reverse: on Zen 5, GPT-2's decode attention
-// 20-28% faster head major, grouped heads 10-25% slower (bench/RESULTS.md).
+// vectors of this CPU's target. On Zen 5 such heads read a head-major cache
+// ([B, Hkv, capacity, Dp]: each head's keys one run) faster than a
+// token-major one ([B, capacity, Hkv, Dp]: each key's heads one run), and
+// the key-by-key pass of the other heads the reverse (bench/RESULTS.md), so
+// decoders lay out their caches by this.
 bool DecodeBlocksHeads(const DecodeParams& params);
 
 // The first key a row with num_keys keys sees, and how many it sees.
@@ -103,7 +103,9 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
 enum class DecodePrefetch {
   // None: the hardware prefetchers follow the cache's streams, and
   // on Zen 4 a similar prefetch (keys 6 KiB ahead, values during the score
-  // loop) slowed this kernel (bench/RESULTS.md "token-major KV cache").
+  // loop) slowed this kernel (bench/RESULTS.md "token-major KV cache"). Both
+  // choices were measured on token-major caches; on Zen 5's head-major one
+  // they ran alike.
   kNone,
   // While key j is read, key j + kDecodePrefetchKeys's rows into L2. On a
   // Xeon with AVX-512 and AMX (lscpu family 6 model 167), GPT-2's decode
@@ -136,7 +138,7 @@ void DecodeAttention(const DecodeParams& params, const DecodeRow* rows,
 
 // Appends new tokens to a KV cache: for row r, qkv + r * (H + 2 Hkv) * D
 // holds its q [H, D], k [Hkv, D] and v [Hkv, D] (heads merged, the fused
-// projection's token-major output; Hkv = DecodeKvHeads). Writes q into
+// projection's output, one row per token; Hkv = DecodeKvHeads). Writes q into
 // rows[r].q (padding lanes zero) and k and v into key num_keys - 1 of rows[r].k
 // and rows[r].v (laid out as DecodeAttention reads them, padding lanes zero).
 // Rows are spread over num_threads OpenMP threads from more than 16 rows on.

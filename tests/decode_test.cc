@@ -456,9 +456,10 @@ HWY_EXPORT_AND_TEST_P(DecodeTest, TestChunkWithoutWeightAddsNothing);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestPrefetchChangesNoBit);
 
 // DecodeAppend against plain element loops: 40 rows (threaded) of 2
-// sequences into a token-major cache [2, cap, Hkv, Dp] with head_dim 5
-// (padded to 16), from rows of q [H, D], k [Hkv, D], v [Hkv, D].
-void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv) {
+// sequences into a cache with head_dim 5 (padded to 16), token major [2,
+// cap, Hkv, Dp] or head major [2, Hkv, cap, Dp], from rows of q [H, D],
+// k [Hkv, D], v [Hkv, D].
+void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv, bool head_major) {
   const size_t D = 5, Dp = DecodePaddedDim(D), cap = 32, rows = 40;
   const size_t row_floats = (H + 2 * Hkv) * D;
   std::mt19937 rng(3);
@@ -472,8 +473,8 @@ void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv) {
   params.num_kv_heads = Hkv;
   params.head_dim = D;
   params.padded_dim = Dp;
-  params.key_stride = Hkv * Dp;
-  params.head_stride = Dp;
+  params.key_stride = head_major ? Dp : Hkv * Dp;
+  params.head_stride = head_major ? cap * Dp : Dp;
   std::vector<DecodeRow> row(rows);
   for (size_t r = 0; r < rows; ++r) {
     const size_t seq = r % 2, pos = r / 2;
@@ -488,7 +489,8 @@ void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv) {
             lane ? qkv[r * row_floats + h * D + d] : 0.0f;
       }
       for (size_t g = 0; g < Hkv; ++g) {
-        const size_t at = ((seq * cap + pos) * Hkv + g) * Dp + d;
+        const size_t at = seq * Hkv * cap * Dp + g * params.head_stride +
+                          pos * params.key_stride + d;
         const size_t src = r * row_floats + H * D + g * D + d;
         want_k[at] = lane ? qkv[src] : 0.0f;
         want_v[at] = lane ? qkv[src + Hkv * D] : 0.0f;
@@ -504,12 +506,40 @@ void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv) {
 }
 
 TEST(DecodeAppendTest, MatchesElementLoops) {
-  ExpectAppendMatchesElementLoops(/*H=*/3, /*Hkv=*/3);
+  for (bool head_major : {false, true}) {
+    ExpectAppendMatchesElementLoops(/*H=*/3, /*Hkv=*/3, head_major);
+  }
 }
 
 TEST(DecodeAppendTest, GroupedWritesOnlyKvHeads) {
-  ExpectAppendMatchesElementLoops(/*H=*/4, /*Hkv=*/2);
-  ExpectAppendMatchesElementLoops(/*H=*/4, /*Hkv=*/1);
+  for (bool head_major : {false, true}) {
+    ExpectAppendMatchesElementLoops(/*H=*/4, /*Hkv=*/2, head_major);
+    ExpectAppendMatchesElementLoops(/*H=*/4, /*Hkv=*/1, head_major);
+  }
+}
+
+// The engine's decoders lay their caches out by DecodeBlocksHeads: GPT-2's
+// 12 ungrouped heads of 64 dimensions head major on AVX2 and AVX-512 (8
+// and 4 vectors), grouped heads and heads wider than 8 vectors token major.
+TEST(DecodeBlocksHeadsTest, UngroupedHeadsOfUpToEightVectors) {
+#if HWY_ARCH_X86
+  if ((hwy::SupportedTargets() & (HWY_AVX2 | HWY_AVX3)) == 0) {
+    GTEST_SKIP() << "needs AVX2 or AVX-512";
+  }
+#else
+  GTEST_SKIP() << "x86 only";
+#endif
+  DecodeParams params;
+  params.num_heads = 12;
+  params.padded_dim = DecodePaddedDim(64);
+  EXPECT_TRUE(DecodeBlocksHeads(params));
+  params.num_kv_heads = 12;
+  EXPECT_TRUE(DecodeBlocksHeads(params));
+  params.num_kv_heads = 3;
+  EXPECT_FALSE(DecodeBlocksHeads(params));
+  params.num_kv_heads = 12;
+  params.padded_dim = DecodePaddedDim(300);  // 19 vectors or more
+  EXPECT_FALSE(DecodeBlocksHeads(params));
 }
 
 }  // namespace

@@ -571,7 +571,8 @@ TEST(DecoderTest, Bf16StepWeightsAreTheRoundedWeights) {
 // by token through the cache, across its 256-key chunks and windows that
 // end inside them, as the full forward (which the PyTorch goldens check).
 // Ungrouped heads with RoPE keep a head-major cache (DecodeBlocksHeads),
-// their 70-token prompt rotated there.
+// their 70-token prompt rotated there and read through a window, with rows
+// padded from 8 floats to 16.
 TEST(DecoderTest, VariantsTokenByTokenMatchFullForward) {
   RopeConfig rope, scaled;
   rope.theta = 10000.0;
@@ -587,7 +588,7 @@ TEST(DecoderTest, VariantsTokenByTokenMatchFullForward) {
       {{16, 64, 8, true, 0}, {2, scaled, 32}, 2, 280, 40},  // all, window 32
       {{8, 32, 4, false, 0}, {4, {}, 1}, 1, 30, 1},         // window 1
       {{8, 32, 2, false, 600}, {1, rope, 260}, 1, 530, 3},  // window > chunk
-      {{16, 64, 4, true, 0}, {4, rope, 0}, 2, 90, 70},      // ungrouped
+      {{16, 32, 4, true, 0}, {4, rope, 24}, 2, 90, 70},     // ungrouped
   };
   uint32_t seed = 11;
   for (const Case& c : cases) {

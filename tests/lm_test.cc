@@ -312,9 +312,9 @@ TEST(LmLayouts, BookAndHuggingFaceNamesGiveTheSameModel) {
 // A fork continues exactly as its parent; a removed slot is reused clean.
 // Grouped heads keep a token-major cache, GPT-2's ungrouped ones a head-major
 // one (kernels::DecodeBlocksHeads): the fork copies either.
-class LmForkTest : public ::testing::TestWithParam<const char*> {};
+class LmBatchForkTest : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(LmForkTest, ContinuesAsTheParentAndSlotsAreReused) {
+TEST_P(LmBatchForkTest, ContinuesAsTheParentAndSlotsAreReused) {
   const Case c = ReadCase(GetParam());
   auto batch = NewBatch(Load(c.name, 2), 3);
   ASSERT_NE(batch, nullptr);
@@ -337,7 +337,7 @@ TEST_P(LmForkTest, ContinuesAsTheParentAndSlotsAreReused) {
   EXPECT_EQ(batch->length(again), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(CacheLayouts, LmForkTest,
+INSTANTIATE_TEST_SUITE_P(CacheLayouts, LmBatchForkTest,
                          ::testing::Values("llama_gqa", "gpt_book_2l_bias"));
 
 // Batches on one model share the attention's step weights: the model holds
