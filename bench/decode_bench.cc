@@ -21,9 +21,9 @@
 //                   repeated to about 1 GiB and taken in turn, as a model's
 //                   layers are, so that calls read from memory (a Xeon of
 //                   bench/RESULTS.md has 480 MiB of L3): keys 160 of
-//                   capacity 192 at batch 8 is a GPT-2 `attn bench --model`
-//                   step (128-token prompts, 64 steps); of 1024, a cache of
-//                   GPT-2's whole context (head major: heads 1024 keys
+//                   capacity 192 at batch 1 and 8 is a GPT-2 `attn bench
+//                   --model` step (128-token prompts, 64 steps); of 1024, a
+//                   cache of GPT-2's whole context (head major: heads 1024 keys
 //                   apart).
 // Model: d_in = d_out = 768, 12 heads (gpt2). Run with OMP_PROC_BIND=close
 // for stable numbers (README "Threads").
@@ -253,7 +253,8 @@ BENCHMARK(BM_DecodeKernel)
     ->ArgNames({"keys", "capacity", "heads", "kv_heads", "batch", "token_major",
                 "threads", "prefetch"})
     ->ArgsProduct({{4096}, {4096}, {12}, {12, 3}, {1, 8}, {1, 0}, {1, 2}, {2}})
-    ->ArgsProduct({{160}, {192, 1024}, {12}, {12}, {8}, {1, 0}, {1, 2}, {0, 1}})
+    ->ArgsProduct(
+        {{160}, {192, 1024}, {12}, {12}, {1, 8}, {1, 0}, {1, 2}, {0, 1}})
     // Llama 3.2 1B's grouping: 32 query heads on 8 K/V heads.
     ->ArgsProduct({{4096}, {4096}, {32}, {8}, {1, 8}, {1, 0}, {1, 2}, {2}})
     ->UseRealTime()

@@ -480,27 +480,34 @@ inline void DecodeAttentionT(const DecodeParams& params, const DecodeRow* rows,
   const DecodeSplit split = DecodeSplitOf(params, all_chunks, num_threads);
   const auto items = static_cast<int64_t>(all_chunks * split.blocks);
   const auto heads = static_cast<int64_t>(num_rows * H);
-#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
+  const hn::ScalableTag<float> d;
+  // Phase 1: every (row, chunk, block of K/V heads) on its own; each
+  // partial has one fixed slot.
+  const auto run_item = [&](int64_t item) {
+    DecodeItemT(d, params, split, rows, num_rows, static_cast<size_t>(item),
+                prefetch_keys, partials);
+  };
+  // Phase 2 (after phase 1): merge each (row, head) in order.
+  const auto merge = [&](int64_t rh) {
+    const DecodeRow& row = rows[static_cast<size_t>(rh) / H];
+    const size_t h = static_cast<size_t>(rh) % H;
+    const size_t chunks = DecodeChunks(DecodeVisibleKeys(params, row.num_keys));
+    DecodeMergeT(d, params,
+                 partials + (row.first_partial + h * chunks) * partial_floats,
+                 chunks, partial_floats, row.ctx + h * params.head_dim);
+  };
+  if (num_threads <= 1) {  // without libgomp's cost of a region (threads.h)
+    for (int64_t item = 0; item < items; ++item) run_item(item);
+    for (int64_t rh = 0; rh < heads; ++rh) merge(rh);
+    return;
+  }
+#pragma omp parallel num_threads(num_threads)
   {
-    const hn::ScalableTag<float> d;
-    // Phase 1: every (row, chunk, block of K/V heads) on its own; each
-    // partial has one fixed slot.
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
-      DecodeItemT(d, params, split, rows, num_rows, static_cast<size_t>(item),
-                  prefetch_keys, partials);
-    }
-    // Phase 2 (after the implicit barrier): merge each (row, head) in order.
+    for (int64_t item = 0; item < items; ++item) run_item(item);
+      // The implicit barrier ends phase 1.
 #pragma omp for schedule(static)
-    for (int64_t rh = 0; rh < heads; ++rh) {
-      const DecodeRow& row = rows[static_cast<size_t>(rh) / H];
-      const size_t h = static_cast<size_t>(rh) % H;
-      const size_t chunks =
-          DecodeChunks(DecodeVisibleKeys(params, row.num_keys));
-      DecodeMergeT(d, params,
-                   partials + (row.first_partial + h * chunks) * partial_floats,
-                   chunks, partial_floats, row.ctx + h * params.head_dim);
-    }
+    for (int64_t rh = 0; rh < heads; ++rh) merge(rh);
   }
 }
 

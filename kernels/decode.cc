@@ -12,6 +12,7 @@
 #include "hwy/highway.h"
 #include "kernels/cpu.h"
 #include "kernels/decode-inl.h"
+#include "kernels/threads.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
@@ -58,11 +59,10 @@ void DecodeAppend(const DecodeParams& params, const float* qkv,
   const size_t H = params.num_heads, Hkv = DecodeKvHeads(params);
   const size_t D = params.head_dim, Dp = params.padded_dim;
   const size_t row_floats = (H + 2 * Hkv) * D;
-  const auto count = static_cast<int64_t>(num_rows);
-#pragma omp parallel for num_threads(num_threads) if (count > 16)
-  for (int64_t r = 0; r < count; ++r) {
+  // One row: its query into its padded heads, its key and value appended.
+  const auto append = [&](size_t r) {
     const DecodeRow& row = rows[r];
-    const float* q_src = qkv + static_cast<size_t>(r) * row_floats;
+    const float* q_src = qkv + r * row_floats;
     const float* k_src = q_src + H * D;
     const float* v_src = k_src + Hkv * D;
     const size_t pos = row.num_keys - 1;
@@ -80,7 +80,11 @@ void DecodeAppend(const DecodeParams& params, const float* qkv,
       std::fill(k + D, k + Dp, 0.0f);  // padding lanes must be zero
       std::fill(v + D, v + Dp, 0.0f);
     }
-  }
+  };
+  ParallelForChunks(num_rows, row_floats, 1, num_threads,
+                    [&](size_t first, size_t n) {
+                      for (size_t r = first; r < first + n; ++r) append(r);
+                    });
 }
 
 }  // namespace attn::kernels

@@ -10,6 +10,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/elementwise-inl.h"
+#include "kernels/threads.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
@@ -39,22 +40,11 @@ HWY_EXPORT(MulChunk);
 
 namespace {
 
-// 16 KiB of floats per chunk: big enough to amortise the dispatch, small
-// enough to balance a few threads over one activation.
-constexpr size_t kChunk = 4096;
-
-// Calls run_chunk(first, n) for the chunks of [0, count), split statically
-// over up to num_threads threads. A single chunk (a decode step's few rows)
-// runs on the caller: waking the team would cost more than the work.
+// Calls run_chunk(first, n) over [0, count) in chunks of whole vectors of
+// the widest target (ParallelForChunks: a decode step's runs on the caller).
 template <class RunChunk>
 void ForEachChunk(size_t count, int num_threads, const RunChunk& run_chunk) {
-  const auto chunks = static_cast<int64_t>((count + kChunk - 1) / kChunk);
-#pragma omp parallel for num_threads(num_threads) \
-    schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const size_t i = static_cast<size_t>(c) * kChunk;
-    run_chunk(i, std::min(kChunk, count - i));
-  }
+  ParallelForChunks(count, 1, 16, num_threads, run_chunk);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/layernorm-inl.h"
+#include "kernels/threads.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
@@ -35,21 +36,12 @@ HWY_EXPORT(RmsNormBlock);
 
 namespace {
 
-// Calls run_block(first_row, n) for blocks of whole rows, split statically
-// over up to num_threads threads (a single block runs on the caller). A row
-// is never split, so its result does not depend on the team.
+// Calls run_block(first_row, n) for blocks of whole rows (ParallelForChunks).
+// A row is never split, so its result does not depend on the team.
 template <class RunBlock>
 void ForEachRowBlock(size_t rows, size_t cols, int num_threads,
                      const RunBlock& run_block) {
-  // About 16 KiB of input per block: a few blocks per thread even at b*T = 8.
-  const size_t block = std::max<size_t>(1, 4096 / std::max<size_t>(cols, 1));
-  const auto blocks = static_cast<int64_t>((rows + block - 1) / block);
-#pragma omp parallel for num_threads(num_threads) \
-    schedule(static) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const size_t r = static_cast<size_t>(b) * block;
-    run_block(r, std::min(block, rows - r));
-  }
+  ParallelForChunks(rows, std::max<size_t>(cols, 1), 1, num_threads, run_block);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/rope-inl.h"
+#include "kernels/threads.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
@@ -166,20 +167,16 @@ void ApplyRope(const RopeTable& table, const RopeRows& rows,
 
 void ApplyRope(const RopeTable& table, const RopeRows& rows,
                const int64_t* positions, int num_threads) {
-  // About 16 KiB of rotated floats per block, whole rows.
   const size_t row_floats =
       std::max<size_t>(1, rows.num_heads * table.head_dim());
-  const size_t block = std::max<size_t>(1, 4096 / row_floats);
-  const auto blocks = static_cast<int64_t>((rows.num_rows + block - 1) / block);
-#pragma omp parallel for num_threads(num_threads) \
-    schedule(static) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const size_t r = static_cast<size_t>(b) * block;
-    RopeRows part = rows;
-    part.data = rows.data + r * rows.row_stride;
-    part.num_rows = std::min(block, rows.num_rows - r);
-    HWY_DYNAMIC_DISPATCH(RotateRows)(table, part, positions + r, 0);
-  }
+  ParallelForChunks(rows.num_rows, row_floats, 1, num_threads,
+                    [&](size_t r, size_t n) {
+                      RopeRows part = rows;
+                      part.data = rows.data + r * rows.row_stride;
+                      part.num_rows = n;
+                      HWY_DYNAMIC_DISPATCH(RotateRows)
+                      (table, part, positions + r, 0);
+                    });
 }
 
 }  // namespace attn::kernels

@@ -17,6 +17,7 @@
 #include "hwy/highway.h"
 #include "hwy/tests/hwy_gtest.h"
 #include "kernels/decode-inl.h"
+#include "kernels/threads.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"
 
@@ -455,13 +456,14 @@ HWY_EXPORT_AND_TEST_P(DecodeTest, TestGroupingChangesNoBit);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestChunkWithoutWeightAddsNothing);
 HWY_EXPORT_AND_TEST_P(DecodeTest, TestPrefetchChangesNoBit);
 
-// DecodeAppend against plain element loops: 40 rows (threaded) of 2
-// sequences into a cache with head_dim 5 (padded to 16), token major [2,
-// cap, Hkv, Dp] or head major [2, Hkv, cap, Dp], from rows of q [H, D],
-// k [Hkv, D], v [Hkv, D].
+// DecodeAppend against plain element loops: 40 rows of 2 sequences into a
+// cache with head_dim 5 (padded to 16), token major [2, cap, Hkv, Dp] or
+// head major [2, Hkv, cap, Dp], from rows of q [H, D], k [Hkv, D], v [Hkv,
+// D]; enough heads that the rows make more than one chunk of work to thread.
 void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv, bool head_major) {
   const size_t D = 5, Dp = DecodePaddedDim(D), cap = 32, rows = 40;
   const size_t row_floats = (H + 2 * Hkv) * D;
+  ASSERT_GT(rows * row_floats, kParallelGrainFloats);
   std::mt19937 rng(3);
   const std::vector<float> qkv =
       test::RandomVector(rng, rows * row_floats, -1.0f, 1.0f);
@@ -498,6 +500,9 @@ void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv, bool head_major) {
     }
   }
   for (int threads : {1, 3}) {
+    std::fill(k.begin(), k.end(), 7.0f);
+    std::fill(v.begin(), v.end(), 7.0f);
+    std::fill(q.begin(), q.end(), 7.0f);
     DecodeAppend(params, qkv.data(), row.data(), rows, threads);
     EXPECT_EQ(q, want_q) << threads;
     EXPECT_EQ(k, want_k) << threads;
@@ -507,14 +512,14 @@ void ExpectAppendMatchesElementLoops(size_t H, size_t Hkv, bool head_major) {
 
 TEST(DecodeAppendTest, MatchesElementLoops) {
   for (bool head_major : {false, true}) {
-    ExpectAppendMatchesElementLoops(/*H=*/3, /*Hkv=*/3, head_major);
+    ExpectAppendMatchesElementLoops(/*H=*/96, /*Hkv=*/96, head_major);
   }
 }
 
 TEST(DecodeAppendTest, GroupedWritesOnlyKvHeads) {
   for (bool head_major : {false, true}) {
-    ExpectAppendMatchesElementLoops(/*H=*/4, /*Hkv=*/2, head_major);
-    ExpectAppendMatchesElementLoops(/*H=*/4, /*Hkv=*/1, head_major);
+    ExpectAppendMatchesElementLoops(/*H=*/128, /*Hkv=*/64, head_major);
+    ExpectAppendMatchesElementLoops(/*H=*/128, /*Hkv=*/1, head_major);
   }
 }
 

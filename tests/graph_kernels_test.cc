@@ -16,6 +16,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/layernorm-inl.h"
 #include "kernels/layernorm.h"
+#include "kernels/threads.h"
 #include "tests/test_util.h"
 
 #ifndef ATTN_TESTS_GRAPH_KERNELS_REFERENCE_
@@ -250,10 +251,12 @@ HWY_EXPORT_AND_TEST_P(GraphKernelsTest, TestSiluLimits);
 HWY_EXPORT_AND_TEST_P(GraphKernelsTest, TestSiluMatchesReferenceAtWidths);
 HWY_EXPORT_AND_TEST_P(GraphKernelsTest, TestMulIsExact);
 
-// The dispatched, threaded entry points: same results for 1 and 3 threads.
+// The dispatched, threaded entry points: same results for 1 and 3 threads
+// (37 rows of 1000: three row blocks and element chunks).
 TEST(GraphKernelsDispatchTest, ThreadedEntryPointsMatchReference) {
   std::mt19937 rng(4);
-  const size_t rows = 37, cols = 100;
+  const size_t rows = 37, cols = 1000;
+  ASSERT_GT(rows * cols, 2 * kParallelGrainFloats);
   const auto x = test::RandomVector(rng, rows * cols, -3.f, 3.f);
   const auto b = test::RandomVector(rng, rows * cols, -3.f, 3.f);
   const auto scale = test::RandomVector(rng, cols, 0.5f, 1.5f);
@@ -275,10 +278,11 @@ TEST(GraphKernelsDispatchTest, ThreadedEntryPointsMatchReference) {
 
 // Llama's kernels through the dispatched, threaded entry points: the
 // reference's values, and the same bits for 1, 2 and 3 threads (37 rows of
-// 1000: several row blocks and element chunks per thread).
+// 1000: three row blocks and element chunks).
 TEST(GraphKernelsDispatchTest, LlamaKernelsMatchReferenceAndThreadCounts) {
   std::mt19937 rng(9);
   const size_t rows = 37, cols = 1000;
+  ASSERT_GT(rows * cols, 2 * kParallelGrainFloats);
   const auto x = test::RandomVector(rng, rows * cols, -6.f, 6.f);
   const auto b = test::RandomVector(rng, rows * cols, -3.f, 3.f);
   const auto weight = test::RandomVector(rng, cols, 0.5f, 1.5f);

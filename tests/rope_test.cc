@@ -16,6 +16,7 @@
 #include "hwy/tests/hwy_gtest.h"
 #include "kernels/rope-inl.h"
 #include "kernels/rope.h"
+#include "kernels/threads.h"
 #include "tests/test_util.h"
 
 #ifndef ATTN_TESTS_ROPE_REFERENCE_
@@ -225,12 +226,13 @@ TEST(RopeTableTest, RefusesBadShapesAndConfigs) {
 
 // The dispatched entry points: the reference's values; consecutive
 // positions the same as the explicit ones; and the threaded form the same
-// bits at 1, 2 and 3 threads (61 rows of 5 heads: several blocks each).
+// bits at 1, 2 and 3 threads (61 rows of 5 heads: three blocks).
 TEST(RopeDispatchTest, EntryPointsMatchReferenceAndThreadCounts) {
   std::mt19937 rng(3);
   const auto table = RopeTable::Create(RopeConfig{500000.0f}, 128, 4096);
   ASSERT_TRUE(table.ok());
   const test::RopeLayout layout{128, 5, 61};
+  ASSERT_GT(layout.floats(), 2 * kParallelGrainFloats);
   const auto x = test::RandomVector(rng, layout.floats(), -2.f, 2.f);
   const auto pos = test::ScatteredPositions(layout.num_rows, 4096);
   const auto expected = test::RopeReference(*table, layout, x, pos);
