@@ -229,19 +229,19 @@ HWY_INLINE void RowsLinearItem(D d, const float* x, size_t k, const TW* item,
   RowsLinearItemT<kRows, kBytes>(d, x, k, item, panels, bias, columns, y, ldy);
 }
 
-// The work item of columns [j0, j0 + kRowsLinearColumns), or up to n (j0 a
-// multiple of kRowsLinearColumns), for 1 <= rows <= kRowsLinearMaxRows
+// The work unit of columns [j0, j0 + RowsLinearUnitColumns<TW>()), or up
+// to n (j0 a multiple of the unit), for 1 <= rows <= kRowsLinearMaxRows
 // rows, into y [rows, ldy] from its column 0: y[r * ldy + c] is column
-// j0 + c of row r.
+// j0 + c of row r. Its panels start at packed + j0 * k either way.
 template <class D, typename TW>
 HWY_INLINE void RowsLinearColumns(D d, const float* x, size_t rows, size_t k,
                                   const TW* packed, const float* bias, size_t n,
                                   size_t j0, float* y, size_t ldy,
                                   RowsLinearPrefetch prefetch) {
   const TW* item = packed + j0 * k;
-  const size_t panels = RowsLinearItemPanels(n, j0);
+  const size_t columns = std::min(RowsLinearUnitColumns<TW>(), n - j0);
+  const size_t panels = (columns + kRowsLinearPanel - 1) / kRowsLinearPanel;
   const float* bias_j0 = bias ? bias + j0 : nullptr;
-  const size_t columns = std::min(kRowsLinearColumns, n - j0);
   switch (rows) {
     case 1:
       return RowsLinearItem<1>(d, x, k, item, panels, bias_j0, columns, y, ldy,

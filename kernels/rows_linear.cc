@@ -1,7 +1,7 @@
-// Dynamic dispatch and the OpenMP split of RowsLinear (two panels per work
-// item, one HWY_DYNAMIC_DISPATCH each, for f32 and bf16 weights; items in
-// groups through a stack buffer), the CPU's prefetch choice, and the packing
-// of its weights.
+// Dynamic dispatch and the OpenMP split of RowsLinear (one
+// HWY_DYNAMIC_DISPATCH per unit of columns, RowsLinearUnitColumns, for f32
+// and bf16 weights; units in groups through a stack buffer), the CPU's
+// prefetch choice, and the packing of its weights.
 #include "kernels/rows_linear.h"
 
 #include <omp.h>
@@ -100,23 +100,24 @@ void Pack(const T* w, size_t n, size_t k, T* packed, int num_threads) {
   }
 }
 
-// Items [front, back) of one thread's share, both in one word so that one
-// compare-and-swap takes items from either end; a cache line each, so that
-// owners taking items do not contend for one line.
-class alignas(64) ItemRange {
+// Units [front, back) of one thread's share, both in one word so that one
+// compare-and-swap takes units from either end; a cache line each, so that
+// owners taking units do not contend for one line.
+class alignas(64) UnitRange {
  public:
   void Reset(uint32_t front, uint32_t back) {
     span_.store(uint64_t{front} << 32 | back, std::memory_order_relaxed);
   }
-  // Up to `most` items from the front (the owner's) or the last one (another
-  // thread's, once done with its own share): [*first, *first + *count);
-  // false when none is left.
+  // From the front (the owner's), a quarter of the units left, at least one
+  // and at most `most`, so that the last go one by one; or the last unit
+  // (another thread's, once done with its own share): [*first, *first +
+  // *count); false when none is left.
   bool TakeFront(uint32_t most, uint32_t* first, uint32_t* count) {
     return Take(true, most, first, count);
   }
-  bool TakeBack(uint32_t* item) {
+  bool TakeBack(uint32_t* unit) {
     uint32_t count;
-    return Take(false, 1, item, &count);
+    return Take(false, 1, unit, &count);
   }
 
  private:
@@ -126,7 +127,8 @@ class alignas(64) ItemRange {
       const auto front = static_cast<uint32_t>(span >> 32);
       const auto back = static_cast<uint32_t>(span);
       if (front >= back) return false;
-      const uint32_t taken = std::min(most, back - front);
+      const uint32_t taken =
+          std::min(most, std::max<uint32_t>(1, (back - front) / 4));
       const uint64_t rest =
           front_end ? span + (uint64_t{taken} << 32) : span - taken;
       if (span_.compare_exchange_weak(span, rest, std::memory_order_relaxed)) {
@@ -139,26 +141,34 @@ class alignas(64) ItemRange {
   std::atomic<uint64_t> span_{0};
 };
 
-// The most items whose outputs land in one buffer on the stack before one
+// The most columns whose outputs land in one buffer on the stack before one
 // copy spreads them over y's rows. Tiles storing straight into y touch a
 // page per row for every panel: on the Xeon of RowsLinearPrefetch, 8 rows
 // then streamed their weights 13-15% slower than through the buffer (the
 // L2 prefetcher's streams seem to lose track of the weights;
-// bench/RESULTS.md). 8 items of 8 rows: 16 KiB.
-constexpr size_t kGroupItems = 8;
+// bench/RESULTS.md). 512 columns of 8 rows: 16 KiB.
+constexpr size_t kGroupColumns = 8 * kRowsLinearColumns;
 
-// Items [first, first + count) of y [rows, n] through one buffer.
+// The most units of TW weights in one group.
+template <typename TW>
+constexpr uint32_t GroupUnits() {
+  return kGroupColumns / RowsLinearUnitColumns<TW>();
+}
+
+// Units [first, first + count) of y [rows, n] through one buffer.
 template <typename TW, class ColumnsFn>
 void RunGroup(ColumnsFn columns, const float* x, size_t rows, size_t k,
               const TW* packed, const float* bias, size_t n, float* y,
               RowsLinearPrefetch prefetch, size_t first, size_t count) {
-  HWY_DASSERT(rows >= 1 && rows <= kRowsLinearMaxRows && count <= kGroupItems);
-  HWY_ALIGN float buffer[kGroupItems * kRowsLinearColumns * kRowsLinearMaxRows];
-  const size_t ldb = count * kRowsLinearColumns;
-  const size_t j0 = first * kRowsLinearColumns;
+  constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
+  HWY_DASSERT(rows >= 1 && rows <= kRowsLinearMaxRows &&
+              count <= GroupUnits<TW>());
+  HWY_ALIGN float buffer[kGroupColumns * kRowsLinearMaxRows];
+  const size_t ldb = count * kUnit;
+  const size_t j0 = first * kUnit;
   for (size_t i = 0; i < count; ++i) {
-    columns(x, rows, k, packed, bias, n, j0 + i * kRowsLinearColumns,
-            buffer + i * kRowsLinearColumns, ldb, prefetch);
+    columns(x, rows, k, packed, bias, n, j0 + i * kUnit, buffer + i * kUnit,
+            ldb, prefetch);
   }
   const size_t width = std::min(n, j0 + ldb) - j0;
   for (size_t r = 0; r < rows; ++r) {
@@ -166,35 +176,38 @@ void RunGroup(ColumnsFn columns, const float* x, size_t rows, size_t k,
   }
 }
 
-// Work items of kRowsLinearColumns in one contiguous share per thread, which
+// Units (RowsLinearUnitColumns) in one contiguous share per thread, which
 // its owner reads front to back as one stream of panels, in groups of a
-// quarter of an average share (1 to kGroupItems); a thread done with its share
-// takes items one by one from the backs of the others'. A core the host
-// slows keeps the others waiting at the barrier for one group at most, and
-// which thread computes a column never changes its bits.
+// quarter of what is left of it (1 to GroupUnits); a thread done with its
+// share takes units one by one from the backs of the others'. A core the
+// host slows keeps the others waiting at the barrier for about one unit
+// (fixed quarters of a share, of two-panel units, left GPT-2's batch-1
+// step at 2 threads on a Zen 5 with 0.35-0.45 ms of one thread idle a step:
+// bench/RESULTS.md), and which thread computes a column never changes its
+// bits.
 template <typename TW, class ColumnsFn>
 void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
            const TW* packed, const float* bias, size_t n, float* y,
            int num_threads, RowsLinearPrefetch prefetch) {
-  const size_t items = (n + kRowsLinearColumns - 1) / kRowsLinearColumns;
+  constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
+  constexpr uint32_t kGroup = GroupUnits<TW>();
+  const size_t units = (n + kUnit - 1) / kUnit;
   const auto run = [&](size_t first, size_t count) {
     RunGroup(columns, x, rows, k, packed, bias, n, y, prefetch, first, count);
   };
   const size_t shares =
-      num_threads > 1 ? std::min(static_cast<size_t>(num_threads), items) : 1;
+      num_threads > 1 ? std::min(static_cast<size_t>(num_threads), units) : 1;
   if (shares <= 1) {
-    for (size_t first = 0; first < items; first += kGroupItems) {
-      run(first, std::min(kGroupItems, items - first));
+    for (size_t first = 0; first < units; first += kGroup) {
+      run(first, std::min<size_t>(kGroup, units - first));
     }
     return;
   }
-  HWY_DASSERT(items <= UINT32_MAX);
-  const auto group = static_cast<uint32_t>(
-      std::clamp<size_t>(items / shares / 4, 1, kGroupItems));
-  std::unique_ptr<ItemRange[]> ranges(new ItemRange[shares]);
+  HWY_DASSERT(units <= UINT32_MAX);
+  std::unique_ptr<UnitRange[]> ranges(new UnitRange[shares]);
   for (size_t t = 0; t < shares; ++t) {
-    ranges[t].Reset(static_cast<uint32_t>(items * t / shares),
-                    static_cast<uint32_t>(items * (t + 1) / shares));
+    ranges[t].Reset(static_cast<uint32_t>(units * t / shares),
+                    static_cast<uint32_t>(units * (t + 1) / shares));
   }
   const int team = static_cast<int>(shares);
 #pragma omp parallel num_threads(team)
@@ -203,9 +216,9 @@ void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
     // others take them from the back.
     const auto self = static_cast<size_t>(omp_get_thread_num());
     uint32_t first, count;
-    while (ranges[self].TakeFront(group, &first, &count)) run(first, count);
+    while (ranges[self].TakeFront(kGroup, &first, &count)) run(first, count);
     for (size_t i = 1; i < shares; ++i) {
-      ItemRange& other = ranges[(self + i) % shares];
+      UnitRange& other = ranges[(self + i) % shares];
       while (other.TakeBack(&first)) run(first, 1);
     }
   }

@@ -68,7 +68,7 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 namespace {
 
-// Every work item of y for w [n, k], packed here. One out-of-line copy per
+// Every work unit of y for w [n, k], packed here. One out-of-line copy per
 // weight type: RowsLinearColumns is always inlined, and every call site
 // would otherwise compile all its tiles again (minutes of this file's build
 // under ASan).
@@ -78,7 +78,7 @@ HWY_NOINLINE void Linear(
     const float* bias, size_t n, float* y,
     RowsLinearPrefetch prefetch = RowsLinearPrefetch::kManyFmasPerLine) {
   const std::vector<TW> packed = test::Packed(w, n, k);
-  for (size_t j0 = 0; j0 < n; j0 += kRowsLinearColumns) {
+  for (size_t j0 = 0; j0 < n; j0 += RowsLinearUnitColumns<TW>()) {
     RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed.data(), bias,
                       n, j0, y + j0, n, prefetch);
   }
@@ -90,8 +90,8 @@ void TestRowsLinearMatchesReference() {
   std::mt19937 rng(7);
   for (size_t rows = 1; rows <= kRowsLinearMaxRows; ++rows) {
     // 2048: the rows of x lie a multiple of 4 KiB apart. n: within one
-    // panel, at its edge and past it by a column or more, a work item of two
-    // whole panels, of a panel and a column, and of a partial second panel.
+    // panel, at its edge and past it by a column or more, two whole panels,
+    // a panel and a column, and a partial second panel (bf16: work items).
     for (size_t k : {size_t{1}, N - 1 ? N - 1 : 1, N, N + 1, 3 * N + 2,
                      size_t{64}, size_t{769}, size_t{2048}}) {
       for (size_t n : {size_t{1}, size_t{5}, size_t{17}, size_t{32}, size_t{33},
@@ -184,16 +184,18 @@ void TestRowsLinearBitsDoNotDependOnRows() {
   }
 }
 
-// A work item in the middle, or the last one (a whole panel and a part of
-// one), writes exactly its columns, of every row; w holds TW weights, wf
-// their values as floats.
+// A work unit in the middle, or the last one (part of a panel), writes
+// exactly its columns, of every row; w holds TW weights, wf their values as
+// floats.
 template <typename TW>
-void ExpectItemWritesOnlyItsColumns(const std::vector<TW>& w,
+void ExpectUnitWritesOnlyItsColumns(const std::vector<TW>& w,
                                     const std::vector<float>& wf, size_t k) {
   std::mt19937 rng(8);
   const size_t n = w.size() / k;
+  constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
   const std::vector<TW> packed = test::Packed(w, n, k);
-  for (size_t j0 : {kRowsLinearColumns, 2 * kRowsLinearColumns})
+  ASSERT_NE(n % kUnit, 0u);
+  for (size_t j0 : {kUnit, (n - 1) / kUnit * kUnit})
     for (size_t rows : {size_t{1}, size_t{3}, size_t{8}}) {
       const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
       const auto full = test::RowsLinearReference(x, rows, k, wf, nullptr, n);
@@ -203,7 +205,7 @@ void ExpectItemWritesOnlyItsColumns(const std::vector<TW>& w,
                         RowsLinearPrefetch::kEveryTile);
       for (size_t r = 0; r < rows; ++r) {
         for (size_t j = 0; j < n; ++j) {
-          if (j >= j0 && j < j0 + kRowsLinearColumns) {
+          if (j >= j0 && j < j0 + kUnit) {
             EXPECT_NEAR(y[r * n + j], full[r * n + j], 1e-4);
           } else {
             EXPECT_EQ(y[r * n + j], -7.0f) << r << ", " << j;
@@ -213,13 +215,13 @@ void ExpectItemWritesOnlyItsColumns(const std::vector<TW>& w,
     }
 }
 
-void TestRowsLinearItemWritesOnlyItsColumns() {
+void TestRowsLinearUnitWritesOnlyItsColumns() {
   std::mt19937 rng(8);
   const size_t k = 19, n = 150;
   const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
-  ExpectItemWritesOnlyItsColumns(w, w, k);
+  ExpectUnitWritesOnlyItsColumns(w, w, k);
   const auto [wb, wf] = test::ToBF16(w);
-  ExpectItemWritesOnlyItsColumns(wb, wf, k);
+  ExpectUnitWritesOnlyItsColumns(wb, wf, k);
 }
 
 }  // namespace
@@ -232,14 +234,14 @@ namespace {
 
 HWY_BEFORE_TEST(RowsLinearTest);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearMatchesReference);
-HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearItemWritesOnlyItsColumns);
+HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearUnitWritesOnlyItsColumns);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBitsDoNotDependOnRows);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBF16MatchesF32);
 
 // The dispatched entry point spreads columns over threads: the same bits at
-// every team size, and the reference's values. n 9001 at 8 rows: 141 items,
-// whole groups of kGroupItems (rows_linear.cc) at 1 and 2 threads and a
-// last partial one.
+// every team size, and the reference's values. n 9001 at 8 rows: 282 fp32
+// units, whole groups (rows_linear.cc) at 1 and 2 threads and a last
+// partial one.
 TEST(RowsLinearDispatchTest, SameBitsAtEveryThreadCount) {
   std::mt19937 rng(9);
   const size_t k = 300;
@@ -264,9 +266,9 @@ TEST(RowsLinearDispatchTest, SameBitsAtEveryThreadCount) {
 
 // Each thread's share of columns has an owner only when the team is as large
 // as asked: inside an enclosing parallel region the team is one thread,
-// which must take the other shares too; and more threads than work items
-// (n 100: two items) get one share per item. Every column is still written,
-// with the same bits.
+// which must take the other shares too; and more threads than work units
+// (n 100: four fp32 units) get one share per unit. Every column is still
+// written, with the same bits.
 TEST(RowsLinearDispatchTest, EveryColumnWhateverTheTeam) {
   std::mt19937 rng(10);
   const size_t rows = 3, k = 64;
