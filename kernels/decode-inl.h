@@ -257,15 +257,20 @@ HWY_INLINE void DecodePassSoftmaxT(D d, const DecodeParams& params,
   }
 }
 
-// f(std::integral_constant<size_t, kHeads>(), first) for the heads [0,
-// count) in blocks of kHeads, then f with blocks of one for the rest.
+// f(std::integral_constant<size_t, kHeads>(), first) for the heads [first,
+// count) in blocks of kHeads, the rest in blocks of half as many, and so on
+// down to one: the more heads a block reads side by side, the more streams
+// the memory serves at once. A batch-1 GPT-2 step at 2 threads splits its
+// 12 heads into items of 2; as one block of two instead of two of one they
+// read a 160-key cache in 29-30 us instead of 32-35 (decode_bench, Zen 5).
 template <size_t kHeads, class F>
-HWY_INLINE void ForEachHeadBlock(size_t count, const F& f) {
-  size_t first = 0;
+HWY_INLINE void ForEachHeadBlock(size_t count, const F& f, size_t first = 0) {
   for (; first + kHeads <= count; first += kHeads) {
     f(std::integral_constant<size_t, kHeads>(), first);
   }
-  for (; first < count; ++first) f(std::integral_constant<size_t, 1>(), first);
+  if constexpr (kHeads > 1) {
+    ForEachHeadBlock<kHeads / 2>(count, f, first);
+  }
 }
 
 // Scores, softmax and values of a pass for heads of kVecs vectors: blocks
