@@ -51,14 +51,18 @@ void BM_Barrier(benchmark::State& state) {
   double total = 0;
   for (auto _ : state) {
     double seconds = 0;
+    int team = 0;
 #pragma omp parallel num_threads(2)
     {
+      if (omp_get_thread_num() == 0) team = omp_get_num_threads();
+#pragma omp barrier
       const double t0 = omp_get_wtime();
       for (int i = 0; i < 1000; ++i) {
 #pragma omp barrier
       }
       if (omp_get_thread_num() == 0) seconds = omp_get_wtime() - t0;
     }
+    if (team != 2) return state.SkipWithError("no team of two threads");
     state.SetIterationTime(seconds);
     total += seconds;
   }
@@ -75,20 +79,27 @@ void BM_LinePingPong(benchmark::State& state) {
   for (auto _ : state) {
     alignas(64) std::atomic<int> turn{0};
     double seconds = 0;
+    bool paired = true;
 #pragma omp parallel num_threads(2)
     {
       const int self = omp_get_thread_num();
-      const double t0 = omp_get_wtime();
-      for (int trip = 0; trip < kTrips; ++trip) {
-        // Thread 0 writes 2 trip + 1 when it sees 2 trip, thread 1 the
-        // next even number when it sees that.
-        const int mine = 2 * trip + self;
-        while (turn.load(std::memory_order_acquire) != mine) {
+      if (omp_get_num_threads() != 2) {
+        paired = false;  // a lone thread would wait for its partner forever
+      } else {
+#pragma omp barrier
+        const double t0 = omp_get_wtime();
+        for (int trip = 0; trip < kTrips; ++trip) {
+          // Thread 0 writes 2 trip + 1 when it sees 2 trip, thread 1 the
+          // next even number when it sees that.
+          const int mine = 2 * trip + self;
+          while (turn.load(std::memory_order_acquire) != mine) {
+          }
+          turn.store(mine + 1, std::memory_order_release);
         }
-        turn.store(mine + 1, std::memory_order_release);
+        if (self == 0) seconds = omp_get_wtime() - t0;
       }
-      if (self == 0) seconds = omp_get_wtime() - t0;
     }
+    if (!paired) return state.SkipWithError("no team of two threads");
     state.SetIterationTime(seconds);
     total += seconds;
   }

@@ -141,7 +141,8 @@ void DecodeAttention(const DecodeParams& params, const DecodeRow* rows,
 // projection's output, one row per token; Hkv = DecodeKvHeads). Writes q into
 // rows[r].q (padding lanes zero) and k and v into key num_keys - 1 of rows[r].k
 // and rows[r].v (laid out as DecodeAttention reads them, padding lanes zero).
-// Rows are spread over num_threads OpenMP threads from more than 16 rows on.
+// Rows are spread over num_threads threads once they make more than one
+// chunk of work (ParallelForChunks).
 void DecodeAppend(const DecodeParams& params, const float* qkv,
                   const DecodeRow* rows, size_t num_rows, int num_threads);
 

@@ -2,7 +2,7 @@
 // HWY_DYNAMIC_DISPATCH per block of rows.
 #include "kernels/layernorm.h"
 
-#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #undef HWY_TARGET_INCLUDE
@@ -41,7 +41,7 @@ namespace {
 template <class RunBlock>
 void ForEachRowBlock(size_t rows, size_t cols, int num_threads,
                      const RunBlock& run_block) {
-  ParallelForChunks(rows, std::max<size_t>(cols, 1), 1, num_threads, run_block);
+  ParallelForChunks(rows, cols, 1, num_threads, run_block);
 }
 
 }  // namespace

@@ -169,13 +169,13 @@ void ApplyRope(const RopeTable& table, const RopeRows& rows,
                const int64_t* positions, int num_threads) {
   const size_t row_floats =
       std::max<size_t>(1, rows.num_heads * table.head_dim());
+  const auto rotate = HWY_DYNAMIC_DISPATCH(RotateRows);
   ParallelForChunks(rows.num_rows, row_floats, 1, num_threads,
                     [&](size_t r, size_t n) {
                       RopeRows part = rows;
                       part.data = rows.data + r * rows.row_stride;
                       part.num_rows = n;
-                      HWY_DYNAMIC_DISPATCH(RotateRows)
-                      (table, part, positions + r, 0);
+                      rotate(table, part, positions + r, 0);
                     });
 }
 

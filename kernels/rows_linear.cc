@@ -180,11 +180,11 @@ void RunGroup(ColumnsFn columns, const float* x, size_t rows, size_t k,
 // its owner reads front to back as one stream of panels, in groups of a
 // quarter of what is left of it (1 to GroupUnits); a thread done with its
 // share takes units one by one from the backs of the others'. A core the
-// host slows keeps the others waiting at the barrier for about one unit
-// (fixed quarters of a share, of two-panel units, left GPT-2's batch-1
-// step at 2 threads on a Zen 5 with 0.35-0.45 ms of one thread idle a step:
-// bench/RESULTS.md), and which thread computes a column never changes its
-// bits.
+// host slows keeps the others waiting at the barrier for at most one group,
+// one unit once its share is nearly done (fixed quarters of a share, of
+// two-panel units, left GPT-2's batch-1 step at 2 threads on a Zen 5 with
+// 0.35-0.54 ms of one thread idle a step: bench/RESULTS.md), and which
+// thread computes a column never changes its bits.
 template <typename TW, class ColumnsFn>
 void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
            const TW* packed, const float* bias, size_t n, float* y,

@@ -52,7 +52,7 @@ inline size_t RowsLinearItemPanels(size_t n, size_t j0) {
 // packed + j0 * k: panel q at q * panel, its row i at i * row after that.
 // `panels`: RowsLinearItemPanels.
 // - fp32: panel after panel, every tile of one panel, so that a thread's
-//   share of items is one stream: a GPT-2 step's weights at 1 row on one
+//   share of units is one stream: a GPT-2 step's weights at 1 row on one
 //   thread of a Zen 4 read 6-14% faster than with both panels in one tile
 //   (two streams). Row by row would make 5-8 rows, whose accumulators for
 //   two panels do not fit, read every other 128 bytes: 30% slower.

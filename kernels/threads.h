@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hwy/base.h"
+
 namespace attn::kernels {
 
 // Sets the calling thread's OpenMP team size (which oneDNN follows) for the
@@ -49,6 +51,7 @@ template <class Fn>
 void ParallelForChunks(size_t count, size_t item_floats, size_t align,
                        int num_threads, const Fn& fn) {
   if (count == 0) return;
+  HWY_DASSERT(align >= 1);
   const size_t grain = std::max<size_t>(
       1, kParallelGrainFloats / std::max<size_t>(item_floats, 1));
   size_t chunks = (count + grain - 1) / grain;

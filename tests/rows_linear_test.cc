@@ -238,10 +238,30 @@ HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearUnitWritesOnlyItsColumns);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBitsDoNotDependOnRows);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBF16MatchesF32);
 
+// RowsLinear on `packed` (w's TW weights; wf their values as floats) at 1
+// thread against the reference, and the same bits at 2, 3 and 7.
+template <typename TW>
+void ExpectSameBitsAtEveryThreadCount(const std::vector<float>& x, size_t rows,
+                                      size_t k, const std::vector<TW>& packed,
+                                      const std::vector<float>& wf,
+                                      const std::vector<float>& b, size_t n) {
+  std::vector<float> one(rows * n);
+  RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, one.data(), 1);
+  test::ExpectAllClose(test::RowsLinearReference(x, rows, k, wf, b.data(), n),
+                       one.data(), 1e-4, "1 thread");
+  for (int threads : {2, 3, 7}) {
+    std::vector<float> many(rows * n);
+    RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, many.data(),
+               threads);
+    EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
+        << threads << " threads differ from 1, n " << n;
+  }
+}
+
 // The dispatched entry point spreads columns over threads: the same bits at
-// every team size, and the reference's values. n 9001 at 8 rows: 282 fp32
-// units, whole groups (rows_linear.cc) at 1 and 2 threads and a last
-// partial one.
+// every team size, and the reference's values, for fp32 and bf16 weights.
+// n 9001 at 8 rows: 282 fp32 units (141 bf16), shares taken in groups that
+// shrink to one unit, and a last partial unit.
 TEST(RowsLinearDispatchTest, SameBitsAtEveryThreadCount) {
   std::mt19937 rng(9);
   const size_t k = 300;
@@ -249,54 +269,58 @@ TEST(RowsLinearDispatchTest, SameBitsAtEveryThreadCount) {
     const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
     const auto w = test::RandomVector(rng, n * k, -0.2f, 0.2f);
     const auto b = test::RandomVector(rng, n, -1.f, 1.f);
-    const auto packed = test::Packed(w, n, k);
-    std::vector<float> one(rows * n);
-    RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, one.data(), 1);
-    test::ExpectAllClose(test::RowsLinearReference(x, rows, k, w, b.data(), n),
-                         one.data(), 1e-4, "1 thread");
-    for (int threads : {2, 3, 7}) {
-      std::vector<float> many(rows * n);
-      RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, many.data(),
-                 threads);
-      EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
-          << threads << " threads differ from 1, n " << n;
-    }
+    ExpectSameBitsAtEveryThreadCount(x, rows, k, test::Packed(w, n, k), w, b,
+                                     n);
+    const auto [wb, wf] = test::ToBF16(w);
+    ExpectSameBitsAtEveryThreadCount(x, rows, k, test::Packed(wb, n, k), wf, b,
+                                     n);
+  }
+}
+
+// RowsLinear on `packed` inside a parallel region (teams of one thread) and
+// with more threads than units: the bits of one thread, every column
+// written.
+template <typename TW>
+void ExpectEveryColumnWhateverTheTeam(const std::vector<float>& x, size_t rows,
+                                      size_t k, const std::vector<TW>& packed,
+                                      size_t n) {
+  std::vector<float> one(rows * n);
+  RowsLinear(x.data(), rows, k, packed.data(), nullptr, n, one.data(), 1);
+  const int saved_levels = omp_get_max_active_levels();
+  omp_set_max_active_levels(1);  // the inner teams are of one thread
+  std::vector<std::vector<float>> nested(
+      2, std::vector<float>(rows * n, std::nanf("")));
+  int outer_team = 0;
+#pragma omp parallel for num_threads(2)
+  for (int i = 0; i < 2; ++i) {
+    if (i == 0) outer_team = omp_get_num_threads();
+    RowsLinear(x.data(), rows, k, packed.data(), nullptr, n,
+               nested[size_t(i)].data(), 4);
+  }
+  omp_set_max_active_levels(saved_levels);
+  ASSERT_EQ(2, outer_team) << "the inner calls must run in a team";
+  std::vector<float> wide(rows * n, std::nanf(""));
+  RowsLinear(x.data(), rows, k, packed.data(), nullptr, n, wide.data(), 7);
+  for (const auto* got : {&nested[0], &nested[1], &wide}) {
+    EXPECT_EQ(0, std::memcmp(one.data(), got->data(), one.size() * 4))
+        << "n " << n;
   }
 }
 
 // Each thread's share of columns has an owner only when the team is as large
 // as asked: inside an enclosing parallel region the team is one thread,
 // which must take the other shares too; and more threads than work units
-// (n 100: four fp32 units) get one share per unit. Every column is still
-// written, with the same bits.
+// (n 100: four fp32 units, two bf16) get one share per unit. Every column is
+// still written, with the same bits.
 TEST(RowsLinearDispatchTest, EveryColumnWhateverTheTeam) {
   std::mt19937 rng(10);
   const size_t rows = 3, k = 64;
   for (size_t n : {size_t{100}, size_t{1001}}) {
     const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
     const auto w = test::RandomVector(rng, n * k, -0.2f, 0.2f);
-    const auto packed = test::Packed(w, n, k);
-    std::vector<float> one(rows * n);
-    RowsLinear(x.data(), rows, k, packed.data(), nullptr, n, one.data(), 1);
-    const int saved_levels = omp_get_max_active_levels();
-    omp_set_max_active_levels(1);  // the inner teams are of one thread
-    std::vector<std::vector<float>> nested(
-        2, std::vector<float>(rows * n, std::nanf("")));
-    int outer_team = 0;
-#pragma omp parallel for num_threads(2)
-    for (int i = 0; i < 2; ++i) {
-      if (i == 0) outer_team = omp_get_num_threads();
-      RowsLinear(x.data(), rows, k, packed.data(), nullptr, n,
-                 nested[size_t(i)].data(), 4);
-    }
-    omp_set_max_active_levels(saved_levels);
-    ASSERT_EQ(2, outer_team) << "the inner calls must run in a team";
-    std::vector<float> wide(rows * n, std::nanf(""));
-    RowsLinear(x.data(), rows, k, packed.data(), nullptr, n, wide.data(), 7);
-    for (const auto* got : {&nested[0], &nested[1], &wide}) {
-      EXPECT_EQ(0, std::memcmp(one.data(), got->data(), one.size() * 4))
-          << "n " << n;
-    }
+    ExpectEveryColumnWhateverTheTeam(x, rows, k, test::Packed(w, n, k), n);
+    ExpectEveryColumnWhateverTheTeam(
+        x, rows, k, test::Packed(test::ToBF16(w).first, n, k), n);
   }
 }
 
