@@ -509,8 +509,9 @@ inline void DecodeAttentionT(const DecodeParams& params, const DecodeRow* rows,
 #pragma omp parallel num_threads(num_threads)
   {
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) run_item(item);
-      // The implicit barrier above ends phase 1.
+    for (int64_t item = 0; item < items; ++item) {
+      run_item(item);
+    }  // the loop's implicit barrier ends phase 1
 #pragma omp for schedule(static)
     for (int64_t rh = 0; rh < heads; ++rh) merge(rh);
   }

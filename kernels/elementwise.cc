@@ -41,7 +41,7 @@ HWY_EXPORT(MulChunk);
 namespace {
 
 // Calls run_chunk(first, n) over [0, count) in chunks of whole vectors of
-// the widest target (ParallelForChunks: a decode step's runs on the caller).
+// the widest target (ParallelForChunks: a single chunk runs on the caller).
 template <class RunChunk>
 void ForEachChunk(size_t count, int num_threads, const RunChunk& run_chunk) {
   ParallelForChunks(count, 1, 16, num_threads, run_chunk);
