@@ -12,6 +12,9 @@
 //       (768 -> 768), MLP up (768 -> 3072) and down (3072 -> 768), then the
 //       head (768 -> 50257); once with each RowsLinearPrefetch choice
 //       (every-tile, many-fmas). The single linears use this CPU's choice.
+//   rows_linear/<dtype>/k:768/n:3072/gelu:<g>/rows:<r>/threads:<t>
+//       the MLP up projection with GELU: `fused` as RowsLinear writes y,
+//       `after` as a kernels::Gelu pass over y.
 //
 //   rows_linear_bench --benchmark_repetitions=3 --benchmark_filter=gpt2-step
 #include <benchmark/benchmark.h>
@@ -26,6 +29,7 @@
 #include "bench/bench_util.h"
 #include "engine/huge_pages.h"
 #include "hwy/base.h"
+#include "kernels/elementwise.h"
 #include "kernels/rows_linear.h"
 
 namespace attn::bench {
@@ -34,6 +38,9 @@ namespace {
 struct Linear {
   size_t k, n;
 };
+
+// Where the GELU after the linears runs, if anywhere.
+enum class Gelu { kNone, kFused, kAfter };
 
 constexpr Linear kGpt2Layer[] = {
     {768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
@@ -73,7 +80,7 @@ std::vector<TW> Weights(size_t count) {
 template <typename TW>
 void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
                      size_t rows, int threads,
-                     kernels::RowsLinearPrefetch prefetch) {
+                     kernels::RowsLinearPrefetch prefetch, Gelu gelu) {
   size_t max_k = 0, max_n = 0, step_weights = 0, step_packed = 0;
   for (const Linear& l : linears) {
     max_k = std::max(max_k, l.k);
@@ -101,12 +108,18 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
   const std::vector<float> x = RandomFloats(rows * max_k, 1.0f, 1);
   const std::vector<float> bias = RandomFloats(max_n, 0.1f, 2);
   std::vector<float> y(rows * max_n);
+  const auto activation = gelu == Gelu::kFused
+                              ? kernels::RowsLinearActivation::kGelu
+                              : kernels::RowsLinearActivation::kNone;
   size_t copy = 0;
   for (auto _ : state) {
     const TW* wl = w + copy * step_packed;
     for (const Linear& l : linears) {
       kernels::RowsLinear(x.data(), rows, l.k, wl, bias.data(), l.n, y.data(),
-                          threads, prefetch);
+                          threads, activation, prefetch);
+      if (gelu == Gelu::kAfter) {
+        kernels::Gelu(y.data(), y.data(), rows * l.n, threads);
+      }
       wl += kernels::RowsLinearPackedSize(l.n, l.k);
     }
     benchmark::DoNotOptimize(y.data());
@@ -137,18 +150,21 @@ void Register(const char* dtype) {
       struct Case {
         std::string name;
         std::vector<Linear> linears;
-        kernels::RowsLinearPrefetch prefetch;
+        kernels::RowsLinearPrefetch prefetch =
+            kernels::RowsLinearPrefetchOfThisCpu();
+        Gelu gelu = Gelu::kNone;
       };
       std::vector<Case> cases;
       for (const Linear& l : kGpt2Layer) {
         cases.push_back(
-            {"k:" + std::to_string(l.k) + "/n:" + std::to_string(l.n),
-             {l},
-             kernels::RowsLinearPrefetchOfThisCpu()});
+            {"k:" + std::to_string(l.k) + "/n:" + std::to_string(l.n), {l}});
       }
-      cases.push_back({"k:768/n:50257",
-                       {kGpt2Head},
-                       kernels::RowsLinearPrefetchOfThisCpu()});
+      const Linear& up = kGpt2Layer[2];
+      cases.push_back({"k:768/n:3072/gelu:fused", {up}});
+      cases.back().gelu = Gelu::kFused;
+      cases.push_back({"k:768/n:3072/gelu:after", {up}});
+      cases.back().gelu = Gelu::kAfter;
+      cases.push_back({"k:768/n:50257", {kGpt2Head}});
       cases.push_back({"gpt2-step/prefetch:every-tile", step,
                        kernels::RowsLinearPrefetch::kEveryTile});
       cases.push_back({"gpt2-step/prefetch:many-fmas", step,
@@ -159,7 +175,8 @@ void Register(const char* dtype) {
         benchmark::RegisterBenchmark(full.c_str(),
                                      [c, rows, threads](benchmark::State& st) {
                                        RowsLinearBench<TW>(st, c.linears, rows,
-                                                           threads, c.prefetch);
+                                                           threads, c.prefetch,
+                                                           c.gelu);
                                      })
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();

@@ -75,7 +75,9 @@ struct LmBatch::Impl {
   Status Reserve(int64_t rows, int64_t logit_rows);
   Status PlanLinear(const lm::Linear& linear, int64_t rows);
   void RunLinear(const lm::Linear& linear, const float* x, int64_t rows,
-                 float* y) const;
+                 float* y,
+                 kernels::RowsLinearActivation activation =
+                     kernels::RowsLinearActivation::kNone) const;
   Status PlanLinears(int64_t rows);
   void Embed(float* x) const;
   void Norm(const lm::Norm& norm, const float* x, int64_t rows, float* y) const;
@@ -248,11 +250,14 @@ Status LmBatch::Impl::PlanLinears(int64_t rows) {
   return PlanLinear(m->head, logits);
 }
 
+// y = act(x W^T + b): a step's few rows apply the activation as RowsLinear
+// writes y, longer ones in a pass after the matmul.
 void LmBatch::Impl::RunLinear(const lm::Linear& linear, const float* x,
-                              int64_t rows, float* y) const {
+                              int64_t rows, float* y,
+                              kernels::RowsLinearActivation activation) const {
   const float* bias = linear.bias.empty() ? nullptr : linear.bias.data();
   if (rows <= int64_t(kernels::kRowsLinearMaxRows)) {
-    linear.step.Run(x, size_t(rows), bias, y, m->num_threads);
+    linear.step.Run(x, size_t(rows), bias, y, m->num_threads, activation);
     return;
   }
   const Plan& plan = plans.at(std::make_pair(&linear, rows));
@@ -263,6 +268,9 @@ void LmBatch::Impl::RunLinear(const lm::Linear& linear, const float* x,
   }
   plan.matmul.Run(src, plan.packed ? linear.packed.data() : linear.plain(),
                   bias, y, buffers.scratch.data(), m->num_threads);
+  if (activation == kernels::RowsLinearActivation::kGelu) {
+    kernels::Gelu(y, y, size_t(rows * linear.out), m->num_threads);
+  }
 }
 
 // Token embeddings, plus GPT-2's learned positions (PyTorch's tok + pos).
@@ -299,15 +307,15 @@ void LmBatch::Impl::FeedForward(const lm::Layer& layer, int64_t rows) {
   StepBuffers& b = buffers;
   auto* normed = static_cast<float*>(b.normed.data());
   auto* up = static_cast<float*>(b.up.data());
-  const size_t hidden = size_t(rows * m->config.hidden_dim);
-  RunLinear(layer.up, normed, rows, up);
   if (layer.gate.present()) {
+    const size_t hidden = size_t(rows * m->config.hidden_dim);
     auto* gate = static_cast<float*>(b.gate.data());
+    RunLinear(layer.up, normed, rows, up);
     RunLinear(layer.gate, normed, rows, gate);
     kernels::Silu(up, up, hidden, m->num_threads);
     kernels::Mul(up, gate, up, hidden, m->num_threads);
   } else {
-    kernels::Gelu(up, up, hidden, m->num_threads);
+    RunLinear(layer.up, normed, rows, up, kernels::RowsLinearActivation::kGelu);
   }
   RunLinear(layer.down, up, rows, static_cast<float*>(b.branch.data()));
 }

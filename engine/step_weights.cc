@@ -37,14 +37,15 @@ uint64_t StepWeights::BytesOf(int64_t out, int64_t in, bool bf16) {
 }
 
 void StepWeights::Run(const float* x, size_t rows, const float* bias, float* y,
-                      int num_threads) const {
+                      int num_threads,
+                      kernels::RowsLinearActivation activation) const {
   if (bf16_) {
     kernels::RowsLinear(x, rows, in_,
                         static_cast<const hwy::bfloat16_t*>(panels_.data()),
-                        bias, out_, y, num_threads);
+                        bias, out_, y, num_threads, activation);
   } else {
     kernels::RowsLinear(x, rows, in_, static_cast<const float*>(panels_.data()),
-                        bias, out_, y, num_threads);
+                        bias, out_, y, num_threads, activation);
   }
 }
 

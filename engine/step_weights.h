@@ -11,6 +11,7 @@
 #include "engine/buffer.h"
 #include "engine/limits.h"
 #include "hwy/base.h"
+#include "kernels/rows_linear.h"
 
 namespace attn {
 
@@ -24,10 +25,12 @@ class StepWeights {
   static Result<StepWeights> Pack(const hwy::bfloat16_t* w, int64_t out,
                                   int64_t in, int num_threads);
 
-  // y [rows, out] = x [rows, in] W^T + bias (bias [out] or null), for
+  // y [rows, out] = act(x [rows, in] W^T + bias) (bias [out] or null), for
   // 1 <= rows <= kernels::kRowsLinearMaxRows.
   void Run(const float* x, size_t rows, const float* bias, float* y,
-           int num_threads) const;
+           int num_threads,
+           kernels::RowsLinearActivation activation =
+               kernels::RowsLinearActivation::kNone) const;
 
   size_t bytes() const { return panels_.size(); }
   // Bytes Pack gives W [out, in] in fp32, or in bf16 with `bf16`.

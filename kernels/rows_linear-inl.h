@@ -12,11 +12,13 @@
 #include <stdint.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "hwy/base.h"
 #include "hwy/highway.h"
 #include "kernels/cpu.h"
+#include "kernels/elementwise-inl.h"
 #include "kernels/rows_linear.h"
 #include "kernels/tail-inl.h"
 
@@ -29,7 +31,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // weights at 8 rows on Zen 5: 25-29 ms f32 and 20-26 bf16 with no
 // prefetch, 22-25 and 13 at 8 KiB ahead. On the Xeon of
 // RowsLinearPrefetch, fp32 at 8 rows streams 13% faster 2 KiB ahead (once
-// the outputs land in one buffer, RunGroup), bf16 30% slower
+// the outputs land in one buffer, RowsLinearGroup), bf16 30% slower
 // (bench/RESULTS.md).
 template <typename TW>
 constexpr uintptr_t PrefetchBytes(RowsLinearPrefetch prefetch) {
@@ -267,6 +269,37 @@ HWY_INLINE void RowsLinearColumns(D d, const float* x, size_t rows, size_t k,
     default:
       return RowsLinearItem<8>(d, x, k, item, panels, bias_j0, columns, y, ldy,
                                prefetch);
+  }
+}
+
+// Units [first, first + count) of y [rows, n], count * unit <=
+// kRowsLinearGroupColumns, through one buffer on the stack, then
+// `activation` on the way to y.
+template <typename TW>
+HWY_INLINE void RowsLinearGroup(const float* x, size_t rows, size_t k,
+                                const TW* packed, const float* bias, size_t n,
+                                float* y, size_t first, size_t count,
+                                RowsLinearActivation activation,
+                                RowsLinearPrefetch prefetch) {
+  constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
+  HWY_DASSERT(rows >= 1 && rows <= kRowsLinearMaxRows &&
+              count * kUnit <= kRowsLinearGroupColumns);
+  HWY_ALIGN float buffer[kRowsLinearGroupColumns * kRowsLinearMaxRows];
+  const size_t ldb = count * kUnit;
+  const size_t j0 = first * kUnit;
+  for (size_t i = 0; i < count; ++i) {
+    RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed, bias, n,
+                      j0 + i * kUnit, buffer + i * kUnit, ldb, prefetch);
+  }
+  const size_t width = std::min(n, j0 + ldb) - j0;
+  for (size_t r = 0; r < rows; ++r) {
+    const float* from = buffer + r * ldb;
+    float* to = y + r * n + j0;
+    if (activation == RowsLinearActivation::kGelu) {
+      GeluT(from, to, width);
+    } else {
+      std::memcpy(to, from, width * sizeof(float));
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 // Dynamic dispatch and the OpenMP split of RowsLinear (one
-// HWY_DYNAMIC_DISPATCH per unit of columns, RowsLinearUnitColumns, for f32
-// and bf16 weights; units in groups through a stack buffer), the CPU's
-// prefetch choice, and the packing of its weights.
+// HWY_DYNAMIC_DISPATCH per group of units of columns, RowsLinearUnitColumns,
+// for f32 and bf16 weights), the CPU's prefetch choice, and the packing of
+// its weights.
 #include "kernels/rows_linear.h"
 
 #include <omp.h>
@@ -23,20 +23,22 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 
 // HWY_EXPORT takes no templates: one entry per weight type.
-void RowsLinearColumnsF32(const float* x, size_t rows, size_t k,
-                          const float* packed, const float* bias, size_t n,
-                          size_t j0, float* y, size_t ldy,
-                          RowsLinearPrefetch prefetch) {
-  RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, j0,
-                    y, ldy, prefetch);
+void RowsLinearGroupF32(const float* x, size_t rows, size_t k,
+                        const float* packed, const float* bias, size_t n,
+                        float* y, size_t first, size_t count,
+                        RowsLinearActivation activation,
+                        RowsLinearPrefetch prefetch) {
+  RowsLinearGroup(x, rows, k, packed, bias, n, y, first, count, activation,
+                  prefetch);
 }
 
-void RowsLinearColumnsBF16(const float* x, size_t rows, size_t k,
-                           const hwy::bfloat16_t* packed, const float* bias,
-                           size_t n, size_t j0, float* y, size_t ldy,
-                           RowsLinearPrefetch prefetch) {
-  RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed, bias, n, j0,
-                    y, ldy, prefetch);
+void RowsLinearGroupBF16(const float* x, size_t rows, size_t k,
+                         const hwy::bfloat16_t* packed, const float* bias,
+                         size_t n, float* y, size_t first, size_t count,
+                         RowsLinearActivation activation,
+                         RowsLinearPrefetch prefetch) {
+  RowsLinearGroup(x, rows, k, packed, bias, n, y, first, count, activation,
+                  prefetch);
 }
 
 }  // namespace attn::kernels::HWY_NAMESPACE
@@ -45,8 +47,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attn::kernels {
 
-HWY_EXPORT(RowsLinearColumnsF32);
-HWY_EXPORT(RowsLinearColumnsBF16);
+HWY_EXPORT(RowsLinearGroupF32);
+HWY_EXPORT(RowsLinearGroupBF16);
 
 namespace {
 
@@ -141,39 +143,10 @@ class alignas(64) UnitRange {
   std::atomic<uint64_t> span_{0};
 };
 
-// The most columns whose outputs land in one buffer on the stack before one
-// copy spreads them over y's rows. Tiles storing straight into y touch a
-// page per row for every panel: on the Xeon of RowsLinearPrefetch, 8 rows
-// then streamed their weights 13-15% slower than through the buffer (the
-// L2 prefetcher's streams seem to lose track of the weights;
-// bench/RESULTS.md). 512 columns of 8 rows: 16 KiB.
-constexpr size_t kGroupColumns = 8 * kRowsLinearColumns;
-
 // The most units of TW weights in one group.
 template <typename TW>
 constexpr uint32_t GroupUnits() {
-  return kGroupColumns / RowsLinearUnitColumns<TW>();
-}
-
-// Units [first, first + count) of y [rows, n] through one buffer.
-template <typename TW, class ColumnsFn>
-void RunGroup(ColumnsFn columns, const float* x, size_t rows, size_t k,
-              const TW* packed, const float* bias, size_t n, float* y,
-              RowsLinearPrefetch prefetch, size_t first, size_t count) {
-  constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
-  HWY_DASSERT(rows >= 1 && rows <= kRowsLinearMaxRows &&
-              count <= GroupUnits<TW>());
-  HWY_ALIGN float buffer[kGroupColumns * kRowsLinearMaxRows];
-  const size_t ldb = count * kUnit;
-  const size_t j0 = first * kUnit;
-  for (size_t i = 0; i < count; ++i) {
-    columns(x, rows, k, packed, bias, n, j0 + i * kUnit, buffer + i * kUnit,
-            ldb, prefetch);
-  }
-  const size_t width = std::min(n, j0 + ldb) - j0;
-  for (size_t r = 0; r < rows; ++r) {
-    std::memcpy(y + r * n + j0, buffer + r * ldb, width * sizeof(float));
-  }
+  return kRowsLinearGroupColumns / RowsLinearUnitColumns<TW>();
 }
 
 // Units (RowsLinearUnitColumns) in one contiguous share per thread, which
@@ -185,15 +158,16 @@ void RunGroup(ColumnsFn columns, const float* x, size_t rows, size_t k,
 // two-panel units, left GPT-2's batch-1 step at 2 threads on a Zen 5 with
 // 0.35-0.54 ms of one thread idle a step: bench/RESULTS.md), and which
 // thread computes a column never changes its bits.
-template <typename TW, class ColumnsFn>
-void Split(ColumnsFn columns, const float* x, size_t rows, size_t k,
+template <typename TW, class GroupFn>
+void Split(GroupFn group, const float* x, size_t rows, size_t k,
            const TW* packed, const float* bias, size_t n, float* y,
-           int num_threads, RowsLinearPrefetch prefetch) {
+           int num_threads, RowsLinearActivation activation,
+           RowsLinearPrefetch prefetch) {
   constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
   constexpr uint32_t kGroup = GroupUnits<TW>();
   const size_t units = (n + kUnit - 1) / kUnit;
   const auto run = [&](size_t first, size_t count) {
-    RunGroup(columns, x, rows, k, packed, bias, n, y, prefetch, first, count);
+    group(x, rows, k, packed, bias, n, y, first, count, activation, prefetch);
   };
   const size_t shares =
       num_threads > 1 ? std::min(static_cast<size_t>(num_threads), units) : 1;
@@ -249,16 +223,17 @@ void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,
 
 void RowsLinear(const float* x, size_t rows, size_t k, const float* packed,
                 const float* bias, size_t n, float* y, int num_threads,
-                RowsLinearPrefetch prefetch) {
-  Split(HWY_DYNAMIC_DISPATCH(RowsLinearColumnsF32), x, rows, k, packed, bias, n,
-        y, num_threads, prefetch);
+                RowsLinearActivation activation, RowsLinearPrefetch prefetch) {
+  Split(HWY_DYNAMIC_DISPATCH(RowsLinearGroupF32), x, rows, k, packed, bias, n,
+        y, num_threads, activation, prefetch);
 }
 
 void RowsLinear(const float* x, size_t rows, size_t k,
                 const hwy::bfloat16_t* packed, const float* bias, size_t n,
-                float* y, int num_threads, RowsLinearPrefetch prefetch) {
-  Split(HWY_DYNAMIC_DISPATCH(RowsLinearColumnsBF16), x, rows, k, packed, bias,
-        n, y, num_threads, prefetch);
+                float* y, int num_threads, RowsLinearActivation activation,
+                RowsLinearPrefetch prefetch) {
+  Split(HWY_DYNAMIC_DISPATCH(RowsLinearGroupBF16), x, rows, k, packed, bias, n,
+        y, num_threads, activation, prefetch);
 }
 
 }  // namespace attn::kernels

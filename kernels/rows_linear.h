@@ -106,11 +106,29 @@ enum class RowsLinearPrefetch {
 // This CPU's choice: kEveryTile on Intel's, else kManyFmasPerLine.
 RowsLinearPrefetch RowsLinearPrefetchOfThisCpu();
 
-// y[r, j] = bias[j] + sum_i x[r, i] * w[j, i] for r < rows <= 8, j < n,
-// i < k: x [rows, k] and y [rows, n] dense, w as PackRowsLinear lays it
-// out, bias [n] or null.
+// What RowsLinear applies to each output after the bias, while the
+// outputs are still in the thread's cache: a separate pass over y would
+// read from the other threads' caches what they just wrote.
+enum class RowsLinearActivation {
+  kNone,
+  // The book's tanh GELU: the bits kernels::Gelu gives on the outputs.
+  kGelu,
+};
+
+// The most columns a thread computes into one buffer on its stack before
+// one copy (with the activation) spreads them over y's rows. Tiles storing
+// straight into y touch a page per row for every panel: on the Xeon of
+// RowsLinearPrefetch, 8 rows then streamed their weights 13-15% slower
+// than through the buffer (the L2 prefetcher's streams seem to lose track
+// of the weights; bench/RESULTS.md). 512 columns of 8 rows: 16 KiB.
+constexpr size_t kRowsLinearGroupColumns = 8 * kRowsLinearColumns;
+
+// y[r, j] = act(bias[j] + sum_i x[r, i] * w[j, i]) for r < rows <= 8,
+// j < n, i < k: x [rows, k] and y [rows, n] dense, w as PackRowsLinear lays
+// it out, bias [n] or null, act as `activation` says.
 void RowsLinear(const float* x, size_t rows, size_t k, const float* packed,
                 const float* bias, size_t n, float* y, int num_threads,
+                RowsLinearActivation activation = RowsLinearActivation::kNone,
                 RowsLinearPrefetch prefetch = RowsLinearPrefetchOfThisCpu());
 
 // As above with bf16 weights: each weight is widened to fp32 exactly, so the
@@ -118,6 +136,7 @@ void RowsLinear(const float* x, size_t rows, size_t k, const float* packed,
 void RowsLinear(const float* x, size_t rows, size_t k,
                 const hwy::bfloat16_t* packed, const float* bias, size_t n,
                 float* y, int num_threads,
+                RowsLinearActivation activation = RowsLinearActivation::kNone,
                 RowsLinearPrefetch prefetch = RowsLinearPrefetchOfThisCpu());
 
 }  // namespace attn::kernels

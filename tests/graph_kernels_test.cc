@@ -77,11 +77,6 @@ inline double UlpDistance(float actual, double expected) {
   return std::abs(double(actual) - expected) / spacing;
 }
 
-inline double GeluReference(double x) {
-  return 0.5 * x *
-         (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
-
 }  // namespace attn::test
 #endif  // ATTN_TESTS_GRAPH_KERNELS_REFERENCE_
 

@@ -1,8 +1,9 @@
 // RowsLinear (a decode step's projections) on every compiled Highway target
 // against a double reference, at rows 1 to 8 and widths around the vector
 // length and the panel; bf16 weights bitwise the f32 path on the widened
-// weights; the panels' layout; and the threaded entry points, bitwise the
-// same at 1, 2, 3 and 7 threads and in a team smaller than asked.
+// weights; GELU on the way out; the panels' layout; and the threaded entry
+// points, bitwise the same at 1, 2, 3 and 7 threads and in a team smaller
+// than asked.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/tests/hwy_gtest.h"
+#include "kernels/elementwise.h"
 #include "kernels/rows_linear-inl.h"
 #include "kernels/rows_linear.h"
 #include "tests/test_util.h"
@@ -224,6 +226,58 @@ void TestRowsLinearUnitWritesOnlyItsColumns() {
   ExpectUnitWritesOnlyItsColumns(wb, wf, k);
 }
 
+// A group of units (all but the first, the last one partial) writes its
+// columns of every row and no other: with no activation the bits of its
+// units one by one, with GELU the bits GeluT (kernels::Gelu's body) gives
+// on those, so a step's fused GELU is the pass a matmul's rows take, and
+// the book's GELU of the reference within the linear's error.
+template <typename TW>
+void ExpectGroupWritesActivatedColumns(const std::vector<TW>& w,
+                                       const std::vector<float>& wf, size_t k) {
+  std::mt19937 rng(12);
+  const size_t n = w.size() / k;
+  constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
+  const size_t units = (n + kUnit - 1) / kUnit;
+  ASSERT_NE(n % kUnit, 0u);
+  ASSERT_LE((units - 1) * kUnit, kRowsLinearGroupColumns);
+  const std::vector<TW> packed = test::Packed(w, n, k);
+  for (size_t rows : {size_t{1}, size_t{3}, size_t{8}}) {
+    const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
+    const auto bias = test::RandomVector(rng, n, -1.f, 1.f);
+    std::vector<float> plain(rows * n);
+    Linear(x.data(), rows, k, w, bias.data(), n, plain.data());
+    std::vector<float> gelu(rows * n);
+    GeluT(plain.data(), gelu.data(), plain.size());
+    for (auto activation :
+         {RowsLinearActivation::kNone, RowsLinearActivation::kGelu}) {
+      const auto& expected =
+          activation == RowsLinearActivation::kGelu ? gelu : plain;
+      std::vector<float> y(rows * n, -7.0f);
+      RowsLinearGroup(x.data(), rows, k, packed.data(), bias.data(), n,
+                      y.data(), 1, units - 1, activation,
+                      RowsLinearPrefetch::kManyFmasPerLine);
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_EQ(i % n < kUnit ? -7.0f : expected[i], y[i])
+            << rows << " rows, column " << i % n;
+      }
+    }
+    std::vector<double> reference =
+        test::RowsLinearReference(x, rows, k, wf, bias.data(), n);
+    for (double& v : reference) v = test::GeluReference(v);
+    test::ExpectAllClose(reference, gelu.data(), 1e-4, "gelu");
+  }
+}
+
+void TestRowsLinearGroupWritesActivatedColumns() {
+  std::mt19937 rng(11);
+  // 150 columns of 40: outputs over about [-8, 8], where GELU bends.
+  const size_t k = 40, n = 150;
+  const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
+  ExpectGroupWritesActivatedColumns(w, w, k);
+  const auto [wb, wf] = test::ToBF16(w);
+  ExpectGroupWritesActivatedColumns(wb, wf, k);
+}
+
 }  // namespace
 }  // namespace attn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -237,6 +291,8 @@ HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearMatchesReference);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearUnitWritesOnlyItsColumns);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBitsDoNotDependOnRows);
 HWY_EXPORT_AND_TEST_P(RowsLinearTest, TestRowsLinearBF16MatchesF32);
+HWY_EXPORT_AND_TEST_P(RowsLinearTest,
+                      TestRowsLinearGroupWritesActivatedColumns);
 
 // RowsLinear on `packed` (w's TW weights; wf their values as floats) at 1
 // thread against the reference, and the same bits at 2, 3 and 7.
@@ -275,6 +331,37 @@ TEST(RowsLinearDispatchTest, SameBitsAtEveryThreadCount) {
     ExpectSameBitsAtEveryThreadCount(x, rows, k, test::Packed(wb, n, k), wf, b,
                                      n);
   }
+}
+
+// RowsLinear with GELU on `packed` at 1, 2 and 3 threads: the bits of
+// kernels::Gelu on its plain outputs.
+template <typename TW>
+void ExpectGeluOfOutputs(const std::vector<float>& x, size_t rows, size_t k,
+                         const std::vector<TW>& packed,
+                         const std::vector<float>& b, size_t n) {
+  std::vector<float> expected(rows * n);
+  RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, expected.data(), 1);
+  Gelu(expected.data(), expected.data(), expected.size(), 1);
+  for (int threads : {1, 2, 3}) {
+    std::vector<float> fused(rows * n);
+    RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, fused.data(),
+               threads, RowsLinearActivation::kGelu);
+    EXPECT_EQ(0, std::memcmp(expected.data(), fused.data(), fused.size() * 4))
+        << threads << " threads, n " << n;
+  }
+}
+
+// GELU as RowsLinear writes y (a decode step's feed-forward) gives what the
+// separate pass gives, whatever the team, for fp32 and bf16 weights.
+TEST(RowsLinearDispatchTest, GeluIsGeluOfOutputs) {
+  std::mt19937 rng(13);
+  const size_t rows = 8, k = 300, n = 9001;
+  const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
+  const auto w = test::RandomVector(rng, n * k, -0.3f, 0.3f);
+  const auto b = test::RandomVector(rng, n, -1.f, 1.f);
+  ExpectGeluOfOutputs(x, rows, k, test::Packed(w, n, k), b, n);
+  ExpectGeluOfOutputs(x, rows, k, test::Packed(test::ToBF16(w).first, n, k), b,
+                      n);
 }
 
 // RowsLinear on `packed` inside a parallel region (teams of one thread) and

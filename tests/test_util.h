@@ -21,6 +21,12 @@ inline std::vector<float> RandomVector(std::mt19937& rng, size_t n, float lo,
   return v;
 }
 
+// The book's tanh GELU.
+inline double GeluReference(double x) {
+  return 0.5 * x *
+         (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
 // Expects |actual[i] - expected[i]| <= abs_tol for every i; on failure names
 // the worst index, both values and `what`.
 template <class A, class E>
