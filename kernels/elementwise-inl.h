@@ -1,6 +1,6 @@
 // Per-target bodies of the element-wise kernels (see elementwise.h).
-// Included once per Highway target by elementwise.cc, layernorm-inl.h and
-// the tests.
+// Included once per Highway target by elementwise.cc, layernorm-inl.h,
+// rows_linear-inl.h (GELU as RowsLinear writes y) and the tests.
 
 // Per-target include guard (Highway idiom; see hwy/examples/skeleton-inl.h).
 #if defined(ATTN_KERNELS_ELEMENTWISE_INL_H_) == defined(HWY_TARGET_TOGGLE)

@@ -1,10 +1,10 @@
-// y = x W^T + b for a few rows of x: the projections of a decode step. They
-// are bound by reading W once, so W is read in the order that streams it
-// fastest: packed in panels of kRowsLinearPanel columns, two to a work item,
-// each item one contiguous run of memory that every row consumes as it
-// streams by. Each output is one sum over k in order, computed by one tile
-// whatever the team size, so every bit of the result is the same for every
-// num_threads.
+// y = act(x W^T + b) for a few rows of x (act: none, or GPT-2's GELU): the
+// projections of a decode step. They are bound by reading W once, so W is
+// read in the order that streams it fastest: packed in panels of
+// kRowsLinearPanel columns, two to a work item, each item one contiguous run
+// of memory that every row consumes as it streams by. Each output is one sum
+// over k in order, computed by one tile whatever the team size, so every bit
+// of the result is the same for every num_threads.
 // Per-target bodies in rows_linear-inl.h.
 #ifndef ATTN_KERNELS_ROWS_LINEAR_H_
 #define ATTN_KERNELS_ROWS_LINEAR_H_

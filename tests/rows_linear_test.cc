@@ -19,6 +19,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/tests/hwy_gtest.h"
+#include "kernels/elementwise-inl.h"
 #include "kernels/elementwise.h"
 #include "kernels/rows_linear-inl.h"
 #include "kernels/rows_linear.h"

@@ -1,5 +1,6 @@
-// Helpers shared by the tests: seeded random data and closeness checks that
-// report the worst element rather than dumping whole tensors.
+// Helpers shared by the tests: seeded random data, the book's GELU in
+// double, and closeness checks that report the worst element rather than
+// dumping whole tensors.
 #ifndef ATTN_TESTS_TEST_UTIL_H_
 #define ATTN_TESTS_TEST_UTIL_H_
 
