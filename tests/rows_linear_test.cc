@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <type_traits>
@@ -218,13 +219,22 @@ void ExpectUnitWritesOnlyItsColumns(const std::vector<TW>& w,
     }
 }
 
-void TestRowsLinearUnitWritesOnlyItsColumns() {
-  std::mt19937 rng(8);
-  const size_t k = 19, n = 150;
+// expect(w, wf, k) on random weights w [n, k] in [-1, 1], fp32 and then
+// bf16 (wf: their values as floats).
+template <class Expect>
+void ForF32AndBF16Weights(uint32_t seed, size_t n, size_t k,
+                          const Expect& expect) {
+  std::mt19937 rng(seed);
   const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
-  ExpectUnitWritesOnlyItsColumns(w, w, k);
+  expect(w, w, k);
   const auto [wb, wf] = test::ToBF16(w);
-  ExpectUnitWritesOnlyItsColumns(wb, wf, k);
+  expect(wb, wf, k);
+}
+
+void TestRowsLinearUnitWritesOnlyItsColumns() {
+  ForF32AndBF16Weights(8, 150, 19, [](const auto& w, const auto& wf, size_t k) {
+    ExpectUnitWritesOnlyItsColumns(w, wf, k);
+  });
 }
 
 // A group of units (all but the first, the last one partial) writes its
@@ -270,13 +280,11 @@ void ExpectGroupWritesActivatedColumns(const std::vector<TW>& w,
 }
 
 void TestRowsLinearGroupWritesActivatedColumns() {
-  std::mt19937 rng(11);
   // 150 columns of 40: outputs over about [-8, 8], where GELU bends.
-  const size_t k = 40, n = 150;
-  const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
-  ExpectGroupWritesActivatedColumns(w, w, k);
-  const auto [wb, wf] = test::ToBF16(w);
-  ExpectGroupWritesActivatedColumns(wb, wf, k);
+  ForF32AndBF16Weights(11, 150, 40,
+                       [](const auto& w, const auto& wf, size_t k) {
+                         ExpectGroupWritesActivatedColumns(w, wf, k);
+                       });
 }
 
 }  // namespace
