@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "attn/attn.hpp"
 #include "attn/safetensors.hpp"
+#include "nlohmann/json.hpp"
 #include "tests/test_util.h"
 
 namespace attn {
@@ -315,6 +317,57 @@ TEST_F(CliTest, BadNumbersSayTheValidRange) {
     ExpectRefused(outcome, 2, needle);
     EXPECT_LT(outcome.stderr_text.size(), 160u) << outcome.stderr_text;
   }
+}
+
+// --dtype takes the names f32 and bf16 alone, in every subcommand (bench: a
+// list of them): anything else, the enum's integers included, is one line
+// naming the flag, what it got and what it wants, and exit code 2.
+TEST_F(CliTest, DtypeTakesItsNamesAlone) {
+  const std::string run = "run --weights " + kBook + " --input " + kBook +
+                          " --output " + output_ + " ";
+  const std::string generate = "generate --weights " + kBook + " --input " +
+                               kBook + " --output " + output_ +
+                               " --max-new-tokens 1 ";
+  const std::pair<std::string, std::string> cases[] = {
+      {run + "--dtype f16", "--dtype: got 'f16', want f32 or bf16"},
+      {run + "--dtype 1", "--dtype: got '1', want f32 or bf16"},
+      {run + "--dtype f32,bf16", "--dtype: got 'f32,bf16'"},
+      {generate + "--dtype 0", "--dtype: got '0', want f32 or bf16"},
+      {generate + "--dtype BF16", "--dtype: got 'BF16'"},
+      {"tune --dtype fp32", "--dtype: got 'fp32', want f32 or bf16"},
+      {"bench --dtype f32,f16", "--dtype: got 'f16', want f32 or bf16"},
+      {"bench --model gpt2-124m --dtype 1", "--dtype: got '1'"},
+  };
+  for (const auto& [args, needle] : cases) {
+    SCOPED_TRACE(args);
+    ExpectRefused(Attn(args), 2, needle);
+  }
+}
+
+// bench --decode --dtype f32,bf16: a table per dtype, the decode step's
+// weights counted at 4 and 2 bytes (bf16 where the CPU has it natively).
+TEST_F(CliTest, BenchDecodeMeasuresEveryDtype) {
+  const std::string dtypes = GetRuntimeInfo().native_bf16 ? "f32,bf16" : "f32";
+  const std::string out = (dir_ / "decode.jsonl").string();
+  const Outcome outcome = Attn(
+      "bench --decode --context 4 --batch 1 --dims 4,4,2 --threads 1 "
+      "--min-time 0.01 --no-recompute --json --dtype " +
+      dtypes + " >" + out);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+  std::ifstream in(out);
+  std::vector<std::string> seen;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    seen.push_back(j["dtype"].get<std::string>());
+    // The step reads q, k, v and out_proj (4 x 4 x 4 weights) and the cache.
+    const double bytes_per_weight = seen.back() == "bf16" ? 2 : 4;
+    const double step_s = j["step_ms"].get<double>() / 1e3;
+    EXPECT_NEAR(j["all_gb_per_s"].get<double>() * 1e9 * step_s,
+                j["kv_bytes"].get<double>() + 64 * bytes_per_weight, 1e-3);
+  }
+  EXPECT_EQ(seen, GetRuntimeInfo().native_bf16
+                      ? std::vector<std::string>({"f32", "bf16"})
+                      : std::vector<std::string>({"f32"}));
 }
 
 // Progress lines on a log (stderr not a terminal) are plain lines: no

@@ -402,6 +402,44 @@ TEST_F(LmCliTest, BenchModelReportsEveryBatchOnce) {
   }
 }
 
+// --dtype f32,bf16: every (dtype, batch) point once, each with its dtype and
+// its weights counted at its bytes, measured in turns: the last point's
+// first round comes before the first point's last.
+TEST_F(LmCliTest, BenchModelTakesDtypesInTurns) {
+  if (!GetRuntimeInfo().native_bf16) {
+    GTEST_SKIP() << "bf16 language models need native bf16";
+  }
+  const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
+  const std::string out = (dir_ / "bench.jsonl").string();
+  const Outcome outcome = Attn(
+      "bench --model gpt2-124m --weights " + c.model +
+          " --prompt 3 --steps 2 --batch 2,1 --rounds 2 --threads 1 --json "
+          "--dtype f32,bf16",
+      out);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+  std::ifstream in(out);
+  std::vector<std::pair<std::string, int64_t>> points;
+  std::map<std::string, double> bytes_per_step;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const std::string dtype = j["dtype"];
+    points.emplace_back(dtype, j["batch"].get<int64_t>());
+    bytes_per_step[dtype] = j["decode_weights_gb_s"].get<double>() *
+                            j["decode_ms_per_step"].get<double>();
+  }
+  const std::vector<std::pair<std::string, int64_t>> want = {
+      {"f32", 2}, {"f32", 1}, {"bf16", 2}, {"bf16", 1}};
+  EXPECT_EQ(points, want);
+  EXPECT_NEAR(bytes_per_step["f32"], 2 * bytes_per_step["bf16"],
+              1e-9 * bytes_per_step["f32"]);
+  const std::string& log = outcome.stderr_text;
+  const size_t last_first = log.find("dtype=bf16 batch=1 round 1 of 2");
+  const size_t first_last = log.find("dtype=f32 batch=2 round 2 of 2");
+  ASSERT_NE(last_first, std::string::npos) << log;
+  ASSERT_NE(first_last, std::string::npos) << log;
+  EXPECT_LT(last_first, first_last) << log;
+}
+
 TEST_F(LmCliTest, BenchModelRefusesBadRounds) {
   const Outcome outcome = Attn("bench --model gpt2-124m --rounds 0");
   EXPECT_NE(outcome.exit_code, 0);

@@ -13,8 +13,24 @@
 
 #include "attn/attn.hpp"
 #include "attn/bench.hpp"
+#include "tools/flags.h"
 
 namespace attn::cli {
+
+// The flags of `attn bench` that its modes (the grid, --decode, --graph,
+// --model) share: each mode takes what applies to it.
+struct BenchFlags {
+  std::string shape;         // the grid's and --graph's
+  std::string weights;       // --graph's and --model's; empty: random weights
+  std::vector<int> threads;  // empty: the library's default
+  std::vector<int64_t> batches;  // --decode's and --model's; empty: 1, 8
+  std::vector<DType> dtypes{DType::kF32};  // each measured in turn
+  double min_time = 1.0;
+  uint64_t max_memory = 0;  // bytes; 0 = attn::DefaultMaxMemoryBytes()
+  std::string config;       // a tuned file (attn tune --save), or empty
+  bool json = false;
+  AttentionFlags attention;  // --kv-heads, --rope-theta, --sliding-window
+};
 
 struct Shape {
   std::string name;

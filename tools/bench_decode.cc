@@ -27,9 +27,10 @@ struct DecodeArgs {
   std::vector<int64_t> batches = {1, 8};
   std::string dims = "768,768,12";  // d_in, d_out, heads (gpt2)
   bool recompute = true;
-  uint64_t max_memory = 0;   // bench's --max-memory; 0: the default
-  std::string config;        // bench's --config: a tuned file, or empty
-  AttentionFlags attention;  // bench's --kv-heads, --rope-theta, ...
+  uint64_t max_memory = 0;    // bench's --max-memory; 0: the default
+  std::string config;         // bench's --config: a tuned file, or empty
+  AttentionFlags attention;   // bench's --kv-heads, --rope-theta, ...
+  DType dtype = DType::kF32;  // one of bench's --dtype
 };
 
 using Clock = std::chrono::steady_clock;
@@ -83,14 +84,15 @@ Status CheckPointsFit(const DecodeArgs& args, const Dims& dims) {
 
 // The table's title and column heads (not with --json).
 void PrintHeader(const RuntimeInfo& info, const Dims& dims,
-                 const AttentionFlags& attention) {
+                 const DecodeArgs& args) {
   std::printf(
-      "attn %s | highway %s | oneDNN %s %s | decode d_in %ld d_out %ld "
-      "heads %ld kv heads %ld rope theta %g window %ld\n",
+      "attn %s | highway %s | oneDNN %s %s | dtype %s | decode d_in %ld "
+      "d_out %ld heads %ld kv heads %ld rope theta %g window %ld\n",
       info.version.c_str(), info.simd_target.c_str(),
-      info.onednn_version.c_str(), info.onednn_isa.c_str(), dims.d_in,
-      dims.d_out, dims.heads, dims.kv_heads ? dims.kv_heads : dims.heads,
-      attention.rope.theta, attention.sliding_window);
+      info.onednn_version.c_str(), info.onednn_isa.c_str(),
+      DTypeName(args.dtype), dims.d_in, dims.d_out, dims.heads,
+      dims.kv_heads ? dims.kv_heads : dims.heads, args.attention.rope.theta,
+      args.attention.sliding_window);
   std::printf("%7s %5s %7s %10s %11s %9s %10s %13s %9s\n", "context", "batch",
               "threads", "step_ms", "tokens/s", "kv_GB/s", "all_GB/s",
               "recompute_ms", "speedup");
@@ -232,6 +234,7 @@ Result<DecodePoint> MeasurePoint(const DecodeArgs& args, const Dims& dims,
   options.num_threads = threads;
   options.max_memory_bytes = args.max_memory;
   options.tuned_config = args.config;
+  options.dtype = options.step_weights = args.dtype;  // as attn::LmOptions
   ATTN_ASSIGN_OR_RETURN(std::shared_ptr<const MhaModel> model,
                         MhaModel::Create(config, weights, options));
   DecodePoint point;
@@ -260,13 +263,14 @@ Result<DecodePoint> MeasurePoint(const DecodeArgs& args, const Dims& dims,
 }
 
 // One line for `point`: a table row, or a JSON object with --json.
-void PrintPoint(const DecodePoint& point, const Dims& dims,
+void PrintPoint(const DecodePoint& point, const Dims& dims, DType dtype,
                 const RuntimeInfo& info, bool json) {
   const double step_ms = point.step.step_ms;
   const double kv_bytes = double(point.step.kv_bytes);
   const double weight_bytes =
-      4.0 * ((double(dims.d_out) + 2.0 * dims.kv_dim()) * double(dims.d_in) +
-             double(dims.d_out) * double(dims.d_out));
+      (dtype == DType::kBF16 ? 2.0 : 4.0) *
+      ((double(dims.d_out) + 2.0 * dims.kv_dim()) * double(dims.d_in) +
+       double(dims.d_out) * double(dims.d_out));
   const double tokens = double(point.batch) / (step_ms / 1e3);
   const double kv_gbs = kv_bytes / (step_ms / 1e3) / 1e9;
   const double all_gbs = (kv_bytes + weight_bytes) / (step_ms / 1e3) / 1e9;
@@ -282,6 +286,7 @@ void PrintPoint(const DecodePoint& point, const Dims& dims,
         {"heads", dims.heads},
         {"kv_heads", dims.kv_heads ? dims.kv_heads : dims.heads},
         {"threads", point.team},
+        {"dtype", DTypeName(dtype)},
         {"step_ms", step_ms},
         {"reps", point.step.reps},
         {"tokens_per_s", tokens},
@@ -316,7 +321,7 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
   const bench::RandomMhaWeights weights =
       bench::MakeRandomMhaWeights(config, 0);
   const RuntimeInfo info = GetRuntimeInfo();
-  if (!json) PrintHeader(info, *dims, args.attention);
+  if (!json) PrintHeader(info, *dims, args);
   std::vector<int> thread_counts = threads_list;
   if (thread_counts.empty()) thread_counts = {0};
   for (int64_t context : args.contexts) {
@@ -325,7 +330,7 @@ int Run(const DecodeArgs& args, const std::vector<int>& threads_list,
         const Result<DecodePoint> point = MeasurePoint(
             args, *dims, weights.view(), context, batch, threads, min_time);
         if (!point.ok()) return Fail(point.status().message());
-        PrintPoint(*point, *dims, info, json);
+        PrintPoint(*point, *dims, args.dtype, info, json);
       }
     }
   }
@@ -352,16 +357,14 @@ std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench) {
                  "decode: skip the recompute-the-prefix baseline");
   return [args]() -> DecodeBench {
     if (!args->enabled) return nullptr;
-    return [args](const std::vector<int>& threads,
-                  const std::vector<int64_t>& batches, double min_time,
-                  uint64_t max_memory, const std::string& config, bool json,
-                  const AttentionFlags& attention) {
+    return [args](const BenchFlags& flags, DType dtype) {
       DecodeArgs with_cap = *args;
-      if (!batches.empty()) with_cap.batches = batches;
-      with_cap.max_memory = max_memory;
-      with_cap.config = config;
-      with_cap.attention = attention;
-      return Run(with_cap, threads, min_time, json);
+      if (!flags.batches.empty()) with_cap.batches = flags.batches;
+      with_cap.max_memory = flags.max_memory;
+      with_cap.config = flags.config;
+      with_cap.attention = flags.attention;
+      with_cap.dtype = dtype;
+      return Run(with_cap, flags.threads, flags.min_time, flags.json);
     };
   };
 }

@@ -136,12 +136,11 @@ std::string TempWeightsPath() {
 }
 
 // The table's title and column heads (not with --json).
-void PrintHeader(const RuntimeInfo& info, const GraphArgs& args,
-                 const std::string& dtype) {
+void PrintHeader(const RuntimeInfo& info, const GraphArgs& args, DType dtype) {
   std::printf("attn %s | graph %s | highway %s | oneDNN %s %s | dtype %s\n",
               info.version.c_str(), args.graph.c_str(),
               info.simd_target.c_str(), info.onednn_version.c_str(),
-              info.onednn_isa.c_str(), dtype.c_str());
+              info.onednn_isa.c_str(), DTypeName(dtype));
   std::printf("%-18s %7s %10s %10s %12s %9s %11s\n", "shape", "threads",
               "median_ms", "min_ms", "tokens/s", "GFLOP/s", "arena_MB");
 }
@@ -173,9 +172,9 @@ Result<std::vector<double>> TimeRuns(GraphSession& session,
 
 // One line for `session` at shape `s` timed as `ms`: a table row, or a JSON
 // object with --json.
-void PrintPoint(const GraphArgs& args, const BlockShape& s,
-                const std::string& dtype, const GraphSession& session,
-                const std::vector<double>& ms, bool json) {
+void PrintPoint(const GraphArgs& args, const BlockShape& s, DType dtype,
+                const GraphSession& session, const std::vector<double>& ms,
+                bool json) {
   const GraphModel& graph = session.model();
   // The block's matmuls (q, k, v, out: 4e^2; ff: 8e^2 per token) and the
   // attention core at its causal half, as the MHA benchmarks count it.
@@ -197,7 +196,7 @@ void PrintPoint(const GraphArgs& args, const BlockShape& s,
         {"e", s.emb},
         {"h", s.heads},
         {"threads", graph.num_threads()},
-        {"dtype", dtype},
+        {"dtype", DTypeName(dtype)},
         {"median_ms", median},
         {"min_ms", *std::min_element(ms.begin(), ms.end())},
         {"reps", ms.size()},
@@ -224,14 +223,14 @@ void PrintPoint(const GraphArgs& args, const BlockShape& s,
 // weights) before it is reported.
 Status TimeShape(const GraphArgs& args, const BlockShape& s,
                  const std::string& weights_path, const std::string& temp,
-                 const std::vector<int>& thread_counts,
-                 const std::string& dtype, double min_time, bool json) {
+                 const std::vector<int>& thread_counts, DType dtype,
+                 double min_time, bool json) {
   const std::vector<float> x = RandomInput(s);
   for (int threads : thread_counts) {
     GraphOptions options;
     options.num_heads = s.heads;
     options.num_threads = threads;
-    options.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
+    options.dtype = dtype;
     options.max_memory_bytes = args.max_memory;
     options.tuned_config = args.config;
     auto model = GraphModel::Load(args.graph, weights_path, options);
@@ -259,8 +258,8 @@ Status TimeShape(const GraphArgs& args, const BlockShape& s,
 }
 
 int Run(const GraphArgs& args, const std::string& spec,
-        const std::vector<int>& threads_list, const std::string& dtype,
-        double min_time, bool json) {
+        const std::vector<int>& threads_list, DType dtype, double min_time,
+        bool json) {
   auto shapes = ParseShapes(spec);
   if (!shapes.ok()) return Fail(shapes.status().message());
   const std::vector<int> thread_counts =
@@ -294,15 +293,13 @@ std::function<GraphBench()> AddGraphBenchOptions(CLI::App& bench) {
                    "gpt2-1k, gpt2-1k-b4 or b,T,e,h");
   return [args]() -> GraphBench {
     if (args->graph.empty()) return nullptr;
-    return [args](const std::string& shapes, const std::string& weights,
-                  const std::vector<int>& threads, const std::string& dtype,
-                  double min_time, uint64_t max_memory,
-                  const std::string& config, bool json) {
+    return [args](const BenchFlags& flags, DType dtype) {
       GraphArgs with_cap = *args;
-      with_cap.weights = weights;
-      with_cap.max_memory = max_memory;
-      with_cap.config = config;
-      return Run(with_cap, shapes, threads, dtype, min_time, json);
+      with_cap.weights = flags.weights;
+      with_cap.max_memory = flags.max_memory;
+      with_cap.config = flags.config;
+      return Run(with_cap, flags.shape, flags.threads, dtype, flags.min_time,
+                 flags.json);
     };
   };
 }

@@ -2,10 +2,10 @@
 // prompt in one step) and decode (one token per sequence per step), with
 // seeded random weights at a named model's sizes or a given file. Reports
 // tokens/s and the rate at which a decode step reads the weights, the bound
-// of batch-1 decoding. With --rounds R every batch size is measured R times,
-// the sizes taking turns, and each figure is the median of its R: the host's
-// memory bandwidth drifts over seconds, and this way batch sizes compared
-// with each other saw the same moments.
+// of batch-1 decoding. With --rounds R every batch size of every --dtype is
+// measured R times, all taking turns, and each figure is the median of its
+// R: the host's memory bandwidth drifts over seconds, and this way the
+// points compared with each other saw the same moments.
 #include "tools/bench_lm.h"
 
 #include <algorithm>
@@ -65,22 +65,31 @@ double MsSince(Clock::time_point t0) {
 
 struct Point {
   int threads = 0;
+  DType dtype = DType::kF32;
   int64_t batch = 0;
   double prefill_ms = 0, decode_ms_per_step = 0;
 };
 
+// One model per --dtype, at one thread count.
+struct DTypeModel {
+  DType dtype;
+  std::shared_ptr<const LanguageModel> model;
+};
+
 // Best of `reps` prefills of `batch` random prompts, then the mean step of
 // `steps` decode steps after the last one.
-Result<Point> Measure(std::shared_ptr<const LanguageModel> model,
-                      const ModelArgs& args, int64_t batch) {
-  const LmConfig& c = model->config();
+Result<Point> Measure(const DTypeModel& m, const ModelArgs& args,
+                      int64_t batch) {
+  const LmConfig& c = m.model->config();
   ATTN_ASSIGN_OR_RETURN(
       std::unique_ptr<LmBatch> lm,
-      LmBatch::Create(model, {batch, args.prompt + args.steps}));
+      LmBatch::Create(m.model, {batch, args.prompt + args.steps}));
   std::mt19937_64 rng(42);
   std::vector<int64_t> ids(size_t(batch * args.prompt));
   for (int64_t& id : ids) id = int64_t(rng() % uint64_t(c.vocab_size));
   Point point;
+  point.threads = m.model->num_threads();
+  point.dtype = m.dtype;
   point.batch = batch;
   point.prefill_ms = 1e300;
   std::vector<LmBatch::Request> requests(static_cast<size_t>(batch));
@@ -117,8 +126,7 @@ Result<std::shared_ptr<const LanguageModel>> MakeModel(
 }
 
 // What the report calls the model: the file when one was given.
-const std::string& ModelName(const ModelArgs& args,
-                             const ModelBenchFlags& flags) {
+const std::string& ModelName(const ModelArgs& args, const BenchFlags& flags) {
   return flags.weights.empty() ? args.model : flags.weights;
 }
 
@@ -137,20 +145,22 @@ Point Median(std::vector<Point> rounds) {
   return p;
 }
 
-// Every batch size args.rounds times, the sizes taking turns: the median
-// point of each.
-Result<std::vector<Point>> MeasureInTurns(
-    const std::shared_ptr<const LanguageModel>& model, const ModelArgs& args,
-    const std::vector<int64_t>& batches) {
-  std::vector<std::vector<Point>> rounds(batches.size());
+// Every (model, batch size) point args.rounds times, all taking turns: the
+// median point of each, model by model.
+Result<std::vector<Point>> MeasureInTurns(const std::vector<DTypeModel>& models,
+                                          const ModelArgs& args,
+                                          const std::vector<int64_t>& batches) {
+  std::vector<std::vector<Point>> rounds(models.size() * batches.size());
   for (int round = 1; round <= args.rounds; ++round) {
-    for (size_t i = 0; i < batches.size(); ++i) {
-      ShowProgress("threads=%d batch=%ld round %d of %d ...",
-                   model->num_threads(), long(batches[i]), round, args.rounds);
-      Result<Point> point = Measure(model, args, batches[i]);
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      const DTypeModel& m = models[i / batches.size()];
+      const int64_t batch = batches[i % batches.size()];
+      ShowProgress("threads=%d dtype=%s batch=%ld round %d of %d ...",
+                   m.model->num_threads(), DTypeName(m.dtype), long(batch),
+                   round, args.rounds);
+      Result<Point> point = Measure(m, args, batch);
       EndProgress();
       if (!point.ok()) return point.status();
-      point->threads = model->num_threads();
       rounds[i].push_back(*point);
     }
   }
@@ -161,67 +171,71 @@ Result<std::vector<Point>> MeasureInTurns(
   return medians;
 }
 
-void PrintPoint(const ModelArgs& args, const ModelBenchFlags& flags,
-                const LanguageModel& model, const Point& p) {
+void PrintPoint(const ModelArgs& args, const BenchFlags& flags,
+                const LmConfig& config, const Point& p) {
   const bool json = flags.json;
   const double prefill_tok_s =
       double(p.batch * args.prompt) / p.prefill_ms * 1e3;
   const double decode_tok_s = double(p.batch) / p.decode_ms_per_step * 1e3;
-  const double weights_gb_s = DecodeWeightBytes(model.config(), flags.dtype) /
-                              p.decode_ms_per_step / 1e6;
+  const double weights_gb_s =
+      DecodeWeightBytes(config, p.dtype) / p.decode_ms_per_step / 1e6;
   const double peak_mb = double(PeakRssBytes()) / (1 << 20);
   const std::string& name = ModelName(args, flags);
   if (json) {
-    const nlohmann::json line = {
-        {"model", name},
-        {"dtype", flags.dtype == DType::kBF16 ? "bf16" : "f32"},
-        {"threads", p.threads},
-        {"batch", p.batch},
-        {"prompt", args.prompt},
-        {"steps", args.steps},
-        {"rounds", args.rounds},
-        {"prefill_ms", p.prefill_ms},
-        {"prefill_tok_s", prefill_tok_s},
-        {"decode_ms_per_step", p.decode_ms_per_step},
-        {"decode_tok_s", decode_tok_s},
-        {"decode_weights_gb_s", weights_gb_s},
-        {"peak_rss_mb", peak_mb}};
+    const nlohmann::json line = {{"model", name},
+                                 {"dtype", DTypeName(p.dtype)},
+                                 {"threads", p.threads},
+                                 {"batch", p.batch},
+                                 {"prompt", args.prompt},
+                                 {"steps", args.steps},
+                                 {"rounds", args.rounds},
+                                 {"prefill_ms", p.prefill_ms},
+                                 {"prefill_tok_s", prefill_tok_s},
+                                 {"decode_ms_per_step", p.decode_ms_per_step},
+                                 {"decode_tok_s", decode_tok_s},
+                                 {"decode_weights_gb_s", weights_gb_s},
+                                 {"peak_rss_mb", peak_mb}};
     std::printf("%s\n", line.dump().c_str());
   } else {
-    std::printf("%-10s %7d %5ld %10.1f %11.0f %11.2f %10.1f %9.1f %8.0f\n",
-                name.c_str(), p.threads, long(p.batch), p.prefill_ms,
-                prefill_tok_s, p.decode_ms_per_step, decode_tok_s, weights_gb_s,
-                peak_mb);
+    std::printf("%-10s %5s %7d %5ld %10.1f %11.0f %11.2f %10.1f %9.1f %8.0f\n",
+                name.c_str(), DTypeName(p.dtype), p.threads, long(p.batch),
+                p.prefill_ms, prefill_tok_s, p.decode_ms_per_step, decode_tok_s,
+                weights_gb_s, peak_mb);
   }
   std::fflush(stdout);
 }
 
-int Run(const ModelArgs& args, const ModelBenchFlags& flags) {
+int Run(const ModelArgs& args, const BenchFlags& flags) {
   std::vector<int> thread_counts = flags.threads;
   if (thread_counts.empty()) thread_counts = {0};
   std::vector<int64_t> batches = flags.batches;
   if (batches.empty()) batches = {1, 8};
   if (!flags.json) {
-    std::printf("%-10s %7s %5s %10s %11s %11s %10s %9s %8s\n", "model",
-                "threads", "batch", "prefill_ms", "prefill_t/s", "decode_ms",
-                "decode_t/s", "weight_GB/s", "peak_MB");
+    std::printf("%-10s %5s %7s %5s %10s %11s %11s %10s %9s %8s\n", "model",
+                "dtype", "threads", "batch", "prefill_ms", "prefill_t/s",
+                "decode_ms", "decode_t/s", "weight_GB/s", "peak_MB");
   }
   for (const int threads : thread_counts) {
-    LmOptions options;
-    options.num_threads = threads;
-    options.max_memory_bytes = flags.max_memory;
-    options.tuned_config = flags.config;
-    options.dtype = flags.dtype;
     ResetPeakRss();
-    ShowProgress("loading %s ...", ModelName(args, flags).c_str());
-    Result<std::shared_ptr<const LanguageModel>> model =
-        MakeModel(flags.weights, options);
-    EndProgress();
-    if (!model.ok()) return Fail(model.status().message());
-    Result<std::vector<Point>> points = MeasureInTurns(*model, args, batches);
+    std::vector<DTypeModel> models;
+    for (const DType dtype : flags.dtypes) {
+      LmOptions options;
+      options.num_threads = threads;
+      options.max_memory_bytes = flags.max_memory;
+      options.tuned_config = flags.config;
+      options.dtype = dtype;
+      ShowProgress("loading %s (%s) ...", ModelName(args, flags).c_str(),
+                   DTypeName(dtype));
+      Result<std::shared_ptr<const LanguageModel>> model =
+          MakeModel(flags.weights, options);
+      EndProgress();
+      if (!model.ok()) return Fail(model.status().message());
+      models.push_back({dtype, *std::move(model)});
+    }
+    Result<std::vector<Point>> points = MeasureInTurns(models, args, batches);
     if (!points.ok()) return Fail(points.status().message());
     for (const Point& point : *points) {
-      PrintPoint(args, flags, **model, point);
+      PrintPoint(args, flags, models.front().model->config(), point);
     }
   }
   return 0;
@@ -250,7 +264,7 @@ std::function<ModelBench()> AddModelBenchOptions(CLI::App& bench) {
       ->capture_default_str();
   return [args]() -> ModelBench {
     if (args->model.empty()) return nullptr;
-    return [args](const ModelBenchFlags& flags) { return Run(*args, flags); };
+    return [args](const BenchFlags& flags) { return Run(*args, flags); };
   };
 }
 

@@ -17,34 +17,23 @@
 namespace attn::cli {
 namespace {
 
-struct BenchArgs {
-  std::string shape, dtype = "f32", config;
-  std::string weights;  // --graph's and --model's; empty: random weights
-  std::vector<int> threads;
-  std::vector<int64_t> batches;  // --decode's and --model's; empty: 1, 8
-  double min_time = 1.0;
-  bool json = false;
-  uint64_t max_memory = 0;   // bytes; 0 = attn::DefaultMaxMemoryBytes()
-  AttentionFlags attention;  // --kv-heads, --rope-theta, --sliding-window
-};
-
 // The title and column heads (not with --json).
-void PrintHeader(const attn::RuntimeInfo& info, const std::string& dtype) {
+void PrintHeader(const attn::RuntimeInfo& info, DType dtype) {
   std::printf("attn %s | highway %s | oneDNN %s %s | dtype %s\n",
               info.version.c_str(), info.simd_target.c_str(),
               info.onednn_version.c_str(), info.onednn_isa.c_str(),
-              dtype.c_str());
+              DTypeName(dtype));
   std::printf("%-12s %7s %10s %10s %5s %12s %9s %10s\n", "shape", "threads",
               "median_ms", "min_ms", "reps", "tokens/s", "GFLOP/s", "peak_MB");
 }
 
 // One measured point: a table row, or a JSON object with --json.
-void PrintPoint(const Shape& s, const Timing& t, const BenchArgs& args,
+void PrintPoint(const Shape& s, const Timing& t, DType dtype, bool json,
                 const attn::RuntimeInfo& info) {
   const double tokens = TokensPerSecond(s, t.median_ms);
   const double gflops = Flops(s) / (t.median_ms / 1e3) / 1e9;
   const double peak_mb = double(t.peak_rss_bytes) / (1 << 20);
-  if (args.json) {
+  if (json) {
     const nlohmann::json line = {
         {"shape", s.name},
         {"b", s.batch},
@@ -56,7 +45,7 @@ void PrintPoint(const Shape& s, const Timing& t, const BenchArgs& args,
         {"rope_theta", s.rope.theta},
         {"sliding_window", s.sliding_window},
         {"threads", t.threads},
-        {"dtype", args.dtype},
+        {"dtype", DTypeName(dtype)},
         {"median_ms", t.median_ms},
         {"min_ms", t.min_ms},
         {"reps", t.reps},
@@ -76,7 +65,8 @@ void PrintPoint(const Shape& s, const Timing& t, const BenchArgs& args,
   std::fflush(stdout);
 }
 
-int Bench(const BenchArgs& args) {
+// The grid (or --shape) at every thread count with `dtype`.
+int Bench(const BenchFlags& args, DType dtype) {
   // The grid without long-32k and llama-2k (a minute, a second per point).
   auto named = ParseShapes(args.shape, Names(PeerGrid(), ","));
   if (!named.ok()) return Fail(named.status().message());
@@ -88,7 +78,7 @@ int Bench(const BenchArgs& args) {
   std::vector<int> thread_counts = args.threads;
   if (thread_counts.empty()) thread_counts = {0};  // the library's default
   const attn::RuntimeInfo info = attn::GetRuntimeInfo();
-  if (!args.json) PrintHeader(info, args.dtype);
+  if (!args.json) PrintHeader(info, dtype);
   const size_t total = shapes->size() * thread_counts.size();
   size_t done = 0;
   for (const Shape& s : *shapes) {
@@ -101,8 +91,7 @@ int Bench(const BenchArgs& args) {
       options.num_threads = threads;
       options.max_memory_bytes = args.max_memory;
       options.tuned_config = args.config;
-      options.dtype =
-          args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
+      options.dtype = dtype;
       Result<Timing> t =
           TimeBlock(**block, options, args.min_time, [&](int team) {
             ShowProgress("[%zu/%zu] %s threads=%d ...", done, total,
@@ -110,7 +99,7 @@ int Bench(const BenchArgs& args) {
           });
       EndProgress();
       if (!t.ok()) return Fail(s.name + ": " + t.status().message());
-      PrintPoint(s, *t, args, info);
+      PrintPoint(s, *t, dtype, args.json, info);
     }
   }
   return 0;
@@ -119,8 +108,8 @@ int Bench(const BenchArgs& args) {
 }  // namespace
 
 Command AddBenchCommand(CLI::App& app) {
-  auto args = std::make_shared<BenchArgs>();
-  BenchArgs& bench = *args;
+  auto args = std::make_shared<BenchFlags>();
+  BenchFlags& bench = *args;
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Time the block on named or given shapes with random weights");
   bench_cmd->add_option("--shape", bench.shape,
@@ -130,9 +119,12 @@ Command AddBenchCommand(CLI::App& app) {
                    "thread counts to measure, e.g. 1,2")
       ->delimiter(',')
       ->check(IntegerIn(1, kMaxThreads));
-  bench_cmd->add_option("--dtype", bench.dtype, "matmul precision")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  bench_cmd
+      ->add_option("--dtype", bench.dtypes,
+                   "matmul precisions to measure: f32 (default), bf16, or "
+                   "both as f32,bf16 (--model: in turns)")
+      ->delimiter(',')
+      ->transform(DTypeFlag());
   bench_cmd
       ->add_option("--min-time", bench.min_time,
                    "seconds to measure each point")
@@ -169,23 +161,14 @@ Command AddBenchCommand(CLI::App& app) {
             if (run_decode || run_graph || run_model) {
               if (const int rc = CheckConfigFile(args->config)) return rc;
             }
-            if (run_model) {
-              return run_model({args->weights, args->threads, args->batches,
-                                args->max_memory, args->config, args->json,
-                                args->dtype == "bf16" ? attn::DType::kBF16
-                                                      : attn::DType::kF32});
+            if (run_model) return run_model(*args);
+            for (const DType dtype : args->dtypes) {
+              const int rc = run_decode  ? run_decode(*args, dtype)
+                             : run_graph ? run_graph(*args, dtype)
+                                         : Bench(*args, dtype);
+              if (rc != 0) return rc;
             }
-            if (run_decode) {
-              return run_decode(args->threads, args->batches, args->min_time,
-                                args->max_memory, args->config, args->json,
-                                args->attention);
-            }
-            if (run_graph) {
-              return run_graph(args->shape, args->weights, args->threads,
-                               args->dtype, args->min_time, args->max_memory,
-                               args->config, args->json);
-            }
-            return Bench(*args);
+            return 0;
           }};
 }
 

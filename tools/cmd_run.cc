@@ -21,7 +21,7 @@ namespace attn::cli {
 namespace {
 
 struct RunArgs {
-  std::string weights, input, output, input_name = "input", dtype = "f32";
+  std::string weights, input, output, input_name = "input";
   std::string config;  // tuned file (attn tune --save)
   int64_t heads = 0, context_length = 0;
   int threads = 0;
@@ -30,6 +30,7 @@ struct RunArgs {
   std::string graph;         // a JSON graph (attn/graph.hpp) instead
   int64_t layers = 0;        // --graph: runs, weights under trf_blocks.{i}.
   uint64_t max_memory = 0;   // bytes; 0 = attn::DefaultMaxMemoryBytes()
+  DType dtype = DType::kF32;
   AttentionFlags attention;
 };
 
@@ -104,16 +105,12 @@ int RunForward(const RunArgs& args, int64_t in_width, int64_t out_width,
   return 0;
 }
 
-DType ParseDType(const std::string& dtype) {
-  return dtype == "bf16" ? DType::kBF16 : DType::kF32;
-}
-
 int RunMha(const RunArgs& args) {
   MhaOptions options;
   options.num_heads = args.heads;
   options.context_length = args.context_length;
   options.num_threads = args.threads;
-  options.dtype = ParseDType(args.dtype);
+  options.dtype = args.dtype;
   options.max_memory_bytes = args.max_memory;
   options.tuned_config = args.config;
   args.attention.ApplyTo(options);
@@ -167,7 +164,7 @@ int RunGraph(const RunArgs& args) {
   options.context_length = args.context_length;
   options.layers = args.layers;
   options.num_threads = args.threads;
-  options.dtype = ParseDType(args.dtype);
+  options.dtype = args.dtype;
   options.max_memory_bytes = args.max_memory;
   options.tuned_config = args.config;
   args.attention.ApplyTo(options);
@@ -195,7 +192,7 @@ int RunWholeModel(const RunArgs& args) {
   flags.threads = args.threads;
   flags.max_memory = args.max_memory;
   flags.attention = args.attention;
-  flags.dtype = ParseDType(args.dtype);
+  flags.dtype = args.dtype;
   flags.tuned_config = args.config;
   return RunLanguageModel(args.weights, args.input, args.output, flags);
 }
@@ -262,9 +259,10 @@ Command AddRunCommand(CLI::App& app) {
   run_cmd
       ->add_option("--input-name", run.input_name, "name of the input tensor")
       ->capture_default_str();
-  run_cmd->add_option("--dtype", run.dtype, "matmul precision")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  run_cmd
+      ->add_option("--dtype", run.dtype,
+                   "matmul precision: f32 (default) or bf16")
+      ->transform(DTypeFlag());
   run_cmd
       ->add_option("--max-memory", run.max_memory,
                    "most memory the model or the run may ask for, e.g. 512M, "

@@ -25,7 +25,8 @@ namespace {
 constexpr double kTieFraction = 0.03;
 
 struct TuneArgs {
-  std::string shape, threads, dtype = "f32", save;
+  std::string shape, threads, save;
+  DType dtype = DType::kF32;
   double min_time = 1.0;
 };
 
@@ -102,8 +103,7 @@ Result<Sweep> RunSweep(const TuneArgs& args, const std::vector<Shape>& shapes,
       ++done;
       attn::MhaOptions options;
       options.num_threads = counts[i];
-      options.dtype =
-          args.dtype == "bf16" ? attn::DType::kBF16 : attn::DType::kF32;
+      options.dtype = args.dtype;
       Result<Timing> t = TimeBlock(*block, options, args.min_time, [&](int) {
         ShowProgress("[%zu/%zu] %s threads=%d ...", done, total, s.name.c_str(),
                      counts[i]);
@@ -151,9 +151,9 @@ size_t Recommend(const std::vector<double>& log_rate, size_t n_shapes) {
 int SaveTuned(const TuneArgs& args, const RuntimeInfo& info, int recommended,
               const Sweep& sweep) {
   nlohmann::json saved = {
-      {"num_threads", recommended},    {"attn", info.version},
-      {"dtype", args.dtype},           {"simd_target", info.simd_target},
-      {"onednn_isa", info.onednn_isa}, {"sweep", sweep.points}};
+      {"num_threads", recommended},     {"attn", info.version},
+      {"dtype", DTypeName(args.dtype)}, {"simd_target", info.simd_target},
+      {"onednn_isa", info.onednn_isa},  {"sweep", sweep.points}};
   std::ofstream out(args.save);
   out << saved.dump(2) << "\n";
   out.close();
@@ -171,7 +171,7 @@ int Tune(const TuneArgs& args) {
   const attn::RuntimeInfo info = attn::GetRuntimeInfo();
   std::printf("attn %s | highway %s | oneDNN %s | dtype %s | %d cores\n",
               info.version.c_str(), info.simd_target.c_str(),
-              info.onednn_isa.c_str(), args.dtype.c_str(), AffinityCount());
+              info.onednn_isa.c_str(), DTypeName(args.dtype), AffinityCount());
   std::printf("%-12s %7s %10s %12s %8s %10s\n", "shape", "threads", "median_ms",
               "tokens/s", "speedup", "efficiency");
   const Result<Sweep> sweep = RunSweep(args, *shapes, *counts);
@@ -207,9 +207,9 @@ Command AddTuneCommand(CLI::App& app) {
             return counts.ok() ? "" : counts.status().message();
           },
           "A..B or LIST"));
-  cmd->add_option("--dtype", tune.dtype, "matmul precision")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  cmd->add_option("--dtype", tune.dtype,
+                  "matmul precision: f32 (default) or bf16")
+      ->transform(DTypeFlag());
   cmd->add_option("--min-time", tune.min_time, "seconds to measure each point")
       ->check(PositiveNumber())
       ->capture_default_str();

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "tools/bench_common.h"
 #include "tools/cli.h"
-#include "tools/flags.h"
 
 namespace attn::cli {
 
@@ -24,13 +24,10 @@ Status RunIncremental(std::shared_ptr<const MhaModel> model, const float* input,
 
 // Adds --decode, --context and --dims to `bench`. The returned function is
 // non-null when --decode was given (check after parsing: call it with the
-// bench's --threads, --batch (empty: 1,8), --min-time, --max-memory,
-// --config, --json and attention flags (--kv-heads, --rope-theta,
-// --sliding-window) to run the decode benchmark).
-using DecodeBench = std::function<int(
-    const std::vector<int>& threads, const std::vector<int64_t>& batches,
-    double min_time, uint64_t max_memory, const std::string& config, bool json,
-    const AttentionFlags& attention)>;
+// bench's flags (--threads, --batch (empty: 1,8), --min-time, --max-memory,
+// --config, --json and the attention flags) and one of its --dtype values
+// to run the decode benchmark).
+using DecodeBench = std::function<int(const BenchFlags& flags, DType dtype)>;
 std::function<DecodeBench()> AddDecodeBenchOptions(CLI::App& bench);
 
 }  // namespace attn::cli

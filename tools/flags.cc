@@ -1,4 +1,4 @@
-// Validators for the CLI's numeric flags (see flags.h).
+// Validators for the CLI's numeric and dtype flags (see flags.h).
 #include "tools/flags.h"
 
 #include <algorithm>
@@ -79,6 +79,24 @@ CLI::Validator ByteSize() {
         return "";
       },
       "SIZE");
+}
+
+CLI::Validator DTypeFlag() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        for (const DType dtype : {DType::kF32, DType::kBF16}) {
+          if (text == DTypeName(dtype)) {
+            text = std::to_string(static_cast<int>(dtype));
+            return "";
+          }
+        }
+        return Got(text) + "want f32 or bf16";
+      },
+      "f32|bf16");
+}
+
+const char* DTypeName(DType dtype) {
+  return dtype == DType::kBF16 ? "bf16" : "f32";
 }
 
 void AttentionFlags::AddTo(CLI::App* command) {

@@ -1,5 +1,5 @@
-// Checks for the CLI's numeric flags (used by every cmd_*.cc). A bad value
-// is refused before conversion with one line that says what the flag got
+// Checks for the CLI's numeric and dtype flags (used by every cmd_*.cc). A bad
+// value is refused before conversion with one line that says what the flag got
 // and what it wants, e.g. "--threads: got 0, want an integer from 1 to 4096",
 // instead of CLI11's range of doubles printed in full.
 #ifndef ATTN_TOOLS_FLAGS_H_
@@ -24,6 +24,14 @@ CLI::Validator NonNegativeNumber();
 // A byte size such as 4096, 512M or 4G, at least 1 byte; goes before
 // CLI::AsSizeValue, which takes a leading '-' as a number and wraps it.
 CLI::Validator ByteSize();
+
+// --dtype's values, f32 or bf16, each turned into the DType it names for
+// CLI11 to store (a DType, or a list of them); anything else, the enum's
+// integers included, is refused with one line.
+CLI::Validator DTypeFlag();
+
+// What --dtype calls `dtype`: "f32" or "bf16".
+const char* DTypeName(DType dtype);
 
 // The attention variant's flags (--kv-heads, --rope-theta and its scaling,
 // --sliding-window) of `attn run` and `attn bench`: each overrides the

@@ -8,18 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "tools/bench_common.h"
 #include "tools/cli.h"
 
 namespace attn::cli {
 
 // Adds --graph to `bench`. The returned function is non-null when --graph
-// was given (check after parsing: call it with the bench's --shape,
-// --weights (empty: random weights), --threads, --dtype, --min-time,
-// --max-memory, --config and --json).
-using GraphBench = std::function<int(
-    const std::string& shapes, const std::string& weights,
-    const std::vector<int>& threads, const std::string& dtype, double min_time,
-    uint64_t max_memory, const std::string& config, bool json)>;
+// was given (check after parsing: call it with the bench's flags (--shape,
+// --weights (empty: random weights), --threads, --min-time, --max-memory,
+// --config and --json) and one of its --dtype values).
+using GraphBench = std::function<int(const BenchFlags& flags, DType dtype)>;
 std::function<GraphBench()> AddGraphBenchOptions(CLI::App& bench);
 
 }  // namespace attn::cli

@@ -1,7 +1,6 @@
 // What `attn run` on a whole model and `attn generate` share: loading the
 // model from the flags, and reading and checking the prompts.
 #include <algorithm>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -33,13 +32,11 @@ void LmModelFlags::AddTo(CLI::App* command) {
                    "for, e.g. 512M, 4G (default: half of the physical memory)")
       ->check(ByteSize())
       ->transform(CLI::AsSizeValue(false));
-  const std::map<std::string, DType> dtypes = {{"f32", DType::kF32},
-                                               {"bf16", DType::kBF16}};
   command
       ->add_option("--dtype", dtype,
-                   "the matrices' precision: f32, or bf16 (CPUs with native "
-                   "bf16; half the bytes per decode step)")
-      ->transform(CLI::CheckedTransformer(dtypes));
+                   "the matrices' precision: f32 (default), or bf16 (CPUs "
+                   "with native bf16; half the bytes per decode step)")
+      ->transform(DTypeFlag());
 }
 
 Result<std::shared_ptr<const LanguageModel>> LoadLanguageModel(
