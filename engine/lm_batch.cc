@@ -497,10 +497,11 @@ int64_t LmBatch::max_length() const { return impl_->capacity; }
 
 Status LmBatch::Step(const Request* requests, size_t count) {
   Impl& d = *impl_;
+  d.logits_first.clear();  // no logits from a failed step, refused or not
   ATTN_RETURN_IF_ERROR(d.CheckRequests(requests, count));
   d.PackRows(requests, count);
   const Status s = d.Run();
-  if (!s.ok()) d.logits_first.clear();  // no logits from a failed step
+  if (!s.ok()) d.logits_first.clear();
   return s;
 }
 

@@ -28,11 +28,15 @@ double UniformDouble(uint64_t& state) {
   return static_cast<double>(NextRandom(state) >> 11) * 0x1.0p-53;
 }
 
-// The largest logit's id, the lowest one on ties; NaN never wins.
+// The largest logit's id, the lowest one on ties; NaN never wins (all NaN:
+// 0, as Draw gives).
 int64_t Argmax(const float* logits, int64_t vocab) {
   int64_t best = 0;
   for (int64_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best] || std::isnan(logits[best])) best = i;
+    if (logits[i] > logits[best] ||
+        (std::isnan(logits[best]) && !std::isnan(logits[i]))) {
+      best = i;
+    }
   }
   return best;
 }
@@ -42,13 +46,15 @@ int64_t Argmax(const float* logits, int64_t vocab) {
 float TopKThreshold(const float* logits, int64_t vocab, int64_t top_k) {
   if (top_k <= 0 || top_k >= vocab) return -INFINITY;
   std::vector<float> values(logits, logits + vocab);
-  // NaN sorts last, so it is never the threshold while real values remain.
+  // NaN sorts last, so it is never the threshold while k real values remain.
   const auto descending = [](float a, float b) {
     return a > b || (!std::isnan(a) && std::isnan(b));
   };
   std::nth_element(values.begin(), values.begin() + (top_k - 1), values.end(),
                    descending);
-  return values[static_cast<size_t>(top_k - 1)];
+  // Fewer than k real values: NaN would cut them all; keep every one.
+  const float kth = values[static_cast<size_t>(top_k - 1)];
+  return std::isnan(kth) ? -INFINITY : kth;
 }
 
 // Unnormalised softmax(logits / temperature) over the logits >= threshold

@@ -12,10 +12,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/lm.hpp"
 #include "attn/safetensors.hpp"
 #include "nlohmann/json.hpp"
 
@@ -298,6 +302,31 @@ TEST_F(LmCliTest, PaddedRowsGiveTheirOwnPromptsResults) {
   EXPECT_EQ(std::vector<int64_t>(batched.begin(), batched.begin() + 3), alone);
 }
 
+// A row takes its prompt and every new token but the last, which is never
+// fed back: a prompt of the whole context still gets one new token, not
+// two, and a --max-new-tokens past the context is refused in one line,
+// however large.
+TEST_F(LmCliTest, GenerateFitsThePromptAndAllButTheLastNewToken) {
+  const GoldenCase golden = FirstCase();
+  const Result<std::shared_ptr<const LanguageModel>> model =
+      LanguageModel::Load(golden.model);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const int64_t context = (*model)->config().context_length;
+  ASSERT_GT(context, 1);
+  const std::string full = WriteInput(std::vector<int64_t>(context, 1), 1, {});
+  const Outcome one_new = Generate(golden.model, full, 1);
+  ASSERT_EQ(one_new.exit_code, 0) << one_new.stderr_text;
+  EXPECT_EQ(TakeTokens().size(), 1u);
+  ExpectRefused(Generate(golden.model, full, 2));
+  const std::string short_prompt = WriteInput({1}, 1, {});
+  const Outcome whole = Generate(golden.model, short_prompt, context);
+  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
+  EXPECT_EQ(TakeTokens().size(), static_cast<size_t>(context));
+  ExpectRefused(Generate(golden.model, short_prompt, context + 1));
+  ExpectRefused(Generate(golden.model, short_prompt,
+                         std::numeric_limits<int64_t>::max()));
+}
+
 TEST_F(LmCliTest, BadInputsAreRefused) {
   const GoldenCase golden = FirstCase();
   ASSERT_FALSE(golden.model.empty());
@@ -449,6 +478,29 @@ TEST_F(LmCliTest, BenchModelRefusesBadRounds) {
       << outcome.stderr_text;
   EXPECT_NE(outcome.stderr_text.find("--rounds: got '0'"), std::string::npos)
       << outcome.stderr_text;
+}
+
+// A prompt and steps past the model's context are refused by naming both
+// flags, however large (their sum would overflow).
+TEST_F(LmCliTest, BenchModelRefusesPromptAndStepsPastTheContext) {
+  const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
+  for (const std::string sizes :
+       {"--prompt 10 --steps 10", "--prompt 16 --steps 1",
+        "--prompt 9223372036854775807 --steps 9223372036854775807"}) {
+    SCOPED_TRACE(sizes);
+    const Outcome outcome =
+        Attn("bench --model gpt2-124m --threads 1 --weights " + c.model + " " +
+             sizes);
+    EXPECT_EQ(outcome.exit_code, 1) << outcome.stderr_text;
+    const std::string& log = outcome.stderr_text;
+    const std::string last = log.substr(log.rfind('\n', log.size() - 2) + 1);
+    EXPECT_NE(last.find("--prompt"), std::string::npos) << log;
+    EXPECT_NE(last.find("--steps"), std::string::npos) << log;
+    EXPECT_NE(last.find("context_length 16"), std::string::npos) << log;
+  }
+  const Outcome fits = Attn("bench --model gpt2-124m --threads 1 --weights " +
+                            c.model + " --prompt 15 --steps 1 --batch 1");
+  EXPECT_EQ(fits.exit_code, 0) << fits.stderr_text;
 }
 
 TEST_F(LmCliTest, GenerateHelpNamesItsFlags) {

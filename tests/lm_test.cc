@@ -420,6 +420,20 @@ TEST(LmErrors, BadRequestsAreRefusedAndChangeNothing) {
   EXPECT_FALSE(batch->Add().ok());  // both slots taken
 }
 
+// A refused Step leaves no logits behind, not even the last good step's.
+TEST(LmErrors, ARefusedStepLeavesNoLogits) {
+  auto batch = NewBatch(Load("gpt_book_1l", 1), 1);
+  ASSERT_NE(batch, nullptr);
+  const int64_t seq = *batch->Add();
+  const int64_t token = 1, out_of_range = 64;
+  LmBatch::Request r{seq, &token, 1, false};
+  ASSERT_TRUE(batch->Step(&r, 1).ok());
+  ASSERT_NE(batch->logits(0), nullptr);
+  r.tokens = &out_of_range;
+  EXPECT_FALSE(batch->Step(&r, 1).ok());
+  EXPECT_EQ(batch->logits(0), nullptr);
+}
+
 TEST(LmErrors, UnknownLayoutNamesWhatWasFound) {
   Result<std::shared_ptr<const LanguageModel>> model =
       LanguageModel::Load(kLmDir + "bad/unknown_layout/model.safetensors");

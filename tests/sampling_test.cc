@@ -111,6 +111,30 @@ TEST(SamplingTest, TopKKeepsOnlyTheLargest) {
   }
 }
 
+// NaN logits are never chosen: a top-k wider than the real logits keeps them
+// all (and only them), greedy skips NaN, and all-NaN gives id 0 either way.
+TEST(SamplingTest, NaNLogitsAreNeverDrawn) {
+  const float nan = std::nanf("");
+  const std::vector<float> logits = {nan, std::log(0.25f), nan,
+                                     std::log(0.75f)};
+  EXPECT_EQ(MakeSampler({}).Sample(logits.data(), 4), 3);
+  for (int64_t top_k : {0, 2, 3}) {
+    SamplingOptions options = Sampling(1.0, 11);
+    options.top_k = top_k;
+    int threes = 0;
+    for (int64_t token : Draws(options, logits, 20000)) {
+      ASSERT_TRUE(token == 1 || token == 3) << token << " at top_k " << top_k;
+      threes += token == 3;
+    }
+    EXPECT_NEAR(threes / 20000.0, 0.75, 0.02) << "top_k " << top_k;
+  }
+  const std::vector<float> all_nan = {nan, nan, nan};
+  EXPECT_EQ(MakeSampler({}).Sample(all_nan.data(), 3), 0);
+  SamplingOptions options = Sampling(1.0, 3);
+  options.top_k = 2;
+  for (int64_t token : Draws(options, all_nan, 20)) EXPECT_EQ(token, 0);
+}
+
 TEST(SamplingTest, TopPKeepsTheNucleus) {
   // Probabilities 0.5, 0.3, 0.2: top_p 0.7 keeps the first two.
   SamplingOptions options = Sampling(1.0, 9);

@@ -232,6 +232,14 @@ int Run(const ModelArgs& args, const BenchFlags& flags) {
       if (!model.ok()) return Fail(model.status().message());
       models.push_back({dtype, *std::move(model)});
     }
+    const int64_t context = models.front().model->config().context_length;
+    if (context > 0 &&
+        (args.prompt > context || args.steps > context - args.prompt)) {
+      return Fail("--prompt " + std::to_string(args.prompt) + " + --steps " +
+                  std::to_string(args.steps) +
+                  " tokens a sequence, over the model's context_length " +
+                  std::to_string(context));
+    }
     Result<std::vector<Point>> points = MeasureInTurns(models, args, batches);
     if (!points.ok()) return Fail(points.status().message());
     for (const Point& point : *points) {

@@ -61,7 +61,8 @@ class Generation {
   Status StartPrompts() {
     LmBatchOptions options;
     options.max_sequences = prompts_.batch;
-    options.max_length = prompts_.longest() + args_.max_new_tokens;
+    // The last new token is never fed back (CheckPrompts checked the sum).
+    options.max_length = prompts_.longest() + args_.max_new_tokens - 1;
     ATTN_ASSIGN_OR_RETURN(batch_, LmBatch::Create(model_, options));
     for (int64_t b = 0; b < prompts_.batch; ++b) {
       ATTN_ASSIGN_OR_RETURN(const int64_t sequence, batch_->Add());

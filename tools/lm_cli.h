@@ -46,13 +46,14 @@ struct Prompts {
 Result<Prompts> ReadPromptIds(const std::string& path);
 
 // Reads `path`'s prompts and checks them against `model`: token ids in the
-// vocabulary, each row with room for `extra_tokens` more in the context.
+// vocabulary, each row with room in the context for `new_tokens` generated
+// after it (0: none), all but the last of which are fed back.
 Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
-                            int64_t extra_tokens);
+                            int64_t new_tokens);
 
 // Checks each prompt against `model` as ReadPrompts does.
 Status CheckPrompts(const Prompts& prompts, const std::string& where,
-                    const LanguageModel& model, int64_t extra_tokens);
+                    const LanguageModel& model, int64_t new_tokens);
 
 // The logits [batch, width, vocab] must fit `max_memory` (0: the default),
 // checked before they are allocated.

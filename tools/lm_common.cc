@@ -97,16 +97,19 @@ Status ReadLengths(const SafetensorsFile& file, const std::string& where,
 }  // namespace
 
 Status CheckPrompts(const Prompts& prompts, const std::string& where,
-                    const LanguageModel& model, int64_t extra_tokens) {
+                    const LanguageModel& model, int64_t new_tokens) {
   const int64_t vocab = model.config().vocab_size;
   const int64_t context = model.config().context_length;
+  const int64_t fed_back = std::max<int64_t>(new_tokens - 1, 0);
   for (int64_t b = 0; b < prompts.batch; ++b) {
     const int64_t length = prompts.lengths[b];
-    if (context > 0 && length + extra_tokens > context) {
+    if (context > 0 && (length > context || fed_back > context - length)) {
       return InvalidArgument(
           "row " + std::to_string(b) + " of " + where + " has " +
           std::to_string(length) + " prompt tokens" +
-          (extra_tokens ? " + " + std::to_string(extra_tokens) + " new" : "") +
+          (new_tokens ? " + " + std::to_string(new_tokens) +
+                            " new (all but the last fed back)"
+                      : "") +
           ", over the model's context_length " + std::to_string(context));
     }
     const int64_t* row = prompts.row(b);
@@ -141,10 +144,10 @@ Result<Prompts> ReadPromptIds(const std::string& path) {
 }
 
 Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
-                            int64_t extra_tokens) {
+                            int64_t new_tokens) {
   ATTN_ASSIGN_OR_RETURN(Prompts prompts, ReadPromptIds(path));
   ATTN_RETURN_IF_ERROR(
-      CheckPrompts(prompts, "'" + path + "'", model, extra_tokens));
+      CheckPrompts(prompts, "'" + path + "'", model, new_tokens));
   return prompts;
 }
 
