@@ -803,7 +803,7 @@ attn_status attn_lm_batch_step(attn_lm_batch* batch,
                                const attn_lm_request* requests, size_t count) {
   return Guard([&] {
     if (!batch) return NullArgument("batch");
-    if (!requests) return NullArgument("requests");
+    if (!requests && count > 0) return NullArgument("requests");
     batch->rows.clear();  // the last step's logits are gone either way
     std::vector<attn::LmBatch::Request> reqs;
     if (attn_status s = ToRequests(requests, count, &reqs); s != ATTN_OK) {

@@ -127,7 +127,8 @@ Status LmBatch::Impl::CheckRequests(const Request* requests,
     if (r.count > capacity - held) {
       return InvalidArgument(who + "sequence " + Str(r.sequence) + " holds " +
                              Str(held) + " tokens; " + Str(r.count) +
-                             " more exceed the context of " + Str(capacity));
+                             " more exceed the batch's max_length " +
+                             Str(capacity));
     }
     for (int64_t t = 0; t < r.count; ++t) {
       if (r.tokens[t] < 0 || r.tokens[t] >= vocab) {

@@ -438,7 +438,7 @@ static void TestStepErrors(const attn_lm* model, int64_t vocab) {
   r[0].tokens = tokens + 2;
   r[0].count = 4; /* 1 + 4 > max_length 4 */
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
-                "exceed the context of 4");
+                "exceed the batch's max_length 4");
   r[0].count = 0;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
                 "has 0 tokens");
@@ -452,6 +452,10 @@ static void TestStepErrors(const attn_lm* model, int64_t vocab) {
   r[1].sequence = 2;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2),
                 "sequence 2 is not a live sequence");
+  EXPECT(attn_lm_batch_length(batch, r[0].sequence) == 1);
+  /* An empty step, requests NULL or not, is no error and changes nothing. */
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, NULL, 0), "");
+  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, r, 0), "");
   EXPECT(attn_lm_batch_length(batch, r[0].sequence) == 1);
   attn_lm_batch_destroy(batch);
 }
@@ -487,7 +491,7 @@ static void TestBadFiles(const char* dir) {
   char path[8192];
   attn_lm* model = NULL;
   ExpectStepRefused(dir, "token_out_of_range", "token id 50");
-  ExpectStepRefused(dir, "too_long", "exceed the context of 8");
+  ExpectStepRefused(dir, "too_long", "exceed the batch's max_length 8");
   snprintf(path, sizeof path, "%s/bad/unknown_layout/model.safetensors", dir);
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_load(path, NULL, &model),
                 "layout");

@@ -407,7 +407,8 @@ TEST(LmErrors, BadRequestsAreRefusedAndChangeNothing) {
   std::vector<int64_t> too_long(17, 1);
   r = {seq, too_long.data(), 17, false};
   s = batch->Step(&r, 1);
-  EXPECT_NE(s.message().find("exceed the context of 16"), std::string::npos)
+  EXPECT_NE(s.message().find("exceed the batch's max_length 16"),
+            std::string::npos)
       << s.message();
   r = {seq + 1, too_long.data(), 1, false};
   EXPECT_FALSE(batch->Step(&r, 1).ok());  // not a live sequence

@@ -342,7 +342,8 @@ ATTN_API void attn_decoder_destroy(attn_decoder* decoder);
  * max_sequences sequences, which join (add), leave (remove) and fork
  * between steps; a step advances any subset of them, mixing prompts with
  * the next token of running ones. A sequence's logits equal running its
- * tokens alone, bit for bit, whatever else shares the step. A batch keeps
+ * tokens alone within rounding (the matmuls' blocking follows a step's row
+ * count), and are bit for bit the same at every thread count. A batch keeps
  * its model's weights alive. An attn_sampler picks the next token from
  * logits; one per thread (its generator advances with each draw).
  * ------------------------------------------------------------------------- */
@@ -477,7 +478,7 @@ typedef struct attn_lm_request {
 /* Appends each request's tokens to its sequence and computes the logits
  * asked for. Sequences, token ids and lengths (at most max_length) are
  * checked first: on an error no sequence changes, and no logits are left to
- * read. */
+ * read. requests may be NULL when count is 0 (a step of nothing). */
 ATTN_API attn_status attn_lm_batch_step(attn_lm_batch* batch,
                                         const attn_lm_request* requests,
                                         size_t count);
