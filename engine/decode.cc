@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -69,11 +70,17 @@ struct MhaDecoder::Impl {
   OwnedBuffers prompt_buffers;       // its activations and scratch
   std::vector<int64_t> prompt_seqs;  // the cache sequence of each prompt
 
-  // Bytes the model (with the step weights), the cache and the decode
-  // buffers hold.
+  // What the owner holds besides this decoder and its model (a language
+  // model's other layers and buffers), or null for nothing.
+  std::function<uint64_t()> held_elsewhere;
+
+  // Bytes the model (with the step weights), the cache, the decode buffers
+  // and the owner's other memory hold.
   uint64_t HeldBytes() const {
-    return AddSat(AddSat(MhaModelBytes(*m), k_cache.size() + v_cache.size()),
-                  partials.size() + (step ? step->bytes() : 0));
+    return AddSat(
+        AddSat(AddSat(MhaModelBytes(*m), k_cache.size() + v_cache.size()),
+               partials.size() + (step ? step->bytes() : 0)),
+        held_elsewhere ? held_elsewhere() : 0);
   }
   Status ShareSteps();
   // A step op of `rows` rows; it takes over `previous`'s packed weights
@@ -291,9 +298,16 @@ Status MhaDecoder::Impl::AllocateCache() {
 
 Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
     std::shared_ptr<const MhaModel> model, const DecoderOptions& options) {
+  return Create(std::move(model), options, nullptr);
+}
+
+Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
+    std::shared_ptr<const MhaModel> model, const DecoderOptions& options,
+    std::function<uint64_t()> held_elsewhere) {
   if (!model) return InvalidArgument("decoder: model is null");
   auto impl = std::make_unique<Impl>();
   impl->m = model->impl_.get();
+  impl->held_elsewhere = std::move(held_elsewhere);
   const MhaConfig& c = impl->m->config;
   if (options.batch <= 0 || options.batch > (int64_t{1} << 20)) {
     return InvalidArgument("decoder batch is " + Str(options.batch) +

@@ -70,6 +70,9 @@ struct LmBatch::Impl {
   size_t scratch_allocated = 0;
 
   uint64_t HeldBytes() const;
+  // What HeldBytes counts besides layer `layer`'s decoder and attention
+  // weights: what that decoder's own memory checks add to theirs.
+  uint64_t HeldBesides(size_t layer) const;
   Status CheckRequests(const Request* requests, size_t count) const;
   void PackRows(const Request* requests, size_t count);
   Status Reserve(int64_t rows, int64_t logit_rows);
@@ -87,6 +90,15 @@ struct LmBatch::Impl {
   void RunHead();
   Status Run();  // the packed step
 };
+
+uint64_t LmBatch::Impl::HeldBesides(size_t layer) const {
+  uint64_t own = m->layers[layer].attention->memory_bytes();
+  if (layer < decoders.size()) {
+    own += decoders[layer]->cache_bytes() + decoders[layer]->workspace_bytes();
+  }
+  const uint64_t held = HeldBytes();
+  return held > own ? held - own : 0;
+}
 
 uint64_t LmBatch::Impl::HeldBytes() const {
   uint64_t bytes = model->memory_bytes();
@@ -437,14 +449,16 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   impl->capacity = capacity;
   impl->live.assign(size_t(impl->B), false);
   impl->counts.assign(size_t(impl->B), 0);
+  impl->model = std::move(model);  // HeldBytes reads the weights through it
   const ThreadScope threads(m.num_threads);
-  for (const lm::Layer& layer : m.layers) {
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const Impl* d = impl.get();
     ATTN_ASSIGN_OR_RETURN(
         std::unique_ptr<MhaDecoder> decoder,
-        MhaDecoder::Create(layer.attention, {impl->B, capacity}));
+        MhaDecoder::Create(m.layers[l].attention, {impl->B, capacity},
+                           [d, l] { return d->HeldBesides(l); }));
     impl->decoders.push_back(std::move(decoder));
   }
-  impl->model = std::move(model);
   return std::unique_ptr<LmBatch>(new LmBatch(std::move(impl)));
 }
 

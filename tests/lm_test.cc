@@ -482,6 +482,48 @@ LmConfig SmallConfig(int64_t layers) {
   return config;
 }
 
+// The memory cap holds for the whole batch, not layer by layer: long prompts
+// make every layer's decoder build its own buffers, and a cap that the
+// model, the caches and those buffers together pass refuses the step (and
+// changes nothing) instead of each layer checking only its own share.
+TEST(LmBatchTest, EveryLayersStepBuffersCountAgainstTheCap) {
+  LmConfig config = SmallConfig(4);
+  config.context_length = 256;
+  std::vector<int64_t> prompts(4 * 128);
+  for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = int64_t(i * 7 % 50);
+  const auto step = [&](LmBatch& batch) {
+    std::vector<LmBatch::Request> requests;
+    for (int64_t b = 0; b < 4; ++b) {
+      requests.push_back({*batch.Add(), prompts.data() + b * 128, 128, false});
+    }
+    return batch.Step(requests.data(), requests.size());
+  };
+  // Unlimited: what the model and the batch hold before and after the step.
+  LmOptions options;
+  options.num_threads = 1;
+  auto free_model = LanguageModel::Random(config, 3, options);
+  ASSERT_TRUE(free_model.ok()) << free_model.status().message();
+  auto free_batch = LmBatch::Create(*free_model, {4, 0});
+  ASSERT_TRUE(free_batch.ok()) << free_batch.status().message();
+  const uint64_t before =
+      (*free_model)->memory_bytes() + (*free_batch)->cache_bytes();
+  ASSERT_TRUE(step(**free_batch).ok());
+  const uint64_t after =
+      (*free_model)->memory_bytes() + (*free_batch)->cache_bytes();
+  ASSERT_GT(after, before + 4096);
+
+  options.max_memory_bytes = (before + after) / 2;
+  auto model = LanguageModel::Random(config, 3, options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto batch = LmBatch::Create(*model, {4, 0});
+  ASSERT_TRUE(batch.ok()) << batch.status().message();
+  const Status refused = step(**batch);
+  EXPECT_EQ(refused.code(), StatusCode::kOutOfMemory) << refused.message();
+  EXPECT_LE((*model)->memory_bytes() + (*batch)->cache_bytes(),
+            options.max_memory_bytes);
+  for (int64_t s = 0; s < 4; ++s) EXPECT_EQ((*batch)->length(s), 0);
+}
+
 TEST(LmBf16, RefusedWithoutNativeBf16) {
   if (GetRuntimeInfo().native_bf16) GTEST_SKIP() << "native bf16";
   LmOptions options;

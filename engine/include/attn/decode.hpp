@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "attn/attn.hpp"
@@ -85,6 +86,12 @@ class ATTN_API MhaDecoder {
   size_t decode_kv_bytes() const;
 
  private:
+  friend class LmBatch;  // attn/lm.hpp: a decoder per layer, one memory cap
+  // As Create, with held_elsewhere() (what the caller holds besides this
+  // decoder and its model) counted in every check against the model's cap.
+  ATTN_NO_EXPORT static Result<std::unique_ptr<MhaDecoder>> Create(
+      std::shared_ptr<const MhaModel> model, const DecoderOptions& options,
+      std::function<uint64_t()> held_elsewhere);
   struct ATTN_NO_EXPORT Impl;
   ATTN_NO_EXPORT explicit MhaDecoder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
