@@ -229,7 +229,7 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
   source.shape = [file, layout](Role role, int64_t layer) {
     return RoleShape(*file, layout, role, layer);
   };
-  // c_attn's q, k and v are read once: the last tensor read is kept.
+  // c_attn's q, k and v are read once: the last such tensor is kept.
   auto last = std::make_shared<std::pair<std::string, std::vector<float>>>();
   source.fetch = [file, layout, last](
                      Role role, int64_t layer, int64_t rows,
@@ -256,11 +256,16 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
                ? ""
                : " (Conv1D: [in, out] for " + ShapeOf(rows, cols) + ")"));
     }
-    if (last->first != name) {
-      ATTN_ASSIGN_OR_RETURN(last->second, file->ReadF32(name));
-      last->first = name;
+    std::vector<float> values;
+    if (t.form != Form::kThird) {
+      ATTN_ASSIGN_OR_RETURN(values, file->ReadF32(name));
+    } else {
+      if (last->first != name) {
+        ATTN_ASSIGN_OR_RETURN(last->second, file->ReadF32(name));
+        last->first = name;
+      }
+      values = last->second;
     }
-    std::vector<float> values = last->second;
     values.resize(static_cast<size_t>(rows * (cols ? cols : 1)) *
                   (t.form == Form::kThird ? 3 : 1));
     return ToRoleForm(t, std::move(values), rows, cols);

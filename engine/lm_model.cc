@@ -19,6 +19,7 @@
 #include "engine/limits.h"
 #include "engine/mha_model.h"
 #include "engine/model_config.h"
+#include "engine/random.h"
 #include "engine/threads.h"
 #include "kernels/matmul.h"
 
@@ -261,15 +262,6 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
   return {};
 }
 
-// A generator for Random: splitmix64, one stream per (role, layer), so a
-// tensor's values do not depend on the order tensors are made in.
-uint64_t SplitMix(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // GPT-2's initialisation scale: weights uniform in +-1/sqrt(in) (nn.Linear's
 // bound), embeddings +-0.1, norms 1 and biases, shifts 0.
 WeightSource RandomWeights(const LmConfig& c, uint64_t seed) {
@@ -307,9 +299,11 @@ WeightSource RandomWeights(const LmConfig& c, uint64_t seed) {
     }
     const bool embedding = role == Role::kTokEmb || role == Role::kPosEmb;
     const double bound = embedding ? 0.1 : 1.0 / std::sqrt(double(cols));
+    // One stream per (role, layer): a tensor's values do not depend on the
+    // order tensors are made in.
     uint64_t state = seed ^ (uint64_t(role) << 48) ^ uint64_t(layer) << 32;
     for (float& x : values) {
-      const double u = double(SplitMix(state) >> 11) * 0x1.0p-53;
+      const double u = UniformDouble(state);
       x = static_cast<float>((2.0 * u - 1.0) * bound);
     }
     return values;

@@ -95,7 +95,8 @@ enum class Role {
 // A model's weights by role: `fetch(role, layer, rows, cols)` gives the
 // tensor as [rows, cols] (nn.Linear's [out, in] for weights; cols 0 for a
 // vector of rows), or an error naming the file's tensor; `has` tells whether
-// an optional one is there, `shape` its shape in that form (empty: absent).
+// an optional one is there, `shape` its shape in that form (empty: absent;
+// a file's only, for the graph runner: seeded random weights leave it null).
 struct WeightSource {
   std::function<Result<std::vector<float>>(Role, int64_t, int64_t, int64_t)>
       fetch;

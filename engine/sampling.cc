@@ -1,8 +1,7 @@
 // Sampler: the next token from logits, greedy or as the book's chapter-5
 // generate (top-k, temperature, softmax, top-p, one draw). Probabilities are
-// computed in double, and the generator is our own splitmix64 with its own
-// uniform mapping, so a seed gives the same tokens with every standard
-// library (std:: distributions differ between them).
+// computed in double, the draws from engine/random.h, so a seed gives the
+// same tokens with every standard library.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,22 +10,10 @@
 #include <vector>
 
 #include "attn/lm.hpp"
+#include "engine/random.h"
 
 namespace attn {
 namespace {
-
-// splitmix64 (Steele, Lea, Flood 2014): one 64-bit state, every seed good.
-uint64_t NextRandom(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// A uniform double in [0, 1): the top 53 bits of one draw.
-double UniformDouble(uint64_t& state) {
-  return static_cast<double>(NextRandom(state) >> 11) * 0x1.0p-53;
-}
 
 // The largest logit's id, the lowest one on ties; NaN never wins (all NaN:
 // 0, as Draw gives).

@@ -1,3 +1,5 @@
+// StepWeights (step_weights.h): packing a linear's weights into RowsLinear's
+// panels once, and running a decode step's few rows on them.
 #include "engine/step_weights.h"
 
 #include <type_traits>
