@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,8 +66,13 @@ Status CheckSizes(const LmConfig& c) {
     return InvalidArgument("model num_kv_heads is " + Str(c.num_kv_heads) +
                            ", want a divisor of num_heads " + Str(c.num_heads));
   }
-  if (!(c.norm_eps > 0.0)) {
-    return InvalidArgument("model norm_eps is not positive");
+  if (!(c.norm_eps > 0.0) || !std::isfinite(c.norm_eps)) {
+    char value[32];
+    std::snprintf(value, sizeof(value), "%g", c.norm_eps);
+    return InvalidArgument(std::string("model norm_eps is ") + value +
+                           ", want a finite number above 0 (LmOptions::"
+                           "norm_eps, else metadata rms_norm_eps or config."
+                           "json's layer_norm_epsilon)");
   }
   return {};
 }

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -522,6 +524,23 @@ TEST(LmBatchTest, EveryLayersStepBuffersCountAgainstTheCap) {
   EXPECT_LE((*model)->memory_bytes() + (*batch)->cache_bytes(),
             options.max_memory_bytes);
   for (int64_t s = 0; s < 4; ++s) EXPECT_EQ((*batch)->length(s), 0);
+}
+
+// A norm epsilon that is not a finite positive number is refused, naming
+// its value and where it comes from.
+TEST(LmErrors, BadNormEpsIsRefusedWithItsValue) {
+  for (const double eps : {0.0, -1e-5, std::nan(""), HUGE_VAL}) {
+    LmConfig config = SmallConfig(1);
+    config.norm_eps = eps;
+    const auto model = LanguageModel::Random(config, 1);
+    ASSERT_FALSE(model.ok()) << eps;
+    char value[32];
+    std::snprintf(value, sizeof(value), "%g", eps);
+    EXPECT_NE(model.status().message().find(std::string("norm_eps is ") +
+                                            value + ", want a finite number"),
+              std::string::npos)
+        << model.status().message();
+  }
 }
 
 TEST(LmBf16, RefusedWithoutNativeBf16) {
