@@ -600,6 +600,13 @@ Status OwnedBuffers::Allocate(const AttentionOp& op, uint64_t held,
   return {};
 }
 
+bool OwnedBuffers::Fit(const AttentionOp& op) const {
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    if (buffers_[i].size() != op.buffer_bytes()[i]) return false;
+  }
+  return true;
+}
+
 size_t OwnedBuffers::bytes() const {
   size_t total = 0;
   for (const AlignedBuffer& b : buffers_) total += b.size();

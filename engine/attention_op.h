@@ -183,6 +183,8 @@ class OwnedBuffers {
   // `what`), then allocates them.
   Status Allocate(const AttentionOp& op, uint64_t held, uint64_t cap,
                   const std::string& what);
+  // Whether they are the buffers `op` asks for, of its sizes exactly.
+  bool Fit(const AttentionOp& op) const;
   const AttentionOp::Buffers& pointers() const { return pointers_; }
   size_t bytes() const;
 

@@ -21,6 +21,7 @@
 
 #include "engine/attention_op.h"
 #include "engine/buffer.h"
+#include "engine/decoder_owner.h"
 #include "engine/limits.h"
 #include "engine/mha_model.h"
 #include "engine/step_weights.h"
@@ -67,7 +68,9 @@ struct MhaDecoder::Impl {
   // Fresh prompts of one length run through the attention operator, their
   // K and V copied into the cache.
   std::unique_ptr<AttentionOp> prompt;
-  OwnedBuffers prompt_buffers;       // its activations and scratch
+  // Its activations and scratch: the decoder's own, or its owner's.
+  std::shared_ptr<OwnedBuffers> prompt_buffers;
+  bool owner_counts_prompt_buffers = false;
   std::vector<int64_t> prompt_seqs;  // the cache sequence of each prompt
 
   // What the owner holds besides this decoder and its model (a language
@@ -155,18 +158,25 @@ Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
   // so a prompt of a new length does not pack them again (and counts what
   // the last one still holds until it is dropped, here).
   std::unique_ptr<AttentionOp> previous = std::move(prompt);
-  prompt_buffers = OwnedBuffers();
+  // The decoder's own buffers go first, as they are not counted as held;
+  // an owner's stay (and count) in case they fit, sized by another layer.
+  if (!owner_counts_prompt_buffers) *prompt_buffers = OwnedBuffers();
   const KvCache cache = Cache();
-  const uint64_t held = AddSat(HeldBytes(), other ? other->bytes() : 0);
   const std::string what =
       "a prompt of batch " + Str(batch) + " x " + Str(seq_len) + " tokens";
   ATTN_ASSIGN_OR_RETURN(
       std::unique_ptr<AttentionOp> op,
       AttentionOp::Create(*m, DataType::kF32, batch, seq_len, &cache,
-                          num_threads, held, what, previous.get()));
+                          num_threads,
+                          AddSat(HeldBytes(), other ? other->bytes() : 0), what,
+                          previous.get()));
   previous.reset();
-  ATTN_RETURN_IF_ERROR(prompt_buffers.Allocate(*op, AddSat(held, op->bytes()),
-                                               m->max_memory_bytes, what));
+  if (!prompt_buffers->Fit(*op)) {
+    *prompt_buffers = OwnedBuffers();
+    const uint64_t held = AddSat(HeldBytes(), other ? other->bytes() : 0);
+    ATTN_RETURN_IF_ERROR(prompt_buffers->Allocate(
+        *op, AddSat(held, op->bytes()), m->max_memory_bytes, what));
+  }
   prompt = std::move(op);
   return {};
 }
@@ -223,7 +233,7 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
     ATTN_RETURN_IF_ERROR(
         PreparePrompt(static_cast<int64_t>(prompt_seqs.size()), n));
     prompt->Forward(input, prompt_seqs.data(), output,
-                    prompt_buffers.pointers());
+                    prompt_buffers->pointers());
   } else {
     ATTN_RETURN_IF_ERROR(AppendRows(input, new_tokens, R, output));
   }
@@ -298,16 +308,20 @@ Status MhaDecoder::Impl::AllocateCache() {
 
 Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
     std::shared_ptr<const MhaModel> model, const DecoderOptions& options) {
-  return Create(std::move(model), options, nullptr);
+  return Create(std::move(model), options, DecoderOwner{});
 }
 
 Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
     std::shared_ptr<const MhaModel> model, const DecoderOptions& options,
-    std::function<uint64_t()> held_elsewhere) {
+    const DecoderOwner& owner) {
   if (!model) return InvalidArgument("decoder: model is null");
   auto impl = std::make_unique<Impl>();
   impl->m = model->impl_.get();
-  impl->held_elsewhere = std::move(held_elsewhere);
+  impl->held_elsewhere = owner.held_elsewhere;
+  impl->owner_counts_prompt_buffers = owner.prompt_buffers != nullptr;
+  impl->prompt_buffers = owner.prompt_buffers
+                             ? owner.prompt_buffers
+                             : std::make_shared<OwnedBuffers>();
   const MhaConfig& c = impl->m->config;
   if (options.batch <= 0 || options.batch > (int64_t{1} << 20)) {
     return InvalidArgument("decoder batch is " + Str(options.batch) +
@@ -450,8 +464,8 @@ size_t MhaDecoder::cache_bytes() const {
 size_t MhaDecoder::workspace_bytes() const {
   const Impl& d = *impl_;
   return d.partials.size() + d.step->bytes() +
-         (d.other ? d.other->bytes() : 0) +
-         (d.prompt ? d.prompt->bytes() + d.prompt_buffers.bytes() : 0);
+         (d.other ? d.other->bytes() : 0) + (d.prompt ? d.prompt->bytes() : 0) +
+         (d.owner_counts_prompt_buffers ? 0 : d.prompt_buffers->bytes());
 }
 size_t MhaDecoder::decode_kv_bytes() const {
   size_t keys = 0;

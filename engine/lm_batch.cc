@@ -18,6 +18,7 @@
 #include "attn/decode.hpp"
 #include "attn/lm.hpp"
 #include "engine/buffer.h"
+#include "engine/decoder_owner.h"
 #include "engine/limits.h"
 #include "engine/lm_model.h"
 #include "engine/mha_model.h"
@@ -50,7 +51,10 @@ struct LmBatch::Impl {
   const LanguageModel::Impl* m = nullptr;
   int64_t B = 0, capacity = 0;
   std::vector<std::unique_ptr<MhaDecoder>> decoders;  // per layer
-  std::vector<bool> live;                             // per slot
+  // Every decoder's fresh prompts run on these (one layer at a time).
+  std::shared_ptr<OwnedBuffers> prompt_buffers =
+      std::make_shared<OwnedBuffers>();
+  std::vector<bool> live;  // per slot
   // The step being run: new tokens per slot, each row's token and
   // position, the rows whose logits are kept, and each request's first
   // logits row.
@@ -101,7 +105,7 @@ uint64_t LmBatch::Impl::HeldBesides(size_t layer) const {
 }
 
 uint64_t LmBatch::Impl::HeldBytes() const {
-  uint64_t bytes = model->memory_bytes();
+  uint64_t bytes = AddSat(model->memory_bytes(), prompt_buffers->bytes());
   for (const auto& d : decoders) {
     bytes = AddSat(bytes, d->cache_bytes() + d->workspace_bytes());
   }
@@ -456,7 +460,8 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
     ATTN_ASSIGN_OR_RETURN(
         std::unique_ptr<MhaDecoder> decoder,
         MhaDecoder::Create(m.layers[l].attention, {impl->B, capacity},
-                           [d, l] { return d->HeldBesides(l); }));
+                           DecoderOwner{[d, l] { return d->HeldBesides(l); },
+                                        impl->prompt_buffers}));
     impl->decoders.push_back(std::move(decoder));
   }
   return std::unique_ptr<LmBatch>(new LmBatch(std::move(impl)));
@@ -528,7 +533,7 @@ const float* LmBatch::logits(size_t request) const {
 }
 
 size_t LmBatch::cache_bytes() const {
-  size_t bytes = 0;
+  size_t bytes = impl_->prompt_buffers->bytes();
   for (const auto& decoder : impl_->decoders) {
     bytes += decoder->cache_bytes() + decoder->workspace_bytes();
   }

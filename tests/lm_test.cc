@@ -543,6 +543,50 @@ TEST(LmErrors, BadNormEpsIsRefusedWithItsValue) {
   }
 }
 
+// Fresh prompts of 64 or more tokens run every layer through the causal
+// core on one set of buffers that the layers share: the logits are those of
+// the same prompts fed in pieces (the decode path), and the buffers a batch
+// keeps afterwards do not grow with the number of layers.
+TEST(LmBatchTest, LongPromptsShareOneSetOfBuffers) {
+  constexpr int64_t kLength = 80;
+  std::vector<int64_t> ids(2 * kLength);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 11 % 50);
+  // The last logits of both prompts, in one step or in pieces of `piece`;
+  // and the bytes the batch holds after the step beyond before it.
+  const auto run = [&](int64_t layers, int64_t piece, uint64_t* growth) {
+    LmConfig config = SmallConfig(layers);
+    config.context_length = 128;
+    LmOptions options;
+    options.num_threads = 2;
+    auto batch =
+        LmBatch::Create(*LanguageModel::Random(config, 5, options), {2, 0});
+    EXPECT_TRUE(batch.ok()) << batch.status().message();
+    const int64_t seqs[] = {*(*batch)->Add(), *(*batch)->Add()};
+    const uint64_t before = (*batch)->cache_bytes();
+    for (int64_t at = 0; at < kLength; at += piece) {
+      const LmBatch::Request r[] = {
+          {seqs[0], ids.data() + at, piece, false},
+          {seqs[1], ids.data() + kLength + at, piece, false}};
+      EXPECT_TRUE((*batch)->Step(r, 2).ok());
+    }
+    if (growth) *growth = (*batch)->cache_bytes() - before;
+    std::vector<float> logits((*batch)->logits(0), (*batch)->logits(0) + 50);
+    logits.insert(logits.end(), (*batch)->logits(1), (*batch)->logits(1) + 50);
+    return logits;
+  };
+  uint64_t one_layer = 0, four_layers = 0;
+  run(1, kLength, &one_layer);
+  const std::vector<float> whole = run(4, kLength, &four_layers);
+  const std::vector<float> pieces = run(4, kLength / 2, nullptr);
+  for (size_t i = 0; i < whole.size(); ++i) {
+    ASSERT_NEAR(whole[i], pieces[i], 1e-4) << "logit " << i;
+  }
+  // Three more layers add their ops (16 KB each here), not more buffers.
+  ASSERT_GT(one_layer, 0u);
+  EXPECT_LT(four_layers - one_layer, one_layer / 2)
+      << four_layers << " bytes for 4 layers, " << one_layer << " for 1";
+}
+
 TEST(LmBf16, RefusedWithoutNativeBf16) {
   if (GetRuntimeInfo().native_bf16) GTEST_SKIP() << "native bf16";
   LmOptions options;

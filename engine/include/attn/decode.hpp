@@ -7,7 +7,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 
 #include "attn/attn.hpp"
@@ -15,6 +14,8 @@
 #include "attn/status.hpp"
 
 namespace attn {
+
+struct DecoderOwner;  // engine-internal: what LmBatch shares with its decoders
 
 struct DecoderOptions {
   int64_t batch = 1;  // sequences the cache holds
@@ -87,11 +88,10 @@ class ATTN_API MhaDecoder {
 
  private:
   friend class LmBatch;  // attn/lm.hpp: a decoder per layer, one memory cap
-  // As Create, with held_elsewhere() (what the caller holds besides this
-  // decoder and its model) counted in every check against the model's cap.
+  // As Create, for an owner of one decoder per layer (engine-internal).
   ATTN_NO_EXPORT static Result<std::unique_ptr<MhaDecoder>> Create(
       std::shared_ptr<const MhaModel> model, const DecoderOptions& options,
-      std::function<uint64_t()> held_elsewhere);
+      const DecoderOwner& owner);
   struct ATTN_NO_EXPORT Impl;
   ATTN_NO_EXPORT explicit MhaDecoder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
