@@ -77,12 +77,19 @@ struct MhaDecoder::Impl {
   // model's other layers and buffers), or null for nothing.
   std::function<uint64_t()> held_elsewhere;
 
-  // Bytes the model (with the step weights), the cache, the decode buffers
-  // and the owner's other memory hold.
+  // Bytes of the decode and prompt buffers and ops (MhaDecoder's
+  // workspace_bytes): an op being replaced is moved out before a check.
+  size_t WorkspaceBytes() const {
+    return partials.size() + (step ? step->bytes() : 0) +
+           (other ? other->bytes() : 0) + (prompt ? prompt->bytes() : 0) +
+           (owner_counts_prompt_buffers ? 0 : prompt_buffers->bytes());
+  }
+  // Bytes the model (with the step weights), the cache, the workspace and
+  // the owner's other memory hold.
   uint64_t HeldBytes() const {
     return AddSat(
         AddSat(AddSat(MhaModelBytes(*m), k_cache.size() + v_cache.size()),
-               partials.size() + (step ? step->bytes() : 0)),
+               WorkspaceBytes()),
         held_elsewhere ? held_elsewhere() : 0);
   }
   Status ShareSteps();
@@ -158,8 +165,8 @@ Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
   // so a prompt of a new length does not pack them again (and counts what
   // the last one still holds until it is dropped, here).
   std::unique_ptr<AttentionOp> previous = std::move(prompt);
-  // The decoder's own buffers go first, as they are not counted as held;
-  // an owner's stay (and count) in case they fit, sized by another layer.
+  // The decoder's own buffers were the last prompt's and go with it; an
+  // owner's stay (and count) in case another layer sized them for this one.
   if (!owner_counts_prompt_buffers) *prompt_buffers = OwnedBuffers();
   const KvCache cache = Cache();
   const std::string what =
@@ -167,13 +174,11 @@ Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
   ATTN_ASSIGN_OR_RETURN(
       std::unique_ptr<AttentionOp> op,
       AttentionOp::Create(*m, DataType::kF32, batch, seq_len, &cache,
-                          num_threads,
-                          AddSat(HeldBytes(), other ? other->bytes() : 0), what,
-                          previous.get()));
+                          num_threads, HeldBytes(), what, previous.get()));
   previous.reset();
   if (!prompt_buffers->Fit(*op)) {
     *prompt_buffers = OwnedBuffers();
-    const uint64_t held = AddSat(HeldBytes(), other ? other->bytes() : 0);
+    const uint64_t held = HeldBytes();
     ATTN_RETURN_IF_ERROR(prompt_buffers->Allocate(
         *op, AddSat(held, op->bytes()), m->max_memory_bytes, what));
   }
@@ -461,12 +466,7 @@ int64_t MhaDecoder::length(int64_t sequence) const {
 size_t MhaDecoder::cache_bytes() const {
   return impl_->k_cache.size() + impl_->v_cache.size();
 }
-size_t MhaDecoder::workspace_bytes() const {
-  const Impl& d = *impl_;
-  return d.partials.size() + d.step->bytes() +
-         (d.other ? d.other->bytes() : 0) + (d.prompt ? d.prompt->bytes() : 0) +
-         (d.owner_counts_prompt_buffers ? 0 : d.prompt_buffers->bytes());
-}
+size_t MhaDecoder::workspace_bytes() const { return impl_->WorkspaceBytes(); }
 size_t MhaDecoder::decode_kv_bytes() const {
   size_t keys = 0;
   for (int64_t n : impl_->lengths) keys += static_cast<size_t>(n + 1);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,11 +67,13 @@ Status CheckSizes(const LmConfig& c) {
     return InvalidArgument("model num_kv_heads is " + Str(c.num_kv_heads) +
                            ", want a divisor of num_heads " + Str(c.num_heads));
   }
-  if (!(c.norm_eps > 0.0) || !std::isfinite(c.norm_eps)) {
+  // The norms take it as a float: 1e-50 or 1e39 would be 0 or inf there.
+  if (!(c.norm_eps > 0.0 && c.norm_eps <= std::numeric_limits<float>::max() &&
+        static_cast<float>(c.norm_eps) > 0.0f)) {
     char value[32];
     std::snprintf(value, sizeof(value), "%g", c.norm_eps);
     return InvalidArgument(std::string("model norm_eps is ") + value +
-                           ", want a finite number above 0 (LmOptions::"
+                           ", want a float above 0 (LmOptions::"
                            "norm_eps, else metadata rms_norm_eps or config."
                            "json's layer_norm_epsilon)");
   }

@@ -484,10 +484,12 @@ LmConfig SmallConfig(int64_t layers) {
   return config;
 }
 
-// The memory cap holds for the whole batch, not layer by layer: long prompts
-// make every layer's decoder build its own buffers, and a cap that the
-// model, the caches and those buffers together pass refuses the step (and
-// changes nothing) instead of each layer checking only its own share.
+// The memory cap holds for the whole batch, not layer by layer: a cap just
+// under what the model, the caches and a step of long prompts hold after
+// it lets the batch's own buffers through, and is passed in the middle of
+// the layers, whose decoders count what the others hold: the step is
+// refused there (and changes nothing) instead of each layer checking only
+// its own share.
 TEST(LmBatchTest, EveryLayersStepBuffersCountAgainstTheCap) {
   LmConfig config = SmallConfig(4);
   config.context_length = 256;
@@ -514,22 +516,25 @@ TEST(LmBatchTest, EveryLayersStepBuffersCountAgainstTheCap) {
       (*free_model)->memory_bytes() + (*free_batch)->cache_bytes();
   ASSERT_GT(after, before + 4096);
 
-  options.max_memory_bytes = (before + after) / 2;
+  options.max_memory_bytes = after - 1;
   auto model = LanguageModel::Random(config, 3, options);
   ASSERT_TRUE(model.ok()) << model.status().message();
   auto batch = LmBatch::Create(*model, {4, 0});
   ASSERT_TRUE(batch.ok()) << batch.status().message();
   const Status refused = step(**batch);
   EXPECT_EQ(refused.code(), StatusCode::kOutOfMemory) << refused.message();
+  EXPECT_NE(refused.message().find("a prompt of batch 4 x 128"),
+            std::string::npos)
+      << refused.message();
   EXPECT_LE((*model)->memory_bytes() + (*batch)->cache_bytes(),
             options.max_memory_bytes);
   for (int64_t s = 0; s < 4; ++s) EXPECT_EQ((*batch)->length(s), 0);
 }
 
-// A norm epsilon that is not a finite positive number is refused, naming
-// its value and where it comes from.
+// A norm epsilon that is not a positive finite float (the norms' type) is
+// refused, naming its value and where it comes from.
 TEST(LmErrors, BadNormEpsIsRefusedWithItsValue) {
-  for (const double eps : {0.0, -1e-5, std::nan(""), HUGE_VAL}) {
+  for (const double eps : {0.0, -1e-5, std::nan(""), HUGE_VAL, 1e39, 1e-50}) {
     LmConfig config = SmallConfig(1);
     config.norm_eps = eps;
     const auto model = LanguageModel::Random(config, 1);
@@ -537,49 +542,75 @@ TEST(LmErrors, BadNormEpsIsRefusedWithItsValue) {
     char value[32];
     std::snprintf(value, sizeof(value), "%g", eps);
     EXPECT_NE(model.status().message().find(std::string("norm_eps is ") +
-                                            value + ", want a finite number"),
+                                            value + ", want a float above 0"),
               std::string::npos)
         << model.status().message();
   }
 }
 
 // Fresh prompts of 64 or more tokens run every layer through the causal
-// core on one set of buffers that the layers share: the logits are those of
-// the same prompts fed in pieces (the decode path), and the buffers a batch
-// keeps afterwards do not grow with the number of layers.
+// core on one set of buffers that the layers share, resized when a prompt
+// of new sizes comes: the logits are those of the same prompts fed in
+// pieces (the decode path), and the buffers a batch keeps afterwards do not
+// grow with the number of layers.
 TEST(LmBatchTest, LongPromptsShareOneSetOfBuffers) {
-  constexpr int64_t kLength = 80;
-  std::vector<int64_t> ids(2 * kLength);
+  // Two prompts of 80 tokens in one step, then one of 100 in the next.
+  const int64_t lengths[] = {80, 80, 100};
+  std::vector<int64_t> ids(260);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 11 % 50);
-  // The last logits of both prompts, in one step or in pieces of `piece`;
-  // and the bytes the batch holds after the step beyond before it.
-  const auto run = [&](int64_t layers, int64_t piece, uint64_t* growth) {
+  const int64_t* prompts[] = {ids.data(), ids.data() + 80, ids.data() + 160};
+  // Each prompt's last logits, its step run whole or in halves; and the
+  // bytes the batch holds after the first step beyond before it.
+  const auto run = [&](int64_t layers, bool halves, uint64_t* growth) {
     LmConfig config = SmallConfig(layers);
     config.context_length = 128;
     LmOptions options;
     options.num_threads = 2;
-    auto batch =
-        LmBatch::Create(*LanguageModel::Random(config, 5, options), {2, 0});
-    EXPECT_TRUE(batch.ok()) << batch.status().message();
-    const int64_t seqs[] = {*(*batch)->Add(), *(*batch)->Add()};
-    const uint64_t before = (*batch)->cache_bytes();
-    for (int64_t at = 0; at < kLength; at += piece) {
-      const LmBatch::Request r[] = {
-          {seqs[0], ids.data() + at, piece, false},
-          {seqs[1], ids.data() + kLength + at, piece, false}};
-      EXPECT_TRUE((*batch)->Step(r, 2).ok());
+    std::vector<float> logits;
+    auto model = LanguageModel::Random(config, 5, options);
+    if (!model.ok()) {
+      ADD_FAILURE() << model.status().message();
+      return logits;
     }
-    if (growth) *growth = (*batch)->cache_bytes() - before;
-    std::vector<float> logits((*batch)->logits(0), (*batch)->logits(0) + 50);
-    logits.insert(logits.end(), (*batch)->logits(1), (*batch)->logits(1) + 50);
+    auto batch = LmBatch::Create(*model, {3, 0});
+    if (!batch.ok()) {
+      ADD_FAILURE() << batch.status().message();
+      return logits;
+    }
+    const uint64_t before = (*batch)->cache_bytes();
+    for (const std::vector<int64_t>& step :
+         {std::vector<int64_t>{0, 1}, std::vector<int64_t>{2}}) {
+      std::vector<int64_t> seqs;
+      for (size_t i = 0; i < step.size(); ++i) seqs.push_back(*(*batch)->Add());
+      const int64_t length = lengths[step[0]];
+      const int64_t piece = halves ? length / 2 : length;
+      for (int64_t at = 0; at < length; at += piece) {
+        std::vector<LmBatch::Request> requests;
+        for (size_t i = 0; i < step.size(); ++i) {
+          requests.push_back({seqs[i], prompts[step[i]] + at, piece, false});
+        }
+        const Status s = (*batch)->Step(requests.data(), requests.size());
+        if (!s.ok()) {
+          ADD_FAILURE() << s.message();
+          return logits;
+        }
+      }
+      if (growth && step[0] == 0) *growth = (*batch)->cache_bytes() - before;
+      for (size_t i = 0; i < step.size(); ++i) {
+        logits.insert(logits.end(), (*batch)->logits(i),
+                      (*batch)->logits(i) + config.vocab_size);
+      }
+    }
     return logits;
   };
   uint64_t one_layer = 0, four_layers = 0;
-  run(1, kLength, &one_layer);
-  const std::vector<float> whole = run(4, kLength, &four_layers);
-  const std::vector<float> pieces = run(4, kLength / 2, nullptr);
+  run(1, false, &one_layer);
+  const std::vector<float> whole = run(4, false, &four_layers);
+  const std::vector<float> halves = run(4, true, nullptr);
+  ASSERT_EQ(whole.size(), 3u * 50);
+  ASSERT_EQ(halves.size(), whole.size());
   for (size_t i = 0; i < whole.size(); ++i) {
-    ASSERT_NEAR(whole[i], pieces[i], 1e-4) << "logit " << i;
+    ASSERT_NEAR(whole[i], halves[i], 1e-4) << "logit " << i;
   }
   // Three more layers add their ops (16 KB each here), not more buffers.
   ASSERT_GT(one_layer, 0u);
