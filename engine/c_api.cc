@@ -612,14 +612,15 @@ struct attn_sampler {
 namespace {
 
 // attn_lm_options: version 1's fields lie inside any size CheckStructSize
-// accepts; dtype is read when the caller's struct has it.
+// accepts; dtype and sliding_window are read when the caller's struct has
+// them.
 attn_status ToLmOptions(const attn_lm_options* c, attn::LmOptions* options) {
   if (!c) return ATTN_OK;
   const size_t v1_end =
       offsetof(attn_lm_options, rope_original_context_length) + sizeof(int64_t);
   if (attn_status s = CheckStructSize(
           "attn_lm_options", c, c->struct_size, v1_end, sizeof(*c),
-          offsetof(attn_lm_options, dtype) + sizeof(attn_dtype));
+          offsetof(attn_lm_options, sliding_window) + sizeof(int64_t));
       s != ATTN_OK) {
     return s;
   }
@@ -635,6 +636,10 @@ attn_status ToLmOptions(const attn_lm_options* c, attn::LmOptions* options) {
   options->rope.low_freq_factor = c->rope_low_freq_factor;
   options->rope.high_freq_factor = c->rope_high_freq_factor;
   options->rope.original_context_length = c->rope_original_context_length;
+  if (Inside(c->struct_size, offsetof(attn_lm_options, sliding_window),
+             sizeof(int64_t))) {
+    options->sliding_window = c->sliding_window;
+  }
   if (Inside(c->struct_size, offsetof(attn_lm_options, dtype),
              sizeof(attn_dtype))) {
     return ToDType("attn_lm_options.dtype", &c->dtype, &options->dtype);

@@ -260,7 +260,79 @@ static void TestInfo(const attn_lm* model, const Golden* g) {
   EXPECT(newer.info.vocab_size == g->V && newer.tail[7] == 0xab);
 }
 
+/* The last logits of prompt 0, or of its last token alone, loaded with
+ * `options`; 1 when both are in `last` and `alone` ([V] each). */
+static int LastLogits(const Golden* g, const attn_lm_options* options,
+                      float* last, float* alone) {
+  attn_lm* model = NULL;
+  attn_lm_batch* batch = NULL;
+  attn_lm_request r[2];
+  const float* logits = NULL;
+  int64_t rows = 0, i;
+  int ok = 0;
+  EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, options, &model), "");
+  if (model) batch = NewBatch(model, 2, g->T);
+  if (batch) {
+    EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &r[0].sequence), "");
+    EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &r[1].sequence), "");
+    r[0].tokens = g->ids;
+    r[0].count = g->lengths[0];
+    r[1].tokens = g->ids + g->lengths[0] - 1;
+    r[1].count = 1;
+    r[0].all_logits = r[1].all_logits = 0;
+    EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, r, 2), "");
+    for (i = 0; i < 2; ++i) {
+      EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, i, &logits, &rows),
+                    "");
+      if (!logits) break;
+      memcpy(i == 0 ? last : alone, logits, (size_t)g->V * sizeof(float));
+      ok = i == 1;
+    }
+  }
+  attn_lm_batch_destroy(batch);
+  attn_lm_destroy(model);
+  return ok;
+}
+
+static double MaxDiff(const float* a, const float* b, int64_t n) {
+  double worst = 0;
+  int64_t k;
+  for (k = 0; k < n; ++k) worst = fmax(worst, fabs(a[k] - b[k]));
+  return worst;
+}
+
+/* attn_lm_options.sliding_window (version 3) reaches the attention: under
+ * RoPE (no learned positions) a window of 1 leaves each token its own
+ * value alone in every layer, so a prompt's last logits are those of its
+ * last token by itself, which without the window they are not. A negative
+ * window is refused, and a version-2 struct (ending at dtype) still loads. */
+static void TestSlidingWindow(const Golden* g) {
+  attn_lm_options options = ATTN_LM_OPTIONS_INIT;
+  attn_lm* model = NULL;
+  float* last = malloc((size_t)g->V * sizeof(float));
+  float* alone = malloc((size_t)g->V * sizeof(float));
+  if (last && alone && g->lengths[0] >= 2) {
+    if (LastLogits(g, &options, last, alone)) {
+      EXPECT(MaxDiff(last, alone, g->V) > 10 * g->tolerance);
+    }
+    options.sliding_window = 1;
+    if (LastLogits(g, &options, last, alone)) {
+      EXPECT(MaxDiff(last, alone, g->V) <= g->tolerance);
+    }
+  }
+  options.sliding_window = -1;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_lm_load(g->model_path, &options, &model),
+                "sliding_window is -1");
+  options.struct_size = offsetof(attn_lm_options, sliding_window);
+  EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, &options, &model), "");
+  attn_lm_destroy(model);
+  free(last);
+  free(alone);
+}
+
 static void TestCase(const Golden* g) {
+  attn_lm_info info = ATTN_LM_INFO_INIT;
   attn_lm* model = NULL;
   EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, NULL, &model), "");
   if (!model) return;
@@ -268,6 +340,8 @@ static void TestCase(const Golden* g) {
   TestLogits(model, g);
   TestGreedyAndFork(model, g);
   TestSlotReuse(model, g);
+  EXPECT_STATUS(ATTN_OK, attn_lm_get_info(model, &info), "");
+  if (info.architecture == ATTN_LM_LLAMA) TestSlidingWindow(g);
   attn_lm_destroy(model);
   printf("%s: checked %lld prompt(s), %lld greedy token(s) each\n", g->name,
          (long long)g->b, (long long)g->N);

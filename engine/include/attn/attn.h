@@ -353,9 +353,9 @@ typedef struct attn_sampler attn_sampler;
 
 /* How to load a language model. Zero means "not set here": each is else the
  * file's metadata of the same name, then (Hugging Face files) a config.json
- * beside the file. struct_size as for attn_mha_options; this is version 2.
+ * beside the file. struct_size as for attn_mha_options; this is version 3.
  * Version 1 ended at rope_original_context_length (struct_size 88 on
- * 64-bit targets). */
+ * 64-bit targets), version 2 at dtype (96). */
 typedef struct attn_lm_options {
   size_t struct_size;
   int num_threads;           /* as in attn_mha_options */
@@ -375,12 +375,16 @@ typedef struct attn_lm_options {
   /* Version 2. ATTN_DTYPE_BF16 (CPUs with native bf16) holds every matrix
    * in bf16 for half the bytes per decode step (attn::LmOptions). */
   attn_dtype dtype;
+  /* Version 3. Query i sees keys (i - W, i] (a sliding window, as in
+   * attn_mha_options); else metadata "sliding_window", else every earlier
+   * key. */
+  int64_t sliding_window;
 } attn_lm_options;
 
 #define ATTN_LM_OPTIONS_INIT                                        \
   {                                                                 \
     sizeof(attn_lm_options), 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, 0, 0, \
-        ATTN_DTYPE_F32                                              \
+        ATTN_DTYPE_F32, 0                                           \
   }
 
 /* Loads a language model from a safetensors file: the book's GPTModel, a
