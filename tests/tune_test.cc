@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -228,6 +230,44 @@ TEST_F(TuneTest, ExplicitThreadsNeedNoEnvironment) {
     }
     unsetenv(name);
   }
+}
+
+// --save writes its file as attn run writes an output: whole or not at all,
+// through a symbolic link into its target (the link kept), with the mode a
+// plain create gets, nothing staged left behind; a directory is a one-line
+// error after the sweep.
+TEST_F(TuneTest, SaveReplacesTheFileWholeAndKeepsLinks) {
+  const std::string tune = "tune --shape seed --threads 1 --min-time 0.01 ";
+  const std::string target = dir_.Write("target.json", "old");
+  const std::string link = dir_.Path("link.json");
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  std::string out, err;
+  ASSERT_EQ(Cli(dir_, tune + "--save " + link, &out, &err), 0) << err;
+  struct stat st;
+  ASSERT_EQ(lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  ASSERT_TRUE(ReadTunedConfig(target).ok());
+  ASSERT_EQ(stat(target.c_str(), &st), 0);
+  const mode_t mask = umask(0);
+  umask(mask);
+  EXPECT_EQ(st.st_mode & 0777, 0666 & ~mask);
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.Path(""))) {
+    files +=
+        entry.path().filename().string().find("partial") == std::string::npos
+            ? 1
+            : 100;  // a staged file left behind
+  }
+  EXPECT_EQ(files, 4u);  // target, link, stdout, stderr
+
+  const std::string directory = dir_.Path("a_directory");
+  ASSERT_EQ(mkdir(directory.c_str(), 0755), 0);
+  EXPECT_EQ(Cli(dir_, tune + "--save " + directory, &out, &err), 1);
+  // The sweep's progress lines come first; the error is one line, the last.
+  const std::string last = err.substr(err.rfind('\n', err.size() - 2) + 1);
+  EXPECT_EQ(last.rfind("attn: error: cannot write '", 0), 0u) << err;
+  EXPECT_NE(last.find("a_directory': it is a directory"), std::string::npos)
+      << err;
 }
 
 TEST_F(TuneTest, SavedFileIsReadBackByBenchAndRun) {

@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 namespace attn::cli {
 namespace {
@@ -52,11 +53,9 @@ void DieIfPending() {
   if (const int sig = g_pending.load(); sig != 0) DieOf(sig);
 }
 
-// What an output file holds: F32 tensors, then I64 ones.
-struct OutputTensors {
-  const std::vector<F32Tensor>& f32;
-  const std::vector<I64Tensor>& i64;
-};
+// Writes a whole output file at the path it is given (a staged one, or a
+// temporary one for an output written in place).
+using FileWriter = std::function<Status(const std::string& path)>;
 
 std::string DirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -85,13 +84,12 @@ Result<std::string> FinalTarget(const std::string& path) {
   return IoError("cannot write '" + path + "': " + std::strerror(ELOOP));
 }
 
-// Writes `tensors` to a regular file (or a new one) at `target`: staged
+// Writes a regular file (or a new one) at `target` with `write`: staged
 // beside it, renamed over it once complete. The staged name is short
 // whatever the target's (a name component has at most 255 bytes), and it
 // is ours, so that a signal held during WriteSafetensors (which renames its
 // own temporary file onto it) still finds exactly one file to remove.
-Status ReplaceAtomically(const std::string& target,
-                         const OutputTensors& tensors) {
+Status ReplaceAtomically(const std::string& target, const FileWriter& write) {
   const std::string base = target.substr(target.rfind('/') + 1);
   std::string staged =
       DirectoryOf(target) + "/" + base.substr(0, 32) + ".partial.XXXXXX";
@@ -101,7 +99,7 @@ Status ReplaceAtomically(const std::string& target,
                    "': " + std::strerror(errno));
   }
   close(fd);
-  Status status = WriteSafetensors(staged, tensors.f32, tensors.i64);
+  Status status = write(staged);
   if (status.ok() && g_pending.load() == 0 &&
       std::rename(staged.c_str(), target.c_str()) != 0) {
     status = IoError("cannot rename '" + staged + "' to '" + target +
@@ -154,8 +152,7 @@ Status CopyInto(int in, const std::string& path, int out) {
 // written, never replaced. WriteSafetensors writes only into a directory,
 // so stage the file in TMPDIR, unlinked as soon as it is open so that
 // nothing is left behind, then copy it over.
-Status WriteInPlace(const std::string& path, const OutputTensors& tensors,
-                    int out) {
+Status WriteInPlace(const std::string& path, const FileWriter& write, int out) {
   const char* tmpdir = std::getenv("TMPDIR");
   std::string dir =
       std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/attn-output.XXXXXX";
@@ -163,8 +160,8 @@ Status WriteInPlace(const std::string& path, const OutputTensors& tensors,
     return IoError("cannot create a temporary directory for '" + path +
                    "' in '" + DirectoryOf(dir) + "': " + std::strerror(errno));
   }
-  const std::string staged = dir + "/output.safetensors";
-  Status status = WriteSafetensors(staged, tensors.f32, tensors.i64);
+  const std::string staged = dir + "/output";
+  Status status = write(staged);
   const int in = status.ok() ? open(staged.c_str(), O_RDONLY | O_CLOEXEC) : -1;
   if (status.ok() && in < 0) {
     status = IoError("cannot read '" + staged + "': " + std::strerror(errno));
@@ -191,7 +188,7 @@ int StandardStreamOn(const struct stat& st) {
   return -1;
 }
 
-Status WriteOutput(const std::string& path, const OutputTensors& tensors) {
+Status WriteOutput(const std::string& path, const FileWriter& write) {
   struct stat st;
   if (stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) {
@@ -200,12 +197,12 @@ Status WriteOutput(const std::string& path, const OutputTensors& tensors) {
     }
     const int stream = StandardStreamOn(st);
     if (stream >= 0 || !S_ISREG(st.st_mode)) {
-      return WriteInPlace(path, tensors, stream);
+      return WriteInPlace(path, write, stream);
     }
   }
   const Result<std::string> target = FinalTarget(path);
   if (!target.ok()) return target.status();
-  return ReplaceAtomically(*target, tensors);
+  return ReplaceAtomically(*target, write);
 }
 
 // Gives this thread an alternate signal stack unless it has one (under
@@ -224,6 +221,32 @@ void EnsureAlternateSignalStack() {
   ours.ss_size = sizeof(stack);
   ours.ss_flags = 0;
   sigaltstack(&ours, nullptr);
+}
+
+// WriteOutput with the signals held.
+Status WriteHoldingSignals(const std::string& path, const FileWriter& write) {
+  g_writing.store(1);
+  DieIfPending();
+  const Status status = WriteOutput(path, write);
+  g_writing.store(0);
+  DieIfPending();
+  return status;
+}
+
+// `text` as the file at `path`, a name of ours (staged), created anew so
+// that it gets 0666 less the umask as a plain create does, not mkstemp's
+// 0600; synced to disk.
+Status WriteTextFile(const std::string& path, const std::string& text) {
+  unlink(path.c_str());
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  int error = fd < 0 ? errno : WriteAll(fd, text.data(), text.size());
+  if (fd >= 0 && error == 0 && fsync(fd) != 0) error = errno;
+  if (fd >= 0 && close(fd) != 0 && error == 0) error = errno;
+  if (error != 0) {
+    return IoError("cannot write '" + path + "': " + std::strerror(error));
+  }
+  return {};
 }
 
 }  // namespace
@@ -249,12 +272,14 @@ void InstallInterruptHandlers() {
 Status WriteOutputAtomically(const std::string& path,
                              const std::vector<F32Tensor>& tensors,
                              const std::vector<I64Tensor>& i64_tensors) {
-  g_writing.store(1);
-  DieIfPending();
-  const Status status = WriteOutput(path, {tensors, i64_tensors});
-  g_writing.store(0);
-  DieIfPending();
-  return status;
+  return WriteHoldingSignals(path, [&](const std::string& file) {
+    return WriteSafetensors(file, tensors, i64_tensors);
+  });
+}
+
+Status WriteTextAtomically(const std::string& path, const std::string& text) {
+  return WriteHoldingSignals(
+      path, [&](const std::string& file) { return WriteTextFile(file, text); });
 }
 
 }  // namespace attn::cli

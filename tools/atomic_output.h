@@ -31,6 +31,10 @@ Status WriteOutputAtomically(const std::string& path,
                              const std::vector<F32Tensor>& tensors,
                              const std::vector<I64Tensor>& i64_tensors = {});
 
+// `text` (a JSON file, say) to `path`, as WriteOutputAtomically writes its
+// tensors.
+Status WriteTextAtomically(const std::string& path, const std::string& text);
+
 }  // namespace attn::cli
 
 #endif  // ATTN_TOOLS_ATOMIC_OUTPUT_H_

@@ -13,6 +13,7 @@
 
 #include "attn/attn.hpp"
 #include "nlohmann/json.hpp"
+#include "tools/atomic_output.h"
 #include "tools/bench_common.h"
 #include "tools/cli.h"
 #include "tools/flags.h"
@@ -154,16 +155,15 @@ int SaveTuned(const TuneArgs& args, const RuntimeInfo& info, int recommended,
       {"num_threads", recommended},     {"attn", info.version},
       {"dtype", DTypeName(args.dtype)}, {"simd_target", info.simd_target},
       {"onednn_isa", info.onednn_isa},  {"sweep", sweep.points}};
-  std::ofstream out(args.save);
-  out << saved.dump(2) << "\n";
-  out.close();
-  if (!out) return Fail("cannot write the tuned file '" + args.save + "'");
+  const Status written = WriteTextAtomically(args.save, saved.dump(2) + "\n");
+  if (!written.ok()) return Fail(written.message());
   std::printf("saved to %s (use it with --config %s or ATTN_CONFIG=%s)\n",
               args.save.c_str(), args.save.c_str(), args.save.c_str());
   return 0;
 }
 
 int Tune(const TuneArgs& args) {
+  if (!args.save.empty()) InstallInterruptHandlers();  // --save's file
   auto shapes = ParseShapes(args.shape, "gpt2-1k");
   if (!shapes.ok()) return Fail(shapes.status().message());
   auto counts = ParseThreads(args.threads);
