@@ -320,8 +320,8 @@ TEST_F(CliTest, BadNumbersSayTheValidRange) {
 }
 
 // --dtype takes the names f32 and bf16 alone, in every subcommand (bench: a
-// list of them): anything else, the enum's integers included, is one line
-// naming the flag, what it got and what it wants, and exit code 2.
+// list of them, each once): anything else, the enum's integers included, is
+// one line naming the flag, what it got and what it wants, and exit code 2.
 TEST_F(CliTest, DtypeTakesItsNamesAlone) {
   const std::string run = "run --weights " + kBook + " --input " + kBook +
                           " --output " + output_ + " ";
@@ -337,6 +337,9 @@ TEST_F(CliTest, DtypeTakesItsNamesAlone) {
       {"tune --dtype fp32", "--dtype: got 'fp32', want f32 or bf16"},
       {"bench --dtype f32,f16", "--dtype: got 'f16', want f32 or bf16"},
       {"bench --model gpt2-124m --dtype 1", "--dtype: got '1'"},
+      {"bench --dtype f32,bf16,f32", "--dtype: got 'f32' twice"},
+      {"bench --model gpt2-124m --dtype bf16,bf16",
+       "--dtype: got 'bf16' twice"},
   };
   for (const auto& [args, needle] : cases) {
     SCOPED_TRACE(args);

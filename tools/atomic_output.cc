@@ -189,12 +189,9 @@ int StandardStreamOn(const struct stat& st) {
 }
 
 Status WriteOutput(const std::string& path, const FileWriter& write) {
+  ATTN_RETURN_IF_ERROR(CheckOutputPath(path));
   struct stat st;
   if (stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) {
-      return IoError("cannot write '" + path +
-                     "': it is a directory, want a file name");
-    }
     const int stream = StandardStreamOn(st);
     if (stream >= 0 || !S_ISREG(st.st_mode)) {
       return WriteInPlace(path, write, stream);
@@ -250,6 +247,25 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
 }
 
 }  // namespace
+
+Status CheckOutputPath(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      return IoError("cannot write '" + path +
+                     "': it is a directory, want a file name");
+    }
+    return {};
+  }
+  const Result<std::string> target = FinalTarget(path);
+  if (!target.ok()) return target.status();
+  const std::string dir = DirectoryOf(*target);
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return IoError("cannot write '" + path + "': there is no directory '" +
+                   dir + "'");
+  }
+  return {};
+}
 
 void InstallInterruptHandlers() {
   EnsureAlternateSignalStack();

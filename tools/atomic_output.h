@@ -31,6 +31,11 @@ Status WriteOutputAtomically(const std::string& path,
                              const std::vector<F32Tensor>& tensors,
                              const std::vector<I64Tensor>& i64_tensors = {});
 
+// Refuses an output path the writes above would refuse for where it lies
+// (a directory; a file in no directory), so that a long run can check it
+// first.
+Status CheckOutputPath(const std::string& path);
+
 // `text` (a JSON file, say) to `path`, as WriteOutputAtomically writes its
 // tensors.
 Status WriteTextAtomically(const std::string& path, const std::string& text);

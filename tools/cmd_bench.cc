@@ -1,5 +1,6 @@
 // attn bench: times the block on named grid shapes or a given shape, with
 // seeded random weights, and reports medians, tokens/s, GFLOP/s and memory.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -105,6 +106,21 @@ int Bench(const BenchFlags& args, DType dtype) {
   return 0;
 }
 
+// A usage error (2) when --dtype names a precision twice: it would be
+// measured twice (with --model, two models loaded alike).
+int CheckDistinct(const std::vector<DType>& dtypes) {
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    if (std::count(dtypes.begin(), dtypes.begin() + i, dtypes[i]) > 0) {
+      std::fprintf(stderr,
+                   "attn: usage error: --dtype: got '%s' twice, want each of "
+                   "f32 and bf16 at most once (see --help)\n",
+                   DTypeName(dtypes[i]));
+      return kExitUsage;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 Command AddBenchCommand(CLI::App& app) {
@@ -158,6 +174,7 @@ Command AddBenchCommand(CLI::App& app) {
             const DecodeBench run_decode = decode();
             const GraphBench run_graph = graph();
             const ModelBench run_model = model();
+            if (const int rc = CheckDistinct(args->dtypes)) return rc;
             if (run_decode || run_graph || run_model) {
               if (const int rc = CheckConfigFile(args->config)) return rc;
             }

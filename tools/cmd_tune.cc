@@ -163,7 +163,11 @@ int SaveTuned(const TuneArgs& args, const RuntimeInfo& info, int recommended,
 }
 
 int Tune(const TuneArgs& args) {
-  if (!args.save.empty()) InstallInterruptHandlers();  // --save's file
+  if (!args.save.empty()) {  // checked before the sweep, written after it
+    InstallInterruptHandlers();
+    const Status writable = CheckOutputPath(args.save);
+    if (!writable.ok()) return Fail(writable.message());
+  }
   auto shapes = ParseShapes(args.shape, "gpt2-1k");
   if (!shapes.ok()) return Fail(shapes.status().message());
   auto counts = ParseThreads(args.threads);
