@@ -428,7 +428,8 @@ TEST_F(CliHostileTest, OutputThroughSymlinksWritesTheirTarget) {
 }
 
 // A name of 250 bytes (the limit is 255): the temporary name beside it must
-// stay short. A directory as the output is refused in one line.
+// stay short. A directory as the output, or one in no directory, is refused
+// in one line.
 TEST_F(CliHostileTest, OutputNamesOfAnyLengthWork) {
   const std::string w = dir_.Write("w", test::TinyWeights());
   const std::string x = dir_.Write("x", test::TinyInput());
@@ -440,6 +441,17 @@ TEST_F(CliHostileTest, OutputNamesOfAnyLengthWork) {
   out = Run(RunArgs(w, x, scratch_.path()));
   EXPECT_EQ(out.exit_code, 1) << out.err;
   EXPECT_NE(out.err.find("is a directory"), std::string::npos) << out.err;
+  EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
+  // An output in no directory is refused before any work: before the
+  // weights are even opened.
+  const std::string nowhere = dir_.Path("no/such/dir/out.safetensors");
+  out = Run(RunArgs(dir_.Path("absent_weights"), x, nowhere));
+  EXPECT_EQ(out.exit_code, 1) << out.err;
+  EXPECT_NE(
+      out.err.find("cannot write '" + nowhere + "': there is no directory '" +
+                   dir_.Path("no/such/dir") + "'"),
+      std::string::npos)
+      << out.err;
   EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
 }
 

@@ -339,6 +339,16 @@ TEST_F(LmCliTest, BadInputsAreRefused) {
   ExpectRefused(Generate(golden.model, golden.io, 1000000));
   ExpectRefused(Generate(golden.model, golden.io, 1, "--stop-token 1000000"));
   ExpectRefused(Generate(golden.model, golden.io, 1, "--top-p 1.5"));
+  // An output in no directory: refused before the model is even opened.
+  const std::string nowhere = (dir_ / "no" / "tokens.safetensors").string();
+  const Outcome no_dir =
+      Attn("generate --weights " + (dir_ / "absent").string() + " --input " +
+           golden.io + " --output " + nowhere + " --max-new-tokens 1");
+  ExpectRefused(no_dir);
+  EXPECT_NE(no_dir.stderr_text.find("cannot write '" + nowhere +
+                                    "': there is no directory"),
+            std::string::npos)
+      << no_dir.stderr_text;
   EXPECT_EQ(Attn("generate --weights " + golden.model + " --max-new-tokens 1")
                 .exit_code,
             2);  // no prompts

@@ -131,6 +131,9 @@ Result<Generator> PrepareGenerator(const GenerateArgs& args) {
 
 // --input FILE --output FILE: `tokens` [batch, max_new_tokens] (I64).
 int GenerateFromFile(const GenerateArgs& args) {
+  // Where the output goes is checked before any work, written after it.
+  const Status writable = CheckOutputPath(args.output);
+  if (!writable.ok()) return Fail(writable.message());
   auto generator = PrepareGenerator(args);
   if (!generator.ok()) return Fail(generator.status().message());
   auto prompts =

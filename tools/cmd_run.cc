@@ -208,6 +208,9 @@ bool WantsWholeModel(const RunArgs& args) {
 int Run(const RunArgs& args) {
   if (const int rc = CheckConfigFile(args.config)) return rc;
   InstallInterruptHandlers();
+  // Where the output goes is checked before any work, written after it.
+  const Status writable = CheckOutputPath(args.output);
+  if (!writable.ok()) return Fail(writable.message());
   if (!args.graph.empty()) return RunGraph(args);
   return WantsWholeModel(args) ? RunWholeModel(args) : RunMha(args);
 }
