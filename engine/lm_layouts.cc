@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,8 @@ struct Layout {
   const char* name;
   LmArchitecture architecture;
   std::array<TensorName, kNumRoles> tensors;  // by Role
+  // Buffers a PyTorch state dict may hold beside the weights, unread.
+  std::array<const char*, 3> buffers;
 };
 
 constexpr Form kT = Form::kTransposed;
@@ -72,7 +75,8 @@ const Layout kBookGpt = {"book-gpt",
                            {"trf_blocks.{i}.ff.layers.2.bias"},
                            {"final_norm.scale"},
                            {"final_norm.shift"},
-                           {"out_head.weight"}}}};
+                           {"out_head.weight"}}},
+                         {"trf_blocks.{i}.att.mask"}};
 
 const Layout kHfGpt2 = {"hf-gpt2",
                         LmArchitecture::kGpt2,
@@ -97,7 +101,8 @@ const Layout kHfGpt2 = {"hf-gpt2",
                           {"h.{i}.mlp.c_proj.bias"},
                           {"ln_f.weight"},
                           {"ln_f.bias"},
-                          {"lm_head.weight"}}}};
+                          {"lm_head.weight"}}},
+                        {"h.{i}.attn.bias", "h.{i}.attn.masked_bias"}};
 
 const Layout kBookLlama = {"book-llama",
                            LmArchitecture::kLlama,
@@ -122,13 +127,16 @@ const Layout kBookLlama = {"book-llama",
                              {},
                              {"final_norm.weight"},
                              {},
-                             {"out_head.weight"}}}};
+                             {"out_head.weight"}}},
+                           {"trf_blocks.{i}.att.mask", "cos", "sin"}};
 
 // A layout and the prefix of its names in one file ("transformer." for
 // some Hugging Face GPT-2 files; never before lm_head.weight).
 struct FileLayout {
   const Layout* layout = nullptr;
   std::string prefix;
+  // Which roles the model has, the same in every layer (ReadRoles).
+  std::array<bool, kNumRoles> has{};
 
   // The file's name for `role` in `layer`; empty when the layout has none.
   std::string Name(Role role, int64_t layer) const {
@@ -140,6 +148,8 @@ struct FileLayout {
     }
     return role == Role::kHead ? name : prefix + name;
   }
+  // The file's name for buffer `pattern` of the layout, "{i}" kept.
+  std::string BufferName(const char* pattern) const { return prefix + pattern; }
   // What every block's names start with, e.g. "trf_blocks.".
   std::string BlockPrefix() const {
     const std::string first = layout->tensors[size_t(Role::kNorm1Scale)].name;
@@ -149,7 +159,9 @@ struct FileLayout {
 
 FileLayout FindLayout(const SafetensorsFile& file) {
   if (file.Find("tok_emb.weight")) {
-    return {file.Find("pos_emb.weight") ? &kBookGpt : &kBookLlama, ""};
+    const bool gpt =
+        file.Find("pos_emb.weight") || file.Find("trf_blocks.0.norm1.scale");
+    return {gpt ? &kBookGpt : &kBookLlama, ""};
   }
   for (const char* prefix : {"", "transformer."}) {
     if (file.Find(std::string(prefix) + "wte.weight")) {
@@ -198,6 +210,29 @@ std::vector<float> ToRoleForm(const TensorName& t, std::vector<float> values,
   return out;
 }
 
+// The layer of `name` when it fits `pattern` ("{i}" standing for a layer
+// in decimal; 0 for a name of the whole model), else nothing.
+std::optional<int64_t> MatchLayer(const std::string& pattern,
+                                  const std::string& name) {
+  const size_t at = pattern.find("{i}");
+  if (at == std::string::npos) {
+    return pattern == name ? std::optional<int64_t>(0) : std::nullopt;
+  }
+  const std::string suffix = pattern.substr(at + 3);
+  if (name.size() <= at + suffix.size() ||
+      name.compare(0, at, pattern, 0, at) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(at, name.size() - at - suffix.size());
+  // Decimal as std::to_string writes it: no sign, no leading zero.
+  const bool decimal = digits.size() <= 9 &&
+                       (digits == "0" || digits[0] != '0') &&
+                       std::all_of(digits.begin(), digits.end(),
+                                   [](char c) { return c >= '0' && c <= '9'; });
+  return decimal ? std::optional<int64_t>(std::stoll(digits)) : std::nullopt;
+}
+
 // The shape of the file's tensor for `role` in `layer` as the role sees it
 // (nn.Linear's [out, in], or [n]); empty when absent.
 std::vector<int64_t> RoleShape(const SafetensorsFile& file,
@@ -219,12 +254,18 @@ int64_t MatrixRows(const std::vector<int64_t>& shape) {
   return shape.size() == 2 ? shape[0] : 0;
 }
 
+Status Missing(const SafetensorsFile& file, const FileLayout& layout,
+               const std::string& name) {
+  return InvalidArgument("tensor '" + name + "' is missing from '" +
+                         file.path() + "' (layout " + layout.layout->name +
+                         ")");
+}
+
 WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
                          FileLayout layout) {
   WeightSource source;
-  source.has = [file, layout](Role role, int64_t layer) {
-    const std::string name = layout.Name(role, layer);
-    return !name.empty() && file->Find(name) != nullptr;
+  source.has = [layout](Role role, int64_t) {
+    return layout.has[static_cast<size_t>(role)];
   };
   source.shape = [file, layout](Role role, int64_t layer) {
     return RoleShape(*file, layout, role, layer);
@@ -237,11 +278,7 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
     const TensorName& t = layout.layout->tensors[static_cast<size_t>(role)];
     const std::string name = layout.Name(role, layer);
     const TensorInfo* info = file->Find(name);
-    if (!info) {
-      return InvalidArgument("tensor '" + name + "' is missing from '" +
-                             file->path() + "' (layout " + layout.layout->name +
-                             ")");
-    }
+    if (!info) return Missing(*file, layout, name);
     std::vector<int64_t> want = FileShape(t, rows, cols);
     // A position table may be longer than the context used.
     if (role == Role::kPosEmb && info->shape.size() == 2 &&
@@ -274,10 +311,13 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
 }
 
 // Hugging Face's config.json beside the weights: the attention dims it
-// gives (n_head, n_positions) and layer_norm_epsilon (0 when absent).
+// gives (n_head, n_positions), layer_norm_epsilon, and the sizes the
+// tensors must agree with (each 0 when absent or null).
 struct HfConfig {
+  std::string path;
   AttentionDims dims;
   double norm_eps = 0.0;
+  int64_t layers = 0, emb_dim = 0, vocab_size = 0, hidden_dim = 0;
 };
 
 Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
@@ -286,6 +326,7 @@ Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
       (slash == std::string::npos ? "" : weights_path.substr(0, slash + 1)) +
       "config.json";
   HfConfig config;
+  config.path = path;
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return config;
   ATTN_ASSIGN_OR_RETURN(
@@ -293,8 +334,12 @@ Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
       ReadRegularFile(path, 1 << 20, "config file '" + path + "'"));
   ATTN_ASSIGN_OR_RETURN(const nlohmann::json j,
                         ParseCheckedJson(text, 16, "'" + path + "'"));
+  if (!j.is_object()) {
+    return InvalidArgument("'" + path + "' is a JSON " + j.type_name() +
+                           ", want an object of GPT-2's settings");
+  }
   const auto count = [&](const char* key) -> Result<int64_t> {
-    if (!j.is_object() || !j.contains(key)) return int64_t{0};
+    if (!j.contains(key) || j[key].is_null()) return int64_t{0};
     if (!j[key].is_number_integer() || j[key].get<int64_t>() <= 0) {
       return InvalidArgument("'" + path + "': '" + key +
                              "' is not a positive integer");
@@ -303,7 +348,20 @@ Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
   };
   ATTN_ASSIGN_OR_RETURN(config.dims.num_heads, count("n_head"));
   ATTN_ASSIGN_OR_RETURN(config.dims.context_length, count("n_positions"));
-  if (j.is_object() && j.contains("layer_norm_epsilon")) {
+  ATTN_ASSIGN_OR_RETURN(config.layers, count("n_layer"));
+  ATTN_ASSIGN_OR_RETURN(config.emb_dim, count("n_embd"));
+  ATTN_ASSIGN_OR_RETURN(config.vocab_size, count("vocab_size"));
+  ATTN_ASSIGN_OR_RETURN(config.hidden_dim, count("n_inner"));
+  // GPT-2's GELU is the tanh approximation, under either of its names.
+  if (j.contains("activation_function")) {
+    const nlohmann::json& f = j["activation_function"];
+    if (!f.is_string() || (f != "gelu_new" && f != "gelu_pytorch_tanh")) {
+      return InvalidArgument("'" + path + "': 'activation_function' is " +
+                             f.dump() +
+                             ", want \"gelu_new\" or \"gelu_pytorch_tanh\"");
+    }
+  }
+  if (j.contains("layer_norm_epsilon")) {
     const nlohmann::json& eps = j["layer_norm_epsilon"];
     if (!eps.is_number() || !(eps.get<double>() > 0.0)) {
       return InvalidArgument("'" + path +
@@ -370,8 +428,101 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
                            "' is missing or not a matrix: the feed-forward "
                            "block's first weight");
   }
-  c.qkv_bias = file.Find(layout.Name(Role::kQueryBias, 0)) != nullptr;
-  c.tied_head = !file.Find(layout.Name(Role::kHead, 0));
+  return {};
+}
+
+// Roles a model may go without, in every layer alike: the q/k/v biases,
+// Llama's out_proj bias, and the head (then tied to the embedding).
+bool Optional(LmArchitecture architecture, Role role) {
+  switch (role) {
+    case Role::kQueryBias:
+    case Role::kKeyBias:
+    case Role::kValueBias:
+    case Role::kHead:
+      return true;
+    case Role::kOutBias:
+      return architecture == LmArchitecture::kLlama;
+    default:
+      return false;
+  }
+}
+
+// Tensors of a role in a model of `layers` blocks: one per block, or one.
+int64_t TensorsOf(const TensorName& t, int64_t layers) {
+  return std::string(t.name).find("{i}") != std::string::npos ? layers : 1;
+}
+
+// Which roles the model has, once for all its layers: every required one,
+// each of whose tensors the file must hold, and an optional one when any
+// layer holds it (q, k and v biases together), so that a layer without it
+// is refused rather than run as a different model (a GPT-2 LayerNorm
+// without its shift would become an RMSNorm).
+Status ReadRoles(const SafetensorsFile& file, FileLayout& layout, LmConfig& c) {
+  for (size_t r = 0; r < kNumRoles; ++r) {
+    const auto role = static_cast<Role>(r);
+    const TensorName& t = layout.layout->tensors[r];
+    if (!t.name) continue;
+    const bool optional = Optional(c.architecture, role);
+    for (int64_t i = 0; i < TensorsOf(t, c.num_layers); ++i) {
+      const bool found = file.Find(layout.Name(role, i)) != nullptr;
+      if (!found && !optional) {
+        return Missing(file, layout, layout.Name(role, i));
+      }
+      layout.has[r] = layout.has[r] || found;
+    }
+  }
+  bool& q = layout.has[size_t(Role::kQueryBias)];
+  bool& k = layout.has[size_t(Role::kKeyBias)];
+  bool& v = layout.has[size_t(Role::kValueBias)];
+  q = k = v = q || k || v;
+  c.qkv_bias = q;
+  c.tied_head = !layout.has[size_t(Role::kHead)];
+  return {};
+}
+
+// Every tensor of the file is one the model reads or a buffer of its
+// layout: a misnamed one (a head under another prefix, a bias the layout
+// has no role for, block "01") would otherwise be dropped without a word.
+Status CheckNoStrayTensors(const SafetensorsFile& file,
+                           const FileLayout& layout, int64_t layers) {
+  std::set<std::string> read;
+  for (size_t r = 0; r < kNumRoles; ++r) {
+    if (!layout.has[r]) continue;
+    const TensorName& t = layout.layout->tensors[r];
+    for (int64_t i = 0; i < TensorsOf(t, layers); ++i) {
+      read.insert(layout.Name(static_cast<Role>(r), i));
+    }
+  }
+  const auto& buffers = layout.layout->buffers;
+  for (const TensorInfo& t : file.tensors()) {
+    const bool buffer =
+        std::any_of(buffers.begin(), buffers.end(), [&](const char* b) {
+          return b && MatchLayer(layout.BufferName(b), t.name);
+        });
+    if (!read.count(t.name) && !buffer) {
+      return InvalidArgument("tensor '" + t.name + "' in '" + file.path() +
+                             "' is not part of layout " + layout.layout->name +
+                             " (" + std::to_string(layers) +
+                             " blocks): want only the layout's names");
+    }
+  }
+  return {};
+}
+
+// config.json's sizes, where given, are the tensors'.
+Status CheckHfSizes(const HfConfig& hf, const LmConfig& c) {
+  const std::pair<const char*, std::pair<int64_t, int64_t>> sizes[] = {
+      {"n_layer", {hf.layers, c.num_layers}},
+      {"n_embd", {hf.emb_dim, c.emb_dim}},
+      {"vocab_size", {hf.vocab_size, c.vocab_size}},
+      {"n_inner", {hf.hidden_dim, c.hidden_dim}}};
+  for (const auto& [key, size] : sizes) {
+    if (size.first && size.first != size.second) {
+      return InvalidArgument(
+          "'" + hf.path + "': '" + key + "' is " + std::to_string(size.first) +
+          ", but the weights beside it have " + std::to_string(size.second));
+    }
+  }
   return {};
 }
 
@@ -446,29 +597,6 @@ Status CheckFamily(const SafetensorsFile& file, const FileLayout& layout,
   return {};
 }
 
-// The layer of `name` when it fits `pattern` ("{i}" standing for a layer
-// in decimal; 0 for a name of the whole model), else nothing.
-std::optional<int64_t> MatchLayer(const std::string& pattern,
-                                  const std::string& name) {
-  const size_t at = pattern.find("{i}");
-  if (at == std::string::npos) {
-    return pattern == name ? std::optional<int64_t>(0) : std::nullopt;
-  }
-  const std::string suffix = pattern.substr(at + 3);
-  if (name.size() <= at + suffix.size() ||
-      name.compare(0, at, pattern, 0, at) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return std::nullopt;
-  }
-  const std::string digits = name.substr(at, name.size() - at - suffix.size());
-  // Decimal as std::to_string writes it: no sign, no leading zero.
-  const bool decimal = digits.size() <= 9 &&
-                       (digits == "0" || digits[0] != '0') &&
-                       std::all_of(digits.begin(), digits.end(),
-                                   [](char c) { return c >= '0' && c <= '9'; });
-  return decimal ? std::optional<int64_t>(std::stoll(digits)) : std::nullopt;
-}
-
 }  // namespace
 
 std::optional<std::pair<Role, int64_t>> BookRole(LmArchitecture architecture,
@@ -494,7 +622,7 @@ Result<FileModel> OpenModelFile(const std::string& path,
                                 const LmOptions& options) {
   ATTN_ASSIGN_OR_RETURN(SafetensorsFile opened, SafetensorsFile::Open(path));
   auto file = std::make_shared<const SafetensorsFile>(std::move(opened));
-  const FileLayout layout = FindLayout(*file);
+  FileLayout layout = FindLayout(*file);
   if (!layout.layout) {
     return InvalidArgument(
         "unknown model layout in '" + path + "': found " + SomeNames(*file) +
@@ -506,9 +634,12 @@ Result<FileModel> OpenModelFile(const std::string& path,
   c.layout = layout.layout->name;
   c.architecture = layout.layout->architecture;
   ATTN_RETURN_IF_ERROR(ReadSizes(*file, layout, c));
+  ATTN_RETURN_IF_ERROR(ReadRoles(*file, layout, c));
+  ATTN_RETURN_IF_ERROR(CheckNoStrayTensors(*file, layout, c.num_layers));
   HfConfig hf;
   if (layout.layout == &kHfGpt2) {
     ATTN_ASSIGN_OR_RETURN(hf, ReadHfConfig(path));
+    ATTN_RETURN_IF_ERROR(CheckHfSizes(hf, c));
   }
   ATTN_RETURN_IF_ERROR(ResolveDims(*file, layout, hf, options, c));
   ATTN_RETURN_IF_ERROR(CheckFamily(*file, layout, c));

@@ -1,7 +1,9 @@
 #include "engine/model_config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <iterator>
 #include <system_error>
 
 #include "kernels/matmul.h"
@@ -47,6 +49,8 @@ Result<double> MetadataNumber(const SafetensorsFile& file,
 
 namespace {
 
+// rope_theta, and Llama 3.1's scaling as all four of its keys or none: a
+// key given alone would otherwise be dropped, and the model run unscaled.
 Result<RopeConfig> MetadataRope(const SafetensorsFile& file) {
   RopeConfig rope;
   ATTN_ASSIGN_OR_RETURN(rope.theta, MetadataNumber(file, "rope_theta"));
@@ -57,6 +61,25 @@ Result<RopeConfig> MetadataRope(const SafetensorsFile& file) {
                         MetadataNumber(file, "rope_high_freq_factor"));
   ATTN_ASSIGN_OR_RETURN(rope.original_context_length,
                         MetadataCount(file, "rope_original_context_length"));
+  static const char* const kScaling[] = {"rope_factor", "rope_low_freq_factor",
+                                         "rope_high_freq_factor",
+                                         "rope_original_context_length"};
+  const auto& meta = file.metadata();
+  const auto given = [&](const char* key) { return meta.count(key) > 0; };
+  const auto some =
+      std::find_if(std::begin(kScaling), std::end(kScaling), given);
+  if (some == std::end(kScaling)) return rope;
+  if (!rope.theta) {
+    return InvalidArgument("metadata '" + std::string(*some) + "' of '" +
+                           file.path() + "' is set without 'rope_theta'");
+  }
+  for (const char* key : kScaling) {
+    if (!given(key)) {
+      return InvalidArgument("metadata '" + std::string(*some) + "' of '" +
+                             file.path() + "' is set without '" + key +
+                             "': want all four rope scaling keys or none");
+    }
+  }
   return rope;
 }
 
