@@ -394,6 +394,35 @@ TEST_F(LmCliTest, TextModeStreamsTheTokensOfThePrompt) {
                      dir_.string() + " --prompt ABC --max-new-tokens 100000"));
 }
 
+// Text mode's faults, each one line naming its flag: a stdout that cannot
+// be written (exit 1, not 0 with the text lost), an empty prompt (not a
+// usage error), a tokenizer of another model, a byte it cannot encode.
+TEST_F(LmCliTest, TextModeFaultsNameTheirFlag) {
+  const GoldenCase golden = FirstCase();
+  ASSERT_FALSE(golden.model.empty());
+  const int64_t vocab =
+      golden.logits.size() /
+      SafetensorsFile::Open(golden.io)->Find("input_ids")->num_elements;
+  const std::string text = "generate --weights " + golden.model +
+                           " --max-new-tokens 3 --tokenizer " +
+                           WriteCharTokenizer(dir_, vocab);
+  const auto refused = [&](const Outcome& outcome, const std::string& needle) {
+    ExpectRefused(outcome);
+    EXPECT_NE(outcome.stderr_text.find(needle), std::string::npos)
+        << outcome.stderr_text;
+  };
+  refused(Attn(text + " --prompt ABC", "/dev/full"),
+          "cannot write the text to stdout");
+  refused(Attn(text + " --prompt ''"), "--prompt is empty");
+  refused(Attn(text + " --prompt 'A B'"), "--prompt: cannot encode");
+  const fs::path larger = dir_ / "larger";
+  fs::create_directories(larger);
+  refused(Attn("generate --weights " + golden.model +
+               " --max-new-tokens 3 --prompt ABC --tokenizer " +
+               WriteCharTokenizer(larger, vocab + 1)),
+          "has token ids up to " + std::to_string(vocab));
+}
+
 // attn bench --model on a golden file: one JSON line per batch size, with
 // the keys and figures that agree with each other, after --rounds
 // rounds of every batch size.

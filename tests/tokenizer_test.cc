@@ -5,6 +5,7 @@
 #include "tools/tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -337,6 +338,63 @@ TEST(Gpt2TokenizerLoadTest, BadVocabularyJson) {
     const std::string path = dir.Write("vocab.json", json);
     EXPECT_TRUE(Has(LoadError(dir.path()), "'" + path + "' " + problem));
   }
+}
+
+// Whether every character of `s` is a lead byte and its continuation bytes.
+bool IsUtf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    const size_t n = lead < 0x80           ? 1
+                     : (lead >> 5) == 0x6  ? 2
+                     : (lead >> 4) == 0xE  ? 3
+                     : (lead >> 3) == 0x1E ? 4
+                                           : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+// A message stays one short line of UTF-8 whatever the file holds: JSON's
+// parser quotes the whole token it read (a string left open: megabytes),
+// and a cut must not split a character.
+TEST(Gpt2TokenizerLoadTest, MessagesStayShortAndUtf8) {
+  TempDir dir;
+  dir.Write("merges.txt", "");
+  dir.Write("vocab.json", "{\"" + std::string(100000, 'a'));
+  const std::string open_string = LoadError(dir.path());
+  EXPECT_TRUE(Has(open_string, "is not valid JSON: parse error"));
+  EXPECT_LT(open_string.size(), 400u) << open_string.substr(0, 400);
+  std::string long_token;
+  for (int i = 0; i < 30; ++i) long_token += "\xC3\xA9";  // e acute
+  dir.Write("vocab.json",
+            "{\"" + long_token + "\": 0, \"" + long_token + "\": 1}");
+  const std::string twice = LoadError(dir.path());
+  EXPECT_TRUE(Has(twice, "...' twice"));
+  EXPECT_TRUE(IsUtf8(twice)) << twice;
+}
+
+// Ids may have gaps: one id near 2^24 costs one token's memory, not 2^24
+// strings (512 MiB).
+TEST(Gpt2TokenizerLoadTest, SparseIdsCostTheirTokensOnly) {
+  TempDir dir;
+  dir.Write("merges.txt", "");
+  dir.Write("vocab.json", R"({"a": 0, "hole": 16777215})");
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const Result<Gpt2Tokenizer> tokenizer = Gpt2Tokenizer::Load(dir.path());
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 << 10);  // KiB
+  EXPECT_EQ(tokenizer->vocab_size(), int64_t{1} << 24);
+  EXPECT_EQ(*tokenizer->Decode(0), "a");
+  const Result<std::string> gap = tokenizer->Decode(5);
+  ASSERT_FALSE(gap.ok());
+  EXPECT_TRUE(Has(gap.status().message(), "no token has id 5"));
 }
 
 TEST(Gpt2TokenizerLoadTest, BadMergeLines) {

@@ -1,7 +1,9 @@
 // attn generate: new tokens after each prompt, greedy or sampled as the
 // book's chapter-5 generate, every row of the batch in one LmBatch.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -153,24 +155,39 @@ int GenerateFromFile(const GenerateArgs& args) {
 // The prompt's tokens as a batch of one row.
 Result<Prompts> EncodePrompt(const Gpt2Tokenizer& tokenizer,
                              const std::string& text) {
-  ATTN_ASSIGN_OR_RETURN(std::vector<int64_t> ids, tokenizer.Encode(text));
-  if (ids.empty()) {
-    return InvalidArgument("--prompt encodes to no tokens, want some text");
-  }
+  if (text.empty()) return InvalidArgument("--prompt is empty, want some text");
+  Result<std::vector<int64_t>> ids = tokenizer.Encode(text);
+  if (!ids.ok()) return InvalidArgument("--prompt: " + ids.status().message());
   Prompts prompts;
   prompts.batch = 1;
-  prompts.width = static_cast<int64_t>(ids.size());
-  prompts.ids = std::move(ids);
+  prompts.width = static_cast<int64_t>(ids->size());
+  prompts.ids = std::move(*ids);
   prompts.lengths = {prompts.width};
   return prompts;
 }
 
-// Writes token `id`'s bytes to stdout at once, for a reader watching.
-Status PrintToken(const Gpt2Tokenizer& tokenizer, int64_t id) {
-  ATTN_ASSIGN_OR_RETURN(const std::string text, tokenizer.Decode(id));
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
+// Writes `bytes` to stdout at once, for a reader watching; a full disk or a
+// closed pipe stops the run (with SIGPIPE ignored, it would go on unread).
+Status Print(const std::string& bytes) {
+  if (std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size() ||
+      std::fflush(stdout) != 0) {
+    return IoError(std::string("cannot write the text to stdout: ") +
+                   std::strerror(errno));
+  }
   return {};
+}
+
+// Token `id`'s bytes on stdout. A model may have more ids than the
+// tokenizer (a vocabulary padded to a round size): one it lacks is named.
+Status PrintToken(const Gpt2Tokenizer& tokenizer, const std::string& dir,
+                  int64_t id) {
+  const Result<std::string> text = tokenizer.Decode(id);
+  if (!text.ok()) {
+    return InvalidArgument("the model chose token " + std::to_string(id) +
+                           ", which --tokenizer '" + dir +
+                           "' cannot show: " + text.status().message());
+  }
+  return Print(*text);
 }
 
 // --tokenizer DIR --prompt TEXT: each new token's text on stdout as it is
@@ -180,6 +197,15 @@ int GenerateText(const GenerateArgs& args) {
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
   auto generator = PrepareGenerator(args);
   if (!generator.ok()) return Fail(generator.status().message());
+  // A prompt's ids must be the model's: a larger vocabulary is another
+  // model's.
+  const int64_t vocab = generator->model->config().vocab_size;
+  if (tokenizer->vocab_size() > vocab) {
+    return Fail("--tokenizer '" + args.tokenizer + "' has token ids up to " +
+                std::to_string(tokenizer->vocab_size() - 1) +
+                ", but the model's vocabulary has " + std::to_string(vocab) +
+                ": want the model's own tokenizer");
+  }
   auto prompts = EncodePrompt(*tokenizer, args.prompt);
   if (!prompts.ok()) return Fail(prompts.status().message());
   const Status fits = CheckPrompts(*prompts, "--prompt", *generator->model,
@@ -187,15 +213,17 @@ int GenerateText(const GenerateArgs& args) {
   if (!fits.ok()) return Fail(fits.message());
   Generation generation(generator->model, *prompts, args,
                         std::move(generator->sampler));
-  auto tokens = generation.Run(
-      [&](int64_t, int64_t id) { return PrintToken(*tokenizer, id); });
-  std::fputc('\n', stdout);
+  auto tokens = generation.Run([&](int64_t, int64_t id) {
+    return PrintToken(*tokenizer, args.tokenizer, id);
+  });
+  const Status ended = Print("\n");
   if (!tokens.ok()) return Fail(tokens.status().message());
+  if (!ended.ok()) return Fail(ended.message());
   return 0;
 }
 
 int Generate(const GenerateArgs& args) {
-  if (args.input.empty() && args.prompt.empty()) {
+  if (args.input.empty() && args.tokenizer.empty()) {
     // A usage error, as a missing required flag is.
     std::fprintf(stderr,
                  "attn: usage error: no prompts: want --input FILE --output "

@@ -28,7 +28,7 @@ struct CodePointRange {
 #include "tools/unicode_ranges.inc"
 
 constexpr uint64_t kMaxFileBytes = uint64_t{64} << 20;
-constexpr int64_t kMaxId = int64_t{1} << 24;  // keeps tokens_ small
+constexpr int64_t kMaxId = int64_t{1} << 24;  // a model's vocabulary at most
 constexpr char32_t kInvalid = 0xFFFFFFFF;     // a byte outside valid UTF-8
 
 // ---------------------------------------------------------------------------
@@ -194,12 +194,17 @@ std::string Hex(unsigned char byte) {
   return {kDigits[byte >> 4], kDigits[byte & 0xF]};
 }
 
-// `text` in single quotes with control bytes escaped, so that a message
-// stays one line; cut after `max_bytes` (tokens, lines and pieces can be
-// long, paths are given whole).
-std::string Quote(std::string_view text, size_t max_bytes = SIZE_MAX) {
-  std::string out = "'";
-  for (const char c : text.substr(0, max_bytes)) {
+// `text` with control bytes escaped, so that a message stays one line; cut
+// after `max_bytes` (tokens, lines and pieces can be long), on a character
+// boundary so that the message stays UTF-8, "..." marking the cut.
+std::string Clip(std::string_view text, size_t max_bytes) {
+  size_t cut = std::min(max_bytes, text.size());
+  while (cut > 0 && cut < text.size() &&
+         (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
+    --cut;  // text[cut] continues a character: cut before its start
+  }
+  std::string out;
+  for (const char c : text.substr(0, cut)) {
     const auto u = static_cast<unsigned char>(c);
     if (u >= 0x20 && u != 0x7F) {
       out += c;
@@ -207,7 +212,12 @@ std::string Quote(std::string_view text, size_t max_bytes = SIZE_MAX) {
     }
     out += "\\x" + Hex(u);
   }
-  return out + (text.size() > max_bytes ? "...'" : "'");
+  return text.size() > cut ? out + "..." : out;
+}
+
+// Clip() in single quotes; paths are given whole.
+std::string Quote(std::string_view text, size_t max_bytes = SIZE_MAX) {
+  return "'" + Clip(text, max_bytes) + "'";
 }
 
 // Quote() for file contents and text to encode.
@@ -256,7 +266,8 @@ Result<std::string> ReadSmallFile(const std::string& path) {
 
 struct Vocab {
   std::unordered_map<std::string, int32_t> ids;
-  std::vector<std::string> tokens;  // by id
+  std::unordered_map<int32_t, std::string> tokens;
+  int64_t size = 0;  // one past the largest id
 };
 
 // Builds a Vocab straight from the parser's events: a flat object of token
@@ -318,9 +329,11 @@ bool VocabReader::parse_error(std::size_t, const std::string&,
   // Keep nlohmann's reason, not its "[json.exception.parse_error.101] ".
   const std::string message = e.what();
   const size_t tag_end = message.find("] ");
-  return Fail("is not valid JSON: " + (tag_end == std::string::npos
-                                           ? message
-                                           : message.substr(tag_end + 2)));
+  // Its reason quotes the whole token last read, megabytes for a string
+  // left open: cut to a line.
+  const std::string reason =
+      tag_end == std::string::npos ? message : message.substr(tag_end + 2);
+  return Fail("is not valid JSON: " + Clip(reason, 160));
 }
 
 bool VocabReader::NotAnId() {
@@ -335,16 +348,13 @@ bool VocabReader::Id(int64_t id) {
                 (id < 0 ? std::to_string(id) : "2^24 or more") +
                 ", want 0 to 2^24 - 1");
   }
-  if (vocab.tokens.size() <= static_cast<size_t>(id)) {
-    vocab.tokens.resize(static_cast<size_t>(id) + 1);
-  }
-  std::string& slot = vocab.tokens[static_cast<size_t>(id)];
-  if (!slot.empty()) {
+  const auto [slot, fresh] = vocab.tokens.emplace(id, key_);
+  if (!fresh) {
     return Fail("gives id " + std::to_string(id) + " to both " +
-                QuoteText(slot) + " and " + QuoteText(key_));
+                QuoteText(slot->second) + " and " + QuoteText(key_));
   }
-  slot = key_;
   vocab.ids.emplace(key_, static_cast<int32_t>(id));
+  vocab.size = std::max(vocab.size, id + 1);
   return true;
 }
 
@@ -536,9 +546,11 @@ std::vector<std::string_view> SplitGpt2Pieces(std::string_view text) {
 }
 
 Gpt2Tokenizer::Gpt2Tokenizer(
-    const std::unordered_map<std::string, int32_t>& ids,
-    std::vector<std::string> tokens, Merges merges)
-    : tokens_(std::move(tokens)), merges_(std::move(merges)) {
+    const std::unordered_map<std::string, int32_t>& ids, Tokens tokens,
+    int64_t vocab_size, Merges merges)
+    : tokens_(std::move(tokens)),
+      vocab_size_(vocab_size),
+      merges_(std::move(merges)) {
   for (int b = 0; b < 256; ++b) {
     const auto it = ids.find(EncodeUtf8(ByteChar(b)));
     byte_ids_[b] = it == ids.end() ? -1 : it->second;
@@ -556,7 +568,8 @@ Result<Gpt2Tokenizer> Gpt2Tokenizer::Load(const std::string& dir) {
                         ReadSmallFile(merges_path));
   ATTN_ASSIGN_OR_RETURN(Merges merges,
                         ParseMerges(merges_text, merges_path, vocab.ids));
-  return Gpt2Tokenizer(vocab.ids, std::move(vocab.tokens), std::move(merges));
+  return Gpt2Tokenizer(vocab.ids, std::move(vocab.tokens), vocab.size,
+                       std::move(merges));
 }
 
 // Ranks count merge lines from 0. Blank lines name no pair and are skipped;
@@ -622,12 +635,16 @@ Result<std::vector<int64_t>> Gpt2Tokenizer::EncodePiece(
 }
 
 Result<std::string> Gpt2Tokenizer::Decode(int64_t id) const {
-  if (id < 0 || id >= vocab_size() || tokens_[id].empty()) {
-    return InvalidArgument("no token has id " + std::to_string(id) +
-                           " (the vocabulary's ids run from 0 to " +
-                           std::to_string(vocab_size() - 1) + ")");
+  const auto it = id < 0 || id >= kMaxId
+                      ? tokens_.end()
+                      : tokens_.find(static_cast<int32_t>(id));
+  if (it == tokens_.end()) {
+    return InvalidArgument("no token has id " + std::to_string(id) + " (the " +
+                           std::to_string(tokens_.size()) +
+                           " tokens' ids are below " +
+                           std::to_string(vocab_size()) + ")");
   }
-  const std::string& token = tokens_[id];
+  const std::string& token = it->second;
   std::string bytes;
   size_t len;
   for (size_t i = 0; i < token.size(); i += len) {

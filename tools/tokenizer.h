@@ -51,7 +51,7 @@ class Gpt2Tokenizer {
   Result<std::string> Decode(int64_t id) const;
 
   // One past the largest id: the rows a model's embedding needs.
-  int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t vocab_size() const { return vocab_size_; }
 
  private:
   struct Merge {
@@ -60,14 +60,18 @@ class Gpt2Tokenizer {
   };
   // Keyed by the pair's ids, first in the high half.
   using Merges = std::unordered_map<uint64_t, Merge>;
+  // Each id's token; ids may have gaps, so a map: one id near 2^24 must
+  // not cost 2^24 strings.
+  using Tokens = std::unordered_map<int32_t, std::string>;
   Gpt2Tokenizer(const std::unordered_map<std::string, int32_t>& ids,
-                std::vector<std::string> tokens, Merges merges);
+                Tokens tokens, int64_t vocab_size, Merges merges);
   static Result<Merges> ParseMerges(
       std::string_view text, const std::string& path,
       const std::unordered_map<std::string, int32_t>& ids);
   Result<std::vector<int64_t>> EncodePiece(std::string_view piece) const;
 
-  std::vector<std::string> tokens_;  // by id; empty where no token has it
+  Tokens tokens_;
+  int64_t vocab_size_ = 0;
   Merges merges_;
   std::array<int32_t, 256> byte_ids_;  // each byte's character; -1: none
 };
