@@ -348,24 +348,32 @@ void AttentionOp::Project(const float* x, const int64_t* cache_seqs,
 
 // Row r of `rows` ([R, (H + 2 Hkv) D]) is token r mod T of sequence r / T:
 // its q heads go to rows r of the q plane [H, R, D], its K and V heads to
-// that token's row of its cache sequence.
+// that token's row of its cache sequence. Rows split over the team: on the
+// caller alone a GPT-2 prompt of 128 tokens left the other core idle for
+// 1.8 ms (12 layers, Zen 4).
 void AttentionOp::ScatterQkv(const float* rows, const int64_t* cache_seqs,
                              float* q) const {
   const int64_t T = seq_len_, R = batch_ * T, D = D_;
   const size_t bytes = static_cast<size_t>(D) * sizeof(float);
-  for (int64_t r = 0; r < R; ++r) {
-    const float* row = rows + r * QkvWidth();
-    for (int64_t h = 0; h < H_; ++h) {
-      std::memcpy(q + (h * R + r) * D, row + h * D, bytes);
+  const auto scatter = [&](size_t first, size_t count) {
+    const auto end = static_cast<int64_t>(first + count);
+    for (auto r = static_cast<int64_t>(first); r < end; ++r) {
+      const float* row = rows + r * QkvWidth();
+      for (int64_t h = 0; h < H_; ++h) {
+        std::memcpy(q + (h * R + r) * D, row + h * D, bytes);
+      }
+      const int64_t at = cache_seqs[r / T] * cache_->batch_stride +
+                         (r % T) * cache_->row_stride;
+      for (int64_t h = 0; h < Hkv_; ++h) {
+        const int64_t to = at + h * cache_->head_stride;
+        std::memcpy(cache_->k + to, row + (H_ + h) * D, bytes);
+        std::memcpy(cache_->v + to, row + (H_ + Hkv_ + h) * D, bytes);
+      }
     }
-    const int64_t at =
-        cache_seqs[r / T] * cache_->batch_stride + (r % T) * cache_->row_stride;
-    for (int64_t h = 0; h < Hkv_; ++h) {
-      const int64_t to = at + h * cache_->head_stride;
-      std::memcpy(cache_->k + to, row + (H_ + h) * D, bytes);
-      std::memcpy(cache_->v + to, row + (H_ + Hkv_ + h) * D, bytes);
-    }
-  }
+  };
+  kernels::ParallelForChunks(static_cast<size_t>(R),
+                             static_cast<size_t>(QkvWidth()), 1, num_threads_,
+                             scatter);
 }
 
 // The whole block as plain loops with fp32 accumulation on the calling
