@@ -692,6 +692,11 @@ std::string Rewrite(
   return path;
 }
 
+// Expects `message` to hold `needle`.
+void ExpectHas(const std::string& message, const std::string& needle) {
+  EXPECT_NE(message.find(needle), std::string::npos) << message;
+}
+
 std::string LoadError(const std::string& path) {
   Result<std::shared_ptr<const LanguageModel>> model =
       LanguageModel::Load(path);
@@ -699,104 +704,100 @@ std::string LoadError(const std::string& path) {
 }
 
 TEST(LmErrors, BrokenFilesNameTheTensorOrKey) {
-  const auto has = [](const std::string& message, const std::string& needle) {
-    EXPECT_NE(message.find(needle), std::string::npos) << message;
-  };
-  has(LoadError(Rewrite(
-          "gpt_book_1l", "no_key.safetensors",
-          [](Tensors& t, auto&) { t.erase("trf_blocks.0.att.W_key.weight"); })),
-      "'trf_blocks.0.att.W_key.weight' is missing");
-  has(LoadError(Rewrite("gpt_book_1l", "short_ff.safetensors",
+  ExpectHas(LoadError(Rewrite("gpt_book_1l", "no_key.safetensors",
+                              [](Tensors& t, auto&) {
+                                t.erase("trf_blocks.0.att.W_key.weight");
+                              })),
+            "'trf_blocks.0.att.W_key.weight' is missing");
+  ExpectHas(
+      LoadError(Rewrite("gpt_book_1l", "short_ff.safetensors",
                         [](Tensors& t, auto&) {
                           auto& w = t["trf_blocks.0.ff.layers.2.weight"];
                           w.first[1] -= 1;
                           w.second.resize(size_t(w.first[0] * w.first[1]));
                         })),
       "'trf_blocks.0.ff.layers.2.weight'");
-  has(LoadError(Rewrite("gpt_book_1l", "bad_heads.safetensors",
+  ExpectHas(
+      LoadError(Rewrite("gpt_book_1l", "bad_heads.safetensors",
                         [](Tensors&, auto& meta) { meta["num_heads"] = "x"; })),
       "metadata 'num_heads'");
-  has(LoadError(
-          Rewrite("gpt_book_1l", "long_ctx.safetensors",
-                  [](Tensors&, auto& meta) { meta["context_length"] = "17"; })),
-      "context_length 17 exceeds 16 rows of 'pos_emb.weight'");
-  has(LoadError(
-          Rewrite("llama_mqa", "no_theta.safetensors",
-                  [](Tensors&, auto& meta) { meta.erase("rope_theta"); })),
-      "missing hyper-parameter rope_theta");
-  has(LoadError(Rewrite(
-          "gpt_book_3l", "gap.safetensors",
-          [](Tensors& t, auto&) { t.erase("trf_blocks.1.norm1.scale"); })),
-      "has no 'trf_blocks.1.norm1.scale'");
-  has(LoadError(Rewrite("gpt_book_1l", "no_ff.safetensors",
-                        [](Tensors& t, auto&) {
-                          t.erase("trf_blocks.0.ff.layers.0.weight");
-                        })),
-      "'trf_blocks.0.ff.layers.0.weight'");
+  ExpectHas(LoadError(Rewrite(
+                "gpt_book_1l", "long_ctx.safetensors",
+                [](Tensors&, auto& meta) { meta["context_length"] = "17"; })),
+            "context_length 17 exceeds 16 rows of 'pos_emb.weight'");
+  ExpectHas(LoadError(Rewrite(
+                "llama_mqa", "no_theta.safetensors",
+                [](Tensors&, auto& meta) { meta.erase("rope_theta"); })),
+            "missing hyper-parameter rope_theta");
+  ExpectHas(LoadError(Rewrite("gpt_book_3l", "gap.safetensors",
+                              [](Tensors& t, auto&) {
+                                t.erase("trf_blocks.1.norm1.scale");
+                              })),
+            "has no 'trf_blocks.1.norm1.scale'");
+  ExpectHas(LoadError(Rewrite("gpt_book_1l", "no_ff.safetensors",
+                              [](Tensors& t, auto&) {
+                                t.erase("trf_blocks.0.ff.layers.0.weight");
+                              })),
+            "'trf_blocks.0.ff.layers.0.weight'");
 }
 
 // Files that would load as a different model than they hold: each refused,
 // naming the tensor or key.
 TEST(LmErrors, FilesThatWouldRunAnotherModelAreRefused) {
-  const auto has = [](const std::string& message, const std::string& needle) {
-    EXPECT_NE(message.find(needle), std::string::npos) << message;
-  };
-  const auto without = [](const char* name) {
-    return [name](Tensors& t, auto&) { ASSERT_EQ(t.erase(name), 1u); };
-  };
-  // A LayerNorm without its shift, a feed-forward without its bias.
-  has(LoadError(Rewrite("gpt_book_3l", "no_shift.safetensors",
-                        without("trf_blocks.1.norm1.shift"))),
-      "'trf_blocks.1.norm1.shift' is missing");
-  has(LoadError(Rewrite("gpt_book_1l", "no_final_shift.safetensors",
-                        without("final_norm.shift"))),
-      "'final_norm.shift' is missing");
-  has(LoadError(Rewrite("gpt_book_3l", "no_ff_bias.safetensors",
-                        without("trf_blocks.2.ff.layers.2.bias"))),
-      "'trf_blocks.2.ff.layers.2.bias' is missing");
-  // The book's GPT without positions is not taken for Llama.
-  has(LoadError(Rewrite("gpt_book_1l", "no_pos.safetensors",
-                        without("pos_emb.weight"))),
-      "'pos_emb.weight' is missing");
+  // A LayerNorm without its shift, a feed-forward without its bias, the
+  // book's GPT without positions (not taken for Llama).
+  const std::pair<const char*, std::string> missing[] = {
+      {"gpt_book_3l", "trf_blocks.1.norm1.shift"},
+      {"gpt_book_1l", "final_norm.shift"},
+      {"gpt_book_3l", "trf_blocks.2.ff.layers.2.bias"},
+      {"gpt_book_1l", "pos_emb.weight"}};
+  for (const auto& [case_name, tensor] : missing) {
+    ExpectHas(LoadError(Rewrite(case_name, "no_" + tensor + ".safetensors",
+                                [&tensor = tensor](Tensors& t, auto&) {
+                                  ASSERT_EQ(t.erase(tensor), 1u);
+                                })),
+              "'" + tensor + "' is missing");
+  }
   // q/k/v biases in a later layer only, or k and v without q.
-  has(LoadError(Rewrite("gpt_book_2l_bias", "bias_l1_only.safetensors",
-                        [](Tensors& t, auto&) {
-                          for (const char* w : {"query", "key", "value"}) {
-                            t.erase("trf_blocks.0.att.W_" + std::string(w) +
-                                    ".bias");
-                          }
-                        })),
-      "'trf_blocks.0.att.W_query.bias' is missing");
-  has(LoadError(Rewrite("gpt_book_2l_bias", "kv_bias.safetensors",
-                        [](Tensors& t, auto&) {
-                          t.erase("trf_blocks.0.att.W_query.bias");
-                          t.erase("trf_blocks.1.att.W_query.bias");
-                        })),
-      "'trf_blocks.0.att.W_query.bias' is missing");
+  ExpectHas(LoadError(Rewrite(
+                "gpt_book_2l_bias", "bias_l1_only.safetensors",
+                [](Tensors& t, auto&) {
+                  for (const char* w : {"query", "key", "value"}) {
+                    t.erase("trf_blocks.0.att.W_" + std::string(w) + ".bias");
+                  }
+                })),
+            "'trf_blocks.0.att.W_query.bias' is missing");
+  ExpectHas(LoadError(Rewrite("gpt_book_2l_bias", "kv_bias.safetensors",
+                              [](Tensors& t, auto&) {
+                                t.erase("trf_blocks.0.att.W_query.bias");
+                                t.erase("trf_blocks.1.att.W_query.bias");
+                              })),
+            "'trf_blocks.0.att.W_query.bias' is missing");
   // A head, or a bias, under a name the layout does not read.
-  has(LoadError(Rewrite("gpt_book_1l", "lm_head.safetensors",
-                        [](Tensors& t, auto&) {
-                          t["lm_head.weight"] = t["out_head.weight"];
-                          t.erase("out_head.weight");
-                        })),
-      "tensor 'lm_head.weight' in");
-  has(LoadError(Rewrite("llama_gqa", "fc1_bias.safetensors",
-                        [](Tensors& t, auto&) {
-                          const int64_t hidden =
-                              t["trf_blocks.0.ff.fc1.weight"].first[0];
-                          t["trf_blocks.0.ff.fc1.bias"] = {
-                              {hidden}, std::vector<float>(size_t(hidden), 5)};
-                        })),
-      "'trf_blocks.0.ff.fc1.bias' in");
+  ExpectHas(LoadError(Rewrite("gpt_book_1l", "lm_head.safetensors",
+                              [](Tensors& t, auto&) {
+                                t["lm_head.weight"] = t["out_head.weight"];
+                                t.erase("out_head.weight");
+                              })),
+            "tensor 'lm_head.weight' in");
+  ExpectHas(LoadError(Rewrite("llama_gqa", "fc1_bias.safetensors",
+                              [](Tensors& t, auto&) {
+                                const int64_t hidden =
+                                    t["trf_blocks.0.ff.fc1.weight"].first[0];
+                                t["trf_blocks.0.ff.fc1.bias"] = {
+                                    {hidden},
+                                    std::vector<float>(size_t(hidden), 5)};
+                              })),
+            "'trf_blocks.0.ff.fc1.bias' in");
   // Llama 3.1 scaling given in part; scaling on learned positions.
-  has(LoadError(
-          Rewrite("llama_scaled_tied", "no_factor.safetensors",
-                  [](Tensors&, auto& meta) { meta.erase("rope_factor"); })),
-      "set without 'rope_factor'");
-  has(LoadError(
-          Rewrite("gpt_book_1l", "gpt_rope.safetensors",
-                  [](Tensors&, auto& meta) { meta["rope_factor"] = "8"; })),
-      "'rope_factor' of");
+  ExpectHas(LoadError(Rewrite(
+                "llama_scaled_tied", "no_factor.safetensors",
+                [](Tensors&, auto& meta) { meta.erase("rope_factor"); })),
+            "set without 'rope_factor'");
+  ExpectHas(LoadError(Rewrite(
+                "gpt_book_1l", "gpt_rope.safetensors",
+                [](Tensors&, auto& meta) { meta["rope_factor"] = "8"; })),
+            "'rope_factor' of");
 }
 
 // hf_gpt2's weights beside config.json `text`; the load's error.
@@ -816,18 +817,15 @@ TEST(LmErrors, ConfigJsonMustAgreeWithTheWeights) {
       "n_embd": 32, "vocab_size": 96, "n_inner": null,
       "activation_function": "gelu_new"})"),
             "loaded");
-  const auto has = [](const std::string& message, const std::string& needle) {
-    EXPECT_NE(message.find(needle), std::string::npos) << message;
-  };
-  has(LoadWithConfig("cfg_layers", "{" + dims + R"(, "n_layer": 12})"),
-      "'n_layer' is 12, but the weights beside it have 2");
-  has(LoadWithConfig("cfg_embd", "{" + dims + R"(, "n_embd": 768})"),
-      "'n_embd' is 768");
-  has(LoadWithConfig("cfg_relu",
-                     "{" + dims + R"(, "activation_function": "relu"})"),
-      "'activation_function' is \"relu\"");
-  has(LoadWithConfig("cfg_array", "[4, 24]"),
-      "is a JSON array, want an object");
+  ExpectHas(LoadWithConfig("cfg_layers", "{" + dims + R"(, "n_layer": 12})"),
+            "'n_layer' is 12, but the weights beside it have 2");
+  ExpectHas(LoadWithConfig("cfg_embd", "{" + dims + R"(, "n_embd": 768})"),
+            "'n_embd' is 768");
+  ExpectHas(LoadWithConfig("cfg_relu",
+                           "{" + dims + R"(, "activation_function": "relu"})"),
+            "'activation_function' is \"relu\"");
+  ExpectHas(LoadWithConfig("cfg_array", "[4, 24]"),
+            "is a JSON array, want an object");
 }
 
 TEST(LmErrors, ConvOneDShapesAreCheckedAsStored) {
