@@ -354,6 +354,12 @@ TEST_F(LmCliTest, BadInputsAreRefused) {
             2);  // no prompts
 }
 
+// The vocabulary of a golden case's model: its logits per input id.
+int64_t VocabOf(const GoldenCase& golden) {
+  return static_cast<int64_t>(golden.logits.size()) /
+         SafetensorsFile::Open(golden.io)->Find("input_ids")->num_elements;
+}
+
 // A tokenizer of `vocab` one-character tokens, '!' (id 0) onwards: GPT-2's
 // byte table maps the printable bytes 33..126 to themselves, and no merges.
 std::string WriteCharTokenizer(const fs::path& dir, int64_t vocab) {
@@ -372,9 +378,7 @@ std::string WriteCharTokenizer(const fs::path& dir, int64_t vocab) {
 TEST_F(LmCliTest, TextModeStreamsTheTokensOfThePrompt) {
   const GoldenCase golden = FirstCase();
   ASSERT_FALSE(golden.model.empty());
-  const int64_t vocab =
-      golden.logits.size() /
-      SafetensorsFile::Open(golden.io)->Find("input_ids")->num_elements;
+  const int64_t vocab = VocabOf(golden);
   ASSERT_LE(vocab, 94);  // printable characters only
   // "ABC" is ids 32, 33, 34; its greedy tokens, as characters.
   ASSERT_EQ(
@@ -400,9 +404,7 @@ TEST_F(LmCliTest, TextModeStreamsTheTokensOfThePrompt) {
 TEST_F(LmCliTest, TextModeFaultsNameTheirFlag) {
   const GoldenCase golden = FirstCase();
   ASSERT_FALSE(golden.model.empty());
-  const int64_t vocab =
-      golden.logits.size() /
-      SafetensorsFile::Open(golden.io)->Find("input_ids")->num_elements;
+  const int64_t vocab = VocabOf(golden);
   const std::string text = "generate --weights " + golden.model +
                            " --max-new-tokens 3 --tokenizer " +
                            WriteCharTokenizer(dir_, vocab);
