@@ -267,6 +267,9 @@ Status ReadAttributes(const json& j, const OpSpec& spec, Node& node) {
   return {};
 }
 
+Result<GraphDef> ParseGraphIn(const std::string& text,
+                              const std::string& source, bool in_block);
+
 // A repeat node's block: its graph file (relative to `source`'s directory)
 // parsed, and its layer prefix checked.
 Status ReadBlock(const std::string& source, Node& node) {
@@ -288,12 +291,8 @@ Status ReadBlock(const std::string& source, Node& node) {
   const fs::path path =
       fs::path(source).parent_path() / fs::path(node.block_path);
   ATTN_ASSIGN_OR_RETURN(const std::string text, ReadGraphFile(path.string()));
-  ATTN_ASSIGN_OR_RETURN(GraphDef block, ParseGraph(text, path.string()));
-  if (HasRepeat(block)) {
-    // Also what keeps a file from including itself.
-    return InvalidArgument(node.Describe() + ": block '" + path.string() +
-                           "' has a repeat node, want a block without one");
-  }
+  ATTN_ASSIGN_OR_RETURN(GraphDef block,
+                        ParseGraphIn(text, path.string(), /*in_block=*/true));
   if (block.input == block.output) {
     return InvalidArgument(node.Describe() + ": block '" + path.string() +
                            "' has its input as its output, want a new tensor");
@@ -302,7 +301,11 @@ Status ReadBlock(const std::string& source, Node& node) {
   return {};
 }
 
-Result<Node> ParseNode(const json& j, size_t index, const std::string& source) {
+// `in_block`: the node is a repeat's block's, which may not repeat again
+// (refused before its file is read: a file including itself would recurse
+// until the stack ran out).
+Result<Node> ParseNode(const json& j, size_t index, const std::string& source,
+                       bool in_block) {
   const std::string where = "node " + std::to_string(index);
   ATTN_ASSIGN_OR_RETURN(const OpSpec* spec, ReadOp(j, where));
   Node node;
@@ -310,7 +313,13 @@ Result<Node> ParseNode(const json& j, size_t index, const std::string& source) {
   ATTN_RETURN_IF_ERROR(ReadTensors(j, *spec, index, where, node));
   ATTN_RETURN_IF_ERROR(ReadWeights(j, *spec, node));
   ATTN_RETURN_IF_ERROR(ReadAttributes(j, *spec, node));
-  if (node.op == Op::kRepeat) ATTN_RETURN_IF_ERROR(ReadBlock(source, node));
+  if (node.op == Op::kRepeat) {
+    if (in_block) {
+      return InvalidArgument(node.Describe() + ": the block '" + source +
+                             "' has a repeat node, want a block without one");
+    }
+    ATTN_RETURN_IF_ERROR(ReadBlock(source, node));
+  }
   return node;
 }
 
@@ -506,8 +515,10 @@ Result<std::string> ReadGraphFile(const std::string& path) {
   return ReadRegularFile(path, kMaxGraphFileBytes, "graph file '" + path + "'");
 }
 
-Result<GraphDef> ParseGraph(const std::string& text,
-                            const std::string& source) {
+namespace {
+
+Result<GraphDef> ParseGraphIn(const std::string& text,
+                              const std::string& source, bool in_block) {
   auto fail = [&](const Status& s) -> Status {
     return InvalidArgument(source + ": " + s.message());
   };
@@ -554,7 +565,7 @@ Result<GraphDef> ParseGraph(const std::string& text,
   }
   std::set<std::string> names;
   for (size_t i = 0; i < j["nodes"].size(); ++i) {
-    Result<Node> node = ParseNode(j["nodes"][i], i, source);
+    Result<Node> node = ParseNode(j["nodes"][i], i, source, in_block);
     if (!node.ok()) return fail(node.status());
     if (!names.insert(node->name).second) {
       return fail(InvalidArgument("node name '" + node->name +
@@ -566,6 +577,13 @@ Result<GraphDef> ParseGraph(const std::string& text,
     return fail(s);
   }
   return def;
+}
+
+}  // namespace
+
+Result<GraphDef> ParseGraph(const std::string& text,
+                            const std::string& source) {
+  return ParseGraphIn(text, source, /*in_block=*/false);
 }
 
 bool HasRepeat(const GraphDef& def) {

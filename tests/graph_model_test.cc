@@ -314,6 +314,24 @@ TEST(GraphModelTest, NewOpsRefuseBadGraphsWithOneLine) {
                   "weight 'final_norm.scale' has shape [32], want rank 2");
 }
 
+// A file whose repeat names the file itself is refused before the block is
+// read again (it recursed until the stack ran out).
+TEST(GraphModelTest, AGraphRepeatingItselfIsRefused) {
+  test::TempDir dir;
+  const std::string path =
+      dir.Write("self.json",
+                R"({"inputs": ["ids"], "outputs": ["y"], "nodes": [{"name": "r",
+          "op": "repeat", "inputs": ["ids"], "outputs": ["y"], "attributes":
+          {"graph": "self.json", "prefix": "trf_blocks.{i}."}}]})");
+  const auto model =
+      GraphModel::Load(path, kLm + "gpt_book_1l/model.safetensors");
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find(
+                "has a repeat node, want a block without one"),
+            std::string::npos)
+      << model.status().message();
+}
+
 TEST(GraphModelTest, RunTakesTheInputKindTheGraphHas) {
   const Case c = ReadCase("gpt_book_1l");
   auto model = GraphModel::Load(kGptGraph, c.model).value();
