@@ -3,6 +3,7 @@
 #include "engine/graph_ir.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -133,11 +134,13 @@ Status ParseAttribute(Node& node, const std::string& key, const json& value) {
     }
     *numbers.at(key) = value.get<double>();
   } else if (key == "eps") {
-    if (!value.is_number() || !(value.get<double>() > 0.0)) {
+    // As a float: 1e300 would become inf, 1e-50 zero.
+    const float eps = value.is_number() ? value.get<float>() : 0.0f;
+    if (!(eps > 0.0f) || !std::isfinite(eps)) {
       return InvalidArgument(what + " is " + Got(value) +
-                             ", want a positive number");
+                             ", want a positive number within float's range");
     }
-    node.eps = value.get<float>();
+    node.eps = eps;
   } else if (key == "approximate") {
     if (value != "tanh") {
       return InvalidArgument(what + " is " + Got(value) +

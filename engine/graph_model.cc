@@ -42,13 +42,19 @@ class GraphWeights {
     GraphWeights weights;
     ATTN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
     weights.file_ = std::make_shared<const SafetensorsFile>(std::move(file));
-    // The book's layouts ("book-gpt", "book-llama") use the graphs' names.
+    // A whole model is checked as the library loads it, so that a file it
+    // refuses (a stray tensor, a block missing a bias, a gap in the
+    // blocks) does not run as some other model here. The book's layouts
+    // ("book-gpt", "book-llama") use the graphs' names; another one's are
+    // read through its table.
     const std::string layout = lm::DetectLayout(*weights.file_);
-    if (!layout.empty() && layout.rfind("book-", 0) != 0) {
+    if (!layout.empty()) {
       LmOptions lm_options;
       static_cast<ModelOptions&>(lm_options) = options;
-      ATTN_ASSIGN_OR_RETURN(weights.model_,
+      ATTN_ASSIGN_OR_RETURN(lm::FileModel model,
                             lm::OpenModelFile(path, lm_options));
+      weights.layout_layers_ = model.config.num_layers;
+      if (layout.rfind("book-", 0) != 0) weights.model_ = std::move(model);
     }
     return weights;
   }
@@ -85,12 +91,9 @@ class GraphWeights {
                                  shape.size() == 2 ? shape[1] : 0);
   }
 
-  // The layers the file's layout holds (counted by lm_layouts.cc); nothing
-  // for a book file, whose layers are counted by their names.
-  std::optional<int64_t> layout_layers() const {
-    if (!model_) return std::nullopt;
-    return model_->config.num_layers;
-  }
+  // The layers of a whole model (counted by lm_layouts.cc); nothing for
+  // another file, whose layers are counted by their names.
+  std::optional<int64_t> layout_layers() const { return layout_layers_; }
 
   // Sets the heads and context of `dims` that it leaves unset from the
   // layout's configuration (a Hugging Face file's config.json), as the file's
@@ -106,6 +109,7 @@ class GraphWeights {
  private:
   std::shared_ptr<const SafetensorsFile> file_;
   std::optional<lm::FileModel> model_;  // a layout other than the book's
+  std::optional<int64_t> layout_layers_;
   // Find's answers for a translated file, which its pointers point into.
   mutable std::map<std::string, TensorInfo> translated_;
 };
@@ -509,26 +513,51 @@ Result<int64_t> LayerCount(const SafetensorsFile& file,
   return options.layers ? options.layers : n_layers;
 }
 
+// Layer `layer`'s name of the first weight `repeat`'s block reads; its
+// prefix when the block reads none.
+std::string FirstWeightOf(const Node& repeat, int64_t layer) {
+  const std::string prefix = graph::LayerPrefix(repeat, layer);
+  for (const Node& node : repeat.block->nodes) {
+    if (!node.weights.empty()) {
+      return prefix + node.weights.begin()->second.front();
+    }
+  }
+  return prefix;
+}
+
+bool HoldsLayer(const GraphWeights& weights, const Node& repeat,
+                int64_t layer) {
+  const std::string name = FirstWeightOf(repeat, layer);
+  return weights.Find(name) || HasTensorUnder(weights.file(), name);
+}
+
 // A repeat node's layer count: GraphOptions::layers, else its `count`, else
-// the layers of the file's layout when not the book's, else how many layers,
-// from 0 on, have a tensor under their prefix in the file.
+// the layers of a whole model's file, else how many layers, from 0 on, the
+// file holds. The count is checked before the block is copied once per
+// layer: no more than a whole model's blocks, the first and last layers'
+// weights there (50,000,000 layers took 15 GB before failing).
 graph::RepeatCount CountLayersIn(const GraphWeights& weights,
                                  const GraphOptions& options) {
   return [&weights, &options](const Node& node) -> Result<int64_t> {
-    if (options.layers > 0) return options.layers;
-    if (node.count > 0) return node.count;
-    if (const std::optional<int64_t> layers = weights.layout_layers()) {
-      return *layers;
+    const int64_t asked = options.layers > 0 ? options.layers : node.count;
+    const std::optional<int64_t> held = weights.layout_layers();
+    if (asked > 0 && held && asked > *held) {
+      return InvalidArgument(node.Describe() + ": " + std::to_string(asked) +
+                             " layers asked for, but '" + weights.path() +
+                             "' holds a model of " + std::to_string(*held));
     }
-    int64_t layers = 0;
-    while (HasTensorUnder(weights.file(), graph::LayerPrefix(node, layers))) {
-      ++layers;
-    }
+    int64_t layers = asked > 0 ? asked : held.value_or(0);
     if (layers == 0) {
-      return InvalidArgument(node.Describe() + ": no tensor in '" +
-                             weights.path() + "' is named under '" +
-                             graph::LayerPrefix(node, 0) +
-                             "', want at least one layer");
+      while (HoldsLayer(weights, node, layers)) ++layers;
+    }
+    for (const int64_t layer : {int64_t{0}, std::max<int64_t>(layers - 1, 0)}) {
+      if (!HoldsLayer(weights, node, layer)) {
+        return InvalidArgument(
+            node.Describe() + ": weight '" + FirstWeightOf(node, layer) +
+            "' (layer " + std::to_string(layer) + " of " +
+            (layers ? std::to_string(layers) : std::string("at least 1")) +
+            ") is missing from '" + weights.path() + "'");
+      }
     }
     return layers;
   };

@@ -221,7 +221,8 @@ TEST(GraphModelTest, ALlamaFileForTheGptGraphFailsWithOneLine) {
       1)
       << outcome.stderr_text;
   EXPECT_NE(
-      outcome.stderr_text.find("weight 'pos_emb.weight' is missing from '" +
+      outcome.stderr_text.find("weight 'trf_blocks.0.norm1.scale' (layer 0 "
+                               "of 2) is missing from '" +
                                llama + "model.safetensors'"),
       std::string::npos)
       << outcome.stderr_text;
@@ -294,14 +295,19 @@ TEST(GraphModelTest, NewOpsRefuseBadGraphsWithOneLine) {
       ModelJson(Repeat(kBlockFile + ", " + prefix + R"(, "count": 0)")),
       "attribute 'count' is 0, want a positive integer");
   ExpectLoadError(ModelJson(Repeat(kBlockFile + R"(, "prefix": "h.{i}.")")),
-                  "no tensor in '" + kLm +
-                      "gpt_book_1l/model.safetensors' is named under 'h.0.'");
+                  "weight 'h.0.norm1.scale' (layer 0 of 1) is missing from '" +
+                      kLm + "gpt_book_1l/model.safetensors'");
   ExpectLoadError(
       ModelJson(Repeat(R"("graph": "no_such_block.json", )" + prefix)),
       "no_such_block.json");
   ExpectLoadError(
       ModelJson(Repeat("\"graph\": \"" + kGptGraph + "\", " + prefix)),
       "has a repeat node, want a block without one");
+  // An eps float cannot hold.
+  ExpectLoadError(ModelJson(R"({"op": "layernorm", "inputs": ["x0"],
+      "outputs": ["x"], "weights": {"scale": "final_norm.scale",
+      "shift": "final_norm.shift"}, "attributes": {"eps": 1e300}})"),
+                  "want a positive number within float's range");
   // Token ids are read by embeddings alone, and only from the graph input.
   ExpectLoadError(ModelJson(R"({"op": "add", "inputs": ["x0", "ids"],
                                 "outputs": ["x"]})"),
@@ -360,6 +366,41 @@ TEST(GraphModelTest, RunTakesTheInputKindTheGraphHas) {
                 .message()
                 .find("want Run with float input"),
             std::string::npos);
+}
+
+// A whole model's file is checked as the library loads it, and a repeat
+// count it cannot back is refused before the block is copied per layer.
+TEST(GraphModelTest, WholeModelFilesAreCheckedAsTheLibraryLoadsThem) {
+  const Case c = ReadCase("gpt_book_1l");
+  const SafetensorsFile file = SafetensorsFile::Open(c.model).value();
+  std::vector<std::vector<float>> values;
+  std::vector<F32Tensor> tensors;
+  for (const TensorInfo& t : file.tensors()) {
+    values.push_back(file.ReadF32(t.name).value());
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    const TensorInfo& t = file.tensors()[i];
+    tensors.push_back({t.name, t.shape, values[i].data()});
+  }
+  const std::vector<float> extra(4, 1.0f);
+  tensors.push_back({"trf_blocks.0.att.extra.weight", {2, 2}, extra.data()});
+  test::TempDir dir;
+  const std::string stray = dir.Path("stray.safetensors");
+  ASSERT_TRUE(WriteSafetensors(stray, tensors, file.metadata()).ok());
+  const auto refused = GraphModel::Load(kGptGraph, stray);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(
+      refused.status().message().find("tensor 'trf_blocks.0.att.extra.weight'"),
+      std::string::npos)
+      << refused.status().message();
+  GraphOptions options;
+  options.layers = 1000000;
+  const auto deep = GraphModel::Load(kGptGraph, c.model, options);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("1000000 layers asked for, but '" +
+                                         c.model + "' holds a model of 1"),
+            std::string::npos)
+      << deep.status().message();
 }
 
 TEST(GraphModelTest, LayersOptionSetsTheRepeatCount) {
