@@ -6,12 +6,14 @@
 #include "engine/graph_model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -51,10 +53,9 @@ class GraphWeights {
     if (!layout.empty()) {
       LmOptions lm_options;
       static_cast<ModelOptions&>(lm_options) = options;
-      ATTN_ASSIGN_OR_RETURN(lm::FileModel model,
+      ATTN_ASSIGN_OR_RETURN(weights.model_,
                             lm::OpenModelFile(path, lm_options));
-      weights.layout_layers_ = model.config.num_layers;
-      if (layout.rfind("book-", 0) != 0) weights.model_ = std::move(model);
+      weights.translate_ = layout.rfind("book-", 0) != 0;
     }
     return weights;
   }
@@ -64,7 +65,7 @@ class GraphWeights {
 
   // The tensor named `name` (its shape in the book's form), or null.
   const TensorInfo* Find(const std::string& name) const {
-    if (!model_) return file_->Find(name);
+    if (!translate_) return file_->Find(name);
     if (const auto it = translated_.find(name); it != translated_.end()) {
       return &it->second;
     }
@@ -84,7 +85,8 @@ class GraphWeights {
 
   // Tensor `name`, which Find found, as float.
   Result<std::vector<float>> ReadF32(const std::string& name) const {
-    if (!model_) return file_->ReadF32(name);
+    read_.insert(name);
+    if (!translate_) return file_->ReadF32(name);
     const std::vector<int64_t>& shape = Find(name)->shape;
     const auto role = lm::BookRole(model_->config.architecture, name);
     return model_->weights.fetch(role->first, role->second, shape[0],
@@ -93,7 +95,52 @@ class GraphWeights {
 
   // The layers of a whole model (counted by lm_layouts.cc); nothing for
   // another file, whose layers are counted by their names.
-  std::optional<int64_t> layout_layers() const { return layout_layers_; }
+  std::optional<int64_t> layout_layers() const {
+    if (!model_) return std::nullopt;
+    return model_->config.num_layers;
+  }
+
+  // After loading: a whole model's graph reads all of the model (every
+  // tensor of each block it read from, every tensor outside the blocks if
+  // it read one) and normalizes with the model's eps, so that it cannot run
+  // as another model (a Llama block graph without the file's biases).
+  Status CheckGraphRunsTheModel(const graph::GraphDef& def) const {
+    if (!model_) return {};
+    const LmConfig& c = model_->config;
+    std::set<std::pair<lm::Role, int64_t>> read;
+    for (const std::string& name : read_) {
+      if (const auto role = lm::BookRole(c.architecture, name)) {
+        read.insert(*role);
+      }
+    }
+    const auto per_layer = [](lm::Role r) {
+      return r >= lm::Role::kNorm1Scale && r <= lm::Role::kDownBias;
+    };
+    for (const auto& [read_role, layer] : read) {
+      for (int r = 0; r <= static_cast<int>(lm::Role::kHead); ++r) {
+        const auto role = static_cast<lm::Role>(r);
+        if (per_layer(role) != per_layer(read_role) ||
+            !model_->weights.has(role, layer) || read.count({role, layer})) {
+          continue;
+        }
+        return InvalidArgument(
+            "'" + path() + "' holds '" +
+            lm::BookName(c.architecture, role, layer) +
+            "', which the graph does not read: it would run another model");
+      }
+    }
+    for (const Node& node : def.nodes) {
+      const bool norm = node.op == Op::kLayerNorm || node.op == Op::kRmsNorm;
+      if (norm && node.eps != static_cast<float>(c.norm_eps)) {
+        char eps[64];
+        std::snprintf(eps, sizeof(eps), "%g and the model's %g", node.eps,
+                      c.norm_eps);
+        return InvalidArgument(node.Describe() + ": eps differs between " +
+                               "the graph's " + eps + " ('" + path() + "')");
+      }
+    }
+    return {};
+  }
 
   // Sets the heads and context of `dims` that it leaves unset from the
   // layout's configuration (a Hugging Face file's config.json), as the file's
@@ -108,8 +155,9 @@ class GraphWeights {
 
  private:
   std::shared_ptr<const SafetensorsFile> file_;
-  std::optional<lm::FileModel> model_;  // a layout other than the book's
-  std::optional<int64_t> layout_layers_;
+  std::optional<lm::FileModel> model_;  // a whole model's file
+  bool translate_ = false;  // names through model_: not the book's layout
+  mutable std::set<std::string> read_;  // the names ReadF32 read
   // Find's answers for a translated file, which its pointers point into.
   mutable std::map<std::string, TensorInfo> translated_;
 };
@@ -740,6 +788,9 @@ Result<std::shared_ptr<const GraphModel>> GraphModel::FromJson(
                            "blocks in a repeat node");
   }
   ATTN_RETURN_IF_ERROR(BindLayers(weights, options, layers, source, *impl));
+  if (Status s = weights.CheckGraphRunsTheModel(impl->def); !s.ok()) {
+    return Status(s.code(), source + ": " + s.message());
+  }
   impl->types = graph::TensorTypes(impl->program, impl->dtype);
   {
     const ThreadScope threads(impl->num_threads);

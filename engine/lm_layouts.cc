@@ -464,17 +464,21 @@ Status ReadRoles(const SafetensorsFile& file, FileLayout& layout, LmConfig& c) {
     if (!t.name) continue;
     const bool optional = Optional(c.architecture, role);
     for (int64_t i = 0; i < TensorsOf(t, c.num_layers); ++i) {
-      const bool found = file.Find(layout.Name(role, i)) != nullptr;
-      if (!found && !optional) {
-        return Missing(file, layout, layout.Name(role, i));
-      }
-      layout.has[r] = layout.has[r] || found;
+      layout.has[r] = layout.has[r] || file.Find(layout.Name(role, i));
     }
+    layout.has[r] = layout.has[r] || !optional;
   }
   bool& q = layout.has[size_t(Role::kQueryBias)];
   bool& k = layout.has[size_t(Role::kKeyBias)];
   bool& v = layout.has[size_t(Role::kValueBias)];
   q = k = v = q || k || v;
+  for (size_t r = 0; r < kNumRoles; ++r) {
+    const TensorName& t = layout.layout->tensors[r];
+    for (int64_t i = 0; layout.has[r] && i < TensorsOf(t, c.num_layers); ++i) {
+      const std::string name = layout.Name(static_cast<Role>(r), i);
+      if (!file.Find(name)) return Missing(file, layout, name);
+    }
+  }
   c.qkv_bias = q;
   c.tied_head = !layout.has[size_t(Role::kHead)];
   return {};
@@ -611,6 +615,12 @@ std::optional<std::pair<Role, int64_t>> BookRole(LmArchitecture architecture,
     }
   }
   return std::nullopt;
+}
+
+std::string BookName(LmArchitecture architecture, Role role, int64_t layer) {
+  const Layout& book =
+      architecture == LmArchitecture::kGpt2 ? kBookGpt : kBookLlama;
+  return FileLayout{&book, ""}.Name(role, layer);
 }
 
 std::string DetectLayout(const SafetensorsFile& file) {

@@ -122,6 +122,9 @@ std::string DetectLayout(const SafetensorsFile& file);
 // the whole model); nothing for a name without a role (att.mask).
 std::optional<std::pair<Role, int64_t>> BookRole(LmArchitecture architecture,
                                                  const std::string& name);
+// The book's name of `role` in `layer` (BookRole's inverse); empty for a
+// role the architecture's book layout has none for.
+std::string BookName(LmArchitecture architecture, Role role, int64_t layer);
 
 // What a LanguageModel holds, visible to the engine's sources while
 // LanguageModel::Impl stays private to its friends.

@@ -12,7 +12,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <map>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -368,39 +371,74 @@ TEST(GraphModelTest, RunTakesTheInputKindTheGraphHas) {
             std::string::npos);
 }
 
-// A whole model's file is checked as the library loads it, and a repeat
-// count it cannot back is refused before the block is copied per layer.
-TEST(GraphModelTest, WholeModelFilesAreCheckedAsTheLibraryLoadsThem) {
-  const Case c = ReadCase("gpt_book_1l");
-  const SafetensorsFile file = SafetensorsFile::Open(c.model).value();
+// `case_name`'s model copied into `dir` as F32, plus `extra` tensors of
+// ones and with `metadata` set; the copy's path.
+std::string CopyModel(
+    const test::TempDir& dir, const std::string& case_name,
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& extra,
+    const std::map<std::string, std::string>& metadata) {
+  const SafetensorsFile file =
+      SafetensorsFile::Open(ReadCase(case_name).model).value();
   std::vector<std::vector<float>> values;
-  std::vector<F32Tensor> tensors;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
   for (const TensorInfo& t : file.tensors()) {
     values.push_back(file.ReadF32(t.name).value());
+    shapes.emplace_back(t.name, t.shape);
   }
+  for (const auto& [name, shape] : extra) {
+    const int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1},
+                                      std::multiplies<int64_t>());
+    values.emplace_back(static_cast<size_t>(n), 1.0f);
+    shapes.emplace_back(name, shape);
+  }
+  std::vector<F32Tensor> tensors;
   for (size_t i = 0; i < values.size(); ++i) {
-    const TensorInfo& t = file.tensors()[i];
-    tensors.push_back({t.name, t.shape, values[i].data()});
+    tensors.push_back({shapes[i].first, shapes[i].second, values[i].data()});
   }
-  const std::vector<float> extra(4, 1.0f);
-  tensors.push_back({"trf_blocks.0.att.extra.weight", {2, 2}, extra.data()});
+  std::map<std::string, std::string> meta = file.metadata();
+  for (const auto& [key, value] : metadata) meta[key] = value;
+  const std::string path = dir.Path(case_name + ".safetensors");
+  EXPECT_TRUE(WriteSafetensors(path, tensors, meta).ok());
+  return path;
+}
+
+// A whole model's file is checked as the library loads it, must be read by
+// the graph whole, at the model's eps, and a repeat count it cannot back is
+// refused before the block is copied per layer.
+TEST(GraphModelTest, WholeModelFilesRunAsTheLibraryRunsThem) {
   test::TempDir dir;
-  const std::string stray = dir.Path("stray.safetensors");
-  ASSERT_TRUE(WriteSafetensors(stray, tensors, file.metadata()).ok());
-  const auto refused = GraphModel::Load(kGptGraph, stray);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(
-      refused.status().message().find("tensor 'trf_blocks.0.att.extra.weight'"),
-      std::string::npos)
-      << refused.status().message();
-  GraphOptions options;
-  options.layers = 1000000;
-  const auto deep = GraphModel::Load(kGptGraph, c.model, options);
-  ASSERT_FALSE(deep.ok());
-  EXPECT_NE(deep.status().message().find("1000000 layers asked for, but '" +
-                                         c.model + "' holds a model of 1"),
-            std::string::npos)
-      << deep.status().message();
+  const auto refused = [](const std::string& graph, const std::string& model,
+                          const std::string& needle,
+                          const GraphOptions& options = {}) {
+    const auto loaded = GraphModel::Load(graph, model, options);
+    ASSERT_FALSE(loaded.ok()) << needle;
+    EXPECT_NE(loaded.status().message().find(needle), std::string::npos)
+        << loaded.status().message();
+  };
+  refused(kGptGraph,
+          CopyModel(dir, "gpt_book_1l",
+                    {{"trf_blocks.0.att.extra.weight", {2, 2}}}, {}),
+          "tensor 'trf_blocks.0.att.extra.weight'");
+  const int64_t emb = SafetensorsFile::Open(ReadCase("llama_gqa").model)
+                          ->Find("tok_emb.weight")
+                          ->shape[1];
+  const std::string biased =
+      CopyModel(dir, "llama_gqa",
+                {{"trf_blocks.0.att.out_proj.bias", {emb}},
+                 {"trf_blocks.1.att.out_proj.bias", {emb}}},
+                {});
+  refused(kLlamaGraph, biased,
+          "holds 'trf_blocks.0.att.out_proj.bias', which the graph does not "
+          "read");
+  refused(kLlamaGraph,
+          CopyModel(dir, "llama_gqa", {}, {{"rms_norm_eps", "0.5"}}),
+          "eps differs between the graph's 1e-05 and the model's 0.5");
+  GraphOptions deep;
+  deep.layers = 1000000;
+  refused(kGptGraph, ReadCase("gpt_book_1l").model,
+          "1000000 layers asked for, but '" + ReadCase("gpt_book_1l").model +
+              "' holds a model of 1",
+          deep);
 }
 
 TEST(GraphModelTest, LayersOptionSetsTheRepeatCount) {
