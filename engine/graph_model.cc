@@ -33,14 +33,48 @@ namespace {
 using graph::Node;
 using graph::Op;
 
+// Roles of each block (lm::Role orders them kNorm1Scale to kDownBias), not
+// of the whole model.
+bool PerLayer(lm::Role role) {
+  return role >= lm::Role::kNorm1Scale && role <= lm::Role::kDownBias;
+}
+
+// Sets what `options` leave unset from `dims`.
+void FillUnset(ModelOptions& options, const AttentionDims& dims) {
+  if (!options.num_heads) options.num_heads = dims.num_heads;
+  if (!options.context_length) options.context_length = dims.context_length;
+  if (!options.num_kv_heads) options.num_kv_heads = dims.num_kv_heads;
+  if (!options.sliding_window) options.sliding_window = dims.sliding_window;
+  if (!options.rope.theta) options.rope = dims.rope;
+}
+
+// The attention dims the graph's first mha node gives, a repeat's block
+// searched too; none without one.
+AttentionDims GraphDims(const graph::GraphDef& def) {
+  for (const Node& node : def.nodes) {
+    if (node.op == Op::kMha) {
+      return {node.num_heads, node.context_length, node.num_kv_heads, node.rope,
+              node.sliding_window};
+    }
+    if (node.block) {
+      const AttentionDims dims = GraphDims(*node.block);
+      if (dims.num_heads || dims.context_length || dims.rope.theta) return dims;
+    }
+  }
+  return {};
+}
+
 // The tensors a graph names, under the book's names: a book file's own, or,
 // for another whole-model layout (Hugging Face GPT-2), the file's tensors
 // read through lm_layouts.cc's tables in the book's form, so that one name
 // table per layout serves both the graphs and the LM library.
 class GraphWeights {
  public:
+  // `graph_dims`: what the graph's nodes give, used where the options give
+  // nothing (as the graph itself will).
   static Result<GraphWeights> Open(const std::string& path,
-                                   const GraphOptions& options) {
+                                   const GraphOptions& options,
+                                   const AttentionDims& graph_dims) {
     GraphWeights weights;
     ATTN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
     weights.file_ = std::make_shared<const SafetensorsFile>(std::move(file));
@@ -53,6 +87,7 @@ class GraphWeights {
     if (!layout.empty()) {
       LmOptions lm_options;
       static_cast<ModelOptions&>(lm_options) = options;
+      FillUnset(lm_options, graph_dims);
       ATTN_ASSIGN_OR_RETURN(weights.model_,
                             lm::OpenModelFile(path, lm_options));
       weights.translate_ = layout.rfind("book-", 0) != 0;
@@ -100,11 +135,11 @@ class GraphWeights {
     return model_->config.num_layers;
   }
 
-  // After loading: a whole model's graph reads all of the model (every
-  // tensor of each block it read from, every tensor outside the blocks if
-  // it read one) and normalizes with the model's eps, so that it cannot run
-  // as another model (a Llama block graph without the file's biases).
-  Status CheckGraphRunsTheModel(const graph::GraphDef& def) const {
+  // After loading, a whole model's graph must have read all of the model:
+  // every tensor of each block it read from, and every one outside the
+  // blocks if it read one there, so that it cannot run as another model (a
+  // Llama block graph without the file's biases).
+  Status CheckReadTheModel() const {
     if (!model_) return {};
     const LmConfig& c = model_->config;
     std::set<std::pair<lm::Role, int64_t>> read;
@@ -113,13 +148,10 @@ class GraphWeights {
         read.insert(*role);
       }
     }
-    const auto per_layer = [](lm::Role r) {
-      return r >= lm::Role::kNorm1Scale && r <= lm::Role::kDownBias;
-    };
     for (const auto& [read_role, layer] : read) {
       for (int r = 0; r <= static_cast<int>(lm::Role::kHead); ++r) {
         const auto role = static_cast<lm::Role>(r);
-        if (per_layer(role) != per_layer(read_role) ||
+        if (PerLayer(role) != PerLayer(read_role) ||
             !model_->weights.has(role, layer) || read.count({role, layer})) {
           continue;
         }
@@ -129,24 +161,34 @@ class GraphWeights {
             "', which the graph does not read: it would run another model");
       }
     }
+    return {};
+  }
+
+  // A whole model's norms run at its eps (metadata or config.json).
+  Status CheckNormEps(const graph::GraphDef& def) const {
+    if (!model_) return {};
+    const double eps = model_->config.norm_eps;
     for (const Node& node : def.nodes) {
       const bool norm = node.op == Op::kLayerNorm || node.op == Op::kRmsNorm;
-      if (norm && node.eps != static_cast<float>(c.norm_eps)) {
-        char eps[64];
-        std::snprintf(eps, sizeof(eps), "%g and the model's %g", node.eps,
-                      c.norm_eps);
+      if (norm && node.eps != static_cast<float>(eps)) {
+        char text[64];
+        std::snprintf(text, sizeof(text), "%g and the model's %g", node.eps,
+                      eps);
         return InvalidArgument(node.Describe() + ": eps differs between " +
-                               "the graph's " + eps + " ('" + path() + "')");
+                               "the graph's " + text + " ('" + path() + "')");
       }
     }
     return {};
   }
 
+  // Whether names are read through the layout's table (not the book's).
+  bool translates() const { return translate_; }
+
   // Sets the heads and context of `dims` that it leaves unset from the
   // layout's configuration (a Hugging Face file's config.json), as the file's
   // metadata, which has neither, would.
   void FillLayoutDims(AttentionDims& dims) const {
-    if (!model_) return;
+    if (!translate_) return;
     if (!dims.num_heads) dims.num_heads = model_->config.num_heads;
     if (!dims.context_length) {
       dims.context_length = model_->config.context_length;
@@ -561,29 +603,12 @@ Result<int64_t> LayerCount(const SafetensorsFile& file,
   return options.layers ? options.layers : n_layers;
 }
 
-// Layer `layer`'s name of the first weight `repeat`'s block reads; its
-// prefix when the block reads none.
-std::string FirstWeightOf(const Node& repeat, int64_t layer) {
-  const std::string prefix = graph::LayerPrefix(repeat, layer);
-  for (const Node& node : repeat.block->nodes) {
-    if (!node.weights.empty()) {
-      return prefix + node.weights.begin()->second.front();
-    }
-  }
-  return prefix;
-}
-
-bool HoldsLayer(const GraphWeights& weights, const Node& repeat,
-                int64_t layer) {
-  const std::string name = FirstWeightOf(repeat, layer);
-  return weights.Find(name) || HasTensorUnder(weights.file(), name);
-}
-
 // A repeat node's layer count: GraphOptions::layers, else its `count`, else
-// the layers of a whole model's file, else how many layers, from 0 on, the
-// file holds. The count is checked before the block is copied once per
-// layer: no more than a whole model's blocks, the first and last layers'
-// weights there (50,000,000 layers took 15 GB before failing).
+// the layers of a whole model's file, else how many layers, from 0 on, have
+// a tensor under their prefix in the file. The count is checked before the
+// block is copied once per layer (50,000,000 layers took 15 GB to fail): no
+// more than a whole model's blocks, its last layer's prefix in the file
+// (whose names are the graph's: not a translated layout's).
 graph::RepeatCount CountLayersIn(const GraphWeights& weights,
                                  const GraphOptions& options) {
   return [&weights, &options](const Node& node) -> Result<int64_t> {
@@ -596,16 +621,20 @@ graph::RepeatCount CountLayersIn(const GraphWeights& weights,
     }
     int64_t layers = asked > 0 ? asked : held.value_or(0);
     if (layers == 0) {
-      while (HoldsLayer(weights, node, layers)) ++layers;
-    }
-    for (const int64_t layer : {int64_t{0}, std::max<int64_t>(layers - 1, 0)}) {
-      if (!HoldsLayer(weights, node, layer)) {
-        return InvalidArgument(
-            node.Describe() + ": weight '" + FirstWeightOf(node, layer) +
-            "' (layer " + std::to_string(layer) + " of " +
-            (layers ? std::to_string(layers) : std::string("at least 1")) +
-            ") is missing from '" + weights.path() + "'");
+      while (HasTensorUnder(weights.file(), graph::LayerPrefix(node, layers))) {
+        ++layers;
       }
+    }
+    const std::string last =
+        graph::LayerPrefix(node, std::max<int64_t>(layers - 1, 0));
+    if (!weights.translates() &&
+        (layers == 0 || !HasTensorUnder(weights.file(), last))) {
+      return InvalidArgument(node.Describe() + ": no tensor in '" +
+                             weights.path() + "' is named under '" + last +
+                             "', want " +
+                             (layers ? "layer " + std::to_string(layers - 1) +
+                                           " of " + std::to_string(layers)
+                                     : std::string("at least one layer")));
     }
     return layers;
   };
@@ -771,8 +800,9 @@ Result<std::shared_ptr<const GraphModel>> GraphModel::FromJson(
   auto impl = std::make_unique<Impl>();
   ATTN_ASSIGN_OR_RETURN(impl->def, graph::ParseGraph(json, source));
   ATTN_RETURN_IF_ERROR(ResolveRunOptions(options, *impl));
-  ATTN_ASSIGN_OR_RETURN(const GraphWeights weights,
-                        GraphWeights::Open(weights_path, options));
+  ATTN_ASSIGN_OR_RETURN(
+      const GraphWeights weights,
+      GraphWeights::Open(weights_path, options, GraphDims(impl->def)));
   ATTN_ASSIGN_OR_RETURN(
       const uint64_t weight_bytes,
       CheckWeightsFit(weights.file(), impl->max_memory_bytes));
@@ -788,8 +818,9 @@ Result<std::shared_ptr<const GraphModel>> GraphModel::FromJson(
                            "blocks in a repeat node");
   }
   ATTN_RETURN_IF_ERROR(BindLayers(weights, options, layers, source, *impl));
-  if (Status s = weights.CheckGraphRunsTheModel(impl->def); !s.ok()) {
-    return Status(s.code(), source + ": " + s.message());
+  for (const Status& s :
+       {weights.CheckReadTheModel(), weights.CheckNormEps(impl->def)}) {
+    if (!s.ok()) return Status(s.code(), source + ": " + s.message());
   }
   impl->types = graph::TensorTypes(impl->program, impl->dtype);
   {

@@ -45,7 +45,7 @@ struct Layout {
   LmArchitecture architecture;
   std::array<TensorName, kNumRoles> tensors;  // by Role
   // Buffers a PyTorch state dict may hold beside the weights, unread.
-  std::array<const char*, 3> buffers;
+  std::array<const char*, 5> buffers;
 };
 
 constexpr Form kT = Form::kTransposed;
@@ -128,7 +128,8 @@ const Layout kBookLlama = {"book-llama",
                              {"final_norm.weight"},
                              {},
                              {"out_head.weight"}}},
-                           {"trf_blocks.{i}.att.mask", "cos", "sin"}};
+                           {"trf_blocks.{i}.att.mask", "trf_blocks.{i}.att.cos",
+                            "trf_blocks.{i}.att.sin", "cos", "sin"}};
 
 // A layout and the prefix of its names in one file ("transformer." for
 // some Hugging Face GPT-2 files; never before lm_head.weight).
@@ -603,10 +604,13 @@ Status CheckFamily(const SafetensorsFile& file, const FileLayout& layout,
 
 }  // namespace
 
+const Layout& BookLayout(LmArchitecture architecture) {
+  return architecture == LmArchitecture::kGpt2 ? kBookGpt : kBookLlama;
+}
+
 std::optional<std::pair<Role, int64_t>> BookRole(LmArchitecture architecture,
                                                  const std::string& name) {
-  const Layout& book =
-      architecture == LmArchitecture::kGpt2 ? kBookGpt : kBookLlama;
+  const Layout& book = BookLayout(architecture);
   for (size_t role = 0; role < kNumRoles; ++role) {
     const char* pattern = book.tensors[role].name;
     if (!pattern) continue;
@@ -618,9 +622,7 @@ std::optional<std::pair<Role, int64_t>> BookRole(LmArchitecture architecture,
 }
 
 std::string BookName(LmArchitecture architecture, Role role, int64_t layer) {
-  const Layout& book =
-      architecture == LmArchitecture::kGpt2 ? kBookGpt : kBookLlama;
-  return FileLayout{&book, ""}.Name(role, layer);
+  return FileLayout{&BookLayout(architecture), ""}.Name(role, layer);
 }
 
 std::string DetectLayout(const SafetensorsFile& file) {

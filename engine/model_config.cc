@@ -122,10 +122,11 @@ Result<AttentionDims> ResolveAttentionDims(const SafetensorsFile& file,
                         MetadataCount(file, "sliding_window"));
   dims.sliding_window =
       first(option.sliding_window, attribute.sliding_window, window);
-  ATTN_ASSIGN_OR_RETURN(const RopeConfig rope, MetadataRope(file));
-  dims.rope = option.rope.theta      ? option.rope
-              : attribute.rope.theta ? attribute.rope
-                                     : rope;
+  if (option.rope.theta || attribute.rope.theta) {
+    dims.rope = option.rope.theta ? option.rope : attribute.rope;
+  } else {
+    ATTN_ASSIGN_OR_RETURN(dims.rope, MetadataRope(file));
+  }
   return dims;
 }
 

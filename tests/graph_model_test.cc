@@ -224,8 +224,7 @@ TEST(GraphModelTest, ALlamaFileForTheGptGraphFailsWithOneLine) {
       1)
       << outcome.stderr_text;
   EXPECT_NE(
-      outcome.stderr_text.find("weight 'trf_blocks.0.norm1.scale' (layer 0 "
-                               "of 2) is missing from '" +
+      outcome.stderr_text.find("weight 'pos_emb.weight' is missing from '" +
                                llama + "model.safetensors'"),
       std::string::npos)
       << outcome.stderr_text;
@@ -298,8 +297,8 @@ TEST(GraphModelTest, NewOpsRefuseBadGraphsWithOneLine) {
       ModelJson(Repeat(kBlockFile + ", " + prefix + R"(, "count": 0)")),
       "attribute 'count' is 0, want a positive integer");
   ExpectLoadError(ModelJson(Repeat(kBlockFile + R"(, "prefix": "h.{i}.")")),
-                  "weight 'h.0.norm1.scale' (layer 0 of 1) is missing from '" +
-                      kLm + "gpt_book_1l/model.safetensors'");
+                  "no tensor in '" + kLm +
+                      "gpt_book_1l/model.safetensors' is named under 'h.0.'");
   ExpectLoadError(
       ModelJson(Repeat(R"("graph": "no_such_block.json", )" + prefix)),
       "no_such_block.json");
@@ -372,7 +371,8 @@ TEST(GraphModelTest, RunTakesTheInputKindTheGraphHas) {
 }
 
 // `case_name`'s model copied into `dir` as F32, plus `extra` tensors of
-// ones and with `metadata` set; the copy's path.
+// ones and with `metadata` set (an empty value erases the key); the copy's
+// path.
 std::string CopyModel(
     const test::TempDir& dir, const std::string& case_name,
     const std::vector<std::pair<std::string, std::vector<int64_t>>>& extra,
@@ -396,7 +396,13 @@ std::string CopyModel(
     tensors.push_back({shapes[i].first, shapes[i].second, values[i].data()});
   }
   std::map<std::string, std::string> meta = file.metadata();
-  for (const auto& [key, value] : metadata) meta[key] = value;
+  for (const auto& [key, value] : metadata) {
+    if (value.empty()) {
+      meta.erase(key);
+    } else {
+      meta[key] = value;
+    }
+  }
   const std::string path = dir.Path(case_name + ".safetensors");
   EXPECT_TRUE(WriteSafetensors(path, tensors, meta).ok());
   return path;
@@ -439,6 +445,24 @@ TEST(GraphModelTest, WholeModelFilesRunAsTheLibraryRunsThem) {
           "1000000 layers asked for, but '" + ReadCase("gpt_book_1l").model +
               "' holds a model of 1",
           deep);
+}
+
+// A whole model's file is checked with the heads the graph's nodes give
+// when neither the options nor its metadata do.
+TEST(GraphModelTest, HeadsFromTheGraphServeAFileWithoutThem) {
+  test::TempDir dir;
+  const std::string headless =
+      CopyModel(dir, "gpt_book_1l", {}, {{"num_heads", ""}});
+  std::ifstream in(kSource + "/tools/graphs/transformer_block.json");
+  std::string block(std::istreambuf_iterator<char>(in), {});
+  const std::string mha = "\"op\": \"mha\",";
+  const size_t at = block.find(mha);
+  ASSERT_NE(at, std::string::npos);
+  block.insert(at + mha.size(), " \"attributes\": {\"num_heads\": 2},");
+  GraphOptions one;
+  one.layers = 1;
+  const auto loaded = GraphModel::FromJson(block, headless, one, "block.json");
+  EXPECT_TRUE(loaded.ok()) << loaded.status().message();
 }
 
 TEST(GraphModelTest, LayersOptionSetsTheRepeatCount) {

@@ -415,7 +415,10 @@ TEST_F(LmCliTest, TextModeFaultsNameTheirFlag) {
   };
   refused(Attn(text + " --prompt ABC", "/dev/full"),
           "cannot write the text to stdout");
-  refused(Attn(text + " --prompt ''"), "--prompt is empty");
+  refused(Attn("generate --weights /no/such/model --max-new-tokens 3 "
+               "--tokenizer " +
+               dir_.string() + " --prompt ''"),
+          "--prompt is empty");  // before the model is loaded
   refused(Attn(text + " --prompt 'A B'"), "--prompt: cannot encode");
   const fs::path larger = dir_ / "larger";
   fs::create_directories(larger);

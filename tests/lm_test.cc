@@ -800,6 +800,26 @@ TEST(LmErrors, FilesThatWouldRunAnotherModelAreRefused) {
             "'rope_factor' of");
 }
 
+// What the book's state dicts may hold beside the weights still loads: the
+// Llama notebooks' per-block mask, cos and sin buffers; and metadata rope
+// scaling without rope_theta when the options give the rope.
+TEST(LmLayouts, BuffersAndOverriddenMetadataStillLoad) {
+  const std::string buffered =
+      Rewrite("llama_gqa", "buffers.safetensors", [](Tensors& t, auto&) {
+        for (const char* buffer : {"mask", "cos", "sin"}) {
+          t["trf_blocks.0.att." + std::string(buffer)] = {{2, 2}, {0, 1, 2, 3}};
+        }
+      });
+  EXPECT_EQ(LoadError(buffered), "loaded");
+  const std::string no_theta =
+      Rewrite("llama_scaled_tied", "no_theta_scaled.safetensors",
+              [](Tensors&, auto& meta) { meta.erase("rope_theta"); });
+  EXPECT_NE(LoadError(no_theta), "loaded");
+  LmOptions options;
+  options.rope.theta = 500000;
+  EXPECT_TRUE(LanguageModel::Load(no_theta, options).ok());
+}
+
 // hf_gpt2's weights beside config.json `text`; the load's error.
 std::string LoadWithConfig(const std::string& name, const std::string& text) {
   const std::string dir = ::testing::TempDir() + "/" + name;

@@ -155,7 +155,6 @@ int GenerateFromFile(const GenerateArgs& args) {
 // The prompt's tokens as a batch of one row.
 Result<Prompts> EncodePrompt(const Gpt2Tokenizer& tokenizer,
                              const std::string& text) {
-  if (text.empty()) return InvalidArgument("--prompt is empty, want some text");
   Result<std::vector<int64_t>> ids = tokenizer.Encode(text);
   if (!ids.ok()) return InvalidArgument("--prompt: " + ids.status().message());
   Prompts prompts;
@@ -229,6 +228,9 @@ int Generate(const GenerateArgs& args) {
                  "attn: usage error: no prompts: want --input FILE --output "
                  "FILE, or --tokenizer DIR --prompt TEXT (see --help)\n");
     return kExitUsage;
+  }
+  if (!args.tokenizer.empty() && args.prompt.empty()) {
+    return Fail("--prompt is empty, want some text");  // before any load
   }
   InstallInterruptHandlers();
   return args.input.empty() ? GenerateText(args) : GenerateFromFile(args);
