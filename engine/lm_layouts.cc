@@ -429,6 +429,16 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
                            "' is missing or not a matrix: the feed-forward "
                            "block's first weight");
   }
+  // The head is read as the logits' width: one of another vocabulary would
+  // give logits of another width through a graph, which reads it as it is.
+  const std::vector<int64_t> head = RoleShape(file, layout, Role::kHead, 0);
+  const std::vector<int64_t> want = {c.vocab_size, c.emb_dim};
+  if (!head.empty() && head != want) {
+    return InvalidArgument("tensor '" + layout.Name(Role::kHead, 0) + "' in '" +
+                           file.path() + "' is " + ShapeString(head) +
+                           ", want " + ShapeString(want) +
+                           " (the token embedding's vocabulary and width)");
+  }
   return {};
 }
 

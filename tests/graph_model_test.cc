@@ -371,8 +371,8 @@ TEST(GraphModelTest, RunTakesTheInputKindTheGraphHas) {
 }
 
 // `case_name`'s model copied into `dir` as F32, plus `extra` tensors of
-// ones and with `metadata` set (an empty value erases the key); the copy's
-// path.
+// ones (in place of any of the same name) and with `metadata` set (an empty
+// value erases the key); the copy's path.
 std::string CopyModel(
     const test::TempDir& dir, const std::string& case_name,
     const std::vector<std::pair<std::string, std::vector<int64_t>>>& extra,
@@ -382,6 +382,9 @@ std::string CopyModel(
   std::vector<std::vector<float>> values;
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
   for (const TensorInfo& t : file.tensors()) {
+    const bool replaced = std::any_of(
+        extra.begin(), extra.end(), [&](auto& e) { return e.first == t.name; });
+    if (replaced) continue;
     values.push_back(file.ReadF32(t.name).value());
     shapes.emplace_back(t.name, t.shape);
   }
@@ -439,6 +442,13 @@ TEST(GraphModelTest, WholeModelFilesRunAsTheLibraryRunsThem) {
   refused(kLlamaGraph,
           CopyModel(dir, "llama_gqa", {}, {{"rms_norm_eps", "0.5"}}),
           "eps differs between the graph's 1e-05 and the model's 0.5");
+  // A head of another vocabulary: logits of another width.
+  const std::string model = ReadCase("gpt_book_1l").model;
+  const std::vector<int64_t> head =
+      SafetensorsFile::Open(model)->Find("out_head.weight")->shape;
+  const std::string narrow = CopyModel(
+      dir, "gpt_book_1l", {{"out_head.weight", {head[0] - 1, head[1]}}}, {});
+  refused(kGptGraph, narrow, "'out_head.weight' in");
   GraphOptions deep;
   deep.layers = 1000000;
   refused(kGptGraph, ReadCase("gpt_book_1l").model,
