@@ -547,9 +547,9 @@ Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
                    const HfConfig& hf, const LmOptions& options, LmConfig& c) {
   AttentionDims option = DimsOf(options);
   const auto& meta = file.metadata();
-  if (!option.num_heads && !meta.count("num_heads")) {
-    option.num_heads = hf.dims.num_heads;
-  }
+  const bool heads_from_hf =
+      !option.num_heads && !meta.count("num_heads") && hf.dims.num_heads;
+  if (heads_from_hf) option.num_heads = hf.dims.num_heads;
   if (!option.context_length && !meta.count("context_length")) {
     option.context_length = hf.dims.context_length;
   }
@@ -561,18 +561,20 @@ Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
         (layout.layout == &kHfGpt2 ? " or 'n_head' in a config.json beside it"
                                    : ""));
   }
-  ATTN_ASSIGN_OR_RETURN(const AttentionDims dims,
+  ATTN_ASSIGN_OR_RETURN(ResolvedDims dims,
                         ResolveAttentionDims(file, option, {}, "", ""));
+  if (heads_from_hf) dims.num_heads_from = "'n_head' of '" + hf.path + "'";
+  const std::string key = layout.Name(Role::kKey, 0);
+  KvHeadsFromRows(MatrixRows(RoleShape(file, layout, Role::kKey, 0)), key,
+                  c.emb_dim, dims);
+  ATTN_RETURN_IF_ERROR(
+      CheckHeads(dims, c.emb_dim, "emb_dim",
+                 "the columns of '" + layout.Name(Role::kTokEmb, 0) + "'"));
   c.num_heads = dims.num_heads;
+  c.num_kv_heads = dims.num_kv_heads;
   c.context_length = dims.context_length;
   c.rope = dims.rope;
   c.sliding_window = dims.sliding_window;
-  const int64_t head_dim = c.emb_dim / c.num_heads;
-  const int64_t kv_rows = MatrixRows(RoleShape(file, layout, Role::kKey, 0));
-  c.num_kv_heads = dims.num_kv_heads ? dims.num_kv_heads
-                   : kv_rows > 0 && head_dim && kv_rows % head_dim == 0
-                       ? kv_rows / head_dim
-                       : c.num_heads;
   return {};
 }
 

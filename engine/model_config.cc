@@ -85,19 +85,28 @@ Result<RopeConfig> MetadataRope(const SafetensorsFile& file) {
 
 }  // namespace
 
-Result<AttentionDims> ResolveAttentionDims(const SafetensorsFile& file,
-                                           const AttentionDims& option,
-                                           const AttentionDims& attribute,
-                                           const std::string& mask_name,
-                                           const std::string& who) {
+Result<ResolvedDims> ResolveAttentionDims(const SafetensorsFile& file,
+                                          const AttentionDims& option,
+                                          const AttentionDims& attribute,
+                                          const std::string& mask_name,
+                                          const std::string& who) {
   ATTN_ASSIGN_OR_RETURN(const int64_t heads, MetadataCount(file, "num_heads"));
   ATTN_ASSIGN_OR_RETURN(const int64_t context,
                         MetadataCount(file, "context_length"));
   const auto first = [](int64_t a, int64_t b, int64_t c) {
     return a ? a : b ? b : c;
   };
-  AttentionDims dims;
+  const auto from = [&](int64_t by_option, int64_t by_attribute,
+                        const char* key, const char* flag) {
+    return by_option ? std::string("the option ") + flag
+           : by_attribute
+               ? std::string("the node's attribute '") + key + "'"
+               : "metadata '" + std::string(key) + "' of '" + file.path() + "'";
+  };
+  ResolvedDims dims;
   dims.num_heads = first(option.num_heads, attribute.num_heads, heads);
+  dims.num_heads_from =
+      from(option.num_heads, attribute.num_heads, "num_heads", "--heads");
   if (dims.num_heads == 0) {
     // Only a graph node (named by `who`) has attributes.
     return InvalidArgument(
@@ -118,6 +127,10 @@ Result<AttentionDims> ResolveAttentionDims(const SafetensorsFile& file,
                         MetadataCount(file, "num_kv_heads"));
   dims.num_kv_heads =
       first(option.num_kv_heads, attribute.num_kv_heads, kv_heads);
+  if (dims.num_kv_heads) {
+    dims.num_kv_heads_from = from(option.num_kv_heads, attribute.num_kv_heads,
+                                  "num_kv_heads", "--kv-heads");
+  }
   ATTN_ASSIGN_OR_RETURN(const int64_t window,
                         MetadataCount(file, "sliding_window"));
   dims.sliding_window =
@@ -130,19 +143,38 @@ Result<AttentionDims> ResolveAttentionDims(const SafetensorsFile& file,
   return dims;
 }
 
+Status CheckHeads(const ResolvedDims& dims, int64_t width,
+                  const std::string& width_name,
+                  const std::string& width_from) {
+  const std::string heads = std::to_string(dims.num_heads);
+  if (width % dims.num_heads != 0) {
+    return InvalidArgument("num_heads is " + heads + " (from " +
+                           dims.num_heads_from + "), want a divisor of " +
+                           width_name + " " + std::to_string(width) + " (" +
+                           width_from + ")");
+  }
+  if (dims.num_kv_heads && dims.num_heads % dims.num_kv_heads != 0) {
+    return InvalidArgument(
+        "num_kv_heads is " + std::to_string(dims.num_kv_heads) + " (from " +
+        dims.num_kv_heads_from + "), want a divisor of num_heads " + heads);
+  }
+  return {};
+}
+
 AttentionDims DimsOf(const ModelOptions& options) {
   return {options.num_heads, options.context_length, options.num_kv_heads,
           options.rope, options.sliding_window};
 }
 
-int64_t KvHeadsOfShape(const TensorInfo* w_key, const MhaConfig& c) {
-  if (!w_key || w_key->shape.size() != 2 || c.num_heads <= 0 ||
-      c.d_out % c.num_heads != 0) {
-    return c.num_heads;
-  }
-  const int64_t head_dim = c.d_out / c.num_heads;
-  const int64_t rows = w_key->shape[0];
-  return rows > 0 && rows % head_dim == 0 ? rows / head_dim : c.num_heads;
+void KvHeadsFromRows(int64_t key_rows, const std::string& key_name,
+                     int64_t width, ResolvedDims& dims) {
+  if (dims.num_kv_heads) return;
+  const int64_t heads = dims.num_heads;
+  const int64_t head_dim = heads > 0 && width % heads == 0 ? width / heads : 0;
+  dims.num_kv_heads = head_dim && key_rows > 0 && key_rows % head_dim == 0
+                          ? key_rows / head_dim
+                          : heads;
+  dims.num_kv_heads_from = "the rows of '" + key_name + "'";
 }
 
 Status CheckDTypeSupported(DType dtype) {

@@ -30,25 +30,39 @@ struct AttentionDims {
   int64_t sliding_window = 0;  // 0: none
 };
 
+// The dims ResolveAttentionDims settles on, and, for errors, where it took
+// the heads from, e.g. "metadata 'num_heads' of 'm.safetensors'" (empty for
+// a field left 0).
+struct ResolvedDims : AttentionDims {
+  std::string num_heads_from, num_kv_heads_from;
+};
+
 // Each field from the first that sets it: `option` (the user's), `attribute`
 // (a graph node's; zeros for the MHA), the metadata of `file` (the field's
 // name, the rope fields as "rope_theta", "rope_factor", ...); the context
 // length last from the book's square causal buffer `mask_name` when the file
 // holds one. The rope fields come together from one source. Heads given
 // nowhere is an error starting with `who`.
-Result<AttentionDims> ResolveAttentionDims(const SafetensorsFile& file,
-                                           const AttentionDims& option,
-                                           const AttentionDims& attribute,
-                                           const std::string& mask_name,
-                                           const std::string& who);
+Result<ResolvedDims> ResolveAttentionDims(const SafetensorsFile& file,
+                                          const AttentionDims& option,
+                                          const AttentionDims& attribute,
+                                          const std::string& mask_name,
+                                          const std::string& who);
+
+// num_heads divides `width` (d_out, or a model's embedding width: named
+// `width_name`, read from `width_from`) and num_kv_heads, where set,
+// divides num_heads. The errors say where the heads came from.
+Status CheckHeads(const ResolvedDims& dims, int64_t width,
+                  const std::string& width_name, const std::string& width_from);
 
 // The fields of AttentionDims that `options` sets.
 AttentionDims DimsOf(const ModelOptions& options);
 
-// The K/V heads of `c` that weight `w_key` gives: its rows over head_dim
-// when whole heads, else num_heads (and reading W_key names the shape it
-// wants).
-int64_t KvHeadsOfShape(const TensorInfo* w_key, const MhaConfig& c);
+// Where nothing gave num_kv_heads: W_key's rows (`key_rows`, of tensor
+// `key_name`) over the head_dim of `width`, when whole heads, else
+// num_heads (and reading W_key names the shape it wants).
+void KvHeadsFromRows(int64_t key_rows, const std::string& key_name,
+                     int64_t width, ResolvedDims& dims);
 
 // Unsupported when this CPU cannot run `dtype` (bf16 needs AVX512_BF16).
 Status CheckDTypeSupported(DType dtype);

@@ -102,7 +102,8 @@ static void TestNullsAndFiles(void) {
                 "cannot open");
   EXPECT(model == NULL);
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_model_load_mha(bad_dir, NULL, &model), "not divisible");
+                attn_model_load_mha(bad_dir, NULL, &model),
+                "(from metadata 'num_heads' of");
   attn_model_destroy(NULL);
   attn_session_destroy(NULL);
 }
@@ -191,7 +192,7 @@ static void TestOptions(void) {
   options.num_heads = 3;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_model_load_mha(book, &options, &model),
-                "not divisible by num_heads 3");
+                "num_heads is 3 (from the option --heads)");
 
   /* A tuned file as an option (version 3) gives the default team size; a
    * version-2 struct does not read it; a bad file fails the load. */

@@ -148,7 +148,8 @@ TEST_F(CliTest, InputNameAndHeadsFlags) {
   fs::remove(output_);
   ExpectRefused(RunOn(kBook, input), 1, "input tensor 'input' is missing");
   ExpectRefused(RunOn(kBook, input, "--input-name tokens --heads 3"), 1,
-                "not divisible by num_heads 3");
+                "num_heads is 3 (from the option --heads), want a divisor of "
+                "d_out 2 (the rows of 'W_query.weight')");
   ExpectRefused(RunOn(kBook, input, "--input-name tokens --context-length 5"),
                 1, "sequence length 6 exceeds context_length 5");
 }
@@ -161,7 +162,8 @@ TEST_F(CliTest, AttentionVariantFlags) {
   EXPECT_EQ(RunOn(all, all).exit_code, 0);  // heads, RoPE, window: metadata
   fs::remove(output_);
   ExpectRefused(RunOn(gqa, gqa, "--kv-heads 3"), 1,
-                "num_kv_heads is 3, want a divisor of num_heads 8");
+                "num_kv_heads is 3 (from the option --kv-heads), want a "
+                "divisor of num_heads 8");
   ExpectRefused(RunOn(gqa, gqa, "--kv-heads 4"), 1,
                 "'W_key.weight' has shape [8, 10], want [16, 10]");
   ExpectRefused(RunOn(all, all, "--rope-factor 8"), 2, "--rope-theta");
@@ -181,7 +183,8 @@ TEST_F(CliTest, AttentionVariantFlags) {
 TEST_F(CliTest, BadGoldenFilesAreRefused) {
   const std::pair<const char*, const char*> cases[] = {
       {"wkey_transposed", "'W_key.weight' has shape [3, 4], want [4, 3]"},
-      {"heads_not_divisible", "not divisible by num_heads 3"},
+      {"heads_not_divisible",
+       "num_heads is 3 (from metadata 'num_heads' of '"},
       {"t_exceeds_context", "sequence length 5 exceeds context_length 4"},
       {"input_wrong_d_in", "has shape [1, 3, 5], want [batch, seq_len, 3]"},
       {"input_rank2", "has shape [3, 3], want [batch, seq_len, 3]"},

@@ -654,11 +654,12 @@ TEST(GraphValidationTest, HeadsFromOptionsElseMetadataElseError) {
             std::string::npos)
       << no_heads.status().message();
   GraphOptions options;
-  options.num_heads = 5;  // 16 is not divisible by 5
+  options.num_heads = 5;  // not a divisor of 16
   auto bad_heads = GraphModel::Load(kBlock, path, options);
   ASSERT_FALSE(bad_heads.ok());
   EXPECT_NE(bad_heads.status().message().find(
-                "d_out 16 is not divisible by num_heads 5"),
+                "num_heads is 5 (from the option --heads), want a divisor of "
+                "d_out 16 (the node's width)"),
             std::string::npos)
       << bad_heads.status().message();
 }

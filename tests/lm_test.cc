@@ -848,6 +848,39 @@ TEST(LmErrors, ConfigJsonMustAgreeWithTheWeights) {
             "is a JSON array, want an object");
 }
 
+// Heads that do not fit the weights name where they came from: an option,
+// the metadata, config.json, or W_key's rows.
+TEST(LmErrors, HeadsThatDoNotFitNameTheirSource) {
+  const std::string want_emb =
+      "want a divisor of emb_dim 32 (the columns of 'tok_emb.weight')";
+  LmOptions options;
+  options.num_heads = 5;
+  Result<std::shared_ptr<const LanguageModel>> model =
+      LanguageModel::Load(kLmDir + "gpt_book_1l/model.safetensors", options);
+  ASSERT_FALSE(model.ok());
+  ExpectHas(model.status().message(),
+            "num_heads is 5 (from the option --heads), " + want_emb);
+  const std::string meta = Rewrite(
+      "gpt_book_1l", "meta_heads.safetensors",
+      [](Tensors&, auto& metadata) { metadata["num_heads"] = "5"; });
+  ExpectHas(LoadError(meta), "num_heads is 5 (from metadata 'num_heads' of '" +
+                                 meta + "'), " + want_emb);
+  ExpectHas(LoadWithConfig("cfg_heads", R"({"n_head": 5})"),
+            "num_heads is 5 (from 'n_head' of '" + ::testing::TempDir() +
+                "/cfg_heads/config.json'), want a divisor of emb_dim 32 (the "
+                "columns of 'wte.weight')");
+  // Three K/V heads of 8 dims in W_key's rows, for 4 query heads.
+  const std::string key = "trf_blocks.0.att.W_key.weight";
+  ExpectHas(LoadError(Rewrite("llama_gqa", "kv_rows.safetensors",
+                              [&key](Tensors& t, auto& metadata) {
+                                metadata.erase("num_kv_heads");
+                                t[key].first = {24, 32};
+                                t[key].second.resize(24 * 32);
+                              })),
+            "num_kv_heads is 3 (from the rows of '" + key +
+                "'), want a divisor of num_heads 4");
+}
+
 TEST(LmErrors, ConvOneDShapesAreCheckedAsStored) {
   const std::string dir = ::testing::TempDir() + "/hf_bad";
   std::filesystem::create_directories(dir);
