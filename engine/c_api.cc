@@ -662,12 +662,14 @@ attn_status ToBatchOptions(const attn_lm_batch_options* c,
   return ATTN_OK;
 }
 
-// attn_sampler_options (version 1 is the whole struct); zero: the default.
+// attn_sampler_options: version 1 ended at seed; stream is read when the
+// caller's struct has it. Zero: the default.
 attn_status ToSamplingOptions(const attn_sampler_options* c,
                               attn::SamplingOptions* options) {
   if (!c) return ATTN_OK;
+  const size_t v1_end = offsetof(attn_sampler_options, seed) + sizeof(uint64_t);
   if (attn_status s = CheckStructSize("attn_sampler_options", c, c->struct_size,
-                                      sizeof(*c), sizeof(*c), sizeof(*c));
+                                      v1_end, sizeof(*c), sizeof(*c));
       s != ATTN_OK) {
     return s;
   }
@@ -675,6 +677,10 @@ attn_status ToSamplingOptions(const attn_sampler_options* c,
   options->top_k = c->top_k;
   if (c->top_p != 0.0) options->top_p = c->top_p;
   options->seed = c->seed;
+  if (Inside(c->struct_size, offsetof(attn_sampler_options, stream),
+             sizeof(uint64_t))) {
+    options->stream = c->stream;
+  }
   return ATTN_OK;
 }
 

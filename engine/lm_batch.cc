@@ -414,10 +414,11 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   auto impl = std::make_unique<Impl>();
   const LanguageModel::Impl& m = *model->impl_;
   const LmConfig& c = m.config;
-  if (options.max_sequences <= 0 || options.max_sequences > (1 << 20)) {
+  if (options.max_sequences <= 0 ||
+      options.max_sequences > LmBatchOptions::kMaxSequences) {
     return InvalidArgument("batch max_sequences is " +
-                           Str(options.max_sequences) +
-                           ", want a positive number of sequences");
+                           Str(options.max_sequences) + ", want 1 to " +
+                           Str(LmBatchOptions::kMaxSequences));
   }
   if (options.max_length < 0 || options.max_length > c.context_length) {
     return InvalidArgument("batch max_length is " + Str(options.max_length) +

@@ -129,8 +129,12 @@ Result<Sampler> Sampler::Create(const SamplingOptions& options) {
   return Sampler(options);
 }
 
-Sampler::Sampler(const SamplingOptions& options)
-    : options_(options), state_(options.seed) {}
+// A stream starts at a point of the seed's splitmix64 sequence that a hash
+// of its number picks: 2^64 long, so streams do not meet in practice.
+Sampler::Sampler(const SamplingOptions& options) : options_(options) {
+  uint64_t stream = options.stream;
+  state_ = options.seed + (stream ? SplitMix64(stream) : 0);
+}
 
 int64_t Sampler::Sample(const float* logits, int64_t vocab) {
   if (options_.temperature == 0.0) return Argmax(logits, vocab);

@@ -616,6 +616,31 @@ static void TestSampler(void) {
   }
   attn_sampler_destroy(s);
   attn_sampler_destroy(t);
+  /* A version-1 struct (it ended at seed) draws as stream 0; stream 1
+   * draws otherwise. */
+  options.temperature = 5;
+  options.struct_size = offsetof(attn_sampler_options, stream);
+  options.stream = 1; /* past the struct: not read */
+  EXPECT_STATUS(ATTN_OK, attn_sampler_create(&options, &s), "");
+  options.struct_size = sizeof options;
+  EXPECT_STATUS(ATTN_OK, attn_sampler_create(&options, &t), "");
+  {
+    attn_sampler* zero = NULL;
+    int differ = 0;
+    options.stream = 0;
+    EXPECT_STATUS(ATTN_OK, attn_sampler_create(&options, &zero), "");
+    for (i = 0; s && t && zero && i < 40; ++i) {
+      EXPECT_STATUS(ATTN_OK, attn_sampler_sample(s, logits, 4, &token), "");
+      EXPECT_STATUS(ATTN_OK, attn_sampler_sample(zero, logits, 4, &other), "");
+      EXPECT(token == other);
+      EXPECT_STATUS(ATTN_OK, attn_sampler_sample(t, logits, 4, &other), "");
+      differ += token != other;
+    }
+    EXPECT(differ > 0);
+    attn_sampler_destroy(zero);
+  }
+  attn_sampler_destroy(s);
+  attn_sampler_destroy(t);
   attn_sampler_destroy(NULL);
 }
 

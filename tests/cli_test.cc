@@ -183,8 +183,7 @@ TEST_F(CliTest, AttentionVariantFlags) {
 TEST_F(CliTest, BadGoldenFilesAreRefused) {
   const std::pair<const char*, const char*> cases[] = {
       {"wkey_transposed", "'W_key.weight' has shape [3, 4], want [4, 3]"},
-      {"heads_not_divisible",
-       "num_heads is 3 (from metadata 'num_heads' of '"},
+      {"heads_not_divisible", "num_heads is 3 (from metadata 'num_heads' of '"},
       {"t_exceeds_context", "sequence length 5 exceeds context_length 4"},
       {"input_wrong_d_in", "has shape [1, 3, 5], want [batch, seq_len, 3]"},
       {"input_rank2", "has shape [3, 3], want [batch, seq_len, 3]"},

@@ -263,6 +263,43 @@ TEST_F(LmCliTest, SeededSamplingIsReproducible) {
   EXPECT_NE(sample(8, 1), first);
 }
 
+// Each row samples from its own stream of the seed: its tokens are the same
+// beside other rows or without them, and when another row stops early.
+TEST_F(LmCliTest, SampledRowsDoNotDependOnTheOtherRows) {
+  const GoldenCase golden = FirstCase();
+  ASSERT_FALSE(golden.model.empty());
+  ASSERT_GE(golden.batch, 2);
+  const int64_t n = golden.max_new_tokens;
+  ASSERT_GE(n, 3);
+  const std::string sampling = "--temperature 2 --seed 7";
+  ASSERT_EQ(Generate(golden.model, golden.io, n, sampling).exit_code, 0);
+  const std::vector<int64_t> all = TakeTokens();
+  // The first row alone, as the only row of its file.
+  const SafetensorsFile io = std::move(*SafetensorsFile::Open(golden.io));
+  const std::vector<int64_t> ids = io.ReadI64("input_ids").value();
+  const int64_t width = static_cast<int64_t>(ids.size()) / golden.batch;
+  std::vector<int64_t> lengths(golden.batch, width);
+  if (io.Find("lengths")) lengths = io.ReadI64("lengths").value();
+  const std::vector<int64_t> first(ids.begin(), ids.begin() + lengths[0]);
+  ASSERT_EQ(
+      Generate(golden.model, WriteInput(first, 1, {}), n, sampling).exit_code,
+      0);
+  EXPECT_EQ(TakeTokens(), std::vector<int64_t>(all.begin(), all.begin() + n));
+  // Row 0 stops at its second token: every row is as before up to its first
+  // stop token, then that token.
+  const int64_t stop = all[1];
+  std::vector<int64_t> expected = all;
+  for (int64_t row = 0; row < golden.batch; ++row) {
+    const auto begin = expected.begin() + row * n, end = begin + n;
+    std::fill(std::find(begin, end, stop), end, stop);
+  }
+  ASSERT_EQ(Generate(golden.model, golden.io, n,
+                     sampling + " --stop-token " + std::to_string(stop))
+                .exit_code,
+            0);
+  EXPECT_EQ(TakeTokens(), expected);
+}
+
 TEST_F(LmCliTest, StopTokenFillsTheRestOfTheRow) {
   const GoldenCase golden = FirstCase();
   ASSERT_FALSE(golden.model.empty());
@@ -327,6 +364,35 @@ TEST_F(LmCliTest, GenerateFitsThePromptAndAllButTheLastNewToken) {
                          std::numeric_limits<int64_t>::max()));
 }
 
+// Sampling flags a double or a uint64 cannot hold are usage errors naming
+// the flag, not wrapped, saturated or rounded to 0.
+TEST_F(LmCliTest, SamplingFlagsOutOfRangeAreUsageErrors) {
+  const GoldenCase golden = FirstCase();
+  ASSERT_FALSE(golden.model.empty());
+  const std::pair<const char*, const char*> cases[] = {
+      {"--seed=-1",
+       "--seed: got '-1', want an integer from 0 to "
+       "18446744073709551615"},
+      {"--seed 18446744073709551616", "--seed: got '18446744073709551616'"},
+      {"--temperature 1e-400",
+       "--temperature: got '1e-400', beyond a "
+       "double's range"},
+      {"--temperature 1e400", "--temperature: got '1e400', beyond"},
+      {"--top-p 1.5",
+       "--top-p: got '1.5', want a number above 0 and at "
+       "most 1"}};
+  for (const auto& [flag, message] : cases) {
+    const Outcome outcome = Generate(golden.model, golden.io, 1, flag);
+    EXPECT_EQ(outcome.exit_code, 2) << flag;
+    EXPECT_NE(outcome.stderr_text.find(message), std::string::npos)
+        << outcome.stderr_text;
+    EXPECT_FALSE(fs::exists(output_));
+  }
+  const Outcome top = Generate(golden.model, golden.io, 1,
+                               "--temperature 1 --seed 18446744073709551615");
+  EXPECT_EQ(top.exit_code, 0) << top.stderr_text;
+}
+
 TEST_F(LmCliTest, BadInputsAreRefused) {
   const GoldenCase golden = FirstCase();
   ASSERT_FALSE(golden.model.empty());
@@ -338,7 +404,24 @@ TEST_F(LmCliTest, BadInputsAreRefused) {
   ExpectRefused(Run(golden.model, golden.model));  // no input_ids
   ExpectRefused(Generate(golden.model, golden.io, 1000000));
   ExpectRefused(Generate(golden.model, golden.io, 1, "--stop-token 1000000"));
-  ExpectRefused(Generate(golden.model, golden.io, 1, "--top-p 1.5"));
+  // Rows past what one LmBatch holds, named before any work.
+  const int64_t rows = LmBatchOptions::kMaxSequences + 1;
+  const Outcome many = Generate(
+      golden.model, WriteInput(std::vector<int64_t>(rows, 1), rows, {}), 1);
+  ExpectRefused(many);
+  EXPECT_NE(many.stderr_text.find("tensor 'input_ids'"), std::string::npos)
+      << many.stderr_text;
+  EXPECT_NE(many.stderr_text.find("batch at most 1048576"), std::string::npos)
+      << many.stderr_text;
+  // The tokens' output counts against --max-memory before it is made.
+  const Outcome output = Generate(
+      golden.model, WriteInput(std::vector<int64_t>(10000, 1), 10000, {}), 15,
+      "--max-memory 1M");
+  ExpectRefused(output);
+  EXPECT_NE(output.stderr_text.find(
+                "tokens [10000, 15] need 1200000 bytes, over the memory limit"),
+            std::string::npos)
+      << output.stderr_text;
   // An output in no directory: refused before the model is even opened.
   const std::string nowhere = (dir_ / "no" / "tokens.safetensors").string();
   const Outcome no_dir =
@@ -394,6 +477,16 @@ TEST_F(LmCliTest, TextModeStreamsTheTokensOfThePrompt) {
   std::ifstream in(out);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}),
             expected + "\n");
+  // The stop token ends the text without being shown.
+  const Outcome stopped = Attn(
+      "generate --weights " + golden.model + " --tokenizer " + dir_.string() +
+          " --prompt ABC --max-new-tokens 5 --stop-token " +
+          std::to_string(expected[2] - '!'),
+      out);
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.stderr_text;
+  std::ifstream stopped_in(out);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(stopped_in), {}),
+            expected.substr(0, expected.find(expected[2])) + "\n");
   ExpectRefused(Attn("generate --weights " + golden.model + " --tokenizer " +
                      dir_.string() + " --prompt ABC --max-new-tokens 100000"));
 }

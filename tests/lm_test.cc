@@ -860,9 +860,9 @@ TEST(LmErrors, HeadsThatDoNotFitNameTheirSource) {
   ASSERT_FALSE(model.ok());
   ExpectHas(model.status().message(),
             "num_heads is 5 (from the option --heads), " + want_emb);
-  const std::string meta = Rewrite(
-      "gpt_book_1l", "meta_heads.safetensors",
-      [](Tensors&, auto& metadata) { metadata["num_heads"] = "5"; });
+  const std::string meta =
+      Rewrite("gpt_book_1l", "meta_heads.safetensors",
+              [](Tensors&, auto& metadata) { metadata["num_heads"] = "5"; });
   ExpectHas(LoadError(meta), "num_heads is 5 (from metadata 'num_heads' of '" +
                                  meta + "'), " + want_emb);
   ExpectHas(LoadWithConfig("cfg_heads", R"({"n_head": 5})"),

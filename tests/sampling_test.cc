@@ -164,6 +164,25 @@ TEST(SamplingTest, DifferentSeedsDiffer) {
             Draws(Sampling(1.0, 2), flat, 100));
 }
 
+// Streams of one seed draw independently: stream 0 is the seed alone, and
+// neither stream follows the other one draw behind (as seed + 1 would with
+// a splitmix64 state taken as is).
+TEST(SamplingTest, StreamsOfOneSeedDiffer) {
+  const std::vector<float> flat(1000, 0.0f);
+  SamplingOptions options = Sampling(1.0, 5);
+  const std::vector<int64_t> seed_alone = Draws(options, flat, 100);
+  options.stream = 0;
+  EXPECT_EQ(Draws(options, flat, 100), seed_alone);
+  options.stream = 1;
+  const std::vector<int64_t> first = Draws(options, flat, 100);
+  EXPECT_EQ(Draws(options, flat, 100), first);
+  EXPECT_NE(first, seed_alone);
+  EXPECT_NE(std::vector<int64_t>(first.begin(), first.end() - 1),
+            std::vector<int64_t>(seed_alone.begin() + 1, seed_alone.end()));
+  options.stream = 2;
+  EXPECT_NE(Draws(options, flat, 100), first);
+}
+
 // Expects `options` refused with one line naming `field`.
 void ExpectRefused(const SamplingOptions& options, const std::string& field) {
   Result<Sampler> sampler = Sampler::Create(options);

@@ -36,21 +36,21 @@ struct GenerateArgs {
 using OnToken = std::function<Status(int64_t row, int64_t token)>;
 
 // Tokens [batch, max_new_tokens] after `prompts`: one Step of every prompt,
-// then one Step a token of every live row; each row's token sampled in row
-// order by one Sampler. A row that emits the stop token leaves the batch;
-// the rest of its row is the stop token.
+// then one Step a token of every live row; row r's tokens sampled by its
+// own Sampler (stream r of the seed), so they do not depend on the other
+// rows. A row that emits the stop token leaves the batch; the rest of its
+// row is the stop token.
 class Generation {
  public:
   Generation(std::shared_ptr<const LanguageModel> model, const Prompts& prompts,
-             const GenerateArgs& args, Sampler sampler)
-      : model_(std::move(model)),
-        prompts_(prompts),
-        args_(args),
-        sampler_(std::move(sampler)),
-        tokens_(static_cast<size_t>(prompts.batch * args.max_new_tokens)) {}
+             const GenerateArgs& args)
+      : model_(std::move(model)), prompts_(prompts), args_(args) {}
 
   Result<std::vector<int64_t>> Run(const OnToken& on_token) {
     ATTN_RETURN_IF_ERROR(StartPrompts());
+    // After the batch's memory check, as the output's own was before.
+    tokens_.assign(static_cast<size_t>(prompts_.batch * args_.max_new_tokens),
+                   0);
     for (int64_t step = 0; !requests_.empty(); ++step) {
       ATTN_RETURN_IF_ERROR(batch_->Step(requests_.data(), requests_.size()));
       ATTN_RETURN_IF_ERROR(ChooseTokens(step, on_token));
@@ -66,17 +66,22 @@ class Generation {
     // The last new token is never fed back (CheckPrompts checked the sum).
     options.max_length = prompts_.longest() + args_.max_new_tokens - 1;
     ATTN_ASSIGN_OR_RETURN(batch_, LmBatch::Create(model_, options));
+    SamplingOptions sampling = args_.sampling;
     for (int64_t b = 0; b < prompts_.batch; ++b) {
       ATTN_ASSIGN_OR_RETURN(const int64_t sequence, batch_->Add());
       requests_.push_back(
           {sequence, prompts_.row(b), prompts_.lengths[b], false});
       rows_.push_back(b);
+      sampling.stream = static_cast<uint64_t>(b);
+      ATTN_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(sampling));
+      samplers_.push_back(std::move(sampler));
     }
     return {};
   }
 
   // Samples request i's token for output column `step`; the next step
-  // feeds it back unless the row stopped or is full.
+  // feeds it back unless the row stopped (the stop token is not shown) or
+  // is full.
   Status ChooseTokens(int64_t step, const OnToken& on_token) {
     const int64_t vocab = model_->config().vocab_size;
     const int64_t n = args_.max_new_tokens;
@@ -85,12 +90,14 @@ class Generation {
     for (size_t i = 0; i < requests_.size(); ++i) {
       const int64_t row = rows_[i];
       int64_t* out = tokens_.data() + row * n;
-      out[step] = sampler_.Sample(batch_->logits(i), vocab);
-      ATTN_RETURN_IF_ERROR(on_token(row, out[step]));
+      out[step] = samplers_[row].Sample(batch_->logits(i), vocab);
       if (out[step] == args_.stop_token) {
         std::fill(out + step, out + n, args_.stop_token);
         ATTN_RETURN_IF_ERROR(batch_->Remove(requests_[i].sequence));
-      } else if (step + 1 < n) {
+        continue;
+      }
+      ATTN_RETURN_IF_ERROR(on_token(row, out[step]));
+      if (step + 1 < n) {
         next.push_back({requests_[i].sequence, out + step, 1, false});
         next_rows.push_back(row);
       }
@@ -103,23 +110,18 @@ class Generation {
   std::shared_ptr<const LanguageModel> model_;
   const Prompts& prompts_;
   const GenerateArgs& args_;
-  Sampler sampler_;
+  std::vector<Sampler> samplers_;  // per prompt row
   std::unique_ptr<LmBatch> batch_;
   std::vector<LmBatch::Request> requests_;  // the next Step's
   std::vector<int64_t> rows_;               // the prompt row of each request
   std::vector<int64_t> tokens_;             // [batch, max_new_tokens]
 };
 
-// The model, with the options that need its vocabulary checked, and the
-// sampler, seeded once for the whole run.
-struct Generator {
-  std::shared_ptr<const LanguageModel> model;
-  Sampler sampler;
-};
-
-// The sampling options are checked first, before a large model loads.
-Result<Generator> PrepareGenerator(const GenerateArgs& args) {
-  ATTN_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(args.sampling));
+// The model, with the options that need its vocabulary checked. The
+// sampling options are checked first, before a large model loads.
+Result<std::shared_ptr<const LanguageModel>> PrepareModel(
+    const GenerateArgs& args) {
+  ATTN_RETURN_IF_ERROR(Sampler::Create(args.sampling).status());
   ATTN_ASSIGN_OR_RETURN(auto model,
                         LoadLanguageModel(args.weights, args.model));
   const int64_t vocab = model->config().vocab_size;
@@ -128,7 +130,7 @@ Result<Generator> PrepareGenerator(const GenerateArgs& args) {
                            " is not a token id of the model, want from 0 to " +
                            std::to_string(vocab - 1));
   }
-  return Generator{std::move(model), std::move(sampler)};
+  return model;
 }
 
 // --input FILE --output FILE: `tokens` [batch, max_new_tokens] (I64).
@@ -136,13 +138,15 @@ int GenerateFromFile(const GenerateArgs& args) {
   // Where the output goes is checked before any work, written after it.
   const Status writable = CheckOutputPath(args.output);
   if (!writable.ok()) return Fail(writable.message());
-  auto generator = PrepareGenerator(args);
-  if (!generator.ok()) return Fail(generator.status().message());
-  auto prompts =
-      ReadPrompts(args.input, *generator->model, args.max_new_tokens);
+  auto model = PrepareModel(args);
+  if (!model.ok()) return Fail(model.status().message());
+  auto prompts = ReadPrompts(args.input, **model, args.max_new_tokens);
   if (!prompts.ok()) return Fail(prompts.status().message());
-  Generation generation(generator->model, *prompts, args,
-                        std::move(generator->sampler));
+  const Status fits =
+      CheckOutputFits("tokens", {prompts->batch, args.max_new_tokens}, 8,
+                      args.model.max_memory);
+  if (!fits.ok()) return Fail(fits.message());
+  Generation generation(*model, *prompts, args);
   auto tokens = generation.Run([](int64_t, int64_t) { return Status(); });
   if (!tokens.ok()) return Fail(tokens.status().message());
   const Status written = WriteOutputAtomically(
@@ -194,11 +198,11 @@ Status PrintToken(const Gpt2Tokenizer& tokenizer, const std::string& dir,
 int GenerateText(const GenerateArgs& args) {
   auto tokenizer = Gpt2Tokenizer::Load(args.tokenizer);
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
-  auto generator = PrepareGenerator(args);
-  if (!generator.ok()) return Fail(generator.status().message());
+  auto model = PrepareModel(args);
+  if (!model.ok()) return Fail(model.status().message());
   // A prompt's ids must be the model's: a larger vocabulary is another
   // model's.
-  const int64_t vocab = generator->model->config().vocab_size;
+  const int64_t vocab = (*model)->config().vocab_size;
   if (tokenizer->vocab_size() > vocab) {
     return Fail("--tokenizer '" + args.tokenizer + "' has token ids up to " +
                 std::to_string(tokenizer->vocab_size() - 1) +
@@ -207,11 +211,10 @@ int GenerateText(const GenerateArgs& args) {
   }
   auto prompts = EncodePrompt(*tokenizer, args.prompt);
   if (!prompts.ok()) return Fail(prompts.status().message());
-  const Status fits = CheckPrompts(*prompts, "--prompt", *generator->model,
-                                   args.max_new_tokens);
+  const Status fits =
+      CheckPrompts(*prompts, "--prompt", **model, args.max_new_tokens);
   if (!fits.ok()) return Fail(fits.message());
-  Generation generation(generator->model, *prompts, args,
-                        std::move(generator->sampler));
+  Generation generation(*model, *prompts, args);
   auto tokens = generation.Run([&](int64_t, int64_t id) {
     return PrintToken(*tokenizer, args.tokenizer, id);
   });
@@ -274,9 +277,12 @@ void AddSamplingFlags(CLI::App* command, GenerateArgs& args) {
       ->add_option("--top-p", args.sampling.top_p,
                    "then among the most probable tokens whose probabilities "
                    "sum to at least P (nucleus); 1: all")
-      ->check(PositiveNumber());
-  command->add_option("--seed", args.sampling.seed,
-                      "seed of the sampler's generator (default 0)");
+      ->check(Probability());
+  command
+      ->add_option("--seed", args.sampling.seed,
+                   "seed of the samplers' generators, one stream per row "
+                   "(default 0)")
+      ->check(Unsigned64());
   command
       ->add_option("--stop-token", args.stop_token,
                    "a row that emits this token stops; the rest of its "

@@ -134,7 +134,8 @@ int RunGraphOnTokens(const RunArgs& args,
   auto prompts = ReadPromptIds(args.input);
   if (!prompts.ok()) return Fail(prompts.status().message());
   const int64_t vocab = model->output_width();
-  const Status fits = CheckLogitsFit(*prompts, vocab, args.max_memory);
+  const Status fits = CheckOutputFits(
+      "logits", {prompts->batch, prompts->width, vocab}, 4, args.max_memory);
   if (!fits.ok()) return Fail(fits.message());
   const int64_t row_floats = prompts->width * vocab;
   std::vector<float> logits(static_cast<size_t>(prompts->batch * row_floats));

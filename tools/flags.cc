@@ -13,23 +13,25 @@ namespace {
 
 std::string Got(const std::string& text) { return "got '" + text + "', "; }
 
-// A finite number above 0, or from 0 when `zero_allowed`.
-CLI::Validator Number(bool zero_allowed) {
-  const std::string want =
-      zero_allowed ? "want a number of 0 or more" : "want a number above 0";
+// A number that a double holds (no overflow to inf, no underflow towards
+// 0) and `in_range` accepts, else "got ..., `want`".
+CLI::Validator Number(bool (*in_range)(double), const std::string& want,
+                      const std::string& name) {
   return CLI::Validator(
-      [zero_allowed, want](std::string& text) -> std::string {
+      [in_range, want](std::string& text) -> std::string {
         char* end = nullptr;
+        errno = 0;
         const double value = std::strtod(text.c_str(), &end);
-        const bool parsed = !text.empty() && *end == '\0' &&
+        const bool parsed = !text.empty() && *end == '\0' && errno == 0 &&
                             !std::isspace(static_cast<unsigned char>(text[0]));
-        const bool in_range = zero_allowed ? value >= 0 : value > 0;
-        if (!parsed || !std::isfinite(value) || !in_range) {
+        if (errno == ERANGE)
+          return Got(text) + "beyond a double's range, " + want;
+        if (!parsed || !std::isfinite(value) || !in_range(value)) {
           return Got(text) + want;
         }
         return "";
       },
-      zero_allowed ? "NUMBER >= 0" : "NUMBER > 0");
+      name);
 }
 
 }  // namespace
@@ -55,9 +57,37 @@ CLI::Validator IntegerIn(int64_t lo, int64_t hi) {
           : std::to_string(lo) + ".." + std::to_string(hi));
 }
 
-CLI::Validator PositiveNumber() { return Number(false); }
+CLI::Validator PositiveNumber() {
+  return Number([](double v) { return v > 0; }, "want a number above 0",
+                "NUMBER > 0");
+}
 
-CLI::Validator NonNegativeNumber() { return Number(true); }
+CLI::Validator NonNegativeNumber() {
+  return Number([](double v) { return v >= 0; }, "want a number of 0 or more",
+                "NUMBER >= 0");
+}
+
+CLI::Validator Probability() {
+  return Number([](double v) { return v > 0 && v <= 1; },
+                "want a number above 0 and at most 1", "0 < NUMBER <= 1");
+}
+
+CLI::Validator Unsigned64() {
+  const std::string want = "want an integer from 0 to " +
+                           std::to_string(std::numeric_limits<uint64_t>::max());
+  return CLI::Validator(
+      [want](std::string& text) -> std::string {
+        const bool digits =
+            !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+              return std::isdigit(static_cast<unsigned char>(c));
+            });
+        errno = 0;
+        if (digits) std::strtoull(text.c_str(), nullptr, 10);
+        if (!digits || errno != 0) return Got(text) + want;
+        return "";
+      },
+      "UINT64");
+}
 
 CLI::Validator ByteSize() {
   return CLI::Validator(

@@ -17,9 +17,16 @@ namespace attn::cli {
 CLI::Validator IntegerIn(int64_t lo,
                          int64_t hi = std::numeric_limits<int64_t>::max());
 
-// A finite number above 0 (seconds), or at least 0 (a percentage).
+// A finite number above 0 (seconds), or at least 0 (a percentage), or
+// above 0 and at most 1 (a share of the probability); a double must hold it
+// (1e400 and 1e-400 are refused, not taken as inf and 0).
 CLI::Validator PositiveNumber();
 CLI::Validator NonNegativeNumber();
+CLI::Validator Probability();
+
+// An integer from 0 to 2^64 - 1 (a seed), decimal digits only: CLI11 alone
+// wraps "-1" and saturates past the top.
+CLI::Validator Unsigned64();
 
 // A byte size such as 4096, 512M or 4G, at least 1 byte; goes before
 // CLI::AsSizeValue, which takes a leading '-' as a number and wraps it.

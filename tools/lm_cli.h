@@ -55,10 +55,11 @@ Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
 Status CheckPrompts(const Prompts& prompts, const std::string& where,
                     const LanguageModel& model, int64_t new_tokens);
 
-// The logits [batch, width, vocab] must fit `max_memory` (0: the default),
-// checked before they are allocated.
-Status CheckLogitsFit(const Prompts& prompts, int64_t vocab,
-                      uint64_t max_memory);
+// An output tensor `name` of `shape`, `element_bytes` each, must fit
+// `max_memory` (0: the default), checked before it is allocated.
+Status CheckOutputFits(const std::string& name,
+                       const std::vector<int64_t>& shape, size_t element_bytes,
+                       uint64_t max_memory);
 
 // `attn run` on a whole model: `output` gets `logits` [batch, width, vocab]
 // of every prompt token, zeros past a row's length. Returns the exit code.

@@ -59,12 +59,19 @@ int64_t Prompts::longest() const {
 
 namespace {
 
-// input_ids must be [batch, width] with both sizes at least 1.
+// input_ids must be [batch, width] with both sizes at least 1, and a
+// batch one LmBatch holds.
 Status CheckIdsShape(const TensorInfo& ids, const std::string& where) {
-  if (ids.shape.size() == 2 && ids.shape[0] > 0 && ids.shape[1] > 0) return {};
+  const int64_t most = LmBatchOptions::kMaxSequences;
+  if (ids.shape.size() == 2 && ids.shape[0] > 0 && ids.shape[0] <= most &&
+      ids.shape[1] > 0) {
+    return {};
+  }
   return InvalidArgument("tensor 'input_ids' in " + where + " has shape " +
                          ShapeString(ids.shape) +
-                         ", want [batch, tokens] with both at least 1");
+                         ", want [batch, tokens] with both at least 1 and "
+                         "batch at most " +
+                         std::to_string(most));
 }
 
 // Each row's length: `lengths` [batch] from 1 to width, else every row full.
@@ -124,6 +131,20 @@ Status CheckPrompts(const Prompts& prompts, const std::string& where,
     }
   }
   return {};
+}
+
+Status CheckOutputFits(const std::string& name,
+                       const std::vector<int64_t>& shape, size_t element_bytes,
+                       uint64_t max_memory) {
+  if (max_memory == 0) max_memory = DefaultMaxMemoryBytes();
+  double bytes = static_cast<double>(element_bytes);
+  for (int64_t d : shape) bytes *= static_cast<double>(d);
+  if (bytes <= static_cast<double>(max_memory)) return {};
+  return OutOfMemory(name + " " + ShapeString(shape) + " need " +
+                     std::to_string(static_cast<uint64_t>(bytes)) +
+                     " bytes, over the memory limit of " +
+                     std::to_string(max_memory) +
+                     " bytes (raise it with --max-memory)");
 }
 
 Result<Prompts> ReadPromptIds(const std::string& path) {

@@ -9,20 +9,6 @@
 #include "tools/lm_cli.h"
 
 namespace attn::cli {
-
-Status CheckLogitsFit(const Prompts& prompts, int64_t vocab,
-                      uint64_t max_memory) {
-  if (max_memory == 0) max_memory = DefaultMaxMemoryBytes();
-  const double bytes = 4.0 * prompts.batch * prompts.width * vocab;
-  if (bytes <= static_cast<double>(max_memory)) return {};
-  return OutOfMemory(
-      "logits [" + std::to_string(prompts.batch) + ", " +
-      std::to_string(prompts.width) + ", " + std::to_string(vocab) + "] need " +
-      std::to_string(static_cast<uint64_t>(bytes)) +
-      " bytes, over the memory limit of " + std::to_string(max_memory) +
-      " bytes (raise it with --max-memory)");
-}
-
 namespace {
 
 // Runs every row's prompt in one Step; logits [batch, width, vocab], zeros
@@ -59,7 +45,8 @@ int RunLanguageModel(const std::string& weights, const std::string& input,
   auto prompts = ReadPrompts(input, **model, 0);
   if (!prompts.ok()) return Fail(prompts.status().message());
   const int64_t vocab = (*model)->config().vocab_size;
-  const Status fits = CheckLogitsFit(*prompts, vocab, flags.max_memory);
+  const Status fits = CheckOutputFits(
+      "logits", {prompts->batch, prompts->width, vocab}, 4, flags.max_memory);
   if (!fits.ok()) return Fail(fits.message());
   auto logits = AllLogits(*model, *prompts);
   if (!logits.ok()) return Fail(logits.status().message());

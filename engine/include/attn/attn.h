@@ -497,18 +497,21 @@ ATTN_API attn_status attn_lm_batch_logits(const attn_lm_batch* batch,
 /* How to pick the next token: greedy (argmax, the lowest id on ties) at
  * temperature 0, else the book's chapter-5 generate: top-k, temperature,
  * top-p, then a draw from a generator seeded once. Zero means "not set
- * here"; struct_size as for attn_lm_options (version 1 is the whole
- * struct). */
+ * here"; struct_size as for attn_lm_options; this is version 2. Version 1
+ * ended at seed (struct_size 40 on 64-bit targets). */
 typedef struct attn_sampler_options {
   size_t struct_size;
   double temperature; /* >= 0; 0: greedy */
   int64_t top_k;      /* >= 0; 0: every token */
   double top_p;       /* in [0, 1]; 0 or 1: no nucleus cut */
   uint64_t seed;
+  /* Samplers of one seed and different streams draw independently (one
+   * per sequence); stream 0 draws as the seed alone. */
+  uint64_t stream;
 } attn_sampler_options;
 
 #define ATTN_SAMPLER_OPTIONS_INIT \
-  { sizeof(attn_sampler_options), 0, 0, 0, 0 }
+  { sizeof(attn_sampler_options), 0, 0, 0, 0, 0 }
 
 /* A sampler, to release with attn_sampler_destroy. options may be NULL
  * (greedy). On failure *sampler is set to NULL. */

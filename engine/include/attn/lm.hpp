@@ -91,7 +91,8 @@ class ATTN_API LanguageModel {
 };
 
 struct LmBatchOptions {
-  int64_t max_sequences = 1;  // sequences held at once
+  static constexpr int64_t kMaxSequences = int64_t{1} << 20;
+  int64_t max_sequences = 1;  // sequences held at once, 1 to kMaxSequences
   int64_t max_length = 0;     // tokens per sequence; 0: context_length
 };
 
@@ -160,6 +161,10 @@ struct SamplingOptions {
   int64_t top_k = 0;         // 0: every token
   double top_p = 1.0;        // 1: no nucleus cut
   uint64_t seed = 0;
+  // Samplers of one seed and different streams draw independently, e.g.
+  // one per sequence, so that a sequence's tokens do not depend on which
+  // others are sampled beside it. Stream 0 draws as the seed alone.
+  uint64_t stream = 0;
 };
 
 class ATTN_API Sampler {
