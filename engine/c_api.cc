@@ -816,17 +816,28 @@ attn_status attn_lm_batch_step(attn_lm_batch* batch,
     if (!batch) return NullArgument("batch");
     if (!requests && count > 0) return NullArgument("requests");
     batch->rows.clear();  // the last step's logits are gone either way
+    // Before the array is read: a sequence appears once at most.
+    const int64_t most = batch->batch->max_sequences();
+    if (count > static_cast<size_t>(most)) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  ("count is " + std::to_string(count) +
+                   ", want at most max_sequences " + std::to_string(most) +
+                   " (each sequence once)")
+                      .c_str());
+    }
     std::vector<attn::LmBatch::Request> reqs;
     if (attn_status s = ToRequests(requests, count, &reqs); s != ATTN_OK) {
       return s;
+    }
+    std::vector<int64_t> rows;  // made first: the step cannot fail after
+    for (const attn::LmBatch::Request& r : reqs) {
+      rows.push_back(r.all_logits ? r.count : 1);
     }
     if (attn_status s = Check(batch->batch->Step(reqs.data(), reqs.size()));
         s != ATTN_OK) {
       return s;
     }
-    for (const attn::LmBatch::Request& r : reqs) {
-      batch->rows.push_back(r.all_logits ? r.count : 1);
-    }
+    batch->rows = std::move(rows);
     return ATTN_OK;
   });
 }
@@ -837,11 +848,13 @@ attn_status attn_lm_batch_logits(const attn_lm_batch* batch, size_t request,
     if (!batch) return NullArgument("batch");
     if (!logits) return NullArgument("logits");
     if (!rows) return NullArgument("rows");
+    *logits = nullptr;
+    *rows = 0;
     if (request >= batch->rows.size()) {
       return Fail(ATTN_INVALID_ARGUMENT,
-                  ("request is " + std::to_string(request) +
-                   ", want one of the last successful step's " +
-                   std::to_string(batch->rows.size()))
+                  ("request is " + std::to_string(request) + ", want below " +
+                   std::to_string(batch->rows.size()) +
+                   " (the requests of the last successful step)")
                       .c_str());
     }
     *logits = batch->batch->logits(request);

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -55,10 +56,10 @@ struct LmBatch::Impl {
   std::shared_ptr<OwnedBuffers> prompt_buffers =
       std::make_shared<OwnedBuffers>();
   std::vector<bool> live;  // per slot
-  // The step being run: new tokens per slot, each row's token and
-  // position, the rows whose logits are kept, and each request's first
-  // logits row.
-  std::vector<int64_t> counts, row_tokens, row_positions;
+  // The step being run: new tokens and tokens held before it per slot,
+  // each row's token and position, the rows whose logits are kept, and
+  // each request's first logits row.
+  std::vector<int64_t> counts, held_before, row_tokens, row_positions;
   std::vector<int64_t> logit_rows;
   std::vector<size_t> logits_first;
   StepBuffers buffers;
@@ -93,6 +94,9 @@ struct LmBatch::Impl {
   Status RunBlocks(int64_t rows);
   void RunHead();
   Status Run();  // the packed step
+  // After a step that failed part-way: every layer's cache back to the
+  // tokens it held before.
+  void RollBack();
 };
 
 uint64_t LmBatch::Impl::HeldBesides(size_t layer) const {
@@ -121,6 +125,11 @@ uint64_t LmBatch::Impl::HeldBytes() const {
 Status LmBatch::Impl::CheckRequests(const Request* requests,
                                     size_t count) const {
   if (count > 0 && !requests) return InvalidArgument("step: requests is null");
+  if (count > static_cast<size_t>(B)) {
+    return InvalidArgument("step has " + Str(int64_t(count)) +
+                           " requests, want at most max_sequences " + Str(B) +
+                           " (each sequence once)");
+  }
   std::vector<bool> seen(static_cast<size_t>(B), false);
   const int64_t vocab = m->config.vocab_size;
   for (size_t i = 0; i < count; ++i) {
@@ -172,10 +181,9 @@ void LmBatch::Impl::PackRows(const Request* requests, size_t count) {
     const Request& r = requests[i];
     counts[b] = r.count;
     const int64_t first_row = static_cast<int64_t>(row_tokens.size());
-    const int64_t held = decoders[0]->length(b);
     for (int64_t t = 0; t < r.count; ++t) {
       row_tokens.push_back(r.tokens[t]);
-      row_positions.push_back(held + t);
+      row_positions.push_back(held_before[b] + t);
     }
     logits_first[i] = logit_rows.size();
     for (int64_t t = r.all_logits ? 0 : r.count - 1; t < r.count; ++t) {
@@ -353,7 +361,7 @@ int64_t LmBatch::Impl::KeepLogitRows(float* x, float* branch) const {
 }
 
 // The blocks over the packed rows. A decoder that fails leaves the caches
-// of the layers before it holding the step's tokens: they are cut back.
+// of the layers before it holding the step's tokens (Step rolls them back).
 Status LmBatch::Impl::RunBlocks(int64_t rows) {
   StepBuffers& b = buffers;
   auto* x = static_cast<float*>(b.x.data());
@@ -363,16 +371,7 @@ Status LmBatch::Impl::RunBlocks(int64_t rows) {
   for (size_t l = 0; l < m->layers.size(); ++l) {
     const lm::Layer& layer = m->layers[l];
     Norm(layer.norm1, x, rows, normed);
-    const Status attended = decoders[l]->Prefill(normed, counts.data(), branch);
-    if (!attended.ok()) {
-      for (size_t done = 0; done < l; ++done) {
-        for (int64_t s = 0; s < B; ++s) {
-          const int64_t held = decoders[done]->length(s) - counts[s];
-          (void)decoders[done]->Truncate(s, held);
-        }
-      }
-      return attended;
-    }
+    ATTN_RETURN_IF_ERROR(decoders[l]->Prefill(normed, counts.data(), branch));
     if (l + 1 == m->layers.size()) rows = KeepLogitRows(x, branch);
     const size_t n = size_t(rows * m->config.emb_dim);
     kernels::Add(x, branch, x, n, m->num_threads);
@@ -392,6 +391,16 @@ Status LmBatch::Impl::Run() {
   ATTN_RETURN_IF_ERROR(RunBlocks(rows));
   RunHead();
   return {};
+}
+
+void LmBatch::Impl::RollBack() {
+  for (auto& decoder : decoders) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (decoder->length(b) > held_before[b]) {
+        (void)decoder->Truncate(b, held_before[b]);
+      }
+    }
+  }
 }
 
 // The final norm and the head, on the rows asked for (KeepLogitRows put
@@ -454,6 +463,7 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   impl->capacity = capacity;
   impl->live.assign(size_t(impl->B), false);
   impl->counts.assign(size_t(impl->B), 0);
+  impl->held_before.assign(size_t(impl->B), 0);
   impl->model = std::move(model);  // HeldBytes reads the weights through it
   const ThreadScope threads(m.num_threads);
   for (size_t l = 0; l < m.layers.size(); ++l) {
@@ -519,10 +529,23 @@ int64_t LmBatch::max_length() const { return impl_->capacity; }
 Status LmBatch::Step(const Request* requests, size_t count) {
   Impl& d = *impl_;
   d.logits_first.clear();  // no logits from a failed step, refused or not
-  ATTN_RETURN_IF_ERROR(d.CheckRequests(requests, count));
-  d.PackRows(requests, count);
-  const Status s = d.Run();
-  if (!s.ok()) d.logits_first.clear();
+  // A step that fails part-way, returning an error or out of memory in an
+  // allocation, leaves every sequence as it was.
+  for (int64_t b = 0; b < d.B; ++b) d.held_before[b] = d.decoders[0]->length(b);
+  Status s;
+  try {
+    s = d.CheckRequests(requests, count);
+    if (s.ok()) {
+      d.PackRows(requests, count);
+      s = d.Run();
+    }
+  } catch (const std::bad_alloc&) {
+    s = OutOfMemory("out of memory");  // short: no allocation to make it
+  }
+  if (!s.ok()) {
+    d.RollBack();
+    d.logits_first.clear();
+  }
   return s;
 }
 

@@ -98,7 +98,7 @@ Result<ResolvedDims> ResolveAttentionDims(const SafetensorsFile& file,
   };
   const auto from = [&](int64_t by_option, int64_t by_attribute,
                         const char* key, const char* flag) {
-    return by_option ? std::string("the option ") + flag
+    return by_option ? "option " + std::string(key) + ", " + flag
            : by_attribute
                ? std::string("the node's attribute '") + key + "'"
                : "metadata '" + std::string(key) + "' of '" + file.path() + "'";

@@ -497,7 +497,15 @@ static void TestStepErrors(const attn_lm* model, int64_t vocab) {
                 attn_lm_batch_logits(batch, 0, &logits, NULL),
                 "rows must not be NULL");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_batch_logits(batch, 1, &logits, &rows), "request is 1");
+                attn_lm_batch_logits(batch, 1, &logits, &rows),
+                "request is 1, want below 1");
+  EXPECT(logits == NULL && rows == 0); /* nothing left from before */
+  /* More requests than sequences: refused before the array is read (it
+   * has two elements). */
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 3),
+                "count is 3, want at most max_sequences 2");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, SIZE_MAX),
+                "want at most max_sequences 2");
   tokens[1] = vocab;
   r[0].tokens = tokens + 1;
   snprintf(out_of_range, sizeof out_of_range, "token id %lld",

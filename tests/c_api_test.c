@@ -192,7 +192,7 @@ static void TestOptions(void) {
   options.num_heads = 3;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_model_load_mha(book, &options, &model),
-                "num_heads is 3 (from the option --heads)");
+                "num_heads is 3 (from option num_heads, --heads)");
 
   /* A tuned file as an option (version 3) gives the default team size; a
    * version-2 struct does not read it; a bad file fails the load. */

@@ -147,9 +147,10 @@ TEST_F(CliTest, InputNameAndHeadsFlags) {
   EXPECT_EQ(RunOn(kBook, input, "--input-name tokens").exit_code, 0);
   fs::remove(output_);
   ExpectRefused(RunOn(kBook, input), 1, "input tensor 'input' is missing");
-  ExpectRefused(RunOn(kBook, input, "--input-name tokens --heads 3"), 1,
-                "num_heads is 3 (from the option --heads), want a divisor of "
-                "d_out 2 (the rows of 'W_query.weight')");
+  ExpectRefused(
+      RunOn(kBook, input, "--input-name tokens --heads 3"), 1,
+      "num_heads is 3 (from option num_heads, --heads), want a divisor of "
+      "d_out 2 (the rows of 'W_query.weight')");
   ExpectRefused(RunOn(kBook, input, "--input-name tokens --context-length 5"),
                 1, "sequence length 6 exceeds context_length 5");
 }
@@ -161,9 +162,10 @@ TEST_F(CliTest, AttentionVariantFlags) {
   const std::string all = (kGolden / "mha_gqa_all.safetensors").string();
   EXPECT_EQ(RunOn(all, all).exit_code, 0);  // heads, RoPE, window: metadata
   fs::remove(output_);
-  ExpectRefused(RunOn(gqa, gqa, "--kv-heads 3"), 1,
-                "num_kv_heads is 3 (from the option --kv-heads), want a "
-                "divisor of num_heads 8");
+  ExpectRefused(
+      RunOn(gqa, gqa, "--kv-heads 3"), 1,
+      "num_kv_heads is 3 (from option num_kv_heads, --kv-heads), want a "
+      "divisor of num_heads 8");
   ExpectRefused(RunOn(gqa, gqa, "--kv-heads 4"), 1,
                 "'W_key.weight' has shape [8, 10], want [16, 10]");
   ExpectRefused(RunOn(all, all, "--rope-factor 8"), 2, "--rope-theta");

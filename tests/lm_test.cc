@@ -859,7 +859,7 @@ TEST(LmErrors, HeadsThatDoNotFitNameTheirSource) {
       LanguageModel::Load(kLmDir + "gpt_book_1l/model.safetensors", options);
   ASSERT_FALSE(model.ok());
   ExpectHas(model.status().message(),
-            "num_heads is 5 (from the option --heads), " + want_emb);
+            "num_heads is 5 (from option num_heads, --heads), " + want_emb);
   const std::string meta =
       Rewrite("gpt_book_1l", "meta_heads.safetensors",
               [](Tensors&, auto& metadata) { metadata["num_heads"] = "5"; });

@@ -474,14 +474,15 @@ ATTN_API int64_t attn_lm_batch_length(const attn_lm_batch* batch,
  * more adds a new struct and function instead. */
 typedef struct attn_lm_request {
   int64_t sequence;      /* a live sequence, at most once per step */
-  const int64_t* tokens; /* count ids in [0, vocab_size) */
-  int64_t count;
-  int all_logits; /* 1: every new token's logits; 0: the last one's */
+  const int64_t* tokens; /* count ids in [0, vocab_size); never NULL */
+  int64_t count;         /* at least 1 */
+  int all_logits;        /* 1: every new token's logits; 0: the last one's */
 } attn_lm_request;
 
 /* Appends each request's tokens to its sequence and computes the logits
- * asked for. Sequences, token ids and lengths (at most max_length) are
- * checked first: on an error no sequence changes, and no logits are left to
+ * asked for. count is at most max_sequences. Sequences, token ids and
+ * lengths (at most max_length) are checked first; on any error, out of
+ * memory part-way included, no sequence changes, and no logits are left to
  * read. requests may be NULL when count is 0 (a step of nothing). */
 ATTN_API attn_status attn_lm_batch_step(attn_lm_batch* batch,
                                         const attn_lm_request* requests,
@@ -489,7 +490,8 @@ ATTN_API attn_status attn_lm_batch_step(attn_lm_batch* batch,
 
 /* Request `request`'s logits from the last successful step: *logits points
  * at [*rows, vocab_size] floats (rows: its count with all_logits, else 1),
- * owned by the batch and valid until its next step. */
+ * owned by the batch and valid until its next step. On failure *logits is
+ * NULL and *rows 0. */
 ATTN_API attn_status attn_lm_batch_logits(const attn_lm_batch* batch,
                                           size_t request, const float** logits,
                                           int64_t* rows);

@@ -134,8 +134,9 @@ class ATTN_API LmBatch {
     bool all_logits = false;  // every new token's logits, else the last's
   };
   // Appends each request's tokens to its sequence (each sequence at most
-  // once per step) and computes the logits asked for. Token ids, lengths
-  // and sequences are checked first: on an error no sequence changes.
+  // once per step, so count <= max_sequences) and computes the logits asked
+  // for. Token ids, lengths and sequences are checked first; on any error,
+  // out of memory part-way included, no sequence changes.
   Status Step(const Request* requests, size_t count);
   // Request i's logits from the last Step: [rows, vocab_size] with rows its
   // count when all_logits, else 1. Valid until the next Step; null after a
