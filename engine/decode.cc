@@ -370,6 +370,7 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   ATTN_RETURN_IF_ERROR(impl->ShareSteps());
   impl->row_seqs.reserve(static_cast<size_t>(impl->B));
   impl->row_positions.reserve(static_cast<size_t>(impl->B));
+  impl->prompt_seqs.reserve(static_cast<size_t>(impl->B));
   ATTN_ASSIGN_OR_RETURN(impl->step, impl->MakeStep(impl->B));
   impl->model = std::move(model);
   return std::unique_ptr<MhaDecoder>(new MhaDecoder(std::move(impl)));
@@ -468,8 +469,12 @@ size_t MhaDecoder::cache_bytes() const {
 }
 size_t MhaDecoder::workspace_bytes() const { return impl_->WorkspaceBytes(); }
 size_t MhaDecoder::decode_kv_bytes() const {
+  // A sliding window reads its last `window` keys only.
+  const int64_t window = impl_->m->config.sliding_window;
   size_t keys = 0;
-  for (int64_t n : impl_->lengths) keys += static_cast<size_t>(n + 1);
+  for (int64_t n : impl_->lengths) {
+    keys += static_cast<size_t>(window > 0 ? std::min(n + 1, window) : n + 1);
+  }
   // K/V rows are Hkv heads of D wide (d_out without grouping).
   return 2 * keys * static_cast<size_t>(impl_->Hkv * impl_->D) * sizeof(float);
 }

@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <string>
 
@@ -33,7 +34,7 @@ int AffinityCores() {
 }
 
 Result<TunedConfig> ReadTunedConfig(const std::string& path) {
-  const std::string what = "tuned config '" + path + "'";
+  const std::string what = "tuned config " + Quoted(path);
   Result<std::string> text = ReadRegularFile(path, kMaxTunedFileBytes, what);
   if (!text.ok()) return text.status();
   Result<nlohmann::json> parsed =
@@ -68,7 +69,9 @@ Result<int> EnvNumThreads() {
   if (!env || !*env) return 0;
   char* end = nullptr;
   const long value = std::strtol(env, &end, 10);
-  if (*end != '\0' || value <= 0 || value > kMaxThreads) {
+  // Digits only: strtol would also take " 4" and "+4".
+  if (!std::isdigit(static_cast<unsigned char>(*env)) || *end != '\0' ||
+      value <= 0 || value > kMaxThreads) {
     return InvalidArgument("ATTN_NUM_THREADS is " + Quoted(env, kQuotedChars) +
                            ", want a positive integer up to " +
                            std::to_string(kMaxThreads));

@@ -209,6 +209,14 @@ TEST_F(CliHostileTest, HostileGraphAndConfigFilesFailCleanly) {
     EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
     EXPECT_FALSE(Exists(output_));
   }
+  // A name holding a newline is quoted: the message stays one line.
+  const std::string odd = dir_.Write("odd\nconfig", "{\"num_threads\": 0}");
+  std::vector<std::string> args = RunArgs(w, x);
+  args.insert(args.end(), {"--config", odd});
+  const Outcome out = Run(args);
+  EXPECT_EQ(out.exit_code, 1) << out.err;
+  EXPECT_NE(out.err.find("odd\\x0aconfig'"), std::string::npos) << out.err;
+  EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
 }
 
 TEST_F(CliHostileTest, FailedRunKeepsTheExistingOutput) {

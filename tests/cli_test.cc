@@ -7,10 +7,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -436,6 +438,70 @@ TEST_F(CliTest, BenchTakesTheAttentionFlags) {
   EXPECT_NE(decode.find("\"kv_heads\":2"), std::string::npos) << decode;
   ExpectRefused(Attn("bench --shape 1,16,32,32,4 --kv-heads 3"), 1,
                 "does not divide its 4 heads");
+}
+
+// attn bench refuses what it would ignore or measure twice, as usage errors:
+// two benchmarks at once, flags the chosen one does not read, a repeated
+// value in a list.
+TEST_F(CliTest, BenchRefusesFlagsItWouldIgnore) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"bench --decode --graph x.json", "--decode, --graph and --model"},
+      {"bench --decode --model gpt2-124m", "want one of them"},
+      {"bench --shape seed --weights w.safetensors",
+       "--weights: want it with --graph or --model"},
+      {"bench --shape seed --batch 2", "--batch: want it with --decode"},
+      {"bench --shape seed --threads 1,1", "--threads: got '1' twice"},
+      {"bench --decode --batch 2,2", "--batch: got '2' twice"},
+      {"bench --model gpt2-124m --batch 2000000", "--batch: got '2000000'"},
+  };
+  for (const auto& [args, needle] : cases) {
+    SCOPED_TRACE(args);
+    ExpectRefused(Attn(args), 2, needle);
+  }
+  // A prompt past GPT-2's context, before the 124M model is made.
+  ExpectRefused(Attn("bench --model gpt2-124m --prompt 2000 --steps 1"), 1,
+                "--prompt 2000 + --steps 1 tokens a sequence, over the "
+                "model's context_length 1024");
+}
+
+// --graph's random weights go to a file in TMPDIR that a failed run removes
+// too; a TMPDIR that does not exist is one line naming it.
+TEST_F(CliTest, BenchGraphLeavesNoWeightsBehind) {
+  const fs::path tmp = dir_ / "tmp";
+  fs::create_directories(tmp);
+  const std::string bench = "bench --graph " + std::string(ATTN_SOURCE_DIR) +
+                            "/tools/graphs/transformer_block.json --threads 1 "
+                            "--min-time 0.01 --json --shape ";
+  const auto in_tmpdir = [&](const std::string& dir, const std::string& args) {
+    setenv("TMPDIR", dir.c_str(), 1);
+    const Outcome outcome = Attn(args);
+    unsetenv("TMPDIR");
+    return outcome;
+  };
+  // e 16 with 3 heads: the load fails after the weights are written.
+  ExpectRefused(in_tmpdir(tmp.string(), bench + "1,8,16,3"), 1,
+                "num_heads is 3");
+  EXPECT_TRUE(fs::is_empty(tmp));
+  const Outcome ok = in_tmpdir(tmp.string(), bench + "1,8,16,2 >/dev/null");
+  EXPECT_EQ(ok.exit_code, 0) << ok.stderr_text;
+  EXPECT_TRUE(fs::is_empty(tmp));
+  ExpectRefused(in_tmpdir("/nonexistent", bench + "1,8,16,2"), 1,
+                "no temporary directory for the random weights (TMPDIR)");
+}
+
+// tune measures each thread count once, smallest first, however listed: the
+// first row is the one the speedups are over.
+TEST_F(CliTest, TuneSortsItsThreadCounts) {
+  std::istringstream out(
+      AttnStdout("tune --shape seed --threads 2,1,2 --min-time 0.01"));
+  std::vector<int> rows;
+  for (std::string line; std::getline(out, line);) {
+    std::istringstream fields(line);
+    std::string shape;
+    int threads = 0;
+    if (fields >> shape >> threads && shape == "seed") rows.push_back(threads);
+  }
+  EXPECT_EQ(rows, std::vector<int>({1, 2}));
 }
 
 TEST_F(CliTest, FifoIsRefusedNotWaitedOn) {

@@ -513,6 +513,30 @@ TEST(DecoderTest, StepWeightsAreSharedCountedAndCapped) {
       << refused.status().message();
 }
 
+// The bytes a Decode step reads: every held key and the new one, or with a
+// sliding window its last `window` keys (K/V heads of 8 dims: 2 x 8 x 4
+// bytes a key and head).
+TEST(DecoderTest, DecodeKvBytesCountTheKeysAStepReads) {
+  const Shape shape{16, 32, 4, false, 0};
+  Variant windowed;
+  windowed.kv_heads = 2;
+  windowed.window = 8;
+  for (const Variant& v : {Variant{}, windowed}) {
+    SCOPED_TRACE(v.window ? "window 8" : "no window");
+    const Weights w(shape, 5, v);
+    auto decoder = MakeDecoder(w.Model(1), 2, 64);
+    ASSERT_TRUE(decoder);
+    const int64_t counts[2] = {20, 3};
+    std::mt19937 rng(6);
+    const auto x = test::RandomVector(rng, 23 * 16, -1.0f, 1.0f);
+    std::vector<float> y(23 * 32);
+    ASSERT_TRUE(decoder->Prefill(x.data(), counts, y.data()).ok());
+    const size_t kv_heads = v.kv_heads ? 2 : 4;
+    const size_t keys = v.window ? 8 + 4 : 21 + 4;
+    EXPECT_EQ(decoder->decode_kv_bytes(), 2 * keys * kv_heads * 8 * 4);
+  }
+}
+
 // Plain, and with one K/V head of 8, RoPE and a window of 300 keys.
 TEST(DecoderTest, BitwiseIdenticalAtOneAndTwoThreads) {
   const Shape shape{32, 64, 8, true, 0};

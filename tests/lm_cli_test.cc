@@ -521,6 +521,28 @@ TEST_F(LmCliTest, TextModeFaultsNameTheirFlag) {
           "has token ids up to " + std::to_string(vocab));
 }
 
+// A file name that is not UTF-8 reaches the JSON as U+FFFD, after a
+// measurement that must not be lost to it.
+TEST_F(LmCliTest, BenchModelJsonTakesAnyFileName) {
+  const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
+  const fs::path odd = dir_ / "mod\xe9l.safetensors";
+  fs::copy_file(c.model, odd);
+  const std::string out = (dir_ / "bench.jsonl").string();
+  const Outcome outcome =
+      Attn("bench --model gpt2-124m --weights '" + odd.string() +
+               "' --prompt 3 --steps 2 --batch 1 "
+               "--rounds 1 --threads 1 --json",
+           out);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+  std::ifstream in(out);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const nlohmann::json j = nlohmann::json::parse(line);
+  EXPECT_NE(j["model"].get<std::string>().find("mod\xef\xbf\xbdl"),
+            std::string::npos)
+      << line;
+}
+
 // attn bench --model on a golden file: one JSON line per batch size, with
 // the keys and figures that agree with each other, after --rounds
 // rounds of every batch size.

@@ -65,7 +65,7 @@ TEST(Threads, OptionBeatsEnvironmentBeatsAffinity) {
 
 TEST(Threads, MalformedEnvironmentIsAnError) {
   ClearThreadEnvironment();
-  for (const char* bad : {"two", "0", "-1", "3x", "99999"}) {
+  for (const char* bad : {"two", "0", "-1", "3x", "99999", " 3", "+3"}) {
     setenv("ATTN_NUM_THREADS", bad, 1);
     EXPECT_EQ(attn_default_num_threads(), -1) << bad;
     EXPECT_EQ(LoadedThreads(0), -1) << bad;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "nlohmann/json.hpp"
 #include "tools/cli.h"
 
 namespace attn::cli {
@@ -17,6 +18,10 @@ namespace attn::cli {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "attn: error: %s\n", message.c_str());
   return kExitError;
+}
+
+std::string JsonLine(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 int CheckConfigFile(const std::string& path) {

@@ -297,7 +297,7 @@ void PrintPoint(const DecodePoint& point, const Dims& dims, DType dtype,
         {"speedup", speedup},
         {"simd_target", info.simd_target},
         {"onednn_isa", info.onednn_isa}};
-    std::printf("%s\n", line.dump().c_str());
+    std::printf("%s\n", JsonLine(line).c_str());
   } else {
     std::printf("%7ld %5ld %7d %10.3f %11.1f %9.2f %10.2f %13.2f %8.0fx\n",
                 point.context, point.batch, point.team, step_ms, tokens, kv_gbs,

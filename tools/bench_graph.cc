@@ -127,13 +127,37 @@ Status CheckShapeFits(const GraphArgs& args, const BlockShape& s) {
       args.max_memory);
 }
 
-// Where the random weights go: a file in the temporary directory named for
-// this process.
-std::string TempWeightsPath() {
-  return (std::filesystem::temp_directory_path() /
-          ("attn_bench_graph_" + std::to_string(getpid()) + ".safetensors"))
-      .string();
-}
+// The random weights' file, in the temporary directory and named for this
+// process, removed when the run ends (a signal still leaves it).
+class TempWeights {
+ public:
+  static Result<TempWeights> Create() {
+    std::error_code error;
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path(error);
+    if (error) {
+      return IoError(
+          "no temporary directory for the random weights (TMPDIR): " +
+          error.message());
+    }
+    return TempWeights((dir / ("attn_bench_graph_" + std::to_string(getpid()) +
+                               ".safetensors"))
+                           .string());
+  }
+  TempWeights(TempWeights&& other) noexcept : path_(std::move(other.path_)) {
+    other.path_.clear();
+  }
+  TempWeights& operator=(TempWeights&&) = delete;
+  ~TempWeights() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempWeights(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
 
 // The table's title and column heads (not with --json).
 void PrintHeader(const RuntimeInfo& info, const GraphArgs& args, DType dtype) {
@@ -205,7 +229,7 @@ void PrintPoint(const GraphArgs& args, const BlockShape& s, DType dtype,
         {"arena_bytes", mem.planned_peak},
         {"intermediates_bytes", mem.intermediates_total},
         {"workspace_bytes", mem.workspace}};
-    std::printf("%s\n", line.dump().c_str());
+    std::printf("%s\n", JsonLine(line).c_str());
   } else {
     std::printf("%-18s %7d %10.3f %10.3f %12.0f %9.1f %11.2f\n",
                 (s.name + " " + std::to_string(s.batch) + "x" +
@@ -219,10 +243,9 @@ void PrintPoint(const GraphArgs& args, const BlockShape& s, DType dtype,
 }
 
 // Loads the graph with the weights of `weights_path` and times it at shape
-// `s`, once per thread count. A failed load removes `temp` (the random
-// weights) before it is reported.
+// `s`, once per thread count.
 Status TimeShape(const GraphArgs& args, const BlockShape& s,
-                 const std::string& weights_path, const std::string& temp,
+                 const std::string& weights_path,
                  const std::vector<int>& thread_counts, DType dtype,
                  double min_time, bool json) {
   const std::vector<float> x = RandomInput(s);
@@ -233,23 +256,20 @@ Status TimeShape(const GraphArgs& args, const BlockShape& s,
     options.dtype = dtype;
     options.max_memory_bytes = args.max_memory;
     options.tuned_config = args.config;
-    auto model = GraphModel::Load(args.graph, weights_path, options);
-    if (!model.ok()) {
-      std::filesystem::remove(temp);
-      return model.status();
-    }
-    if ((*model)->token_input()) {
+    ATTN_ASSIGN_OR_RETURN(auto model,
+                          GraphModel::Load(args.graph, weights_path, options));
+    if (model->token_input()) {
       return InvalidArgument("graph '" + args.graph +
                              "' takes token ids, want a block on [b, T, e] "
                              "(time whole models with attn bench --model)");
     }
-    if ((*model)->input_width() != s.emb) {
+    if (model->input_width() != s.emb) {
       return InvalidArgument("--shape '" + s.name + "' has e " +
                              std::to_string(s.emb) +
                              ", but the graph's input width is " +
-                             std::to_string((*model)->input_width()));
+                             std::to_string(model->input_width()));
     }
-    GraphSession session(*model);
+    GraphSession session(model);
     ATTN_ASSIGN_OR_RETURN(const std::vector<double> ms,
                           TimeRuns(session, x, s, min_time));
     PrintPoint(args, s, dtype, session, ms, json);
@@ -266,20 +286,20 @@ int Run(const GraphArgs& args, const std::string& spec,
       threads_list.empty() ? std::vector<int>{0} : threads_list;
   const RuntimeInfo info = GetRuntimeInfo();
   if (!json) PrintHeader(info, args, dtype);
-  const std::string temp = TempWeightsPath();
+  auto temp = TempWeights::Create();
+  if (!temp.ok()) return Fail(temp.status().message());
   for (const BlockShape& s : *shapes) {
     const Status fits = CheckShapeFits(args, s);
     if (!fits.ok()) return Fail(fits.message());
     if (args.weights.empty()) {
-      const Status written = WriteRandomBlock(temp, s.emb);
+      const Status written = WriteRandomBlock(temp->path(), s.emb);
       if (!written.ok()) return Fail(written.message());
     }
     const Status timed =
-        TimeShape(args, s, args.weights.empty() ? temp : args.weights, temp,
+        TimeShape(args, s, args.weights.empty() ? temp->path() : args.weights,
                   thread_counts, dtype, min_time, json);
     if (!timed.ok()) return Fail(timed.message());
   }
-  std::filesystem::remove(temp);
   return 0;
 }
 

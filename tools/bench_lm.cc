@@ -130,17 +130,17 @@ const std::string& ModelName(const ModelArgs& args, const BenchFlags& flags) {
   return flags.weights.empty() ? args.model : flags.weights;
 }
 
-// The median of each figure over `rounds` (the upper middle of an even count).
-Point Median(std::vector<Point> rounds) {
+// The median of each figure over `rounds` (of an even count, the mean of
+// the two middle ones).
+Point Median(const std::vector<Point>& rounds) {
   Point p = rounds.front();
-  const size_t mid = rounds.size() / 2;
   for (double Point::*figure :
        {&Point::prefill_ms, &Point::decode_ms_per_step}) {
-    std::nth_element(rounds.begin(), rounds.begin() + mid, rounds.end(),
-                     [figure](const Point& a, const Point& b) {
-                       return a.*figure < b.*figure;
-                     });
-    p.*figure = rounds[mid].*figure;
+    std::vector<double> values;
+    for (const Point& round : rounds) values.push_back(round.*figure);
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    p.*figure = (values[(n - 1) / 2] + values[n / 2]) / 2;
   }
   return p;
 }
@@ -195,7 +195,7 @@ void PrintPoint(const ModelArgs& args, const BenchFlags& flags,
                                  {"decode_tok_s", decode_tok_s},
                                  {"decode_weights_gb_s", weights_gb_s},
                                  {"peak_rss_mb", peak_mb}};
-    std::printf("%s\n", line.dump().c_str());
+    std::printf("%s\n", JsonLine(line).c_str());
   } else {
     std::printf("%-10s %5s %7d %5ld %10.1f %11.0f %11.2f %10.1f %9.1f %8.0f\n",
                 name.c_str(), DTypeName(p.dtype), p.threads, long(p.batch),
@@ -205,7 +205,24 @@ void PrintPoint(const ModelArgs& args, const BenchFlags& flags,
   std::fflush(stdout);
 }
 
+// --prompt and --steps must fit one sequence of `context` tokens.
+Status CheckSequenceFits(const ModelArgs& args, int64_t context) {
+  if (context == 0 ||
+      (args.prompt <= context && args.steps <= context - args.prompt)) {
+    return {};
+  }
+  return InvalidArgument("--prompt " + std::to_string(args.prompt) +
+                         " + --steps " + std::to_string(args.steps) +
+                         " tokens a sequence, over the model's "
+                         "context_length " +
+                         std::to_string(context));
+}
+
 int Run(const ModelArgs& args, const BenchFlags& flags) {
+  if (flags.weights.empty()) {  // the random model's context, before its load
+    const Status fits = CheckSequenceFits(args, Gpt2Small().context_length);
+    if (!fits.ok()) return Fail(fits.message());
+  }
   std::vector<int> thread_counts = flags.threads;
   if (thread_counts.empty()) thread_counts = {0};
   std::vector<int64_t> batches = flags.batches;
@@ -232,14 +249,9 @@ int Run(const ModelArgs& args, const BenchFlags& flags) {
       if (!model.ok()) return Fail(model.status().message());
       models.push_back({dtype, *std::move(model)});
     }
-    const int64_t context = models.front().model->config().context_length;
-    if (context > 0 &&
-        (args.prompt > context || args.steps > context - args.prompt)) {
-      return Fail("--prompt " + std::to_string(args.prompt) + " + --steps " +
-                  std::to_string(args.steps) +
-                  " tokens a sequence, over the model's context_length " +
-                  std::to_string(context));
-    }
+    const Status fits =
+        CheckSequenceFits(args, models.front().model->config().context_length);
+    if (!fits.ok()) return Fail(fits.message());
     Result<std::vector<Point>> points = MeasureInTurns(models, args, batches);
     if (!points.ok()) return Fail(points.status().message());
     for (const Point& point : *points) {

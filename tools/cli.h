@@ -7,6 +7,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "nlohmann/json_fwd.hpp"
 
 namespace attn::cli {
 
@@ -16,6 +17,10 @@ constexpr int kExitUsage = 2;
 
 // Prints "attn: error: <message>" as one line on stderr; returns kExitError.
 int Fail(const std::string& message);
+
+// `j` as one line of JSON. Bytes that are not UTF-8 (a file name's, say)
+// become U+FFFD rather than failing after the measurement.
+std::string JsonLine(const nlohmann::json& j);
 
 // --config FILE: checks the tuned file up front, so that a bad one fails
 // before any work (the commands then pass it as ModelOptions::tuned_config).

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/lm.hpp"
 #include "nlohmann/json.hpp"
 #include "tools/bench_common.h"
 #include "tools/bench_lm.h"
@@ -57,7 +58,7 @@ void PrintPoint(const Shape& s, const Timing& t, DType dtype, bool json,
         {"attn", info.version},
         {"simd_target", info.simd_target},
         {"onednn_isa", info.onednn_isa}};
-    std::printf("%s\n", line.dump().c_str());
+    std::printf("%s\n", JsonLine(line).c_str());
   } else {
     std::printf("%-12s %7d %10.4g %10.4g %5zu %12.0f %9.1f %10.1f\n",
                 s.name.c_str(), t.threads, t.median_ms, t.min_ms, t.reps,
@@ -106,19 +107,47 @@ int Bench(const BenchFlags& args, DType dtype) {
   return 0;
 }
 
-// A usage error (2) when --dtype names a precision twice: it would be
-// measured twice (with --model, two models loaded alike).
-int CheckDistinct(const std::vector<DType>& dtypes) {
-  for (size_t i = 0; i < dtypes.size(); ++i) {
-    if (std::count(dtypes.begin(), dtypes.begin() + i, dtypes[i]) > 0) {
-      std::fprintf(stderr,
-                   "attn: usage error: --dtype: got '%s' twice, want each of "
-                   "f32 and bf16 at most once (see --help)\n",
-                   DTypeName(dtypes[i]));
-      return kExitUsage;
+// Prints "attn: usage error: <message>" as one line; returns kExitUsage.
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "attn: usage error: %s (see --help)\n", message.c_str());
+  return kExitUsage;
+}
+
+// A usage error (2) when list `flag` names a value twice: it would be
+// measured twice (--dtype with --model: two models loaded alike).
+template <typename T, typename Text>
+int CheckDistinct(const char* flag, const std::vector<T>& values, Text text) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (std::count(values.begin(), values.begin() + i, values[i]) > 0) {
+      return Usage(std::string(flag) + ": got '" + text(values[i]) +
+                   "' twice, want each value once");
     }
   }
   return 0;
+}
+
+// Usage errors: more than one benchmark chosen, a list naming a value
+// twice, flags the chosen benchmark does not read.
+int CheckFlags(const BenchFlags& args, bool decode, bool graph, bool model) {
+  if (int(decode) + int(graph) + int(model) > 1) {
+    return Usage(
+        "--decode, --graph and --model each choose a benchmark: "
+        "want one of them");
+  }
+  if (!args.weights.empty() && !graph && !model) {
+    return Usage("--weights: want it with --graph or --model");
+  }
+  if (!args.batches.empty() && !decode && !model) {
+    return Usage("--batch: want it with --decode or --model");
+  }
+  const auto number = [](auto n) { return std::to_string(n); };
+  if (const int rc = CheckDistinct("--dtype", args.dtypes, DTypeName)) {
+    return rc;
+  }
+  if (const int rc = CheckDistinct("--threads", args.threads, number)) {
+    return rc;
+  }
+  return CheckDistinct("--batch", args.batches, number);
 }
 
 }  // namespace
@@ -163,7 +192,7 @@ Command AddBenchCommand(CLI::App& app) {
       ->add_option("--batch", bench.batches,
                    "decode, model: sequences run together, e.g. 1,8 (default)")
       ->delimiter(',')
-      ->check(IntegerIn(1));
+      ->check(IntegerIn(1, LmBatchOptions::kMaxSequences));
   bench_cmd->add_flag("--json", bench.json, "one JSON object per line");
   bench.attention.AddTo(bench_cmd);  // over every shape's own (and --decode's)
 
@@ -174,7 +203,10 @@ Command AddBenchCommand(CLI::App& app) {
             const DecodeBench run_decode = decode();
             const GraphBench run_graph = graph();
             const ModelBench run_model = model();
-            if (const int rc = CheckDistinct(args->dtypes)) return rc;
+            if (const int rc = CheckFlags(*args, bool(run_decode),
+                                          bool(run_graph), bool(run_model))) {
+              return rc;
+            }
             if (run_decode || run_graph || run_model) {
               if (const int rc = CheckConfigFile(args->config)) return rc;
             }

@@ -249,7 +249,7 @@ void PrintReport(const SoakArgs& a, int64_t warmup, int n_cases,
                         {"rss_growth_pct", rss_growth},
                         {"heap_after_warmup", before.heap},
                         {"heap_end", after.heap}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", JsonLine(j).c_str());
     return;
   }
   std::printf(

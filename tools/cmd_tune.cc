@@ -78,6 +78,10 @@ Result<std::vector<int>> ParseThreads(const std::string& spec) {
     counts.push_back(n);
     pos = comma + 1;
   }
+  // Speedups are over the smallest count, and the pick is the smallest
+  // within reach of the best: in ascending order, each once.
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
   return counts;
 }
 

@@ -34,6 +34,10 @@ struct DecoderOptions {
 // its own length; nothing is padded, and no padding is computed or attended
 // to, so a sequence's outputs equal running it alone (and equal the rows of
 // MhaSession::Run over its whole prefix, within floating-point rounding).
+// NaN or Inf in token t's input makes NaN the rows that attend to it; a
+// fresh prompt of 64 or more tokens runs the session's causal core, where
+// it may also make NaN the earlier rows of t's query block (README, "NaN
+// and Inf"), while the same tokens fed in shorter calls leave them finite.
 //
 // All fp32 (a bf16 model's decoder still computes in fp32). Results are
 // bitwise identical for every thread count. Not thread-safe: one decoder per
@@ -83,7 +87,8 @@ class ATTN_API MhaDecoder {
   size_t cache_bytes() const;
   size_t workspace_bytes() const;
   // Bytes of K and V one Decode step reads: 2 x sum(length + 1) x kv_dim x 4
-  // (kv_dim = num_kv_heads x head_dim, d_out without grouping).
+  // (kv_dim = num_kv_heads x head_dim, d_out without grouping); with a
+  // sliding window W, min(length + 1, W) keys a sequence.
   size_t decode_kv_bytes() const;
 
  private:
