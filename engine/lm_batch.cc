@@ -541,6 +541,8 @@ Status LmBatch::Step(const Request* requests, size_t count) {
     }
   } catch (const std::bad_alloc&) {
     s = OutOfMemory("out of memory");  // short: no allocation to make it
+  } catch (...) {  // a oneDNN primitive that failed to run, say
+    s = Internal("a step failed in a kernel; no sequence changed");
   }
   if (!s.ok()) {
     d.RollBack();

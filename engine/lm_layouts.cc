@@ -563,7 +563,7 @@ Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
   }
   ATTN_ASSIGN_OR_RETURN(ResolvedDims dims,
                         ResolveAttentionDims(file, option, {}, "", ""));
-  if (heads_from_hf) dims.num_heads_from = "'n_head' of '" + hf.path + "'";
+  if (heads_from_hf) dims.num_heads_from = "'n_head' of " + Quoted(hf.path);
   const std::string key = layout.Name(Role::kKey, 0);
   KvHeadsFromRows(MatrixRows(RoleShape(file, layout, Role::kKey, 0)), key,
                   c.emb_dim, dims);

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <system_error>
 
+#include "engine/json_limits.h"
 #include "kernels/matmul.h"
 #include "kernels/rope.h"
 
@@ -98,10 +99,10 @@ Result<ResolvedDims> ResolveAttentionDims(const SafetensorsFile& file,
   };
   const auto from = [&](int64_t by_option, int64_t by_attribute,
                         const char* key, const char* flag) {
-    return by_option ? "option " + std::string(key) + ", " + flag
-           : by_attribute
-               ? std::string("the node's attribute '") + key + "'"
-               : "metadata '" + std::string(key) + "' of '" + file.path() + "'";
+    return by_option      ? "option " + std::string(key) + ", " + flag
+           : by_attribute ? std::string("the node's attribute '") + key + "'"
+                          : "metadata '" + std::string(key) + "' of " +
+                                Quoted(file.path());
   };
   ResolvedDims dims;
   dims.num_heads = first(option.num_heads, attribute.num_heads, heads);
@@ -147,13 +148,14 @@ Status CheckHeads(const ResolvedDims& dims, int64_t width,
                   const std::string& width_name,
                   const std::string& width_from) {
   const std::string heads = std::to_string(dims.num_heads);
-  if (width % dims.num_heads != 0) {
+  if (dims.num_heads <= 0 || width % dims.num_heads != 0) {
     return InvalidArgument("num_heads is " + heads + " (from " +
-                           dims.num_heads_from + "), want a divisor of " +
-                           width_name + " " + std::to_string(width) + " (" +
-                           width_from + ")");
+                           dims.num_heads_from +
+                           "), want a positive divisor of " + width_name + " " +
+                           std::to_string(width) + " (" + width_from + ")");
   }
-  if (dims.num_kv_heads && dims.num_heads % dims.num_kv_heads != 0) {
+  if (dims.num_kv_heads < 0 ||
+      (dims.num_kv_heads && dims.num_heads % dims.num_kv_heads != 0)) {
     return InvalidArgument(
         "num_kv_heads is " + std::to_string(dims.num_kv_heads) + " (from " +
         dims.num_kv_heads_from + "), want a divisor of num_heads " + heads);

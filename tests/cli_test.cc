@@ -149,10 +149,10 @@ TEST_F(CliTest, InputNameAndHeadsFlags) {
   EXPECT_EQ(RunOn(kBook, input, "--input-name tokens").exit_code, 0);
   fs::remove(output_);
   ExpectRefused(RunOn(kBook, input), 1, "input tensor 'input' is missing");
-  ExpectRefused(
-      RunOn(kBook, input, "--input-name tokens --heads 3"), 1,
-      "num_heads is 3 (from option num_heads, --heads), want a divisor of "
-      "d_out 2 (the rows of 'W_query.weight')");
+  ExpectRefused(RunOn(kBook, input, "--input-name tokens --heads 3"), 1,
+                "num_heads is 3 (from option num_heads, --heads), want a "
+                "positive divisor of "
+                "d_out 2 (the rows of 'W_query.weight')");
   ExpectRefused(RunOn(kBook, input, "--input-name tokens --context-length 5"),
                 1, "sequence length 6 exceeds context_length 5");
 }
@@ -487,6 +487,14 @@ TEST_F(CliTest, BenchGraphLeavesNoWeightsBehind) {
   EXPECT_TRUE(fs::is_empty(tmp));
   ExpectRefused(in_tmpdir("/nonexistent", bench + "1,8,16,2"), 1,
                 "no temporary directory for the random weights (TMPDIR)");
+  // Given weights need no temporary file.
+  const Outcome given = in_tmpdir(
+      "/nonexistent", "bench --graph " + std::string(ATTN_SOURCE_DIR) +
+                          "/tools/graphs/transformer_block.json --weights " +
+                          (kGolden / "graph" / "block.safetensors").string() +
+                          " --threads 1 --min-time 0.01 --json --shape "
+                          "1,8,16,2 >/dev/null");
+  EXPECT_EQ(given.exit_code, 0) << given.stderr_text;
 }
 
 // tune measures each thread count once, smallest first, however listed: the

@@ -114,7 +114,8 @@ TEST(GoldenTest, BadWeightsAreRefusedByName) {
   const std::pair<const char*, const char*> cases[] = {
       {"wkey_transposed", "'W_key.weight' has shape [3, 4], want [4, 3]"},
       {"heads_not_divisible",
-       "heads_not_divisible.safetensors'), want a divisor of d_out 4 (the "
+       "heads_not_divisible.safetensors'), want a positive divisor of d_out 4 "
+       "(the "
        "rows of 'W_query.weight')"},
       {"f64_weight", "has dtype F64, want F32, F16 or BF16"},
       {"missing_out_proj_bias", "'out_proj.bias' is missing"},

@@ -657,11 +657,11 @@ TEST(GraphValidationTest, HeadsFromOptionsElseMetadataElseError) {
   options.num_heads = 5;  // not a divisor of 16
   auto bad_heads = GraphModel::Load(kBlock, path, options);
   ASSERT_FALSE(bad_heads.ok());
-  EXPECT_NE(
-      bad_heads.status().message().find(
-          "num_heads is 5 (from option num_heads, --heads), want a divisor of "
-          "d_out 16 (the node's width)"),
-      std::string::npos)
+  EXPECT_NE(bad_heads.status().message().find(
+                "num_heads is 5 (from option num_heads, --heads), want a "
+                "positive divisor of "
+                "d_out 16 (the node's width)"),
+            std::string::npos)
       << bad_heads.status().message();
 }
 

@@ -285,6 +285,17 @@ TEST_F(LmCliTest, SampledRowsDoNotDependOnTheOtherRows) {
       Generate(golden.model, WriteInput(first, 1, {}), n, sampling).exit_code,
       0);
   EXPECT_EQ(TakeTokens(), std::vector<int64_t>(all.begin(), all.begin() + n));
+  // The same prompt in two rows: two streams, two samples.
+  std::vector<int64_t> twice = first;
+  twice.insert(twice.end(), first.begin(), first.end());
+  ASSERT_EQ(
+      Generate(golden.model, WriteInput(twice, 2, {}), n, sampling).exit_code,
+      0);
+  const std::vector<int64_t> pair = TakeTokens();
+  EXPECT_EQ(std::vector<int64_t>(pair.begin(), pair.begin() + n),
+            std::vector<int64_t>(all.begin(), all.begin() + n));
+  EXPECT_NE(std::vector<int64_t>(pair.begin() + n, pair.end()),
+            std::vector<int64_t>(pair.begin(), pair.begin() + n));
   // Row 0 stops at its second token: every row is as before up to its first
   // stop token, then that token.
   const int64_t stop = all[1];
@@ -379,8 +390,13 @@ TEST_F(LmCliTest, SamplingFlagsOutOfRangeAreUsageErrors) {
        "double's range"},
       {"--temperature 1e400", "--temperature: got '1e400', beyond"},
       {"--top-p 1.5",
-       "--top-p: got '1.5', want a number above 0 and at "
-       "most 1"}};
+       "--top-p: got '1.5', want a number above 0 and at most 1"},
+      // CLI11 would read these as octal: 010 as 8, 09 not at all.
+      {"--seed 010",
+       "--seed: got '010', want an integer from 0 to 18446744073709551615, "
+       "no leading zeros"},
+      {"--top-k 09",
+       "--top-k: got '09', want an integer of 0 or more, no leading zeros"}};
   for (const auto& [flag, message] : cases) {
     const Outcome outcome = Generate(golden.model, golden.io, 1, flag);
     EXPECT_EQ(outcome.exit_code, 2) << flag;
@@ -388,8 +404,10 @@ TEST_F(LmCliTest, SamplingFlagsOutOfRangeAreUsageErrors) {
         << outcome.stderr_text;
     EXPECT_FALSE(fs::exists(output_));
   }
-  const Outcome top = Generate(golden.model, golden.io, 1,
-                               "--temperature 1 --seed 18446744073709551615");
+  // The largest seed, and a subnormal temperature (a double all the same).
+  const Outcome top =
+      Generate(golden.model, golden.io, 1,
+               "--temperature 1e-310 --seed 18446744073709551615");
   EXPECT_EQ(top.exit_code, 0) << top.stderr_text;
 }
 

@@ -852,7 +852,7 @@ TEST(LmErrors, ConfigJsonMustAgreeWithTheWeights) {
 // the metadata, config.json, or W_key's rows.
 TEST(LmErrors, HeadsThatDoNotFitNameTheirSource) {
   const std::string want_emb =
-      "want a divisor of emb_dim 32 (the columns of 'tok_emb.weight')";
+      "want a positive divisor of emb_dim 32 (the columns of 'tok_emb.weight')";
   LmOptions options;
   options.num_heads = 5;
   Result<std::shared_ptr<const LanguageModel>> model =
@@ -865,9 +865,17 @@ TEST(LmErrors, HeadsThatDoNotFitNameTheirSource) {
               [](Tensors&, auto& metadata) { metadata["num_heads"] = "5"; });
   ExpectHas(LoadError(meta), "num_heads is 5 (from metadata 'num_heads' of '" +
                                  meta + "'), " + want_emb);
+  // A file name holding a newline is quoted: one line still.
+  const std::string odd =
+      Rewrite("gpt_book_1l", "odd\nheads.safetensors",
+              [](Tensors&, auto& metadata) { metadata["num_heads"] = "5"; });
+  const std::string odd_error = LoadError(odd);
+  ExpectHas(odd_error, "odd\\x0aheads.safetensors'), " + want_emb);
+  EXPECT_EQ(odd_error.find('\n'), std::string::npos) << odd_error;
   ExpectHas(LoadWithConfig("cfg_heads", R"({"n_head": 5})"),
             "num_heads is 5 (from 'n_head' of '" + ::testing::TempDir() +
-                "/cfg_heads/config.json'), want a divisor of emb_dim 32 (the "
+                "/cfg_heads/config.json'), want a positive divisor of emb_dim "
+                "32 (the "
                 "columns of 'wte.weight')");
   // Three K/V heads of 8 dims in W_key's rows, for 4 query heads.
   const std::string key = "trf_blocks.0.att.W_key.weight";

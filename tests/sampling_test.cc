@@ -165,8 +165,8 @@ TEST(SamplingTest, DifferentSeedsDiffer) {
 }
 
 // Streams of one seed draw independently: stream 0 is the seed alone, and
-// neither stream follows the other one draw behind (as seed + 1 would with
-// a splitmix64 state taken as is).
+// stream 1 does not follow it one draw behind (as a state of seed + stream x
+// splitmix64's increment would).
 TEST(SamplingTest, StreamsOfOneSeedDiffer) {
   const std::vector<float> flat(1000, 0.0f);
   SamplingOptions options = Sampling(1.0, 5);

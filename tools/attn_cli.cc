@@ -24,6 +24,11 @@ std::string JsonLine(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "attn: usage error: %s (see --help)\n", message.c_str());
+  return kExitUsage;
+}
+
 int CheckConfigFile(const std::string& path) {
   if (path.empty()) return 0;
   const attn::Result<int> threads = attn::ReadTunedThreads(path);
@@ -50,8 +55,7 @@ int UsageError(const CLI::ParseError& error,
               "', want one of " + known + " or help";
   }
   std::replace(message.begin(), message.end(), '\n', ' ');
-  std::fprintf(stderr, "attn: usage error: %s (see --help)\n", message.c_str());
-  return kExitUsage;
+  return Usage(message);
 }
 
 // `attn help [COMMAND]` is `attn [COMMAND] --help`; `attn help WORD` with

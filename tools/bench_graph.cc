@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -284,20 +285,23 @@ int Run(const GraphArgs& args, const std::string& spec,
   if (!shapes.ok()) return Fail(shapes.status().message());
   const std::vector<int> thread_counts =
       threads_list.empty() ? std::vector<int>{0} : threads_list;
+  std::optional<TempWeights> temp;  // random weights, without --weights
+  if (args.weights.empty()) {
+    auto created = TempWeights::Create();
+    if (!created.ok()) return Fail(created.status().message());
+    temp.emplace(std::move(created).value());
+  }
   const RuntimeInfo info = GetRuntimeInfo();
   if (!json) PrintHeader(info, args, dtype);
-  auto temp = TempWeights::Create();
-  if (!temp.ok()) return Fail(temp.status().message());
   for (const BlockShape& s : *shapes) {
     const Status fits = CheckShapeFits(args, s);
     if (!fits.ok()) return Fail(fits.message());
-    if (args.weights.empty()) {
+    if (temp) {
       const Status written = WriteRandomBlock(temp->path(), s.emb);
       if (!written.ok()) return Fail(written.message());
     }
-    const Status timed =
-        TimeShape(args, s, args.weights.empty() ? temp->path() : args.weights,
-                  thread_counts, dtype, min_time, json);
+    const Status timed = TimeShape(args, s, temp ? temp->path() : args.weights,
+                                   thread_counts, dtype, min_time, json);
     if (!timed.ok()) return Fail(timed.message());
   }
   return 0;

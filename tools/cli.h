@@ -18,6 +18,10 @@ constexpr int kExitUsage = 2;
 // Prints "attn: error: <message>" as one line on stderr; returns kExitError.
 int Fail(const std::string& message);
 
+// Prints "attn: usage error: <message> (see --help)" as one line on stderr;
+// returns kExitUsage.
+int Usage(const std::string& message);
+
 // `j` as one line of JSON. Bytes that are not UTF-8 (a file name's, say)
 // become U+FFFD rather than failing after the measurement.
 std::string JsonLine(const nlohmann::json& j);

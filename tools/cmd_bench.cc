@@ -107,12 +107,6 @@ int Bench(const BenchFlags& args, DType dtype) {
   return 0;
 }
 
-// Prints "attn: usage error: <message>" as one line; returns kExitUsage.
-int Usage(const std::string& message) {
-  std::fprintf(stderr, "attn: usage error: %s (see --help)\n", message.c_str());
-  return kExitUsage;
-}
-
 // A usage error (2) when list `flag` names a value twice: it would be
 // measured twice (--dtype with --model: two models loaded alike).
 template <typename T, typename Text>

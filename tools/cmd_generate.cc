@@ -227,10 +227,9 @@ int GenerateText(const GenerateArgs& args) {
 int Generate(const GenerateArgs& args) {
   if (args.input.empty() && args.tokenizer.empty()) {
     // A usage error, as a missing required flag is.
-    std::fprintf(stderr,
-                 "attn: usage error: no prompts: want --input FILE --output "
-                 "FILE, or --tokenizer DIR --prompt TEXT (see --help)\n");
-    return kExitUsage;
+    return Usage(
+        "no prompts: want --input FILE --output FILE, or --tokenizer DIR "
+        "--prompt TEXT");
   }
   if (!args.tokenizer.empty() && args.prompt.empty()) {
     return Fail("--prompt is empty, want some text");  // before any load

@@ -13,6 +13,13 @@ namespace {
 
 std::string Got(const std::string& text) { return "got '" + text + "', "; }
 
+// "010", "-07": CLI11 converts integers with base 0, which reads them as
+// octal ("09" fails), while the checks here read decimal.
+bool LeadingZero(const std::string& text) {
+  const size_t first = !text.empty() && (text[0] == '+' || text[0] == '-');
+  return text.size() > first + 1 && text[first] == '0';
+}
+
 // A number that a double holds (no overflow to inf, no underflow towards
 // 0) and `in_range` accepts, else "got ..., `want`".
 CLI::Validator Number(bool (*in_range)(double), const std::string& want,
@@ -22,10 +29,13 @@ CLI::Validator Number(bool (*in_range)(double), const std::string& want,
         char* end = nullptr;
         errno = 0;
         const double value = std::strtod(text.c_str(), &end);
-        const bool parsed = !text.empty() && *end == '\0' && errno == 0 &&
+        const bool parsed = !text.empty() && *end == '\0' &&
                             !std::isspace(static_cast<unsigned char>(text[0]));
-        if (errno == ERANGE)
+        // ERANGE: past a double's range (inf), or so small it became 0; a
+        // subnormal sets it too, and is a number all the same.
+        if (errno == ERANGE && (value == 0 || !std::isfinite(value))) {
           return Got(text) + "beyond a double's range, " + want;
+        }
         if (!parsed || !std::isfinite(value) || !in_range(value)) {
           return Got(text) + want;
         }
@@ -50,6 +60,7 @@ CLI::Validator IntegerIn(int64_t lo, int64_t hi) {
         const bool parsed = !text.empty() && *end == '\0' && errno == 0 &&
                             !std::isspace(static_cast<unsigned char>(text[0]));
         if (!parsed || value < lo || value > hi) return Got(text) + want;
+        if (LeadingZero(text)) return Got(text) + want + ", no leading zeros";
         return "";
       },
       hi == std::numeric_limits<int64_t>::max()
@@ -84,6 +95,7 @@ CLI::Validator Unsigned64() {
         errno = 0;
         if (digits) std::strtoull(text.c_str(), nullptr, 10);
         if (!digits || errno != 0) return Got(text) + want;
+        if (LeadingZero(text)) return Got(text) + want + ", no leading zeros";
         return "";
       },
       "UINT64");

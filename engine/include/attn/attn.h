@@ -483,15 +483,16 @@ typedef struct attn_lm_request {
  * asked for. count is at most max_sequences. Sequences, token ids and
  * lengths (at most max_length) are checked first; on any error, out of
  * memory part-way included, no sequence changes, and no logits are left to
- * read. requests may be NULL when count is 0 (a step of nothing). */
+ * read (memory that runs out inside a parallel region of several threads
+ * ends the process). requests may be NULL when count is 0. */
 ATTN_API attn_status attn_lm_batch_step(attn_lm_batch* batch,
                                         const attn_lm_request* requests,
                                         size_t count);
 
 /* Request `request`'s logits from the last successful step: *logits points
  * at [*rows, vocab_size] floats (rows: its count with all_logits, else 1),
- * owned by the batch and valid until its next step. On failure *logits is
- * NULL and *rows 0. */
+ * owned by the batch and valid until its next step. On failure with
+ * non-NULL pointers, *logits is NULL and *rows 0. */
 ATTN_API attn_status attn_lm_batch_logits(const attn_lm_batch* batch,
                                           size_t request, const float** logits,
                                           int64_t* rows);

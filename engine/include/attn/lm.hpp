@@ -136,7 +136,9 @@ class ATTN_API LmBatch {
   // Appends each request's tokens to its sequence (each sequence at most
   // once per step, so count <= max_sequences) and computes the logits asked
   // for. Token ids, lengths and sequences are checked first; on any error,
-  // out of memory part-way included, no sequence changes.
+  // out of memory part-way included, no sequence changes. (Memory that runs
+  // out inside a parallel region of several threads ends the process:
+  // OpenMP lets no exception out of one.)
   Status Step(const Request* requests, size_t count);
   // Request i's logits from the last Step: [rows, vocab_size] with rows its
   // count when all_logits, else 1. Valid until the next Step; null after a
