@@ -481,25 +481,14 @@ class Binder {
                                node.sliding_window};
     weights_.FillLayoutDims(attribute);  // the options still come first
     ATTN_ASSIGN_OR_RETURN(
-        ResolvedDims dims,
+        const ResolvedDims dims,
         ResolveAttentionDims(weights_.file(), DimsOf(options_), attribute,
                              mask ? Name(node, "mask") : std::string(),
                              node.Describe() + ": "));
     const std::string key = Name(node, "W_key.weight");
-    const TensorInfo* key_info = weights_.Find(key);
-    KvHeadsFromRows(
-        key_info && key_info->shape.size() == 2 ? key_info->shape[0] : 0, key,
-        d_out, dims);
-    if (Status s = CheckHeads(dims, d_out, "d_out", "the node's width");
+    if (Status s = ApplyDims(dims, weights_.Find(key), key, "the node's width",
+                             config);
         !s.ok()) {
-      return Status(s.code(), node.Describe() + ": " + s.message());
-    }
-    config.num_heads = dims.num_heads;
-    config.context_length = dims.context_length;
-    config.num_kv_heads = dims.num_kv_heads;
-    config.rope = dims.rope;
-    config.sliding_window = dims.sliding_window;
-    if (Status s = CheckAttentionVariant(config); !s.ok()) {
       return Status(s.code(), node.Describe() + ": " + s.message());
     }
 

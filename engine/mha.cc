@@ -196,21 +196,13 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
                     file.Find("W_value.bias");
 
   ATTN_ASSIGN_OR_RETURN(
-      ResolvedDims dims,
+      const ResolvedDims dims,
       ResolveAttentionDims(file, DimsOf(options), {}, "mask", ""));
-  const TensorInfo* wk = file.Find("W_key.weight");
-  KvHeadsFromRows(wk && wk->shape.size() == 2 ? wk->shape[0] : 0,
-                  "W_key.weight", config.d_out, dims);
-  ATTN_RETURN_IF_ERROR(
-      CheckHeads(dims, config.d_out, "d_out", "the rows of 'W_query.weight'"));
-  config.num_heads = dims.num_heads;
-  config.context_length = dims.context_length;
-  config.num_kv_heads = dims.num_kv_heads;
-  config.rope = dims.rope;
-  config.sliding_window = dims.sliding_window;
   // Before the weights' shapes, which follow from these.
+  ATTN_RETURN_IF_ERROR(ApplyDims(dims, file.Find("W_key.weight"),
+                                 "W_key.weight", "the rows of 'W_query.weight'",
+                                 config));
   ATTN_RETURN_IF_ERROR(CheckDims(config));
-  ATTN_RETURN_IF_ERROR(CheckAttentionVariant(config));
 
   const std::vector<int64_t> proj = {config.d_out, config.d_in};
   const std::vector<int64_t> kv_proj = {KvDim(config), config.d_in};

@@ -163,6 +163,20 @@ Status CheckHeads(const ResolvedDims& dims, int64_t width,
   return {};
 }
 
+Status ApplyDims(ResolvedDims dims, const TensorInfo* w_key,
+                 const std::string& key_name, const std::string& width_from,
+                 MhaConfig& config) {
+  const bool matrix = w_key && w_key->shape.size() == 2;
+  KvHeadsFromRows(matrix ? w_key->shape[0] : 0, key_name, config.d_out, dims);
+  ATTN_RETURN_IF_ERROR(CheckHeads(dims, config.d_out, "d_out", width_from));
+  config.num_heads = dims.num_heads;
+  config.context_length = dims.context_length;
+  config.num_kv_heads = dims.num_kv_heads;
+  config.rope = dims.rope;
+  config.sliding_window = dims.sliding_window;
+  return CheckAttentionVariant(config);
+}
+
 AttentionDims DimsOf(const ModelOptions& options) {
   return {options.num_heads, options.context_length, options.num_kv_heads,
           options.rope, options.sliding_window};

@@ -55,6 +55,13 @@ Result<ResolvedDims> ResolveAttentionDims(const SafetensorsFile& file,
 Status CheckHeads(const ResolvedDims& dims, int64_t width,
                   const std::string& width_name, const std::string& width_from);
 
+// Sets `config`'s heads, context length, rope and window from `dims` (K/V
+// heads from the rows of `w_key`, tensor `key_name`, where nothing gave
+// them) and checks them against config.d_out, read from `width_from`.
+Status ApplyDims(ResolvedDims dims, const TensorInfo* w_key,
+                 const std::string& key_name, const std::string& width_from,
+                 MhaConfig& config);
+
 // The fields of AttentionDims that `options` sets.
 AttentionDims DimsOf(const ModelOptions& options);
 
