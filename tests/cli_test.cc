@@ -451,6 +451,8 @@ TEST_F(CliTest, BenchRefusesFlagsItWouldIgnore) {
        "--weights: want it with --graph or --model"},
       {"bench --shape seed --batch 2", "--batch: want it with --decode"},
       {"bench --shape seed --threads 1,1", "--threads: got '1' twice"},
+      {"bench --shape seed --config ''", "--config: got '', want a file path"},
+      {"tune --shape seed --save ''", "--save: got '', want a file path"},
       {"bench --decode --batch 2,2", "--batch: got '2' twice"},
       {"bench --model gpt2-124m --batch 2000000", "--batch: got '2000000'"},
   };

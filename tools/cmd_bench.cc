@@ -175,9 +175,11 @@ Command AddBenchCommand(CLI::App& app) {
                    "(default: half of the physical memory)")
       ->check(ByteSize())
       ->transform(CLI::AsSizeValue(false));
-  bench_cmd->add_option("--config", bench.config,
-                        "tuned file from attn tune --save: its thread count is "
-                        "the default");
+  bench_cmd
+      ->add_option("--config", bench.config,
+                   "tuned file from attn tune --save: its thread count is "
+                   "the default")
+      ->check(FilePath());
   bench_cmd->add_option("--weights", bench.weights,
                         "graph, model: weights file (default: seeded random "
                         "weights; --graph: under the book's TransformerBlock "

@@ -257,9 +257,11 @@ Command AddRunCommand(CLI::App& app) {
                    "threads (default: ATTN_NUM_THREADS, then the tuned "
                    "file, then all cores this process may use)")
       ->check(IntegerIn(1, kMaxThreads));
-  run_cmd->add_option("--config", run.config,
-                      "tuned file from attn tune --save: its thread count is "
-                      "the default");
+  run_cmd
+      ->add_option("--config", run.config,
+                   "tuned file from attn tune --save: its thread count is "
+                   "the default")
+      ->check(FilePath());
   run_cmd
       ->add_option("--input-name", run.input_name, "name of the input tensor")
       ->capture_default_str();

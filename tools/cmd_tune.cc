@@ -223,7 +223,8 @@ Command AddTuneCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--save", tune.save,
                   "write the recommendation as JSON, for --config FILE or "
-                  "ATTN_CONFIG=FILE");
+                  "ATTN_CONFIG=FILE")
+      ->check(FilePath());
   return {cmd, [args] { return Tune(*args); }};
 }
 

@@ -101,6 +101,14 @@ CLI::Validator Unsigned64() {
       "UINT64");
 }
 
+CLI::Validator FilePath() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "got '', want a file path" : "";
+      },
+      "FILE");
+}
+
 CLI::Validator ByteSize() {
   return CLI::Validator(
       [](std::string& text) -> std::string {

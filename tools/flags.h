@@ -28,6 +28,9 @@ CLI::Validator Probability();
 // wraps "-1" and saturates past the top.
 CLI::Validator Unsigned64();
 
+// A file path, not empty: an empty one would mean "none" and be ignored.
+CLI::Validator FilePath();
+
 // A byte size such as 4096, 512M or 4G, at least 1 byte; goes before
 // CLI::AsSizeValue, which takes a leading '-' as a number and wraps it.
 CLI::Validator ByteSize();
