@@ -190,7 +190,7 @@ void KvHeadsFromRows(int64_t key_rows, const std::string& key_name,
   dims.num_kv_heads = head_dim && key_rows > 0 && key_rows % head_dim == 0
                           ? key_rows / head_dim
                           : heads;
-  dims.num_kv_heads_from = "the rows of '" + key_name + "'";
+  dims.num_kv_heads_from = "the rows of " + Quoted(key_name);
 }
 
 Status CheckDTypeSupported(DType dtype) {

@@ -417,6 +417,13 @@ TEST(LmErrors, BadRequestsAreRefusedAndChangeNothing) {
   const LmBatch::Request twice[] = {{seq, too_long.data(), 1, false},
                                     {seq, too_long.data(), 1, false}};
   EXPECT_FALSE(batch->Step(twice, 2).ok());
+  // More requests than the batch holds sequences: refused by their count.
+  const LmBatch::Request three[] = {twice[0], twice[1], twice[0]};
+  s = batch->Step(three, 3);
+  EXPECT_NE(s.message().find("step has 3 requests, want at most "
+                             "max_sequences 2"),
+            std::string::npos)
+      << s.message();
   EXPECT_EQ(batch->length(seq), 0);
   EXPECT_EQ(batch->logits(0), nullptr);
   ASSERT_TRUE(batch->Add().ok());
