@@ -27,6 +27,16 @@ size_t TinyScratchFloats(int64_t rows, int64_t seq_len, int64_t d_out) {
 // What an op being replaced still holds (none: 0).
 uint64_t BytesOf(const AttentionOp* op) { return op ? op->bytes() : 0; }
 
+// x [rows, in] -> y [rows, out] = x W^T + b by kernels::RowsLinear on the
+// step weights, up to kRowsLinearMaxRows rows at a time.
+void ProjectRows(const StepWeights& w, const std::vector<float>& b,
+                 const float* x, size_t rows, float* y, int threads) {
+  for (size_t r = 0; r < rows; r += kernels::kRowsLinearMaxRows) {
+    w.Run(x + r * w.in(), std::min(rows - r, kernels::kRowsLinearMaxRows),
+          b.empty() ? nullptr : b.data(), y + r * w.out(), threads);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
@@ -254,7 +264,7 @@ size_t AttentionOp::bytes() const {
 }
 
 void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
-                          const Buffers& buffers) const {
+                          const Buffers& buffers, const KeptRows* keep) const {
   if (tiny_) {
     ForwardTiny(x, y, static_cast<float*>(buffers[kQkv]));
     return;
@@ -279,9 +289,21 @@ void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
   }
   core_->Run(in, buffers[kContext], buffers[kCoreScratch],
              threads.num_threads());
+  auto* ctx = static_cast<float*>(buffers[kContext]);
+  if (keep) {  // the kept rows of ctx, moved to its front
+    const auto d_out = static_cast<size_t>(m_->config.d_out);
+    for (size_t j = 0; j < keep->count; ++j) {
+      std::memmove(ctx + j * d_out,
+                   ctx + static_cast<size_t>(keep->rows[j]) * d_out,
+                   d_out * sizeof(float));
+    }
+    ProjectRows(*keep->out_proj, m_->b_out, ctx, keep->count, y,
+                threads.num_threads());
+    return;
+  }
   // ctx: [B*T, d_out] -> y: [B*T, d_out].
-  out_proj_->Run(buffers[kContext], out_weights_, b_out_.data(), y,
-                 buffers[kProjScratch], threads.num_threads());
+  out_proj_->Run(ctx, out_weights_, b_out_.data(), y, buffers[kProjScratch],
+                 threads.num_threads());
 }
 
 // Rotary embeddings on q and k where the projection left them: the planes'
@@ -512,23 +534,22 @@ Status AttentionOp::MakeStepMatMuls() {
   return {};
 }
 
-// x [R, in] -> y [R, out] = x W^T + b by `mm` on its packed weights, or by
-// kernels::RowsLinear on the step weights when the step made no matmul.
+// x [rows, in] -> y [rows, out] = x W^T + b: a step's rows by `mm` on its
+// packed weights when the step made one, else by ProjectRows.
 void AttentionOp::StepLinear(const std::optional<MatMul>& mm,
                              const void* packed, const StepWeights& step,
                              const std::vector<float>& b, const float* x,
-                             float* y, int threads) const {
-  if (mm) {
+                             size_t rows, float* y, int threads) const {
+  if (mm && rows == static_cast<size_t>(batch_)) {
     mm->Run(x, packed, b.data(), y, proj_scratch_.data(), threads);
     return;
   }
-  step.Run(x, static_cast<size_t>(batch_), b.empty() ? nullptr : b.data(), y,
-           threads);
+  ProjectRows(step, b, x, rows, y, threads);
 }
 
 void AttentionOp::Step(const float* x, const int64_t* seqs,
                        const int64_t* positions, float* y, float* partials,
-                       size_t max_partials) {
+                       size_t max_partials, const KeptRows* keep) {
   const ThreadScope threads(num_threads_);
   const MhaModelData& m = *m_;
   const int64_t d_out = m.config.d_out;
@@ -536,10 +557,10 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   auto* ctx = static_cast<float*>(ctx_.data());
   // x: [R, d_in] -> qkv: [R, (H + 2 Hkv) D], one fused projection, then
   // each row's q and k turned to its position.
-  StepLinear(qkv_proj_, qkv_weights_, steps_->qkv, m.b_qkv, x, qkv,
+  const auto R = static_cast<size_t>(batch_);
+  StepLinear(qkv_proj_, qkv_weights_, steps_->qkv, m.b_qkv, x, R, qkv,
              threads.num_threads());
   if (rope_) {
-    const auto R = static_cast<size_t>(batch_);
     const auto D = static_cast<size_t>(D_);
     kernels::ApplyRope(*rope_,
                        {qkv, R, static_cast<size_t>(QkvWidth()),
@@ -563,10 +584,17 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   }
   kernels::DecodeAppend(params, qkv, decode_rows_.data(), decode_rows_.size(),
                         threads.num_threads());
+  if (keep) {  // the kept rows alone attend, their ctx packed in order
+    for (size_t j = 0; j < keep->count; ++j) {
+      decode_rows_[j] = decode_rows_[static_cast<size_t>(keep->rows[j])];
+      decode_rows_[j].ctx = ctx + j * static_cast<size_t>(d_out);
+    }
+    decode_rows_.resize(keep->count);
+  }
   RunDecodeKernel(params, partials, max_partials, threads.num_threads());
-  // ctx: [R, d_out] -> y: [R, d_out].
-  StepLinear(out_proj_, out_weights_, steps_->out, m.b_out, ctx, y,
-             threads.num_threads());
+  // ctx: [rows, d_out] -> y: [rows, d_out].
+  StepLinear(out_proj_, out_weights_, steps_->out, m.b_out, ctx,
+             decode_rows_.size(), y, threads.num_threads());
 }
 
 // Per (row, head, key chunk): softmax(q k^T / sqrt(D)) v over the row's

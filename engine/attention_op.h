@@ -51,6 +51,17 @@ kernels::DecodeParams DecodeParamsOf(const KvCache& cache, const MhaConfig& c);
 // 32768 stays clear of the crossover; seed is 816.
 constexpr double kTinyMhaMaxFlops = 32768;
 
+// The rows of a step or of a forward on a cache that go on past the
+// attention (a model's last block: those whose logits are asked for),
+// ascending; the other rows only add their K and V to the cache. A forward
+// projects its kept rows out by `out_proj` (W_out as steps read it, from
+// the decoder); a step by its own.
+struct KeptRows {
+  const int64_t* rows = nullptr;
+  size_t count = 0;
+  const StepWeights* out_proj = nullptr;
+};
+
 class AttentionOp {
  public:
   // The activations and scratch of one Forward, which the caller owns: its
@@ -103,9 +114,10 @@ class AttentionOp {
 
   // The forward on `buffers` (see Buffer). `cache_seqs[i]`: the cache
   // sequence of the batch's i-th sequence (with a cache only; null
-  // otherwise).
+  // otherwise). With `keep` (with a cache only) y gets only the kept rows,
+  // in order.
   void Forward(const float* x, const int64_t* cache_seqs, float* y,
-               const Buffers& buffers) const;
+               const Buffers& buffers, const KeptRows* keep = nullptr) const;
   // Bytes of each of Forward's buffers.
   const std::array<size_t, kNumBuffers>& buffer_bytes() const {
     return buffer_bytes_;
@@ -113,9 +125,11 @@ class AttentionOp {
 
   // A step: row r of x is token `positions[r]` of cache sequence `seqs[r]`
   // (the tokens before it are in the cache). `partials`: the decode
-  // kernel's, `max_partials` slots of DecodePartialFloats(Dp) floats.
+  // kernel's, `max_partials` slots of DecodePartialFloats(Dp) floats. With
+  // `keep` only the kept rows attend and reach y, in order.
   void Step(const float* x, const int64_t* seqs, const int64_t* positions,
-            float* y, float* partials, size_t max_partials);
+            float* y, float* partials, size_t max_partials,
+            const KeptRows* keep = nullptr);
 
   // Columns of the fused projection: the q, k and v heads.
   int64_t QkvWidth() const { return (H_ + 2 * Hkv_) * D_; }
@@ -142,7 +156,7 @@ class AttentionOp {
   Status MakeStepMatMuls();
   void StepLinear(const std::optional<kernels::MatMul>& mm, const void* packed,
                   const StepWeights& step, const std::vector<float>& b,
-                  const float* x, float* y, int threads) const;
+                  const float* x, size_t rows, float* y, int threads) const;
   void RunDecodeKernel(const kernels::DecodeParams& params, float* partials,
                        size_t max_partials, int threads);
   Status MakeRope(size_t max_positions, uint64_t held, const std::string& what);

@@ -3,7 +3,9 @@
 // the attention operator (engine/attention_op.h), which copies their K and
 // V into the cache. Other steps, straight-line: one fused QKV
 // projection of the new tokens, K and V appended to the cache, the decode
-// attention kernel (kernels/decode.h), one output projection.
+// attention kernel (kernels/decode.h), one output projection. A language
+// model's last block keeps only the rows whose logits it wants past the
+// attention (KeptRows).
 #include "attn/decode.hpp"
 
 #include <algorithm>
@@ -98,12 +100,15 @@ struct MhaDecoder::Impl {
   Result<std::unique_ptr<AttentionOp>> MakeStep(
       int64_t rows, AttentionOp* previous = nullptr) const;
   Status AllocateCache();
-  Status Append(const float* input, const int64_t* new_tokens, float* output);
+  // Appends the new tokens; only the rows `keep` lists reach output (as
+  // MhaDecoder's private Prefill), or every row when it is null.
+  Status Append(const float* input, const int64_t* new_tokens,
+                const KeptRows* keep, float* output);
   Result<int64_t> CountRows(const int64_t* new_tokens) const;
   int64_t FreshPromptLength(const int64_t* new_tokens);
   Status PreparePrompt(int64_t batch, int64_t seq_len);
   Status AppendRows(const float* input, const int64_t* new_tokens, int64_t R,
-                    float* output);
+                    const KeptRows* keep, float* output);
   KvCache Cache() const {
     KvCache cache;
     cache.k = static_cast<float*>(k_cache.data());
@@ -226,7 +231,7 @@ int64_t MhaDecoder::Impl::FreshPromptLength(const int64_t* new_tokens) {
 }
 
 Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
-                                float* output) {
+                                const KeptRows* keep, float* output) {
   if (!input || !output || !new_tokens) {
     return InvalidArgument("input, output and counts must not be null");
   }
@@ -238,9 +243,9 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
     ATTN_RETURN_IF_ERROR(
         PreparePrompt(static_cast<int64_t>(prompt_seqs.size()), n));
     prompt->Forward(input, prompt_seqs.data(), output,
-                    prompt_buffers->pointers());
+                    prompt_buffers->pointers(), keep);
   } else {
-    ATTN_RETURN_IF_ERROR(AppendRows(input, new_tokens, R, output));
+    ATTN_RETURN_IF_ERROR(AppendRows(input, new_tokens, R, keep, output));
   }
   for (int64_t b = 0; b < B; ++b) lengths[b] += new_tokens[b];
   return {};
@@ -249,7 +254,7 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
 // Token by token through the decode kernel (AttentionOp::Step).
 Status MhaDecoder::Impl::AppendRows(const float* input,
                                     const int64_t* new_tokens, int64_t R,
-                                    float* output) {
+                                    const KeptRows* keep, float* output) {
   AttentionOp* op = step.get();
   if (R != B) {
     if (!other || other->rows() != R) {
@@ -269,7 +274,7 @@ Status MhaDecoder::Impl::AppendRows(const float* input,
     }
   }
   op->Step(input, row_seqs.data(), row_positions.data(), output,
-           static_cast<float*>(partials.data()), max_partials);
+           static_cast<float*>(partials.data()), max_partials, keep);
   return {};
 }
 
@@ -378,7 +383,14 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
 
 Status MhaDecoder::Prefill(const float* input, const int64_t* counts,
                            float* output) {
-  return impl_->Append(input, counts, output);
+  return impl_->Append(input, counts, nullptr, output);
+}
+
+Status MhaDecoder::Prefill(const float* input, const int64_t* counts,
+                           const int64_t* keep, size_t num_keep,
+                           float* output) {
+  const KeptRows kept{keep, num_keep, &impl_->steps->out};
+  return impl_->Append(input, counts, &kept, output);
 }
 
 Status MhaDecoder::Prefill(const float* input, int64_t seq_len, float* output) {
@@ -390,7 +402,7 @@ Status MhaDecoder::Prefill(const float* input, int64_t seq_len, float* output) {
   }
   // [B, T, d_in] is already packed sequence after sequence.
   std::vector<int64_t> counts(static_cast<size_t>(impl_->B), seq_len);
-  return impl_->Append(input, counts.data(), output);
+  return impl_->Append(input, counts.data(), nullptr, output);
 }
 
 Status MhaDecoder::Decode(const float* input, int64_t batch, float* output) {
@@ -407,7 +419,7 @@ Status MhaDecoder::Decode(const float* input, int64_t batch, float* output) {
           " is empty (new, or Reset): Prefill its prompt before Decode");
     }
   }
-  return d.Append(input, d.counts.data(), output);
+  return d.Append(input, d.counts.data(), nullptr, output);
 }
 
 void MhaDecoder::Reset() {

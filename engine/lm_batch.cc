@@ -1,9 +1,9 @@
 // LmBatch (attn/lm.hpp): continuous batching over a LanguageModel. Each
 // layer's attention is an MhaDecoder whose cache holds every slot; a step
 // packs the new tokens of its requests slot after slot, runs the blocks on
-// those rows (each decoder appending them to its cache), then the last
-// block's feed-forward, the final norm and the head on the rows whose
-// logits were asked for.
+// those rows (each decoder appending them to its cache), except that the
+// last block's attention output and feed-forward, the final norm and the
+// head run on the rows whose logits were asked for alone.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -90,7 +90,7 @@ struct LmBatch::Impl {
   void Embed(float* x) const;
   void Norm(const lm::Norm& norm, const float* x, int64_t rows, float* y) const;
   void FeedForward(const lm::Layer& layer, int64_t rows);
-  int64_t KeepLogitRows(float* x, float* branch) const;
+  int64_t KeepLogitRows(float* x) const;
   Status RunBlocks(int64_t rows);
   void RunHead();
   Status Run();  // the packed step
@@ -345,17 +345,17 @@ void LmBatch::Impl::FeedForward(const lm::Layer& layer, int64_t rows) {
   RunLinear(layer.down, up, rows, static_cast<float*>(b.branch.data()));
 }
 
-// After the last attention only the rows whose logits were asked for
-// reach the head: moves them, in order, to the front of x and of the
-// attention's output, so that the last feed-forward runs on those alone
-// (llama.cpp's output ids).
-int64_t LmBatch::Impl::KeepLogitRows(float* x, float* branch) const {
+// Only the rows whose logits were asked for reach the head, so the last
+// block runs its attention (MhaDecoder's Prefill with `keep`: the other
+// rows only add their K and V to the cache) and its feed-forward on those
+// alone (llama.cpp's output ids). Moves them, in order, to the front of x,
+// where the attention's output lies already.
+int64_t LmBatch::Impl::KeepLogitRows(float* x) const {
   const size_t e = size_t(m->config.emb_dim);
   for (size_t i = 0; i < logit_rows.size(); ++i) {
     const auto from = static_cast<size_t>(logit_rows[i]);
     if (from == i) continue;  // rows ascend: from > i, no overlap
     std::memcpy(x + i * e, x + from * e, e * sizeof(float));
-    std::memcpy(branch + i * e, branch + from * e, e * sizeof(float));
   }
   return static_cast<int64_t>(logit_rows.size());
 }
@@ -371,8 +371,14 @@ Status LmBatch::Impl::RunBlocks(int64_t rows) {
   for (size_t l = 0; l < m->layers.size(); ++l) {
     const lm::Layer& layer = m->layers[l];
     Norm(layer.norm1, x, rows, normed);
-    ATTN_RETURN_IF_ERROR(decoders[l]->Prefill(normed, counts.data(), branch));
-    if (l + 1 == m->layers.size()) rows = KeepLogitRows(x, branch);
+    const bool last = l + 1 == m->layers.size();
+    if (last && logit_rows.size() < size_t(rows)) {
+      ATTN_RETURN_IF_ERROR(decoders[l]->Prefill(
+          normed, counts.data(), logit_rows.data(), logit_rows.size(), branch));
+    } else {
+      ATTN_RETURN_IF_ERROR(decoders[l]->Prefill(normed, counts.data(), branch));
+    }
+    if (last) rows = KeepLogitRows(x);
     const size_t n = size_t(rows * m->config.emb_dim);
     kernels::Add(x, branch, x, n, m->num_threads);
     Norm(layer.norm2, x, rows, normed);

@@ -33,6 +33,8 @@ class StepWeights {
                kernels::RowsLinearActivation::kNone) const;
 
   size_t bytes() const { return panels_.size(); }
+  size_t in() const { return in_; }
+  size_t out() const { return out_; }
   // Bytes Pack gives W [out, in] in fp32, or in bf16 with `bf16`.
   static uint64_t BytesOf(int64_t out, int64_t in, bool bf16);
 

@@ -625,6 +625,49 @@ TEST(LmBatchTest, LongPromptsShareOneSetOfBuffers) {
       << four_layers << " bytes for 4 layers, " << one_layer << " for 1";
 }
 
+// The last block attends and projects out only the rows whose logits were
+// asked for, yet every row leaves its K and V in that block's cache: a
+// prompt asking for its last logits alone (fresh, through the causal core;
+// or continued, through the step path) gets the last logits it gets when
+// asking for every position's, and the next token then finds the same
+// caches, bit for bit.
+TEST(LmBatchTest, TheLastBlockAttendsOnlyTheLogitRows) {
+  LmConfig config = SmallConfig(2);
+  config.context_length = 128;
+  LmOptions options;
+  options.num_threads = 2;
+  auto model = LanguageModel::Random(config, 11, options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const size_t vocab = size_t(config.vocab_size);
+  std::vector<int64_t> ids(81);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 13 % 50);
+  for (const std::vector<int64_t>& pieces :
+       {std::vector<int64_t>{80}, std::vector<int64_t>{20, 60}}) {
+    const std::string what = std::to_string(pieces.size()) + " piece(s)";
+    std::vector<float> last[2], next[2];
+    for (const bool all : {false, true}) {
+      auto batch = LmBatch::Create(*model, {1, 0});
+      ASSERT_TRUE(batch.ok()) << batch.status().message();
+      const int64_t seq = *(*batch)->Add();
+      int64_t at = 0;
+      for (const int64_t n : pieces) {
+        const LmBatch::Request r{seq, ids.data() + at, n, all};
+        ASSERT_TRUE((*batch)->Step(&r, 1).ok()) << what;
+        at += n;
+      }
+      const float* logits =
+          (*batch)->logits(0) + (all ? size_t(pieces.back() - 1) * vocab : 0);
+      last[all].assign(logits, logits + vocab);
+      const LmBatch::Request r{seq, ids.data() + at, 1, false};
+      ASSERT_TRUE((*batch)->Step(&r, 1).ok()) << what;
+      next[all].assign((*batch)->logits(0), (*batch)->logits(0) + vocab);
+    }
+    test::ExpectAllClose(last[true], last[false].data(), 1e-5,
+                         what + ": the prompt's last logits");
+    EXPECT_EQ(next[true], next[false]) << what << ": the next token's logits";
+  }
+}
+
 TEST(LmBf16, RefusedWithoutNativeBf16) {
   if (GetRuntimeInfo().native_bf16) GTEST_SKIP() << "native bf16";
   LmOptions options;
