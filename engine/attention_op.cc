@@ -534,8 +534,9 @@ Status AttentionOp::MakeStepMatMuls() {
   return {};
 }
 
-// x [rows, in] -> y [rows, out] = x W^T + b: a step's rows by `mm` on its
-// packed weights when the step made one, else by ProjectRows.
+// x [rows, in] -> y [rows, out] = x W^T + b: by `mm` on its packed weights
+// when the step made one and rows are all its rows (its plan's count), else
+// by ProjectRows.
 void AttentionOp::StepLinear(const std::optional<MatMul>& mm,
                              const void* packed, const StepWeights& step,
                              const std::vector<float>& b, const float* x,

@@ -53,9 +53,10 @@ constexpr double kTinyMhaMaxFlops = 32768;
 
 // The rows of a step or of a forward on a cache that go on past the
 // attention (a model's last block: those whose logits are asked for),
-// ascending; the other rows only add their K and V to the cache. A forward
-// projects its kept rows out by `out_proj` (W_out as steps read it, from
-// the decoder); a step by its own.
+// ascending: only they reach the output. A step attends only them; a
+// forward's causal core still runs every row, then projects the kept ones
+// out by `out_proj` (W_out as steps read it, from the decoder). Every row's
+// K and V land in the cache either way.
 struct KeptRows {
   const int64_t* rows = nullptr;
   size_t count = 0;

@@ -237,6 +237,10 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
   }
   ATTN_ASSIGN_OR_RETURN(const int64_t R, CountRows(new_tokens));
   if (R == 0) return {};
+  for (size_t i = 0; keep && i < keep->count; ++i) {
+    HWY_DASSERT(keep->rows[i] < R &&
+                (i == 0 || keep->rows[i - 1] < keep->rows[i]));
+  }
   const int64_t n = FreshPromptLength(new_tokens);
   if (n > 0) {
     const ThreadScope threads(num_threads);

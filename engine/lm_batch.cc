@@ -345,11 +345,11 @@ void LmBatch::Impl::FeedForward(const lm::Layer& layer, int64_t rows) {
   RunLinear(layer.down, up, rows, static_cast<float*>(b.branch.data()));
 }
 
-// Only the rows whose logits were asked for reach the head, so the last
-// block runs its attention (MhaDecoder's Prefill with `keep`: the other
-// rows only add their K and V to the cache) and its feed-forward on those
-// alone (llama.cpp's output ids). Moves them, in order, to the front of x,
-// where the attention's output lies already.
+// Only the rows whose logits were asked for reach the head, so only they
+// go past the last block's attention (MhaDecoder's Prefill with `keep`:
+// the other rows add their K and V to its cache) and through its
+// feed-forward (llama.cpp's output ids). Moves them, in order, to the front
+// of x, where the attention's output lies already.
 int64_t LmBatch::Impl::KeepLogitRows(float* x) const {
   const size_t e = size_t(m->config.emb_dim);
   for (size_t i = 0; i < logit_rows.size(); ++i) {

@@ -178,8 +178,9 @@ TEST_P(LmGolden, LogitsMatchPyTorchAndAreThreadInvariant) {
 }
 
 // Odd rows ask for every position's logits, even rows for their last only:
-// the last block's feed-forward runs on those rows alone, moved to the
-// front (past 8 of them through oneDNN), and each still matches PyTorch.
+// the last block's attention output and feed-forward run on those rows
+// alone (past 8 of them, in pieces of 8 and through oneDNN), and each still
+// matches PyTorch.
 TEST_P(LmGolden, LastAndAllLogitsInOneStepMatchPyTorch) {
   const Case c = ReadCase(GetParam());
   std::vector<float> first;
@@ -625,46 +626,74 @@ TEST(LmBatchTest, LongPromptsShareOneSetOfBuffers) {
       << four_layers << " bytes for 4 layers, " << one_layer << " for 1";
 }
 
-// The last block attends and projects out only the rows whose logits were
-// asked for, yet every row leaves its K and V in that block's cache: a
-// prompt asking for its last logits alone (fresh, through the causal core;
-// or continued, through the step path) gets the last logits it gets when
-// asking for every position's, and the next token then finds the same
-// caches, bit for bit.
-TEST(LmBatchTest, TheLastBlockAttendsOnlyTheLogitRows) {
+// Only the rows whose logits were asked for go past the last block's
+// attention, yet every row leaves its K and V in that block's cache. Prompts
+// asking for their last logits alone (fresh, through the causal core, one
+// and ten of them; or continued, through the step path) get the last logits
+// they get when asking for every position's, and the next token then finds
+// the same caches, bit for bit; each the same at 1 and 2 threads.
+TEST(LmBatchTest, OnlyTheLogitRowsGoPastTheLastAttention) {
   LmConfig config = SmallConfig(2);
   config.context_length = 128;
-  LmOptions options;
-  options.num_threads = 2;
-  auto model = LanguageModel::Random(config, 11, options);
-  ASSERT_TRUE(model.ok()) << model.status().message();
   const size_t vocab = size_t(config.vocab_size);
-  std::vector<int64_t> ids(81);
+  std::vector<int64_t> ids(1000);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 13 % 50);
-  for (const std::vector<int64_t>& pieces :
-       {std::vector<int64_t>{80}, std::vector<int64_t>{20, 60}}) {
-    const std::string what = std::to_string(pieces.size()) + " piece(s)";
-    std::vector<float> last[2], next[2];
-    for (const bool all : {false, true}) {
-      auto batch = LmBatch::Create(*model, {1, 0});
-      ASSERT_TRUE(batch.ok()) << batch.status().message();
-      const int64_t seq = *(*batch)->Add();
-      int64_t at = 0;
-      for (const int64_t n : pieces) {
-        const LmBatch::Request r{seq, ids.data() + at, n, all};
-        ASSERT_TRUE((*batch)->Step(&r, 1).ok()) << what;
-        at += n;
+  struct Case {
+    int64_t sequences;
+    std::vector<int64_t> pieces;  // each sequence's prompt, step by step
+  };
+  // Each sequence's last prompt logits, then its next token's.
+  const auto run = [&](const Case& c, bool all, int threads) {
+    std::vector<float> out;
+    LmOptions options;
+    options.num_threads = threads;
+    auto model = LanguageModel::Random(config, 11, options);
+    if (!model.ok()) return out;
+    auto batch = LmBatch::Create(*model, {c.sequences, 0});
+    if (!batch.ok()) return out;
+    std::vector<LmBatch::Request> requests(size_t(c.sequences));
+    for (int64_t s = 0; s < c.sequences; ++s)
+      requests[s].sequence = *(*batch)->Add();
+    int64_t at = 0;
+    for (const int64_t n : c.pieces) {
+      for (int64_t s = 0; s < c.sequences; ++s) {
+        requests[s] = {requests[s].sequence, ids.data() + s * 90 + at, n, all};
       }
-      const float* logits =
-          (*batch)->logits(0) + (all ? size_t(pieces.back() - 1) * vocab : 0);
-      last[all].assign(logits, logits + vocab);
-      const LmBatch::Request r{seq, ids.data() + at, 1, false};
-      ASSERT_TRUE((*batch)->Step(&r, 1).ok()) << what;
-      next[all].assign((*batch)->logits(0), (*batch)->logits(0) + vocab);
+      if (!(*batch)->Step(requests.data(), requests.size()).ok()) return out;
+      at += n;
     }
-    test::ExpectAllClose(last[true], last[false].data(), 1e-5,
-                         what + ": the prompt's last logits");
-    EXPECT_EQ(next[true], next[false]) << what << ": the next token's logits";
+    const size_t last = all ? size_t(c.pieces.back() - 1) * vocab : 0;
+    for (int64_t s = 0; s < c.sequences; ++s) {
+      const float* logits = (*batch)->logits(size_t(s)) + last;
+      out.insert(out.end(), logits, logits + vocab);
+      requests[s] = {requests[s].sequence, ids.data() + s * 90 + at, 1, false};
+    }
+    if (!(*batch)->Step(requests.data(), requests.size()).ok()) return out;
+    for (int64_t s = 0; s < c.sequences; ++s) {
+      out.insert(out.end(), (*batch)->logits(size_t(s)),
+                 (*batch)->logits(size_t(s)) + vocab);
+    }
+    return out;
+  };
+  for (const Case& c : {Case{1, {80}}, Case{10, {70}}, Case{1, {20, 60}}}) {
+    const std::string what = std::to_string(c.sequences) + " x " +
+                             std::to_string(c.pieces.size()) + " piece(s)";
+    const size_t half = size_t(c.sequences) * vocab;
+    std::vector<float> at_one_thread;
+    for (const int threads : {1, 2}) {
+      const std::vector<float> kept = run(c, false, threads);
+      const std::vector<float> every = run(c, true, threads);
+      ASSERT_EQ(kept.size(), 2 * half) << what;
+      ASSERT_EQ(every.size(), 2 * half) << what;
+      test::ExpectAllClose(
+          std::vector<float>(every.begin(), every.begin() + half), kept.data(),
+          1e-5, what + ": the prompts' last logits");
+      EXPECT_TRUE(
+          std::equal(kept.begin() + half, kept.end(), every.begin() + half))
+          << what << ": the next token's logits";
+      if (at_one_thread.empty()) at_one_thread = kept;
+      EXPECT_EQ(kept, at_one_thread) << what << ": threads changed the bits";
+    }
   }
 }
 

@@ -98,10 +98,9 @@ class ATTN_API MhaDecoder {
       std::shared_ptr<const MhaModel> model, const DecoderOptions& options,
       const DecoderOwner& owner);
   // As Prefill(input, counts, output), but only the rows `keep` lists
-  // (ascending indices into the new rows, num_keep of them) attend and are
-  // projected out, into output [num_keep, d_out] in that order; every row's
-  // K and V still land in the cache. A model's last block, whose other rows
-  // reach no logits.
+  // (ascending indices into the new rows, num_keep of them) reach output,
+  // [num_keep, d_out] in that order; every row's K and V still land in the
+  // cache. For a model's last block, whose other rows reach no logits.
   ATTN_NO_EXPORT Status Prefill(const float* input, const int64_t* counts,
                                 const int64_t* keep, size_t num_keep,
                                 float* output);
