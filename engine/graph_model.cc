@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/bench.hpp"
 #include "attn/graph.hpp"
 #include "attn/safetensors.hpp"
 #include "engine/graph_ir.h"
@@ -837,5 +838,25 @@ int64_t GraphModel::layers() const {
 DType GraphModel::dtype() const { return impl_->dtype; }
 bool GraphModel::token_input() const { return impl_->token_input; }
 int GraphModel::num_threads() const { return impl_->num_threads; }
+
+double GraphModel::flops(int64_t batch, int64_t seq_len) const {
+  const graph::LoadedGraph& g = *impl_;
+  const double rows = double(batch) * double(seq_len);
+  double flops = 0;
+  for (const std::vector<graph::NodeWeights>& layer : g.layer) {
+    for (const graph::Step& step : g.program.steps) {
+      if (step.op == graph::Op::kLinear) {
+        flops += 2.0 * rows * double(g.widths[size_t(step.src)]) *
+                 double(g.widths[size_t(step.dst)]);
+      } else if (step.op == graph::Op::kMha) {
+        const MhaConfig& c = layer[step.node].mha->config();
+        flops += bench::BlockFlops({"", batch, seq_len, c.d_in, c.d_out,
+                                    c.num_heads, c.num_kv_heads, 0.0},
+                                   c.sliding_window);
+      }
+    }
+  }
+  return flops;
+}
 
 }  // namespace attn

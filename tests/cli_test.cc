@@ -499,6 +499,30 @@ TEST_F(CliTest, BenchGraphLeavesNoWeightsBehind) {
   EXPECT_EQ(given.exit_code, 0) << given.stderr_text;
 }
 
+// A graph of other names than the random block's needs --weights, and the
+// refusal says so rather than naming a temporary file. With them, the
+// FLOPs are the Llama block's own (GraphModel::flops): at b 1, T 8, the
+// 2 x 8 x 7680 of its weight matrices (q and out 32x32, k and v 16x32, the
+// gated feed-forward three of 48x32) and the core's 4 x 32 pairs x 32.
+TEST_F(CliTest, BenchGraphOfOtherNamesNeedsItsWeights) {
+  const std::string llama =
+      "bench --graph " + std::string(ATTN_SOURCE_DIR) +
+      "/tools/graphs/llama_block.json --threads 1 --min-time 0.01 --json "
+      "--shape 1,8,32,4";
+  const Outcome random = Attn(llama);
+  ExpectRefused(random, 1,
+                "weight 'norm1.weight' is missing from the random weights, "
+                "which hold the book's TransformerBlock (give the graph's own "
+                "with --weights)");
+  EXPECT_EQ(random.stderr_text.find("safetensors"), std::string::npos)
+      << random.stderr_text;
+  const std::string out =
+      AttnStdout(llama + " --weights " +
+                 (kGolden / "graph" / "llama_block.safetensors").string());
+  const nlohmann::json line = nlohmann::json::parse(out);
+  EXPECT_EQ(line["flops"].get<double>(), 2.0 * 8 * 7680 + 4.0 * 32 * 32);
+}
+
 // tune measures each thread count once, smallest first, however listed: the
 // first row is the one the speedups are over.
 TEST_F(CliTest, TuneSortsItsThreadCounts) {

@@ -615,6 +615,48 @@ TEST(GraphValidationTest, PartialQkvBias) {
             std::string::npos);
 }
 
+// A graph's FLOPs, counted independently: 2 x rows x the elements of every
+// weight matrix the file holds (each is read by one matmul per token), plus
+// each attention core at its causal half, 4 x b x pairs x d_out with pairs
+// T^2 / 2, or T W - W^2 / 2 under a sliding window W. The book's block in 1
+// and 3 layers and the Llama block (grouped K/V heads, a gated feed-forward)
+// in 1 and 2 (with a window of 4).
+TEST(GraphFlopsTest, EveryWeightMatrixAndEachCausalCore) {
+  struct Case {
+    std::string graph, golden;
+    int64_t window;
+  };
+  for (const Case& c :
+       {Case{kBlock, "block", 0}, Case{kBlock, "stack3", 0},
+        Case{kLlama, "llama_block", 0}, Case{kLlama, "llama_stack2", 4}}) {
+    const std::string weights = kGolden + c.golden + ".safetensors";
+    auto model = GraphModel::Load(c.graph, weights);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    auto file = SafetensorsFile::Open(weights);
+    ASSERT_TRUE(file.ok());
+    double elements = 0, d_out = 0, attentions = 0;
+    for (const TensorInfo& t : file->tensors()) {
+      const std::string suffix = ".weight";
+      if (t.shape.size() != 2 || t.name.size() < suffix.size() ||
+          t.name.compare(t.name.size() - suffix.size(), suffix.size(),
+                         suffix) != 0) {
+        continue;
+      }
+      elements += double(t.shape[0] * t.shape[1]);
+      if (t.name.find("out_proj") != std::string::npos) {
+        d_out = double(t.shape[0]);
+        ++attentions;
+      }
+    }
+    const int64_t b = 3, T = 10;
+    const double w = double(c.window);
+    const double pairs = c.window > 0 ? T * w - w * w / 2 : T * T / 2.0;
+    const double cores = attentions * 4.0 * b * pairs * d_out;
+    EXPECT_DOUBLE_EQ((*model)->flops(b, T), 2.0 * b * T * elements + cores)
+        << c.golden;
+  }
+}
+
 // Without num_kv_heads in the metadata the K/V heads follow from W_key's
 // rows; 12 rows of a head_dim of 8 are not whole heads, so the K/V heads
 // stay the 4 query heads and W_key's shape is named as wrong.

@@ -201,11 +201,8 @@ void PrintPoint(const GraphArgs& args, const BlockShape& s, DType dtype,
                 const GraphSession& session, const std::vector<double>& ms,
                 bool json) {
   const GraphModel& graph = session.model();
-  // The block's matmuls (q, k, v, out: 4e^2; ff: 8e^2 per token) and the
-  // attention core at its causal half, as the MHA benchmarks count it.
-  const double rows = double(s.batch * s.seq_len), e = double(s.emb);
-  const double flops = double(graph.layers()) *
-                       (2.0 * rows * 12.0 * e * e + 2.0 * rows * s.seq_len * e);
+  const double rows = double(s.batch * s.seq_len);
+  const double flops = graph.flops(s.batch, s.seq_len);
   const double median = Median(ms);
   const double tokens = rows / (median / 1e3);
   const double gflops = flops / (median / 1e3) / 1e9;
@@ -226,6 +223,7 @@ void PrintPoint(const GraphArgs& args, const BlockShape& s, DType dtype,
         {"min_ms", *std::min_element(ms.begin(), ms.end())},
         {"reps", ms.size()},
         {"tokens_per_s", tokens},
+        {"flops", flops},
         {"gflops", gflops},
         {"arena_bytes", mem.planned_peak},
         {"intermediates_bytes", mem.intermediates_total},
@@ -243,6 +241,25 @@ void PrintPoint(const GraphArgs& args, const BlockShape& s, DType dtype,
   std::fflush(stdout);
 }
 
+// The graph on `weights_path`: the given --weights, else the random block's
+// file, which a message names as what it is rather than by its temporary
+// path (a graph of other names, such as the Llama block's, needs --weights).
+Result<std::shared_ptr<const GraphModel>> LoadGraph(
+    const GraphArgs& args, const std::string& weights_path,
+    const GraphOptions& options) {
+  auto model = GraphModel::Load(args.graph, weights_path, options);
+  if (model.ok() || !args.weights.empty()) return model;
+  std::string message = model.status().message();
+  const std::string quoted = "'" + weights_path + "'";
+  const size_t at = message.find(quoted);
+  if (at != std::string::npos) {
+    message.replace(at, quoted.size(),
+                    "the random weights, which hold the book's "
+                    "TransformerBlock (give the graph's own with --weights)");
+  }
+  return Status(model.status().code(), message);
+}
+
 // Loads the graph with the weights of `weights_path` and times it at shape
 // `s`, once per thread count.
 Status TimeShape(const GraphArgs& args, const BlockShape& s,
@@ -257,8 +274,7 @@ Status TimeShape(const GraphArgs& args, const BlockShape& s,
     options.dtype = dtype;
     options.max_memory_bytes = args.max_memory;
     options.tuned_config = args.config;
-    ATTN_ASSIGN_OR_RETURN(auto model,
-                          GraphModel::Load(args.graph, weights_path, options));
+    ATTN_ASSIGN_OR_RETURN(auto model, LoadGraph(args, weights_path, options));
     if (model->token_input()) {
       return InvalidArgument("graph '" + args.graph +
                              "' takes token ids, want a block on [b, T, e] "

@@ -66,6 +66,11 @@ class ATTN_API GraphModel {
   bool token_input() const;
   DType dtype() const;
   int num_threads() const;  // the resolved team size
+  // FLOPs of one Run of `batch` sequences of `seq_len` tokens, as `attn
+  // bench` counts them: 2 x rows x in x out for each linear, and each mha
+  // node's attn::bench::BlockFlops (its projections, and its core at the
+  // causal half); norms, activations, adds and embeddings not counted.
+  double flops(int64_t batch, int64_t seq_len) const;
 
  private:
   friend class GraphSession;
