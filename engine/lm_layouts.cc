@@ -312,14 +312,43 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
 }
 
 // Hugging Face's config.json beside the weights: the attention dims it
-// gives (n_head, n_positions), layer_norm_epsilon, and the sizes the
-// tensors must agree with (each 0 when absent or null).
+// gives (n_head, n_positions), layer_norm_epsilon, and the sizes and head
+// the tensors must agree with (each 0, or tie -1, when absent or null).
 struct HfConfig {
   std::string path;
   AttentionDims dims;
   double norm_eps = 0.0;
   int64_t layers = 0, emb_dim = 0, vocab_size = 0, hidden_dim = 0;
+  int tie_word_embeddings = -1;  // 0 or 1 when given
 };
+
+// Refuses the settings under which Hugging Face computes another model
+// than GPT-2's attention, GELU and block (a model type, attention scaled
+// otherwise or by layer, cross-attention), rather than run them as GPT-2.
+Status CheckHfComputesGpt2(const nlohmann::json& j, const std::string& path) {
+  const std::pair<const char*, nlohmann::json> wanted[] = {
+      {"model_type", "gpt2"},
+      {"scale_attn_weights", true},
+      {"scale_attn_by_inverse_layer_idx", false},
+      {"add_cross_attention", false}};
+  for (const auto& [key, value] : wanted) {
+    if (j.contains(key) && !j[key].is_null() && j[key] != value) {
+      return InvalidArgument(Quoted(path) + ": '" + key + "' is " +
+                             j[key].dump() + ", want " + value.dump() +
+                             " (GPT-2 as the book computes it)");
+    }
+  }
+  // GPT-2's GELU is the tanh approximation, under either of its names.
+  if (j.contains("activation_function")) {
+    const nlohmann::json& f = j["activation_function"];
+    if (!f.is_string() || (f != "gelu_new" && f != "gelu_pytorch_tanh")) {
+      return InvalidArgument(Quoted(path) + ": 'activation_function' is " +
+                             f.dump() +
+                             ", want \"gelu_new\" or \"gelu_pytorch_tanh\"");
+    }
+  }
+  return {};
+}
 
 Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
   const size_t slash = weights_path.rfind('/');
@@ -353,14 +382,15 @@ Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
   ATTN_ASSIGN_OR_RETURN(config.emb_dim, count("n_embd"));
   ATTN_ASSIGN_OR_RETURN(config.vocab_size, count("vocab_size"));
   ATTN_ASSIGN_OR_RETURN(config.hidden_dim, count("n_inner"));
-  // GPT-2's GELU is the tanh approximation, under either of its names.
-  if (j.contains("activation_function")) {
-    const nlohmann::json& f = j["activation_function"];
-    if (!f.is_string() || (f != "gelu_new" && f != "gelu_pytorch_tanh")) {
-      return InvalidArgument("'" + path + "': 'activation_function' is " +
-                             f.dump() +
-                             ", want \"gelu_new\" or \"gelu_pytorch_tanh\"");
+  ATTN_RETURN_IF_ERROR(CheckHfComputesGpt2(j, path));
+  if (j.contains("tie_word_embeddings") &&
+      !j["tie_word_embeddings"].is_null()) {
+    if (!j["tie_word_embeddings"].is_boolean()) {
+      return InvalidArgument(Quoted(path) + ": 'tie_word_embeddings' is " +
+                             j["tie_word_embeddings"].dump() +
+                             ", want true or false");
     }
+    config.tie_word_embeddings = j["tie_word_embeddings"].get<bool>() ? 1 : 0;
   }
   if (j.contains("layer_norm_epsilon")) {
     const nlohmann::json& eps = j["layer_norm_epsilon"];
@@ -524,8 +554,20 @@ Status CheckNoStrayTensors(const SafetensorsFile& file,
   return {};
 }
 
-// config.json's sizes, where given, are the tensors'.
+// config.json's sizes and head, where given, are the tensors'. Tied word
+// embeddings make Hugging Face's head wte whatever lm_head.weight holds,
+// untied ones a head the file must hold: a file that says one and holds the
+// other is refused, not run as either.
 Status CheckHfSizes(const HfConfig& hf, const LmConfig& c) {
+  if (hf.tie_word_embeddings != -1 &&
+      (hf.tie_word_embeddings == 1) != c.tied_head) {
+    return InvalidArgument(
+        Quoted(hf.path) + ": 'tie_word_embeddings' is " +
+        (c.tied_head ? "false, but the weights beside it have no "
+                       "'lm_head.weight'"
+                     : "true, but the weights beside it have their own "
+                       "'lm_head.weight'"));
+  }
   const std::pair<const char*, std::pair<int64_t, int64_t>> sizes[] = {
       {"n_layer", {hf.layers, c.num_layers}},
       {"n_embd", {hf.emb_dim, c.emb_dim}},

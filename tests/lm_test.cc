@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attn/safetensors.hpp"
@@ -900,10 +901,11 @@ TEST(LmLayouts, BuffersAndOverriddenMetadataStillLoad) {
 }
 
 // hf_gpt2's weights beside config.json `text`; the load's error.
-std::string LoadWithConfig(const std::string& name, const std::string& text) {
+std::string LoadWithConfig(const std::string& name, const std::string& text,
+                           const std::string& weights = "hf_gpt2") {
   const std::string dir = ::testing::TempDir() + "/" + name;
   std::filesystem::create_directories(dir);
-  std::filesystem::copy_file(kLmDir + "hf_gpt2/model.safetensors",
+  std::filesystem::copy_file(kLmDir + weights + "/model.safetensors",
                              dir + "/model.safetensors",
                              std::filesystem::copy_options::overwrite_existing);
   std::ofstream(dir + "/config.json") << text;
@@ -914,8 +916,31 @@ TEST(LmErrors, ConfigJsonMustAgreeWithTheWeights) {
   const std::string dims = R"("n_head": 4, "n_positions": 24)";
   EXPECT_EQ(LoadWithConfig("cfg_ok", "{" + dims + R"(, "n_layer": 2,
       "n_embd": 32, "vocab_size": 96, "n_inner": null,
-      "activation_function": "gelu_new"})"),
+      "activation_function": "gelu_new", "model_type": "gpt2",
+      "scale_attn_weights": true, "scale_attn_by_inverse_layer_idx": false,
+      "add_cross_attention": false, "tie_word_embeddings": false})"),
             "loaded");
+  // Settings under which Hugging Face computes another model than GPT-2's.
+  const std::tuple<std::string, std::string, std::string> settings[] = {
+      {"scale_attn_by_inverse_layer_idx", "true", "false"},
+      {"scale_attn_weights", "false", "true"},
+      {"add_cross_attention", "true", "false"},
+      {"model_type", R"("gpt_neo")", R"("gpt2")"}};
+  for (const auto& [key, value, want] : settings) {
+    ExpectHas(LoadWithConfig("cfg_maths", "{" + dims + R"(, ")" + key +
+                                              R"(": )" + value + "}"),
+              "'" + key + "' is " + value + ", want " + want);
+  }
+  // A head other than the one config.json says Hugging Face would use.
+  ExpectHas(LoadWithConfig("cfg_tie",
+                           "{" + dims + R"(, "tie_word_embeddings": true})"),
+            "'tie_word_embeddings' is true, but the weights beside it have "
+            "their own 'lm_head.weight'");
+  ExpectHas(LoadWithConfig("cfg_untie",
+                           "{" + dims + R"(, "tie_word_embeddings": false})",
+                           "hf_gpt2_tied"),
+            "'tie_word_embeddings' is false, but the weights beside it have "
+            "no 'lm_head.weight'");
   ExpectHas(LoadWithConfig("cfg_layers", "{" + dims + R"(, "n_layer": 12})"),
             "'n_layer' is 12, but the weights beside it have 2");
   ExpectHas(LoadWithConfig("cfg_embd", "{" + dims + R"(, "n_embd": 768})"),
