@@ -739,8 +739,10 @@ std::vector<kernels::DataType> TensorTypes(const Program& program,
                                            DType dtype) {
   const bool low = dtype == DType::kBF16;
   std::vector<bool> bf16(program.tensors.size(), false);
+  // A linear's output, unless it is a residual sum: that stays fp32, as
+  // PyTorch's x + linear(h), and the matmul adds the residual in dst's type.
   for (const Step& step : program.steps) {
-    bf16[step.dst] = low && step.op == Op::kLinear;
+    bf16[step.dst] = low && step.op == Op::kLinear && step.src2 < 0;
   }
   for (const Step& step : program.steps) {
     if (step.op != Op::kLinear) bf16[step.src] = false;

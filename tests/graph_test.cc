@@ -124,6 +124,38 @@ TEST(GraphGoldenTest, Bf16BlockIsCloseOrRefused) {
                        "bf16 block");
 }
 
+// With bf16, a linear whose residual add is fused into it writes the sum in
+// fp32, also when only linears read it (the matmul adds the residual in its
+// output's type). On identity weights and small integers every step is
+// exact in bf16: the output must equal fp32's, 2x.
+TEST(GraphGoldenTest, Bf16ResidualSumFeedingALinearStaysExact) {
+  if (!kernels::HasNativeBF16()) GTEST_SKIP() << "no native bf16";
+  const std::string json = R"({"inputs": ["x"], "outputs": ["y"], "nodes": [
+      {"name": "p", "op": "linear", "inputs": ["x"], "outputs": ["p"],
+       "weights": {"weight": "w1"}},
+      {"name": "h", "op": "add", "inputs": ["x", "p"], "outputs": ["h"]},
+      {"name": "y", "op": "linear", "inputs": ["h"], "outputs": ["y"],
+       "weights": {"weight": "w2"}}]})";
+  const int64_t e = 4;
+  std::vector<float> identity(e * e, 0.0f);
+  for (int64_t i = 0; i < e; ++i) identity[i * e + i] = 1.0f;
+  const std::string path = TempPath("graph_bf16_residual.safetensors");
+  const std::vector<F32Tensor> weights = {{"w1", {e, e}, identity.data()},
+                                          {"w2", {e, e}, identity.data()}};
+  ASSERT_TRUE(
+      WriteSafetensors(path, weights, std::map<std::string, std::string>{})
+          .ok());
+  GraphOptions options;
+  options.dtype = DType::kBF16;
+  auto graph = GraphModel::FromJson(json, path, options);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  std::vector<float> x(2 * e), y(2 * e), want;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i);
+  for (const float v : x) want.push_back(2 * v);
+  ASSERT_TRUE(GraphSession(*graph).Run(x.data(), 1, 2, y.data()).ok());
+  EXPECT_EQ(y, want);
+}
+
 // Runs the block with weights from `path` on golden block_qkv_bias's input.
 std::vector<float> RunBlock(const std::string& path) {
   const Golden g = ReadGolden("block_qkv_bias");
