@@ -654,6 +654,24 @@ Result<int64_t> StackLayers(const GraphWeights& weights,
   return 0;
 }
 
+// Refuses a table (embedding, position embedding) of the last bound layer
+// whose rows differ from layer 0's: a session checks ids and positions
+// against layer 0's alone.
+Status SameTablesAsLayerZero(const graph::LoadedGraph& loaded,
+                             const std::string& where) {
+  for (size_t n = 0; n < loaded.def.nodes.size(); ++n) {
+    const int64_t rows = loaded.layer.back()[n].rows;
+    const int64_t first = loaded.layer.front()[n].rows;
+    if (rows != first) {
+      return InvalidArgument(where + loaded.def.nodes[n].Describe() +
+                             ": its table has " + std::to_string(rows) +
+                             " rows, layer 0's " + std::to_string(first) +
+                             ", want the same in every layer");
+    }
+  }
+  return {};
+}
+
 // Binds and loads every layer's weights into `loaded.layer` and the widths
 // of the program's tensors into `loaded.widths`. Grown layer by layer, so a
 // count the file cannot back (n_layers of 50,000,000) fails at its first
@@ -680,6 +698,7 @@ Status BindLayers(const GraphWeights& weights, const GraphOptions& options,
     if (Status s = binder.Bind(def, prefix, loaded.layer.back()); !s.ok()) {
       return Status(s.code(), source + ": " + where + s.message());
     }
+    ATTN_RETURN_IF_ERROR(SameTablesAsLayerZero(loaded, source + ": " + where));
     const int64_t in = binder.widths()[def.input];
     const int64_t out = binder.widths()[def.output];
     if (l == 0 && layers > 1 && in != out) {

@@ -156,6 +156,31 @@ TEST(GraphGoldenTest, Bf16ResidualSumFeedingALinearStaysExact) {
   EXPECT_EQ(y, want);
 }
 
+// A session checks positions against layer 0's table alone, so a stacked
+// layer whose table is shorter is refused at load (it was read past its
+// end).
+TEST(GraphValidationTest, StackedTablesHaveLayerZerosRows) {
+  const std::string json = R"({"inputs": ["x"], "outputs": ["y"], "nodes": [
+      {"op": "position_embedding", "inputs": ["x"], "outputs": ["y"],
+       "weights": {"weight": "pos.weight"}}]})";
+  const std::vector<float> rows(16 * 4, 1.0f);
+  const std::vector<F32Tensor> tables = {
+      {"trf_blocks.0.pos.weight", {16, 4}, rows.data()},
+      {"trf_blocks.1.pos.weight", {2, 4}, rows.data()}};
+  const std::string path = TempPath("graph_stacked_tables.safetensors");
+  ASSERT_TRUE(
+      WriteSafetensors(path, tables, std::map<std::string, std::string>{})
+          .ok());
+  GraphOptions options;
+  options.layers = 2;
+  auto graph = GraphModel::FromJson(json, path, options, "pos.json");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().message(),
+            "pos.json: layer 1 of 2: node 'position_embedding_0' "
+            "(position_embedding): its table has 2 rows, layer 0's 16, want "
+            "the same in every layer");
+}
+
 // Runs the block with weights from `path` on golden block_qkv_bias's input.
 std::vector<float> RunBlock(const std::string& path) {
   const Golden g = ReadGolden("block_qkv_bias");
