@@ -602,7 +602,7 @@ Result<int64_t> LayerCount(const SafetensorsFile& file,
 // the layers of a whole model's file, else how many layers, from 0 on, have
 // a tensor under their prefix in the file. The count is checked before the
 // block is copied once per layer (50,000,000 layers took 15 GB to fail): no
-// more than a whole model's blocks, its last layer's prefix in the file
+// more than a whole model's blocks, and every layer's prefix in the file
 // (whose names are the graph's: not a translated layout's).
 graph::RepeatCount CountLayersIn(const GraphWeights& weights,
                                  const GraphOptions& options) {
@@ -614,24 +614,31 @@ graph::RepeatCount CountLayersIn(const GraphWeights& weights,
                              " layers asked for, but '" + weights.path() +
                              "' holds a model of " + std::to_string(*held));
     }
-    int64_t layers = asked > 0 ? asked : held.value_or(0);
-    if (layers == 0) {
-      while (HasTensorUnder(weights.file(), graph::LayerPrefix(node, layers))) {
-        ++layers;
-      }
-    }
-    const std::string last =
-        graph::LayerPrefix(node, std::max<int64_t>(layers - 1, 0));
-    if (!weights.translates() &&
-        (layers == 0 || !HasTensorUnder(weights.file(), last))) {
+    const int64_t layers = asked > 0 ? asked : held.value_or(0);
+    if (weights.translates()) return layers;
+    // Every layer from 0 on with a tensor under its prefix: the count, or
+    // the first layer short of it (each present layer names a tensor, so
+    // this stops within the file's tensors however large the count).
+    std::vector<std::string> names;
+    for (const TensorInfo& t : weights.file().tensors())
+      names.push_back(t.name);
+    std::sort(names.begin(), names.end());
+    const auto present = [&](int64_t layer) {
+      const std::string prefix = graph::LayerPrefix(node, layer);
+      const auto it = std::lower_bound(names.begin(), names.end(), prefix);
+      return it != names.end() && it->rfind(prefix, 0) == 0;
+    };
+    int64_t found = 0;
+    while ((layers == 0 || found < layers) && present(found)) ++found;
+    if (found == 0 || found < layers) {
       return InvalidArgument(node.Describe() + ": no tensor in '" +
-                             weights.path() + "' is named under '" + last +
-                             "', want " +
-                             (layers ? "layer " + std::to_string(layers - 1) +
+                             weights.path() + "' is named under '" +
+                             graph::LayerPrefix(node, found) + "', want " +
+                             (layers ? "layer " + std::to_string(found) +
                                            " of " + std::to_string(layers)
                                      : std::string("at least one layer")));
     }
-    return layers;
+    return found;
   };
 }
 

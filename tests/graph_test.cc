@@ -631,6 +631,36 @@ TEST(GraphValidationTest, HugeLayerCountsAreRefusedWithoutAllocating) {
   }
 }
 
+// So does a repeat node's count: a file holding its first and last layers
+// only is refused at the first missing one, before the block is copied
+// 10,000,000 times (which took 1 GB past a 64 MiB cap).
+TEST(GraphValidationTest, RepeatCountsNeedEveryLayerBeforeExpanding) {
+  const std::string block = TempPath("graph_repeat_block.json");
+  std::ofstream(block) << R"({"inputs": ["a"], "outputs": ["b"], "nodes": [
+      {"op": "linear", "inputs": ["a"], "outputs": ["b"],
+       "weights": {"weight": "w"}}]})";
+  const std::string json =
+      R"({"inputs": ["x"], "outputs": ["y"], "nodes": [{"op": "repeat",
+          "inputs": ["x"], "outputs": ["y"], "attributes": {"graph": ")" +
+      block + R"(", "prefix": "L{i}.", "count": 10000000}}]})";
+  const std::vector<float> w(16, 0.5f);
+  const std::vector<F32Tensor> ends = {{"L0.w", {4, 4}, w.data()},
+                                       {"L9999999.w", {4, 4}, w.data()}};
+  const std::string path = TempPath("graph_repeat_ends.safetensors");
+  ASSERT_TRUE(
+      WriteSafetensors(path, ends, std::map<std::string, std::string>{}).ok());
+  GraphOptions options;
+  options.max_memory_bytes = 64 << 20;
+  const size_t peak = PeakRssBytes();
+  auto graph = GraphModel::FromJson(json, path, options, "repeat.json");
+  EXPECT_LT(PeakRssBytes() - peak, size_t{64} << 20);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find(
+                "is named under 'L1.', want layer 1 of 10000000"),
+            std::string::npos)
+      << graph.status().message();
+}
+
 // Sessions share the loaded model: a session outlives every other handle
 // on its model, and sessions of one model give the same output, bit for bit.
 TEST(GraphGoldenTest, SessionsRunWithoutTheirModelHandle) {
