@@ -104,7 +104,7 @@ Status Probability(const json& value, const std::string& what) {
 }
 
 Status ParseAttribute(Node& node, const std::string& key, const json& value) {
-  const std::string what = node.Describe() + ": attribute '" + key + "'";
+  const std::string what = node.Describe() + ": attribute " + Quoted(key);
   const std::map<std::string, int64_t*> counts = {
       {"num_heads", &node.num_heads},
       {"context_length", &node.context_length},
@@ -175,8 +175,8 @@ Result<const OpSpec*> ReadOp(const json& j, const std::string& where) {
   if (spec == Specs().end()) {
     std::vector<std::string> known;
     for (const OpSpec& s : Specs()) known.push_back(s.name);
-    return InvalidArgument(where + ": unknown op '" + op + "', want one of " +
-                           Join(known));
+    return InvalidArgument(where + ": unknown op " + Quoted(op) +
+                           ", want one of " + Join(known));
   }
   return &*spec;
 }
@@ -234,7 +234,7 @@ Status ReadWeights(const json& j, const OpSpec& spec, Node& node) {
                              "', want " + Join(roles));
     }
     std::vector<std::string> names;
-    const std::string what = node.Describe() + ": weight '" + role + "'";
+    const std::string what = node.Describe() + ": weight " + Quoted(role);
     if (name.is_string() && !name.get<std::string>().empty()) {
       names.push_back(name.get<std::string>());
     } else if (!name.is_array() || name.empty() ||
@@ -406,7 +406,7 @@ Status Order(const std::string& input, const std::string& output,
                              "', want a new tensor name");
     }
     if (const auto [it, fresh] = producer.emplace(t, i); !fresh) {
-      return InvalidArgument("tensor '" + t + "' is written by " +
+      return InvalidArgument("tensor " + Quoted(t) + " is written by " +
                              nodes[it->second].Describe() + " and " +
                              nodes[i].Describe() + ", want one producer");
     }
@@ -427,7 +427,7 @@ Status Order(const std::string& input, const std::string& output,
                            "' is undefined, want a node's output");
   }
   if (!uses.count(input) && output != input) {
-    return InvalidArgument("graph input '" + input + "' is never used");
+    return InvalidArgument("graph input " + Quoted(input) + " is never used");
   }
   for (const Node& node : nodes) {
     if (!uses.count(node.outputs[0]) && node.outputs[0] != output) {
@@ -511,11 +511,12 @@ const std::vector<std::string>* Node::Weight(const std::string& role) const {
 }
 
 std::string Node::Describe() const {
-  return "node '" + name + "' (" + OpName(op) + ")";
+  return "node " + Quoted(name) + " (" + OpName(op) + ")";
 }
 
 Result<std::string> ReadGraphFile(const std::string& path) {
-  return ReadRegularFile(path, kMaxGraphFileBytes, "graph file '" + path + "'");
+  return ReadRegularFile(path, kMaxGraphFileBytes,
+                         "graph file " + Quoted(path));
 }
 
 namespace {

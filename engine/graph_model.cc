@@ -22,6 +22,7 @@
 #include "attn/graph.hpp"
 #include "attn/safetensors.hpp"
 #include "engine/graph_ir.h"
+#include "engine/json_limits.h"
 #include "engine/limits.h"
 #include "engine/lm_model.h"
 #include "engine/mha_model.h"
@@ -157,7 +158,7 @@ class GraphWeights {
           continue;
         }
         return InvalidArgument(
-            "'" + path() + "' holds '" +
+            Quoted(path()) + " holds '" +
             lm::BookName(c.architecture, role, layer) +
             "', which the graph does not read: it would run another model");
       }
@@ -176,7 +177,8 @@ class GraphWeights {
         std::snprintf(text, sizeof(text), "%g and the model's %g", node.eps,
                       eps);
         return InvalidArgument(node.Describe() + ": eps differs between " +
-                               "the graph's " + text + " ('" + path() + "')");
+                               "the graph's " + text + " (" + Quoted(path()) +
+                               ")");
       }
     }
     return {};
@@ -282,7 +284,7 @@ class Binder {
       newly_known_.push_back(t);
     } else if (have != width) {
       return InvalidArgument(why + " width " + std::to_string(width) +
-                             ", but tensor '" + t + "' has width " +
+                             ", but tensor " + Quoted(t) + " has width " +
                              std::to_string(have));
     }
     return {};
@@ -306,10 +308,10 @@ class Binder {
     if (!t) {
       std::string names;
       for (const std::string& name : *node.Weight(role)) {
-        names += (names.empty() ? "'" : " or '") + prefix_ + name + "'";
+        names += (names.empty() ? "" : " or ") + Quoted(prefix_ + name);
       }
       return InvalidArgument(node.Describe() + ": weight " + names +
-                             " is missing from '" + weights_.path() + "'");
+                             " is missing from " + Quoted(weights_.path()));
     }
     if (t->shape.size() != rank ||
         std::count(t->shape.begin(), t->shape.end(), 0)) {
@@ -329,18 +331,20 @@ class Binder {
       case Op::kEmbedding: {
         // One token id per position: the ids are [b, T] = [b, T, 1].
         ATTN_ASSIGN_OR_RETURN(const TensorInfo* table, Find(node, "weight", 2));
-        ATTN_RETURN_IF_ERROR(Unify(in, 1, who + "token ids '" + in + "' have"));
+        ATTN_RETURN_IF_ERROR(
+            Unify(in, 1, who + "token ids " + Quoted(in) + " have"));
         return Unify(out, table->shape[1],
-                     who + "weight '" + table->name + "' of shape " +
+                     who + "weight " + Quoted(table->name) + " of shape " +
                          ShapeString(table->shape) + " gives output '" + out +
                          "'");
       }
       case Op::kPositionEmbedding: {
         ATTN_ASSIGN_OR_RETURN(const TensorInfo* table, Find(node, "weight", 2));
-        ATTN_RETURN_IF_ERROR(Unify(
-            in, table->shape[1],
-            who + "weight '" + table->name + "' of shape " +
-                ShapeString(table->shape) + " wants input '" + in + "' of"));
+        ATTN_RETURN_IF_ERROR(Unify(in, table->shape[1],
+                                   who + "weight " + Quoted(table->name) +
+                                       " of shape " +
+                                       ShapeString(table->shape) +
+                                       " wants input " + Quoted(in) + " of"));
         break;
       }
       case Op::kLinear:
@@ -352,18 +356,19 @@ class Binder {
         ATTN_RETURN_IF_ERROR(Unify(in, shape[1],
                                    who + "weight '" + (*w)->name +
                                        "' of shape " + ShapeString(shape) +
-                                       " wants input '" + in + "' of"));
-        return Unify(out, shape[0], who + "output '" + out + "' gets");
+                                       " wants input " + Quoted(in) + " of"));
+        return Unify(out, shape[0], who + "output " + Quoted(out) + " gets");
       }
       case Op::kLayerNorm:
       case Op::kRmsNorm: {
         Result<const TensorInfo*> scale =
             Find(node, node.op == Op::kLayerNorm ? "scale" : "weight", 1);
         if (!scale.ok()) return scale.status();
-        ATTN_RETURN_IF_ERROR(Unify(
-            in, (*scale)->shape[0],
-            who + "weight '" + (*scale)->name + "' of shape " +
-                ShapeString((*scale)->shape) + " wants input '" + in + "' of"));
+        ATTN_RETURN_IF_ERROR(Unify(in, (*scale)->shape[0],
+                                   who + "weight '" + (*scale)->name +
+                                       "' of shape " +
+                                       ShapeString((*scale)->shape) +
+                                       " wants input " + Quoted(in) + " of"));
         break;
       }
       case Op::kAdd:
@@ -371,11 +376,11 @@ class Binder {
         if (Width(node.inputs[1]) >= 0) {
           ATTN_RETURN_IF_ERROR(
               Unify(in, Width(node.inputs[1]),
-                    who + "input '" + node.inputs[1] + "' has"));
+                    who + "input " + Quoted(node.inputs[1]) + " has"));
         }
         if (Width(in) >= 0) {
-          ATTN_RETURN_IF_ERROR(
-              Unify(node.inputs[1], Width(in), who + "input '" + in + "' has"));
+          ATTN_RETURN_IF_ERROR(Unify(node.inputs[1], Width(in),
+                                     who + "input " + Quoted(in) + " has"));
         }
         break;
       case Op::kGelu:
@@ -386,10 +391,10 @@ class Binder {
     }
     // Element-wise: the output is as wide as the input, either way round.
     if (Width(in) >= 0) {
-      return Unify(out, Width(in), who + "input '" + in + "' has");
+      return Unify(out, Width(in), who + "input " + Quoted(in) + " has");
     }
     if (Width(out) >= 0) {
-      return Unify(in, Width(out), who + "output '" + out + "' has");
+      return Unify(in, Width(out), who + "output " + Quoted(out) + " has");
     }
     return {};
   }
@@ -466,12 +471,12 @@ class Binder {
     for (const char* role : {"W_query.bias", "W_key.bias", "W_value.bias"}) {
       if (!node.Weight(role)) continue;
       const std::string name = Name(node, role);
-      (weights_.Find(name) ? present : absent).push_back("'" + name + "'");
+      (weights_.Find(name) ? present : absent).push_back(Quoted(name));
     }
     if (!present.empty() && !absent.empty()) {
       return InvalidArgument(node.Describe() + ": weight " + absent[0] +
-                             " is missing from '" + weights_.path() +
-                             "' while " + present[0] +
+                             " is missing from " + Quoted(weights_.path()) +
+                             " while " + present[0] +
                              " is there, want all q/k/v biases or none");
     }
     config.qkv_bias = !present.empty();
@@ -565,7 +570,7 @@ Result<uint64_t> CheckWeightsFit(const SafetensorsFile& file, uint64_t cap) {
   for (const TensorInfo& t : file.tensors()) {
     file_bytes = AddSat(file_bytes, MulSat(t.num_elements, sizeof(float)));
   }
-  ATTN_RETURN_IF_ERROR(CheckMemory("the weights of '" + file.path() + "'",
+  ATTN_RETURN_IF_ERROR(CheckMemory("the weights of " + Quoted(file.path()),
                                    MulSat(2, file_bytes), cap));
   return file_bytes;
 }
@@ -710,10 +715,10 @@ Status BindLayers(const GraphWeights& weights, const GraphOptions& options,
     const int64_t out = binder.widths()[def.output];
     if (l == 0 && layers > 1 && in != out) {
       return InvalidArgument(
-          source + ": graph input '" + def.input + "' has width " +
-          std::to_string(in) + " but output '" + def.output + "' has width " +
-          std::to_string(out) + ", want equal widths to stack " +
-          std::to_string(layers) + " layers");
+          source + ": graph input " + Quoted(def.input) + " has width " +
+          std::to_string(in) + " but output " + Quoted(def.output) +
+          " has width " + std::to_string(out) +
+          ", want equal widths to stack " + std::to_string(layers) + " layers");
     }
   }
   for (const std::string& t : loaded.program.tensors) {
@@ -742,7 +747,7 @@ Status PackLinearWeights(graph::LoadedGraph& m, uint64_t held,
     m.packed_layout[k].emplace(std::move(mm));
   }
   ATTN_RETURN_IF_ERROR(workspace.Allocate(
-      "the packed weights of '" + source + "'", held, m.max_memory_bytes));
+      "the packed weights of " + Quoted(source), held, m.max_memory_bytes));
   for (size_t k = 0; k < p.steps.size(); ++k) {
     if (!m.packed_layout[k]) continue;
     const graph::Step& step = p.steps[k];

@@ -19,6 +19,7 @@
 #include "engine/graph_ir.h"
 #include "engine/graph_model.h"
 #include "engine/graph_plan.h"
+#include "engine/json_limits.h"
 #include "engine/limits.h"
 #include "engine/mha_model.h"
 #include "engine/threads.h"
@@ -383,7 +384,7 @@ Status GraphSession::Run(const int64_t* token_ids, int64_t batch,
   }
   if (model_ && !model_->token_input()) {
     return InvalidArgument(
-        "graph input '" + plan_->m.def.input + "' is floats [b, T, " +
+        "graph input " + Quoted(plan_->m.def.input) + " is floats [b, T, " +
         std::to_string(model_->input_width()) + "], want Run with float input");
   }
   ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));

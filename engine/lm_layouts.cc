@@ -257,7 +257,7 @@ int64_t MatrixRows(const std::vector<int64_t>& shape) {
 
 Status Missing(const SafetensorsFile& file, const FileLayout& layout,
                const std::string& name) {
-  return InvalidArgument("tensor '" + name + "' is missing from '" +
+  return InvalidArgument("tensor " + Quoted(name) + " is missing from '" +
                          file.path() + "' (layout " + layout.layout->name +
                          ")");
 }
@@ -288,7 +288,7 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
     }
     if (info->shape != want) {
       return InvalidArgument(
-          "tensor '" + name + "' in '" + file->path() + "' is " +
+          "tensor " + Quoted(name) + " in " + Quoted(file->path()) + " is " +
           ShapeString(info->shape) + ", want " + ShapeString(want) +
           (t.form == Form::kPlain
                ? ""
@@ -333,7 +333,7 @@ Status CheckHfComputesGpt2(const nlohmann::json& j, const std::string& path) {
       {"add_cross_attention", false}};
   for (const auto& [key, value] : wanted) {
     if (j.contains(key) && !j[key].is_null() && j[key] != value) {
-      return InvalidArgument(Quoted(path) + ": '" + key + "' is " +
+      return InvalidArgument(Quoted(path) + ": " + Quoted(key) + " is " +
                              j[key].dump() + ", want " + value.dump() +
                              " (GPT-2 as the book computes it)");
     }
@@ -361,17 +361,17 @@ Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
   if (!std::filesystem::exists(path, error)) return config;
   ATTN_ASSIGN_OR_RETURN(
       const std::string text,
-      ReadRegularFile(path, 1 << 20, "config file '" + path + "'"));
+      ReadRegularFile(path, 1 << 20, "config file " + Quoted(path)));
   ATTN_ASSIGN_OR_RETURN(const nlohmann::json j,
-                        ParseCheckedJson(text, 16, "'" + path + "'"));
+                        ParseCheckedJson(text, 16, Quoted(path)));
   if (!j.is_object()) {
-    return InvalidArgument("'" + path + "' is a JSON " + j.type_name() +
+    return InvalidArgument(Quoted(path) + " is a JSON " + j.type_name() +
                            ", want an object of GPT-2's settings");
   }
   const auto count = [&](const char* key) -> Result<int64_t> {
     if (!j.contains(key) || j[key].is_null()) return int64_t{0};
     if (!j[key].is_number_integer() || j[key].get<int64_t>() <= 0) {
-      return InvalidArgument("'" + path + "': '" + key +
+      return InvalidArgument(Quoted(path) + ": '" + key +
                              "' is not a positive integer");
     }
     return j[key].get<int64_t>();
@@ -416,10 +416,11 @@ Result<int64_t> CountLayers(const SafetensorsFile& file,
     if (t.name.compare(0, blocks.size(), blocks) != 0) continue;
     const int64_t block = std::atoll(t.name.c_str() + blocks.size());
     if (block >= layers) {
-      return InvalidArgument(
-          "tensor '" + t.name + "' of '" + file.path() + "' is in block " +
-          std::to_string(block) + ", but block " + std::to_string(layers) +
-          " has no '" + layout.Name(Role::kNorm1Scale, layers) + "'");
+      return InvalidArgument("tensor " + Quoted(t.name) + " of " +
+                             Quoted(file.path()) + " is in block " +
+                             std::to_string(block) + ", but block " +
+                             std::to_string(layers) + " has no " +
+                             Quoted(layout.Name(Role::kNorm1Scale, layers)));
     }
   }
   return layers;
@@ -440,8 +441,8 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
                  LmConfig& c) {
   const TensorInfo* emb = file.Find(layout.Name(Role::kTokEmb, 0));
   if (emb->shape.size() != 2 || emb->shape[0] <= 0 || emb->shape[1] <= 0) {
-    return InvalidArgument("tensor '" + emb->name + "' in '" + file.path() +
-                           "' is " + ShapeString(emb->shape) +
+    return InvalidArgument("tensor " + Quoted(emb->name) + " in '" +
+                           file.path() + "' is " + ShapeString(emb->shape) +
                            ", want [vocab_size, emb_dim]");
   }
   c.vocab_size = emb->shape[0];
@@ -454,8 +455,8 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
   }
   c.hidden_dim = MatrixRows(RoleShape(file, layout, Role::kUp, 0));
   if (c.hidden_dim == 0) {
-    return InvalidArgument("tensor '" + layout.Name(Role::kUp, 0) + "' of '" +
-                           file.path() +
+    return InvalidArgument("tensor " + Quoted(layout.Name(Role::kUp, 0)) +
+                           " of '" + file.path() +
                            "' is missing or not a matrix: the feed-forward "
                            "block's first weight");
   }
@@ -464,8 +465,8 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
   const std::vector<int64_t> head = RoleShape(file, layout, Role::kHead, 0);
   const std::vector<int64_t> want = {c.vocab_size, c.emb_dim};
   if (!head.empty() && head != want) {
-    return InvalidArgument("tensor '" + layout.Name(Role::kHead, 0) + "' in '" +
-                           file.path() + "' is " + ShapeString(head) +
+    return InvalidArgument("tensor " + Quoted(layout.Name(Role::kHead, 0)) +
+                           " in '" + file.path() + "' is " + ShapeString(head) +
                            ", want " + ShapeString(want) +
                            " (the token embedding's vocabulary and width)");
   }
@@ -545,10 +546,10 @@ Status CheckNoStrayTensors(const SafetensorsFile& file,
           return b && MatchLayer(layout.BufferName(b), t.name);
         });
     if (!read.count(t.name) && !buffer) {
-      return InvalidArgument("tensor '" + t.name + "' in '" + file.path() +
-                             "' is not part of layout " + layout.layout->name +
-                             " (" + std::to_string(layers) +
-                             " blocks): want only the layout's names");
+      return InvalidArgument(
+          "tensor " + Quoted(t.name) + " in '" + file.path() +
+          "' is not part of layout " + layout.layout->name + " (" +
+          std::to_string(layers) + " blocks): want only the layout's names");
     }
   }
   return {};
@@ -575,9 +576,10 @@ Status CheckHfSizes(const HfConfig& hf, const LmConfig& c) {
       {"n_inner", {hf.hidden_dim, c.hidden_dim}}};
   for (const auto& [key, size] : sizes) {
     if (size.first && size.first != size.second) {
-      return InvalidArgument(
-          "'" + hf.path + "': '" + key + "' is " + std::to_string(size.first) +
-          ", but the weights beside it have " + std::to_string(size.second));
+      return InvalidArgument(Quoted(hf.path) + ": " + Quoted(key) + " is " +
+                             std::to_string(size.first) +
+                             ", but the weights beside it have " +
+                             std::to_string(size.second));
     }
   }
   return {};
@@ -611,7 +613,7 @@ Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
                   c.emb_dim, dims);
   ATTN_RETURN_IF_ERROR(
       CheckHeads(dims, c.emb_dim, "emb_dim",
-                 "the columns of '" + layout.Name(Role::kTokEmb, 0) + "'"));
+                 "the columns of " + Quoted(layout.Name(Role::kTokEmb, 0))));
   c.num_heads = dims.num_heads;
   c.num_kv_heads = dims.num_kv_heads;
   c.context_length = dims.context_length;
@@ -632,7 +634,7 @@ Status CheckFamily(const SafetensorsFile& file, const FileLayout& layout,
       return InvalidArgument(
           "context_length " + std::to_string(c.context_length) + " exceeds " +
           std::to_string(positions) + " rows of '" +
-          layout.Name(Role::kPosEmb, 0) + "' in '" + file.path() + "'");
+          layout.Name(Role::kPosEmb, 0) + "' in " + Quoted(file.path()));
     }
     if (c.rope.theta != 0.0) {
       return InvalidArgument("rope_theta is set for '" + file.path() +
@@ -640,7 +642,7 @@ Status CheckFamily(const SafetensorsFile& file, const FileLayout& layout,
     }
     return {};
   }
-  const std::string where = "' for the Llama model '" + file.path() + "'";
+  const std::string where = "' for the Llama model " + Quoted(file.path());
   if (c.context_length == 0) {
     return InvalidArgument(
         "missing hyper-parameter context_length: pass --context-length or "
@@ -691,7 +693,8 @@ Result<FileModel> OpenModelFile(const std::string& path,
   FileLayout layout = FindLayout(*file);
   if (!layout.layout) {
     return InvalidArgument(
-        "unknown model layout in '" + path + "': found " + SomeNames(*file) +
+        "unknown model layout in " + Quoted(path) + ": found " +
+        SomeNames(*file) +
         "; want 'tok_emb.weight' (the book's GPTModel or Llama) or "
         "'wte.weight' (Hugging Face GPT-2)");
   }

@@ -25,8 +25,9 @@ Result<int64_t> MetadataCount(const SafetensorsFile& file,
          !__builtin_add_overflow(value, c - '0', &value);
   }
   if (!ok || value <= 0) {
-    return InvalidArgument("metadata '" + key + "' of '" + file.path() +
-                           "' is '" + text + "', want a positive integer");
+    return InvalidArgument("metadata " + Quoted(key) + " of '" + file.path() +
+                           "' is " + Quoted(text) +
+                           ", want a positive integer");
   }
   return value;
 }
@@ -42,8 +43,8 @@ Result<double> MetadataNumber(const SafetensorsFile& file,
   const auto [stop, error] = std::from_chars(text.data(), end, value);
   if (error != std::errc() || stop != end || !std::isfinite(value) ||
       !(value > 0.0)) {
-    return InvalidArgument("metadata '" + key + "' of '" + file.path() +
-                           "' is '" + text + "', want a positive number");
+    return InvalidArgument("metadata " + Quoted(key) + " of '" + file.path() +
+                           "' is " + Quoted(text) + ", want a positive number");
   }
   return value;
 }

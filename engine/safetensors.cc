@@ -145,8 +145,8 @@ class HeaderChecker : public JsonChecker {
     // fields, and __metadata__ at most kMaxTensors keys.
     if (depth() == 2 && root_key_ != "__metadata__" && name != "dtype" &&
         name != "shape" && name != "data_offsets") {
-      return Fail("has unknown field '" + name + "' in tensor '" + root_key_ +
-                  "' (want dtype, shape, data_offsets)");
+      return Fail("has unknown field " + Quoted(name) + " in tensor '" +
+                  root_key_ + "' (want dtype, shape, data_offsets)");
     }
     if (depth() == 2 && root_key_ == "__metadata__" && items() >= kMaxTensors) {
       return Fail("has more than " + std::to_string(kMaxTensors) +
@@ -272,12 +272,12 @@ Result<const TensorInfo*> FindFloat(const SafetensorsFile& file,
                                     const std::string& name) {
   const TensorInfo* t = file.Find(name);
   if (!t) {
-    return InvalidArgument("tensor '" + name + "' is missing from " +
+    return InvalidArgument("tensor " + Quoted(name) + " is missing from " +
                            Quoted(file.path()));
   }
   if (t->dtype != "F32" && t->dtype != "F16" && t->dtype != "BF16") {
-    return InvalidArgument("tensor '" + name + "' in " + Quoted(file.path()) +
-                           " has dtype " + t->dtype +
+    return InvalidArgument("tensor " + Quoted(name) + " in " +
+                           Quoted(file.path()) + " has dtype " + t->dtype +
                            ", want F32, F16 or BF16");
   }
   return t;
@@ -288,12 +288,13 @@ Result<const TensorInfo*> FindInteger(const SafetensorsFile& file,
                                       const std::string& name) {
   const TensorInfo* t = file.Find(name);
   if (!t) {
-    return InvalidArgument("tensor '" + name + "' is missing from " +
+    return InvalidArgument("tensor " + Quoted(name) + " is missing from " +
                            Quoted(file.path()));
   }
   if (t->dtype != "I64" && t->dtype != "I32") {
-    return InvalidArgument("tensor '" + name + "' in " + Quoted(file.path()) +
-                           " has dtype " + t->dtype + ", want I64 or I32");
+    return InvalidArgument("tensor " + Quoted(name) + " in " +
+                           Quoted(file.path()) + " has dtype " + t->dtype +
+                           ", want I64 or I32");
   }
   return t;
 }
@@ -321,8 +322,9 @@ Status ReadMetadata(const json& entry, const std::string& where,
   }
   for (const auto& [key, value] : entry.items()) {
     if (!value.is_string()) {
-      return InvalidArgument("__metadata__ key '" + key + "' of " + where +
-                             " is " + value.type_name() + ", want a string");
+      return InvalidArgument("__metadata__ key " + Quoted(key) + " of " +
+                             where + " is " + value.type_name() +
+                             ", want a string");
     }
     metadata[key] = value.get<std::string>();
   }
@@ -360,7 +362,7 @@ Result<uint64_t> ReadShape(const json& shape, size_t elem,
 Status ReadEntry(const std::string& name, const json& entry,
                  const std::string& where, const DataSection& data,
                  TensorInfo* info, std::pair<uint64_t, uint64_t>* range) {
-  const std::string tensor = "tensor '" + name + "' in " + where;
+  const std::string tensor = "tensor " + Quoted(name) + " in " + where;
   if (!entry.is_object() || entry.size() != 3 || !entry.contains("dtype") ||
       !entry.contains("shape") || !entry.contains("data_offsets")) {
     return InvalidArgument(tensor +
@@ -508,7 +510,7 @@ Result<std::vector<float>> SafetensorsFile::ReadF32(
     values.resize((*t)->num_elements);
   } catch (const std::bad_alloc&) {
     return OutOfMemory("cannot allocate " + std::to_string((*t)->num_elements) +
-                       " floats for tensor '" + name + "'");
+                       " floats for tensor " + Quoted(name));
   }
   ATTN_RETURN_IF_ERROR(ReadF32(name, values.data(), values.size()));
   return values;
@@ -519,7 +521,7 @@ Status SafetensorsFile::ReadF32(const std::string& name, float* out,
   Result<const TensorInfo*> found = FindFloat(*this, name);
   if (!found.ok()) return found.status();
   const TensorInfo* t = *found;
-  const std::string tensor = "tensor '" + name + "'";
+  const std::string tensor = "tensor " + Quoted(name);
   const std::string where = " in " + Quoted(impl_->path);
   if (t->num_elements > capacity) {
     return InvalidArgument(tensor + " " + ShapeString(t->shape) + where +
@@ -552,7 +554,7 @@ Result<std::vector<int64_t>> SafetensorsFile::ReadI64(
   Result<const TensorInfo*> found = FindInteger(*this, name);
   if (!found.ok()) return found.status();
   const TensorInfo* t = *found;
-  const std::string tensor = "tensor '" + name + "'";
+  const std::string tensor = "tensor " + Quoted(name);
   std::vector<int64_t> values;
   try {
     values.resize(t->num_elements);
@@ -587,7 +589,7 @@ Status WriteRawTensors(const std::string& path,
   std::vector<uint64_t> sizes;  // bytes of each tensor
   uint64_t offset = 0;
   for (const RawTensor& t : tensors) {
-    const std::string tensor = "tensor '" + t.name + "'";
+    const std::string tensor = "tensor " + Quoted(t.name);
     if (t.name.empty() || t.name == "__metadata__" || header.contains(t.name)) {
       return InvalidArgument(tensor +
                              " cannot be written: want a unique, "

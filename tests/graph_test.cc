@@ -181,6 +181,24 @@ TEST(GraphValidationTest, StackedTablesHaveLayerZerosRows) {
             "the same in every layer");
 }
 
+// Names from the graph or the file that hold a newline are escaped: the
+// message stays one line.
+TEST(GraphValidationTest, NamesWithNewlinesKeepMessagesOneLine) {
+  const std::string json = R"({"inputs": ["x"], "outputs": ["y"], "nodes": [
+      {"name": "evil\nname", "op": "linear", "inputs": ["x"],
+       "outputs": ["y"], "weights": {"weight": "missing\nw"}}]})";
+  auto graph =
+      GraphModel::FromJson(json, kGolden + "block.safetensors", {}, "nl.json");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().message().find('\n'), std::string::npos)
+      << graph.status().message();
+  EXPECT_NE(graph.status().message().find(
+                "node 'evil\\x0aname' (linear): weight 'missing\\x0aw' is "
+                "missing"),
+            std::string::npos)
+      << graph.status().message();
+}
+
 // Runs the block with weights from `path` on golden block_qkv_bias's input.
 std::vector<float> RunBlock(const std::string& path) {
   const Golden g = ReadGolden("block_qkv_bias");

@@ -772,9 +772,10 @@ std::string Rewrite(
   return path;
 }
 
-// Expects `message` to hold `needle`.
+// Expects `message` to hold `needle`, on one line.
 void ExpectHas(const std::string& message, const std::string& needle) {
   EXPECT_NE(message.find(needle), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line";
 }
 
 std::string LoadError(const std::string& path) {
@@ -819,6 +820,16 @@ TEST(LmErrors, BrokenFilesNameTheTensorOrKey) {
                                 t.erase("trf_blocks.0.ff.layers.0.weight");
                               })),
             "'trf_blocks.0.ff.layers.0.weight'");
+  // Names and values that hold a newline are escaped: one line still.
+  ExpectHas(LoadError(Rewrite("gpt_book_1l", "newline_name.safetensors",
+                              [](Tensors& t, auto&) {
+                                t["stray\nname"] = {{1}, {0.0f}};
+                              })),
+            "tensor 'stray\\x0aname' in ");
+  ExpectHas(LoadError(Rewrite(
+                "gpt_book_1l", "newline_value.safetensors",
+                [](Tensors&, auto& meta) { meta["num_heads"] = "2\nx"; })),
+            "is '2\\x0ax', want a positive integer");
 }
 
 // Files that would load as a different model than they hold: each refused,

@@ -375,6 +375,12 @@ TEST(Gpt2TokenizerLoadTest, MessagesStayShortAndUtf8) {
   const std::string twice = LoadError(dir.path());
   EXPECT_TRUE(Has(twice, "...' twice"));
   EXPECT_TRUE(IsUtf8(twice)) << twice;
+  // Bytes outside valid UTF-8 in a file are escaped, not copied.
+  dir.Write("vocab.json", R"({"a": 0, "b": 1})");
+  dir.Write("merges.txt", "#version: 0.2\n\xff b\n");
+  const std::string invalid = LoadError(dir.path());
+  EXPECT_TRUE(Has(invalid, "'\\xff'")) << invalid;
+  EXPECT_TRUE(IsUtf8(invalid)) << invalid;
 }
 
 // Ids may have gaps: one id near 2^24 costs one token's memory, not 2^24

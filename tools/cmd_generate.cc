@@ -204,7 +204,8 @@ int GenerateText(const GenerateArgs& args) {
   // model's.
   const int64_t vocab = (*model)->config().vocab_size;
   if (tokenizer->vocab_size() > vocab) {
-    return Fail("--tokenizer '" + args.tokenizer + "' has token ids up to " +
+    return Fail("--tokenizer " + Quote(args.tokenizer) +
+                " has token ids up to " +
                 std::to_string(tokenizer->vocab_size() - 1) +
                 ", but the model's vocabulary has " + std::to_string(vocab) +
                 ": want the model's own tokenizer");

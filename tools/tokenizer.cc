@@ -194,31 +194,31 @@ std::string Hex(unsigned char byte) {
   return {kDigits[byte >> 4], kDigits[byte & 0xF]};
 }
 
-// `text` with control bytes escaped, so that a message stays one line; cut
-// after `max_bytes` (tokens, lines and pieces can be long), on a character
-// boundary so that the message stays UTF-8, "..." marking the cut.
+// `text` with control bytes and bytes outside valid UTF-8 escaped, so that
+// a message stays one line of UTF-8; cut after `max_bytes` (tokens, lines
+// and pieces can be long) on a character boundary, "..." marking the cut.
 std::string Clip(std::string_view text, size_t max_bytes) {
-  size_t cut = std::min(max_bytes, text.size());
-  while (cut > 0 && cut < text.size() &&
-         (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
-    --cut;  // text[cut] continues a character: cut before its start
-  }
   std::string out;
-  for (const char c : text.substr(0, cut)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u != 0x7F) {
-      out += c;
-      continue;
+  size_t i = 0;
+  for (size_t len = 0; i < text.size(); i += len) {
+    const char32_t cp = DecodeUtf8(text, i, &len);
+    if (i + len > max_bytes) break;
+    if (cp == kInvalid || cp < 0x20 || cp == 0x7F) {
+      out += "\\x" + Hex(static_cast<unsigned char>(text[i]));
+    } else {
+      out.append(text, i, len);
     }
-    out += "\\x" + Hex(u);
   }
-  return text.size() > cut ? out + "..." : out;
+  return i < text.size() ? out + "..." : out;
 }
 
-// Clip() in single quotes; paths are given whole.
-std::string Quote(std::string_view text, size_t max_bytes = SIZE_MAX) {
+}  // namespace
+
+std::string Quote(std::string_view text, size_t max_bytes) {
   return "'" + Clip(text, max_bytes) + "'";
 }
+
+namespace {
 
 // Quote() for file contents and text to encode.
 std::string QuoteText(std::string_view text) {

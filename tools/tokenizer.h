@@ -6,6 +6,7 @@
 #define ATTN_TOOLS_TOKENIZER_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -15,6 +16,10 @@
 #include "attn/status.hpp"
 
 namespace attn::cli {
+
+// `text` in single quotes for a one-line message: control bytes and bytes
+// outside valid UTF-8 escaped as \xNN, cut after `max_bytes` with "...".
+std::string Quote(std::string_view text, size_t max_bytes = SIZE_MAX);
 
 // The pieces GPT-2's pre-tokenization pattern
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
