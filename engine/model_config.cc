@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <iterator>
+#include <sstream>
 #include <system_error>
 
 #include "engine/json_limits.h"
@@ -216,6 +217,22 @@ Status CheckAttentionVariant(const MhaConfig& c) {
   }
   const RopeConfig& r = c.rope;
   if (r.theta == 0.0) return {};
+  // The tables are float: a value float holds as 0, a subnormal or inf
+  // would turn the scaling off or fill the tables with NaN.
+  const std::pair<const char*, double> values[] = {
+      {"rope_theta", r.theta},
+      {"rope_factor", r.factor},
+      {"rope_low_freq_factor", r.low_freq_factor},
+      {"rope_high_freq_factor", r.high_freq_factor}};
+  for (const auto& [name, value] : values) {
+    if (value != 0.0 && !std::isnormal(static_cast<float>(value))) {
+      std::ostringstream shown;
+      shown << value;
+      return InvalidArgument(std::string(name) + " is " + shown.str() +
+                             ", want a value float holds (magnitude 1.2e-38 "
+                             "to 3.4e38)");
+    }
+  }
   const int64_t head_dim = c.d_out / c.num_heads;
   if (head_dim % 2 != 0) {
     return InvalidArgument("rotary embeddings need an even head_dim, got " +

@@ -820,6 +820,18 @@ TEST(LmErrors, BrokenFilesNameTheTensorOrKey) {
                                 t.erase("trf_blocks.0.ff.layers.0.weight");
                               })),
             "'trf_blocks.0.ff.layers.0.weight'");
+  // RoPE values a float cannot hold: 1e-46 would be 0 (no scaling), 1e-45
+  // a subnormal that fills the tables with NaN, 1e300 inf.
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"rope_factor", "1e-46"},
+           {"rope_factor", "1e-45"},
+           {"rope_theta", "1e+300"}}) {
+    ExpectHas(
+        LoadError(Rewrite("llama_scaled_tied", "rope_float.safetensors",
+                          [&](Tensors&, auto& meta) { meta[key] = value; })),
+        key + " is " + value + ", want a value float holds");
+  }
   // Names and values that hold a newline are escaped: one line still.
   ExpectHas(LoadError(Rewrite("gpt_book_1l", "newline_name.safetensors",
                               [](Tensors& t, auto&) {
