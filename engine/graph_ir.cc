@@ -22,6 +22,10 @@ constexpr uint64_t kMaxGraphFileBytes = uint64_t{64} << 20;
 // A graph is five levels deep (graph, nodes, node, weights, value); this
 // leaves room and bounds a hostile file.
 constexpr size_t kMaxGraphDepth = 32;
+// Nodes of a graph, repeats expanded: a model of 80 Llama blocks has about
+// a thousand. Planning a run's memory compares each buffer with the ones
+// placed before it, so this also bounds that (240,000 nodes took 30 s).
+constexpr size_t kMaxGraphNodes = 65536;
 
 struct OpSpec {
   Op op;
@@ -567,13 +571,18 @@ Result<GraphDef> ParseGraphIn(const std::string& text,
     return fail(
         InvalidArgument("field 'nodes' is empty, want at least one node"));
   }
+  if (j["nodes"].size() > kMaxGraphNodes) {
+    return fail(InvalidArgument(
+        "field 'nodes' has " + std::to_string(j["nodes"].size()) +
+        " nodes, want at most " + std::to_string(kMaxGraphNodes)));
+  }
   std::set<std::string> names;
   for (size_t i = 0; i < j["nodes"].size(); ++i) {
     Result<Node> node = ParseNode(j["nodes"][i], i, source, in_block);
     if (!node.ok()) return fail(node.status());
     if (!names.insert(node->name).second) {
-      return fail(InvalidArgument("node name '" + node->name +
-                                  "' is used twice, want unique names"));
+      return fail(InvalidArgument("node name " + Quoted(node->name) +
+                                  " is used twice, want unique names"));
     }
     def.nodes.push_back(std::move(node).value());
   }
@@ -635,6 +644,13 @@ Result<GraphDef> ExpandRepeats(const GraphDef& def, const RepeatCount& count) {
       continue;
     }
     ATTN_ASSIGN_OR_RETURN(const int64_t layers, count(node));
+    const size_t block = node.block->nodes.size();
+    if (uint64_t(layers) > (kMaxGraphNodes - expanded.nodes.size()) / block) {
+      return InvalidArgument(
+          node.Describe() + ": " + std::to_string(layers) + " layers of " +
+          std::to_string(block) + " nodes, want at most " +
+          std::to_string(kMaxGraphNodes) + " nodes in the graph");
+    }
     for (int64_t l = 0; l < layers; ++l) {
       AppendLayer(node, l, layers, expanded.nodes);
     }

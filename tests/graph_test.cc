@@ -679,6 +679,51 @@ TEST(GraphValidationTest, RepeatCountsNeedEveryLayerBeforeExpanding) {
       << graph.status().message();
 }
 
+// At most 65,536 nodes, as written or with repeats expanded (planning a
+// run's memory is quadratic in them).
+TEST(GraphValidationTest, NodesAreCountedWithRepeatsExpanded) {
+  std::string chain = R"({"inputs": ["t0"], "outputs": ["t65537"], "nodes": [)";
+  for (int i = 0; i < 65537; ++i) {
+    chain += std::string(i ? "," : "") + R"({"op": "gelu", "inputs": ["t)" +
+             std::to_string(i) + R"("], "outputs": ["t)" +
+             std::to_string(i + 1) + R"("]})";
+  }
+  auto long_graph = GraphModel::FromJson(
+      chain + "]}", kGolden + "block.safetensors", {}, "chain.json");
+  ASSERT_FALSE(long_graph.ok());
+  EXPECT_NE(long_graph.status().message().find(
+                "field 'nodes' has 65537 nodes, want at most 65536"),
+            std::string::npos)
+      << long_graph.status().message();
+
+  const std::string block = TempPath("graph_one_node_block.json");
+  std::ofstream(block) << R"({"inputs": ["a"], "outputs": ["b"], "nodes": [
+      {"op": "linear", "inputs": ["a"], "outputs": ["b"],
+       "weights": {"weight": "w"}}]})";
+  const std::string json =
+      R"({"inputs": ["x"], "outputs": ["y"], "nodes": [
+          {"op": "gelu", "inputs": ["x"], "outputs": ["x1"]},
+          {"op": "repeat", "inputs": ["x1"], "outputs": ["y"],
+           "attributes": {"graph": ")" +
+      block + R"(", "prefix": "L{i}."}}]})";
+  const float one = 1.0f;
+  std::vector<std::string> names;
+  std::vector<F32Tensor> layers;
+  for (int l = 0; l < 65536; ++l)
+    names.push_back("L" + std::to_string(l) + ".w");
+  for (const std::string& name : names) layers.push_back({name, {1, 1}, &one});
+  const std::string path = TempPath("graph_65536_layers.safetensors");
+  ASSERT_TRUE(
+      WriteSafetensors(path, layers, std::map<std::string, std::string>{})
+          .ok());
+  auto repeated = GraphModel::FromJson(json, path, {}, "repeat.json");
+  ASSERT_FALSE(repeated.ok());
+  EXPECT_NE(repeated.status().message().find(
+                "65536 layers of 1 nodes, want at most 65536 nodes"),
+            std::string::npos)
+      << repeated.status().message();
+}
+
 // Sessions share the loaded model: a session outlives every other handle
 // on its model, and sessions of one model give the same output, bit for bit.
 TEST(GraphGoldenTest, SessionsRunWithoutTheirModelHandle) {
