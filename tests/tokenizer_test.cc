@@ -412,6 +412,7 @@ TEST(Gpt2TokenizerLoadTest, BadMergeLines) {
       {"a\tb", "line 3 is 'a\\x09b', want two"},
       {"a zz", "line 3 names 'zz', a token the vocabulary lacks"},
       {"a c", "line 3 makes 'ac', a token the vocabulary lacks"},
+      {"a b\rb c", "line 3 holds a carriage return"},
   };
   for (const auto& [line, problem] : cases) {
     TempDir dir;
@@ -420,6 +421,16 @@ TEST(Gpt2TokenizerLoadTest, BadMergeLines) {
         dir.Write("vocab.bpe", "#version: 0.2\r\nb c\r\n" + line + "\n");
     EXPECT_TRUE(Has(LoadError(dir.path()), "'" + path + "' " + problem));
   }
+}
+
+// A "#version" line is skipped wherever it is, as Hugging Face's tokenizers
+// skip it: after a blank first line too.
+TEST(Gpt2TokenizerLoadTest, VersionLinesAreSkippedOnAnyLine) {
+  TempDir dir;
+  dir.Write("encoder.json", VocabJson().dump());
+  dir.Write("vocab.bpe", "\n#version: 0.2\nb c\n");
+  const Result<Gpt2Tokenizer> tokenizer = Gpt2Tokenizer::Load(dir.path());
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().message();
 }
 
 TEST(Gpt2TokenizerLoadTest, RefusesFifosDevicesAndHugeFilesWithoutHanging) {

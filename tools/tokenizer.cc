@@ -572,8 +572,9 @@ Result<Gpt2Tokenizer> Gpt2Tokenizer::Load(const std::string& dir) {
                        std::move(merges));
 }
 
-// Ranks count merge lines from 0. Blank lines name no pair and are skipped;
-// "\r\n" line ends are taken too.
+// Ranks count merge lines from 0. Blank lines name no pair and are skipped,
+// and so are "#version" lines (as Hugging Face's tokenizers do, on any
+// line); "\r\n" line ends are taken too.
 Result<Gpt2Tokenizer::Merges> Gpt2Tokenizer::ParseMerges(
     std::string_view text, const std::string& path,
     const std::unordered_map<std::string, int32_t>& ids) {
@@ -585,9 +586,15 @@ Result<Gpt2Tokenizer::Merges> Gpt2Tokenizer::ParseMerges(
     begin = end + 1;
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) {
-      continue;
+    // Lines ended by "\r" alone would make the file one "#version" line
+    // and no merges, silently; no GPT-2 token holds a raw "\r".
+    if (line.find('\r') != std::string_view::npos) {
+      return InvalidArgument(Quote(path) + " line " +
+                             std::to_string(line_number) +
+                             " holds a carriage return, want lines ending in "
+                             "\"\\n\" or \"\\r\\n\"");
     }
+    if (line.empty() || line.rfind("#version", 0) == 0) continue;
     const Result<MergeLine> merge = ParseMergeLine(line, ids);
     if (!merge.ok()) {
       return InvalidArgument(Quote(path) + " line " +
