@@ -124,6 +124,24 @@ TEST(GraphGoldenTest, Bf16BlockIsCloseOrRefused) {
                        "bf16 block");
 }
 
+// Expects `graph` refused, in one line holding `needle`.
+void ExpectRefused(const Result<std::shared_ptr<const GraphModel>>& graph,
+                   const std::string& needle) {
+  ASSERT_FALSE(graph.ok());
+  const std::string& message = graph.status().message();
+  EXPECT_NE(message.find(needle), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+// A block file for repeat nodes: one linear reading weight "w".
+std::string WriteLinearBlock(const std::string& name) {
+  const std::string path = TempPath(name);
+  std::ofstream(path) << R"({"inputs": ["a"], "outputs": ["b"], "nodes": [
+      {"op": "linear", "inputs": ["a"], "outputs": ["b"],
+       "weights": {"weight": "w"}}]})";
+  return path;
+}
+
 // With bf16, a linear whose residual add is fused into it writes the sum in
 // fp32, also when only linears read it (the matmul adds the residual in its
 // output's type). On identity weights and small integers every step is
@@ -189,14 +207,9 @@ TEST(GraphValidationTest, NamesWithNewlinesKeepMessagesOneLine) {
        "outputs": ["y"], "weights": {"weight": "missing\nw"}}]})";
   auto graph =
       GraphModel::FromJson(json, kGolden + "block.safetensors", {}, "nl.json");
-  ASSERT_FALSE(graph.ok());
-  EXPECT_EQ(graph.status().message().find('\n'), std::string::npos)
-      << graph.status().message();
-  EXPECT_NE(graph.status().message().find(
+  ExpectRefused(graph,
                 "node 'evil\\x0aname' (linear): weight 'missing\\x0aw' is "
-                "missing"),
-            std::string::npos)
-      << graph.status().message();
+                "missing");
 }
 
 // Runs the block with weights from `path` on golden block_qkv_bias's input.
@@ -653,10 +666,7 @@ TEST(GraphValidationTest, HugeLayerCountsAreRefusedWithoutAllocating) {
 // only is refused at the first missing one, before the block is copied
 // 10,000,000 times (which took 1 GB past a 64 MiB cap).
 TEST(GraphValidationTest, RepeatCountsNeedEveryLayerBeforeExpanding) {
-  const std::string block = TempPath("graph_repeat_block.json");
-  std::ofstream(block) << R"({"inputs": ["a"], "outputs": ["b"], "nodes": [
-      {"op": "linear", "inputs": ["a"], "outputs": ["b"],
-       "weights": {"weight": "w"}}]})";
+  const std::string block = WriteLinearBlock("graph_repeat_block.json");
   const std::string json =
       R"({"inputs": ["x"], "outputs": ["y"], "nodes": [{"op": "repeat",
           "inputs": ["x"], "outputs": ["y"], "attributes": {"graph": ")" +
@@ -672,11 +682,7 @@ TEST(GraphValidationTest, RepeatCountsNeedEveryLayerBeforeExpanding) {
   const size_t peak = PeakRssBytes();
   auto graph = GraphModel::FromJson(json, path, options, "repeat.json");
   EXPECT_LT(PeakRssBytes() - peak, size_t{64} << 20);
-  ASSERT_FALSE(graph.ok());
-  EXPECT_NE(graph.status().message().find(
-                "is named under 'L1.', want layer 1 of 10000000"),
-            std::string::npos)
-      << graph.status().message();
+  ExpectRefused(graph, "is named under 'L1.', want layer 1 of 10000000");
 }
 
 // At most 65,536 nodes, as written or with repeats expanded (planning a
@@ -690,16 +696,10 @@ TEST(GraphValidationTest, NodesAreCountedWithRepeatsExpanded) {
   }
   auto long_graph = GraphModel::FromJson(
       chain + "]}", kGolden + "block.safetensors", {}, "chain.json");
-  ASSERT_FALSE(long_graph.ok());
-  EXPECT_NE(long_graph.status().message().find(
-                "field 'nodes' has 65537 nodes, want at most 65536"),
-            std::string::npos)
-      << long_graph.status().message();
+  ExpectRefused(long_graph,
+                "field 'nodes' has 65537 nodes, want at most 65536");
 
-  const std::string block = TempPath("graph_one_node_block.json");
-  std::ofstream(block) << R"({"inputs": ["a"], "outputs": ["b"], "nodes": [
-      {"op": "linear", "inputs": ["a"], "outputs": ["b"],
-       "weights": {"weight": "w"}}]})";
+  const std::string block = WriteLinearBlock("graph_one_node_block.json");
   const std::string json =
       R"({"inputs": ["x"], "outputs": ["y"], "nodes": [
           {"op": "gelu", "inputs": ["x"], "outputs": ["x1"]},
@@ -717,11 +717,7 @@ TEST(GraphValidationTest, NodesAreCountedWithRepeatsExpanded) {
       WriteSafetensors(path, layers, std::map<std::string, std::string>{})
           .ok());
   auto repeated = GraphModel::FromJson(json, path, {}, "repeat.json");
-  ASSERT_FALSE(repeated.ok());
-  EXPECT_NE(repeated.status().message().find(
-                "65536 layers of 1 nodes, want at most 65536 nodes"),
-            std::string::npos)
-      << repeated.status().message();
+  ExpectRefused(repeated, "65536 layers of 1 nodes, want at most 65536 nodes");
 }
 
 // Sessions share the loaded model: a session outlives every other handle
@@ -756,11 +752,8 @@ TEST(GraphValidationTest, PartialQkvBias) {
   options.num_heads = 3;
   auto graph = GraphModel::Load(
       kBlock, CopyWithout("block_qkv_bias", "att.W_value.bias"), options);
-  ASSERT_FALSE(graph.ok());
-  EXPECT_NE(graph.status().message().find(
-                "node 'att' (mha): weight 'att.W_value.bias' is missing from"),
-            std::string::npos)
-      << graph.status().message();
+  ExpectRefused(graph,
+                "node 'att' (mha): weight 'att.W_value.bias' is missing from");
   EXPECT_NE(graph.status().message().find("want all q/k/v biases or none"),
             std::string::npos);
 }
@@ -848,13 +841,10 @@ TEST(GraphValidationTest, HeadsFromOptionsElseMetadataElseError) {
   GraphOptions options;
   options.num_heads = 5;  // not a divisor of 16
   auto bad_heads = GraphModel::Load(kBlock, path, options);
-  ASSERT_FALSE(bad_heads.ok());
-  EXPECT_NE(bad_heads.status().message().find(
+  ExpectRefused(bad_heads,
                 "num_heads is 5 (from option num_heads, --heads), want a "
                 "positive divisor of "
-                "d_out 16 (the node's width)"),
-            std::string::npos)
-      << bad_heads.status().message();
+                "d_out 16 (the node's width)");
 }
 
 // ---------------------------------------------------------------- lowering
