@@ -165,8 +165,8 @@ Result<const OpSpec*> ReadOp(const json& j, const std::string& where) {
     static const std::set<std::string> kKeys = {
         "op", "name", "inputs", "outputs", "weights", "attributes"};
     if (!kKeys.count(key)) {
-      return InvalidArgument(where + ": unknown field '" + key +
-                             "', want op, name, inputs, outputs, weights, "
+      return InvalidArgument(where + ": unknown field " + Quoted(key) +
+                             ", want op, name, inputs, outputs, weights, "
                              "attributes");
     }
   }
@@ -198,8 +198,8 @@ Status ReadTensors(const json& j, const OpSpec& spec, size_t index,
   }
   for (const char* field : {"inputs", "outputs"}) {
     if (!j.contains(field)) {
-      return InvalidArgument(node.Describe() + ": field '" + field +
-                             "' is missing");
+      return InvalidArgument(node.Describe() + ": field " + Quoted(field) +
+                             " is missing");
     }
     auto& names = field[0] == 'i' ? node.inputs : node.outputs;
     ATTN_RETURN_IF_ERROR(
@@ -234,8 +234,8 @@ Status ReadWeights(const json& j, const OpSpec& spec, Node& node) {
       std::vector<std::string> roles = spec.required_roles;
       roles.insert(roles.end(), spec.optional_roles.begin(),
                    spec.optional_roles.end());
-      return InvalidArgument(node.Describe() + ": unknown weight '" + role +
-                             "', want " + Join(roles));
+      return InvalidArgument(node.Describe() + ": unknown weight " +
+                             Quoted(role) + ", want " + Join(roles));
     }
     std::vector<std::string> names;
     const std::string what = node.Describe() + ": weight " + Quoted(role);
@@ -251,8 +251,8 @@ Status ReadWeights(const json& j, const OpSpec& spec, Node& node) {
   }
   for (const std::string& role : spec.required_roles) {
     if (!node.Weight(role)) {
-      return InvalidArgument(node.Describe() + ": weight '" + role +
-                             "' is not named, want it in 'weights'");
+      return InvalidArgument(node.Describe() + ": weight " + Quoted(role) +
+                             " is not named, want it in 'weights'");
     }
   }
   return {};
@@ -266,8 +266,8 @@ Status ReadAttributes(const json& j, const OpSpec& spec, Node& node) {
   }
   for (const auto& [key, value] : attributes.items()) {
     if (!std::count(spec.attributes.begin(), spec.attributes.end(), key)) {
-      return InvalidArgument(node.Describe() + ": unknown attribute '" + key +
-                             "', want " + Join(spec.attributes));
+      return InvalidArgument(node.Describe() + ": unknown attribute " +
+                             Quoted(key) + ", want " + Join(spec.attributes));
     }
     ATTN_RETURN_IF_ERROR(ParseAttribute(node, key, value));
   }
@@ -284,8 +284,8 @@ Status ReadBlock(const std::string& source, Node& node) {
       {"graph", &node.block_path}, {"prefix", &node.layer_prefix}};
   for (const auto& [key, value] : required) {
     if (value->empty()) {
-      return InvalidArgument(node.Describe() + ": attribute '" + key +
-                             "' is missing, want the block's graph file and "
+      return InvalidArgument(node.Describe() + ": attribute " + Quoted(key) +
+                             " is missing, want the block's graph file and "
                              "its weights' prefix, e.g. \"trf_blocks.{i}.\"");
     }
   }
@@ -301,8 +301,9 @@ Status ReadBlock(const std::string& source, Node& node) {
   ATTN_ASSIGN_OR_RETURN(GraphDef block,
                         ParseGraphIn(text, path.string(), /*in_block=*/true));
   if (block.input == block.output) {
-    return InvalidArgument(node.Describe() + ": block '" + path.string() +
-                           "' has its input as its output, want a new tensor");
+    return InvalidArgument(node.Describe() + ": block " +
+                           Quoted(path.string()) +
+                           " has its input as its output, want a new tensor");
   }
   node.block = std::make_shared<const GraphDef>(std::move(block));
   return {};
@@ -322,8 +323,8 @@ Result<Node> ParseNode(const json& j, size_t index, const std::string& source,
   ATTN_RETURN_IF_ERROR(ReadAttributes(j, *spec, node));
   if (node.op == Op::kRepeat) {
     if (in_block) {
-      return InvalidArgument(node.Describe() + ": the block '" + source +
-                             "' has a repeat node, want a block without one");
+      return InvalidArgument(node.Describe() + ": the block " + Quoted(source) +
+                             " has a repeat node, want a block without one");
     }
     ATTN_RETURN_IF_ERROR(ReadBlock(source, node));
   }
@@ -343,13 +344,14 @@ Status CheckTokenInput(const std::string& input,
         node.inputs[0] == input ||
         (node.inputs.size() == 2 && node.inputs[1] == input);
     if (node.op == Op::kEmbedding && node.inputs[0] != input) {
-      return InvalidArgument(node.Describe() + ": input '" + node.inputs[0] +
-                             "' is not the graph input '" + input +
-                             "', want the token ids there");
+      return InvalidArgument(node.Describe() + ": input " +
+                             Quoted(node.inputs[0]) +
+                             " is not the graph input " + Quoted(input) +
+                             ", want the token ids there");
     }
     if (node.op != Op::kEmbedding && reads_input) {
-      return InvalidArgument(node.Describe() + ": reads the graph input '" +
-                             input + "', which holds token ids for " +
+      return InvalidArgument(node.Describe() + ": reads the graph input " +
+                             Quoted(input) + ", which holds token ids for " +
                              embedding->Describe() +
                              ", want an embedding's output");
     }
@@ -405,9 +407,8 @@ Status Order(const std::string& input, const std::string& output,
   for (size_t i = 0; i < nodes.size(); ++i) {
     const std::string& t = nodes[i].outputs[0];
     if (t == input) {
-      return InvalidArgument(nodes[i].Describe() +
-                             ": writes the graph input '" + t +
-                             "', want a new tensor name");
+      return InvalidArgument(nodes[i].Describe() + ": writes the graph input " +
+                             Quoted(t) + ", want a new tensor name");
     }
     if (const auto [it, fresh] = producer.emplace(t, i); !fresh) {
       return InvalidArgument("tensor " + Quoted(t) + " is written by " +
@@ -419,24 +420,25 @@ Status Order(const std::string& input, const std::string& output,
   for (const Node& node : nodes) {
     for (const std::string& t : node.inputs) {
       if (t != input && !producer.count(t)) {
-        return InvalidArgument(node.Describe() + ": input '" + t +
-                               "' is undefined, want the graph input or "
+        return InvalidArgument(node.Describe() + ": input " + Quoted(t) +
+                               " is undefined, want the graph input or "
                                "another node's output");
       }
       ++uses[t];
     }
   }
   if (output != input && !producer.count(output)) {
-    return InvalidArgument("graph output '" + output +
-                           "' is undefined, want a node's output");
+    return InvalidArgument("graph output " + Quoted(output) +
+                           " is undefined, want a node's output");
   }
   if (!uses.count(input) && output != input) {
     return InvalidArgument("graph input " + Quoted(input) + " is never used");
   }
   for (const Node& node : nodes) {
     if (!uses.count(node.outputs[0]) && node.outputs[0] != output) {
-      return InvalidArgument(node.Describe() + ": output '" + node.outputs[0] +
-                             "' is never used, want it read by a node or "
+      return InvalidArgument(node.Describe() + ": output " +
+                             Quoted(node.outputs[0]) +
+                             " is never used, want it read by a node or "
                              "made the graph output");
     }
   }
@@ -543,8 +545,8 @@ Result<GraphDef> ParseGraphIn(const std::string& text,
     static const std::set<std::string> kKeys = {"name", "description", "inputs",
                                                 "outputs", "nodes"};
     if (!kKeys.count(key)) {
-      return fail(InvalidArgument("unknown field '" + key +
-                                  "', want name, description, inputs, "
+      return fail(InvalidArgument("unknown field " + Quoted(key) +
+                                  ", want name, description, inputs, "
                                   "outputs, nodes"));
     }
   }

@@ -229,8 +229,9 @@ class Binder {
     for (const Node& node : def.nodes) {
       for (const std::string& t : {node.inputs[0], node.outputs[0]}) {
         if (Width(t) < 0) {
-          return InvalidArgument("cannot infer the width of tensor '" + t +
-                                 "': no weight fixes it, want a linear, "
+          return InvalidArgument("cannot infer the width of tensor " +
+                                 Quoted(t) +
+                                 ": no weight fixes it, want a linear, "
                                  "layernorm or mha to read it");
         }
       }
@@ -315,8 +316,8 @@ class Binder {
     }
     if (t->shape.size() != rank ||
         std::count(t->shape.begin(), t->shape.end(), 0)) {
-      return InvalidArgument(node.Describe() + ": weight '" + t->name +
-                             "' has shape " + ShapeString(t->shape) +
+      return InvalidArgument(node.Describe() + ": weight " + Quoted(t->name) +
+                             " has shape " + ShapeString(t->shape) +
                              ", want rank " + std::to_string(rank) +
                              " with positive sizes");
     }
@@ -335,8 +336,8 @@ class Binder {
             Unify(in, 1, who + "token ids " + Quoted(in) + " have"));
         return Unify(out, table->shape[1],
                      who + "weight " + Quoted(table->name) + " of shape " +
-                         ShapeString(table->shape) + " gives output '" + out +
-                         "'");
+                         ShapeString(table->shape) + " gives output " +
+                         Quoted(out));
       }
       case Op::kPositionEmbedding: {
         ATTN_ASSIGN_OR_RETURN(const TensorInfo* table, Find(node, "weight", 2));
@@ -354,8 +355,8 @@ class Binder {
         if (!w.ok()) return w.status();
         const std::vector<int64_t>& shape = (*w)->shape;
         ATTN_RETURN_IF_ERROR(Unify(in, shape[1],
-                                   who + "weight '" + (*w)->name +
-                                       "' of shape " + ShapeString(shape) +
+                                   who + "weight " + Quoted((*w)->name) +
+                                       " of shape " + ShapeString(shape) +
                                        " wants input " + Quoted(in) + " of"));
         return Unify(out, shape[0], who + "output " + Quoted(out) + " gets");
       }
@@ -365,8 +366,8 @@ class Binder {
             Find(node, node.op == Op::kLayerNorm ? "scale" : "weight", 1);
         if (!scale.ok()) return scale.status();
         ATTN_RETURN_IF_ERROR(Unify(in, (*scale)->shape[0],
-                                   who + "weight '" + (*scale)->name +
-                                       "' of shape " +
+                                   who + "weight " + Quoted((*scale)->name) +
+                                       " of shape " +
                                        ShapeString((*scale)->shape) +
                                        " wants input " + Quoted(in) + " of"));
         break;
@@ -404,9 +405,9 @@ class Binder {
                                   const std::vector<int64_t>& want) {
     ATTN_ASSIGN_OR_RETURN(const TensorInfo* t, Find(node, role, want.size()));
     if (t->shape != want) {
-      return InvalidArgument(node.Describe() + ": weight '" + t->name +
-                             "' has shape " + ShapeString(t->shape) +
-                             ", want " + ShapeString(want));
+      return InvalidArgument(node.Describe() + ": weight " + Quoted(t->name) +
+                             " has shape " + ShapeString(t->shape) + ", want " +
+                             ShapeString(want));
     }
     return t;
   }
@@ -616,8 +617,9 @@ graph::RepeatCount CountLayersIn(const GraphWeights& weights,
     const std::optional<int64_t> held = weights.layout_layers();
     if (asked > 0 && held && asked > *held) {
       return InvalidArgument(node.Describe() + ": " + std::to_string(asked) +
-                             " layers asked for, but '" + weights.path() +
-                             "' holds a model of " + std::to_string(*held));
+                             " layers asked for, but " +
+                             Quoted(weights.path()) + " holds a model of " +
+                             std::to_string(*held));
     }
     const int64_t layers = asked > 0 ? asked : held.value_or(0);
     if (weights.translates()) return layers;
@@ -636,8 +638,8 @@ graph::RepeatCount CountLayersIn(const GraphWeights& weights,
     int64_t found = 0;
     while ((layers == 0 || found < layers) && present(found)) ++found;
     if (found == 0 || found < layers) {
-      return InvalidArgument(node.Describe() + ": no tensor in '" +
-                             weights.path() + "' is named under '" +
+      return InvalidArgument(node.Describe() + ": no tensor in " +
+                             Quoted(weights.path()) + " is named under '" +
                              graph::LayerPrefix(node, found) + "', want " +
                              (layers ? "layer " + std::to_string(found) +
                                            " of " + std::to_string(layers)

@@ -362,8 +362,8 @@ Status GraphSession::Run(const float* input, int64_t batch, int64_t seq_len,
     return InvalidArgument("input and output must not be null");
   }
   if (model_ && model_->token_input()) {
-    return InvalidArgument("graph input '" + plan_->m.def.input +
-                           "' is token ids, want Run with int64_t ids");
+    return InvalidArgument("graph input " + Quoted(plan_->m.def.input) +
+                           " is token ids, want Run with int64_t ids");
   }
   ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
   Plan& p = *plan_;

@@ -257,9 +257,9 @@ int64_t MatrixRows(const std::vector<int64_t>& shape) {
 
 Status Missing(const SafetensorsFile& file, const FileLayout& layout,
                const std::string& name) {
-  return InvalidArgument("tensor " + Quoted(name) + " is missing from '" +
-                         file.path() + "' (layout " + layout.layout->name +
-                         ")");
+  return InvalidArgument("tensor " + Quoted(name) + " is missing from " +
+                         Quoted(file.path()) + " (layout " +
+                         layout.layout->name + ")");
 }
 
 WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
@@ -371,8 +371,8 @@ Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
   const auto count = [&](const char* key) -> Result<int64_t> {
     if (!j.contains(key) || j[key].is_null()) return int64_t{0};
     if (!j[key].is_number_integer() || j[key].get<int64_t>() <= 0) {
-      return InvalidArgument(Quoted(path) + ": '" + key +
-                             "' is not a positive integer");
+      return InvalidArgument(Quoted(path) + ": " + Quoted(key) +
+                             " is not a positive integer");
     }
     return j[key].get<int64_t>();
   };
@@ -395,8 +395,8 @@ Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
   if (j.contains("layer_norm_epsilon")) {
     const nlohmann::json& eps = j["layer_norm_epsilon"];
     if (!eps.is_number() || !(eps.get<double>() > 0.0)) {
-      return InvalidArgument("'" + path +
-                             "': 'layer_norm_epsilon' is not a positive "
+      return InvalidArgument(Quoted(path) +
+                             ": 'layer_norm_epsilon' is not a positive "
                              "number");
     }
     config.norm_eps = eps.get<double>();
@@ -431,7 +431,7 @@ std::string SomeNames(const SafetensorsFile& file) {
   size_t shown = 0;
   for (const TensorInfo& t : file.tensors()) {
     if (shown++ == 3) return names + ", ...";
-    names += (names.empty() ? "'" : ", '") + t.name + "'";
+    names += (names.empty() ? "" : ", ") + Quoted(t.name);
   }
   return names.empty() ? "no tensors" : names;
 }
@@ -441,23 +441,23 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
                  LmConfig& c) {
   const TensorInfo* emb = file.Find(layout.Name(Role::kTokEmb, 0));
   if (emb->shape.size() != 2 || emb->shape[0] <= 0 || emb->shape[1] <= 0) {
-    return InvalidArgument("tensor " + Quoted(emb->name) + " in '" +
-                           file.path() + "' is " + ShapeString(emb->shape) +
-                           ", want [vocab_size, emb_dim]");
+    return InvalidArgument(
+        "tensor " + Quoted(emb->name) + " in " + Quoted(file.path()) + " is " +
+        ShapeString(emb->shape) + ", want [vocab_size, emb_dim]");
   }
   c.vocab_size = emb->shape[0];
   c.emb_dim = emb->shape[1];
   ATTN_ASSIGN_OR_RETURN(c.num_layers, CountLayers(file, layout));
   if (c.num_layers == 0) {
-    return InvalidArgument("'" + file.path() +
-                           "' has no transformer block: " + "tensor '" +
-                           layout.Name(Role::kNorm1Scale, 0) + "' is missing");
+    return InvalidArgument(
+        Quoted(file.path()) + " has no transformer block: " + "tensor " +
+        Quoted(layout.Name(Role::kNorm1Scale, 0)) + " is missing");
   }
   c.hidden_dim = MatrixRows(RoleShape(file, layout, Role::kUp, 0));
   if (c.hidden_dim == 0) {
     return InvalidArgument("tensor " + Quoted(layout.Name(Role::kUp, 0)) +
-                           " of '" + file.path() +
-                           "' is missing or not a matrix: the feed-forward "
+                           " of " + Quoted(file.path()) +
+                           " is missing or not a matrix: the feed-forward "
                            "block's first weight");
   }
   // The head is read as the logits' width: one of another vocabulary would
@@ -466,8 +466,8 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
   const std::vector<int64_t> want = {c.vocab_size, c.emb_dim};
   if (!head.empty() && head != want) {
     return InvalidArgument("tensor " + Quoted(layout.Name(Role::kHead, 0)) +
-                           " in '" + file.path() + "' is " + ShapeString(head) +
-                           ", want " + ShapeString(want) +
+                           " in " + Quoted(file.path()) + " is " +
+                           ShapeString(head) + ", want " + ShapeString(want) +
                            " (the token embedding's vocabulary and width)");
   }
   return {};
@@ -547,8 +547,8 @@ Status CheckNoStrayTensors(const SafetensorsFile& file,
         });
     if (!read.count(t.name) && !buffer) {
       return InvalidArgument(
-          "tensor " + Quoted(t.name) + " in '" + file.path() +
-          "' is not part of layout " + layout.layout->name + " (" +
+          "tensor " + Quoted(t.name) + " in " + Quoted(file.path()) +
+          " is not part of layout " + layout.layout->name + " (" +
           std::to_string(layers) + " blocks): want only the layout's names");
     }
   }
@@ -600,8 +600,8 @@ Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
   if (!option.num_heads && !meta.count("num_heads")) {
     return InvalidArgument(
         "missing hyper-parameter num_heads: pass --heads, or set metadata "
-        "'num_heads' in '" +
-        file.path() + "'" +
+        "'num_heads' in " +
+        Quoted(file.path()) +
         (layout.layout == &kHfGpt2 ? " or 'n_head' in a config.json beside it"
                                    : ""));
   }
@@ -633,12 +633,12 @@ Status CheckFamily(const SafetensorsFile& file, const FileLayout& layout,
     if (c.context_length > positions) {
       return InvalidArgument(
           "context_length " + std::to_string(c.context_length) + " exceeds " +
-          std::to_string(positions) + " rows of '" +
-          layout.Name(Role::kPosEmb, 0) + "' in " + Quoted(file.path()));
+          std::to_string(positions) + " rows of " +
+          Quoted(layout.Name(Role::kPosEmb, 0)) + " in " + Quoted(file.path()));
     }
     if (c.rope.theta != 0.0) {
-      return InvalidArgument("rope_theta is set for '" + file.path() +
-                             "', a GPT-2 model with learned positions");
+      return InvalidArgument("rope_theta is set for " + Quoted(file.path()) +
+                             ", a GPT-2 model with learned positions");
     }
     return {};
   }

@@ -26,8 +26,8 @@ Result<int64_t> MetadataCount(const SafetensorsFile& file,
          !__builtin_add_overflow(value, c - '0', &value);
   }
   if (!ok || value <= 0) {
-    return InvalidArgument("metadata " + Quoted(key) + " of '" + file.path() +
-                           "' is " + Quoted(text) +
+    return InvalidArgument("metadata " + Quoted(key) + " of " +
+                           Quoted(file.path()) + " is " + Quoted(text) +
                            ", want a positive integer");
   }
   return value;
@@ -44,8 +44,9 @@ Result<double> MetadataNumber(const SafetensorsFile& file,
   const auto [stop, error] = std::from_chars(text.data(), end, value);
   if (error != std::errc() || stop != end || !std::isfinite(value) ||
       !(value > 0.0)) {
-    return InvalidArgument("metadata " + Quoted(key) + " of '" + file.path() +
-                           "' is " + Quoted(text) + ", want a positive number");
+    return InvalidArgument("metadata " + Quoted(key) + " of " +
+                           Quoted(file.path()) + " is " + Quoted(text) +
+                           ", want a positive number");
   }
   return value;
 }
@@ -73,14 +74,16 @@ Result<RopeConfig> MetadataRope(const SafetensorsFile& file) {
       std::find_if(std::begin(kScaling), std::end(kScaling), given);
   if (some == std::end(kScaling)) return rope;
   if (!rope.theta) {
-    return InvalidArgument("metadata '" + std::string(*some) + "' of '" +
-                           file.path() + "' is set without 'rope_theta'");
+    return InvalidArgument("metadata '" + std::string(*some) + "' of " +
+                           Quoted(file.path()) +
+                           " is set without 'rope_theta'");
   }
   for (const char* key : kScaling) {
     if (!given(key)) {
-      return InvalidArgument("metadata '" + std::string(*some) + "' of '" +
-                             file.path() + "' is set without '" + key +
-                             "': want all four rope scaling keys or none");
+      return InvalidArgument("metadata '" + std::string(*some) + "' of " +
+                             Quoted(file.path()) + " is set without " +
+                             Quoted(key) +
+                             ": want all four rope scaling keys or none");
     }
   }
   return rope;
@@ -115,8 +118,8 @@ Result<ResolvedDims> ResolveAttentionDims(const SafetensorsFile& file,
     return InvalidArgument(
         who +
         "num_heads is not given: pass --heads, set metadata "
-        "'num_heads' in '" +
-        file.path() + "'" +
+        "'num_heads' in " +
+        Quoted(file.path()) +
         (who.empty() ? "" : " or the node's attribute 'num_heads'"));
   }
   dims.context_length =

@@ -145,8 +145,8 @@ class HeaderChecker : public JsonChecker {
     // fields, and __metadata__ at most kMaxTensors keys.
     if (depth() == 2 && root_key_ != "__metadata__" && name != "dtype" &&
         name != "shape" && name != "data_offsets") {
-      return Fail("has unknown field " + Quoted(name) + " in tensor '" +
-                  root_key_ + "' (want dtype, shape, data_offsets)");
+      return Fail("has unknown field " + Quoted(name) + " in tensor " +
+                  Quoted(root_key_) + " (want dtype, shape, data_offsets)");
     }
     if (depth() == 2 && root_key_ == "__metadata__" && items() >= kMaxTensors) {
       return Fail("has more than " + std::to_string(kMaxTensors) +
