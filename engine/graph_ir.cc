@@ -636,25 +636,54 @@ void AppendLayer(const Node& repeat, int64_t layer, int64_t count,
   }
 }
 
+namespace {
+
+// Every repeat node's layer count, checked with the plain nodes against
+// kMaxGraphNodes before any block is copied.
+Result<std::vector<int64_t>> CountRepeats(const GraphDef& def,
+                                          const RepeatCount& count) {
+  std::vector<int64_t> layers(def.nodes.size(), 0);
+  uint64_t total = 0;
+  for (size_t i = 0; i < def.nodes.size(); ++i) {
+    const Node& node = def.nodes[i];
+    uint64_t nodes = 1;
+    std::string what;
+    if (node.op == Op::kRepeat) {
+      ATTN_ASSIGN_OR_RETURN(layers[i], count(node));
+      const uint64_t block = node.block->nodes.size();
+      nodes = uint64_t(layers[i]) > kMaxGraphNodes / block
+                  ? kMaxGraphNodes + 1
+                  : uint64_t(layers[i]) * block;
+      what = " (" + std::to_string(layers[i]) + " layers of " +
+             std::to_string(block) + " nodes)";
+    }
+    total += nodes;
+    if (total > kMaxGraphNodes) {
+      return InvalidArgument(node.Describe() + what + ": the graph passes " +
+                             std::to_string(kMaxGraphNodes) +
+                             " nodes here with its repeat nodes expanded, "
+                             "want at most that");
+    }
+  }
+  return layers;
+}
+
+}  // namespace
+
 Result<GraphDef> ExpandRepeats(const GraphDef& def, const RepeatCount& count) {
+  ATTN_ASSIGN_OR_RETURN(const std::vector<int64_t> layers,
+                        CountRepeats(def, count));
   GraphDef expanded;
   expanded.input = def.input;
   expanded.output = def.output;
-  for (const Node& node : def.nodes) {
+  for (size_t i = 0; i < def.nodes.size(); ++i) {
+    const Node& node = def.nodes[i];
     if (node.op != Op::kRepeat) {
       expanded.nodes.push_back(node);
       continue;
     }
-    ATTN_ASSIGN_OR_RETURN(const int64_t layers, count(node));
-    const size_t block = node.block->nodes.size();
-    if (uint64_t(layers) > (kMaxGraphNodes - expanded.nodes.size()) / block) {
-      return InvalidArgument(
-          node.Describe() + ": " + std::to_string(layers) + " layers of " +
-          std::to_string(block) + " nodes, want at most " +
-          std::to_string(kMaxGraphNodes) + " nodes in the graph");
-    }
-    for (int64_t l = 0; l < layers; ++l) {
-      AppendLayer(node, l, layers, expanded.nodes);
+    for (int64_t l = 0; l < layers[i]; ++l) {
+      AppendLayer(node, l, layers[i], expanded.nodes);
     }
   }
   ATTN_RETURN_IF_ERROR(Order(expanded.input, expanded.output, expanded.nodes));

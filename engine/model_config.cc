@@ -220,15 +220,16 @@ Status CheckAttentionVariant(const MhaConfig& c) {
   }
   const RopeConfig& r = c.rope;
   if (r.theta == 0.0) return {};
-  // The tables are float: a value float holds as 0, a subnormal or inf
-  // would turn the scaling off or fill the tables with NaN.
+  // The tables are float: a positive value float holds as 0, a subnormal
+  // or inf would turn the scaling off or fill the tables with NaN (a factor
+  // <= 0 means no scaling; ValidateRopeConfig checks the rest).
   const std::pair<const char*, double> values[] = {
       {"rope_theta", r.theta},
       {"rope_factor", r.factor},
       {"rope_low_freq_factor", r.low_freq_factor},
       {"rope_high_freq_factor", r.high_freq_factor}};
   for (const auto& [name, value] : values) {
-    if (value != 0.0 && !std::isnormal(static_cast<float>(value))) {
+    if (value > 0.0 && !std::isnormal(static_cast<float>(value))) {
       std::ostringstream shown;
       shown << value;
       return InvalidArgument(std::string(name) + " is " + shown.str() +

@@ -717,7 +717,18 @@ TEST(GraphValidationTest, NodesAreCountedWithRepeatsExpanded) {
       WriteSafetensors(path, layers, std::map<std::string, std::string>{})
           .ok());
   auto repeated = GraphModel::FromJson(json, path, {}, "repeat.json");
-  ExpectRefused(repeated, "65536 layers of 1 nodes, want at most 65536 nodes");
+  ExpectRefused(repeated,
+                "(65536 layers of 1 nodes): the graph passes 65536 nodes here");
+  // Plain nodes after a repeat count too, before a later repeat.
+  const std::string after =
+      R"({"inputs": ["x"], "outputs": ["y"], "nodes": [
+          {"op": "repeat", "inputs": ["x"], "outputs": ["x1"],
+           "attributes": {"graph": ")" +
+      block + R"(", "prefix": "L{i}.", "count": 65535}},
+          {"op": "gelu", "inputs": ["x1"], "outputs": ["x2"]},
+          {"op": "gelu", "inputs": ["x2"], "outputs": ["y"]}]})";
+  ExpectRefused(GraphModel::FromJson(after, path, {}, "after.json"),
+                "node 'gelu_2' (gelu): the graph passes 65536 nodes here");
 }
 
 // Sessions share the loaded model: a session outlives every other handle
