@@ -639,8 +639,9 @@ graph::RepeatCount CountLayersIn(const GraphWeights& weights,
     while ((layers == 0 || found < layers) && present(found)) ++found;
     if (found == 0 || found < layers) {
       return InvalidArgument(node.Describe() + ": no tensor in " +
-                             Quoted(weights.path()) + " is named under '" +
-                             graph::LayerPrefix(node, found) + "', want " +
+                             Quoted(weights.path()) + " is named under " +
+                             Quoted(graph::LayerPrefix(node, found)) +
+                             ", want " +
                              (layers ? "layer " + std::to_string(found) +
                                            " of " + std::to_string(layers)
                                      : std::string("at least one layer")));
