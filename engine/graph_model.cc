@@ -236,7 +236,8 @@ class Binder {
         }
       }
     }
-    weights.assign(def.nodes.size(), {});
+    weights.clear();
+    weights.resize(def.nodes.size());
     for (size_t i = 0; i < def.nodes.size(); ++i) {
       ATTN_RETURN_IF_ERROR(Load(def.nodes[i], weights[i]));
     }
@@ -730,36 +731,41 @@ Status BindLayers(const GraphWeights& weights, const GraphOptions& options,
   return {};
 }
 
-// Packs every layer's linear weights once, for a run of kMatMulPackedRows
-// rows, with `held` bytes (the weights as loaded) already held.
+// Every layer's linears, their weights packed once for a run of
+// kMatMulPackedRows rows, with `held` bytes (the weights as loaded) already
+// held: all packed copies are checked against the cap before any is made.
 Status PackLinearWeights(graph::LoadedGraph& m, uint64_t held,
                          const std::string& source) {
   const graph::Program& p = m.program;
-  m.packed_layout.resize(p.steps.size());
-  m.packed.resize(m.layer.size());
-  for (auto& layer : m.packed) layer.resize(p.steps.size());
-  Workspace workspace;
-  for (size_t k = 0; k < p.steps.size(); ++k) {
-    if (p.steps[k].op != Op::kLinear) continue;
+  const kernels::DataType type = ops::ToDataType(m.dtype);
+  uint64_t packed = 0;
+  for (const graph::Step& step : p.steps) {
+    if (step.op != Op::kLinear) continue;
+    const graph::NodeWeights& w = m.layer[0][step.node];
     ATTN_ASSIGN_OR_RETURN(
-        kernels::MatMul mm,
-        graph::LinearMatMul(m, k, kernels::kMatMulPackedRows));
-    for (auto& layer : m.packed) {
-      workspace.Add(&layer[k], mm.packed_weights_bytes());
-    }
-    m.packed_layout[k].emplace(std::move(mm));
+        const uint64_t bytes,
+        ops::Linear::PackedBytes(m.widths[step.dst], m.widths[step.src],
+                                 w.bias != nullptr, type));
+    packed = AddSat(packed, MulSat(bytes, m.layer.size()));
   }
-  ATTN_RETURN_IF_ERROR(workspace.Allocate(
-      "the packed weights of " + Quoted(source), held, m.max_memory_bytes));
-  for (size_t k = 0; k < p.steps.size(); ++k) {
-    if (!m.packed_layout[k]) continue;
-    const graph::Step& step = p.steps[k];
+  ATTN_RETURN_IF_ERROR(CheckMemory("the packed weights of " + Quoted(source),
+                                   AddSat(held, packed), m.max_memory_bytes));
+  for (const graph::Step& step : p.steps) {
+    if (step.op != Op::kLinear) continue;
     const int64_t in = m.widths[step.src], out = m.widths[step.dst];
-    for (size_t l = 0; l < m.layer.size(); ++l) {
-      // W [out, in] row-major is W^T [in, out] with strides (1, in).
-      ATTN_RETURN_IF_ERROR(m.packed_layout[k]->PackWeights(
-          {{in, out}, {1, in}, kernels::DataType::kF32},
-          m.layer[l][step.node].weight, m.packed[l][k].data()));
+    for (auto& layer : m.layer) {
+      graph::NodeWeights& w = layer[step.node];
+      ops::Weight bias;
+      if (w.bias) bias = ops::Weight::Borrow(w.bias, out, 1);
+      Result<ops::Linear> linear = ops::Linear::Create(
+          ops::Weight::Borrow(w.weight, out, in), std::move(bias),
+          {type, false}, m.num_threads);
+      if (!linear.ok()) {
+        return Status(linear.status().code(),
+                      m.def.nodes[step.node].Describe() + ": " +
+                          linear.status().message());
+      }
+      w.linear = std::move(linear).value();
     }
   }
   return {};
@@ -790,26 +796,14 @@ std::vector<kernels::DataType> TensorTypes(const Program& program,
   return types;
 }
 
-Result<kernels::MatMul> LinearMatMul(const LoadedGraph& m, size_t k,
-                                     int64_t rows) {
+ops::LinearEpilogue EpilogueOf(const LoadedGraph& m, size_t k) {
   const Step& step = m.program.steps[k];
-  const int64_t in = m.widths[step.src], out = m.widths[step.dst];
-  const kernels::DataType mm_type = m.dtype == DType::kBF16
-                                        ? kernels::DataType::kBF16
-                                        : kernels::DataType::kF32;
-  const kernels::Operand bias{{1, out}, {}, kernels::DataType::kF32};
-  kernels::PostOps post;
-  post.gelu_tanh = step.gelu;
-  post.add_residual = step.src2 >= 0;
-  Result<kernels::MatMul> mm = kernels::MatMul::Create(
-      {{rows, in}, {}, mm_type}, {{in, out}, {}, mm_type},
-      m.layer[0][step.node].bias ? &bias : nullptr,
-      {{rows, out}, {}, m.types[step.dst]}, kernels::Threading::kTeam, post);
-  if (!mm.ok()) {
-    return Status(mm.status().code(), m.def.nodes[step.node].Describe() + ": " +
-                                          mm.status().message());
-  }
-  return mm;
+  ops::LinearEpilogue epilogue;
+  epilogue.post.gelu_tanh = step.gelu;
+  epilogue.post.add_residual = step.src2 >= 0;
+  epilogue.src = m.types[step.src];
+  epilogue.dst = m.types[step.dst];
+  return epilogue;
 }
 
 }  // namespace graph

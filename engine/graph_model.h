@@ -14,20 +14,26 @@
 #include "attn/graph.hpp"
 #include "engine/buffer.h"
 #include "engine/graph_ir.h"
+#include "engine/ops/linear.h"
 #include "kernels/matmul.h"
 
 namespace attn {
 namespace graph {
 
 // One node's weights in one layer, fp32, as the file holds them (linear:
-// [out, in]), in LoadedGraph::tensors; LoadedGraph::packed holds the
-// linears' packed copies.
+// [out, in]), in LoadedGraph::tensors; a linear's `linear` reads them and
+// holds their packed copy.
 struct NodeWeights {
   const float* weight = nullptr;  // linear [out, in], layernorm's scale,
                                   // (position_)embedding [rows, e]
   const float* bias = nullptr;    // linear [out] (null: none), layernorm shift
   int64_t rows = 0;               // embedding: vocab; position: context
   std::shared_ptr<const MhaModel> mha;
+  // Linear nodes: packed once at load in the layout of a run of
+  // kernels::kMatMulPackedRows rows, which every long enough run shares and
+  // shorter ones read in place where they can (else a session packs its
+  // own: LinearFallback::kOwnPacked).
+  ops::Linear linear;
 };
 
 // Everything loading produced; nothing writes it afterwards.
@@ -44,13 +50,6 @@ struct LoadedGraph {
   DType dtype = DType::kF32;
   uint64_t max_memory_bytes = 0;         // resolved: never 0
   std::vector<kernels::DataType> types;  // per program tensor (TensorTypes)
-  // The linears' weights, packed once at load in the layout of a run of
-  // kernels::kMatMulPackedRows rows, which every long enough run shares and
-  // shorter ones read in place: per step the matmul that chose it (linear
-  // steps only), per layer and step the packed weights. A session whose
-  // matmul cannot read them (MatMul::ReadPackedWeightsOf) packs its own.
-  std::vector<std::optional<kernels::MatMul>> packed_layout;
-  std::vector<std::vector<AlignedBuffer>> packed;  // [layer][step]
 };
 
 // Per program tensor, how it is stored. With bf16, a tensor that a linear
@@ -58,11 +57,9 @@ struct LoadedGraph {
 // (the output among them) is fp32.
 std::vector<kernels::DataType> TensorTypes(const Program& program, DType dtype);
 
-// The matmul of linear step `k` for `rows` rows: y [rows, out] =
-// x [rows, in] W^T (+ b) (then GELU, then + residual), with src and weights
-// in the model's dtype. Errors name the step's node.
-Result<kernels::MatMul> LinearMatMul(const LoadedGraph& m, size_t k,
-                                     int64_t rows);
+// What linear step `k` runs after x W^T (+ b) (GELU, then + residual, as
+// oneDNN post-ops), and its src and dst types.
+ops::LinearEpilogue EpilogueOf(const LoadedGraph& m, size_t k);
 
 }  // namespace graph
 

@@ -124,21 +124,16 @@ std::vector<graph::BufferRequest> ArenaRequests(
 
 }  // namespace
 
-// The prepared shape: per step its matmul (shared by the layers, whose
-// shapes agree), per layer and step its attention operator, and the steps'
-// packed weights: the model's, or the session's own when this shape's
-// matmul lays them out otherwise.
+// The prepared shape: per linear step its plan (shared by the layers, whose
+// shapes agree), per layer and step its attention operator, and each
+// layer's own packed weights for the linear steps whose plan cannot read
+// the model's.
 struct GraphSession::Plan {
   explicit Plan(const graph::LoadedGraph& model) : m(model) {}
 
   const graph::LoadedGraph& m;  // the session's model, which outlives this
   int64_t batch = 0, seq_len = 0;
-  std::vector<std::optional<kernels::MatMul>> matmul;
-  // bf16 only: per linear step whose src is fp32, its conversion into its
-  // kLoweredInput buffer (a linear's bf16 output feeding only linears needs
-  // none).
-  std::vector<std::optional<kernels::Convert>> convert;
-  std::vector<bool> own_packing;                   // per step
+  std::vector<std::optional<ops::LinearPlan>> linear;  // per step
   std::vector<std::vector<AlignedBuffer>> packed;  // [layer][step], own only
   // Per layer and mha step its operator (its packed weights, which differ
   // by layer).
@@ -172,9 +167,6 @@ struct GraphSession::Plan {
     return static_cast<char*>(arena.data()) + arena_offset;
   }
   float* Hop(size_t i) { return static_cast<float*>(At(hop_offset[i])); }
-  const void* PackedWeights(size_t l, size_t k) const {
-    return own_packing[k] ? packed[l][k].data() : m.packed[l][k].data();
-  }
 };
 
 GraphSession::GraphSession(std::shared_ptr<const GraphModel> model)
@@ -198,11 +190,8 @@ Status GraphSession::Prepare(int64_t batch, int64_t seq_len) {
 void GraphSession::Plan::Reset() {
   const size_t L = m.layer.size(), S = m.program.steps.size();
   memory = {};
-  matmul.clear();
-  matmul.resize(S);
-  convert.clear();
-  convert.resize(S);
-  own_packing.assign(S, false);
+  linear.clear();
+  linear.resize(S);
   packed.clear();
   packed.resize(L);
   attention.clear();
@@ -276,32 +265,29 @@ Status GraphSession::Plan::PrepareMha(size_t k, int64_t new_batch,
   return {};
 }
 
-// y [R, out] = x [R, in] W^T (+ b) (then GELU, then + residual): the matmul,
-// its bf16 input conversion if any, and, when the model's packed weights
-// are laid out for other tiles, each layer's own (listed in `workspace`,
-// packed once it is allocated).
+// y [R, out] = x [R, in] W^T (+ b) (then GELU, then + residual): the plan,
+// whose lowered input and scratch go to the arena, and each layer's own
+// packed weights where it cannot read the model's (listed in `workspace`,
+// packed once allocated).
 Status GraphSession::Plan::PrepareLinear(size_t k, int64_t R,
                                          Workspace& workspace) {
   const graph::Step& step = m.program.steps[k];
-  const int64_t in = m.widths[step.src];
-  step_bytes[k].resize(kNumLinearBuffers);
-  if (m.dtype == DType::kBF16 && m.types[step.src] == DataType::kF32) {
-    ATTN_ASSIGN_OR_RETURN(
-        convert[k],
-        kernels::Convert::Create(R * in, DataType::kF32, DataType::kBF16));
-    step_bytes[k][kLoweredInput] =
-        static_cast<size_t>(R * in) * kernels::SizeOf(DataType::kBF16);
+  Result<ops::LinearPlan> plan = ops::LinearPlan::Create(
+      m.layer[0][step.node].linear, R, graph::EpilogueOf(m, k),
+      ops::LinearFallback::kOwnPacked, m.num_threads);
+  if (!plan.ok()) {
+    return Status(plan.status().code(), m.def.nodes[step.node].Describe() +
+                                            ": " + plan.status().message());
   }
-  ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm, graph::LinearMatMul(m, k, R));
-  step_bytes[k][kMatMulScratch] =
-      mm.scratch_bytes() * static_cast<size_t>(m.num_threads);
-  own_packing[k] = !mm.ReadPackedWeightsOf(*m.packed_layout[k]);
-  if (own_packing[k]) {
+  step_bytes[k].resize(kNumLinearBuffers);
+  step_bytes[k][kLoweredInput] = plan->lowered_input_bytes();
+  step_bytes[k][kMatMulScratch] = plan->scratch_bytes();
+  if (const size_t own = plan->own_packed_bytes()) {
     for (size_t l = 0; l < m.layer.size(); ++l) {
-      workspace.Add(&packed[l][k], mm.packed_weights_bytes());
+      workspace.Add(&packed[l][k], own);
     }
   }
-  matmul[k].emplace(std::move(mm));
+  linear[k].emplace(std::move(plan).value());
   return {};
 }
 
@@ -339,18 +325,15 @@ void GraphSession::Plan::PlanArena(int64_t R, Workspace& workspace) {
   workspace.Add(&arena, plan.peak_bytes);
 }
 
-// Every layer's linear weights into the layout its matmul chose, where the
-// model's are laid out otherwise.
+// Every layer's linear weights into the layout its plan chose, where it
+// cannot read the model's.
 Status GraphSession::Plan::PackWeights() {
   for (size_t k = 0; k < m.program.steps.size(); ++k) {
-    if (!own_packing[k]) continue;
+    if (!linear[k] || linear[k]->own_packed_bytes() == 0) continue;
     const graph::Step& step = m.program.steps[k];
-    const int64_t in = m.widths[step.src], out = m.widths[step.dst];
     for (size_t l = 0; l < m.layer.size(); ++l) {
-      // W [out, in] row-major is W^T [in, out] with strides (1, in).
-      ATTN_RETURN_IF_ERROR(matmul[k]->PackWeights(
-          {{in, out}, {1, in}, DataType::kF32}, m.layer[l][step.node].weight,
-          packed[l][k].data()));
+      ATTN_RETURN_IF_ERROR(linear[k]->PackOwn(m.layer[l][step.node].linear,
+                                              packed[l][k].data()));
     }
   }
   return {};
@@ -400,14 +383,11 @@ Status GraphSession::Run(const int64_t* token_ids, int64_t batch,
 void GraphSession::Plan::RunLinear(size_t l, size_t k, const void* src,
                                    void* dst, const float* residual,
                                    int threads) {
-  if (convert[k]) {
-    void* lowered = At(step_offset[k][kLoweredInput]);
-    convert[k]->Run(src, lowered);
-    src = lowered;
-  }
-  matmul[k]->Run(src, PackedWeights(l, k),
-                 m.layer[l][m.program.steps[k].node].bias, dst,
-                 At(step_offset[k][kMatMulScratch]), threads, residual);
+  const ops::LinearPlan::Buffers buffers{At(step_offset[k][kLoweredInput]),
+                                         At(step_offset[k][kMatMulScratch]),
+                                         packed[l][k].data()};
+  linear[k]->Run(m.layer[l][m.program.steps[k].node].linear, src, dst, buffers,
+                 threads, residual);
 }
 
 void GraphSession::Plan::RunMha(size_t l, size_t k, const float* src,

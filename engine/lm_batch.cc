@@ -64,14 +64,8 @@ struct LmBatch::Impl {
   std::vector<size_t> logits_first;
   StepBuffers buffers;
   int64_t rows_allocated = 0, logit_rows_allocated = 0;
-  // Matmuls of the linears for steps of more than kRowsLinearMaxRows rows,
-  // by (linear, rows); `packed`: on the linear's packed weights.
-  struct Plan {
-    kernels::MatMul matmul;
-    bool packed = false;
-    std::optional<kernels::Convert> to_bf16;  // bf16 models: the input's
-  };
-  std::map<std::pair<const lm::Linear*, int64_t>, Plan> plans;
+  // How each linear runs the step's rows, by (linear, rows).
+  std::map<std::pair<const ops::Linear*, int64_t>, ops::LinearPlan> plans;
   size_t scratch_allocated = 0;
 
   uint64_t HeldBytes() const;
@@ -81,11 +75,9 @@ struct LmBatch::Impl {
   Status CheckRequests(const Request* requests, size_t count) const;
   void PackRows(const Request* requests, size_t count);
   Status Reserve(int64_t rows, int64_t logit_rows);
-  Status PlanLinear(const lm::Linear& linear, int64_t rows);
-  void RunLinear(const lm::Linear& linear, const float* x, int64_t rows,
-                 float* y,
-                 kernels::RowsLinearActivation activation =
-                     kernels::RowsLinearActivation::kNone) const;
+  Status PlanLinear(const ops::Linear& linear, int64_t rows, bool gelu);
+  void RunLinear(const ops::Linear& linear, const float* x, int64_t rows,
+                 float* y) const;
   Status PlanLinears(int64_t rows);
   void Embed(float* x) const;
   void Norm(const lm::Norm& norm, const float* x, int64_t rows, float* y) const;
@@ -225,27 +217,20 @@ Status LmBatch::Impl::Reserve(int64_t rows, int64_t logits) {
   return {};
 }
 
-// The matmul of `linear` for `rows` rows, made once per row count: on the
-// model's packed weights when it can read them (MatMul::ReadPackedWeightsOf),
-// else on the plain ones (no second packed copy).
-Status LmBatch::Impl::PlanLinear(const lm::Linear& linear, int64_t rows) {
-  if (rows <= int64_t(kernels::kRowsLinearMaxRows)) return {};
+// The plan of `linear` for `rows` rows, made once per row count: on the
+// model's packed weights when its matmul can read them, else on the plain
+// ones (no second packed copy).
+Status LmBatch::Impl::PlanLinear(const ops::Linear& linear, int64_t rows,
+                                 bool gelu) {
   const auto key = std::make_pair(&linear, rows);
   if (plans.count(key)) return {};
-  ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm,
-                        lm::LinearMatMul(linear, rows, /*packed=*/true));
-  const bool packed = mm.ReadPackedWeightsOf(*linear.packed_layout);
-  if (!packed) {
-    ATTN_ASSIGN_OR_RETURN(mm, lm::LinearMatMul(linear, rows, false));
-  }
-  std::optional<kernels::Convert> to_bf16;
-  if (linear.type() == kernels::DataType::kBF16) {
-    ATTN_ASSIGN_OR_RETURN(
-        to_bf16,
-        kernels::Convert::Create(rows * linear.in, kernels::DataType::kF32,
-                                 kernels::DataType::kBF16));
-  }
-  const size_t scratch = mm.scratch_bytes() * size_t(m->num_threads);
+  ops::LinearEpilogue epilogue;
+  epilogue.gelu = gelu;
+  ATTN_ASSIGN_OR_RETURN(
+      ops::LinearPlan plan,
+      ops::LinearPlan::Create(linear, rows, epilogue,
+                              ops::LinearFallback::kPlain, m->num_threads));
+  const size_t scratch = plan.scratch_bytes();
   if (scratch > scratch_allocated) {
     ATTN_RETURN_IF_ERROR(CheckMemory("a step's matmul scratch",
                                      AddSat(HeldBytes(), scratch),
@@ -253,7 +238,7 @@ Status LmBatch::Impl::PlanLinear(const lm::Linear& linear, int64_t rows) {
     ATTN_ASSIGN_OR_RETURN(buffers.scratch, AlignedBuffer::Allocate(scratch));
     scratch_allocated = scratch;
   }
-  plans.emplace(key, Plan{std::move(mm), packed, std::move(to_bf16)});
+  plans.emplace(key, std::move(plan));
   return {};
 }
 
@@ -268,34 +253,22 @@ Status LmBatch::Impl::PlanLinears(int64_t rows) {
   for (const lm::Layer& layer : m->layers) {
     // The last feed-forward runs on the logit rows alone (KeepLogitRows).
     const int64_t ff_rows = &layer == &m->layers.back() ? logits : rows;
-    for (const lm::Linear* l : {&layer.up, &layer.gate, &layer.down}) {
-      if (l->present()) ATTN_RETURN_IF_ERROR(PlanLinear(*l, ff_rows));
+    // GPT-2's up-projection applies GELU as it writes (Llama's has a gate).
+    const bool gelu = !layer.gate.present();
+    ATTN_RETURN_IF_ERROR(PlanLinear(layer.up, ff_rows, gelu));
+    if (layer.gate.present()) {
+      ATTN_RETURN_IF_ERROR(PlanLinear(layer.gate, ff_rows, false));
     }
+    ATTN_RETURN_IF_ERROR(PlanLinear(layer.down, ff_rows, false));
   }
-  return PlanLinear(m->head, logits);
+  return PlanLinear(m->head, logits, false);
 }
 
-// y = act(x W^T + b): a step's few rows apply the activation as RowsLinear
-// writes y, longer ones in a pass after the matmul.
-void LmBatch::Impl::RunLinear(const lm::Linear& linear, const float* x,
-                              int64_t rows, float* y,
-                              kernels::RowsLinearActivation activation) const {
-  const float* bias = linear.bias.empty() ? nullptr : linear.bias.data();
-  if (rows <= int64_t(kernels::kRowsLinearMaxRows)) {
-    linear.step.Run(x, size_t(rows), bias, y, m->num_threads, activation);
-    return;
-  }
-  const Plan& plan = plans.at(std::make_pair(&linear, rows));
-  const void* src = x;
-  if (plan.to_bf16) {
-    plan.to_bf16->Run(x, buffers.low.data());
-    src = buffers.low.data();
-  }
-  plan.matmul.Run(src, plan.packed ? linear.packed.data() : linear.plain(),
-                  bias, y, buffers.scratch.data(), m->num_threads);
-  if (activation == kernels::RowsLinearActivation::kGelu) {
-    kernels::Gelu(y, y, size_t(rows * linear.out), m->num_threads);
-  }
+void LmBatch::Impl::RunLinear(const ops::Linear& linear, const float* x,
+                              int64_t rows, float* y) const {
+  plans.at(std::make_pair(&linear, rows))
+      .Run(linear, x, y, {buffers.low.data(), buffers.scratch.data(), nullptr},
+           m->num_threads);
 }
 
 // Token embeddings, plus GPT-2's learned positions (PyTorch's tok + pos).
@@ -340,7 +313,7 @@ void LmBatch::Impl::FeedForward(const lm::Layer& layer, int64_t rows) {
     kernels::Silu(up, up, hidden, m->num_threads);
     kernels::Mul(up, gate, up, hidden, m->num_threads);
   } else {
-    RunLinear(layer.up, normed, rows, up, kernels::RowsLinearActivation::kGelu);
+    RunLinear(layer.up, normed, rows, up);  // with GELU
   }
   RunLinear(layer.down, up, rows, static_cast<float*>(b.branch.data()));
 }

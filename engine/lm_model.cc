@@ -28,20 +28,6 @@
 namespace attn {
 namespace lm {
 
-Result<kernels::MatMul> LinearMatMul(const Linear& linear, int64_t rows,
-                                     bool packed) {
-  using kernels::DataType;
-  const kernels::Operand bias{{1, linear.out}, {}, DataType::kF32};
-  // W [out, in] row-major is W^T [in, out] with strides (1, in); without
-  // strides oneDNN picks its packed layout.
-  kernels::Operand weights{{linear.in, linear.out}, {}, linear.type()};
-  if (!packed) weights.strides = {1, linear.in};
-  return kernels::MatMul::Create({{rows, linear.in}, {}, linear.type()},
-                                 weights, linear.bias.empty() ? nullptr : &bias,
-                                 {{rows, linear.out}, {}, DataType::kF32},
-                                 kernels::Threading::kTeam);
-}
-
 namespace {
 
 std::string Str(int64_t v) { return std::to_string(v); }
@@ -111,57 +97,49 @@ Result<Norm> MakeNorm(const WeightSource& w, Role scale, Role shift,
   return norm;
 }
 
-// The packed copy that every run of MatMulWideRows() rows and more reads,
-// and the step weights that runs of a few rows read.
-Status Pack(Linear& linear, int num_threads) {
-  if (linear.weight_bf16) {
-    ATTN_ASSIGN_OR_RETURN(linear.step,
-                          StepWeights::Pack(linear.weight_bf16, linear.out,
-                                            linear.in, num_threads));
-  } else {
-    ATTN_ASSIGN_OR_RETURN(
-        linear.step,
-        StepWeights::Pack(linear.weight, linear.out, linear.in, num_threads));
-  }
-  ATTN_ASSIGN_OR_RETURN(
-      kernels::MatMul mm,
-      LinearMatMul(linear, kernels::kMatMulPackedRows, /*packed=*/true));
-  ATTN_ASSIGN_OR_RETURN(linear.packed,
-                        AlignedBuffer::Allocate(mm.packed_weights_bytes()));
-  ATTN_RETURN_IF_ERROR(
-      mm.PackWeights({{linear.in, linear.out}, {1, linear.in}, linear.type()},
-                     linear.plain(), linear.packed.data()));
-  linear.packed_layout.emplace(std::move(mm));
-  return {};
-}
-
-// Makes `linear` hold `weights` [out, in] in `dtype`, and packs them.
-Status HoldWeights(Linear& linear, std::vector<float>& weights, DType dtype,
-                   int num_threads) {
-  if (dtype == DType::kBF16) {
-    ATTN_ASSIGN_OR_RETURN(linear.own_bf16, RoundToBf16(weights));
-    linear.weight_bf16 = linear.own_bf16.data();
-  } else {
-    linear.own = std::move(weights);
-    linear.weight = linear.own.data();
-  }
-  return Pack(linear, num_threads);
+// A linear's weights held in `dtype`, with the layouts a decoding model
+// reads: a packed copy for long runs, panels for steps of a few rows.
+Result<ops::Linear> HoldLinear(ops::Weight weight, ops::Weight bias,
+                               int num_threads) {
+  ops::LinearLayouts layouts;
+  layouts.packed = weight.type();
+  layouts.panels = true;
+  return ops::Linear::Create(std::move(weight), std::move(bias), layouts,
+                             num_threads);
 }
 
 // `bias`: the role of its bias, used when the source has it.
-Result<Linear> MakeLinear(const WeightSource& w, Role weight,
-                          std::optional<Role> bias, int64_t layer, int64_t in,
-                          int64_t out, DType dtype, int num_threads) {
-  Linear linear;
-  linear.in = in;
-  linear.out = out;
+Result<ops::Linear> MakeLinear(const WeightSource& w, Role weight,
+                               std::optional<Role> bias, int64_t layer,
+                               int64_t in, int64_t out, DType dtype,
+                               int num_threads) {
+  ops::Weight b;
   if (bias && w.has(*bias, layer)) {
-    ATTN_ASSIGN_OR_RETURN(linear.bias, w.fetch(*bias, layer, out, 0));
+    ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
+                          w.fetch(*bias, layer, out, 0));
+    ATTN_ASSIGN_OR_RETURN(b, ops::Weight::Hold(std::move(values), out, 1,
+                                               kernels::DataType::kF32));
   }
-  ATTN_ASSIGN_OR_RETURN(std::vector<float> weights,
+  ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
                         w.fetch(weight, layer, out, in));
-  ATTN_RETURN_IF_ERROR(HoldWeights(linear, weights, dtype, num_threads));
-  return linear;
+  ATTN_ASSIGN_OR_RETURN(ops::Weight held,
+                        ops::Weight::Hold(std::move(values), out, in,
+                                          ops::ToDataType(dtype)));
+  return HoldLinear(std::move(held), std::move(b), num_threads);
+}
+
+// The head reads the embeddings; in bf16 they are rounded alike, so that
+// both hold the same numbers.
+Result<ops::Linear> TiedHead(ModelData& m) {
+  const int64_t e = m.config.emb_dim, v = m.config.vocab_size;
+  if (m.dtype == DType::kBF16) {
+    ATTN_ASSIGN_OR_RETURN(std::vector<hwy::bfloat16_t> low,
+                          ops::RoundToBf16(m.tok_emb));
+    return HoldLinear(ops::Weight::Hold(std::move(low), v, e), {},
+                      m.num_threads);
+  }
+  return HoldLinear(ops::Weight::Borrow(m.tok_emb.data(), v, e), {},
+                    m.num_threads);
 }
 
 Result<std::shared_ptr<const MhaModel>> MakeAttention(
@@ -257,13 +235,8 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
   ATTN_ASSIGN_OR_RETURN(
       m.final_norm, MakeNorm(w, Role::kFinalScale, Role::kFinalShift, 0, e));
   if (c.tied_head) {
-    m.head.in = e;
-    m.head.out = c.vocab_size;
-    if (m.dtype == DType::kBF16) {  // the embeddings are rounded alike
-      return HoldWeights(m.head, m.tok_emb, m.dtype, m.num_threads);
-    }
-    m.head.weight = m.tok_emb.data();
-    return Pack(m.head, m.num_threads);
+    ATTN_ASSIGN_OR_RETURN(m.head, TiedHead(m));
+    return {};
   }
   ATTN_ASSIGN_OR_RETURN(
       m.head, MakeLinear(w, Role::kHead, std::nullopt, 0, e, c.vocab_size,
@@ -360,16 +333,11 @@ int LanguageModel::num_threads() const { return impl_->num_threads; }
 uint64_t LanguageModel::memory_bytes() const {
   const Impl& m = *impl_;
   uint64_t bytes = (m.tok_emb.size() + m.pos_emb.size()) * sizeof(float);
-  const auto linear = [](const lm::Linear& l) {
-    return (l.own.size() + l.bias.size()) * sizeof(float) +
-           l.own_bf16.size() * sizeof(hwy::bfloat16_t) + l.packed.size() +
-           l.step.bytes();
-  };
   for (const lm::Layer& layer : m.layers) {
-    bytes += layer.attention->memory_bytes() + linear(layer.up) +
-             linear(layer.gate) + linear(layer.down);
+    bytes += layer.attention->memory_bytes() + layer.up.bytes() +
+             layer.gate.bytes() + layer.down.bytes();
   }
-  return bytes + linear(m.head);
+  return bytes + m.head.bytes();
 }
 
 }  // namespace attn

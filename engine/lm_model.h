@@ -16,43 +16,10 @@
 #include "attn/safetensors.hpp"
 #include "attn/status.hpp"
 #include "engine/buffer.h"
-#include "engine/step_weights.h"
-#include "hwy/base.h"
-#include "kernels/matmul.h"
+#include "engine/ops/linear.h"
 
 namespace attn {
 namespace lm {
-
-// y = x W^T (+ b), W [out, in] as nn.Linear holds it: in fp32 (`weight`)
-// or, in bf16 models, in bf16 (`weight_bf16`), never both. A step of up to
-// kernels::kRowsLinearMaxRows rows reads `step`, the same weights in the
-// kernel's panels; longer ones run a matmul (in a bf16 model, on x rounded
-// to bf16) on `packed`, laid out as `packed_layout` (every run of
-// MatMulWideRows() rows or more) lays it out, or on the plain weights when
-// their matmul lays them out otherwise.
-struct Linear {
-  int64_t in = 0, out = 0;
-  const float* weight = nullptr;  // into `own`, or a tied embedding
-  const hwy::bfloat16_t* weight_bf16 = nullptr;  // into `own_bf16`
-  std::vector<float> own, bias;                  // bias: [out] or empty
-  std::vector<hwy::bfloat16_t> own_bf16;
-  std::optional<kernels::MatMul> packed_layout;
-  AlignedBuffer packed;
-  StepWeights step;
-
-  bool present() const { return weight || weight_bf16; }
-  kernels::DataType type() const {
-    return weight_bf16 ? kernels::DataType::kBF16 : kernels::DataType::kF32;
-  }
-  const void* plain() const {
-    return weight_bf16 ? static_cast<const void*>(weight_bf16) : weight;
-  }
-};
-
-// The matmul of `linear` for `rows` rows: on its packed weights (laid out as
-// the matmul chooses) or, with packed false, on `weight` as it is.
-Result<kernels::MatMul> LinearMatMul(const Linear& linear, int64_t rows,
-                                     bool packed);
 
 struct Norm {
   std::vector<float> scale, shift;  // shift: LayerNorm only
@@ -61,8 +28,9 @@ struct Norm {
 struct Layer {
   Norm norm1, norm2;
   std::shared_ptr<const MhaModel> attention;
-  // GPT-2: up, GELU, down. Llama: down(silu(up(x)) * gate(x)).
-  Linear up, gate, down;
+  // GPT-2: up, GELU, down. Llama: down(silu(up(x)) * gate(x)). Each has
+  // its packed copy and panels (the model decodes).
+  ops::Linear up, gate, down;
 };
 
 // What each tensor of a model is, whatever a file calls it: per layer from
@@ -138,7 +106,7 @@ struct ModelData {
   std::vector<float> tok_emb, pos_emb;  // [V, e], [context, e] (GPT-2)
   std::vector<Layer> layers;
   Norm final_norm;
-  Linear head;  // weight: tok_emb when tied
+  ops::Linear head;  // weight: tok_emb when tied
 };
 
 }  // namespace lm

@@ -18,6 +18,7 @@
 #include "engine/limits.h"
 #include "engine/mha_model.h"
 #include "engine/model_config.h"
+#include "engine/ops/linear.h"
 #include "engine/step_weights.h"
 #include "engine/threads.h"
 #include "kernels/attention.h"
@@ -165,8 +166,8 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
                        std::to_string(c.d_out) + ")");
   }
   if (bf16_steps) {  // the same numbers, so that steps read them exactly
-    ATTN_RETURN_IF_ERROR(RoundToBf16(impl->w_qkv).status());
-    ATTN_RETURN_IF_ERROR(RoundToBf16(impl->w_out).status());
+    ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_qkv).status());
+    ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_out).status());
   }
   impl->step_weights = options.step_weights;
   ATTN_RETURN_IF_ERROR(PackMhaWeights(*impl));
@@ -338,20 +339,6 @@ uint64_t MhaModelBytes(const MhaModelData& m) {
   }
   return AddSat(AddSat(WeightBytes(m.config), m.packed ? m.packed->bytes() : 0),
                 steps ? steps->bytes() : 0);
-}
-
-Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w) {
-  const auto count = static_cast<int64_t>(w.size());
-  ATTN_ASSIGN_OR_RETURN(
-      const kernels::Convert down,
-      kernels::Convert::Create(count, DataType::kF32, DataType::kBF16));
-  ATTN_ASSIGN_OR_RETURN(
-      const kernels::Convert up,
-      kernels::Convert::Create(count, DataType::kBF16, DataType::kF32));
-  std::vector<hwy::bfloat16_t> low(w.size());
-  down.Run(w.data(), low.data());
-  up.Run(low.data(), w.data());
-  return low;
 }
 
 Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,

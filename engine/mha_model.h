@@ -55,10 +55,6 @@ inline int64_t KvDim(const MhaConfig& c) {
 // Bytes of the fp32 weights a model of config `c` holds (saturating).
 uint64_t WeightBytes(const MhaConfig& c);
 
-// Rounds `w` to bf16 in place (to nearest even) and returns the bf16
-// values: both then hold the same numbers.
-Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w);
-
 // Plans `m.packed`, with the model's weights already held.
 Status PackMhaWeights(MhaModelData& m);
 // Bytes the model holds: its weights, their packed copy and, while a

@@ -1,0 +1,222 @@
+// Weight, Linear and LinearPlan (see linear.h).
+#include "engine/ops/linear.h"
+
+#include <utility>
+
+#include "kernels/elementwise.h"
+
+namespace attn::ops {
+
+using kernels::DataType;
+
+Result<Weight> Weight::Hold(std::vector<float> values, int64_t out,
+                            int64_t in, DataType type) {
+  if (type == DataType::kBF16) {
+    ATTN_ASSIGN_OR_RETURN(std::vector<hwy::bfloat16_t> low,
+                          RoundToBf16(values));
+    return Hold(std::move(low), out, in);
+  }
+  Weight w;
+  w.out_ = out;
+  w.in_ = in;
+  w.f32_ = std::move(values);
+  w.data_ = w.f32_.data();
+  return w;
+}
+
+Weight Weight::Hold(std::vector<hwy::bfloat16_t> values, int64_t out,
+                    int64_t in) {
+  Weight w;
+  w.out_ = out;
+  w.in_ = in;
+  w.type_ = DataType::kBF16;
+  w.bf16_ = std::move(values);
+  w.data_ = w.bf16_.data();
+  return w;
+}
+
+Weight Weight::Borrow(const float* values, int64_t out, int64_t in) {
+  Weight w;
+  w.out_ = out;
+  w.in_ = in;
+  w.data_ = values;
+  return w;
+}
+
+// W [out, in] row-major is W^T [in, out] with strides (1, in).
+kernels::Operand Weight::Transposed() const {
+  return {{in_, out_}, {1, in_}, type_};
+}
+
+uint64_t Weight::bytes() const {
+  return f32_.size() * sizeof(float) + bf16_.size() * sizeof(hwy::bfloat16_t);
+}
+
+Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w) {
+  const auto count = static_cast<int64_t>(w.size());
+  ATTN_ASSIGN_OR_RETURN(
+      const kernels::Convert down,
+      kernels::Convert::Create(count, DataType::kF32, DataType::kBF16));
+  ATTN_ASSIGN_OR_RETURN(
+      const kernels::Convert up,
+      kernels::Convert::Create(count, DataType::kBF16, DataType::kF32));
+  std::vector<hwy::bfloat16_t> low(w.size());
+  down.Run(w.data(), low.data());
+  up.Run(low.data(), w.data());
+  return low;
+}
+
+namespace {
+
+// The matmul of `rows` rows of `linear` with `epilogue`'s post-ops and
+// types: weights in oneDNN's packed layout, or with `plain`, as the weight
+// holds them.
+Result<kernels::MatMul> MakeMatMul(const Linear& linear, int64_t rows,
+                                   const LinearEpilogue& epilogue, bool plain) {
+  const DataType type = linear.compute_type();
+  const int64_t in = linear.in(), out = linear.out();
+  const kernels::Operand bias{{1, out}, {}, DataType::kF32};
+  kernels::Operand weights{{in, out}, {}, type};
+  if (plain) weights.strides = {1, in};
+  return kernels::MatMul::Create({{rows, in}, {}, type}, weights,
+                                 linear.bias() ? &bias : nullptr,
+                                 {{rows, out}, {}, epilogue.dst},
+                                 kernels::Threading::kTeam, epilogue.post);
+}
+
+}  // namespace
+
+Result<Linear> Linear::Create(Weight weight, Weight bias,
+                              const LinearLayouts& layouts, int num_threads) {
+  Linear linear;
+  linear.weight_ = std::move(weight);
+  linear.bias_ = std::move(bias);
+  linear.compute_type_ = layouts.packed.value_or(linear.weight_.type());
+  const Weight& w = linear.weight_;
+  if (layouts.panels) {
+    if (w.type() == DataType::kBF16) {
+      ATTN_ASSIGN_OR_RETURN(
+          linear.panels_,
+          StepWeights::Pack(static_cast<const hwy::bfloat16_t*>(w.data()),
+                            w.out(), w.in(), num_threads));
+    } else {
+      ATTN_ASSIGN_OR_RETURN(
+          linear.panels_,
+          StepWeights::Pack(static_cast<const float*>(w.data()), w.out(),
+                            w.in(), num_threads));
+    }
+  }
+  if (!layouts.packed) return linear;
+  ATTN_ASSIGN_OR_RETURN(
+      kernels::MatMul mm,
+      MakeMatMul(linear, kernels::kMatMulPackedRows, {}, /*plain=*/false));
+  ATTN_ASSIGN_OR_RETURN(linear.packed_,
+                        AlignedBuffer::Allocate(mm.packed_weights_bytes()));
+  ATTN_RETURN_IF_ERROR(
+      mm.PackWeights(w.Transposed(), w.data(), linear.packed_.data()));
+  linear.packed_layout_.emplace(std::move(mm));
+  return linear;
+}
+
+Result<uint64_t> Linear::PackedBytes(int64_t out, int64_t in, bool bias,
+                                     DataType type) {
+  Linear shape;
+  static const float kAnyBias = 0.0f;  // only its presence counts
+  shape.weight_ = Weight::Borrow(nullptr, out, in);
+  if (bias) shape.bias_ = Weight::Borrow(&kAnyBias, out, 1);
+  shape.compute_type_ = type;
+  ATTN_ASSIGN_OR_RETURN(
+      const kernels::MatMul mm,
+      MakeMatMul(shape, kernels::kMatMulPackedRows, {}, /*plain=*/false));
+  return mm.packed_weights_bytes();
+}
+
+uint64_t Linear::bytes() const {
+  return weight_.bytes() + bias_.bytes() + packed_.size() +
+         panels_.bytes();
+}
+
+Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
+                                      const LinearEpilogue& epilogue,
+                                      LinearFallback fallback,
+                                      int num_threads) {
+  LinearPlan plan;
+  plan.rows_ = rows;
+  plan.in_ = like.in();
+  plan.num_threads_ = num_threads;
+  plan.epilogue_ = epilogue;
+  plan.fallback_ = fallback;
+  if (like.has_panels() &&
+      rows <= static_cast<int64_t>(kernels::kRowsLinearMaxRows)) {
+    return plan;
+  }
+  ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm,
+                        MakeMatMul(like, rows, epilogue, /*plain=*/false));
+  plan.reads_packed_ =
+      like.packed_layout() && mm.ReadPackedWeightsOf(*like.packed_layout());
+  if (!plan.reads_packed_ && fallback == LinearFallback::kPlain) {
+    ATTN_ASSIGN_OR_RETURN(mm, MakeMatMul(like, rows, epilogue, /*plain=*/true));
+  }
+  plan.matmul_.emplace(std::move(mm));
+  if (like.compute_type() != epilogue.src) {
+    ATTN_ASSIGN_OR_RETURN(plan.to_bf16_,
+                          kernels::Convert::Create(rows * like.in(),
+                                                   epilogue.src,
+                                                   like.compute_type()));
+  }
+  return plan;
+}
+
+size_t LinearPlan::lowered_input_bytes() const {
+  if (!to_bf16_) return 0;
+  return static_cast<size_t>(rows_) * static_cast<size_t>(in_) *
+         kernels::SizeOf(DataType::kBF16);
+}
+
+size_t LinearPlan::scratch_bytes() const {
+  return matmul_ ? matmul_->scratch_bytes() * static_cast<size_t>(num_threads_)
+                 : 0;
+}
+
+size_t LinearPlan::own_packed_bytes() const {
+  const bool own =
+      matmul_ && !reads_packed_ && fallback_ == LinearFallback::kOwnPacked;
+  return own ? matmul_->packed_weights_bytes() : 0;
+}
+
+Status LinearPlan::PackOwn(const Linear& linear, void* dst) const {
+  const Weight& w = linear.weight();
+  return matmul_->PackWeights(w.Transposed(), w.data(), dst);
+}
+
+const void* LinearPlan::MatMulWeights(const Linear& linear,
+                                      const Buffers& buffers) const {
+  if (reads_packed_) return linear.packed();
+  return fallback_ == LinearFallback::kPlain ? linear.weight().data()
+                                             : buffers.own_packed;
+}
+
+void LinearPlan::Run(const Linear& linear, const void* x, void* y,
+                     const Buffers& buffers, int num_threads,
+                     const void* residual) const {
+  if (!matmul_) {
+    linear.panels().Run(static_cast<const float*>(x), static_cast<size_t>(rows_),
+                        linear.bias(), static_cast<float*>(y), num_threads,
+                        epilogue_.gelu ? kernels::RowsLinearActivation::kGelu
+                                       : kernels::RowsLinearActivation::kNone);
+    return;
+  }
+  if (to_bf16_) {
+    to_bf16_->Run(x, buffers.lowered_input);
+    x = buffers.lowered_input;
+  }
+  matmul_->Run(x, MatMulWeights(linear, buffers), linear.bias(), y,
+               buffers.scratch, num_threads, residual);
+  if (epilogue_.gelu) {
+    auto* out = static_cast<float*>(y);
+    kernels::Gelu(out, out, static_cast<size_t>(rows_ * linear.out()),
+                  num_threads);
+  }
+}
+
+}  // namespace attn::ops

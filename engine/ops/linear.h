@@ -1,0 +1,195 @@
+// Weight, Linear and LinearPlan: every y = x W^T (+ b) of a model, whatever
+// its weight type. A Weight is a typed matrix; a Linear is a model's weight,
+// bias and the layouts its kernels read, made once at load and immutable
+// after; a LinearPlan is how a run of some row count executes, made once per
+// row count and shared by every linear of one shape (a model's layers). A new
+// weight type is a kernels::DataType, its layouts here and its kernels.
+#ifndef ATTN_ENGINE_OPS_LINEAR_H_
+#define ATTN_ENGINE_OPS_LINEAR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/status.hpp"
+#include "engine/buffer.h"
+#include "engine/step_weights.h"
+#include "hwy/base.h"
+#include "kernels/matmul.h"
+#include "kernels/rows_linear.h"
+
+namespace attn::ops {
+
+// The kernels' type for a model dtype.
+inline kernels::DataType ToDataType(DType dtype) {
+  return dtype == DType::kBF16 ? kernels::DataType::kBF16
+                               : kernels::DataType::kF32;
+}
+
+// W [out, in], nn.Linear's layout, held in its type or borrowed; a bias is
+// one of [out, 1], fp32.
+class Weight {
+ public:
+  Weight() = default;
+  Weight(Weight&&) noexcept = default;
+  Weight& operator=(Weight&&) noexcept = default;
+
+  // Holds `values` in `type`: kF32 as they are, kBF16 rounded to nearest
+  // even (the fp32 values are then dropped).
+  static Result<Weight> Hold(std::vector<float> values, int64_t out,
+                             int64_t in, kernels::DataType type);
+  static Weight Hold(std::vector<hwy::bfloat16_t> values, int64_t out,
+                     int64_t in);
+  // Reads fp32 values held elsewhere (a tied head's embeddings), which
+  // must outlive the weight.
+  static Weight Borrow(const float* values, int64_t out, int64_t in);
+
+  int64_t out() const { return out_; }
+  int64_t in() const { return in_; }
+  kernels::DataType type() const { return type_; }
+  const void* data() const { return data_; }
+  bool empty() const { return data_ == nullptr; }
+  // W^T [in, out] over data(), as a matmul reads the plain values.
+  kernels::Operand Transposed() const;
+  // Bytes held (a borrowed weight's: none).
+  uint64_t bytes() const;
+
+ private:
+  int64_t out_ = 0, in_ = 0;
+  kernels::DataType type_ = kernels::DataType::kF32;
+  const void* data_ = nullptr;
+  std::vector<float> f32_;
+  std::vector<hwy::bfloat16_t> bf16_;
+};
+
+// Rounds `w` to bf16 in place (to nearest even) and returns the bf16
+// values: both then hold the same numbers.
+Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w);
+
+// The layouts a Linear keeps besides its plain weight.
+struct LinearLayouts {
+  // oneDNN's packed copy for runs of kernels::kMatMulPackedRows rows, in
+  // this type (the weight's own or bf16 for a bf16 run of fp32 weights),
+  // which every run of kernels::MatMulWideRows() rows or more reads.
+  std::optional<kernels::DataType> packed;
+  // RowsLinear's panels, which runs of up to kRowsLinearMaxRows rows read
+  // (the model decodes).
+  bool panels = false;
+};
+
+class Linear {
+ public:
+  Linear() = default;
+  Linear(Linear&&) noexcept = default;
+  Linear& operator=(Linear&&) noexcept = default;
+
+  // The weight, a bias of `out` fp32 values (empty: none), and the layouts
+  // made from the weight by a team of `num_threads`.
+  static Result<Linear> Create(Weight weight, Weight bias,
+                               const LinearLayouts& layouts, int num_threads);
+  // Bytes of the packed copy of a weight [out, in] (with a bias or not)
+  // packed in `type`: what Create allocates for it.
+  static Result<uint64_t> PackedBytes(int64_t out, int64_t in, bool bias,
+                                      kernels::DataType type);
+
+  const Weight& weight() const { return weight_; }
+  // The type its matmuls run in: the packed copy's, else the weight's.
+  kernels::DataType compute_type() const { return compute_type_; }
+  int64_t in() const { return weight_.in(); }
+  int64_t out() const { return weight_.out(); }
+  bool present() const { return !weight_.empty(); }
+  const float* bias() const {
+    return static_cast<const float*>(bias_.data());
+  }
+  bool has_panels() const { return panels_.bytes() > 0; }
+  const StepWeights& panels() const { return panels_; }
+  const kernels::MatMul* packed_layout() const {
+    return packed_layout_ ? &*packed_layout_ : nullptr;
+  }
+  const void* packed() const { return packed_.data(); }
+  // Bytes held: the weight, bias, packed copy and panels (not what they
+  // borrow).
+  uint64_t bytes() const;
+
+ private:
+  Weight weight_, bias_;
+  kernels::DataType compute_type_ = kernels::DataType::kF32;
+  std::optional<kernels::MatMul> packed_layout_;
+  AlignedBuffer packed_;
+  StepWeights panels_;
+};
+
+// What runs after x W^T + b, and the types of x and y.
+struct LinearEpilogue {
+  // GELU (tanh) after the bias: by the RowsLinear kernel on a few rows, or
+  // kernels::Gelu after a matmul.
+  bool gelu = false;
+  // oneDNN's own post-ops on a matmul (RowsLinear takes none of these).
+  kernels::PostOps post;
+  // x is fp32, or already in the matmul's type; y fp32 or bf16.
+  kernels::DataType src = kernels::DataType::kF32;
+  kernels::DataType dst = kernels::DataType::kF32;
+};
+
+// Where a matmul that cannot read a linear's packed copy finds its weights:
+// the plain ones (no second copy), or a copy packed for it by the caller.
+enum class LinearFallback { kPlain, kOwnPacked };
+
+// How `rows` rows of linears shaped like one run: RowsLinear on the panels
+// for up to kRowsLinearMaxRows rows when the linear has them, else a matmul
+// of fixed tiles (kernels::Threading::kTeam) in the packed copy's type, on
+// that copy where the tiles read it, else on the fallback. bf16 runs convert
+// an fp32 x first.
+class LinearPlan {
+ public:
+  // The buffers of a Run, owned by the caller: a bf16 x converted, the
+  // matmul's per-thread scratch, and (kOwnPacked, when the plan needs it)
+  // the weights packed for this plan (PackOwn).
+  struct Buffers {
+    void* lowered_input = nullptr;
+    void* scratch = nullptr;
+    const void* own_packed = nullptr;
+  };
+
+  static Result<LinearPlan> Create(const Linear& like, int64_t rows,
+                                   const LinearEpilogue& epilogue,
+                                   LinearFallback fallback, int num_threads);
+  LinearPlan(LinearPlan&&) noexcept = default;
+  LinearPlan& operator=(LinearPlan&&) noexcept = default;
+
+  int64_t rows() const { return rows_; }
+  bool uses_panels() const { return !matmul_; }
+  size_t lowered_input_bytes() const;
+  size_t scratch_bytes() const;
+  // Bytes of the copy kOwnPacked needs: 0 when the plan reads the linear's.
+  size_t own_packed_bytes() const;
+  // Packs `linear`'s weight as this plan reads it into `dst`
+  // (own_packed_bytes() bytes).
+  Status PackOwn(const Linear& linear, void* dst) const;
+
+  // y [rows, out] from x [rows, in] for `linear`, shaped as the plan's.
+  // `residual` ([rows, out] like y) only with post.add_residual.
+  // At most the plan's num_threads: fewer inside a parallel region.
+  void Run(const Linear& linear, const void* x, void* y,
+           const Buffers& buffers, int num_threads,
+           const void* residual = nullptr) const;
+
+ private:
+  LinearPlan() = default;
+  const void* MatMulWeights(const Linear& linear,
+                            const Buffers& buffers) const;
+
+  int64_t rows_ = 0, in_ = 0;
+  int num_threads_ = 1;
+  LinearEpilogue epilogue_;
+  LinearFallback fallback_ = LinearFallback::kPlain;
+  std::optional<kernels::MatMul> matmul_;  // none: RowsLinear
+  bool reads_packed_ = false;
+  std::optional<kernels::Convert> to_bf16_;
+};
+
+}  // namespace attn::ops
+
+#endif  // ATTN_ENGINE_OPS_LINEAR_H_

@@ -1,0 +1,174 @@
+// ops::Linear and LinearPlan (engine/ops/linear.h): y = x W^T (+ b) (then
+// GELU) against a double reference in each regime a plan picks (RowsLinear
+// on the panels up to 8 rows, a matmul on the packed copy, on the plain
+// weights or on a copy of the caller's), in f32 and bf16; which regime each
+// row count gets; and the same bits at 1, 2, 3 and 7 threads.
+#include "engine/ops/linear.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/buffer.h"
+#include "engine/threads.h"
+#include "tests/test_util.h"
+
+namespace attn {
+namespace {
+
+using kernels::DataType;
+using ops::Linear;
+using ops::LinearFallback;
+using ops::LinearPlan;
+
+constexpr int64_t kIn = 72, kOut = 100;
+
+struct Case {
+  std::vector<float> w, b;  // as held: bf16 weights already rounded
+  Linear linear;
+};
+
+Case MakeCase(DataType type, bool bias, bool panels, int threads) {
+  std::mt19937 rng(11);
+  Case c;
+  c.w = test::RandomVector(rng, kIn * kOut, -0.2f, 0.2f);
+  if (bias) c.b = test::RandomVector(rng, kOut, -1.0f, 1.0f);
+  std::vector<float> values = c.w;
+  if (type == DataType::kBF16) (void)ops::RoundToBf16(c.w).value();
+  ops::Weight b;
+  if (bias) b = ops::Weight::Hold(c.b, kOut, 1, DataType::kF32).value();
+  ops::LinearLayouts layouts;
+  layouts.packed = type;
+  layouts.panels = panels;
+  c.linear = Linear::Create(
+                 ops::Weight::Hold(std::move(values), kOut, kIn, type).value(),
+                 std::move(b), layouts, threads)
+                 .value();
+  return c;
+}
+
+// x W^T + b (then GELU) in double.
+std::vector<double> Reference(const Case& c, const std::vector<float>& x,
+                              int64_t rows, bool gelu) {
+  std::vector<double> y(size_t(rows * kOut));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < kOut; ++j) {
+      double acc = c.b.empty() ? 0.0 : c.b[j];
+      for (int64_t i = 0; i < kIn; ++i) {
+        acc += double(x[r * kIn + i]) * c.w[j * kIn + i];
+      }
+      y[r * kOut + j] = gelu ? test::GeluReference(acc) : acc;
+    }
+  }
+  return y;
+}
+
+// One Run of `plan` with buffers of its sizes (and, kOwnPacked, the copy).
+std::vector<float> RunPlan(const LinearPlan& plan, const Linear& linear,
+                           const std::vector<float>& x, int threads) {
+  AlignedBuffer low = AlignedBuffer::Allocate(plan.lowered_input_bytes()).value();
+  AlignedBuffer scratch = AlignedBuffer::Allocate(plan.scratch_bytes()).value();
+  AlignedBuffer own = AlignedBuffer::Allocate(plan.own_packed_bytes()).value();
+  if (own.size()) {
+    EXPECT_TRUE(plan.PackOwn(linear, own.data()).ok());
+  }
+  std::vector<float> y(size_t(plan.rows() * kOut));
+  const ThreadScope scope(threads);
+  plan.Run(linear, x.data(), y.data(), {low.data(), scratch.data(), own.data()},
+           scope.num_threads());
+  return y;
+}
+
+struct Param {
+  DataType type;
+  bool bias, gelu, panels;
+  LinearFallback fallback;
+};
+
+// Every regime against the reference: a bf16 matmul rounds x to bf16 as
+// it runs, the panels read x as it is.
+void ExpectMatchesReference(const Param& p) {
+  const Case c = MakeCase(p.type, p.bias, p.panels, 2);
+  std::mt19937 rng(5);
+  for (const int64_t rows : {1, 5, 8, 9, 64, 300}) {
+    const std::vector<float> x = test::RandomVector(rng, rows * kIn, -1, 1);
+    ops::LinearEpilogue epilogue;
+    epilogue.gelu = p.gelu;
+    const LinearPlan plan =
+        LinearPlan::Create(c.linear, rows, epilogue, p.fallback, 2).value();
+    EXPECT_EQ(plan.uses_panels(), p.panels && rows <= 8) << rows << " rows";
+    std::vector<float> seen = x;
+    if (p.type == DataType::kBF16 && !plan.uses_panels()) {
+      (void)ops::RoundToBf16(seen).value();
+    }
+    test::ExpectAllClose(Reference(c, seen, rows, p.gelu),
+                         RunPlan(plan, c.linear, x, 2).data(), 2e-5,
+                         std::to_string(rows) + " rows");
+  }
+}
+
+class LinearTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(LinearTest, MatchesTheReferenceAtEveryRowCount) {
+  ExpectMatchesReference(GetParam());
+}
+
+TEST_P(LinearTest, SameBitsAtEveryTeamSize) {
+  const Param p = GetParam();
+  const Case c = MakeCase(p.type, p.bias, p.panels, 3);
+  std::mt19937 rng(9);
+  for (const int64_t rows : {3, 40, 300}) {
+    const std::vector<float> x = test::RandomVector(rng, rows * kIn, -1, 1);
+    ops::LinearEpilogue epilogue;
+    epilogue.gelu = p.gelu;
+    const LinearPlan plan =
+        LinearPlan::Create(c.linear, rows, epilogue, p.fallback, 7).value();
+    const std::vector<float> one = RunPlan(plan, c.linear, x, 1);
+    for (const int threads : {2, 3, 7}) {
+      EXPECT_EQ(RunPlan(plan, c.linear, x, threads), one)
+          << rows << " rows, " << threads << " threads";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Regimes, LinearTest,
+    ::testing::Values(
+        Param{DataType::kF32, true, false, true, LinearFallback::kPlain},
+        Param{DataType::kF32, false, true, true, LinearFallback::kPlain},
+        Param{DataType::kF32, true, false, false, LinearFallback::kOwnPacked},
+        Param{DataType::kF32, true, true, false, LinearFallback::kPlain}));
+
+// bf16 runs only where oneDNN has native bf16 matmuls.
+class LinearBf16Test : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    if (!kernels::HasNativeBF16()) GTEST_SKIP() << "no native bf16";
+  }
+};
+TEST_P(LinearBf16Test, MatchesTheReferenceAtEveryRowCount) {
+  ExpectMatchesReference(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(
+    Regimes, LinearBf16Test,
+    ::testing::Values(
+        Param{DataType::kBF16, true, true, true, LinearFallback::kPlain},
+        Param{DataType::kBF16, true, false, false, LinearFallback::kOwnPacked}));
+
+// From MatMulWideRows() rows on, a run reads the packed copy (its tiles
+// span every column), so a kOwnPacked plan needs no copy of its own.
+TEST(LinearPlanTest, LongRunsReadThePackedCopy) {
+  const Case c = MakeCase(DataType::kF32, true, false, 2);
+  const LinearPlan plan =
+      LinearPlan::Create(c.linear, kernels::MatMulWideRows(), {},
+                         LinearFallback::kOwnPacked, 2)
+          .value();
+  EXPECT_EQ(plan.own_packed_bytes(), 0u);
+  EXPECT_GT(c.linear.bytes(), c.linear.weight().bytes());
+}
+
+}  // namespace
+}  // namespace attn
