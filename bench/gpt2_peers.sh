@@ -7,11 +7,14 @@
 #   stream_read          read GB/s at 1 and 2 threads, RUNS processes
 #   PyTorch 1.13         the book's GPTModel, batch 1 and 8, 1 and 2 threads
 #
-#   peers.sh GGML_BIN F32_MODEL F16_MODEL STREAM_READ ANCHORS_GPT2 > peers.jsonl
+#   bench/gpt2_peers.sh GGML_BIN F32_MODEL F16_MODEL STREAM_READ ANCHORS_GPT2 \
+#       > peers.jsonl
 #
 # GGML_BIN: ggml's build/bin (gpt-2-backend, gpt-2-batched); the models come
 # from ANCHORS_GPT2/make_ggml_gpt2.py (--ftype 0 and 1); STREAM_READ: this
-# project's build/bin/stream_read; ANCHORS_GPT2: ../shared/anchors/gpt2.
+# project's build/bin/stream_read; ANCHORS_GPT2: the peers' GPT-2 runners
+# (run_ggml.sh, make_ggml_gpt2.py, bench_torch_gpt2.py), kept outside this
+# repository (bench/README.md).
 # ATTN_CMD (optional): a command printing the engine's JSON lines; it runs
 # first and again last, so its figures bracket the peers' in the same run.
 # RUNS (default 3) repeats the stream_read pass; SKIP_TORCH=1 leaves it out.

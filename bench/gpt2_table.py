@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""Markdown report (and SVG chart) of issue 14's whole-model peers, GPT-2 124M.
+"""Markdown report (and SVG chart) of the whole-model peers, GPT-2 124M.
 
-Usage: /usr/bin/python3 table.py [--svg FILE] RUN.jsonl [RUN.jsonl ...]
+Usage: /usr/bin/python3 bench/gpt2_table.py [--svg FILE] RUN.jsonl [...]
 
-Reads the JSON lines of peers.sh from one or more files: attn's own lines
-(`attn bench --model gpt2-124m --json`, their "dtype" f32 or bf16, f32 where
-absent; tagged attn-first / attn-last when
-peers.sh ran it through ATTN_CMD; untagged ones count too), ggml gpt-2-backend
+Reads the JSON lines of bench/gpt2_peers.sh from one or more files: attn's
+own lines (`attn bench --model gpt2-124m --json`, their "dtype" f32 or bf16,
+f32 where absent; tagged attn-first / attn-last when gpt2_peers.sh ran it
+through ATTN_CMD; untagged ones count too), ggml gpt-2-backend
 (f32 / f16 files) and gpt-2-batched, stream_read, PyTorch and the load lines.
 Prints, per thread count: prefill of a 128-token prompt at batch 1; decode at
 batch 1 with the weight read rates against stream_read's best; decode at batch
@@ -20,7 +20,7 @@ flags (from the first line that has them) and warns if lines of different
 Where a figure repeats (attn's two passes, the stream_read runs, several files)
 the largest counts; attn's first and last passes are also listed side by side
 so that the drift between them shows. Lines that are not JSON objects are
-skipped (run3_spot.txt reads too), lines with an "error" field are listed;
+skipped, lines with an "error" field are listed;
 missing figures print "-". Standard library only.
 
 --svg FILE also writes a self-contained 900x500 SVG chart: prefill and decode
@@ -223,7 +223,7 @@ def passes_section(rows):
     keys = sorted({(d.get("threads"), d.get("batch", 1)) for d in rows
                    if d["_kind"] == "attn"})
     if not keys:
-        return ["No attn lines (run peers.sh with ATTN_CMD set to "
+        return ["No attn lines (run gpt2_peers.sh with ATTN_CMD set to "
                 "`attn bench --model gpt2-124m --json ...`)."]
     head = ["threads", "batch", "prefill first", "prefill last",
             "decode first", "decode last", "decode last / first"]
@@ -286,8 +286,8 @@ NOTES = [
     "decode_weights_gb_s counts only the weight matrices (123.5M, 0.494 GB), "
     "so ggml's figure is about 0.7%% high on the same footing."
     % F32_STEP_GB,
-    "On a shared machine only same-run ratios count (see README.md); the load "
-    "table above says who else ran."]
+    "On a shared machine only same-run ratios count (see bench/README.md); "
+    "the load table above says who else ran."]
 
 
 def report(rows, paths):
@@ -433,8 +433,9 @@ def svg(rows, paths):
 
 def main():
     ap = argparse.ArgumentParser(
-        description="Markdown report of peers.sh's JSON lines (issue 14).")
-    ap.add_argument("files", nargs="+", help="JSON-lines files of peers.sh")
+        description="Markdown report of gpt2_peers.sh's JSON lines.")
+    ap.add_argument("files", nargs="+",
+                    help="JSON-lines files of gpt2_peers.sh")
     ap.add_argument("--svg", metavar="FILE", help="also write an SVG chart")
     args = ap.parse_args()
     rows = read_rows(args.files)
