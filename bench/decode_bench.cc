@@ -19,14 +19,14 @@
 //                   CPU's DecodePrefetch (prefetch 2) or each choice (0 none,
 //                   1 keys ahead); bytes = K/V read. Small caches are
 //                   repeated to about 1 GiB and taken in turn, as a model's
-//                   layers are, so that calls read from memory (a Xeon of
-//                   bench/RESULTS.md has 480 MiB of L3): keys 160 of
+//                   layers are, so that calls read from memory (a Xeon we
+//                   measure on has 480 MiB of L3): keys 160 of
 //                   capacity 192 at batch 1 and 8 is a GPT-2 `attn bench
 //                   --model` step (128-token prompts, 64 steps); of 1024, a
 //                   cache of GPT-2's whole context (head major: heads 1024 keys
 //                   apart).
 // Model: d_in = d_out = 768, 12 heads (gpt2). Run with OMP_PROC_BIND=close
-// for stable numbers (README "Threads").
+// for stable numbers (engine/README.md, "Threads").
 #include <benchmark/benchmark.h>
 #include <omp.h>
 

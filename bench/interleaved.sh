@@ -1,6 +1,6 @@
 #!/bin/sh
 # The engine and ONNX Runtime back to back per shape, so that both see the
-# same load (bench/RESULTS.md, "Interleaved check").
+# same load (bench/README.md).
 #   bench/interleaved.sh BUILD_DIR ANCHORS_DIR OUT_DIR THREADS
 set -eu
 build=$(realpath "$1") anchors=$(realpath "$2") out=$(realpath -m "$3")

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Side-by-side table and plot from one measurement run (bench/RESULTS.md).
+"""Side-by-side table and plot from one measurement run (bench/README.md).
 
 Reads the JSON lines of `attn bench --json` (one or more files: f32, bf16),
 of ../shared/anchors' torch/bench_torch.py and of ort/bench_ort.mjs; takes
@@ -7,7 +7,7 @@ each peer's best variant per (shape, threads), prints a Markdown table with
 the engine's ratio to each peer and, with --plot, draws tokens/s per shape.
 
   /usr/bin/python3 bench/results.py --attn attn.jsonl attn_bf16.jsonl \
-      --torch torch.jsonl --ort ort.jsonl --plot bench/results.png
+      --torch torch.jsonl --ort ort.jsonl --plot results.png
 """
 import argparse
 import json
@@ -125,8 +125,7 @@ def main():
         ax.grid(axis="y", which="both", alpha=0.3)
     axes[0][0].set_ylabel("tokens/s (higher is better, log scale)")
     axes[0][0].legend(fontsize=8)
-    fig.suptitle("Causal MHA block, tokens/s, one run on this machine "
-                 "(bench/RESULTS.md)")
+    fig.suptitle("Causal MHA block, tokens/s, one run on this machine")
     fig.tight_layout()
     fig.savefig(args.plot, dpi=110)
 

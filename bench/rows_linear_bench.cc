@@ -2,8 +2,8 @@
 // GPT-2 124M's shapes with f32 and bf16 weights, at 1 and 8 rows and 1 and 2
 // threads. Decode reads every weight once per step, far more than the
 // caches hold, so each benchmark cycles through copies of its weights
-// (ATTN_ROWS_LINEAR_MIB in all, 1024 by default: a Xeon of bench/RESULTS.md
-// has 480 MiB of L3; the smoke test uses 8) and bytes/s counts the weight
+// (ATTN_ROWS_LINEAR_MIB in all, 1024 by default: a Xeon we measure on has
+// 480 MiB of L3; the smoke test uses 8) and bytes/s counts the weight
 // bytes read: compare it with stream_read.
 //
 //   rows_linear/<dtype>/k:<k>/n:<n>/rows:<r>/threads:<t>   one linear

@@ -1,5 +1,5 @@
 #!/bin/sh
-# One side-by-side measurement run for bench/RESULTS.md: the engine (f32 and
+# One side-by-side measurement run for bench/README.md: the engine (f32 and
 # bf16), ONNX Runtime 1.30 and PyTorch 1.13 on the same grid, one after the
 # other on this machine, then the table and the plot.
 #   bench/side_by_side.sh BUILD_DIR ANCHORS_DIR OUT_DIR

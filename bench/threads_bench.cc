@@ -9,7 +9,8 @@
 //   BM_SmallChunks     ParallelForChunks over a decode step's residual add
 //                      (8 rows of 768), one chunk: runs on the caller
 //
-// Run with OMP_PROC_BIND=close for stable numbers (README "Threads").
+// Run with OMP_PROC_BIND=close for stable numbers (engine/README.md,
+// "Threads").
 #include <benchmark/benchmark.h>
 #include <omp.h>
 

@@ -1,5 +1,5 @@
 // Parsing, validation and lowering of the graph JSON (see graph_ir.h and the
-// README's "Graphs" section for the format).
+// "Graphs" section of engine/README.md for the format).
 #include "engine/graph_ir.h"
 
 #include <algorithm>

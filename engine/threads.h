@@ -1,5 +1,5 @@
 // The one setting that decides the team size, for our OpenMP loops and for
-// oneDNN's alike (see README "Threads").
+// oneDNN's alike (see engine/README.md, "Threads").
 #ifndef ATTN_ENGINE_THREADS_H_
 #define ATTN_ENGINE_THREADS_H_
 

@@ -166,9 +166,8 @@ void CausalAttention::Run(const AttentionInputs& in, void* ctx, void* scratch,
   const int64_t num_items = B * units * num_blocks;
   // Items go out K/V head by K/V head, so that a worker's next item mostly
   // reads the k and v its last one left in cache (5% faster than
-  // block-major order, bench/RESULTS.md); within a head the last query
-  // blocks see the most keys and go first, which keeps the team's finish
-  // even.
+  // block-major order); within a head the last query blocks see the most
+  // keys and go first, which keeps the team's finish even.
 #pragma omp parallel for num_threads(num_threads) schedule(dynamic, 1)
   for (int64_t item = 0; item < num_items; ++item) {
     const int64_t b = item / num_blocks / units;

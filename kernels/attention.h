@@ -19,7 +19,9 @@ struct AttentionShape {
   int64_t seq_len = 0;
   int64_t num_heads = 0;
   int64_t head_dim = 0;
-  int64_t query_block = 128;       // rows of Q per work item (bench/RESULTS.md)
+  // Rows of Q per work item: 64 to 256 ran within 4-8% of each other; 256
+  // halves the items (load balance), 64 doubles the matmul calls.
+  int64_t query_block = 128;
   DataType type = DataType::kF32;  // of q, k, v, probabilities and ctx
   // Elements between consecutive rows of k (and of v); 0: head_dim. In a
   // KV cache, a padded head (kernels/decode.h DecodePaddedDim) when head

@@ -33,8 +33,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // K/V head, each reading the chunk from L2 rather than memory. 32 holds all
 // of Llama 3.2 1B's heads (8 K/V heads of 4), so a pass reads whole key
 // rows as one stream: its decode attention at 4096 keys on Zen 4 ran
-// 1.3-1.8x faster than in two passes of 16, each reading half of every row
-// (bench/RESULTS.md).
+// 1.3-1.8x faster than in two passes of 16, each reading half of every row.
 constexpr size_t kDecodeMaxHeads = 32;
 
 // The query heads of one pass: `count` consecutive heads, the first's
@@ -138,8 +137,8 @@ HWY_INLINE void DecodePassScoresT(D d, const DecodeParams& params,
 // o_i = sum_j p_i[j] v_j over keys [0, n) for kHeads heads from `first`,
 // kVecs vectors each (padded_dim floats), held in registers while the keys
 // pass: no load and store of o per key, which kept the GPT-2 batch-8 pass
-// waiting on its own stores (bench/RESULTS.md). Heads without live[i] get
-// zero. Prefetches as the scores.
+// waiting on its own stores. Heads without live[i] get zero. Prefetches as
+// the scores.
 template <size_t kHeads, size_t kVecs, class D>
 HWY_INLINE void DecodeValuesBlockT(D d, const DecodeParams& params,
                                    const DecodeHeads& heads, size_t first,
@@ -335,7 +334,7 @@ HWY_INLINE void DecodeBlockedPassOfT(
 // registers (DecodeBlockedPassT); grouped or wider heads key by key through
 // L1, the same bits either way. Blocks of grouped heads were slower: 12 heads
 // on 3 K/V heads by 1.35-1.5x on Zen 5, each block reading one K/V head's part
-// of every key (bench/RESULTS.md).
+// of every key.
 template <class D>
 HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
                             const DecodeHeads& heads,

@@ -58,8 +58,8 @@ inline size_t DecodeGroup(const DecodeParams& params) {
 // vectors of this CPU's target. On Zen 5 such heads read a head-major cache
 // ([B, Hkv, capacity, Dp]: each head's keys one run) faster than a
 // token-major one ([B, capacity, Hkv, Dp]: each key's heads one run), and
-// the key-by-key pass of the other heads the reverse (bench/RESULTS.md), so
-// decoders lay out their caches by this.
+// the key-by-key pass of the other heads the reverse, so decoders lay out
+// their caches by this.
 bool DecodeBlocksHeads(const DecodeParams& params);
 
 // The first key a row with num_keys keys sees, and how many it sees.
@@ -103,14 +103,13 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
 enum class DecodePrefetch {
   // None: the hardware prefetchers follow the cache's streams, and
   // on Zen 4 a similar prefetch (keys 6 KiB ahead, values during the score
-  // loop) slowed this kernel (bench/RESULTS.md "token-major KV cache"). Both
-  // choices were measured on token-major caches; on Zen 5's head-major one
-  // they ran alike.
+  // loop) slowed this kernel. Both choices were measured on token-major
+  // caches; on Zen 5's head-major one they ran alike.
   kNone,
   // While key j is read, key j + kDecodePrefetchKeys's rows into L2. On a
   // Xeon with AVX-512 and AMX (lscpu family 6 model 167), GPT-2's decode
   // attention read from memory ran 6-10% faster, and a GPT-2 step at batch
-  // 8 1-5% (bench/RESULTS.md).
+  // 8 1-5%.
   kKeysAhead,
 };
 // 8 keys ahead measured the same as 4 on that Xeon.

@@ -31,8 +31,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // weights at 8 rows on Zen 5: 25-29 ms f32 and 20-26 bf16 with no
 // prefetch, 22-25 and 13 at 8 KiB ahead. On the Xeon of
 // RowsLinearPrefetch, fp32 at 8 rows streams 13% faster 2 KiB ahead (once
-// the outputs land in one buffer, RowsLinearGroup), bf16 30% slower
-// (bench/RESULTS.md).
+// the outputs land in one buffer, RowsLinearGroup), bf16 30% slower.
 template <typename TW>
 constexpr uintptr_t PrefetchBytes(RowsLinearPrefetch prefetch) {
   return prefetch == RowsLinearPrefetch::kEveryTile && sizeof(TW) == 4 ? 2048
@@ -150,7 +149,7 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
   if constexpr (std::is_same_v<TW, hwy::bfloat16_t>) {
     // Unrolled: fewer instructions per weight let the core run further
     // ahead; the bf16 decode step of GPT-2 at 1 row ran 8-11% faster on
-    // the Xeon of RowsLinearPrefetch (fp32: no faster; bench/RESULTS.md).
+    // the Xeon of RowsLinearPrefetch (fp32: no faster).
     HWY_UNROLL(4)
     for (size_t i = 0; i < k; ++i) {
       RowsLinearTileStep<kRows, kPanels, kPrefetchBytes>(d, x, k, panel, at, i,

@@ -156,8 +156,8 @@ constexpr uint32_t GroupUnits() {
 // host slows keeps the others waiting at the barrier for at most one group,
 // one unit once its share is nearly done (fixed quarters of a share, of
 // two-panel units, left GPT-2's batch-1 step at 2 threads on a Zen 5 with
-// 0.35-0.54 ms of one thread idle a step: bench/RESULTS.md), and which
-// thread computes a column never changes its bits.
+// 0.35-0.54 ms of one thread idle a step), and which thread computes a
+// column never changes its bits.
 template <typename TW, class GroupFn>
 void Split(GroupFn group, const float* x, size_t rows, size_t k,
            const TW* packed, const float* bias, size_t n, float* y,

@@ -58,10 +58,9 @@ inline size_t RowsLinearItemPanels(size_t n, size_t j0) {
 //   two panels do not fit, read every other 128 bytes: 30% slower.
 // - bf16: row by row, both panels' 64-byte rows of each i side by side, so
 //   that a tile of both panels reads one stream: a GPT-2 decode step at
-//   batch 1 on one thread of a Zen 4, 6-13% faster than two streams
-//   (bench/RESULTS.md). Tiles of one panel (AVX-512 from 5 rows, AVX2 from
-//   2) read every other 64-byte line: 2% slower at 8 rows on Zen 4; AVX2
-//   not measured.
+//   batch 1 on one thread of a Zen 4, 6-13% faster than two streams.
+//   Tiles of one panel (AVX-512 from 5 rows, AVX2 from 2) read every other
+//   64-byte line: 2% slower at 8 rows on Zen 4; AVX2 not measured.
 struct RowsLinearItemStrides {
   size_t panel;
   size_t row;
@@ -99,7 +98,7 @@ enum class RowsLinearPrefetch {
   // Every tile, fp32 2 KiB ahead (bf16 8 KiB). On a Xeon with AVX-512 and
   // AMX (lscpu family 6 model 167), a GPT-2 step's weights on one thread
   // read 15% faster at 1 row (fp32; bf16 2-8%), and fp32 13% faster at 8
-  // rows 2 KiB ahead than 8 KiB (bench/RESULTS.md).
+  // rows 2 KiB ahead than 8 KiB.
   kEveryTile,
 };
 
@@ -120,7 +119,7 @@ enum class RowsLinearActivation {
 // straight into y touch a page per row for every panel: on the Xeon of
 // RowsLinearPrefetch, 8 rows then streamed their weights 13-15% slower
 // than through the buffer (the L2 prefetcher's streams seem to lose track
-// of the weights; bench/RESULTS.md). 512 columns of 8 rows: 16 KiB.
+// of the weights). 512 columns of 8 rows: 16 KiB.
 constexpr size_t kRowsLinearGroupColumns = 8 * kRowsLinearColumns;
 
 // y[r, j] = act(bias[j] + sum_i x[r, i] * w[j, i]) for r < rows <= 8,

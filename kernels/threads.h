@@ -35,10 +35,10 @@ class ThreadScope {
 };
 
 // Floats of work that the small kernels (elementwise, norms, rotations, the
-// cache append) give one chunk: 64 KiB, microseconds of work. On the 2-vCPU
-// VMs of bench/RESULTS.md a region of two threads costs 2.4-3 us
-// (bench/threads_bench), more than a decode step's norm or residual add of
-// 8 rows, which therefore stay on the caller.
+// cache append) give one chunk: 64 KiB, microseconds of work. On 2-vCPU VMs
+// a region of two threads costs 2.4-3 us (bench/threads_bench), more than a
+// decode step's norm or residual add of 8 rows, which therefore stay on the
+// caller.
 constexpr size_t kParallelGrainFloats = 16384;
 
 // Calls fn(first, n) over [0, count) items of `item_floats` floats each, in

@@ -1,7 +1,8 @@
 // Numerics under fire: the softmax kernel and the whole block on NaN, Inf,
-// huge magnitudes and all-equal logits. The promise (README, "Numerics"):
-// finite scores always give finite probabilities; a fully masked row gives
-// zeros; NaN or +inf scores give a NaN row, as in PyTorch; nothing crashes.
+// huge magnitudes and all-equal logits. The promise (engine/README.md,
+// "Numerics"): finite scores always give finite probabilities; a fully
+// masked row gives zeros; NaN or +inf scores give a NaN row, as in PyTorch;
+// nothing crashes.
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -146,8 +147,8 @@ class BlockTest : public ::testing::Test {
 
 // A non-finite token makes its own sequence's rows from that token on NaN
 // (earlier rows of that sequence may be NaN too, as in PyTorch, where the
-// masked zeros multiply the NaN values; see README). Other sequences in the
-// batch are bitwise intact.
+// masked zeros multiply the NaN values; see engine/README.md). Other
+// sequences in the batch are bitwise intact.
 TEST_F(BlockTest, NonFiniteInputStaysInItsSequence) {
   const std::vector<float> clean = Run(Input(1.0f));
   for (const float bad : {kNaN, kInf, -kInf}) {

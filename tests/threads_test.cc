@@ -1,7 +1,7 @@
-// Thread control (engine/threads.h, README "Threads"): the precedence of the
-// API option, ATTN_NUM_THREADS and the affinity mask, an explicit option
-// needing no environment, and one thread inside a host's OpenMP parallel
-// region. White-box: links attn_testing.
+// Thread control (engine/threads.h; engine/README.md, "Threads"): the
+// precedence of the API option, ATTN_NUM_THREADS and the affinity mask, an
+// explicit option needing no environment, and one thread inside a host's
+// OpenMP parallel region. White-box: links attn_testing.
 #include "engine/threads.h"
 
 #include <gtest/gtest.h>

@@ -31,9 +31,9 @@ extern "C" {
  *   an attn_lm_batch and an attn_sampler are per-thread state like a
  *   session, and a batch keeps its model's weights alive.
  * - Threads: each run uses the model's team size (attn_mha_options.num_threads,
- *   see README "Threads"). Called from inside an OpenMP parallel region of the
- *   host, a run uses one thread. Many host threads each running a session get
- *   a team each: give such models num_threads = 1.
+ *   see engine/README.md, "Threads"). Called from inside an OpenMP parallel
+ *   region of the host, a run uses one thread. Many host threads each running
+ *   a session get a team each: give such models num_threads = 1.
  * ------------------------------------------------------------------------- */
 
 typedef struct attn_model attn_model; /* weights + config; immutable; shared */
@@ -157,8 +157,8 @@ ATTN_API attn_status attn_model_create_mha(const attn_mha_config* config,
                                            const attn_mha_options* options,
                                            attn_model** model);
 
-/* How to load a graph (a block described in JSON, see README "Graphs"). Zero
- * means "not set here"; struct_size as for attn_mha_options. */
+/* How to load a graph (a block described in JSON, see engine/README.md,
+ * "Graphs"). Zero means "not set here"; struct_size as for attn_mha_options. */
 typedef struct attn_graph_options {
   size_t struct_size;
   int num_heads;      /* mha nodes: else their attribute, else the metadata */

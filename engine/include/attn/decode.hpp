@@ -36,8 +36,9 @@ struct DecoderOptions {
 // MhaSession::Run over its whole prefix, within floating-point rounding).
 // NaN or Inf in token t's input makes NaN the rows that attend to it; a
 // fresh prompt of 64 or more tokens runs the session's causal core, where
-// it may also make NaN the earlier rows of t's query block (README, "NaN
-// and Inf"), while the same tokens fed in shorter calls leave them finite.
+// it may also make NaN the earlier rows of t's query block
+// (engine/README.md, "Numerics"), while the same tokens fed in shorter
+// calls leave them finite.
 //
 // All fp32 (a bf16 model's decoder still computes in fp32). Results are
 // bitwise identical for every thread count. Not thread-safe: one decoder per

@@ -1,9 +1,9 @@
 /* attn/graph.hpp: the graph runner. Runs a block or a whole model described
  * in JSON (ops such as embedding, linear, mha, layernorm, gelu, add, repeat;
- * see README "Graphs") with weights from a safetensors file. A GraphModel is
- * loaded and validated once and shared; each thread's GraphSession creates
- * primitives, packs weights and plans memory once per input shape, and its runs
- * allocate no buffers. */
+ * see engine/README.md, "Graphs") with weights from a safetensors file. A
+ * GraphModel is loaded and validated once and shared; each thread's
+ * GraphSession creates primitives, packs weights and plans memory once per
+ * input shape, and its runs allocate no buffers. */
 #ifndef ATTN_GRAPH_HPP_
 #define ATTN_GRAPH_HPP_
 
