@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "engine/buffer.h"
+#include "engine/runtime/buffer.h"
 #include "kernels/attention.h"
 
 namespace attn::bench {

@@ -40,7 +40,7 @@
 #include "attn/attn.hpp"
 #include "attn/bench.hpp"
 #include "attn/decode.hpp"
-#include "engine/huge_pages.h"
+#include "engine/runtime/huge_pages.h"
 #include "kernels/decode.h"
 
 namespace {

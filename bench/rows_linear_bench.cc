@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "engine/huge_pages.h"
+#include "engine/runtime/huge_pages.h"
 #include "hwy/base.h"
 #include "kernels/elementwise.h"
 #include "kernels/rows_linear.h"

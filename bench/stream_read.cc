@@ -63,7 +63,7 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 #include <vector>
 
-#include "engine/huge_pages.h"
+#include "engine/runtime/huge_pages.h"
 #include "hwy/targets.h"
 
 namespace attn::bench {

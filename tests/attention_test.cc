@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/buffer.h"
+#include "engine/runtime/buffer.h"
 #include "hwy/base.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"

@@ -13,7 +13,7 @@
 
 #include "attn/graph.hpp"
 #include "attn/safetensors.hpp"
-#include "engine/graph_ir.h"
+#include "engine/runtime/graph_ir.h"
 #include "tests/temp_dir.h"
 
 namespace attn {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/buffer.h"
-#include "engine/threads.h"
+#include "engine/runtime/buffer.h"
+#include "engine/runtime/threads.h"
 #include "tests/test_util.h"
 
 namespace attn {

@@ -2,7 +2,7 @@
 // precedence of the API option, ATTN_NUM_THREADS and the affinity mask, an
 // explicit option needing no environment, and one thread inside a host's
 // OpenMP parallel region. White-box: links attn_testing.
-#include "engine/threads.h"
+#include "engine/runtime/threads.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "engine/threads.h"
+#include "engine/runtime/threads.h"
 #include "tests/temp_dir.h"
 
 namespace attn {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "engine/buffer.h"
+#include "engine/runtime/buffer.h"
 
 namespace attn {
 namespace {

@@ -14,8 +14,8 @@
 
 #include "attn/attn.hpp"
 #include "attn/status.hpp"
-#include "engine/buffer.h"
-#include "engine/step_weights.h"
+#include "engine/runtime/buffer.h"
+#include "engine/ops/step_weights.h"
 #include "hwy/base.h"
 #include "kernels/matmul.h"
 #include "kernels/rows_linear.h"

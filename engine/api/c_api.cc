@@ -1,0 +1,899 @@
+// The C API (attn/attn.h): a thin shim over the C++ API (attn/attn.hpp).
+// Every entry point catches everything, turns Status into attn_status and
+// keeps the message in a thread-local string.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attn/attn.h"
+#include "attn/attn.hpp"
+#include "attn/decode.hpp"
+#include "attn/graph.hpp"
+#include "attn/lm.hpp"
+#include "attn/safetensors.hpp"
+#include "engine/runtime/threads.h"
+
+// Exactly one of `mha` and `graph` is set. Sessions share the model's
+// loaded weights: nothing is parsed or read from a file after loading.
+struct attn_model {
+  std::shared_ptr<const attn::MhaModel> mha;
+  std::shared_ptr<const attn::GraphModel> graph;
+};
+
+// Exactly one is set; each holds its model alive.
+struct attn_session {
+  std::optional<attn::MhaSession> mha;
+  std::optional<attn::GraphSession> graph;
+};
+
+namespace {
+
+// This thread's last failure. `error_lost` is set when even recording the
+// message ran out of memory.
+thread_local std::string error_message;
+thread_local bool error_lost = false;
+
+attn_status Fail(attn_status code, const char* message,
+                 const char* detail = "") noexcept {
+  try {
+    error_message.assign(message);
+    error_message.append(detail);
+    error_lost = false;
+  } catch (...) {
+    error_lost = true;
+  }
+  return code;
+}
+
+attn_status ToC(attn::StatusCode code) {
+  switch (code) {
+    case attn::StatusCode::kOk:
+      return ATTN_OK;
+    case attn::StatusCode::kInvalidArgument:
+      return ATTN_INVALID_ARGUMENT;
+    case attn::StatusCode::kIoError:
+      return ATTN_IO_ERROR;
+    case attn::StatusCode::kUnsupported:
+      return ATTN_UNSUPPORTED;
+    case attn::StatusCode::kOutOfMemory:
+      return ATTN_OUT_OF_MEMORY;
+    case attn::StatusCode::kInternal:
+      return ATTN_INTERNAL;
+  }
+  return ATTN_INTERNAL;
+}
+
+attn_status Check(const attn::Status& status) noexcept {
+  if (status.ok()) return ATTN_OK;
+  return Fail(ToC(status.code()), status.message().c_str());
+}
+
+// Runs `body`, turning any exception into a status: no exception crosses the
+// C API.
+template <class Body>
+attn_status Guard(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Fail(ATTN_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(ATTN_INTERNAL, "internal error: ", e.what());
+  } catch (...) {
+    return Fail(ATTN_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+attn_status NullArgument(const char* what) {
+  return Fail(ATTN_INVALID_ARGUMENT, what, " must not be NULL");
+}
+
+// Whether the field [offset, offset + size) lies inside a caller's struct of
+// `struct_size` bytes (one from an older header may end before it).
+bool Inside(size_t struct_size, size_t offset, size_t size) {
+  return struct_size >= offset + size;
+}
+
+// Larger structs than 1 KiB are taken for an uninitialised struct_size.
+constexpr size_t kMaxStructSize = 1024;
+
+// `known` is sizeof the struct here; `known_end` where its last field ends
+// (before any tail padding, where a newer header may have put a field);
+// `min_size` where the struct's first version ended.
+attn_status CheckStructSize(const char* what, const void* object,
+                            size_t struct_size, size_t min_size, size_t known,
+                            size_t known_end) {
+  const std::string want = std::string("; set it to sizeof(") + what + ") (" +
+                           std::to_string(known) +
+                           " in this library, version " ATTN_VERSION ")";
+  if (struct_size < min_size || struct_size > kMaxStructSize) {
+    return Fail(
+        ATTN_INVALID_ARGUMENT,
+        (std::string(what) + ".struct_size is " + std::to_string(struct_size) +
+         (struct_size == 0 ? "" : ", which looks uninitialised") + want)
+            .c_str());
+  }
+  // A struct from a newer header: fine while the fields we do not know are
+  // zero (the "not set" of every field).
+  const auto* bytes = static_cast<const unsigned char*>(object);
+  for (size_t i = struct_size > known ? known_end : struct_size;
+       i < struct_size; ++i) {
+    if (bytes[i] != 0) {
+      return Fail(ATTN_UNSUPPORTED,
+                  (std::string(what) + " sets a field this library does not " +
+                   "know: byte " + std::to_string(i) + " of its " +
+                   std::to_string(struct_size) +
+                   " is nonzero, and this library (version " ATTN_VERSION
+                   ") knows the first " +
+                   std::to_string(known))
+                      .c_str());
+    }
+  }
+  return ATTN_OK;
+}
+
+// Reads a caller's attn_dtype field by its bytes: C lets it hold any int,
+// and loading a value outside the enum's range as the enum is undefined
+// behaviour in C++.
+attn_status ToDType(const char* what, const attn_dtype* field,
+                    attn::DType* dtype) {
+  static_assert(sizeof(attn_dtype) == sizeof(int32_t), "an int-sized enum");
+  int32_t value = 0;
+  std::memcpy(&value, field, sizeof(value));
+  if (value == ATTN_DTYPE_F32 || value == ATTN_DTYPE_BF16) {
+    *dtype = value == ATTN_DTYPE_F32 ? attn::DType::kF32 : attn::DType::kBF16;
+    return ATTN_OK;
+  }
+  return Fail(ATTN_INVALID_ARGUMENT,
+              (std::string(what) + " is " + std::to_string(value) +
+               ", want ATTN_DTYPE_F32 (0) or ATTN_DTYPE_BF16 (1)")
+                  .c_str());
+}
+
+// Version 4's fields of an attn_*_options struct, those inside its
+// struct_size.
+template <class C>
+void ReadAttentionVariant(const C* c, attn::ModelOptions* options) {
+  const size_t size = c->struct_size;
+  if (Inside(size, offsetof(C, num_kv_heads), sizeof(int))) {
+    options->num_kv_heads = c->num_kv_heads;
+  }
+  if (Inside(size, offsetof(C, sliding_window), sizeof(int))) {
+    options->sliding_window = c->sliding_window;
+  }
+  if (Inside(size, offsetof(C, rope_original_context_length),
+             sizeof(int64_t))) {
+    options->rope.theta = c->rope_theta;
+    options->rope.factor = c->rope_factor;
+    options->rope.low_freq_factor = c->rope_low_freq_factor;
+    options->rope.high_freq_factor = c->rope_high_freq_factor;
+    options->rope.original_context_length = c->rope_original_context_length;
+  }
+}
+
+// The fields attn_mha_options and attn_graph_options share (at different
+// offsets: `layers` sits between context_length and num_threads in the
+// graph's, where version 1 put it), each read when it lies inside the
+// caller's struct_size. C is an attn_*_options struct, what its name.
+template <class C>
+attn_status ToModelOptions(const C* c, const char* what,
+                           attn::ModelOptions* options) {
+  const size_t size = c->struct_size;
+  if (attn_status s = CheckStructSize(
+          what, c, size, sizeof(size_t), sizeof(*c),
+          offsetof(C, rope_original_context_length) + sizeof(int64_t));
+      s != ATTN_OK) {
+    return s;
+  }
+  ReadAttentionVariant(c, options);
+  if (Inside(size, offsetof(C, num_heads), sizeof(int))) {
+    options->num_heads = c->num_heads;
+  }
+  if (Inside(size, offsetof(C, context_length), sizeof(int))) {
+    options->context_length = c->context_length;
+  }
+  if (Inside(size, offsetof(C, num_threads), sizeof(int))) {
+    options->num_threads = c->num_threads;
+  }
+  if (Inside(size, offsetof(C, max_memory_bytes), sizeof(uint64_t))) {
+    options->max_memory_bytes = c->max_memory_bytes;
+  }
+  if (Inside(size, offsetof(C, tuned_config), sizeof(const char*)) &&
+      c->tuned_config) {
+    options->tuned_config = c->tuned_config;
+  }
+  if (Inside(size, offsetof(C, dtype), sizeof(attn_dtype))) {
+    return ToDType((std::string(what) + ".dtype").c_str(), &c->dtype,
+                   &options->dtype);
+  }
+  return ATTN_OK;
+}
+
+attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
+  if (!c) return ATTN_OK;
+  return ToModelOptions(c, "attn_mha_options", options);
+}
+
+attn_status ToGraphOptions(const attn_graph_options* c,
+                           attn::GraphOptions* options) {
+  if (!c) return ATTN_OK;
+  if (attn_status s = ToModelOptions(c, "attn_graph_options", options);
+      s != ATTN_OK) {
+    return s;
+  }
+  if (Inside(c->struct_size, offsetof(attn_graph_options, layers),
+             sizeof(int))) {
+    options->layers = c->layers;
+  }
+  return ATTN_OK;
+}
+
+// Both structs are new in this version: every field lies inside any size
+// CheckStructSize accepts.
+attn_status ToConfig(const attn_mha_config* c, attn::MhaConfig* config) {
+  if (!c) return NullArgument("config");
+  if (attn_status s = CheckStructSize(
+          "attn_mha_config", c, c->struct_size, sizeof(*c), sizeof(*c),
+          offsetof(attn_mha_config, qkv_bias) + sizeof(int));
+      s != ATTN_OK) {
+    return s;
+  }
+  config->d_in = c->d_in;
+  config->d_out = c->d_out;
+  config->num_heads = c->num_heads;
+  config->context_length = c->context_length;
+  config->qkv_bias = c->qkv_bias != 0;
+  return ATTN_OK;
+}
+
+attn_status ToWeights(const attn_mha_weights* c, attn::MhaWeights* weights) {
+  if (!c) return NullArgument("weights");
+  if (attn_status s = CheckStructSize("attn_mha_weights", c, c->struct_size,
+                                      sizeof(*c), sizeof(*c), sizeof(*c));
+      s != ATTN_OK) {
+    return s;
+  }
+  weights->w_query = c->w_query;
+  weights->w_key = c->w_key;
+  weights->w_value = c->w_value;
+  weights->b_query = c->b_query;
+  weights->b_key = c->b_key;
+  weights->b_value = c->b_value;
+  weights->w_out = c->w_out;
+  weights->b_out = c->b_out;
+  return ATTN_OK;
+}
+
+// Hands a new model to the caller.
+attn_status Publish(std::shared_ptr<const attn::MhaModel> mha,
+                    attn_model** model) {
+  auto handle = std::make_unique<attn_model>();
+  handle->mha = std::move(mha);
+  *model = handle.release();
+  return ATTN_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+attn_status attn_model_load_mha(const char* safetensors_path,
+                                const attn_mha_options* options,
+                                attn_model** model) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    *model = nullptr;
+    if (!safetensors_path) return NullArgument("safetensors_path");
+    attn::MhaOptions opts;
+    if (attn_status s = ToOptions(options, &opts); s != ATTN_OK) return s;
+    auto loaded = attn::MhaModel::Load(safetensors_path, opts);
+    if (!loaded.ok()) return Check(loaded.status());
+    return Publish(std::move(loaded).value(), model);
+  });
+}
+
+attn_status attn_model_create_mha(const attn_mha_config* config,
+                                  const attn_mha_weights* weights,
+                                  const attn_mha_options* options,
+                                  attn_model** model) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    *model = nullptr;
+    attn::MhaConfig cfg;
+    attn::MhaWeights w;
+    attn::MhaOptions opts;
+    if (attn_status s = ToConfig(config, &cfg); s != ATTN_OK) return s;
+    if (attn_status s = ToWeights(weights, &w); s != ATTN_OK) return s;
+    if (attn_status s = ToOptions(options, &opts); s != ATTN_OK) return s;
+    auto created = attn::MhaModel::Create(cfg, w, opts);
+    if (!created.ok()) return Check(created.status());
+    return Publish(std::move(created).value(), model);
+  });
+}
+
+attn_status attn_model_load_graph(const char* graph_json_path,
+                                  const char* safetensors_path,
+                                  const attn_graph_options* options,
+                                  attn_model** model) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    *model = nullptr;
+    if (!graph_json_path) return NullArgument("graph_json_path");
+    if (!safetensors_path) return NullArgument("safetensors_path");
+    attn::GraphOptions opts;
+    if (attn_status s = ToGraphOptions(options, &opts); s != ATTN_OK) return s;
+    // Reads both files once; sessions share the loaded model, which keeps
+    // the team size resolved here, on the loading thread.
+    auto graph =
+        attn::GraphModel::Load(graph_json_path, safetensors_path, opts);
+    if (!graph.ok()) return Check(graph.status());
+    auto handle = std::make_unique<attn_model>();
+    handle->graph = std::move(graph).value();
+    *model = handle.release();
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_model_dims(const attn_model* model, int64_t* d_in,
+                            int64_t* d_out) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    if (model->graph) {
+      if (d_in) *d_in = model->graph->input_width();
+      if (d_out) *d_out = model->graph->output_width();
+      return ATTN_OK;
+    }
+    const attn::MhaConfig& c = model->mha->config();
+    if (d_in) *d_in = c.d_in;
+    if (d_out) *d_out = c.d_out;
+    return ATTN_OK;
+  });
+}
+
+namespace {
+
+// Every field of attn_model_info for `model`.
+attn_model_info InfoOf(const attn_model& model) {
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  if (const attn::GraphModel* g = model.graph.get()) {
+    info.d_in = g->input_width();
+    info.d_out = g->output_width();
+    info.num_threads = g->num_threads();
+    return info;
+  }
+  const attn::MhaConfig& c = model.mha->config();
+  info.d_in = c.d_in;
+  info.d_out = c.d_out;
+  info.num_heads = c.num_heads;
+  info.context_length = c.context_length;
+  info.qkv_bias = c.qkv_bias ? 1 : 0;
+  info.num_threads = model.mha->num_threads();
+  info.num_kv_heads = c.num_kv_heads;
+  info.sliding_window = c.sliding_window;
+  info.rope_theta = c.rope.theta;
+  info.rope_factor = c.rope.factor;
+  info.rope_low_freq_factor = c.rope.low_freq_factor;
+  info.rope_high_freq_factor = c.rope.high_freq_factor;
+  info.rope_original_context_length = c.rope.original_context_length;
+  return info;
+}
+
+}  // namespace
+
+attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    if (!info) return NullArgument("info");
+    const size_t size = info->struct_size;
+    // Writes only what fits the caller's struct, so its tail is never
+    // touched; a newer struct's unknown fields are left as they are.
+    if (size < sizeof(size_t) || size > kMaxStructSize) {
+      return CheckStructSize("attn_model_info", info, size, sizeof(size_t),
+                             sizeof(*info), sizeof(*info));
+    }
+    const attn_model_info full = InfoOf(*model);
+    // Field by field, so padding never counts as a field.
+    auto copy = [&](size_t offset, size_t bytes) {
+      if (Inside(size, offset, bytes)) {
+        std::memcpy(reinterpret_cast<unsigned char*>(info) + offset,
+                    reinterpret_cast<const unsigned char*>(&full) + offset,
+                    bytes);
+      }
+    };
+    copy(offsetof(attn_model_info, d_in), sizeof(int64_t));
+    copy(offsetof(attn_model_info, d_out), sizeof(int64_t));
+    copy(offsetof(attn_model_info, num_heads), sizeof(int64_t));
+    copy(offsetof(attn_model_info, context_length), sizeof(int64_t));
+    copy(offsetof(attn_model_info, qkv_bias), sizeof(int));
+    copy(offsetof(attn_model_info, num_threads), sizeof(int));
+    copy(offsetof(attn_model_info, num_kv_heads), sizeof(int64_t));
+    copy(offsetof(attn_model_info, sliding_window), sizeof(int64_t));
+    copy(offsetof(attn_model_info, rope_theta), sizeof(double));
+    copy(offsetof(attn_model_info, rope_factor), sizeof(double));
+    copy(offsetof(attn_model_info, rope_low_freq_factor), sizeof(double));
+    copy(offsetof(attn_model_info, rope_high_freq_factor), sizeof(double));
+    copy(offsetof(attn_model_info, rope_original_context_length),
+         sizeof(int64_t));
+    return ATTN_OK;
+  });
+}
+
+void attn_model_destroy(attn_model* model) { delete model; }
+
+attn_status attn_session_create(const attn_model* model,
+                                attn_session** session) {
+  return Guard([&] {
+    if (!session) return NullArgument("session");
+    *session = nullptr;
+    if (!model) return NullArgument("model");
+    auto handle = std::make_unique<attn_session>();
+    if (model->graph) {
+      handle->graph.emplace(model->graph);
+    } else {
+      handle->mha.emplace(model->mha);
+    }
+    *session = handle.release();
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_session_run(attn_session* session, const float* input,
+                             int64_t batch, int64_t seq_len, float* output) {
+  return Guard([&] {
+    if (!session) return NullArgument("session");
+    if (!input) return NullArgument("input");
+    if (!output) return NullArgument("output");
+    if (session->graph) {
+      return Check(session->graph->Run(input, batch, seq_len, output));
+    }
+    return Check(session->mha->Run(input, batch, seq_len, output));
+  });
+}
+
+void attn_session_destroy(attn_session* session) { delete session; }
+
+const char* attn_last_error_message(void) {
+  if (error_lost) return "out of memory (while recording an error message)";
+  return error_message.c_str();
+}
+
+const char* attn_status_string(attn_status status) {
+  switch (status) {
+    case ATTN_OK:
+      return "ATTN_OK";
+    case ATTN_INVALID_ARGUMENT:
+      return "ATTN_INVALID_ARGUMENT";
+    case ATTN_IO_ERROR:
+      return "ATTN_IO_ERROR";
+    case ATTN_UNSUPPORTED:
+      return "ATTN_UNSUPPORTED";
+    case ATTN_OUT_OF_MEMORY:
+      return "ATTN_OUT_OF_MEMORY";
+    case ATTN_INTERNAL:
+      return "ATTN_INTERNAL";
+  }
+  return "unknown attn_status";
+}
+
+const char* attn_version(void) { return ATTN_VERSION; }
+
+int attn_default_num_threads(void) {
+  int threads = -1;
+  const attn_status status = Guard([&] {
+    attn::Result<int> resolved = attn::ResolveNumThreads(0);
+    if (!resolved.ok()) return Check(resolved.status());
+    threads = *resolved;
+    return ATTN_OK;
+  });
+  return status == ATTN_OK ? threads : -1;
+}
+
+attn_status attn_tensor_read_f32(const char* safetensors_path, const char* name,
+                                 float* data, size_t capacity, int64_t* shape,
+                                 int* rank) {
+  return Guard([&] {
+    if (!safetensors_path) return NullArgument("safetensors_path");
+    if (!name) return NullArgument("name");
+    auto file = attn::SafetensorsFile::Open(safetensors_path);
+    if (!file.ok()) return Check(file.status());
+    const attn::TensorInfo* t = file->Find(name);
+    if (!t) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  ("tensor '" + std::string(name) + "' is missing from '" +
+                   safetensors_path + "'")
+                      .c_str());
+    }
+    if (t->shape.size() > ATTN_MAX_RANK) {
+      return Fail(ATTN_UNSUPPORTED,
+                  ("tensor '" + t->name + "' has rank " +
+                   std::to_string(t->shape.size()) + ", want at most " +
+                   std::to_string(ATTN_MAX_RANK))
+                      .c_str());
+    }
+    if (data) {
+      // Checks capacity, then converts straight into `data`: no copy.
+      const attn_status read = Check(file->ReadF32(name, data, capacity));
+      if (read != ATTN_OK) return read;
+    }
+    if (shape) std::copy(t->shape.begin(), t->shape.end(), shape);
+    if (rank) *rank = static_cast<int>(t->shape.size());
+    return ATTN_OK;
+  });
+}
+
+// Incremental decoding (attn/decode.hpp).
+struct attn_decoder {
+  std::unique_ptr<attn::MhaDecoder> mha;
+};
+
+attn_status attn_decoder_create(const attn_model* model, int64_t batch,
+                                int64_t max_length, attn_decoder** decoder) {
+  return Guard([&] {
+    if (!decoder) return NullArgument("decoder");
+    *decoder = nullptr;
+    if (!model) return NullArgument("model");
+    if (!model->mha) {
+      return Fail(ATTN_UNSUPPORTED,
+                  "a decoder needs a model from attn_model_load_mha, not a "
+                  "graph");
+    }
+    attn::DecoderOptions options;
+    options.batch = batch;
+    options.max_length = max_length;
+    auto created = attn::MhaDecoder::Create(model->mha, options);
+    if (!created.ok()) return Check(created.status());
+    *decoder = new attn_decoder{std::move(created).value()};
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_decoder_prefill(attn_decoder* decoder, const float* input,
+                                 const int64_t* counts, float* output) {
+  return Guard([&] {
+    if (!decoder) return NullArgument("decoder");
+    return Check(decoder->mha->Prefill(input, counts, output));
+  });
+}
+
+attn_status attn_decoder_decode(attn_decoder* decoder, const float* input,
+                                int64_t batch, float* output) {
+  return Guard([&] {
+    if (!decoder) return NullArgument("decoder");
+    return Check(decoder->mha->Decode(input, batch, output));
+  });
+}
+
+attn_status attn_decoder_truncate(attn_decoder* decoder, int64_t sequence,
+                                  int64_t length) {
+  return Guard([&] {
+    if (!decoder) return NullArgument("decoder");
+    return Check(decoder->mha->Truncate(sequence, length));
+  });
+}
+
+attn_status attn_decoder_reset(attn_decoder* decoder) {
+  return Guard([&] {
+    if (!decoder) return NullArgument("decoder");
+    decoder->mha->Reset();
+    return ATTN_OK;
+  });
+}
+
+int64_t attn_decoder_length(const attn_decoder* decoder, int64_t sequence) {
+  return decoder ? decoder->mha->length(sequence) : -1;
+}
+
+void attn_decoder_destroy(attn_decoder* decoder) { delete decoder; }
+
+// Language models (attn/lm.hpp).
+struct attn_lm {
+  std::shared_ptr<const attn::LanguageModel> model;
+};
+
+// The batch (which holds its model alive) and the rows of each request of
+// its last successful step: what attn_lm_batch_logits may hand out.
+struct attn_lm_batch {
+  std::unique_ptr<attn::LmBatch> batch;
+  std::vector<int64_t> rows;
+};
+
+struct attn_sampler {
+  attn::Sampler sampler;
+};
+
+}  // extern "C"
+
+namespace {
+
+// attn_lm_options: version 1's fields lie inside any size CheckStructSize
+// accepts; dtype and sliding_window are read when the caller's struct has
+// them.
+attn_status ToLmOptions(const attn_lm_options* c, attn::LmOptions* options) {
+  if (!c) return ATTN_OK;
+  const size_t v1_end =
+      offsetof(attn_lm_options, rope_original_context_length) + sizeof(int64_t);
+  if (attn_status s = CheckStructSize(
+          "attn_lm_options", c, c->struct_size, v1_end, sizeof(*c),
+          offsetof(attn_lm_options, sliding_window) + sizeof(int64_t));
+      s != ATTN_OK) {
+    return s;
+  }
+  options->num_threads = c->num_threads;
+  options->num_heads = c->num_heads;
+  options->num_kv_heads = c->num_kv_heads;
+  options->context_length = c->context_length;
+  options->max_memory_bytes = c->max_memory_bytes;
+  if (c->tuned_config) options->tuned_config = c->tuned_config;
+  options->norm_eps = c->norm_eps;
+  options->rope.theta = c->rope_theta;
+  options->rope.factor = c->rope_factor;
+  options->rope.low_freq_factor = c->rope_low_freq_factor;
+  options->rope.high_freq_factor = c->rope_high_freq_factor;
+  options->rope.original_context_length = c->rope_original_context_length;
+  if (Inside(c->struct_size, offsetof(attn_lm_options, sliding_window),
+             sizeof(int64_t))) {
+    options->sliding_window = c->sliding_window;
+  }
+  if (Inside(c->struct_size, offsetof(attn_lm_options, dtype),
+             sizeof(attn_dtype))) {
+    return ToDType("attn_lm_options.dtype", &c->dtype, &options->dtype);
+  }
+  return ATTN_OK;
+}
+
+// attn_lm_batch_options (version 1 is the whole struct); zero: the default.
+attn_status ToBatchOptions(const attn_lm_batch_options* c,
+                           attn::LmBatchOptions* options) {
+  if (!c) return ATTN_OK;
+  if (attn_status s =
+          CheckStructSize("attn_lm_batch_options", c, c->struct_size,
+                          sizeof(*c), sizeof(*c), sizeof(*c));
+      s != ATTN_OK) {
+    return s;
+  }
+  if (c->max_sequences != 0) options->max_sequences = c->max_sequences;
+  options->max_length = c->max_length;
+  return ATTN_OK;
+}
+
+// attn_sampler_options: version 1 ended at seed; stream is read when the
+// caller's struct has it. Zero: the default.
+attn_status ToSamplingOptions(const attn_sampler_options* c,
+                              attn::SamplingOptions* options) {
+  if (!c) return ATTN_OK;
+  const size_t v1_end = offsetof(attn_sampler_options, seed) + sizeof(uint64_t);
+  if (attn_status s = CheckStructSize("attn_sampler_options", c, c->struct_size,
+                                      v1_end, sizeof(*c), sizeof(*c));
+      s != ATTN_OK) {
+    return s;
+  }
+  options->temperature = c->temperature;
+  options->top_k = c->top_k;
+  if (c->top_p != 0.0) options->top_p = c->top_p;
+  options->seed = c->seed;
+  if (Inside(c->struct_size, offsetof(attn_sampler_options, stream),
+             sizeof(uint64_t))) {
+    options->stream = c->stream;
+  }
+  return ATTN_OK;
+}
+
+// Every field of attn_lm_info for a model of config `c`.
+attn_lm_info LmInfoOf(const attn::LmConfig& c) {
+  attn_lm_info info = ATTN_LM_INFO_INIT;
+  info.architecture = c.architecture == attn::LmArchitecture::kLlama
+                          ? ATTN_LM_LLAMA
+                          : ATTN_LM_GPT2;
+  info.qkv_bias = c.qkv_bias ? 1 : 0;
+  info.tied_head = c.tied_head ? 1 : 0;
+  info.vocab_size = c.vocab_size;
+  info.context_length = c.context_length;
+  info.emb_dim = c.emb_dim;
+  info.hidden_dim = c.hidden_dim;
+  info.num_layers = c.num_layers;
+  info.num_heads = c.num_heads;
+  info.num_kv_heads = c.num_kv_heads;
+  return info;
+}
+
+// The C++ requests of a step, each checked for a NULL token array.
+attn_status ToRequests(const attn_lm_request* c, size_t count,
+                       std::vector<attn::LmBatch::Request>* requests) {
+  requests->resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (!c[i].tokens) {
+      return NullArgument(
+          ("requests[" + std::to_string(i) + "].tokens").c_str());
+    }
+    (*requests)[i].sequence = c[i].sequence;
+    (*requests)[i].tokens = c[i].tokens;
+    (*requests)[i].count = c[i].count;
+    (*requests)[i].all_logits = c[i].all_logits != 0;
+  }
+  return ATTN_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+attn_status attn_lm_load(const char* safetensors_path,
+                         const attn_lm_options* options, attn_lm** model) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    *model = nullptr;
+    if (!safetensors_path) return NullArgument("safetensors_path");
+    attn::LmOptions opts;
+    if (attn_status s = ToLmOptions(options, &opts); s != ATTN_OK) return s;
+    auto loaded = attn::LanguageModel::Load(safetensors_path, opts);
+    if (!loaded.ok()) return Check(loaded.status());
+    *model = new attn_lm{std::move(loaded).value()};
+    return ATTN_OK;
+  });
+}
+
+void attn_lm_destroy(attn_lm* model) { delete model; }
+
+attn_status attn_lm_get_info(const attn_lm* model, attn_lm_info* info) {
+  return Guard([&] {
+    if (!model) return NullArgument("model");
+    if (!info) return NullArgument("info");
+    const size_t size = info->struct_size;
+    if (size < sizeof(*info) || size > kMaxStructSize) {
+      return CheckStructSize("attn_lm_info", info, size, sizeof(*info),
+                             sizeof(*info), sizeof(*info));
+    }
+    // Only our fields: a newer header's after them stay untouched.
+    *info = LmInfoOf(model->model->config());
+    info->struct_size = size;
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_lm_batch_create(const attn_lm* model,
+                                 const attn_lm_batch_options* options,
+                                 attn_lm_batch** batch) {
+  return Guard([&] {
+    if (!batch) return NullArgument("batch");
+    *batch = nullptr;
+    if (!model) return NullArgument("model");
+    attn::LmBatchOptions opts;
+    if (attn_status s = ToBatchOptions(options, &opts); s != ATTN_OK) return s;
+    auto created = attn::LmBatch::Create(model->model, opts);
+    if (!created.ok()) return Check(created.status());
+    *batch = new attn_lm_batch{std::move(created).value(), {}};
+    return ATTN_OK;
+  });
+}
+
+void attn_lm_batch_destroy(attn_lm_batch* batch) { delete batch; }
+
+attn_status attn_lm_batch_add(attn_lm_batch* batch, int64_t* sequence) {
+  return Guard([&] {
+    if (!sequence) return NullArgument("sequence");
+    *sequence = -1;
+    if (!batch) return NullArgument("batch");
+    auto added = batch->batch->Add();
+    if (!added.ok()) return Check(added.status());
+    *sequence = *added;
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_lm_batch_remove(attn_lm_batch* batch, int64_t sequence) {
+  return Guard([&] {
+    if (!batch) return NullArgument("batch");
+    return Check(batch->batch->Remove(sequence));
+  });
+}
+
+attn_status attn_lm_batch_fork(attn_lm_batch* batch, int64_t sequence,
+                               int64_t* new_sequence) {
+  return Guard([&] {
+    if (!new_sequence) return NullArgument("new_sequence");
+    *new_sequence = -1;
+    if (!batch) return NullArgument("batch");
+    auto forked = batch->batch->Fork(sequence);
+    if (!forked.ok()) return Check(forked.status());
+    *new_sequence = *forked;
+    return ATTN_OK;
+  });
+}
+
+int64_t attn_lm_batch_length(const attn_lm_batch* batch, int64_t sequence) {
+  return batch ? batch->batch->length(sequence) : -1;
+}
+
+attn_status attn_lm_batch_step(attn_lm_batch* batch,
+                               const attn_lm_request* requests, size_t count) {
+  return Guard([&] {
+    if (!batch) return NullArgument("batch");
+    if (!requests && count > 0) return NullArgument("requests");
+    batch->rows.clear();  // the last step's logits are gone either way
+    // Before the array is read: a sequence appears once at most.
+    const int64_t most = batch->batch->max_sequences();
+    if (count > static_cast<size_t>(most)) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  ("count is " + std::to_string(count) +
+                   ", want at most max_sequences " + std::to_string(most) +
+                   " (each sequence once)")
+                      .c_str());
+    }
+    std::vector<attn::LmBatch::Request> reqs;
+    if (attn_status s = ToRequests(requests, count, &reqs); s != ATTN_OK) {
+      return s;
+    }
+    std::vector<int64_t> rows;  // made first: the step cannot fail after
+    for (const attn::LmBatch::Request& r : reqs) {
+      rows.push_back(r.all_logits ? r.count : 1);
+    }
+    if (attn_status s = Check(batch->batch->Step(reqs.data(), reqs.size()));
+        s != ATTN_OK) {
+      return s;
+    }
+    batch->rows = std::move(rows);
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_lm_batch_logits(const attn_lm_batch* batch, size_t request,
+                                 const float** logits, int64_t* rows) {
+  return Guard([&] {
+    if (!batch) return NullArgument("batch");
+    if (!logits) return NullArgument("logits");
+    if (!rows) return NullArgument("rows");
+    *logits = nullptr;
+    *rows = 0;
+    if (request >= batch->rows.size()) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  ("request is " + std::to_string(request) + ", want below " +
+                   std::to_string(batch->rows.size()) +
+                   " (the requests of the last successful step)")
+                      .c_str());
+    }
+    *logits = batch->batch->logits(request);
+    *rows = batch->rows[request];
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_sampler_create(const attn_sampler_options* options,
+                                attn_sampler** sampler) {
+  return Guard([&] {
+    if (!sampler) return NullArgument("sampler");
+    *sampler = nullptr;
+    attn::SamplingOptions opts;
+    if (attn_status s = ToSamplingOptions(options, &opts); s != ATTN_OK) {
+      return s;
+    }
+    auto created = attn::Sampler::Create(opts);
+    if (!created.ok()) return Check(created.status());
+    *sampler = new attn_sampler{std::move(created).value()};
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_sampler_sample(attn_sampler* sampler, const float* logits,
+                                int64_t vocab, int64_t* token) {
+  return Guard([&] {
+    if (!sampler) return NullArgument("sampler");
+    if (!logits) return NullArgument("logits");
+    if (!token) return NullArgument("token");
+    if (vocab <= 0) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  ("vocab is " + std::to_string(vocab) + ", want > 0").c_str());
+    }
+    *token = sampler->sampler.Sample(logits, vocab);
+    return ATTN_OK;
+  });
+}
+
+void attn_sampler_destroy(attn_sampler* sampler) { delete sampler; }
+
+}  // extern "C"

@@ -1,0 +1,343 @@
+// LanguageModel (attn/lm.hpp): a model built from weights by role
+// (lm::WeightSource), whether they come from a file (lm_layouts.cc) or a
+// seeded generator. Each block's attention is an MhaModel, so it runs the one
+// attention operator; the other linears keep their [out, in] weights for
+// steps of a few rows and a packed copy for longer ones.
+#include "engine/models/lm_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/lm.hpp"
+#include "engine/runtime/limits.h"
+#include "engine/models/mha_model.h"
+#include "engine/io/model_config.h"
+#include "engine/runtime/random.h"
+#include "engine/runtime/threads.h"
+#include "kernels/matmul.h"
+
+namespace attn {
+namespace lm {
+
+namespace {
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+Status CheckSizes(const LmConfig& c) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"vocab_size", c.vocab_size}, {"emb_dim", c.emb_dim},
+      {"hidden_dim", c.hidden_dim}, {"num_layers", c.num_layers},
+      {"num_heads", c.num_heads},   {"context_length", c.context_length}};
+  constexpr int64_t kMaxSize = int64_t{1} << 24;
+  for (const auto& [name, value] : sizes) {
+    if (value <= 0 || value > kMaxSize) {
+      return InvalidArgument(std::string("model ") + name + " is " +
+                             Str(value) + ", want 1.." + Str(kMaxSize));
+    }
+  }
+  if (c.emb_dim % c.num_heads != 0) {
+    return InvalidArgument("model emb_dim " + Str(c.emb_dim) +
+                           " is not divisible by num_heads " +
+                           Str(c.num_heads));
+  }
+  if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0) {
+    return InvalidArgument("model num_kv_heads is " + Str(c.num_kv_heads) +
+                           ", want a divisor of num_heads " + Str(c.num_heads));
+  }
+  // The norms take it as a float: 1e-50 or 1e39 would be 0 or inf there.
+  if (!(c.norm_eps > 0.0 && c.norm_eps <= std::numeric_limits<float>::max() &&
+        static_cast<float>(c.norm_eps) > 0.0f)) {
+    char value[32];
+    std::snprintf(value, sizeof(value), "%g", c.norm_eps);
+    return InvalidArgument(std::string("model norm_eps is ") + value +
+                           ", want a float above 0 (LmOptions::"
+                           "norm_eps, else metadata rms_norm_eps or config."
+                           "json's layer_norm_epsilon)");
+  }
+  return {};
+}
+
+// Bytes the model holds, about (step weights pad each matrix to whole
+// panels). fp32: the linears' weights, packed copies and step weights (a
+// tied head's weights are the embeddings); bf16: the same in bf16. The
+// attention's fp32 weights and packed copy (its step weights come with the
+// first batch: LmBatch::Create counts them).
+uint64_t ModelBytes(const LmConfig& c, DType dtype) {
+  const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
+  const uint64_t kv = c.num_kv_heads * (e / c.num_heads);
+  const uint64_t ff =
+      (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
+  const uint64_t attention = e * (e + 2 * kv) + e * e;
+  const bool bf16 = dtype == DType::kBF16;
+  const uint64_t layer =
+      8 * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
+  const uint64_t embeddings =
+      4 * v * e +
+      4 * (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
+  const uint64_t head = (bf16 ? 6 : c.tied_head ? 8 : 12) * v * e;
+  return AddSat(MulSat(layer, c.num_layers), AddSat(embeddings, head));
+}
+
+Result<Norm> MakeNorm(const WeightSource& w, Role scale, Role shift,
+                      int64_t layer, int64_t e) {
+  Norm norm;
+  ATTN_ASSIGN_OR_RETURN(norm.scale, w.fetch(scale, layer, e, 0));
+  if (w.has(shift, layer)) {
+    ATTN_ASSIGN_OR_RETURN(norm.shift, w.fetch(shift, layer, e, 0));
+  }
+  return norm;
+}
+
+// A linear's weights held in `dtype`, with the layouts a decoding model
+// reads: a packed copy for long runs, panels for steps of a few rows.
+Result<ops::Linear> HoldLinear(ops::Weight weight, ops::Weight bias,
+                               int num_threads) {
+  ops::LinearLayouts layouts;
+  layouts.packed = weight.type();
+  layouts.panels = true;
+  return ops::Linear::Create(std::move(weight), std::move(bias), layouts,
+                             num_threads);
+}
+
+// `bias`: the role of its bias, used when the source has it.
+Result<ops::Linear> MakeLinear(const WeightSource& w, Role weight,
+                               std::optional<Role> bias, int64_t layer,
+                               int64_t in, int64_t out, DType dtype,
+                               int num_threads) {
+  ops::Weight b;
+  if (bias && w.has(*bias, layer)) {
+    ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
+                          w.fetch(*bias, layer, out, 0));
+    ATTN_ASSIGN_OR_RETURN(b, ops::Weight::Hold(std::move(values), out, 1,
+                                               kernels::DataType::kF32));
+  }
+  ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
+                        w.fetch(weight, layer, out, in));
+  ATTN_ASSIGN_OR_RETURN(ops::Weight held,
+                        ops::Weight::Hold(std::move(values), out, in,
+                                          ops::ToDataType(dtype)));
+  return HoldLinear(std::move(held), std::move(b), num_threads);
+}
+
+// The head reads the embeddings; in bf16 they are rounded alike, so that
+// both hold the same numbers.
+Result<ops::Linear> TiedHead(ModelData& m) {
+  const int64_t e = m.config.emb_dim, v = m.config.vocab_size;
+  if (m.dtype == DType::kBF16) {
+    ATTN_ASSIGN_OR_RETURN(std::vector<hwy::bfloat16_t> low,
+                          ops::RoundToBf16(m.tok_emb));
+    return HoldLinear(ops::Weight::Hold(std::move(low), v, e), {},
+                      m.num_threads);
+  }
+  return HoldLinear(ops::Weight::Borrow(m.tok_emb.data(), v, e), {},
+                    m.num_threads);
+}
+
+Result<std::shared_ptr<const MhaModel>> MakeAttention(
+    const LmConfig& c, const WeightSource& w, int64_t l,
+    const MhaOptions& options) {
+  MhaConfig mc;
+  mc.d_in = mc.d_out = c.emb_dim;
+  mc.num_heads = c.num_heads;
+  mc.num_kv_heads = c.num_kv_heads;
+  mc.context_length = c.context_length;
+  mc.qkv_bias = c.qkv_bias;
+  mc.rope = c.rope;
+  mc.sliding_window = c.sliding_window;
+  const int64_t e = c.emb_dim, kv = c.num_kv_heads * (e / c.num_heads);
+  std::vector<float> q, k, v, qb, kb, vb, out, out_bias;
+  ATTN_ASSIGN_OR_RETURN(q, w.fetch(Role::kQuery, l, e, e));
+  ATTN_ASSIGN_OR_RETURN(k, w.fetch(Role::kKey, l, kv, e));
+  ATTN_ASSIGN_OR_RETURN(v, w.fetch(Role::kValue, l, kv, e));
+  ATTN_ASSIGN_OR_RETURN(out, w.fetch(Role::kOut, l, e, e));
+  if (c.qkv_bias) {
+    ATTN_ASSIGN_OR_RETURN(qb, w.fetch(Role::kQueryBias, l, e, 0));
+    ATTN_ASSIGN_OR_RETURN(kb, w.fetch(Role::kKeyBias, l, kv, 0));
+    ATTN_ASSIGN_OR_RETURN(vb, w.fetch(Role::kValueBias, l, kv, 0));
+  }
+  if (w.has(Role::kOutBias, l)) {
+    ATTN_ASSIGN_OR_RETURN(out_bias, w.fetch(Role::kOutBias, l, e, 0));
+  }
+  MhaWeights mw;
+  mw.w_query = q.data();
+  mw.w_key = k.data();
+  mw.w_value = v.data();
+  mw.w_out = out.data();
+  if (c.qkv_bias) {
+    mw.b_query = qb.data();
+    mw.b_key = kb.data();
+    mw.b_value = vb.data();
+  }
+  mw.b_out = out_bias.empty() ? nullptr : out_bias.data();
+  return MhaModel::Create(mc, mw, options);
+}
+
+Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
+                        const MhaOptions& options) {
+  const int64_t e = c.emb_dim, h = c.hidden_dim;
+  const DType dtype = options.step_weights;  // the attention's and the rest's
+  Layer layer;
+  ATTN_ASSIGN_OR_RETURN(
+      layer.norm1, MakeNorm(w, Role::kNorm1Scale, Role::kNorm1Shift, l, e));
+  ATTN_ASSIGN_OR_RETURN(layer.attention, MakeAttention(c, w, l, options));
+  ATTN_ASSIGN_OR_RETURN(
+      layer.norm2, MakeNorm(w, Role::kNorm2Scale, Role::kNorm2Shift, l, e));
+  ATTN_ASSIGN_OR_RETURN(layer.up, MakeLinear(w, Role::kUp, Role::kUpBias, l, e,
+                                             h, dtype, options.num_threads));
+  if (c.architecture == LmArchitecture::kLlama) {
+    ATTN_ASSIGN_OR_RETURN(
+        layer.gate, MakeLinear(w, Role::kGate, std::nullopt, l, e, h, dtype,
+                               options.num_threads));
+  }
+  ATTN_ASSIGN_OR_RETURN(
+      layer.down, MakeLinear(w, Role::kDown, Role::kDownBias, l, h, e, dtype,
+                             options.num_threads));
+  return layer;
+}
+
+// Fills `m` from `w` for config `c` (sizes checked), within the memory cap.
+Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
+             ModelData& m) {
+  ATTN_RETURN_IF_ERROR(CheckSizes(c));
+  // bf16 prompts run oneDNN's bf16 matmuls.
+  ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
+  m.config = c;
+  m.dtype = options.dtype;
+  ATTN_ASSIGN_OR_RETURN(m.num_threads, ResolveNumThreads(options));
+  m.max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
+  ATTN_RETURN_IF_ERROR(CheckMemory("the model's weights and packed copies",
+                                   ModelBytes(c, options.dtype),
+                                   m.max_memory_bytes));
+  const ThreadScope threads(m.num_threads);
+  const int64_t e = c.emb_dim;
+  ATTN_ASSIGN_OR_RETURN(m.tok_emb, w.fetch(Role::kTokEmb, 0, c.vocab_size, e));
+  if (c.architecture == LmArchitecture::kGpt2) {
+    ATTN_ASSIGN_OR_RETURN(m.pos_emb,
+                          w.fetch(Role::kPosEmb, 0, c.context_length, e));
+  }
+  MhaOptions mha;
+  mha.num_threads = m.num_threads;
+  mha.max_memory_bytes = m.max_memory_bytes;
+  mha.step_weights = options.dtype;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    ATTN_ASSIGN_OR_RETURN(lm::Layer layer, MakeLayer(c, w, l, mha));
+    m.layers.push_back(std::move(layer));
+  }
+  ATTN_ASSIGN_OR_RETURN(
+      m.final_norm, MakeNorm(w, Role::kFinalScale, Role::kFinalShift, 0, e));
+  if (c.tied_head) {
+    ATTN_ASSIGN_OR_RETURN(m.head, TiedHead(m));
+    return {};
+  }
+  ATTN_ASSIGN_OR_RETURN(
+      m.head, MakeLinear(w, Role::kHead, std::nullopt, 0, e, c.vocab_size,
+                         m.dtype, m.num_threads));
+  return {};
+}
+
+// GPT-2's initialisation scale: weights uniform in +-1/sqrt(in) (nn.Linear's
+// bound), embeddings +-0.1, norms 1 and biases, shifts 0.
+WeightSource RandomWeights(const LmConfig& c, uint64_t seed) {
+  WeightSource source;
+  source.has = [c](Role role, int64_t) {
+    switch (role) {
+      case Role::kPosEmb:
+      case Role::kNorm1Shift:
+      case Role::kNorm2Shift:
+      case Role::kFinalShift:
+      case Role::kOutBias:
+      case Role::kUpBias:
+      case Role::kDownBias:
+        return c.architecture == LmArchitecture::kGpt2;
+      case Role::kGate:
+        return c.architecture == LmArchitecture::kLlama;
+      case Role::kQueryBias:
+      case Role::kKeyBias:
+      case Role::kValueBias:
+        return c.qkv_bias;
+      case Role::kHead:
+        return !c.tied_head;
+      default:
+        return true;
+    }
+  };
+  source.fetch = [seed](Role role, int64_t layer, int64_t rows,
+                        int64_t cols) -> Result<std::vector<float>> {
+    std::vector<float> values(static_cast<size_t>(rows * (cols ? cols : 1)));
+    const bool norm = role == Role::kNorm1Scale || role == Role::kNorm2Scale ||
+                      role == Role::kFinalScale;
+    if (cols == 0) {  // biases and shifts 0, norm scales 1
+      std::fill(values.begin(), values.end(), norm ? 1.0f : 0.0f);
+      return values;
+    }
+    const bool embedding = role == Role::kTokEmb || role == Role::kPosEmb;
+    const double bound = embedding ? 0.1 : 1.0 / std::sqrt(double(cols));
+    // One stream per (role, layer): a tensor's values do not depend on the
+    // order tensors are made in.
+    uint64_t state = seed ^ (uint64_t(role) << 48) ^ uint64_t(layer) << 32;
+    for (float& x : values) {
+      const double u = UniformDouble(state);
+      x = static_cast<float>((2.0 * u - 1.0) * bound);
+    }
+    return values;
+  };
+  return source;
+}
+
+}  // namespace
+}  // namespace lm
+
+LanguageModel::LanguageModel(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+LanguageModel::~LanguageModel() = default;
+
+Result<std::shared_ptr<const LanguageModel>> LanguageModel::Load(
+    const std::string& path, const LmOptions& options) {
+  ATTN_ASSIGN_OR_RETURN(const lm::FileModel file,
+                        lm::OpenModelFile(path, options));
+  auto impl = std::make_unique<Impl>();
+  ATTN_RETURN_IF_ERROR(lm::Build(file.config, file.weights, options, *impl));
+  return std::shared_ptr<const LanguageModel>(
+      new LanguageModel(std::move(impl)));
+}
+
+Result<std::shared_ptr<const LanguageModel>> LanguageModel::Random(
+    const LmConfig& config, uint64_t seed, const LmOptions& options) {
+  LmConfig c = config;
+  c.layout = "random";
+  if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
+  auto impl = std::make_unique<Impl>();
+  ATTN_RETURN_IF_ERROR(
+      lm::Build(c, lm::RandomWeights(c, seed), options, *impl));
+  return std::shared_ptr<const LanguageModel>(
+      new LanguageModel(std::move(impl)));
+}
+
+bool LanguageModel::IsLanguageModelFile(const std::string& path) {
+  Result<SafetensorsFile> file = SafetensorsFile::Open(path);
+  return file.ok() && !lm::DetectLayout(*file).empty();
+}
+
+const LmConfig& LanguageModel::config() const { return impl_->config; }
+int LanguageModel::num_threads() const { return impl_->num_threads; }
+
+uint64_t LanguageModel::memory_bytes() const {
+  const Impl& m = *impl_;
+  uint64_t bytes = (m.tok_emb.size() + m.pos_emb.size()) * sizeof(float);
+  for (const lm::Layer& layer : m.layers) {
+    bytes += layer.attention->memory_bytes() + layer.up.bytes() +
+             layer.gate.bytes() + layer.down.bytes();
+  }
+  return bytes + m.head.bytes();
+}
+
+}  // namespace attn

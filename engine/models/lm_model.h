@@ -1,0 +1,118 @@
+// LanguageModel's internals, shared by its loader (lm_model.cc), the file
+// layouts (lm_layouts.cc) and LmBatch (lm_batch.cc); never installed.
+#ifndef ATTN_ENGINE_MODELS_LM_MODEL_H_
+#define ATTN_ENGINE_MODELS_LM_MODEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/lm.hpp"
+#include "attn/safetensors.hpp"
+#include "attn/status.hpp"
+#include "engine/runtime/buffer.h"
+#include "engine/ops/linear.h"
+
+namespace attn {
+namespace lm {
+
+struct Norm {
+  std::vector<float> scale, shift;  // shift: LayerNorm only
+};
+
+struct Layer {
+  Norm norm1, norm2;
+  std::shared_ptr<const MhaModel> attention;
+  // GPT-2: up, GELU, down. Llama: down(silu(up(x)) * gate(x)). Each has
+  // its packed copy and panels (the model decodes).
+  ops::Linear up, gate, down;
+};
+
+// What each tensor of a model is, whatever a file calls it: per layer from
+// kNorm1Scale to kDownBias, once per model otherwise.
+enum class Role {
+  kTokEmb,
+  kPosEmb,
+  kNorm1Scale,
+  kNorm1Shift,
+  kQuery,
+  kKey,
+  kValue,
+  kQueryBias,
+  kKeyBias,
+  kValueBias,
+  kOut,
+  kOutBias,
+  kNorm2Scale,
+  kNorm2Shift,
+  kUp,
+  kUpBias,
+  kGate,
+  kDown,
+  kDownBias,
+  kFinalScale,
+  kFinalShift,
+  kHead,
+};
+
+// A model's weights by role: `fetch(role, layer, rows, cols)` gives the
+// tensor as [rows, cols] (nn.Linear's [out, in] for weights; cols 0 for a
+// vector of rows), or an error naming the file's tensor; `has` tells whether
+// an optional one is there, `shape` its shape in that form (empty: absent;
+// a file's only, for the graph runner: seeded random weights leave it null).
+struct WeightSource {
+  std::function<Result<std::vector<float>>(Role, int64_t, int64_t, int64_t)>
+      fetch;
+  std::function<bool(Role, int64_t)> has;
+  std::function<std::vector<int64_t>(Role, int64_t)> shape;
+};
+
+// A file's configuration (its layout, hyper-parameters and sizes, with
+// `options` applied) and its weights under the book's names.
+struct FileModel {
+  LmConfig config;
+  WeightSource weights;  // reads the file, which it keeps open
+};
+
+// Tells the file's layout by its tensor names and reads its configuration
+// (lm_layouts.cc). Errors name what was found and what was wanted.
+Result<FileModel> OpenModelFile(const std::string& path,
+                                const LmOptions& options);
+// The layout's name, or an empty string when the names fit none.
+std::string DetectLayout(const SafetensorsFile& file);
+// The role and layer of the book's name `name` in `architecture`'s book
+// layout ("trf_blocks.3.att.W_query.weight": kQuery, 3; 0 for a tensor of
+// the whole model); nothing for a name without a role (att.mask).
+std::optional<std::pair<Role, int64_t>> BookRole(LmArchitecture architecture,
+                                                 const std::string& name);
+// The book's name of `role` in `layer` (BookRole's inverse); empty for a
+// role the architecture's book layout has none for.
+std::string BookName(LmArchitecture architecture, Role role, int64_t layer);
+
+// What a LanguageModel holds, visible to the engine's sources while
+// LanguageModel::Impl stays private to its friends.
+struct ModelData {
+  LmConfig config;
+  // kBF16: every matrix is held in bf16 (a tied head's embeddings rounded
+  // alike), the rest in fp32; see LmOptions.
+  DType dtype = DType::kF32;
+  int num_threads = 1;
+  uint64_t max_memory_bytes = 0;        // resolved: never 0
+  std::vector<float> tok_emb, pos_emb;  // [V, e], [context, e] (GPT-2)
+  std::vector<Layer> layers;
+  Norm final_norm;
+  ops::Linear head;  // weight: tok_emb when tied
+};
+
+}  // namespace lm
+
+struct LanguageModel::Impl : lm::ModelData {};
+
+}  // namespace attn
+
+#endif  // ATTN_ENGINE_MODELS_LM_MODEL_H_

@@ -1,0 +1,387 @@
+// MhaModel (validated, immutable weights) and MhaSession (per-shape plan:
+// primitives, packed weights and buffers created once, then straight-line
+// forward passes).
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/safetensors.hpp"
+#include "engine/ops/attention_op.h"
+#include "engine/runtime/buffer.h"
+#include "engine/runtime/limits.h"
+#include "engine/models/mha_model.h"
+#include "engine/io/model_config.h"
+#include "engine/ops/linear.h"
+#include "engine/ops/step_weights.h"
+#include "engine/runtime/threads.h"
+#include "kernels/attention.h"
+#include "kernels/softmax.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace attn {
+
+using kernels::DataType;
+
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 24;
+
+Status CheckDims(const MhaConfig& c) {
+  auto positive = [](const char* name, int64_t value) -> Status {
+    if (value <= 0 || value > kMaxDim) {
+      return InvalidArgument(
+          std::string(name) + " is " + std::to_string(value) +
+          ", want a positive size up to " + std::to_string(kMaxDim));
+    }
+    return {};
+  };
+  ATTN_RETURN_IF_ERROR(positive("d_in", c.d_in));
+  ATTN_RETURN_IF_ERROR(positive("d_out", c.d_out));
+  ATTN_RETURN_IF_ERROR(positive("num_heads", c.num_heads));
+  if (c.d_out % c.num_heads != 0) {
+    return InvalidArgument("d_out " + std::to_string(c.d_out) +
+                           " is not divisible by num_heads " +
+                           std::to_string(c.num_heads));
+  }
+  if (c.context_length < 0) {
+    return InvalidArgument("context_length is " +
+                           std::to_string(c.context_length) +
+                           ", want a positive length (or 0 for no limit)");
+  }
+  if (!(c.dropout >= 0.0f && c.dropout < 1.0f)) {
+    return InvalidArgument("dropout is " + std::to_string(c.dropout) +
+                           ", want a probability in [0, 1)");
+  }
+  return {};
+}
+
+// Checks that tensor `name` has shape `want` and copies it out as float.
+Result<std::vector<float>> ReadWeight(const SafetensorsFile& file,
+                                      const std::string& name,
+                                      const std::vector<int64_t>& want) {
+  const TensorInfo* t = file.Find(name);
+  if (!t) {
+    return InvalidArgument("weight '" + name + "' is missing from '" +
+                           file.path() + "'");
+  }
+  if (t->shape != want) {
+    return InvalidArgument("weight '" + name + "' has shape " +
+                           ShapeString(t->shape) + ", want " +
+                           ShapeString(want));
+  }
+  return file.ReadF32(name);
+}
+
+}  // namespace
+
+uint64_t WeightBytes(const MhaConfig& c) {
+  const auto in = static_cast<uint64_t>(c.d_in);
+  const auto out = static_cast<uint64_t>(c.d_out);
+  const uint64_t qkv = out + 2 * static_cast<uint64_t>(KvDim(c));
+  uint64_t floats = AddSat(MulSat(qkv, in), MulSat(out, out));
+  floats = AddSat(floats, (c.qkv_bias ? qkv : 0) + out);
+  return MulSat(floats, sizeof(float));
+}
+
+MhaModel::MhaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MhaModel::~MhaModel() = default;
+const MhaConfig& MhaModel::config() const { return impl_->config; }
+DType MhaModel::dtype() const { return impl_->dtype; }
+int MhaModel::num_threads() const { return impl_->num_threads; }
+uint64_t MhaModel::memory_bytes() const { return MhaModelBytes(*impl_); }
+
+Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
+    const MhaConfig& config, const MhaWeights& w, const MhaOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  MhaConfig& c = impl->config;
+  c = config;
+  if (options.num_heads != 0) c.num_heads = options.num_heads;
+  if (options.context_length != 0) c.context_length = options.context_length;
+  if (options.num_kv_heads != 0) c.num_kv_heads = options.num_kv_heads;
+  if (options.rope.theta != 0.0) c.rope = options.rope;
+  if (options.sliding_window != 0) c.sliding_window = options.sliding_window;
+  ATTN_RETURN_IF_ERROR(CheckDims(c));
+  if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
+  ATTN_RETURN_IF_ERROR(CheckAttentionVariant(c));
+  if (!w.w_query || !w.w_key || !w.w_value || !w.w_out) {
+    return InvalidArgument(
+        "weights: W_query, W_key, W_value and out_proj weight are required");
+  }
+  const int qkv_biases =
+      (w.b_query != nullptr) + (w.b_key != nullptr) + (w.b_value != nullptr);
+  if (qkv_biases != 0 && qkv_biases != 3) {
+    return InvalidArgument(
+        "weights: give all of W_query, W_key and W_value biases or none");
+  }
+  if ((qkv_biases == 3) != c.qkv_bias) {
+    return InvalidArgument(
+        std::string("qkv_bias is ") + (c.qkv_bias ? "true" : "false") +
+        " but the q/k/v biases are " + (qkv_biases ? "given" : "absent"));
+  }
+  ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
+  impl->dtype = options.dtype;
+  Result<int> threads = ResolveNumThreads(options);
+  if (!threads.ok()) return threads.status();
+  impl->num_threads = *threads;
+  impl->max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
+  const bool bf16_steps = options.step_weights == DType::kBF16;
+  ATTN_RETURN_IF_ERROR(CheckMemory("the model's weights", WeightBytes(c),
+                                   impl->max_memory_bytes));
+
+  const auto in = static_cast<size_t>(c.d_in);
+  const auto out = static_cast<size_t>(c.d_out);
+  const auto kv = static_cast<size_t>(KvDim(c));
+  try {
+    // [W_query; W_key; W_value], each [rows, d_in]; their biases likewise.
+    impl->w_qkv.resize((out + 2 * kv) * in);
+    float* rows = impl->w_qkv.data();
+    std::memcpy(rows, w.w_query, out * in * sizeof(float));
+    std::memcpy(rows + out * in, w.w_key, kv * in * sizeof(float));
+    std::memcpy(rows + (out + kv) * in, w.w_value, kv * in * sizeof(float));
+    if (c.qkv_bias) {
+      impl->b_qkv.resize(out + 2 * kv);
+      float* b = impl->b_qkv.data();
+      std::memcpy(b, w.b_query, out * sizeof(float));
+      std::memcpy(b + out, w.b_key, kv * sizeof(float));
+      std::memcpy(b + out + kv, w.b_value, kv * sizeof(float));
+    }
+    impl->w_out.assign(w.w_out, w.w_out + out * out);
+    // No out_proj.bias (Llama) adds zeros: x + 0 == x, so the kernels and
+    // their results stay those of the biased path.
+    if (w.b_out) {
+      impl->b_out.assign(w.b_out, w.b_out + out);
+    } else {
+      impl->b_out.assign(out, 0.0f);
+    }
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("cannot allocate the weights (d_in " +
+                       std::to_string(c.d_in) + ", d_out " +
+                       std::to_string(c.d_out) + ")");
+  }
+  if (bf16_steps) {  // the same numbers, so that steps read them exactly
+    ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_qkv).status());
+    ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_out).status());
+  }
+  impl->step_weights = options.step_weights;
+  ATTN_RETURN_IF_ERROR(PackMhaWeights(*impl));
+  return std::shared_ptr<const MhaModel>(new MhaModel(std::move(impl)));
+}
+
+Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
+    const std::string& path, const MhaOptions& options) {
+  Result<SafetensorsFile> opened = SafetensorsFile::Open(path);
+  if (!opened.ok()) return opened.status();
+  const SafetensorsFile& file = *opened;
+
+  // d_in and d_out follow from W_query.weight, everything else must agree.
+  const TensorInfo* wq = file.Find("W_query.weight");
+  if (!wq) {
+    return InvalidArgument("weight 'W_query.weight' is missing from '" + path +
+                           "'");
+  }
+  if (wq->shape.size() != 2 || wq->shape[0] <= 0 || wq->shape[1] <= 0) {
+    return InvalidArgument("weight 'W_query.weight' has shape " +
+                           ShapeString(wq->shape) + ", want [d_out, d_in]");
+  }
+  MhaConfig config;
+  config.d_out = wq->shape[0];
+  config.d_in = wq->shape[1];
+  config.qkv_bias = file.Find("W_query.bias") || file.Find("W_key.bias") ||
+                    file.Find("W_value.bias");
+
+  ATTN_ASSIGN_OR_RETURN(
+      const ResolvedDims dims,
+      ResolveAttentionDims(file, DimsOf(options), {}, "mask", ""));
+  // Before the weights' shapes, which follow from these.
+  ATTN_RETURN_IF_ERROR(ApplyDims(dims, file.Find("W_key.weight"),
+                                 "W_key.weight", "the rows of 'W_query.weight'",
+                                 config));
+  ATTN_RETURN_IF_ERROR(CheckDims(config));
+
+  const std::vector<int64_t> proj = {config.d_out, config.d_in};
+  const std::vector<int64_t> kv_proj = {KvDim(config), config.d_in};
+  const std::vector<int64_t> square = {config.d_out, config.d_out};
+  const std::vector<int64_t> vec = {config.d_out};
+  const std::vector<int64_t> kv_vec = {KvDim(config)};
+  std::vector<std::pair<const char*, std::vector<int64_t>>> wanted = {
+      {"W_query.weight", proj},
+      {"W_key.weight", kv_proj},
+      {"W_value.weight", kv_proj},
+      {"out_proj.weight", square},
+      {"out_proj.bias", vec}};
+  if (config.qkv_bias) {
+    wanted.insert(wanted.end(), {{"W_query.bias", vec},
+                                 {"W_key.bias", kv_vec},
+                                 {"W_value.bias", kv_vec}});
+  }
+  // Reading copies the weights once, Create copies them again and packs a
+  // third copy.
+  ATTN_RETURN_IF_ERROR(CheckMemory("loading the weights of '" + path + "'",
+                                   MulSat(3, WeightBytes(config)),
+                                   ResolveMaxMemory(options.max_memory_bytes)));
+  std::vector<std::vector<float>> values;
+  for (const auto& [name, shape] : wanted) {
+    Result<std::vector<float>> v = ReadWeight(file, name, shape);
+    if (!v.ok()) return v.status();
+    values.push_back(std::move(v).value());
+  }
+  MhaWeights w;
+  w.w_query = values[0].data();
+  w.w_key = values[1].data();
+  w.w_value = values[2].data();
+  w.w_out = values[3].data();
+  w.b_out = values[4].data();
+  if (config.qkv_bias) {
+    w.b_query = values[5].data();
+    w.b_key = values[6].data();
+    w.b_value = values[7].data();
+  }
+  MhaOptions rest = options;  // the attention's fields are in config
+  rest.num_heads = rest.num_kv_heads = rest.sliding_window = 0;
+  rest.rope = {};
+  return Create(config, w, rest);
+}
+
+// Everything one (batch, seq_len) needs, created by Prepare.
+struct MhaSession::Plan {
+  std::unique_ptr<AttentionOp> op;
+  OwnedBuffers buffers;  // the op's activations and scratch
+};
+
+MhaSession::MhaSession(std::shared_ptr<const MhaModel> model)
+    : model_(std::move(model)) {}
+MhaSession::MhaSession(MhaSession&&) noexcept = default;
+MhaSession& MhaSession::operator=(MhaSession&&) noexcept = default;
+MhaSession::~MhaSession() = default;
+
+size_t MhaSession::workspace_bytes() const {
+  return plan_ ? plan_->op->bytes() + plan_->buffers.bytes() : 0;
+}
+
+namespace {
+
+Status CheckRunShape(const MhaConfig& c, int64_t batch, int64_t seq_len) {
+  if (batch <= 0 || batch > kMaxDim) {
+    return InvalidArgument("batch is " + std::to_string(batch) +
+                           ", want a positive size");
+  }
+  if (seq_len <= 0 || seq_len > kMaxDim) {
+    return InvalidArgument("seq_len is " + std::to_string(seq_len) +
+                           ", want a positive length");
+  }
+  if (c.context_length > 0 && seq_len > c.context_length) {
+    return InvalidArgument("sequence length " + std::to_string(seq_len) +
+                           " exceeds context_length " +
+                           std::to_string(c.context_length));
+  }
+  const int64_t R = batch * seq_len;
+  if (R >
+      std::numeric_limits<int64_t>::max() / (3 * std::max(c.d_in, c.d_out))) {
+    return InvalidArgument("batch x seq_len " + std::to_string(R) +
+                           " is too large");
+  }
+  return {};
+}
+
+// The memory cap, checked before any primitive or buffer exists: the
+// activations and packed weights estimated here (the operator checks its
+// exact need).
+Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
+                        const std::string& run_what) {
+  const MhaConfig& c = m.config;
+  const int64_t R = batch * seq_len, d_in = c.d_in, d_out = c.d_out;
+  const size_t elem = m.dtype == DType::kBF16 ? 2 : sizeof(float);
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  const uint64_t activations =
+      MulSat(u(R), u(4 * d_out + (elem == sizeof(float) ? 0 : d_in)));
+  // Each worker of the core holds one query block of scores (and of bf16
+  // probabilities) against every key.
+  const int64_t block =
+      std::min(kernels::AttentionShape{}.query_block, seq_len);
+  const uint64_t core_scratch =
+      MulSat(u(m.num_threads), MulSat(u(block * seq_len), 4 + elem));
+  return CheckMemory(
+      run_what,
+      AddSat(AddSat(MulSat(activations, elem), core_scratch), MhaModelBytes(m)),
+      m.max_memory_bytes);
+}
+
+}  // namespace
+
+Status PackMhaWeights(MhaModelData& m) {
+  const DataType type =
+      m.dtype == DType::kBF16 ? DataType::kBF16 : DataType::kF32;
+  ATTN_ASSIGN_OR_RETURN(
+      m.packed,
+      AttentionOp::Create(m, type, kernels::kMatMulPackedRows, 1, nullptr,
+                          m.num_threads, WeightBytes(m.config),
+                          "the model's packed weights"));
+  return {};
+}
+
+bool HoldsStepWeights(const MhaModelData& m) {
+  const std::lock_guard<std::mutex> lock(m.steps_mutex);
+  return !m.steps.expired();
+}
+
+uint64_t MhaModelBytes(const MhaModelData& m) {
+  std::shared_ptr<const StepProjections> steps;
+  {
+    const std::lock_guard<std::mutex> lock(m.steps_mutex);
+    steps = m.steps.lock();
+  }
+  return AddSat(AddSat(WeightBytes(m.config), m.packed ? m.packed->bytes() : 0),
+                steps ? steps->bytes() : 0);
+}
+
+Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,
+                                                int64_t batch, int64_t seq_len,
+                                                uint64_t held,
+                                                const std::string& what) {
+  ATTN_RETURN_IF_ERROR(CheckRunShape(m.config, batch, seq_len));
+  ATTN_RETURN_IF_ERROR(CheckRunEstimate(m, batch, seq_len, what));
+  const DataType low =
+      m.dtype == DType::kBF16 ? DataType::kBF16 : DataType::kF32;
+  return AttentionOp::Create(m, low, batch, seq_len, nullptr, m.num_threads,
+                             held, what);
+}
+
+Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
+  if (!model_) return InvalidArgument("session has no model");
+  const MhaModel::Impl& m = *model_->impl_;
+  // Only a valid shape was ever planned; PlanMhaRun checks a new one.
+  if (plan_ && plan_->op->batch() == batch && plan_->op->seq_len() == seq_len) {
+    return {};
+  }
+  plan_.reset();
+  const std::string run_what = "a run of batch " + std::to_string(batch) +
+                               " x seq_len " + std::to_string(seq_len);
+  auto plan = std::make_unique<Plan>();
+  const uint64_t held = MhaModelBytes(m);
+  ATTN_ASSIGN_OR_RETURN(plan->op,
+                        PlanMhaRun(m, batch, seq_len, held, run_what));
+  ATTN_RETURN_IF_ERROR(plan->buffers.Allocate(*plan->op,
+                                              AddSat(held, plan->op->bytes()),
+                                              m.max_memory_bytes, run_what));
+  plan_ = std::move(plan);
+  return {};
+}
+
+Status MhaSession::Run(const float* input, int64_t batch, int64_t seq_len,
+                       float* output) {
+  if (!input || !output) {
+    return InvalidArgument("input and output must not be null");
+  }
+  ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
+  plan_->op->Forward(input, nullptr, output, plan_->buffers.pointers());
+  return {};
+}
+
+}  // namespace attn

@@ -1,0 +1,79 @@
+// MhaModel's internals, shared by the engine's sources (never installed).
+#ifndef ATTN_ENGINE_MODELS_MHA_MODEL_H_
+#define ATTN_ENGINE_MODELS_MHA_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "hwy/base.h"
+
+namespace attn {
+
+class AttentionOp;
+struct StepProjections;
+
+// What an MhaModel holds, visible to the engine (the attention operator
+// takes it) while MhaModel::Impl stays private to the model's friends.
+struct MhaModelData {
+  MhaConfig config;
+  DType dtype = DType::kF32;
+  int num_threads = 1;
+  uint64_t max_memory_bytes = 0;  // resolved: never 0
+  // W_query [d_out, d_in], W_key and W_value [KvDim, d_in] stacked; their
+  // biases likewise (empty without qkv_bias). out_proj as in PyTorch.
+  std::vector<float> w_qkv, b_qkv, w_out, b_out;
+  // MhaOptions::step_weights: with kBF16, w_qkv and w_out are rounded to
+  // bf16 at load, and the decoders' shared step copy is packed in bf16.
+  DType step_weights = DType::kF32;
+  // The projections' weights packed once, at load: an operator planned for
+  // kernels::kMatMulPackedRows rows, whose packed weights every operator
+  // that lays them out alike runs on (AttentionOp::Create). Null in models
+  // made without it.
+  std::shared_ptr<const AttentionOp> packed;
+  // The projections as decode steps of up to 8 rows read them: packed by
+  // the first decoder on the model, shared by all decoders alive on it
+  // (MhaDecoder::Create), freed with the last.
+  mutable std::mutex steps_mutex;
+  mutable std::weak_ptr<const StepProjections> steps;
+};
+
+// K/V heads of `c` (num_heads while not set) and their width (d_out
+// without grouping, so that a d_out not divisible by num_heads is reported
+// as such).
+inline int64_t KvHeads(const MhaConfig& c) {
+  return c.num_kv_heads ? c.num_kv_heads : c.num_heads;
+}
+inline int64_t KvDim(const MhaConfig& c) {
+  return KvHeads(c) == c.num_heads ? c.d_out
+                                   : KvHeads(c) * (c.d_out / c.num_heads);
+}
+
+// Bytes of the fp32 weights a model of config `c` holds (saturating).
+uint64_t WeightBytes(const MhaConfig& c);
+
+// Plans `m.packed`, with the model's weights already held.
+Status PackMhaWeights(MhaModelData& m);
+// Bytes the model holds: its weights, their packed copy and, while a
+// decoder lives, the decoders' step copy.
+uint64_t MhaModelBytes(const MhaModelData& m);
+// Whether a decoder alive on the model holds the shared step copy.
+bool HoldsStepWeights(const MhaModelData& m);
+
+struct MhaModel::Impl : MhaModelData {};
+
+// The attention operator of one MHA run of [batch, seq_len], as MhaSession
+// and a graph's mha steps run it: the shape checked, then the memory cap
+// against an estimate and the operator's packed weights, with `held` bytes
+// already held; a failure names `what`.
+Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,
+                                                int64_t batch, int64_t seq_len,
+                                                uint64_t held,
+                                                const std::string& what);
+
+}  // namespace attn
+
+#endif  // ATTN_ENGINE_MODELS_MHA_MODEL_H_

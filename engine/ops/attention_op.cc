@@ -1,0 +1,668 @@
+// The attention operator (see attention_op.h): plan, pack, run.
+#include "engine/ops/attention_op.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "engine/io/model_config.h"
+#include "engine/runtime/threads.h"
+#include "kernels/rows_linear.h"
+#include "kernels/softmax.h"
+
+namespace attn {
+
+using kernels::DataType;
+using kernels::MatMul;
+using kernels::Operand;
+
+namespace {
+
+// Floats of scratch the plain-loop path needs: qkv, one head's scores, ctx.
+size_t TinyScratchFloats(int64_t rows, int64_t seq_len, int64_t d_out) {
+  return static_cast<size_t>(rows * 4 * d_out + seq_len * seq_len);
+}
+
+// What an op being replaced still holds (none: 0).
+uint64_t BytesOf(const AttentionOp* op) { return op ? op->bytes() : 0; }
+
+// x [rows, in] -> y [rows, out] = x W^T + b by kernels::RowsLinear on the
+// step weights, up to kRowsLinearMaxRows rows at a time.
+void ProjectRows(const StepWeights& w, const std::vector<float>& b,
+                 const float* x, size_t rows, float* y, int threads) {
+  for (size_t r = 0; r < rows; r += kernels::kRowsLinearMaxRows) {
+    w.Run(x + r * w.in(), std::min(rows - r, kernels::kRowsLinearMaxRows),
+          b.empty() ? nullptr : b.data(), y + r * w.out(), threads);
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
+    const MhaModelData& m, DataType type, int64_t batch, int64_t seq_len,
+    const KvCache* cache, int num_threads, uint64_t held,
+    const std::string& what, AttentionOp* previous) {
+  std::unique_ptr<AttentionOp> op(new AttentionOp());
+  const MhaConfig& c = m.config;
+  op->m_ = &m;
+  op->batch_ = batch;
+  op->seq_len_ = seq_len;
+  op->H_ = c.num_heads;
+  op->Hkv_ = c.num_kv_heads;
+  op->D_ = c.d_out / c.num_heads;
+  if (cache) {
+    if (type != DataType::kF32) {
+      return Unsupported("a KV cache holds fp32 only");
+    }
+    op->cache_ = *cache;
+  }
+  const bool rope = c.rope.theta != 0.0;
+  if (rope && type != DataType::kF32) {
+    return Unsupported("rotary embeddings run in fp32 only; use dtype f32");
+  }
+  // The plain loops know the book's attention only.
+  const bool plain = op->Hkv_ == op->H_ && !rope && c.sliding_window == 0;
+  const double R = double(batch) * double(seq_len);
+  const double flops =
+      2.0 * R * (3.0 * double(c.d_in) * c.d_out + double(c.d_out) * c.d_out) +
+      2.0 * R * double(seq_len) * c.d_out;
+  if (!cache && plain && type == DataType::kF32 && flops < kTinyMhaMaxFlops) {
+    op->tiny_ = true;
+    op->buffer_bytes_[kQkv] =
+        TinyScratchFloats(batch * seq_len, seq_len, c.d_out) * sizeof(float);
+    return op;
+  }
+  const ThreadScope threads(num_threads);
+  op->num_threads_ = threads.num_threads();
+  ATTN_RETURN_IF_ERROR(op->MakeMatMuls(type));
+  ATTN_RETURN_IF_ERROR(op->Allocate(type, held, what, previous));
+  // What previous still holds (it gave up what this op took over) stays
+  // held until the caller drops it.
+  held = AddSat(held, BytesOf(previous));
+  ATTN_RETURN_IF_ERROR(op->PackWeights());
+  if (rope) {
+    const auto rows = static_cast<uint64_t>(batch * seq_len);
+    ATTN_RETURN_IF_ERROR(
+        op->MakeRope(static_cast<size_t>(seq_len),
+                     AddSat(held, op->bytes() + rows * sizeof(int64_t)), what));
+    for (int64_t r = 0; r < batch * seq_len; ++r) {
+      op->positions_.push_back(r % seq_len);
+    }
+  }
+  if (type == DataType::kBF16) {
+    ATTN_ASSIGN_OR_RETURN(
+        kernels::Convert convert,
+        kernels::Convert::Create(batch * seq_len * c.d_in, DataType::kF32,
+                                 DataType::kBF16));
+    op->to_bf16_.emplace(std::move(convert));
+  }
+  return op;
+}
+
+Status AttentionOp::MakeMatMuls(DataType type) {
+  const MhaConfig& c = m_->config;
+  // Shapes: T seq_len, R rows, H query heads, Hkv K/V heads, D head_dim,
+  // G = H + 2 Hkv q/k/v heads.
+  const int64_t T = seq_len_, R = batch_ * T, H = H_, Hkv = Hkv_, D = D_;
+  const int64_t G = H + 2 * Hkv, d_in = c.d_in, d_out = c.d_out;
+  const auto team = kernels::Threading::kTeam;
+  if (!cache_) {
+    // x [1, R, d_in] x W_qkv [G, d_in, D] + b [G, 1, D] -> qkv [G, R, D]:
+    // one matmul writes q, k and v head-major, dense per head.
+    const Operand bias{{G, 1, D}, {}, DataType::kF32};
+    ATTN_ASSIGN_OR_RETURN(
+        MatMul qkv,
+        MatMul::Create({{1, R, d_in}, {}, type}, {{G, d_in, D}, {}, type},
+                       c.qkv_bias ? &bias : nullptr, {{G, R, D}, {}, type},
+                       team));
+    qkv_proj_.emplace(std::move(qkv));
+  } else {
+    // x [R, d_in] x W_qkv^T [d_in, G D] (+ b) -> rows [R, G D], which
+    // Project scatters: q into its plane, K and V into the cache. One
+    // product of the full width: per-head ones of D columns run at a
+    // fraction of the matmul's speed.
+    const Operand bias{{1, G * D}, {}, DataType::kF32};
+    ATTN_ASSIGN_OR_RETURN(
+        MatMul qkv,
+        MatMul::Create({{R, d_in}, {}, type}, {{d_in, G * D}, {}, type},
+                       c.qkv_bias ? &bias : nullptr, {{R, G * D}, {}, type},
+                       team));
+    qkv_proj_.emplace(std::move(qkv));
+  }
+  // ctx [R, d_out] x W_out^T [d_out, d_out] + b_out -> y [R, d_out] f32.
+  const Operand out_bias{{1, d_out}, {}, DataType::kF32};
+  ATTN_ASSIGN_OR_RETURN(
+      MatMul out,
+      MatMul::Create({{R, d_out}, {}, type}, {{d_out, d_out}, {}, type},
+                     &out_bias, {{R, d_out}, {}, DataType::kF32}, team));
+  out_proj_.emplace(std::move(out));
+  kernels::AttentionShape shape;
+  shape.batch = batch_;
+  shape.seq_len = T;
+  shape.num_heads = H;
+  shape.head_dim = D;
+  shape.type = type;
+  shape.kv_row_stride = cache_ ? cache_->row_stride : 0;
+  shape.num_kv_heads = Hkv;
+  shape.window = c.sliding_window;
+  ATTN_ASSIGN_OR_RETURN(kernels::CausalAttention core,
+                        kernels::CausalAttention::Create(shape));
+  core_.emplace(std::move(core));
+  return {};
+}
+
+namespace {
+
+// Moves `from`, the packed weights of `from_mm`, into `to` for `mm` and
+// points `weights` at them, unless `weights` is set already or they are
+// laid out otherwise.
+void TakeOver(const MatMul& mm, const MatMul& from_mm, AlignedBuffer* from,
+              AlignedBuffer* to, const void** weights) {
+  if (*weights || from->size() == 0 || !mm.SharesPackedWeights(from_mm)) {
+    return;
+  }
+  *to = std::move(*from);
+  *weights = to->data();
+}
+
+}  // namespace
+
+// Each projection runs on the model's packed weights where it can read them
+// (MatMul::ReadPackedWeightsOf; the model's op has no cache, so its fused
+// projection serves only ops without one), else on previous's own, taken
+// over, else on its own, listed in `workspace` for PackProjections. (The
+// model's op is never tiny.)
+void AttentionOp::ChooseWeights(AttentionOp* previous, Workspace* workspace) {
+  if (const AttentionOp* model = m_->packed.get()) {
+    if (!cache_ && qkv_proj_->ReadPackedWeightsOf(*model->qkv_proj_)) {
+      qkv_weights_ = model->qkv_weights_;
+    }
+    if (out_proj_->ReadPackedWeightsOf(*model->out_proj_)) {
+      out_weights_ = model->out_weights_;
+    }
+  }
+  if (previous && previous->qkv_proj_ &&
+      previous->cache_.has_value() == cache_.has_value()) {
+    TakeOver(*qkv_proj_, *previous->qkv_proj_, &previous->w_qkv_, &w_qkv_,
+             &qkv_weights_);
+    TakeOver(*out_proj_, *previous->out_proj_, &previous->w_out_, &w_out_,
+             &out_weights_);
+  }
+  if (!qkv_weights_) workspace->Add(&w_qkv_, qkv_proj_->packed_weights_bytes());
+  if (!out_weights_) workspace->Add(&w_out_, out_proj_->packed_weights_bytes());
+}
+
+Status AttentionOp::Allocate(DataType type, uint64_t held,
+                             const std::string& what, AttentionOp* previous) {
+  const MhaConfig& c = m_->config;
+  const auto rows = static_cast<size_t>(batch_ * seq_len_);
+  const size_t elem = kernels::SizeOf(type);
+  const auto d_in = static_cast<size_t>(c.d_in);
+  const auto d_out = static_cast<size_t>(c.d_out);
+  const auto threads = static_cast<size_t>(num_threads_);
+  size_t mm_scratch =
+      std::max(qkv_proj_->scratch_bytes(), out_proj_->scratch_bytes());
+  Workspace workspace;
+  ChooseWeights(previous, &workspace);
+  workspace.Add(&b_qkv_, m_->b_qkv.size() * sizeof(float));
+  workspace.Add(&b_out_, m_->b_out.size() * sizeof(float));
+  buffer_bytes_[kInputLow] = type == DataType::kBF16 ? rows * d_in * elem : 0;
+  // With a cache kQkv holds the q plane, then the projection's rows.
+  const auto heads =
+      static_cast<size_t>(cache_ ? 2 * H_ + 2 * Hkv_ : H_ + 2 * Hkv_);
+  buffer_bytes_[kQkv] = rows * heads * static_cast<size_t>(D_) * elem;
+  buffer_bytes_[kContext] = rows * d_out * elem;
+  buffer_bytes_[kProjScratch] = mm_scratch * threads;
+  buffer_bytes_[kCoreScratch] = core_->worker_scratch_bytes() * threads;
+  return workspace.Allocate(what, AddSat(held, BytesOf(previous)),
+                            m_->max_memory_bytes);
+}
+
+Status AttentionOp::PackProjections() {
+  const MhaConfig& c = m_->config;
+  const int64_t d_in = c.d_in, d_out = c.d_out, D = D_;
+  // W_qkv viewed as [G, d_in, D] is element (g, i, j) =
+  // w_qkv[(g * D + j) * d_in + i]; W_out^T likewise.
+  const std::vector<int64_t> strides = {D * d_in, 1, d_in};
+  const float* w = m_->w_qkv.data();
+  if (!qkv_weights_) {  // neither the model's nor taken over
+    // With a cache W_qkv [G D, d_in] row-major is W_qkv^T [d_in, G D],
+    // strides {1, d_in}.
+    const Operand plain =
+        cache_ ? Operand{{d_in, QkvWidth()}, {1, d_in}, DataType::kF32}
+               : Operand{{H_ + 2 * Hkv_, d_in, D}, strides, DataType::kF32};
+    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(plain, w, w_qkv_.data()));
+    qkv_weights_ = w_qkv_.data();
+  }
+  if (!out_weights_) {
+    ATTN_RETURN_IF_ERROR(
+        out_proj_->PackWeights({{d_out, d_out}, {1, d_out}, DataType::kF32},
+                               m_->w_out.data(), w_out_.data()));
+    out_weights_ = w_out_.data();
+  }
+  return {};
+}
+
+Status AttentionOp::PackWeights() {
+  ATTN_RETURN_IF_ERROR(PackProjections());
+  if (!m_->b_qkv.empty()) {
+    std::memcpy(b_qkv_.data(), m_->b_qkv.data(), b_qkv_.size());
+  }
+  std::memcpy(b_out_.data(), m_->b_out.data(), b_out_.size());
+  return {};
+}
+
+size_t AttentionOp::bytes() const {
+  size_t total =
+      (rope_ ? rope_->bytes() : 0) + positions_.size() * sizeof(int64_t);
+  for (const AlignedBuffer* b : {&w_qkv_, &b_qkv_, &w_out_, &b_out_, &qkv_,
+                                 &ctx_, &proj_scratch_, &q_rows_}) {
+    total += b->size();
+  }
+  return total;
+}
+
+void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
+                          const Buffers& buffers, const KeptRows* keep) const {
+  if (tiny_) {
+    ForwardTiny(x, y, static_cast<float*>(buffers[kQkv]));
+    return;
+  }
+  const ThreadScope threads(num_threads_);
+  // x: [B*T, d_in] -> q, k, v (the planes, or q and the cache).
+  Project(x, cache_seqs, buffers);
+  RotateForward(cache_seqs, buffers);
+  // Per (sequence, head, query block): softmax(q k^T / sqrt(D), causal) v.
+  kernels::AttentionInputs in;
+  if (cache_) {
+    in.q = static_cast<const float*>(buffers[kQkv]);
+    in.q_batch_stride = seq_len_ * D_;
+    in.q_head_stride = batch_ * seq_len_ * D_;
+    in.k = cache_->k;
+    in.v = cache_->v;
+    in.kv_batch_stride = cache_->batch_stride;
+    in.kv_head_stride = cache_->head_stride;
+    in.kv_batches = cache_seqs;
+  } else {
+    in = core_->PlanesOf(buffers[kQkv]);
+  }
+  core_->Run(in, buffers[kContext], buffers[kCoreScratch],
+             threads.num_threads());
+  auto* ctx = static_cast<float*>(buffers[kContext]);
+  if (keep) {  // the kept rows of ctx, moved to its front
+    const auto d_out = static_cast<size_t>(m_->config.d_out);
+    for (size_t j = 0; j < keep->count; ++j) {
+      std::memmove(ctx + j * d_out,
+                   ctx + static_cast<size_t>(keep->rows[j]) * d_out,
+                   d_out * sizeof(float));
+    }
+    ProjectRows(*keep->out_proj, m_->b_out, ctx, keep->count, y,
+                threads.num_threads());
+    return;
+  }
+  // ctx: [B*T, d_out] -> y: [B*T, d_out].
+  out_proj_->Run(ctx, out_weights_, b_out_.data(), y, buffers[kProjScratch],
+                 threads.num_threads());
+}
+
+// Rotary embeddings on q and k where the projection left them: the planes'
+// rows (row r at position r mod seq_len), and each prompt's K rows in its
+// cache sequence.
+void AttentionOp::RotateForward(const int64_t* cache_seqs,
+                                const Buffers& buffers) const {
+  if (!rope_) return;
+  const auto R = static_cast<size_t>(batch_ * seq_len_);
+  const auto D = static_cast<size_t>(D_);
+  // Without a cache the k planes follow the q planes.
+  const auto heads = static_cast<size_t>(cache_ ? H_ : H_ + Hkv_);
+  kernels::ApplyRope(*rope_,
+                     {static_cast<float*>(buffers[kQkv]), R, D, heads, R * D},
+                     positions_.data(), num_threads_);
+  if (!cache_) return;
+  for (int64_t i = 0; i < batch_; ++i) {
+    kernels::ApplyRope(
+        *rope_,
+        {cache_->k + cache_seqs[i] * cache_->batch_stride,
+         static_cast<size_t>(seq_len_), static_cast<size_t>(cache_->row_stride),
+         static_cast<size_t>(Hkv_), static_cast<size_t>(cache_->head_stride)},
+        positions_.data(), num_threads_);
+  }
+}
+
+// The table for positions [0, max_positions), checked against the cap with
+// `held` bytes already held.
+Status AttentionOp::MakeRope(size_t max_positions, uint64_t held,
+                             const std::string& what) {
+  const size_t bytes =
+      kernels::RopeTable::BytesFor(D_, static_cast<int64_t>(max_positions));
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory(what, AddSat(held, bytes), m_->max_memory_bytes));
+  ATTN_ASSIGN_OR_RETURN(
+      kernels::RopeTable table,
+      kernels::RopeTable::Create(KernelRope(m_->config.rope), D_,
+                                 static_cast<int64_t>(max_positions)));
+  rope_.emplace(std::move(table));
+  return {};
+}
+
+void AttentionOp::Project(const float* x, const int64_t* cache_seqs,
+                          const Buffers& buffers) const {
+  const int threads = num_threads_;
+  const void* src = x;
+  if (to_bf16_) {
+    to_bf16_->Run(x, buffers[kInputLow]);
+    src = buffers[kInputLow];
+  }
+  if (!cache_) {
+    qkv_proj_->Run(src, qkv_weights_, b_qkv_.data(), buffers[kQkv],
+                   buffers[kProjScratch], threads);
+    return;
+  }
+  // The rows of q, k and v after the q plane, then each where it goes.
+  const int64_t R = batch_ * seq_len_;
+  auto* q = static_cast<float*>(buffers[kQkv]);
+  float* rows = q + R * H_ * D_;
+  qkv_proj_->Run(src, qkv_weights_, b_qkv_.data(), rows, buffers[kProjScratch],
+                 threads);
+  ScatterQkv(rows, cache_seqs, q);
+}
+
+// Row r of `rows` ([R, (H + 2 Hkv) D]) is token r mod T of sequence r / T:
+// its q heads go to rows r of the q plane [H, R, D], its K and V heads to
+// that token's row of its cache sequence. Rows split over the team: on the
+// caller alone a GPT-2 prompt of 128 tokens left the other core idle for
+// 1.5-1.8 ms (12 layers, Zen 4).
+void AttentionOp::ScatterQkv(const float* rows, const int64_t* cache_seqs,
+                             float* q) const {
+  const int64_t T = seq_len_, R = batch_ * T, D = D_;
+  const size_t bytes = static_cast<size_t>(D) * sizeof(float);
+  const auto scatter = [&](size_t first, size_t count) {
+    const auto end = static_cast<int64_t>(first + count);
+    for (auto r = static_cast<int64_t>(first); r < end; ++r) {
+      const float* row = rows + r * QkvWidth();
+      for (int64_t h = 0; h < H_; ++h) {
+        std::memcpy(q + (h * R + r) * D, row + h * D, bytes);
+      }
+      const int64_t at = cache_seqs[r / T] * cache_->batch_stride +
+                         (r % T) * cache_->row_stride;
+      for (int64_t h = 0; h < Hkv_; ++h) {
+        const int64_t to = at + h * cache_->head_stride;
+        std::memcpy(cache_->k + to, row + (H_ + h) * D, bytes);
+        std::memcpy(cache_->v + to, row + (H_ + Hkv_ + h) * D, bytes);
+      }
+    }
+  };
+  kernels::ParallelForChunks(static_cast<size_t>(R),
+                             static_cast<size_t>(QkvWidth()), 1, num_threads_,
+                             scatter);
+}
+
+// The whole block as plain loops with fp32 accumulation on the calling
+// thread, and the normalised kernels::CausalSoftmax.
+void AttentionOp::ForwardTiny(const float* x, float* y, float* scratch) const {
+  const MhaModelData& m = *m_;
+  const int64_t R = batch_ * seq_len_, T = seq_len_, C = m.config.d_out;
+  const int64_t d_in = m.config.d_in, D = D_;
+  const float* w_qkv = m.w_qkv.data();
+  const float* b_qkv = m.b_qkv.empty() ? nullptr : m.b_qkv.data();
+  float* qkv = scratch;             // [R, 3C]: q, k, v of row r
+  float* scores = qkv + R * 3 * C;  // [T, T], one (batch, head) at a time
+  float* ctx = scores + T * T;      // [R, C], heads merged
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t j = 0; j < 3 * C; ++j) {
+      float sum = b_qkv ? b_qkv[j] : 0.0f;
+      for (int64_t i = 0; i < d_in; ++i) {
+        sum += x[r * d_in + i] * w_qkv[j * d_in + i];
+      }
+      qkv[r * 3 * C + j] = sum;
+    }
+  }
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t h = 0; h < H_; ++h) {
+      const float* q = qkv + b * T * 3 * C + h * D;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      for (int64_t i = 0; i < T; ++i) {
+        for (int64_t t = 0; t <= i; ++t) {
+          float dot = 0.0f;
+          for (int64_t d = 0; d < D; ++d) {
+            dot += q[i * 3 * C + d] * k[t * 3 * C + d];
+          }
+          scores[i * T + t] = dot;
+        }
+      }
+      kernels::CausalSoftmax(scores, static_cast<size_t>(T),
+                             static_cast<size_t>(T), static_cast<size_t>(T), 0,
+                             scale);
+      for (int64_t i = 0; i < T; ++i) {
+        float* out = ctx + (b * T + i) * C + h * D;
+        for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
+        for (int64_t t = 0; t <= i; ++t) {
+          const float p = scores[i * T + t];
+          for (int64_t d = 0; d < D; ++d) out[d] += p * v[t * 3 * C + d];
+        }
+      }
+    }
+  }
+  const float* w_out = m.w_out.data();
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t j = 0; j < C; ++j) {
+      float sum = m.b_out[static_cast<size_t>(j)];
+      for (int64_t d = 0; d < C; ++d) sum += ctx[r * C + d] * w_out[j * C + d];
+      y[r * C + j] = sum;
+    }
+  }
+}
+
+Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
+    const MhaModelData& m, const StepProjections& steps, int64_t rows,
+    const KvCache& cache, int num_threads, uint64_t held,
+    const std::string& what, AttentionOp* previous) {
+  std::unique_ptr<AttentionOp> op(new AttentionOp());
+  const MhaConfig& c = m.config;
+  op->m_ = &m;
+  op->step_ = true;
+  op->steps_ = &steps;
+  op->batch_ = rows;
+  op->seq_len_ = 1;
+  op->H_ = c.num_heads;
+  op->Hkv_ = c.num_kv_heads;
+  op->D_ = c.d_out / c.num_heads;
+  op->cache_ = cache;
+  const auto R = static_cast<size_t>(rows);
+  const auto d_out = static_cast<size_t>(c.d_out);
+  const auto qkv_out = static_cast<size_t>(op->QkvWidth());
+  const size_t Dp = kernels::DecodePaddedDim(static_cast<size_t>(op->D_));
+  // The activations first, against the cap before any primitive exists.
+  const uint64_t per_row =
+      4 * static_cast<uint64_t>(qkv_out + d_out + op->H_ * Dp);
+  ATTN_RETURN_IF_ERROR(CheckMemory(
+      what, AddSat(AddSat(held, BytesOf(previous)), MulSat(per_row, R)),
+      m.max_memory_bytes));
+  const ThreadScope threads(num_threads);
+  op->num_threads_ = threads.num_threads();
+  // A step's few rows run kernels::RowsLinear on the step weights.
+  if (R > kernels::kRowsLinearMaxRows) {
+    ATTN_RETURN_IF_ERROR(op->MakeStepMatMuls());
+  }
+  Workspace workspace;
+  workspace.Add(&op->qkv_, R * qkv_out * sizeof(float));
+  workspace.Add(&op->q_rows_, R * static_cast<size_t>(op->H_) * Dp * 4);
+  workspace.Add(&op->ctx_, R * d_out * sizeof(float));
+  if (op->qkv_proj_) {
+    op->ChooseWeights(previous, &workspace);
+    workspace.Add(&op->proj_scratch_,
+                  std::max(op->qkv_proj_->scratch_bytes(),
+                           op->out_proj_->scratch_bytes()) *
+                      static_cast<size_t>(op->num_threads_));
+  }
+  // What previous still holds stays held until the caller drops it.
+  held = AddSat(held, BytesOf(previous));
+  ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, m.max_memory_bytes));
+  // The padding lanes of q stay zero: DecodeAppend writes them zero too.
+  std::memset(op->q_rows_.data(), 0, op->q_rows_.size());
+  op->decode_rows_.reserve(R);
+  if (op->qkv_proj_) ATTN_RETURN_IF_ERROR(op->PackProjections());
+  if (c.rope.theta != 0.0) {
+    ATTN_RETURN_IF_ERROR(op->MakeRope(static_cast<size_t>(cache.capacity),
+                                      AddSat(held, workspace.bytes()), what));
+  }
+  return op;
+}
+
+Status AttentionOp::MakeStepMatMuls() {
+  const int64_t R = batch_, d_in = m_->config.d_in, d_out = m_->config.d_out;
+  const int64_t n = QkvWidth();
+  const auto f32 = DataType::kF32;
+  const auto team = kernels::Threading::kTeam;
+  // x [R, d_in] x W_qkv^T [d_in, n] (+ b) -> qkv [R, n].
+  const Operand qkv_bias{{1, n}, {}, f32};
+  ATTN_ASSIGN_OR_RETURN(
+      MatMul qkv, MatMul::Create({{R, d_in}, {}, f32}, {{d_in, n}, {}, f32},
+                                 m_->config.qkv_bias ? &qkv_bias : nullptr,
+                                 {{R, n}, {}, f32}, team));
+  // ctx [R, d_out] x W_out^T + b_out -> y [R, d_out].
+  const Operand out_bias{{1, d_out}, {}, f32};
+  ATTN_ASSIGN_OR_RETURN(
+      MatMul out,
+      MatMul::Create({{R, d_out}, {}, f32}, {{d_out, d_out}, {}, f32},
+                     &out_bias, {{R, d_out}, {}, f32}, team));
+  qkv_proj_.emplace(std::move(qkv));
+  out_proj_.emplace(std::move(out));
+  return {};
+}
+
+// x [rows, in] -> y [rows, out] = x W^T + b: by `mm` on its packed weights
+// when the step made one and rows are all its rows (its plan's count), else
+// by ProjectRows.
+void AttentionOp::StepLinear(const std::optional<MatMul>& mm,
+                             const void* packed, const StepWeights& step,
+                             const std::vector<float>& b, const float* x,
+                             size_t rows, float* y, int threads) const {
+  if (mm && rows == static_cast<size_t>(batch_)) {
+    mm->Run(x, packed, b.data(), y, proj_scratch_.data(), threads);
+    return;
+  }
+  ProjectRows(step, b, x, rows, y, threads);
+}
+
+void AttentionOp::Step(const float* x, const int64_t* seqs,
+                       const int64_t* positions, float* y, float* partials,
+                       size_t max_partials, const KeptRows* keep) {
+  const ThreadScope threads(num_threads_);
+  const MhaModelData& m = *m_;
+  const int64_t d_out = m.config.d_out;
+  auto* qkv = static_cast<float*>(qkv_.data());
+  auto* ctx = static_cast<float*>(ctx_.data());
+  // x: [R, d_in] -> qkv: [R, (H + 2 Hkv) D], one fused projection, then
+  // each row's q and k turned to its position.
+  const auto R = static_cast<size_t>(batch_);
+  StepLinear(qkv_proj_, qkv_weights_, steps_->qkv, m.b_qkv, x, R, qkv,
+             threads.num_threads());
+  if (rope_) {
+    const auto D = static_cast<size_t>(D_);
+    kernels::ApplyRope(*rope_,
+                       {qkv, R, static_cast<size_t>(QkvWidth()),
+                        static_cast<size_t>(H_ + Hkv_), D},
+                       positions, threads.num_threads());
+  }
+  // q into its padded rows; k and v appended to their sequence's cache.
+  decode_rows_.clear();
+  const kernels::DecodeParams params = DecodeParamsOf(*cache_, m.config);
+  const size_t row_floats = static_cast<size_t>(H_) * params.padded_dim;
+  for (int64_t r = 0; r < batch_; ++r) {
+    kernels::DecodeRow row;
+    const int64_t at = seqs[r] * cache_->batch_stride;
+    row.q = static_cast<float*>(q_rows_.data()) +
+            static_cast<size_t>(r) * row_floats;
+    row.k = cache_->k + at;
+    row.v = cache_->v + at;
+    row.num_keys = static_cast<size_t>(positions[r] + 1);
+    row.ctx = ctx + r * d_out;
+    decode_rows_.push_back(row);
+  }
+  kernels::DecodeAppend(params, qkv, decode_rows_.data(), decode_rows_.size(),
+                        threads.num_threads());
+  if (keep) {  // the kept rows alone attend, their ctx packed in order
+    for (size_t j = 0; j < keep->count; ++j) {
+      decode_rows_[j] = decode_rows_[static_cast<size_t>(keep->rows[j])];
+      decode_rows_[j].ctx = ctx + j * static_cast<size_t>(d_out);
+    }
+    decode_rows_.resize(keep->count);
+  }
+  RunDecodeKernel(params, partials, max_partials, threads.num_threads());
+  // ctx: [rows, d_out] -> y: [rows, d_out].
+  StepLinear(out_proj_, out_weights_, steps_->out, m.b_out, ctx,
+             decode_rows_.size(), y, threads.num_threads());
+}
+
+// Per (row, head, key chunk): softmax(q k^T / sqrt(D)) v over the row's
+// visible keys, in groups of rows whose partials fit the buffer (a step of
+// one token per sequence is always one group).
+void AttentionOp::RunDecodeKernel(const kernels::DecodeParams& params,
+                                  float* partials, size_t max_partials,
+                                  int threads) {
+  std::vector<kernels::DecodeRow>& rows = decode_rows_;
+  size_t begin = 0, used = 0;
+  for (size_t i = 0; i <= rows.size(); ++i) {
+    const size_t need =
+        i < rows.size() ? kernels::DecodeRowPartials(params, rows[i].num_keys)
+                        : 0;
+    if ((i == rows.size() && i > begin) || used + need > max_partials) {
+      kernels::DecodeAttention(params, rows.data() + begin, i - begin, partials,
+                               threads);
+      begin = i;
+      used = 0;
+    }
+    if (i < rows.size()) {
+      rows[i].first_partial = used;
+      used += need;
+    }
+  }
+}
+
+Status OwnedBuffers::Allocate(const AttentionOp& op, uint64_t held,
+                              uint64_t cap, const std::string& what) {
+  Workspace workspace;
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    workspace.Add(&buffers_[i], op.buffer_bytes()[i]);
+  }
+  pointers_ = {};
+  ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, cap));
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    pointers_[i] = buffers_[i].data();
+  }
+  return {};
+}
+
+bool OwnedBuffers::Fit(const AttentionOp& op) const {
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    if (buffers_[i].size() != op.buffer_bytes()[i]) return false;
+  }
+  return true;
+}
+
+size_t OwnedBuffers::bytes() const {
+  size_t total = 0;
+  for (const AlignedBuffer& b : buffers_) total += b.size();
+  return total;
+}
+
+kernels::DecodeParams DecodeParamsOf(const KvCache& cache, const MhaConfig& c) {
+  const int64_t head_dim = c.d_out / c.num_heads;
+  kernels::DecodeParams params;
+  params.num_heads = static_cast<size_t>(c.num_heads);
+  params.num_kv_heads = static_cast<size_t>(c.num_kv_heads);
+  params.window = static_cast<size_t>(c.sliding_window);
+  params.head_dim = static_cast<size_t>(head_dim);
+  params.padded_dim = kernels::DecodePaddedDim(params.head_dim);
+  params.key_stride = static_cast<size_t>(cache.row_stride);
+  params.head_stride = static_cast<size_t>(cache.head_stride);
+  params.scale =
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  return params;
+}
+
+}  // namespace attn

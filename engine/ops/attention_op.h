@@ -1,0 +1,213 @@
+// The one attention operator (ARCHITECTURE.md, "one attention operator"):
+// the fused QKV projection, the causal core and the output projection of an
+// MhaModel, planned once per shape. MhaSession runs it on buffers of its
+// own, a graph's mha step on its session's planned arena; MhaDecoder runs it
+// on a prompt whose K and V land in its cache, and on steps of new tokens
+// against that cache. Engine internal, never installed.
+#ifndef ATTN_ENGINE_OPS_ATTENTION_OP_H_
+#define ATTN_ENGINE_OPS_ATTENTION_OP_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/status.hpp"
+#include "engine/runtime/buffer.h"
+#include "engine/models/mha_model.h"
+#include "engine/ops/step_weights.h"
+#include "kernels/attention.h"
+#include "kernels/decode.h"
+#include "kernels/matmul.h"
+#include "kernels/rope.h"
+
+namespace attn {
+
+// One addressing for every K/V layout: rows of head h of sequence b at
+// k (or v) + b * batch_stride + h * head_stride, row_stride floats apart
+// (AttentionInputs in kernels/attention.h). A decoder's cache, padded to
+// Dp = DecodePaddedDim(D) floats a row (padding lanes zero), is laid out as
+// the decode kernel reads it fastest (kernels::DecodeBlocksHeads): head
+// major, [B, Hkv, capacity, Dp] (row_stride Dp, head_stride capacity * Dp),
+// each head's keys one run; or token major, [B, capacity, Hkv, Dp]
+// (row_stride Hkv * Dp, head_stride Dp), a sequence's keys one run however
+// far capacity exceeds them. batch_stride is capacity * Hkv * Dp in both.
+struct KvCache {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+  int64_t capacity = 0;  // tokens per sequence
+};
+
+// The decode kernel's parameters for `cache` and the attention of `c`.
+kernels::DecodeParams DecodeParamsOf(const KvCache& cache, const MhaConfig& c);
+
+// Below this many FLOPs (the convention) a block runs as plain loops
+// on the calling thread: oneDNN's and OpenMP's fixed cost per call (18 us at
+// seed, measured) buys about 10^5 FLOPs of those loops at a few GFLOP/s, so
+// 32768 stays clear of the crossover; seed is 816.
+constexpr double kTinyMhaMaxFlops = 32768;
+
+// The rows of a step or of a forward on a cache that go on past the
+// attention (a model's last block: those whose logits are asked for),
+// ascending: only they reach the output. A step attends only them; a
+// forward's causal core still runs every row, then projects the kept ones
+// out by `out_proj` (W_out as steps read it, from the decoder). Every row's
+// K and V land in the cache either way.
+struct KeptRows {
+  const int64_t* rows = nullptr;
+  size_t count = 0;
+  const StepWeights* out_proj = nullptr;
+};
+
+class AttentionOp {
+ public:
+  // The activations and scratch of one Forward, which the caller owns: its
+  // own (OwnedBuffers) or a graph's planned arena. Each is needed only
+  // while Forward runs, 64-byte aligned, and of buffer_bytes()[i] bytes
+  // (0: unused, may be null).
+  enum Buffer {
+    kInputLow,     // bf16 only: x converted
+    kQkv,          // the q, k, v planes (with a cache, q's and then the
+                   // projection's rows; tiny: all)
+    kContext,      // the core's output, heads merged
+    kProjScratch,  // the projections' per-thread scratch
+    kCoreScratch,  // the core's per-thread scratch
+    kNumBuffers
+  };
+  using Buffers = std::array<void*, kNumBuffers>;
+
+  // Plans x [batch * seq_len, d_in] -> y [batch * seq_len, d_out] for model
+  // `m`, matmuls in `type`, on `num_threads`. Without `cache`, q, k and v
+  // are the planes [H + 2 Hkv, batch * seq_len, D] of one fused projection
+  // in kQkv (Hkv: the K/V heads). Rotary embeddings, when the model has
+  // them, turn q and k where the projection left them (fp32 only). With it
+  // (fp32 only), one projection of the full width gives each token's q, k
+  // and v, copied to the q plane and to rows [0, seq_len) of its cache
+  // sequence, where the core reads K and V. The op runs on the model's
+  // packed weights (MhaModelData::packed) where its matmuls lay them out
+  // alike, else on those of `previous` (an op of the same model being
+  // replaced, as a decoder's last prompt is by one of another length), which
+  // it takes over where they agree, else packs its own, checked against the
+  // model's cap with `held` bytes already held besides what previous still
+  // holds after that; a failure names `what`.
+  static Result<std::unique_ptr<AttentionOp>> Create(
+      const MhaModelData& m, kernels::DataType type, int64_t batch,
+      int64_t seq_len, const KvCache* cache, int num_threads, uint64_t held,
+      const std::string& what, AttentionOp* previous = nullptr);
+
+  // Plans steps of `rows` new tokens against `cache` (fp32): one fused
+  // projection [rows, (H + 2 Hkv) D] (kernels::RowsLinear up to
+  // kRowsLinearMaxRows rows, else a matmul), rotary embeddings on its q and
+  // k, the tokens' q, k and v into the decode kernel's rows and the cache
+  // (kernels::DecodeAppend), the decode kernel over each row's keys, the
+  // output projection.
+  // Its matmuls' packed weights are found as Create's (`previous`: a step
+  // op of the same model being replaced); up to kRowsLinearMaxRows rows read
+  // `steps`, which must outlive the op.
+  static Result<std::unique_ptr<AttentionOp>> CreateStep(
+      const MhaModelData& m, const StepProjections& steps, int64_t rows,
+      const KvCache& cache, int num_threads, uint64_t held,
+      const std::string& what, AttentionOp* previous = nullptr);
+
+  // The forward on `buffers` (see Buffer). `cache_seqs[i]`: the cache
+  // sequence of the batch's i-th sequence (with a cache only; null
+  // otherwise). With `keep` (with a cache only) y gets only the kept rows,
+  // in order.
+  void Forward(const float* x, const int64_t* cache_seqs, float* y,
+               const Buffers& buffers, const KeptRows* keep = nullptr) const;
+  // Bytes of each of Forward's buffers.
+  const std::array<size_t, kNumBuffers>& buffer_bytes() const {
+    return buffer_bytes_;
+  }
+
+  // A step: row r of x is token `positions[r]` of cache sequence `seqs[r]`
+  // (the tokens before it are in the cache). `partials`: the decode
+  // kernel's, `max_partials` slots of DecodePartialFloats(Dp) floats. With
+  // `keep` only the kept rows attend and reach y, in order.
+  void Step(const float* x, const int64_t* seqs, const int64_t* positions,
+            float* y, float* partials, size_t max_partials,
+            const KeptRows* keep = nullptr);
+
+  // Columns of the fused projection: the q, k and v heads.
+  int64_t QkvWidth() const { return (H_ + 2 * Hkv_) * D_; }
+  // Rows of a step, tokens of a forward.
+  int64_t rows() const { return batch_ * seq_len_; }
+  int64_t batch() const { return batch_; }
+  int64_t seq_len() const { return seq_len_; }
+  // Bytes the op holds: its packed weights (and a step's qkv, ctx and
+  // scratch), not Forward's buffers.
+  size_t bytes() const;
+
+ private:
+  AttentionOp() = default;
+  Status MakeMatMuls(kernels::DataType type);
+  Status Allocate(kernels::DataType type, uint64_t held,
+                  const std::string& what, AttentionOp* previous);
+  void ChooseWeights(AttentionOp* previous, Workspace* workspace);
+  Status PackProjections();
+  Status PackWeights();
+  void ForwardTiny(const float* x, float* y, float* scratch) const;
+  void Project(const float* x, const int64_t* cache_seqs,
+               const Buffers& buffers) const;
+  void ScatterQkv(const float* rows, const int64_t* cache_seqs, float* q) const;
+  Status MakeStepMatMuls();
+  void StepLinear(const std::optional<kernels::MatMul>& mm, const void* packed,
+                  const StepWeights& step, const std::vector<float>& b,
+                  const float* x, size_t rows, float* y, int threads) const;
+  void RunDecodeKernel(const kernels::DecodeParams& params, float* partials,
+                       size_t max_partials, int threads);
+  Status MakeRope(size_t max_positions, uint64_t held, const std::string& what);
+  void RotateForward(const int64_t* cache_seqs, const Buffers& buffers) const;
+
+  const MhaModelData* m_ = nullptr;
+  int64_t batch_ = 0, seq_len_ = 0, H_ = 0, Hkv_ = 0, D_ = 0;
+  int num_threads_ = 1;
+  bool tiny_ = false;  // plain loops; `qkv_` is their scratch
+  bool step_ = false;  // CreateStep: the decode kernel over the cache
+  const StepProjections* steps_ = nullptr;  // CreateStep's
+  std::optional<KvCache> cache_;
+  std::optional<kernels::Convert> to_bf16_;  // bf16 only: input conversion
+  // Without a cache: qkv_proj_ writes all three planes. With one: the rows
+  // of q, k and v, which ScatterQkv puts in the q plane and the cache.
+  std::optional<kernels::MatMul> qkv_proj_, out_proj_;
+  std::optional<kernels::CausalAttention> core_;
+  // Rotary embeddings: the table, and each forward row's position.
+  std::optional<kernels::RopeTable> rope_;
+  std::vector<int64_t> positions_;
+  // Packed weights and the biases.
+  AlignedBuffer w_qkv_, b_qkv_, w_out_, b_out_;
+  // What the projections run on: w_qkv_ and w_out_, or the model's.
+  const void* qkv_weights_ = nullptr;
+  const void* out_weights_ = nullptr;
+  std::array<size_t, kNumBuffers> buffer_bytes_{};
+  // Steps only, which hold their buffers: qkv rows, ctx, scratch,
+  // [rows, H, Dp] zero-padded q rows, and the decode kernel's rows.
+  AlignedBuffer qkv_, ctx_, proj_scratch_, q_rows_;
+  std::vector<kernels::DecodeRow> decode_rows_;
+};
+
+// Forward's buffers held by their caller, for callers without an arena
+// (MhaSession, the decoder's prompts).
+class OwnedBuffers {
+ public:
+  // Checks `held` + the op's buffer_bytes() against `cap` (an error naming
+  // `what`), then allocates them.
+  Status Allocate(const AttentionOp& op, uint64_t held, uint64_t cap,
+                  const std::string& what);
+  // Whether they are the buffers `op` asks for, of its sizes exactly.
+  bool Fit(const AttentionOp& op) const;
+  const AttentionOp::Buffers& pointers() const { return pointers_; }
+  size_t bytes() const;
+
+ private:
+  std::array<AlignedBuffer, AttentionOp::kNumBuffers> buffers_;
+  AttentionOp::Buffers pointers_{};
+};
+
+}  // namespace attn
+
+#endif  // ATTN_ENGINE_OPS_ATTENTION_OP_H_

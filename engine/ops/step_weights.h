@@ -1,0 +1,66 @@
+// StepWeights: a linear's weights as a decode step's few rows read them
+// (kernels::RowsLinear's panels), in fp32 or bf16. Steps of up to
+// kernels::kRowsLinearMaxRows rows are bound by reading these once.
+#ifndef ATTN_ENGINE_OPS_STEP_WEIGHTS_H_
+#define ATTN_ENGINE_OPS_STEP_WEIGHTS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attn/status.hpp"
+#include "engine/runtime/buffer.h"
+#include "engine/runtime/limits.h"
+#include "hwy/base.h"
+#include "kernels/rows_linear.h"
+
+namespace attn {
+
+class StepWeights {
+ public:
+  StepWeights() = default;
+  // W [out, in] (nn.Linear's layout), packed by a team of num_threads; the
+  // bf16 overload keeps bf16.
+  static Result<StepWeights> Pack(const float* w, int64_t out, int64_t in,
+                                  int num_threads);
+  static Result<StepWeights> Pack(const hwy::bfloat16_t* w, int64_t out,
+                                  int64_t in, int num_threads);
+
+  // y [rows, out] = act(x [rows, in] W^T + bias) (bias [out] or null), for
+  // 1 <= rows <= kernels::kRowsLinearMaxRows.
+  void Run(const float* x, size_t rows, const float* bias, float* y,
+           int num_threads,
+           kernels::RowsLinearActivation activation =
+               kernels::RowsLinearActivation::kNone) const;
+
+  size_t bytes() const { return panels_.size(); }
+  size_t in() const { return in_; }
+  size_t out() const { return out_; }
+  // Bytes Pack gives W [out, in] in fp32, or in bf16 with `bf16`.
+  static uint64_t BytesOf(int64_t out, int64_t in, bool bf16);
+
+ private:
+  template <typename T>
+  static Result<StepWeights> PackAs(const T* w, int64_t out, int64_t in,
+                                    int num_threads);
+
+  AlignedBuffer panels_;
+  bool bf16_ = false;
+  size_t in_ = 0, out_ = 0;
+};
+
+// A decode step's two projections, as a decoder packs them: [W_query;
+// W_key; W_value] and out_proj.
+struct StepProjections {
+  StepWeights qkv, out;
+  size_t bytes() const { return qkv.bytes() + out.bytes(); }
+  // bytes() once packed from d_in inputs to qkv_rows and d_out outputs.
+  static uint64_t BytesOf(int64_t d_in, int64_t qkv_rows, int64_t d_out,
+                          bool bf16) {
+    return AddSat(StepWeights::BytesOf(qkv_rows, d_in, bf16),
+                  StepWeights::BytesOf(d_out, d_out, bf16));
+  }
+};
+
+}  // namespace attn
+
+#endif  // ATTN_ENGINE_OPS_STEP_WEIGHTS_H_

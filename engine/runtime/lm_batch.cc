@@ -1,0 +1,548 @@
+// LmBatch (attn/lm.hpp): continuous batching over a LanguageModel. Each
+// layer's attention is an MhaDecoder whose cache holds every slot; a step
+// packs the new tokens of its requests slot after slot, runs the blocks on
+// those rows (each decoder appending them to its cache), except that the
+// last block's attention output and feed-forward, the final norm and the
+// head run on the rows whose logits were asked for alone.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attn/decode.hpp"
+#include "attn/lm.hpp"
+#include "engine/runtime/buffer.h"
+#include "engine/runtime/decoder_owner.h"
+#include "engine/runtime/limits.h"
+#include "engine/models/lm_model.h"
+#include "engine/models/mha_model.h"
+#include "engine/ops/step_weights.h"
+#include "engine/runtime/threads.h"
+#include "kernels/decode.h"
+#include "kernels/elementwise.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/rows_linear.h"
+
+namespace attn {
+namespace {
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+// Step buffers, grown to the largest step so far.
+struct StepBuffers {
+  AlignedBuffer x, normed, branch;  // [rows, e]
+  AlignedBuffer up, gate;           // [rows, hidden]
+  AlignedBuffer logits;             // [logit rows, vocab]
+  AlignedBuffer scratch;            // the matmuls'
+  AlignedBuffer low;                // bf16 models: a matmul's input, bf16
+};
+
+}  // namespace
+
+struct LmBatch::Impl {
+  std::shared_ptr<const LanguageModel> model;
+  const LanguageModel::Impl* m = nullptr;
+  int64_t B = 0, capacity = 0;
+  std::vector<std::unique_ptr<MhaDecoder>> decoders;  // per layer
+  // Every decoder's fresh prompts run on these (one layer at a time).
+  std::shared_ptr<OwnedBuffers> prompt_buffers =
+      std::make_shared<OwnedBuffers>();
+  std::vector<bool> live;  // per slot
+  // The step being run: new tokens and tokens held before it per slot,
+  // each row's token and position, the rows whose logits are kept, and
+  // each request's first logits row.
+  std::vector<int64_t> counts, held_before, row_tokens, row_positions;
+  std::vector<int64_t> logit_rows;
+  std::vector<size_t> logits_first;
+  StepBuffers buffers;
+  int64_t rows_allocated = 0, logit_rows_allocated = 0;
+  // How each linear runs the step's rows, by (linear, rows).
+  std::map<std::pair<const ops::Linear*, int64_t>, ops::LinearPlan> plans;
+  size_t scratch_allocated = 0;
+
+  uint64_t HeldBytes() const;
+  // What HeldBytes counts besides layer `layer`'s decoder and attention
+  // weights: what that decoder's own memory checks add to theirs.
+  uint64_t HeldBesides(size_t layer) const;
+  Status CheckRequests(const Request* requests, size_t count) const;
+  void PackRows(const Request* requests, size_t count);
+  Status Reserve(int64_t rows, int64_t logit_rows);
+  Status PlanLinear(const ops::Linear& linear, int64_t rows, bool gelu);
+  void RunLinear(const ops::Linear& linear, const float* x, int64_t rows,
+                 float* y) const;
+  Status PlanLinears(int64_t rows);
+  void Embed(float* x) const;
+  void Norm(const lm::Norm& norm, const float* x, int64_t rows, float* y) const;
+  void FeedForward(const lm::Layer& layer, int64_t rows);
+  int64_t KeepLogitRows(float* x) const;
+  Status RunBlocks(int64_t rows);
+  void RunHead();
+  Status Run();  // the packed step
+  // After a step that failed part-way: every layer's cache back to the
+  // tokens it held before.
+  void RollBack();
+};
+
+uint64_t LmBatch::Impl::HeldBesides(size_t layer) const {
+  uint64_t own = m->layers[layer].attention->memory_bytes();
+  if (layer < decoders.size()) {
+    own += decoders[layer]->cache_bytes() + decoders[layer]->workspace_bytes();
+  }
+  const uint64_t held = HeldBytes();
+  return held > own ? held - own : 0;
+}
+
+uint64_t LmBatch::Impl::HeldBytes() const {
+  uint64_t bytes = AddSat(model->memory_bytes(), prompt_buffers->bytes());
+  for (const auto& d : decoders) {
+    bytes = AddSat(bytes, d->cache_bytes() + d->workspace_bytes());
+  }
+  const StepBuffers& b = buffers;
+  for (const AlignedBuffer* buffer : {&b.x, &b.normed, &b.branch, &b.up,
+                                      &b.gate, &b.logits, &b.scratch, &b.low}) {
+    bytes = AddSat(bytes, buffer->size());
+  }
+  return bytes;
+}
+
+// Everything a step can get wrong, before anything changes.
+Status LmBatch::Impl::CheckRequests(const Request* requests,
+                                    size_t count) const {
+  if (count > 0 && !requests) return InvalidArgument("step: requests is null");
+  if (count > static_cast<size_t>(B)) {
+    return InvalidArgument("step has " + Str(int64_t(count)) +
+                           " requests, want at most max_sequences " + Str(B) +
+                           " (each sequence once)");
+  }
+  std::vector<bool> seen(static_cast<size_t>(B), false);
+  const int64_t vocab = m->config.vocab_size;
+  for (size_t i = 0; i < count; ++i) {
+    const Request& r = requests[i];
+    const std::string who = "step request " + Str(int64_t(i)) + ": ";
+    if (r.sequence < 0 || r.sequence >= B || !live[r.sequence]) {
+      return InvalidArgument(who + "sequence " + Str(r.sequence) +
+                             " is not a live sequence of this batch");
+    }
+    if (seen[r.sequence]) {
+      return InvalidArgument(who + "sequence " + Str(r.sequence) +
+                             " appears twice in one step");
+    }
+    seen[r.sequence] = true;
+    if (r.count <= 0 || !r.tokens) {
+      return InvalidArgument(who + "has " + Str(r.count) +
+                             " tokens, want at least 1 (and non-null tokens)");
+    }
+    const int64_t held = decoders[0]->length(r.sequence);
+    if (r.count > capacity - held) {
+      return InvalidArgument(who + "sequence " + Str(r.sequence) + " holds " +
+                             Str(held) + " tokens; " + Str(r.count) +
+                             " more exceed the batch's max_length " +
+                             Str(capacity));
+    }
+    for (int64_t t = 0; t < r.count; ++t) {
+      if (r.tokens[t] < 0 || r.tokens[t] >= vocab) {
+        return InvalidArgument(who + "token id " + Str(r.tokens[t]) +
+                               " at position " + Str(t) +
+                               " is out of range [0, " + Str(vocab) + ")");
+      }
+    }
+  }
+  return {};
+}
+
+// Rows slot after slot (the decoders' order), and which give logits.
+void LmBatch::Impl::PackRows(const Request* requests, size_t count) {
+  std::vector<size_t> by_slot(static_cast<size_t>(B), count);
+  for (size_t i = 0; i < count; ++i) by_slot[requests[i].sequence] = i;
+  std::fill(counts.begin(), counts.end(), 0);
+  row_tokens.clear();
+  row_positions.clear();
+  logit_rows.clear();
+  logits_first.assign(count, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const size_t i = by_slot[b];
+    if (i == count) continue;
+    const Request& r = requests[i];
+    counts[b] = r.count;
+    const int64_t first_row = static_cast<int64_t>(row_tokens.size());
+    for (int64_t t = 0; t < r.count; ++t) {
+      row_tokens.push_back(r.tokens[t]);
+      row_positions.push_back(held_before[b] + t);
+    }
+    logits_first[i] = logit_rows.size();
+    for (int64_t t = r.all_logits ? 0 : r.count - 1; t < r.count; ++t) {
+      logit_rows.push_back(first_row + t);
+    }
+  }
+}
+
+Status LmBatch::Impl::Reserve(int64_t rows, int64_t logits) {
+  if (rows <= rows_allocated && logits <= logit_rows_allocated) return {};
+  rows = std::max(rows, rows_allocated);
+  logits = std::max(logits, logit_rows_allocated);
+  const LmConfig& c = m->config;
+  const auto floats = [](int64_t a, int64_t b) {
+    return static_cast<size_t>(a) * static_cast<size_t>(b) * sizeof(float);
+  };
+  StepBuffers& b = buffers;
+  Workspace workspace;
+  for (AlignedBuffer* buffer : {&b.x, &b.normed, &b.branch}) {
+    workspace.Add(buffer, floats(rows, c.emb_dim));
+  }
+  workspace.Add(&b.up, floats(rows, c.hidden_dim));
+  if (c.architecture == LmArchitecture::kLlama) {
+    workspace.Add(&b.gate, floats(rows, c.hidden_dim));
+  }
+  workspace.Add(&b.logits, floats(logits, c.vocab_size));
+  if (m->dtype == DType::kBF16) {  // the widest input: hidden >= emb_dim
+    workspace.Add(&b.low, floats(rows, std::max(c.hidden_dim, c.emb_dim)) / 2);
+  }
+  const uint64_t held = HeldBytes() - b.x.size() - b.normed.size() -
+                        b.branch.size() - b.up.size() - b.gate.size() -
+                        b.logits.size() - b.low.size();
+  rows_allocated = logit_rows_allocated = 0;  // Allocate may empty them
+  ATTN_RETURN_IF_ERROR(
+      workspace.Allocate("the buffers of a step of " + Str(rows) + " tokens",
+                         held, m->max_memory_bytes));
+  rows_allocated = rows;
+  logit_rows_allocated = logits;
+  return {};
+}
+
+// The plan of `linear` for `rows` rows, made once per row count: on the
+// model's packed weights when its matmul can read them, else on the plain
+// ones (no second packed copy).
+Status LmBatch::Impl::PlanLinear(const ops::Linear& linear, int64_t rows,
+                                 bool gelu) {
+  const auto key = std::make_pair(&linear, rows);
+  if (plans.count(key)) return {};
+  ops::LinearEpilogue epilogue;
+  epilogue.gelu = gelu;
+  ATTN_ASSIGN_OR_RETURN(
+      ops::LinearPlan plan,
+      ops::LinearPlan::Create(linear, rows, epilogue,
+                              ops::LinearFallback::kPlain, m->num_threads));
+  const size_t scratch = plan.scratch_bytes();
+  if (scratch > scratch_allocated) {
+    ATTN_RETURN_IF_ERROR(CheckMemory("a step's matmul scratch",
+                                     AddSat(HeldBytes(), scratch),
+                                     m->max_memory_bytes));
+    ATTN_ASSIGN_OR_RETURN(buffers.scratch, AlignedBuffer::Allocate(scratch));
+    scratch_allocated = scratch;
+  }
+  plans.emplace(key, std::move(plan));
+  return {};
+}
+
+// Plans for the step's row counts, dropping those of other counts: a
+// stream of steps of ever new sizes keeps two sets of primitives at most.
+Status LmBatch::Impl::PlanLinears(int64_t rows) {
+  const auto logits = static_cast<int64_t>(logit_rows.size());
+  for (auto it = plans.begin(); it != plans.end();) {
+    const int64_t planned = it->first.second;
+    it = planned == rows || planned == logits ? std::next(it) : plans.erase(it);
+  }
+  for (const lm::Layer& layer : m->layers) {
+    // The last feed-forward runs on the logit rows alone (KeepLogitRows).
+    const int64_t ff_rows = &layer == &m->layers.back() ? logits : rows;
+    // GPT-2's up-projection applies GELU as it writes (Llama's has a gate).
+    const bool gelu = !layer.gate.present();
+    ATTN_RETURN_IF_ERROR(PlanLinear(layer.up, ff_rows, gelu));
+    if (layer.gate.present()) {
+      ATTN_RETURN_IF_ERROR(PlanLinear(layer.gate, ff_rows, false));
+    }
+    ATTN_RETURN_IF_ERROR(PlanLinear(layer.down, ff_rows, false));
+  }
+  return PlanLinear(m->head, logits, false);
+}
+
+void LmBatch::Impl::RunLinear(const ops::Linear& linear, const float* x,
+                              int64_t rows, float* y) const {
+  plans.at(std::make_pair(&linear, rows))
+      .Run(linear, x, y, {buffers.low.data(), buffers.scratch.data(), nullptr},
+           m->num_threads);
+}
+
+// Token embeddings, plus GPT-2's learned positions (PyTorch's tok + pos).
+void LmBatch::Impl::Embed(float* x) const {
+  const size_t e = size_t(m->config.emb_dim);
+  const bool positions = !m->pos_emb.empty();
+  for (size_t r = 0; r < row_tokens.size(); ++r) {
+    const float* tok = m->tok_emb.data() + size_t(row_tokens[r]) * e;
+    float* row = x + r * e;
+    if (!positions) {
+      std::memcpy(row, tok, e * sizeof(float));
+      continue;
+    }
+    const float* pos = m->pos_emb.data() + size_t(row_positions[r]) * e;
+    for (size_t i = 0; i < e; ++i) row[i] = tok[i] + pos[i];
+  }
+}
+
+void LmBatch::Impl::Norm(const lm::Norm& norm, const float* x, int64_t rows,
+                         float* y) const {
+  const size_t e = size_t(m->config.emb_dim);
+  const auto eps = static_cast<float>(m->config.norm_eps);
+  if (norm.shift.empty()) {
+    kernels::RmsNorm(x, norm.scale.data(), y, size_t(rows), e, eps,
+                     m->num_threads);
+  } else {
+    kernels::LayerNorm(x, norm.scale.data(), norm.shift.data(), y, size_t(rows),
+                       e, eps, m->num_threads);
+  }
+}
+
+// branch = down(gelu(up(normed))), or Llama's down(silu(up) * gate).
+void LmBatch::Impl::FeedForward(const lm::Layer& layer, int64_t rows) {
+  StepBuffers& b = buffers;
+  auto* normed = static_cast<float*>(b.normed.data());
+  auto* up = static_cast<float*>(b.up.data());
+  if (layer.gate.present()) {
+    const size_t hidden = size_t(rows * m->config.hidden_dim);
+    auto* gate = static_cast<float*>(b.gate.data());
+    RunLinear(layer.up, normed, rows, up);
+    RunLinear(layer.gate, normed, rows, gate);
+    kernels::Silu(up, up, hidden, m->num_threads);
+    kernels::Mul(up, gate, up, hidden, m->num_threads);
+  } else {
+    RunLinear(layer.up, normed, rows, up);  // with GELU
+  }
+  RunLinear(layer.down, up, rows, static_cast<float*>(b.branch.data()));
+}
+
+// Only the rows whose logits were asked for reach the head, so only they
+// go past the last block's attention (MhaDecoder's Prefill with `keep`:
+// the other rows add their K and V to its cache) and through its
+// feed-forward (llama.cpp's output ids). Moves them, in order, to the front
+// of x, where the attention's output lies already.
+int64_t LmBatch::Impl::KeepLogitRows(float* x) const {
+  const size_t e = size_t(m->config.emb_dim);
+  for (size_t i = 0; i < logit_rows.size(); ++i) {
+    const auto from = static_cast<size_t>(logit_rows[i]);
+    if (from == i) continue;  // rows ascend: from > i, no overlap
+    std::memcpy(x + i * e, x + from * e, e * sizeof(float));
+  }
+  return static_cast<int64_t>(logit_rows.size());
+}
+
+// The blocks over the packed rows. A decoder that fails leaves the caches
+// of the layers before it holding the step's tokens (Step rolls them back).
+Status LmBatch::Impl::RunBlocks(int64_t rows) {
+  StepBuffers& b = buffers;
+  auto* x = static_cast<float*>(b.x.data());
+  auto* normed = static_cast<float*>(b.normed.data());
+  auto* branch = static_cast<float*>(b.branch.data());
+  Embed(x);
+  for (size_t l = 0; l < m->layers.size(); ++l) {
+    const lm::Layer& layer = m->layers[l];
+    Norm(layer.norm1, x, rows, normed);
+    const bool last = l + 1 == m->layers.size();
+    if (last && logit_rows.size() < size_t(rows)) {
+      ATTN_RETURN_IF_ERROR(decoders[l]->Prefill(
+          normed, counts.data(), logit_rows.data(), logit_rows.size(), branch));
+    } else {
+      ATTN_RETURN_IF_ERROR(decoders[l]->Prefill(normed, counts.data(), branch));
+    }
+    if (last) rows = KeepLogitRows(x);
+    const size_t n = size_t(rows * m->config.emb_dim);
+    kernels::Add(x, branch, x, n, m->num_threads);
+    Norm(layer.norm2, x, rows, normed);
+    FeedForward(layer, rows);
+    kernels::Add(x, branch, x, n, m->num_threads);
+  }
+  return {};
+}
+
+Status LmBatch::Impl::Run() {
+  const auto rows = static_cast<int64_t>(row_tokens.size());
+  if (rows == 0) return {};
+  const ThreadScope threads(m->num_threads);
+  ATTN_RETURN_IF_ERROR(Reserve(rows, static_cast<int64_t>(logit_rows.size())));
+  ATTN_RETURN_IF_ERROR(PlanLinears(rows));
+  ATTN_RETURN_IF_ERROR(RunBlocks(rows));
+  RunHead();
+  return {};
+}
+
+void LmBatch::Impl::RollBack() {
+  for (auto& decoder : decoders) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (decoder->length(b) > held_before[b]) {
+        (void)decoder->Truncate(b, held_before[b]);
+      }
+    }
+  }
+}
+
+// The final norm and the head, on the rows asked for (KeepLogitRows put
+// them first).
+void LmBatch::Impl::RunHead() {
+  StepBuffers& b = buffers;
+  const auto* x = static_cast<const float*>(b.x.data());
+  const auto rows = static_cast<int64_t>(logit_rows.size());
+  auto* normed = static_cast<float*>(b.normed.data());
+  Norm(m->final_norm, x, rows, normed);
+  RunLinear(m->head, normed, rows, static_cast<float*>(b.logits.data()));
+}
+
+LmBatch::LmBatch(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LmBatch::~LmBatch() = default;
+
+Result<std::unique_ptr<LmBatch>> LmBatch::Create(
+    std::shared_ptr<const LanguageModel> model, const LmBatchOptions& options) {
+  if (!model) return InvalidArgument("batch: model is null");
+  auto impl = std::make_unique<Impl>();
+  const LanguageModel::Impl& m = *model->impl_;
+  const LmConfig& c = m.config;
+  if (options.max_sequences <= 0 ||
+      options.max_sequences > LmBatchOptions::kMaxSequences) {
+    return InvalidArgument("batch max_sequences is " +
+                           Str(options.max_sequences) + ", want 1 to " +
+                           Str(LmBatchOptions::kMaxSequences));
+  }
+  if (options.max_length < 0 || options.max_length > c.context_length) {
+    return InvalidArgument("batch max_length is " + Str(options.max_length) +
+                           ", want 0 (the context) to context_length " +
+                           Str(c.context_length));
+  }
+  const int64_t capacity =
+      options.max_length ? options.max_length : c.context_length;
+  // Every layer's cache, and the attention step weights of the layers whose
+  // shared copy no batch holds yet, checked as one request before any is
+  // made.
+  const uint64_t head_dim = c.emb_dim / c.num_heads;
+  const uint64_t cache_bytes =
+      MulSat(MulSat(2 * sizeof(float) * uint64_t(c.num_layers),
+                    uint64_t(options.max_sequences) * uint64_t(c.num_kv_heads)),
+             MulSat(uint64_t(capacity), kernels::DecodePaddedDim(head_dim)));
+  const bool bf16 = m.dtype == DType::kBF16;
+  const int64_t qkv_rows = c.emb_dim + 2 * c.num_kv_heads * int64_t(head_dim);
+  uint64_t step_bytes = 0;
+  for (const lm::Layer& layer : m.layers) {
+    if (HoldsStepWeights(*layer.attention->impl_)) continue;
+    step_bytes = AddSat(step_bytes, StepProjections::BytesOf(
+                                        c.emb_dim, qkv_rows, c.emb_dim, bf16));
+  }
+  ATTN_RETURN_IF_ERROR(CheckMemory(
+      "the KV caches of " + Str(options.max_sequences) + " sequences x " +
+          Str(capacity) + " tokens in " + Str(c.num_layers) +
+          " layers and their attention's step weights",
+      AddSat(model->memory_bytes(), AddSat(cache_bytes, step_bytes)),
+      m.max_memory_bytes));
+  impl->m = &m;
+  impl->B = options.max_sequences;
+  impl->capacity = capacity;
+  impl->live.assign(size_t(impl->B), false);
+  impl->counts.assign(size_t(impl->B), 0);
+  impl->held_before.assign(size_t(impl->B), 0);
+  impl->model = std::move(model);  // HeldBytes reads the weights through it
+  const ThreadScope threads(m.num_threads);
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const Impl* d = impl.get();
+    ATTN_ASSIGN_OR_RETURN(
+        std::unique_ptr<MhaDecoder> decoder,
+        MhaDecoder::Create(m.layers[l].attention, {impl->B, capacity},
+                           DecoderOwner{[d, l] { return d->HeldBesides(l); },
+                                        impl->prompt_buffers}));
+    impl->decoders.push_back(std::move(decoder));
+  }
+  return std::unique_ptr<LmBatch>(new LmBatch(std::move(impl)));
+}
+
+Result<int64_t> LmBatch::Add() {
+  Impl& d = *impl_;
+  const auto free = std::find(d.live.begin(), d.live.end(), false);
+  if (free == d.live.end()) {
+    return InvalidArgument("batch holds its " + Str(d.B) +
+                           " sequences (max_sequences): Remove one first");
+  }
+  const auto slot = static_cast<int64_t>(free - d.live.begin());
+  for (auto& decoder : d.decoders) ATTN_RETURN_IF_ERROR(decoder->Reset(slot));
+  d.live[slot] = true;
+  return slot;
+}
+
+Status LmBatch::Remove(int64_t sequence) {
+  Impl& d = *impl_;
+  if (length(sequence) < 0) {
+    return InvalidArgument("sequence " + Str(sequence) +
+                           " is not a live sequence of this batch");
+  }
+  d.live[sequence] = false;
+  return {};
+}
+
+Result<int64_t> LmBatch::Fork(int64_t sequence) {
+  Impl& d = *impl_;
+  if (length(sequence) < 0) {
+    return InvalidArgument("cannot fork sequence " + Str(sequence) +
+                           ": not a live sequence of this batch");
+  }
+  ATTN_ASSIGN_OR_RETURN(const int64_t fork, Add());
+  for (auto& decoder : d.decoders) {
+    if (const Status s = decoder->Copy(sequence, fork); !s.ok()) {
+      d.live[fork] = false;
+      return s;
+    }
+  }
+  return fork;
+}
+
+int64_t LmBatch::length(int64_t sequence) const {
+  const Impl& d = *impl_;
+  if (sequence < 0 || sequence >= d.B || !d.live[sequence]) return -1;
+  return d.decoders[0]->length(sequence);
+}
+
+int64_t LmBatch::max_sequences() const { return impl_->B; }
+int64_t LmBatch::max_length() const { return impl_->capacity; }
+
+Status LmBatch::Step(const Request* requests, size_t count) {
+  Impl& d = *impl_;
+  d.logits_first.clear();  // no logits from a failed step, refused or not
+  // A step that fails part-way, returning an error or out of memory in an
+  // allocation, leaves every sequence as it was.
+  for (int64_t b = 0; b < d.B; ++b) d.held_before[b] = d.decoders[0]->length(b);
+  Status s;
+  try {
+    s = d.CheckRequests(requests, count);
+    if (s.ok()) {
+      d.PackRows(requests, count);
+      s = d.Run();
+    }
+  } catch (const std::bad_alloc&) {
+    s = OutOfMemory("out of memory");  // short: no allocation to make it
+  } catch (...) {  // a oneDNN primitive that failed to run, say
+    s = Internal("a step failed in a kernel; no sequence changed");
+  }
+  if (!s.ok()) {
+    d.RollBack();
+    d.logits_first.clear();
+  }
+  return s;
+}
+
+const float* LmBatch::logits(size_t request) const {
+  const Impl& d = *impl_;
+  if (request >= d.logits_first.size()) return nullptr;
+  return static_cast<const float*>(d.buffers.logits.data()) +
+         d.logits_first[request] * size_t(d.m->config.vocab_size);
+}
+
+size_t LmBatch::cache_bytes() const {
+  size_t bytes = impl_->prompt_buffers->bytes();
+  for (const auto& decoder : impl_->decoders) {
+    bytes += decoder->cache_bytes() + decoder->workspace_bytes();
+  }
+  return bytes;
+}
+
+}  // namespace attn
