@@ -1,5 +1,5 @@
 // Shared by the Google Benchmark programs in bench/: the shape grid, FLOP
-// convention and seeded random data (attn/bench.hpp), rate counters, and a
+// convention and seeded random data (bench/grid.h), rate counters, and a
 // main() that records the Highway target, oneDNN ISA and default thread count
 // in the context.
 #ifndef ATTN_BENCH_BENCH_UTIL_H_
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "attn/bench.hpp"
+#include "bench/grid.h"
 
 namespace attn::bench {
 

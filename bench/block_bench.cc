@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "attn/bench.hpp"
 #include "bench/bench_util.h"
+#include "bench/grid.h"
 
 namespace attn::bench {
 namespace {

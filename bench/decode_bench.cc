@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "attn/bench.hpp"
 #include "attn/decode.hpp"
+#include "bench/grid.h"
 #include "engine/runtime/huge_pages.h"
 #include "kernels/decode.h"
 

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "attn/bench.hpp"
+#include "bench/grid.h"
 
 namespace attn::cli {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "attn/bench.hpp"
+#include "bench/grid.h"
 #include "tools/flags.h"
 
 namespace attn::cli {
@@ -40,7 +40,7 @@ struct Shape {
   int64_t sliding_window = 0;  // 0: full causal
 };
 
-// The peers' grid of attn/bench.hpp (seed ... long-4k), then long-32k and
+// The peers' grid of bench/grid.h (seed ... long-4k), then long-32k and
 // llama-2k.
 const std::vector<Shape>& Grid();
 // The names of `shapes` joined by `separator`, e.g. for help text.
@@ -63,9 +63,7 @@ Result<std::vector<Shape>> WithAttentionFlags(std::vector<Shape> shapes,
                                               const RopeConfig& rope,
                                               int64_t sliding_window);
 
-// attn/bench.hpp's BlockFlops: 2*b*T*d_in*(d_out + 2*kv_dim) +
-// 2*b*T*d_out^2 + 4*b*pairs*d_out, pairs the causal half T^2/2 (or
-// T*W - W^2/2 under a sliding window W), as the peer benchmarks count it.
+// AttentionFlops (attn/attn.hpp) of the shape's attention.
 double Flops(const Shape& s);
 // The middle value of `v` (the mean of the middle two for an even count);
 // `v` must not be empty.

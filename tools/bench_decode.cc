@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "attn/bench.hpp"
 #include "attn/decode.hpp"
+#include "bench/grid.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench_common.h"
 #include "tools/decode_cli.h"

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "attn/bench.hpp"
 #include "attn/graph.hpp"
 #include "attn/safetensors.hpp"
+#include "bench/grid.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench_common.h"
 #include "tools/graph_cli.h"

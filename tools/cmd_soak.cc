@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "attn/bench.hpp"
+#include "bench/grid.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli.h"
 #include "tools/flags.h"

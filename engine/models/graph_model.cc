@@ -18,15 +18,14 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "attn/bench.hpp"
 #include "attn/graph.hpp"
 #include "attn/safetensors.hpp"
-#include "engine/runtime/graph_ir.h"
 #include "engine/io/json_limits.h"
-#include "engine/runtime/limits.h"
+#include "engine/io/model_config.h"
 #include "engine/models/lm_model.h"
 #include "engine/models/mha_model.h"
-#include "engine/io/model_config.h"
+#include "engine/runtime/graph_ir.h"
+#include "engine/runtime/limits.h"
 #include "engine/runtime/threads.h"
 
 namespace attn {
@@ -757,9 +756,9 @@ Status PackLinearWeights(graph::LoadedGraph& m, uint64_t held,
       graph::NodeWeights& w = layer[step.node];
       ops::Weight bias;
       if (w.bias) bias = ops::Weight::Borrow(w.bias, out, 1);
-      Result<ops::Linear> linear = ops::Linear::Create(
-          ops::Weight::Borrow(w.weight, out, in), std::move(bias),
-          {type, false}, m.num_threads);
+      Result<ops::Linear> linear =
+          ops::Linear::Create(ops::Weight::Borrow(w.weight, out, in),
+                              std::move(bias), {type, false}, m.num_threads);
       if (!linear.ok()) {
         return Status(linear.status().code(),
                       m.def.nodes[step.node].Describe() + ": " +
@@ -879,10 +878,7 @@ double GraphModel::flops(int64_t batch, int64_t seq_len) const {
         flops += 2.0 * rows * double(g.widths[size_t(step.src)]) *
                  double(g.widths[size_t(step.dst)]);
       } else if (step.op == graph::Op::kMha) {
-        const MhaConfig& c = layer[step.node].mha->config();
-        flops += bench::BlockFlops({"", batch, seq_len, c.d_in, c.d_out,
-                                    c.num_heads, c.num_kv_heads, 0.0},
-                                   c.sliding_window);
+        flops += AttentionFlops(layer[step.node].mha->config(), batch, seq_len);
       }
     }
   }

@@ -13,13 +13,13 @@
 
 #include "attn/attn.hpp"
 #include "attn/safetensors.hpp"
-#include "engine/ops/attention_op.h"
-#include "engine/runtime/buffer.h"
-#include "engine/runtime/limits.h"
-#include "engine/models/mha_model.h"
 #include "engine/io/model_config.h"
+#include "engine/models/mha_model.h"
+#include "engine/ops/attention_op.h"
 #include "engine/ops/linear.h"
 #include "engine/ops/step_weights.h"
+#include "engine/runtime/buffer.h"
+#include "engine/runtime/limits.h"
 #include "engine/runtime/threads.h"
 #include "kernels/attention.h"
 #include "kernels/softmax.h"
@@ -382,6 +382,26 @@ Status MhaSession::Run(const float* input, int64_t batch, int64_t seq_len,
   ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
   plan_->op->Forward(input, nullptr, output, plan_->buffers.pointers());
   return {};
+}
+
+double AttentionCoreFlops(const MhaConfig& config, int64_t batch,
+                          int64_t seq_len) {
+  const double t = double(seq_len), w = double(config.sliding_window);
+  const bool window =
+      config.sliding_window > 0 && config.sliding_window < seq_len;
+  const double pairs = window ? t * w - w * w / 2 : t * t / 2;
+  return 4.0 * double(batch) * pairs * double(config.d_out);
+}
+
+double AttentionFlops(const MhaConfig& config, int64_t batch, int64_t seq_len) {
+  const double d_in = double(config.d_in), d_out = double(config.d_out);
+  const double kv_dim = config.num_kv_heads > 0
+                            ? double(config.num_kv_heads) *
+                                  double(config.d_out / config.num_heads)
+                            : d_out;
+  return 2.0 * double(batch) * double(seq_len) *
+             (d_in * (d_out + 2.0 * kv_dim) + d_out * d_out) +
+         AttentionCoreFlops(config, batch, seq_len);
 }
 
 }  // namespace attn

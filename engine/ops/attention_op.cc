@@ -63,10 +63,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   }
   // The plain loops know the book's attention only.
   const bool plain = op->Hkv_ == op->H_ && !rope && c.sliding_window == 0;
-  const double R = double(batch) * double(seq_len);
-  const double flops =
-      2.0 * R * (3.0 * double(c.d_in) * c.d_out + double(c.d_out) * c.d_out) +
-      2.0 * R * double(seq_len) * c.d_out;
+  const double flops = AttentionFlops(c, batch, seq_len);
   if (!cache && plain && type == DataType::kF32 && flops < kTinyMhaMaxFlops) {
     op->tiny_ = true;
     op->buffer_bytes_[kQkv] =

@@ -99,6 +99,17 @@ struct MhaOptions : ModelOptions {
 // Half of the physical memory (or of the cgroup's memory.max, if lower).
 ATTN_API uint64_t DefaultMaxMemoryBytes();
 
+// FLOPs of one forward of `config`'s attention over [batch, seq_len], as
+// `attn bench` and the peer benchmarks count them: the q, k and v
+// projections 2*b*T*d_in*(d_out + 2*kv_dim), out_proj 2*b*T*d_out^2, and
+// the core (AttentionCoreFlops).
+ATTN_API double AttentionFlops(const MhaConfig& config, int64_t batch,
+                               int64_t seq_len);
+// The core at its causal half: 4*b*pairs*d_out, pairs T^2/2, or T*W - W^2/2
+// under a sliding window W < T.
+ATTN_API double AttentionCoreFlops(const MhaConfig& config, int64_t batch,
+                                   int64_t seq_len);
+
 // Non-owning fp32 weights in PyTorch layout (nn.Linear: [out, in]).
 // b_query, b_key and b_value are all null (qkv_bias = false) or all set.
 // With K/V heads (MhaConfig::num_kv_heads) kv_dim is num_kv_heads *

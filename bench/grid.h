@@ -1,9 +1,10 @@
-/* attn/bench.hpp: the standard benchmark shapes and FLOP convention, and
- * seeded random weights, for throughput measurements. Header-only, over the
- * public API of attn/attn.hpp; `attn bench`, `attn tune` and the programs in
- * bench/ all measure with it, so their numbers compare. */
-#ifndef ATTN_BENCH_HPP_
-#define ATTN_BENCH_HPP_
+// The standard benchmark shapes and seeded random weights, for throughput
+// measurements. Header-only, over the public API (attn/attn.hpp, whose
+// AttentionFlops is the FLOP convention); `attn bench`, `attn tune` and the
+// programs in bench/ all measure with it, so their numbers compare. Not
+// installed.
+#ifndef ATTN_BENCH_GRID_H_
+#define ATTN_BENCH_GRID_H_
 
 #include <cmath>
 #include <cstddef>
@@ -42,38 +43,31 @@ inline const std::vector<GridShape>& PeerGrid() {
 inline constexpr GridShape kLong32k = {"long-32k", 1, 32768, 512,
                                        512,        8, 0,     0.0};
 
-// Llama 3.2 1B's attention (issue 13): 32 query heads of 64 sharing 8 K/V
+// Llama 3.2 1B's attention: 32 query heads of 64 sharing 8 K/V
 // heads, RoPE with Llama 3's base, as bench/ort_gqa's GroupQueryAttention
 // peer runs it. Named-only, like long-32k: not in the default grid.
 inline constexpr GridShape kLlama2k = {"llama-2k", 1,  2048, 2048,
                                        2048,       32, 8,    500000.0};
 
-// K/V width: kv_heads * d_out / heads, or d_out without grouping.
-inline double KvDim(const GridShape& s) {
-  return s.kv_heads > 0 ? double(s.kv_heads) * double(s.d_out / s.heads)
-                        : double(s.d_out);
+// The attention of `s` with a sliding window of `sliding_window` (0: none).
+inline MhaConfig ConfigOf(const GridShape& s, int64_t sliding_window = 0) {
+  MhaConfig c;
+  c.d_in = s.d_in;
+  c.d_out = s.d_out;
+  c.num_heads = s.heads;
+  c.num_kv_heads = s.kv_heads;
+  c.sliding_window = sliding_window;
+  return c;
 }
 
-// The attention core at its causal half, as the peers count it:
-// 2*b*T^2*d_out = 4 * b*T^2/2 pairs * heads * head_dim. With a sliding
-// window W < T the pairs are T*W - W^2/2 per sequence instead of T^2/2.
+// The attention core alone (AttentionCoreFlops).
 inline double CoreFlops(const GridShape& s, int64_t sliding_window = 0) {
-  const double t = double(s.seq_len);
-  const double w = double(sliding_window);
-  const double pairs = sliding_window > 0 && sliding_window < s.seq_len
-                           ? t * w - w * w / 2
-                           : t * t / 2;
-  return 4.0 * double(s.batch) * pairs * double(s.d_out);
+  return AttentionCoreFlops(ConfigOf(s, sliding_window), s.batch, s.seq_len);
 }
 
-// The whole block: 2*b*T*d_in*(d_out + 2*kv_dim) for q, k and v,
-// 2*b*T*d_out^2 for out_proj, and the core (kv_dim = d_out without
-// grouping: 2*b*T*(3*d_in*d_out + d_out^2) + the core).
+// The whole block: projections and core (AttentionFlops).
 inline double BlockFlops(const GridShape& s, int64_t sliding_window = 0) {
-  return 2.0 * double(s.batch) * double(s.seq_len) *
-             (double(s.d_in) * (double(s.d_out) + 2.0 * KvDim(s)) +
-              double(s.d_out) * double(s.d_out)) +
-         CoreFlops(s, sliding_window);
+  return AttentionFlops(ConfigOf(s, sliding_window), s.batch, s.seq_len);
 }
 
 namespace detail {
@@ -157,4 +151,4 @@ inline RandomMhaWeights MakeRandomMhaWeights(const MhaConfig& config,
 
 }  // namespace attn::bench
 
-#endif  // ATTN_BENCH_HPP_
+#endif  // ATTN_BENCH_GRID_H_
