@@ -1,8 +1,8 @@
 // The RoPE pass alone (kernels/rope.h) as the block runs it on llama-2k
-// (attn/bench.hpp's kLlama2k): after the projection, the 32 q and 8 k
+// (bench/grid.h's kLlama2k): after the projection, the 32 q and 8 k
 // head-major planes of T rows of head_dim 64 rotated in place, position
-// r for row r. Issue 13 asks whether fusing it into the projection's
-// epilogue would pay: this is its whole cost, next to the block's
+// r for row r: the most that fusing it into the projection's epilogue
+// could save, next to the block's
 // (`attn bench --shape llama-2k`). bytes/s counts each plane read and
 // written once.
 #include <benchmark/benchmark.h>

@@ -11,7 +11,7 @@ namespace attn::kernels {
 
 // Keys per chunk, the unit of split-KV work. A constant: the split, and so
 // every bit of the result, depends on the number of keys only, never on the
-// thread count (PRIOR_ART D3; ggml's split depends on threads, ours doesn't).
+// thread count (ggml's split depends on the threads; ours does not).
 constexpr size_t kDecodeChunk = 256;
 // q, k and v rows are padded with zeros to a multiple of this many floats
 // (64 bytes, the widest x86 vector), so the kernel needs no tail handling.

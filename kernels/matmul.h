@@ -43,7 +43,7 @@ enum class Threading {
   // to the team. The tiles depend on the shape only and each is one
   // single-threaded primitive that reduces over all of K, so every bit of
   // the result is the same for every team size (oneDNN's own threading may
-  // split K by the team size: ../shared/PRIOR_ART.md D1).
+  // split K by the team size, and so change the sums' order).
   kTeam,
 };
 

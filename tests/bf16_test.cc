@@ -197,7 +197,7 @@ TEST(Bf16Test, WithinSixSigmaOfTheExactResult) {
     EXPECT_LE(worst_ratio, 6.0)
         << "element " << worst << ": exact " << exact[worst] << ", bf16 "
         << bf16[worst] << ", sigma " << sigma[worst];
-    // The report the issue asks for: bf16 against fp32.
+    // A report of bf16's error against fp32's, per shape.
     std::printf(
         "b%ld T%ld d_in %ld d_out %ld h%ld%s: bf16 vs fp32 max |err| %.3g, "
         "relative RMS %.3g; largest sigma %.3g; worst |err|/sigma %.2f\n",

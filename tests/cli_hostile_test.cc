@@ -122,7 +122,7 @@ TEST_F(CliHostileTest, TinyModelRuns) {
             std::vector<std::string>{});
 }
 
-// The check: each hostile file as --weights and as --input.
+// Each hostile file as --weights and as --input.
 TEST_F(CliHostileTest, EveryHostileFileFailsCleanly) {
   const std::string w = dir_.Write("w", test::TinyWeights());
   const std::string x = dir_.Write("x", test::TinyInput());

@@ -1,4 +1,4 @@
-// Hostile graph files (issue 11): nesting that would overflow nlohmann's
+// Hostile graph files: nesting that would overflow nlohmann's
 // recursive parser, duplicate keys, paths that are not regular files, the
 // empty graph, and a 20,000-node chain that a quadratic loader would not
 // finish within ctest's timeout. White-box: the chain's order and lowering

@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "attn/safetensors.hpp"
+#include "engine/models/mha_model.h"
 #include "engine/ops/attention_op.h"
 #include "engine/runtime/graph_ir.h"
 #include "engine/runtime/graph_plan.h"
-#include "engine/models/mha_model.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "tests/avx2_only.h"

@@ -69,7 +69,8 @@ std::vector<double> Reference(const Case& c, const std::vector<float>& x,
 // One Run of `plan` with buffers of its sizes (and, kOwnPacked, the copy).
 std::vector<float> RunPlan(const LinearPlan& plan, const Linear& linear,
                            const std::vector<float>& x, int threads) {
-  AlignedBuffer low = AlignedBuffer::Allocate(plan.lowered_input_bytes()).value();
+  AlignedBuffer low =
+      AlignedBuffer::Allocate(plan.lowered_input_bytes()).value();
   AlignedBuffer scratch = AlignedBuffer::Allocate(plan.scratch_bytes()).value();
   AlignedBuffer own = AlignedBuffer::Allocate(plan.own_packed_bytes()).value();
   if (own.size()) {
@@ -152,11 +153,12 @@ class LinearBf16Test : public ::testing::TestWithParam<Param> {
 TEST_P(LinearBf16Test, MatchesTheReferenceAtEveryRowCount) {
   ExpectMatchesReference(GetParam());
 }
-INSTANTIATE_TEST_SUITE_P(
-    Regimes, LinearBf16Test,
-    ::testing::Values(
-        Param{DataType::kBF16, true, true, true, LinearFallback::kPlain},
-        Param{DataType::kBF16, true, false, false, LinearFallback::kOwnPacked}));
+INSTANTIATE_TEST_SUITE_P(Regimes, LinearBf16Test,
+                         ::testing::Values(Param{DataType::kBF16, true, true,
+                                                 true, LinearFallback::kPlain},
+                                           Param{DataType::kBF16, true, false,
+                                                 false,
+                                                 LinearFallback::kOwnPacked}));
 
 // From MatMulWideRows() rows on, a run reads the packed copy (its tiles
 // span every column), so a kOwnPacked plan needs no copy of its own.

@@ -562,7 +562,7 @@ TEST_F(LmCliTest, BenchModelJsonTakesAnyFileName) {
 }
 
 // attn bench --model on a golden file: one JSON line per batch size, with
-// the keys and figures that agree with each other, after --rounds
+// its documented keys and figures that agree with each other, after --rounds
 // rounds of every batch size.
 TEST_F(LmCliTest, BenchModelReportsEveryBatchOnce) {
   const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");

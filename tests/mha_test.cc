@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "engine/ops/attention_op.h"
 #include "engine/models/mha_model.h"
+#include "engine/ops/attention_op.h"
 #include "kernels/matmul.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"

@@ -12,9 +12,9 @@
 
 #include "attn/attn.hpp"
 #include "attn/graph.hpp"
+#include "engine/ops/linear.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/graph_ir.h"
-#include "engine/ops/linear.h"
 #include "kernels/matmul.h"
 
 namespace attn {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <set>
@@ -18,8 +19,8 @@
 #include "attn/lm.hpp"
 #include "attn/safetensors.hpp"
 #include "engine/io/json_limits.h"
-#include "engine/models/lm_model.h"
 #include "engine/io/model_config.h"
+#include "engine/models/lm_model.h"
 
 namespace attn::lm {
 namespace {
@@ -40,6 +41,22 @@ struct TensorName {
   int part = 0;  // kThird: 0 q, 1 k, 2 v
 };
 
+// A role's tensor, as a layout table names it.
+struct RoleName {
+  Role role;
+  TensorName tensor;
+};
+
+// The table indexed by role (roles left out have no tensor).
+std::array<TensorName, kNumRoles> ByRole(
+    std::initializer_list<RoleName> names) {
+  std::array<TensorName, kNumRoles> by_role{};
+  for (const RoleName& n : names) {
+    by_role[static_cast<size_t>(n.role)] = n.tensor;
+  }
+  return by_role;
+}
+
 struct Layout {
   const char* name;
   LmArchitecture architecture;
@@ -51,85 +68,85 @@ struct Layout {
 constexpr Form kT = Form::kTransposed;
 constexpr Form kP = Form::kThird;
 
-// Entries in Role order.
-const Layout kBookGpt = {"book-gpt",
-                         LmArchitecture::kGpt2,
-                         {{{"tok_emb.weight"},
-                           {"pos_emb.weight"},
-                           {"trf_blocks.{i}.norm1.scale"},
-                           {"trf_blocks.{i}.norm1.shift"},
-                           {"trf_blocks.{i}.att.W_query.weight"},
-                           {"trf_blocks.{i}.att.W_key.weight"},
-                           {"trf_blocks.{i}.att.W_value.weight"},
-                           {"trf_blocks.{i}.att.W_query.bias"},
-                           {"trf_blocks.{i}.att.W_key.bias"},
-                           {"trf_blocks.{i}.att.W_value.bias"},
-                           {"trf_blocks.{i}.att.out_proj.weight"},
-                           {"trf_blocks.{i}.att.out_proj.bias"},
-                           {"trf_blocks.{i}.norm2.scale"},
-                           {"trf_blocks.{i}.norm2.shift"},
-                           {"trf_blocks.{i}.ff.layers.0.weight"},
-                           {"trf_blocks.{i}.ff.layers.0.bias"},
-                           {},
-                           {"trf_blocks.{i}.ff.layers.2.weight"},
-                           {"trf_blocks.{i}.ff.layers.2.bias"},
-                           {"final_norm.scale"},
-                           {"final_norm.shift"},
-                           {"out_head.weight"}}},
-                         {"trf_blocks.{i}.att.mask"}};
+const Layout kBookGpt = {
+    "book-gpt",
+    LmArchitecture::kGpt2,
+    ByRole({
+        {Role::kTokEmb, {"tok_emb.weight"}},
+        {Role::kPosEmb, {"pos_emb.weight"}},
+        {Role::kNorm1Scale, {"trf_blocks.{i}.norm1.scale"}},
+        {Role::kNorm1Shift, {"trf_blocks.{i}.norm1.shift"}},
+        {Role::kQuery, {"trf_blocks.{i}.att.W_query.weight"}},
+        {Role::kKey, {"trf_blocks.{i}.att.W_key.weight"}},
+        {Role::kValue, {"trf_blocks.{i}.att.W_value.weight"}},
+        {Role::kQueryBias, {"trf_blocks.{i}.att.W_query.bias"}},
+        {Role::kKeyBias, {"trf_blocks.{i}.att.W_key.bias"}},
+        {Role::kValueBias, {"trf_blocks.{i}.att.W_value.bias"}},
+        {Role::kOut, {"trf_blocks.{i}.att.out_proj.weight"}},
+        {Role::kOutBias, {"trf_blocks.{i}.att.out_proj.bias"}},
+        {Role::kNorm2Scale, {"trf_blocks.{i}.norm2.scale"}},
+        {Role::kNorm2Shift, {"trf_blocks.{i}.norm2.shift"}},
+        {Role::kUp, {"trf_blocks.{i}.ff.layers.0.weight"}},
+        {Role::kUpBias, {"trf_blocks.{i}.ff.layers.0.bias"}},
+        {Role::kDown, {"trf_blocks.{i}.ff.layers.2.weight"}},
+        {Role::kDownBias, {"trf_blocks.{i}.ff.layers.2.bias"}},
+        {Role::kFinalScale, {"final_norm.scale"}},
+        {Role::kFinalShift, {"final_norm.shift"}},
+        {Role::kHead, {"out_head.weight"}},
+    }),
+    {"trf_blocks.{i}.att.mask"}};
 
-const Layout kHfGpt2 = {"hf-gpt2",
-                        LmArchitecture::kGpt2,
-                        {{{"wte.weight"},
-                          {"wpe.weight"},
-                          {"h.{i}.ln_1.weight"},
-                          {"h.{i}.ln_1.bias"},
-                          {"h.{i}.attn.c_attn.weight", kP, 0},
-                          {"h.{i}.attn.c_attn.weight", kP, 1},
-                          {"h.{i}.attn.c_attn.weight", kP, 2},
-                          {"h.{i}.attn.c_attn.bias", kP, 0},
-                          {"h.{i}.attn.c_attn.bias", kP, 1},
-                          {"h.{i}.attn.c_attn.bias", kP, 2},
-                          {"h.{i}.attn.c_proj.weight", kT},
-                          {"h.{i}.attn.c_proj.bias"},
-                          {"h.{i}.ln_2.weight"},
-                          {"h.{i}.ln_2.bias"},
-                          {"h.{i}.mlp.c_fc.weight", kT},
-                          {"h.{i}.mlp.c_fc.bias"},
-                          {},
-                          {"h.{i}.mlp.c_proj.weight", kT},
-                          {"h.{i}.mlp.c_proj.bias"},
-                          {"ln_f.weight"},
-                          {"ln_f.bias"},
-                          {"lm_head.weight"}}},
-                        {"h.{i}.attn.bias", "h.{i}.attn.masked_bias"}};
+const Layout kHfGpt2 = {
+    "hf-gpt2",
+    LmArchitecture::kGpt2,
+    ByRole({
+        {Role::kTokEmb, {"wte.weight"}},
+        {Role::kPosEmb, {"wpe.weight"}},
+        {Role::kNorm1Scale, {"h.{i}.ln_1.weight"}},
+        {Role::kNorm1Shift, {"h.{i}.ln_1.bias"}},
+        {Role::kQuery, {"h.{i}.attn.c_attn.weight", kP, 0}},
+        {Role::kKey, {"h.{i}.attn.c_attn.weight", kP, 1}},
+        {Role::kValue, {"h.{i}.attn.c_attn.weight", kP, 2}},
+        {Role::kQueryBias, {"h.{i}.attn.c_attn.bias", kP, 0}},
+        {Role::kKeyBias, {"h.{i}.attn.c_attn.bias", kP, 1}},
+        {Role::kValueBias, {"h.{i}.attn.c_attn.bias", kP, 2}},
+        {Role::kOut, {"h.{i}.attn.c_proj.weight", kT}},
+        {Role::kOutBias, {"h.{i}.attn.c_proj.bias"}},
+        {Role::kNorm2Scale, {"h.{i}.ln_2.weight"}},
+        {Role::kNorm2Shift, {"h.{i}.ln_2.bias"}},
+        {Role::kUp, {"h.{i}.mlp.c_fc.weight", kT}},
+        {Role::kUpBias, {"h.{i}.mlp.c_fc.bias"}},
+        {Role::kDown, {"h.{i}.mlp.c_proj.weight", kT}},
+        {Role::kDownBias, {"h.{i}.mlp.c_proj.bias"}},
+        {Role::kFinalScale, {"ln_f.weight"}},
+        {Role::kFinalShift, {"ln_f.bias"}},
+        {Role::kHead, {"lm_head.weight"}},
+    }),
+    {"h.{i}.attn.bias", "h.{i}.attn.masked_bias"}};
 
-const Layout kBookLlama = {"book-llama",
-                           LmArchitecture::kLlama,
-                           {{{"tok_emb.weight"},
-                             {},
-                             {"trf_blocks.{i}.norm1.weight"},
-                             {},
-                             {"trf_blocks.{i}.att.W_query.weight"},
-                             {"trf_blocks.{i}.att.W_key.weight"},
-                             {"trf_blocks.{i}.att.W_value.weight"},
-                             {"trf_blocks.{i}.att.W_query.bias"},
-                             {"trf_blocks.{i}.att.W_key.bias"},
-                             {"trf_blocks.{i}.att.W_value.bias"},
-                             {"trf_blocks.{i}.att.out_proj.weight"},
-                             {"trf_blocks.{i}.att.out_proj.bias"},
-                             {"trf_blocks.{i}.norm2.weight"},
-                             {},
-                             {"trf_blocks.{i}.ff.fc1.weight"},
-                             {},
-                             {"trf_blocks.{i}.ff.fc2.weight"},
-                             {"trf_blocks.{i}.ff.fc3.weight"},
-                             {},
-                             {"final_norm.weight"},
-                             {},
-                             {"out_head.weight"}}},
-                           {"trf_blocks.{i}.att.mask", "trf_blocks.{i}.att.cos",
-                            "trf_blocks.{i}.att.sin", "cos", "sin"}};
+const Layout kBookLlama = {
+    "book-llama",
+    LmArchitecture::kLlama,
+    ByRole({
+        {Role::kTokEmb, {"tok_emb.weight"}},
+        {Role::kNorm1Scale, {"trf_blocks.{i}.norm1.weight"}},
+        {Role::kQuery, {"trf_blocks.{i}.att.W_query.weight"}},
+        {Role::kKey, {"trf_blocks.{i}.att.W_key.weight"}},
+        {Role::kValue, {"trf_blocks.{i}.att.W_value.weight"}},
+        {Role::kQueryBias, {"trf_blocks.{i}.att.W_query.bias"}},
+        {Role::kKeyBias, {"trf_blocks.{i}.att.W_key.bias"}},
+        {Role::kValueBias, {"trf_blocks.{i}.att.W_value.bias"}},
+        {Role::kOut, {"trf_blocks.{i}.att.out_proj.weight"}},
+        {Role::kOutBias, {"trf_blocks.{i}.att.out_proj.bias"}},
+        {Role::kNorm2Scale, {"trf_blocks.{i}.norm2.weight"}},
+        {Role::kUp, {"trf_blocks.{i}.ff.fc1.weight"}},
+        {Role::kGate, {"trf_blocks.{i}.ff.fc2.weight"}},
+        {Role::kDown, {"trf_blocks.{i}.ff.fc3.weight"}},
+        {Role::kFinalScale, {"final_norm.weight"}},
+        {Role::kHead, {"out_head.weight"}},
+    }),
+    {"trf_blocks.{i}.att.mask", "trf_blocks.{i}.att.cos",
+     "trf_blocks.{i}.att.sin", "cos", "sin"}};
 
 // A layout and the prefix of its names in one file ("transformer." for
 // some Hugging Face GPT-2 files; never before lm_head.weight).

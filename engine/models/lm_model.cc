@@ -18,9 +18,9 @@
 
 #include "attn/attn.hpp"
 #include "attn/lm.hpp"
-#include "engine/runtime/limits.h"
-#include "engine/models/mha_model.h"
 #include "engine/io/model_config.h"
+#include "engine/models/mha_model.h"
+#include "engine/runtime/limits.h"
 #include "engine/runtime/random.h"
 #include "engine/runtime/threads.h"
 #include "kernels/matmul.h"
@@ -122,9 +122,9 @@ Result<ops::Linear> MakeLinear(const WeightSource& w, Role weight,
   }
   ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
                         w.fetch(weight, layer, out, in));
-  ATTN_ASSIGN_OR_RETURN(ops::Weight held,
-                        ops::Weight::Hold(std::move(values), out, in,
-                                          ops::ToDataType(dtype)));
+  ATTN_ASSIGN_OR_RETURN(
+      ops::Weight held,
+      ops::Weight::Hold(std::move(values), out, in, ops::ToDataType(dtype)));
   return HoldLinear(std::move(held), std::move(b), num_threads);
 }
 

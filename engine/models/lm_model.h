@@ -15,8 +15,8 @@
 #include "attn/lm.hpp"
 #include "attn/safetensors.hpp"
 #include "attn/status.hpp"
-#include "engine/runtime/buffer.h"
 #include "engine/ops/linear.h"
+#include "engine/runtime/buffer.h"
 
 namespace attn {
 namespace lm {

@@ -1,4 +1,4 @@
-// The one attention operator (ARCHITECTURE.md, "one attention operator"):
+// The one attention operator:
 // the fused QKV projection, the causal core and the output projection of an
 // MhaModel, planned once per shape. MhaSession runs it on buffers of its
 // own, a graph's mha step on its session's planned arena; MhaDecoder runs it
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "attn/status.hpp"
-#include "engine/runtime/buffer.h"
 #include "engine/models/mha_model.h"
 #include "engine/ops/step_weights.h"
+#include "engine/runtime/buffer.h"
 #include "kernels/attention.h"
 #include "kernels/decode.h"
 #include "kernels/matmul.h"
@@ -45,10 +45,10 @@ struct KvCache {
 // The decode kernel's parameters for `cache` and the attention of `c`.
 kernels::DecodeParams DecodeParamsOf(const KvCache& cache, const MhaConfig& c);
 
-// Below this many FLOPs (the convention) a block runs as plain loops
-// on the calling thread: oneDNN's and OpenMP's fixed cost per call (18 us at
-// seed, measured) buys about 10^5 FLOPs of those loops at a few GFLOP/s, so
-// 32768 stays clear of the crossover; seed is 816.
+// Below this many FLOPs (AttentionFlops) a block runs as plain loops on the
+// calling thread: oneDNN's and OpenMP's fixed cost per call (about 18 us)
+// buys about 10^5 FLOPs of those loops at a few GFLOP/s, so 32768 stays
+// clear of the crossover (the book's chapter-3 example is 816).
 constexpr double kTinyMhaMaxFlops = 32768;
 
 // The rows of a step or of a forward on a cache that go on past the

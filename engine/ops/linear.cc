@@ -9,8 +9,8 @@ namespace attn::ops {
 
 using kernels::DataType;
 
-Result<Weight> Weight::Hold(std::vector<float> values, int64_t out,
-                            int64_t in, DataType type) {
+Result<Weight> Weight::Hold(std::vector<float> values, int64_t out, int64_t in,
+                            DataType type) {
   if (type == DataType::kBF16) {
     ATTN_ASSIGN_OR_RETURN(std::vector<hwy::bfloat16_t> low,
                           RoundToBf16(values));
@@ -101,9 +101,8 @@ Result<Linear> Linear::Create(Weight weight, Weight bias,
                             w.out(), w.in(), num_threads));
     } else {
       ATTN_ASSIGN_OR_RETURN(
-          linear.panels_,
-          StepWeights::Pack(static_cast<const float*>(w.data()), w.out(),
-                            w.in(), num_threads));
+          linear.panels_, StepWeights::Pack(static_cast<const float*>(w.data()),
+                                            w.out(), w.in(), num_threads));
     }
   }
   if (!layouts.packed) return linear;
@@ -132,8 +131,7 @@ Result<uint64_t> Linear::PackedBytes(int64_t out, int64_t in, bool bias,
 }
 
 uint64_t Linear::bytes() const {
-  return weight_.bytes() + bias_.bytes() + packed_.size() +
-         panels_.bytes();
+  return weight_.bytes() + bias_.bytes() + packed_.size() + panels_.bytes();
 }
 
 Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
@@ -159,10 +157,9 @@ Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
   }
   plan.matmul_.emplace(std::move(mm));
   if (like.compute_type() != epilogue.src) {
-    ATTN_ASSIGN_OR_RETURN(plan.to_bf16_,
-                          kernels::Convert::Create(rows * like.in(),
-                                                   epilogue.src,
-                                                   like.compute_type()));
+    ATTN_ASSIGN_OR_RETURN(
+        plan.to_bf16_, kernels::Convert::Create(rows * like.in(), epilogue.src,
+                                                like.compute_type()));
   }
   return plan;
 }
@@ -200,8 +197,9 @@ void LinearPlan::Run(const Linear& linear, const void* x, void* y,
                      const Buffers& buffers, int num_threads,
                      const void* residual) const {
   if (!matmul_) {
-    linear.panels().Run(static_cast<const float*>(x), static_cast<size_t>(rows_),
-                        linear.bias(), static_cast<float*>(y), num_threads,
+    linear.panels().Run(static_cast<const float*>(x),
+                        static_cast<size_t>(rows_), linear.bias(),
+                        static_cast<float*>(y), num_threads,
                         epilogue_.gelu ? kernels::RowsLinearActivation::kGelu
                                        : kernels::RowsLinearActivation::kNone);
     return;

@@ -14,8 +14,8 @@
 
 #include "attn/attn.hpp"
 #include "attn/status.hpp"
-#include "engine/runtime/buffer.h"
 #include "engine/ops/step_weights.h"
+#include "engine/runtime/buffer.h"
 #include "hwy/base.h"
 #include "kernels/matmul.h"
 #include "kernels/rows_linear.h"
@@ -38,8 +38,8 @@ class Weight {
 
   // Holds `values` in `type`: kF32 as they are, kBF16 rounded to nearest
   // even (the fp32 values are then dropped).
-  static Result<Weight> Hold(std::vector<float> values, int64_t out,
-                             int64_t in, kernels::DataType type);
+  static Result<Weight> Hold(std::vector<float> values, int64_t out, int64_t in,
+                             kernels::DataType type);
   static Weight Hold(std::vector<hwy::bfloat16_t> values, int64_t out,
                      int64_t in);
   // Reads fp32 values held elsewhere (a tied head's embeddings), which
@@ -100,9 +100,7 @@ class Linear {
   int64_t in() const { return weight_.in(); }
   int64_t out() const { return weight_.out(); }
   bool present() const { return !weight_.empty(); }
-  const float* bias() const {
-    return static_cast<const float*>(bias_.data());
-  }
+  const float* bias() const { return static_cast<const float*>(bias_.data()); }
   bool has_panels() const { return panels_.bytes() > 0; }
   const StepWeights& panels() const { return panels_; }
   const kernels::MatMul* packed_layout() const {
@@ -172,14 +170,12 @@ class LinearPlan {
   // y [rows, out] from x [rows, in] for `linear`, shaped as the plan's.
   // `residual` ([rows, out] like y) only with post.add_residual.
   // At most the plan's num_threads: fewer inside a parallel region.
-  void Run(const Linear& linear, const void* x, void* y,
-           const Buffers& buffers, int num_threads,
-           const void* residual = nullptr) const;
+  void Run(const Linear& linear, const void* x, void* y, const Buffers& buffers,
+           int num_threads, const void* residual = nullptr) const;
 
  private:
   LinearPlan() = default;
-  const void* MatMulWeights(const Linear& linear,
-                            const Buffers& buffers) const;
+  const void* MatMulWeights(const Linear& linear, const Buffers& buffers) const;
 
   int64_t rows_ = 0, in_ = 0;
   int num_threads_ = 1;

@@ -21,12 +21,12 @@
 #include <utility>
 #include <vector>
 
+#include "engine/models/mha_model.h"
 #include "engine/ops/attention_op.h"
+#include "engine/ops/step_weights.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/decoder_owner.h"
 #include "engine/runtime/limits.h"
-#include "engine/models/mha_model.h"
-#include "engine/ops/step_weights.h"
 #include "engine/runtime/threads.h"
 #include "hwy/base.h"
 #include "kernels/decode.h"
