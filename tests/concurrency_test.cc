@@ -203,9 +203,8 @@ std::vector<float> DecodeOnce(const attn_model* model, const Tensor& x,
   return y;
 }
 
-// 8 threads each create, run and destroy decoders on one model, which share
-// one copy of the step weights, packed again whenever the last decoder
-// holding it is gone: every output is bitwise the serial one.
+// 8 threads each create, run and destroy decoders on one model, which all
+// read its decode layouts: every output is bitwise the serial one.
 TEST(Concurrency, DecodersOnOneModelMatchSerialBitwise) {
   const std::string path = Golden("mha_moderate");
   int64_t d_out = 0;

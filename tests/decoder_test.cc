@@ -65,18 +65,8 @@ struct Weights {
     bo = test::RandomVector(rng, out, -b, b);
   }
 
-  std::shared_ptr<const MhaModel> Model(
-      int threads = 0, uint64_t max_memory = 0,
-      DType step_weights = DType::kF32) const {
-    MhaConfig config;
-    config.d_in = shape.d_in;
-    config.d_out = shape.d_out;
-    config.num_heads = shape.heads;
-    config.context_length = shape.context;
-    config.qkv_bias = shape.qkv_bias;
-    config.num_kv_heads = variant.kv_heads;
-    config.rope = variant.rope;
-    config.sliding_window = variant.window;
+  // The weights as MhaModel::Create takes them.
+  MhaWeights View() const {
     MhaWeights w;
     w.w_query = wq.data();
     w.w_key = wk.data();
@@ -88,10 +78,28 @@ struct Weights {
     }
     w.w_out = wo.data();
     w.b_out = bo.data();
+    return w;
+  }
+
+  std::shared_ptr<const MhaModel> Model(int threads = 0,
+                                        uint64_t max_memory = 0,
+                                        DType step_weights = DType::kF32,
+                                        bool decode = true) const {
+    MhaConfig config;
+    config.d_in = shape.d_in;
+    config.d_out = shape.d_out;
+    config.num_heads = shape.heads;
+    config.context_length = shape.context;
+    config.qkv_bias = shape.qkv_bias;
+    config.num_kv_heads = variant.kv_heads;
+    config.rope = variant.rope;
+    config.sliding_window = variant.window;
+    const MhaWeights w = View();
     MhaOptions options;
     options.num_threads = threads;
     options.max_memory_bytes = max_memory;
     options.step_weights = step_weights;
+    options.decode = decode;
     auto model = MhaModel::Create(config, w, options);
     EXPECT_TRUE(model.ok()) << model.status().message();
     return model.ok() ? *model : nullptr;
@@ -462,55 +470,58 @@ TEST(DecoderTest, Errors) {
       << too_big.status().message();
 }
 
-// The decoders on one model share one copy of the projections for their
-// steps: the model holds it while a decoder lives (in memory_bytes; bf16
-// steps: half the bytes), a second decoder fits under a cap that a second
-// copy would not, and a copy that does not fit is refused in one line.
-TEST(DecoderTest, StepWeightsAreSharedCountedAndCapped) {
+// A refusal is one line holding `needle`.
+void ExpectOneLineWith(const std::string& message, const std::string& needle) {
+  EXPECT_NE(message.find(needle), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+// A model made for decoding holds, from load, the projections as decoders
+// read them: their panels (bf16 steps: half the bytes) and an fp32 packed
+// copy of the fused projection (out_proj's is the one sessions read too).
+// memory_bytes counts them and stays put while decoders come and go; a cap
+// they do not fit under refuses the model in one line, and a model made
+// without them refuses decoders.
+TEST(DecoderTest, DecodeLayoutsAreHeldFromLoadCountedAndCapped) {
   const Weights w(Shape{256, 256, 4, false, 16}, 12);
   DecoderOptions options;
   options.batch = 1;
   // [W_query; W_key; W_value] 768 x 256 and out_proj 256 x 256, in panels
   // of 32 columns: 262144 weights, 4 or 2 bytes each.
-  constexpr uint64_t kStepWeights = 262144;
+  constexpr uint64_t kPanelWeights = 262144;
+  constexpr uint64_t kQkvWeights = 768 * 256;
+  auto sessions_only = w.Model(0, 0, DType::kF32, /*decode=*/false);
+  ASSERT_TRUE(sessions_only);
   for (const DType type : {DType::kF32, DType::kBF16}) {
     auto model = w.Model(0, 0, type);
     ASSERT_TRUE(model);
-    const uint64_t alone = model->memory_bytes();
+    const uint64_t held = model->memory_bytes();
+    EXPECT_GE(held - sessions_only->memory_bytes(),
+              kPanelWeights * (type == DType::kBF16 ? 2 : 4) + 4 * kQkvWeights);
     auto first = MhaDecoder::Create(model, options);
-    ASSERT_TRUE(first.ok());
-    const uint64_t shared = model->memory_bytes();
-    EXPECT_EQ(shared - alone, kStepWeights * (type == DType::kBF16 ? 2 : 4));
     auto second = MhaDecoder::Create(model, options);
-    ASSERT_TRUE(second.ok());
-    EXPECT_EQ(model->memory_bytes(), shared);
+    ASSERT_TRUE(first.ok() && second.ok());
+    EXPECT_EQ(model->memory_bytes(), held);
     first->reset();
-    EXPECT_EQ(model->memory_bytes(), shared);
     second->reset();
-    EXPECT_EQ(model->memory_bytes(), alone);
+    EXPECT_EQ(model->memory_bytes(), held);
   }
 
-  auto probe = w.Model();
-  auto one = MhaDecoder::Create(probe, options);
-  ASSERT_TRUE(one.ok());
-  const uint64_t room = probe->memory_bytes() + (*one)->cache_bytes() +
-                        (*one)->workspace_bytes() + kStepWeights * 4 / 2;
-  auto roomy = w.Model(0, room);
-  ASSERT_TRUE(roomy);
-  auto first = MhaDecoder::Create(roomy, options);
-  ASSERT_TRUE(first.ok()) << first.status().message();
-  auto second = MhaDecoder::Create(roomy, options);
-  EXPECT_TRUE(second.ok()) << second.status().message();
-
-  const uint64_t model_bytes = w.Model()->memory_bytes();
-  auto capped = w.Model(0, model_bytes + (uint64_t{1} << 18));
-  ASSERT_TRUE(capped);
-  auto refused = MhaDecoder::Create(capped, options);
+  auto refused = MhaDecoder::Create(sessions_only, options);
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), StatusCode::kOutOfMemory);
-  EXPECT_NE(refused.status().message().find("a decoder's step weights"),
-            std::string::npos)
-      << refused.status().message();
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  ExpectOneLineWith(refused.status().message(), "MhaOptions::decode");
+
+  MhaConfig config;
+  config.d_in = config.d_out = 256;
+  config.num_heads = 4;
+  MhaOptions capped;
+  capped.max_memory_bytes = sessions_only->memory_bytes();
+  const Result<std::shared_ptr<const MhaModel>> too_big =
+      MhaModel::Create(config, w.View(), capped);
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.status().code(), StatusCode::kOutOfMemory);
+  ExpectOneLineWith(too_big.status().message(), "the model's decode weights");
 }
 
 // The bytes a Decode step reads: every held key and the new one, or with a

@@ -42,7 +42,7 @@ Case MakeCase(DataType type, bool bias, bool panels, int threads) {
   if (bias) b = ops::Weight::Hold(c.b, kOut, 1, DataType::kF32).value();
   ops::LinearLayouts layouts;
   layouts.packed = type;
-  layouts.panels = panels;
+  if (panels) layouts.panels = type;
   c.linear = Linear::Create(
                  ops::Weight::Hold(std::move(values), kOut, kIn, type).value(),
                  std::move(b), layouts, threads)

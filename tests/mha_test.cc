@@ -236,8 +236,9 @@ TEST(MhaTest, MalformedThreadEnvironmentIsAnError) {
 }
 
 // A run of kMatMulPackedRows rows runs on the weights its model packed at
-// load, holding no packed copy of its own (only the biases), and gives the
-// same bits as an operator that packs its own.
+// load (out_proj: its decode Linear's), holding no packed copy of its own
+// (only the biases), and gives the same bits as an operator that packs its
+// own.
 TEST(MhaTest, LongRunsShareTheModelsPackedWeights) {
   std::mt19937 rng(23);
   const int64_t E = 32, H = 4, B = 64, T = kernels::kMatMulPackedRows / 64;
@@ -253,7 +254,7 @@ TEST(MhaTest, LongRunsShareTheModelsPackedWeights) {
   m.w_out = test::RandomVector(rng, E * E, -0.3f, 0.3f);
   m.b_out = test::RandomVector(rng, E, -0.3f, 0.3f);
   auto own = PlanMhaRun(m, B, T, 0, "own");
-  ASSERT_TRUE(PackMhaWeights(m).ok());
+  ASSERT_TRUE(PackMhaWeights(m, /*decode=*/true).ok());
   auto shared = PlanMhaRun(m, B, T, 0, "shared");
   ASSERT_TRUE(own.ok() && shared.ok());
   EXPECT_EQ((*shared)->bytes(), (3 * E + E) * sizeof(float));

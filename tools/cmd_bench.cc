@@ -94,6 +94,7 @@ int Bench(const BenchFlags& args, DType dtype) {
       options.max_memory_bytes = args.max_memory;
       options.tuned_config = args.config;
       options.dtype = dtype;
+      options.decode = false;  // sessions only
       Result<Timing> t =
           TimeBlock(**block, options, args.min_time, [&](int team) {
             ShowProgress("[%zu/%zu] %s threads=%d ...", done, total,

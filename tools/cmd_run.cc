@@ -113,6 +113,7 @@ int RunMha(const RunArgs& args) {
   options.dtype = args.dtype;
   options.max_memory_bytes = args.max_memory;
   options.tuned_config = args.config;
+  options.decode = args.incremental;
   args.attention.ApplyTo(options);
   auto model = MhaModel::Load(args.weights, options);
   if (!model.ok()) return Fail(model.status().message());

@@ -109,6 +109,7 @@ Result<Sweep> RunSweep(const TuneArgs& args, const std::vector<Shape>& shapes,
       attn::MhaOptions options;
       options.num_threads = counts[i];
       options.dtype = args.dtype;
+      options.decode = false;  // sessions only
       Result<Timing> t = TimeBlock(*block, options, args.min_time, [&](int) {
         ShowProgress("[%zu/%zu] %s threads=%d ...", done, total, s.name.c_str(),
                      counts[i]);

@@ -528,6 +528,7 @@ class Binder {
     mha_options.num_threads = num_threads_;
     mha_options.dtype = options_.dtype;
     mha_options.max_memory_bytes = options_.max_memory_bytes;
+    mha_options.decode = false;  // a graph runs sessions only
     auto model = MhaModel::Create(config, weights, mha_options);
     if (!model.ok()) {
       return Status(model.status().code(),
@@ -756,9 +757,9 @@ Status PackLinearWeights(graph::LoadedGraph& m, uint64_t held,
       graph::NodeWeights& w = layer[step.node];
       ops::Weight bias;
       if (w.bias) bias = ops::Weight::Borrow(w.bias, out, 1);
-      Result<ops::Linear> linear =
-          ops::Linear::Create(ops::Weight::Borrow(w.weight, out, in),
-                              std::move(bias), {type, false}, m.num_threads);
+      Result<ops::Linear> linear = ops::Linear::Create(
+          ops::Weight::Borrow(w.weight, out, in), std::move(bias),
+          {type, std::nullopt}, m.num_threads);
       if (!linear.ok()) {
         return Status(linear.status().code(),
                       m.def.nodes[step.node].Describe() + ": " +

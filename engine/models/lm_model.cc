@@ -66,20 +66,20 @@ Status CheckSizes(const LmConfig& c) {
   return {};
 }
 
-// Bytes the model holds, about (step weights pad each matrix to whole
-// panels). fp32: the linears' weights, packed copies and step weights (a
-// tied head's weights are the embeddings); bf16: the same in bf16. The
-// attention's fp32 weights and packed copy (its step weights come with the
-// first batch: LmBatch::Create counts them).
+// Bytes the model holds, about (panels pad each matrix to whole panels).
+// fp32: the linears' weights, packed copies and panels (a tied head's
+// weights are the embeddings); bf16: the same in bf16. The attention: its
+// fp32 weights, the packed q/k/v planes of runs without a cache, and its
+// decode layouts (an fp32 packed copy, panels in the model's dtype).
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
   const uint64_t kv = c.num_kv_heads * (e / c.num_heads);
   const uint64_t ff =
       (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
-  const uint64_t attention = e * (e + 2 * kv) + e * e;
+  const uint64_t qkv = e * (e + 2 * kv), attention = qkv + e * e;
   const bool bf16 = dtype == DType::kBF16;
-  const uint64_t layer =
-      8 * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
+  const uint64_t layer = (bf16 ? 10 : 12) * attention + 4 * qkv +
+                         (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
   const uint64_t embeddings =
       4 * v * e +
       4 * (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
@@ -103,7 +103,7 @@ Result<ops::Linear> HoldLinear(ops::Weight weight, ops::Weight bias,
                                int num_threads) {
   ops::LinearLayouts layouts;
   layouts.packed = weight.type();
-  layouts.panels = true;
+  layouts.panels = weight.type();
   return ops::Linear::Create(std::move(weight), std::move(bias), layouts,
                              num_threads);
 }

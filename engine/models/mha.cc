@@ -170,7 +170,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
     ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_out).status());
   }
   impl->step_weights = options.step_weights;
-  ATTN_RETURN_IF_ERROR(PackMhaWeights(*impl));
+  ATTN_RETURN_IF_ERROR(PackMhaWeights(*impl, options.decode));
   return std::shared_ptr<const MhaModel>(new MhaModel(std::move(impl)));
 }
 
@@ -315,30 +315,61 @@ Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
 
 }  // namespace
 
-Status PackMhaWeights(MhaModelData& m) {
-  const DataType type =
-      m.dtype == DType::kBF16 ? DataType::kBF16 : DataType::kF32;
+namespace {
+
+// The projections as decoders run them (MhaModelData::qkv and out), checked
+// against the cap with the weights already held.
+Status MakeDecodeLinears(MhaModelData& m) {
+  const MhaConfig& c = m.config;
+  const int64_t qkv_rows = c.d_out + 2 * KvDim(c);
+  const bool bf16 = m.step_weights == DType::kBF16;
   ATTN_ASSIGN_OR_RETURN(
-      m.packed,
-      AttentionOp::Create(m, type, kernels::kMatMulPackedRows, 1, nullptr,
-                          m.num_threads, WeightBytes(m.config),
-                          "the model's packed weights"));
+      const uint64_t qkv_packed,
+      ops::Linear::PackedBytes(qkv_rows, c.d_in, c.qkv_bias, DataType::kF32));
+  ATTN_ASSIGN_OR_RETURN(
+      const uint64_t out_packed,
+      ops::Linear::PackedBytes(c.d_out, c.d_out, true, DataType::kF32));
+  const uint64_t panels = AddSat(StepWeights::BytesOf(qkv_rows, c.d_in, bf16),
+                                 StepWeights::BytesOf(c.d_out, c.d_out, bf16));
+  const uint64_t bytes = AddSat(AddSat(qkv_packed, out_packed), panels);
+  ATTN_RETURN_IF_ERROR(CheckMemory("the model's decode weights",
+                                   AddSat(WeightBytes(c), bytes),
+                                   m.max_memory_bytes));
+  ops::LinearLayouts layouts;
+  layouts.packed = DataType::kF32;
+  layouts.panels = bf16 ? DataType::kBF16 : DataType::kF32;
+  ops::Weight qkv_bias;
+  if (c.qkv_bias) qkv_bias = ops::Weight::Borrow(m.b_qkv.data(), qkv_rows, 1);
+  ATTN_ASSIGN_OR_RETURN(
+      m.qkv,
+      ops::Linear::Create(ops::Weight::Borrow(m.w_qkv.data(), qkv_rows, c.d_in),
+                          std::move(qkv_bias), layouts, m.num_threads));
+  ATTN_ASSIGN_OR_RETURN(
+      m.out,
+      ops::Linear::Create(ops::Weight::Borrow(m.w_out.data(), c.d_out, c.d_out),
+                          ops::Weight::Borrow(m.b_out.data(), c.d_out, 1),
+                          layouts, m.num_threads));
   return {};
 }
 
-bool HoldsStepWeights(const MhaModelData& m) {
-  const std::lock_guard<std::mutex> lock(m.steps_mutex);
-  return !m.steps.expired();
+}  // namespace
+
+Status PackMhaWeights(MhaModelData& m, bool decode) {
+  const ThreadScope threads(m.num_threads);
+  if (decode) ATTN_RETURN_IF_ERROR(MakeDecodeLinears(m));
+  ATTN_ASSIGN_OR_RETURN(
+      m.packed,
+      AttentionOp::Create(
+          m, ops::ToDataType(m.dtype), kernels::kMatMulPackedRows, 1, nullptr,
+          m.num_threads,
+          AddSat(WeightBytes(m.config), m.qkv.bytes() + m.out.bytes()),
+          "the model's packed weights"));
+  return {};
 }
 
 uint64_t MhaModelBytes(const MhaModelData& m) {
-  std::shared_ptr<const StepProjections> steps;
-  {
-    const std::lock_guard<std::mutex> lock(m.steps_mutex);
-    steps = m.steps.lock();
-  }
   return AddSat(AddSat(WeightBytes(m.config), m.packed ? m.packed->bytes() : 0),
-                steps ? steps->bytes() : 0);
+                m.qkv.bytes() + m.out.bytes());
 }
 
 Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,

@@ -4,17 +4,16 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "engine/ops/linear.h"
 #include "hwy/base.h"
 
 namespace attn {
 
 class AttentionOp;
-struct StepProjections;
 
 // What an MhaModel holds, visible to the engine (the attention operator
 // takes it) while MhaModel::Impl stays private to the model's friends.
@@ -27,18 +26,18 @@ struct MhaModelData {
   // biases likewise (empty without qkv_bias). out_proj as in PyTorch.
   std::vector<float> w_qkv, b_qkv, w_out, b_out;
   // MhaOptions::step_weights: with kBF16, w_qkv and w_out are rounded to
-  // bf16 at load, and the decoders' shared step copy is packed in bf16.
+  // bf16 at load, and the decode panels are bf16.
   DType step_weights = DType::kF32;
   // The projections' weights packed once, at load: an operator planned for
   // kernels::kMatMulPackedRows rows, whose packed weights every operator
   // that lays them out alike runs on (AttentionOp::Create). Null in models
   // made without it.
   std::shared_ptr<const AttentionOp> packed;
-  // The projections as decode steps of up to 8 rows read them: packed by
-  // the first decoder on the model, shared by all decoders alive on it
-  // (MhaDecoder::Create), freed with the last.
-  mutable std::mutex steps_mutex;
-  mutable std::weak_ptr<const StepProjections> steps;
+  // With MhaOptions::decode, the projections as decoders run them, made at
+  // load: [W_query; W_key; W_value] full width and out_proj, reading the
+  // weights above, each with an fp32 packed copy (prompts and long steps)
+  // and panels in step_weights' type (steps of up to 8 rows).
+  ops::Linear qkv, out;
 };
 
 // K/V heads of `c` (num_heads while not set) and their width (d_out
@@ -55,13 +54,11 @@ inline int64_t KvDim(const MhaConfig& c) {
 // Bytes of the fp32 weights a model of config `c` holds (saturating).
 uint64_t WeightBytes(const MhaConfig& c);
 
-// Plans `m.packed`, with the model's weights already held.
-Status PackMhaWeights(MhaModelData& m);
-// Bytes the model holds: its weights, their packed copy and, while a
-// decoder lives, the decoders' step copy.
+// Plans `m.packed` and, with `decode`, makes `m.qkv` and `m.out`, with the
+// model's weights already held.
+Status PackMhaWeights(MhaModelData& m, bool decode);
+// Bytes the model holds: its weights and their packed copies.
 uint64_t MhaModelBytes(const MhaModelData& m);
-// Whether a decoder alive on the model holds the shared step copy.
-bool HoldsStepWeights(const MhaModelData& m);
 
 struct MhaModel::Impl : MhaModelData {};
 

@@ -24,16 +24,16 @@ size_t TinyScratchFloats(int64_t rows, int64_t seq_len, int64_t d_out) {
   return static_cast<size_t>(rows * 4 * d_out + seq_len * seq_len);
 }
 
-// What an op being replaced still holds (none: 0).
-uint64_t BytesOf(const AttentionOp* op) { return op ? op->bytes() : 0; }
-
 // x [rows, in] -> y [rows, out] = x W^T + b by kernels::RowsLinear on the
-// step weights, up to kRowsLinearMaxRows rows at a time.
-void ProjectRows(const StepWeights& w, const std::vector<float>& b,
-                 const float* x, size_t rows, float* y, int threads) {
+// linear's panels, up to kRowsLinearMaxRows rows at a time.
+void ProjectRows(const ops::Linear& linear, const float* x, size_t rows,
+                 float* y, int threads) {
+  const auto in = static_cast<size_t>(linear.in());
+  const auto out = static_cast<size_t>(linear.out());
   for (size_t r = 0; r < rows; r += kernels::kRowsLinearMaxRows) {
-    w.Run(x + r * w.in(), std::min(rows - r, kernels::kRowsLinearMaxRows),
-          b.empty() ? nullptr : b.data(), y + r * w.out(), threads);
+    linear.panels().Run(x + r * in,
+                        std::min(rows - r, kernels::kRowsLinearMaxRows),
+                        linear.bias(), y + r * out, threads);
   }
 }
 
@@ -42,7 +42,7 @@ void ProjectRows(const StepWeights& w, const std::vector<float>& b,
 Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
     const MhaModelData& m, DataType type, int64_t batch, int64_t seq_len,
     const KvCache* cache, int num_threads, uint64_t held,
-    const std::string& what, AttentionOp* previous) {
+    const std::string& what) {
   std::unique_ptr<AttentionOp> op(new AttentionOp());
   const MhaConfig& c = m.config;
   op->m_ = &m;
@@ -54,6 +54,11 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   if (cache) {
     if (type != DataType::kF32) {
       return Unsupported("a KV cache holds fp32 only");
+    }
+    if (!m.qkv.present()) {
+      return InvalidArgument(
+          "the model was made without decode layouts "
+          "(MhaOptions::decode false)");
     }
     op->cache_ = *cache;
   }
@@ -72,11 +77,9 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   }
   const ThreadScope threads(num_threads);
   op->num_threads_ = threads.num_threads();
-  ATTN_RETURN_IF_ERROR(op->MakeMatMuls(type));
-  ATTN_RETURN_IF_ERROR(op->Allocate(type, held, what, previous));
-  // What previous still holds (it gave up what this op took over) stays
-  // held until the caller drops it.
-  held = AddSat(held, BytesOf(previous));
+  ATTN_RETURN_IF_ERROR(op->MakeCore(type));
+  ATTN_RETURN_IF_ERROR(cache ? op->MakePlans() : op->MakePlaneMatMuls(type));
+  ATTN_RETURN_IF_ERROR(op->Allocate(type, held, what));
   ATTN_RETURN_IF_ERROR(op->PackWeights());
   if (rope) {
     const auto rows = static_cast<uint64_t>(batch * seq_len);
@@ -97,36 +100,39 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   return op;
 }
 
-Status AttentionOp::MakeMatMuls(DataType type) {
+// The causal core over the q plane and K and V (planes, or the cache).
+Status AttentionOp::MakeCore(DataType type) {
+  kernels::AttentionShape shape;
+  shape.batch = batch_;
+  shape.seq_len = seq_len_;
+  shape.num_heads = H_;
+  shape.head_dim = D_;
+  shape.type = type;
+  shape.kv_row_stride = cache_ ? cache_->row_stride : 0;
+  shape.num_kv_heads = Hkv_;
+  shape.window = m_->config.sliding_window;
+  ATTN_ASSIGN_OR_RETURN(kernels::CausalAttention core,
+                        kernels::CausalAttention::Create(shape));
+  core_.emplace(std::move(core));
+  return {};
+}
+
+// Without a cache. Shapes: R rows, H query heads, Hkv K/V heads, D
+// head_dim, G = H + 2 Hkv q/k/v heads.
+Status AttentionOp::MakePlaneMatMuls(DataType type) {
   const MhaConfig& c = m_->config;
-  // Shapes: T seq_len, R rows, H query heads, Hkv K/V heads, D head_dim,
-  // G = H + 2 Hkv q/k/v heads.
-  const int64_t T = seq_len_, R = batch_ * T, H = H_, Hkv = Hkv_, D = D_;
-  const int64_t G = H + 2 * Hkv, d_in = c.d_in, d_out = c.d_out;
+  const int64_t R = batch_ * seq_len_, D = D_, G = H_ + 2 * Hkv_;
+  const int64_t d_in = c.d_in, d_out = c.d_out;
   const auto team = kernels::Threading::kTeam;
-  if (!cache_) {
-    // x [1, R, d_in] x W_qkv [G, d_in, D] + b [G, 1, D] -> qkv [G, R, D]:
-    // one matmul writes q, k and v head-major, dense per head.
-    const Operand bias{{G, 1, D}, {}, DataType::kF32};
-    ATTN_ASSIGN_OR_RETURN(
-        MatMul qkv,
-        MatMul::Create({{1, R, d_in}, {}, type}, {{G, d_in, D}, {}, type},
-                       c.qkv_bias ? &bias : nullptr, {{G, R, D}, {}, type},
-                       team));
-    qkv_proj_.emplace(std::move(qkv));
-  } else {
-    // x [R, d_in] x W_qkv^T [d_in, G D] (+ b) -> rows [R, G D], which
-    // Project scatters: q into its plane, K and V into the cache. One
-    // product of the full width: per-head ones of D columns run at a
-    // fraction of the matmul's speed.
-    const Operand bias{{1, G * D}, {}, DataType::kF32};
-    ATTN_ASSIGN_OR_RETURN(
-        MatMul qkv,
-        MatMul::Create({{R, d_in}, {}, type}, {{d_in, G * D}, {}, type},
-                       c.qkv_bias ? &bias : nullptr, {{R, G * D}, {}, type},
-                       team));
-    qkv_proj_.emplace(std::move(qkv));
-  }
+  // x [1, R, d_in] x W_qkv [G, d_in, D] + b [G, 1, D] -> qkv [G, R, D]:
+  // one matmul writes q, k and v head-major, dense per head.
+  const Operand bias{{G, 1, D}, {}, DataType::kF32};
+  ATTN_ASSIGN_OR_RETURN(
+      MatMul qkv,
+      MatMul::Create({{1, R, d_in}, {}, type}, {{G, d_in, D}, {}, type},
+                     c.qkv_bias ? &bias : nullptr, {{G, R, D}, {}, type},
+                     team));
+  qkv_proj_.emplace(std::move(qkv));
   // ctx [R, d_out] x W_out^T [d_out, d_out] + b_out -> y [R, d_out] f32.
   const Operand out_bias{{1, d_out}, {}, DataType::kF32};
   ATTN_ASSIGN_OR_RETURN(
@@ -134,102 +140,104 @@ Status AttentionOp::MakeMatMuls(DataType type) {
       MatMul::Create({{R, d_out}, {}, type}, {{d_out, d_out}, {}, type},
                      &out_bias, {{R, d_out}, {}, DataType::kF32}, team));
   out_proj_.emplace(std::move(out));
-  kernels::AttentionShape shape;
-  shape.batch = batch_;
-  shape.seq_len = T;
-  shape.num_heads = H;
-  shape.head_dim = D;
-  shape.type = type;
-  shape.kv_row_stride = cache_ ? cache_->row_stride : 0;
-  shape.num_kv_heads = Hkv;
-  shape.window = c.sliding_window;
-  ATTN_ASSIGN_OR_RETURN(kernels::CausalAttention core,
-                        kernels::CausalAttention::Create(shape));
-  core_.emplace(std::move(core));
   return {};
 }
 
-namespace {
-
-// Moves `from`, the packed weights of `from_mm`, into `to` for `mm` and
-// points `weights` at them, unless `weights` is set already or they are
-// laid out otherwise.
-void TakeOver(const MatMul& mm, const MatMul& from_mm, AlignedBuffer* from,
-              AlignedBuffer* to, const void** weights) {
-  if (*weights || from->size() == 0 || !mm.SharesPackedWeights(from_mm)) {
-    return;
-  }
-  *to = std::move(*from);
-  *weights = to->data();
+// With a cache: x [R, d_in] -> rows [R, G D] by the model's qkv Linear,
+// which Project scatters (q into its plane, K and V into the cache; one
+// product of the full width: per-head ones of D columns run at a fraction
+// of the matmul's speed), and ctx [R, d_out] -> y by its out Linear.
+Status AttentionOp::MakePlans() {
+  const int64_t R = batch_ * seq_len_;
+  const auto fallback = ops::LinearFallback::kOwnPacked;
+  ATTN_ASSIGN_OR_RETURN(
+      ops::LinearPlan qkv,
+      ops::LinearPlan::Create(m_->qkv, R, {}, fallback, num_threads_));
+  ATTN_ASSIGN_OR_RETURN(
+      ops::LinearPlan out,
+      ops::LinearPlan::Create(m_->out, R, {}, fallback, num_threads_));
+  qkv_plan_.emplace(std::move(qkv));
+  out_plan_.emplace(std::move(out));
+  return {};
 }
 
-}  // namespace
-
-// Each projection runs on the model's packed weights where it can read them
-// (MatMul::ReadPackedWeightsOf; the model's op has no cache, so its fused
-// projection serves only ops without one), else on previous's own, taken
-// over, else on its own, listed in `workspace` for PackProjections. (The
-// model's op is never tiny.)
-void AttentionOp::ChooseWeights(AttentionOp* previous, Workspace* workspace) {
+// The plane matmuls run on the model's packed weights where they can read
+// them (MatMul::ReadPackedWeightsOf): out_proj on its out Linear's copy or
+// its packed op's, the fused projection on the packed op's (the model's op
+// has no cache, so its copy serves only ops without one); else on their
+// own, listed in `workspace`. (The model's op is never tiny.)
+void AttentionOp::ChooseWeights(Workspace* workspace) {
+  if (m_->out.present() &&
+      out_proj_->ReadPackedWeightsOf(*m_->out.packed_layout())) {
+    out_weights_ = m_->out.packed();
+  }
   if (const AttentionOp* model = m_->packed.get()) {
-    if (!cache_ && qkv_proj_->ReadPackedWeightsOf(*model->qkv_proj_)) {
+    if (qkv_proj_->ReadPackedWeightsOf(*model->qkv_proj_)) {
       qkv_weights_ = model->qkv_weights_;
     }
-    if (out_proj_->ReadPackedWeightsOf(*model->out_proj_)) {
+    if (!out_weights_ && out_proj_->ReadPackedWeightsOf(*model->out_proj_)) {
       out_weights_ = model->out_weights_;
     }
-  }
-  if (previous && previous->qkv_proj_ &&
-      previous->cache_.has_value() == cache_.has_value()) {
-    TakeOver(*qkv_proj_, *previous->qkv_proj_, &previous->w_qkv_, &w_qkv_,
-             &qkv_weights_);
-    TakeOver(*out_proj_, *previous->out_proj_, &previous->w_out_, &w_out_,
-             &out_weights_);
   }
   if (!qkv_weights_) workspace->Add(&w_qkv_, qkv_proj_->packed_weights_bytes());
   if (!out_weights_) workspace->Add(&w_out_, out_proj_->packed_weights_bytes());
 }
 
 Status AttentionOp::Allocate(DataType type, uint64_t held,
-                             const std::string& what, AttentionOp* previous) {
+                             const std::string& what) {
   const MhaConfig& c = m_->config;
   const auto rows = static_cast<size_t>(batch_ * seq_len_);
   const size_t elem = kernels::SizeOf(type);
   const auto d_in = static_cast<size_t>(c.d_in);
   const auto d_out = static_cast<size_t>(c.d_out);
   const auto threads = static_cast<size_t>(num_threads_);
-  size_t mm_scratch =
-      std::max(qkv_proj_->scratch_bytes(), out_proj_->scratch_bytes());
   Workspace workspace;
-  ChooseWeights(previous, &workspace);
-  workspace.Add(&b_qkv_, m_->b_qkv.size() * sizeof(float));
-  workspace.Add(&b_out_, m_->b_out.size() * sizeof(float));
+  size_t proj_scratch = 0;
+  if (cache_) {
+    workspace.Add(&w_qkv_, qkv_plan_->own_packed_bytes());
+    workspace.Add(&w_out_, out_plan_->own_packed_bytes());
+    proj_scratch =
+        std::max(qkv_plan_->scratch_bytes(), out_plan_->scratch_bytes());
+  } else {
+    ChooseWeights(&workspace);
+    workspace.Add(&b_qkv_, m_->b_qkv.size() * sizeof(float));
+    workspace.Add(&b_out_, m_->b_out.size() * sizeof(float));
+    proj_scratch =
+        std::max(qkv_proj_->scratch_bytes(), out_proj_->scratch_bytes()) *
+        threads;
+  }
   buffer_bytes_[kInputLow] = type == DataType::kBF16 ? rows * d_in * elem : 0;
   // With a cache kQkv holds the q plane, then the projection's rows.
   const auto heads =
       static_cast<size_t>(cache_ ? 2 * H_ + 2 * Hkv_ : H_ + 2 * Hkv_);
   buffer_bytes_[kQkv] = rows * heads * static_cast<size_t>(D_) * elem;
   buffer_bytes_[kContext] = rows * d_out * elem;
-  buffer_bytes_[kProjScratch] = mm_scratch * threads;
+  buffer_bytes_[kProjScratch] = proj_scratch;
   buffer_bytes_[kCoreScratch] = core_->worker_scratch_bytes() * threads;
-  return workspace.Allocate(what, AddSat(held, BytesOf(previous)),
-                            m_->max_memory_bytes);
+  return workspace.Allocate(what, held, m_->max_memory_bytes);
 }
 
-Status AttentionOp::PackProjections() {
+// The weights the projections read and this op packs itself, and (without
+// a cache) the biases.
+Status AttentionOp::PackWeights() {
+  if (qkv_plan_) {
+    if (w_qkv_.size()) {
+      ATTN_RETURN_IF_ERROR(qkv_plan_->PackOwn(m_->qkv, w_qkv_.data()));
+    }
+    if (w_out_.size()) {
+      ATTN_RETURN_IF_ERROR(out_plan_->PackOwn(m_->out, w_out_.data()));
+    }
+    return {};
+  }
   const MhaConfig& c = m_->config;
   const int64_t d_in = c.d_in, d_out = c.d_out, D = D_;
-  // W_qkv viewed as [G, d_in, D] is element (g, i, j) =
-  // w_qkv[(g * D + j) * d_in + i]; W_out^T likewise.
-  const std::vector<int64_t> strides = {D * d_in, 1, d_in};
-  const float* w = m_->w_qkv.data();
-  if (!qkv_weights_) {  // neither the model's nor taken over
-    // With a cache W_qkv [G D, d_in] row-major is W_qkv^T [d_in, G D],
-    // strides {1, d_in}.
-    const Operand plain =
-        cache_ ? Operand{{d_in, QkvWidth()}, {1, d_in}, DataType::kF32}
-               : Operand{{H_ + 2 * Hkv_, d_in, D}, strides, DataType::kF32};
-    ATTN_RETURN_IF_ERROR(qkv_proj_->PackWeights(plain, w, w_qkv_.data()));
+  if (!qkv_weights_) {
+    // W_qkv viewed as [G, d_in, D] is element (g, i, j) =
+    // w_qkv[(g * D + j) * d_in + i].
+    const Operand plain{
+        {H_ + 2 * Hkv_, d_in, D}, {D * d_in, 1, d_in}, DataType::kF32};
+    ATTN_RETURN_IF_ERROR(
+        qkv_proj_->PackWeights(plain, m_->w_qkv.data(), w_qkv_.data()));
     qkv_weights_ = w_qkv_.data();
   }
   if (!out_weights_) {
@@ -238,11 +246,6 @@ Status AttentionOp::PackProjections() {
                                m_->w_out.data(), w_out_.data()));
     out_weights_ = w_out_.data();
   }
-  return {};
-}
-
-Status AttentionOp::PackWeights() {
-  ATTN_RETURN_IF_ERROR(PackProjections());
   if (!m_->b_qkv.empty()) {
     std::memcpy(b_qkv_.data(), m_->b_qkv.data(), b_qkv_.size());
   }
@@ -287,6 +290,7 @@ void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
   core_->Run(in, buffers[kContext], buffers[kCoreScratch],
              threads.num_threads());
   auto* ctx = static_cast<float*>(buffers[kContext]);
+  size_t rows = static_cast<size_t>(batch_ * seq_len_);
   if (keep) {  // the kept rows of ctx, moved to its front
     const auto d_out = static_cast<size_t>(m_->config.d_out);
     for (size_t j = 0; j < keep->count; ++j) {
@@ -294,13 +298,23 @@ void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
                    ctx + static_cast<size_t>(keep->rows[j]) * d_out,
                    d_out * sizeof(float));
     }
-    ProjectRows(*keep->out_proj, m_->b_out, ctx, keep->count, y,
-                threads.num_threads());
-    return;
+    rows = keep->count;
   }
-  // ctx: [B*T, d_out] -> y: [B*T, d_out].
-  out_proj_->Run(ctx, out_weights_, b_out_.data(), y, buffers[kProjScratch],
-                 threads.num_threads());
+  // ctx: [rows, d_out] -> y: [rows, d_out].
+  ProjectOut(ctx, rows, y, buffers[kProjScratch], threads.num_threads());
+}
+
+// y = ctx W_out^T + b_out: the plane matmul or the out Linear's plan for
+// all the op's rows, the Linear's panels for fewer (kept rows).
+void AttentionOp::ProjectOut(const float* ctx, size_t rows, float* y,
+                             void* scratch, int threads) const {
+  if (out_proj_) {
+    out_proj_->Run(ctx, out_weights_, b_out_.data(), y, scratch, threads);
+  } else if (rows == static_cast<size_t>(out_plan_->rows())) {
+    out_plan_->Run(m_->out, ctx, y, {nullptr, scratch, w_out_.data()}, threads);
+  } else {
+    ProjectRows(m_->out, ctx, rows, y, threads);
+  }
 }
 
 // Rotary embeddings on q and k where the projection left them: the planes'
@@ -360,8 +374,8 @@ void AttentionOp::Project(const float* x, const int64_t* cache_seqs,
   const int64_t R = batch_ * seq_len_;
   auto* q = static_cast<float*>(buffers[kQkv]);
   float* rows = q + R * H_ * D_;
-  qkv_proj_->Run(src, qkv_weights_, b_qkv_.data(), rows, buffers[kProjScratch],
-                 threads);
+  qkv_plan_->Run(m_->qkv, src, rows,
+                 {nullptr, buffers[kProjScratch], w_qkv_.data()}, threads);
   ScatterQkv(rows, cache_seqs, q);
 }
 
@@ -454,14 +468,17 @@ void AttentionOp::ForwardTiny(const float* x, float* y, float* scratch) const {
 }
 
 Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
-    const MhaModelData& m, const StepProjections& steps, int64_t rows,
-    const KvCache& cache, int num_threads, uint64_t held,
-    const std::string& what, AttentionOp* previous) {
+    const MhaModelData& m, int64_t rows, const KvCache& cache, int num_threads,
+    uint64_t held, const std::string& what) {
+  if (!m.qkv.present()) {
+    return InvalidArgument(
+        "the model was made without decode layouts (MhaOptions::decode "
+        "false)");
+  }
   std::unique_ptr<AttentionOp> op(new AttentionOp());
   const MhaConfig& c = m.config;
   op->m_ = &m;
   op->step_ = true;
-  op->steps_ = &steps;
   op->batch_ = rows;
   op->seq_len_ = 1;
   op->H_ = c.num_heads;
@@ -475,74 +492,29 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   // The activations first, against the cap before any primitive exists.
   const uint64_t per_row =
       4 * static_cast<uint64_t>(qkv_out + d_out + op->H_ * Dp);
-  ATTN_RETURN_IF_ERROR(CheckMemory(
-      what, AddSat(AddSat(held, BytesOf(previous)), MulSat(per_row, R)),
-      m.max_memory_bytes));
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory(what, AddSat(held, MulSat(per_row, R)), m.max_memory_bytes));
   const ThreadScope threads(num_threads);
   op->num_threads_ = threads.num_threads();
-  // A step's few rows run kernels::RowsLinear on the step weights.
-  if (R > kernels::kRowsLinearMaxRows) {
-    ATTN_RETURN_IF_ERROR(op->MakeStepMatMuls());
-  }
+  ATTN_RETURN_IF_ERROR(op->MakePlans());
   Workspace workspace;
   workspace.Add(&op->qkv_, R * qkv_out * sizeof(float));
   workspace.Add(&op->q_rows_, R * static_cast<size_t>(op->H_) * Dp * 4);
   workspace.Add(&op->ctx_, R * d_out * sizeof(float));
-  if (op->qkv_proj_) {
-    op->ChooseWeights(previous, &workspace);
-    workspace.Add(&op->proj_scratch_,
-                  std::max(op->qkv_proj_->scratch_bytes(),
-                           op->out_proj_->scratch_bytes()) *
-                      static_cast<size_t>(op->num_threads_));
-  }
-  // What previous still holds stays held until the caller drops it.
-  held = AddSat(held, BytesOf(previous));
+  workspace.Add(&op->w_qkv_, op->qkv_plan_->own_packed_bytes());
+  workspace.Add(&op->w_out_, op->out_plan_->own_packed_bytes());
+  workspace.Add(&op->proj_scratch_, std::max(op->qkv_plan_->scratch_bytes(),
+                                             op->out_plan_->scratch_bytes()));
   ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, m.max_memory_bytes));
   // The padding lanes of q stay zero: DecodeAppend writes them zero too.
   std::memset(op->q_rows_.data(), 0, op->q_rows_.size());
   op->decode_rows_.reserve(R);
-  if (op->qkv_proj_) ATTN_RETURN_IF_ERROR(op->PackProjections());
+  ATTN_RETURN_IF_ERROR(op->PackWeights());
   if (c.rope.theta != 0.0) {
     ATTN_RETURN_IF_ERROR(op->MakeRope(static_cast<size_t>(cache.capacity),
                                       AddSat(held, workspace.bytes()), what));
   }
   return op;
-}
-
-Status AttentionOp::MakeStepMatMuls() {
-  const int64_t R = batch_, d_in = m_->config.d_in, d_out = m_->config.d_out;
-  const int64_t n = QkvWidth();
-  const auto f32 = DataType::kF32;
-  const auto team = kernels::Threading::kTeam;
-  // x [R, d_in] x W_qkv^T [d_in, n] (+ b) -> qkv [R, n].
-  const Operand qkv_bias{{1, n}, {}, f32};
-  ATTN_ASSIGN_OR_RETURN(
-      MatMul qkv, MatMul::Create({{R, d_in}, {}, f32}, {{d_in, n}, {}, f32},
-                                 m_->config.qkv_bias ? &qkv_bias : nullptr,
-                                 {{R, n}, {}, f32}, team));
-  // ctx [R, d_out] x W_out^T + b_out -> y [R, d_out].
-  const Operand out_bias{{1, d_out}, {}, f32};
-  ATTN_ASSIGN_OR_RETURN(
-      MatMul out,
-      MatMul::Create({{R, d_out}, {}, f32}, {{d_out, d_out}, {}, f32},
-                     &out_bias, {{R, d_out}, {}, f32}, team));
-  qkv_proj_.emplace(std::move(qkv));
-  out_proj_.emplace(std::move(out));
-  return {};
-}
-
-// x [rows, in] -> y [rows, out] = x W^T + b: by `mm` on its packed weights
-// when the step made one and rows are all its rows (its plan's count), else
-// by ProjectRows.
-void AttentionOp::StepLinear(const std::optional<MatMul>& mm,
-                             const void* packed, const StepWeights& step,
-                             const std::vector<float>& b, const float* x,
-                             size_t rows, float* y, int threads) const {
-  if (mm && rows == static_cast<size_t>(batch_)) {
-    mm->Run(x, packed, b.data(), y, proj_scratch_.data(), threads);
-    return;
-  }
-  ProjectRows(step, b, x, rows, y, threads);
 }
 
 void AttentionOp::Step(const float* x, const int64_t* seqs,
@@ -556,8 +528,8 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   // x: [R, d_in] -> qkv: [R, (H + 2 Hkv) D], one fused projection, then
   // each row's q and k turned to its position.
   const auto R = static_cast<size_t>(batch_);
-  StepLinear(qkv_proj_, qkv_weights_, steps_->qkv, m.b_qkv, x, R, qkv,
-             threads.num_threads());
+  qkv_plan_->Run(m.qkv, x, qkv, {nullptr, proj_scratch_.data(), w_qkv_.data()},
+                 threads.num_threads());
   if (rope_) {
     const auto D = static_cast<size_t>(D_);
     kernels::ApplyRope(*rope_,
@@ -591,8 +563,8 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   }
   RunDecodeKernel(params, partials, max_partials, threads.num_threads());
   // ctx: [rows, d_out] -> y: [rows, d_out].
-  StepLinear(out_proj_, out_weights_, steps_->out, m.b_out, ctx,
-             decode_rows_.size(), y, threads.num_threads());
+  ProjectOut(ctx, decode_rows_.size(), y, proj_scratch_.data(),
+             threads.num_threads());
 }
 
 // Per (row, head, key chunk): softmax(q k^T / sqrt(D)) v over the row's

@@ -17,7 +17,7 @@
 
 #include "attn/status.hpp"
 #include "engine/models/mha_model.h"
-#include "engine/ops/step_weights.h"
+#include "engine/ops/linear.h"
 #include "engine/runtime/buffer.h"
 #include "kernels/attention.h"
 #include "kernels/decode.h"
@@ -55,12 +55,11 @@ constexpr double kTinyMhaMaxFlops = 32768;
 // attention (a model's last block: those whose logits are asked for),
 // ascending: only they reach the output. A step attends only them; a
 // forward's causal core still runs every row, then projects the kept ones
-// out by `out_proj` (W_out as steps read it, from the decoder). Every row's
-// K and V land in the cache either way.
+// out by the model's out_proj panels. Every row's K and V land in the cache
+// either way.
 struct KeptRows {
   const int64_t* rows = nullptr;
   size_t count = 0;
-  const StepWeights* out_proj = nullptr;
 };
 
 class AttentionOp {
@@ -83,35 +82,28 @@ class AttentionOp {
   // Plans x [batch * seq_len, d_in] -> y [batch * seq_len, d_out] for model
   // `m`, matmuls in `type`, on `num_threads`. Without `cache`, q, k and v
   // are the planes [H + 2 Hkv, batch * seq_len, D] of one fused projection
-  // in kQkv (Hkv: the K/V heads). Rotary embeddings, when the model has
-  // them, turn q and k where the projection left them (fp32 only). With it
-  // (fp32 only), one projection of the full width gives each token's q, k
-  // and v, copied to the q plane and to rows [0, seq_len) of its cache
-  // sequence, where the core reads K and V. The op runs on the model's
-  // packed weights (MhaModelData::packed) where its matmuls lay them out
-  // alike, else on those of `previous` (an op of the same model being
-  // replaced, as a decoder's last prompt is by one of another length), which
-  // it takes over where they agree, else packs its own, checked against the
-  // model's cap with `held` bytes already held besides what previous still
-  // holds after that; a failure names `what`.
+  // in kQkv (Hkv: the K/V heads), on the model's packed weights where the
+  // matmuls read them, else on the op's own. Rotary embeddings, when the
+  // model has them, turn q and k where the projection left them (fp32
+  // only). With it (fp32 only, a model made with MhaOptions::decode), the
+  // model's qkv Linear gives each token's q, k and v, copied to the q plane
+  // and to rows [0, seq_len) of its cache sequence, where the core reads K
+  // and V. Checked against the model's cap with `held` bytes already held;
+  // a failure names `what`.
   static Result<std::unique_ptr<AttentionOp>> Create(
       const MhaModelData& m, kernels::DataType type, int64_t batch,
       int64_t seq_len, const KvCache* cache, int num_threads, uint64_t held,
-      const std::string& what, AttentionOp* previous = nullptr);
+      const std::string& what);
 
-  // Plans steps of `rows` new tokens against `cache` (fp32): one fused
-  // projection [rows, (H + 2 Hkv) D] (kernels::RowsLinear up to
-  // kRowsLinearMaxRows rows, else a matmul), rotary embeddings on its q and
-  // k, the tokens' q, k and v into the decode kernel's rows and the cache
-  // (kernels::DecodeAppend), the decode kernel over each row's keys, the
-  // output projection.
-  // Its matmuls' packed weights are found as Create's (`previous`: a step
-  // op of the same model being replaced); up to kRowsLinearMaxRows rows read
-  // `steps`, which must outlive the op.
+  // Plans steps of `rows` new tokens against `cache` (fp32, a model made
+  // with MhaOptions::decode): the model's qkv Linear [rows, (H + 2 Hkv) D]
+  // (its panels up to kRowsLinearMaxRows rows, else a matmul), rotary
+  // embeddings on its q and k, the tokens' q, k and v into the decode
+  // kernel's rows and the cache (kernels::DecodeAppend), the decode kernel
+  // over each row's keys, the model's out Linear.
   static Result<std::unique_ptr<AttentionOp>> CreateStep(
-      const MhaModelData& m, const StepProjections& steps, int64_t rows,
-      const KvCache& cache, int num_threads, uint64_t held,
-      const std::string& what, AttentionOp* previous = nullptr);
+      const MhaModelData& m, int64_t rows, const KvCache& cache,
+      int num_threads, uint64_t held, const std::string& what);
 
   // The forward on `buffers` (see Buffer). `cache_seqs[i]`: the cache
   // sequence of the batch's i-th sequence (with a cache only; null
@@ -144,20 +136,19 @@ class AttentionOp {
 
  private:
   AttentionOp() = default;
-  Status MakeMatMuls(kernels::DataType type);
+  Status MakeCore(kernels::DataType type);
+  Status MakePlaneMatMuls(kernels::DataType type);
+  Status MakePlans();
   Status Allocate(kernels::DataType type, uint64_t held,
-                  const std::string& what, AttentionOp* previous);
-  void ChooseWeights(AttentionOp* previous, Workspace* workspace);
-  Status PackProjections();
+                  const std::string& what);
+  void ChooseWeights(Workspace* workspace);
   Status PackWeights();
   void ForwardTiny(const float* x, float* y, float* scratch) const;
   void Project(const float* x, const int64_t* cache_seqs,
                const Buffers& buffers) const;
   void ScatterQkv(const float* rows, const int64_t* cache_seqs, float* q) const;
-  Status MakeStepMatMuls();
-  void StepLinear(const std::optional<kernels::MatMul>& mm, const void* packed,
-                  const StepWeights& step, const std::vector<float>& b,
-                  const float* x, size_t rows, float* y, int threads) const;
+  void ProjectOut(const float* ctx, size_t rows, float* y, void* scratch,
+                  int threads) const;
   void RunDecodeKernel(const kernels::DecodeParams& params, float* partials,
                        size_t max_partials, int threads);
   Status MakeRope(size_t max_positions, uint64_t held, const std::string& what);
@@ -168,19 +159,22 @@ class AttentionOp {
   int num_threads_ = 1;
   bool tiny_ = false;  // plain loops; `qkv_` is their scratch
   bool step_ = false;  // CreateStep: the decode kernel over the cache
-  const StepProjections* steps_ = nullptr;  // CreateStep's
   std::optional<KvCache> cache_;
   std::optional<kernels::Convert> to_bf16_;  // bf16 only: input conversion
-  // Without a cache: qkv_proj_ writes all three planes. With one: the rows
-  // of q, k and v, which ScatterQkv puts in the q plane and the cache.
+  // Without a cache: one matmul writes the q, k and v planes, another
+  // projects out, on the model's packed weights or on w_qkv_ and w_out_.
   std::optional<kernels::MatMul> qkv_proj_, out_proj_;
+  // With a cache: the model's qkv and out Linears for this op's rows, on
+  // their packed copies or panels, or on w_qkv_ and w_out_.
+  std::optional<ops::LinearPlan> qkv_plan_, out_plan_;
   std::optional<kernels::CausalAttention> core_;
   // Rotary embeddings: the table, and each forward row's position.
   std::optional<kernels::RopeTable> rope_;
   std::vector<int64_t> positions_;
-  // Packed weights and the biases.
+  // Weights packed for this op's tiles where the model's are laid out
+  // otherwise, and (without a cache) the biases.
   AlignedBuffer w_qkv_, b_qkv_, w_out_, b_out_;
-  // What the projections run on: w_qkv_ and w_out_, or the model's.
+  // What the plane matmuls run on: w_qkv_ and w_out_, or the model's.
   const void* qkv_weights_ = nullptr;
   const void* out_weights_ = nullptr;
   std::array<size_t, kNumBuffers> buffer_bytes_{};

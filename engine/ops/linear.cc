@@ -1,6 +1,7 @@
 // Weight, Linear and LinearPlan (see linear.h).
 #include "engine/ops/linear.h"
 
+#include <new>
 #include <utility>
 
 #include "kernels/elementwise.h"
@@ -84,6 +85,28 @@ Result<kernels::MatMul> MakeMatMul(const Linear& linear, int64_t rows,
                                  kernels::Threading::kTeam, epilogue.post);
 }
 
+// RowsLinear's panels of `w` in `type`: its own, or bf16 from fp32 values
+// that are bf16 already (each converts exactly).
+Result<StepWeights> PackPanels(const Weight& w, DataType type,
+                               int num_threads) {
+  if (w.type() == DataType::kBF16) {
+    return StepWeights::Pack(static_cast<const hwy::bfloat16_t*>(w.data()),
+                             w.out(), w.in(), num_threads);
+  }
+  const auto* values = static_cast<const float*>(w.data());
+  if (type == DataType::kF32) {
+    return StepWeights::Pack(values, w.out(), w.in(), num_threads);
+  }
+  std::vector<hwy::bfloat16_t> low;
+  try {
+    low.resize(static_cast<size_t>(w.out() * w.in()));
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("cannot allocate a linear's bf16 panels");
+  }
+  for (size_t i = 0; i < low.size(); ++i) low[i] = hwy::BF16FromF32(values[i]);
+  return StepWeights::Pack(low.data(), w.out(), w.in(), num_threads);
+}
+
 }  // namespace
 
 Result<Linear> Linear::Create(Weight weight, Weight bias,
@@ -94,16 +117,8 @@ Result<Linear> Linear::Create(Weight weight, Weight bias,
   linear.compute_type_ = layouts.packed.value_or(linear.weight_.type());
   const Weight& w = linear.weight_;
   if (layouts.panels) {
-    if (w.type() == DataType::kBF16) {
-      ATTN_ASSIGN_OR_RETURN(
-          linear.panels_,
-          StepWeights::Pack(static_cast<const hwy::bfloat16_t*>(w.data()),
-                            w.out(), w.in(), num_threads));
-    } else {
-      ATTN_ASSIGN_OR_RETURN(
-          linear.panels_, StepWeights::Pack(static_cast<const float*>(w.data()),
-                                            w.out(), w.in(), num_threads));
-    }
+    ATTN_ASSIGN_OR_RETURN(linear.panels_,
+                          PackPanels(w, *layouts.panels, num_threads));
   }
   if (!layouts.packed) return linear;
   ATTN_ASSIGN_OR_RETURN(

@@ -75,8 +75,9 @@ struct LinearLayouts {
   // which every run of kernels::MatMulWideRows() rows or more reads.
   std::optional<kernels::DataType> packed;
   // RowsLinear's panels, which runs of up to kRowsLinearMaxRows rows read
-  // (the model decodes).
-  bool panels = false;
+  // (the model decodes), in this type: the weight's own, or bf16 for fp32
+  // weights already rounded to bf16 (so that both hold the same numbers).
+  std::optional<kernels::DataType> panels;
 };
 
 class Linear {

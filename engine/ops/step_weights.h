@@ -48,19 +48,6 @@ class StepWeights {
   size_t in_ = 0, out_ = 0;
 };
 
-// A decode step's two projections, as a decoder packs them: [W_query;
-// W_key; W_value] and out_proj.
-struct StepProjections {
-  StepWeights qkv, out;
-  size_t bytes() const { return qkv.bytes() + out.bytes(); }
-  // bytes() once packed from d_in inputs to qkv_rows and d_out outputs.
-  static uint64_t BytesOf(int64_t d_in, int64_t qkv_rows, int64_t d_out,
-                          bool bf16) {
-    return AddSat(StepWeights::BytesOf(qkv_rows, d_in, bf16),
-                  StepWeights::BytesOf(d_out, d_out, bf16));
-  }
-};
-
 }  // namespace attn
 
 #endif  // ATTN_ENGINE_OPS_STEP_WEIGHTS_H_

@@ -59,9 +59,6 @@ struct MhaDecoder::Impl {
   AlignedBuffer partials;       // the kernel's split-KV partials
   size_t max_partials = 0;      // slots in `partials`
   std::vector<int64_t> counts;  // Decode's all-ones counts
-  // The projections as steps of up to kRowsLinearMaxRows rows read them, in
-  // the model's step_weights type: shared by the decoders on the model.
-  std::shared_ptr<const StepProjections> steps;
   // Steps through the decode kernel: of B rows (Decode, and Prefill when
   // equal), and of the last other Prefill size. Row r is token
   // row_positions[r] of sequence row_seqs[r].
@@ -94,11 +91,8 @@ struct MhaDecoder::Impl {
                WorkspaceBytes()),
         held_elsewhere ? held_elsewhere() : 0);
   }
-  Status ShareSteps();
-  // A step op of `rows` rows; it takes over `previous`'s packed weights
-  // where they agree, and counts what previous still holds as held.
-  Result<std::unique_ptr<AttentionOp>> MakeStep(
-      int64_t rows, AttentionOp* previous = nullptr) const;
+  // A step op of `rows` rows.
+  Result<std::unique_ptr<AttentionOp>> MakeStep(int64_t rows) const;
   Status AllocateCache();
   // Appends the new tokens; only the rows `keep` lists reach output (as
   // MhaDecoder's private Prefill), or every row when it is null.
@@ -122,54 +116,16 @@ struct MhaDecoder::Impl {
 };
 
 Result<std::unique_ptr<AttentionOp>> MhaDecoder::Impl::MakeStep(
-    int64_t rows, AttentionOp* previous) const {
-  return AttentionOp::CreateStep(
-      *m, *steps, rows, Cache(), num_threads, HeldBytes(),
-      "a decoder step of " + Str(rows) + " tokens", previous);
-}
-
-// The model's projections packed for steps, in bf16 when the model rounded
-// them so at load (each value then converts exactly), else in fp32: those
-// of the decoders alive on the model, or packed here and shared from now on.
-Status MhaDecoder::Impl::ShareSteps() {
-  const uint64_t held = HeldBytes();  // MhaModelBytes takes the lock
-  const std::lock_guard<std::mutex> lock(m->steps_mutex);
-  steps = m->steps.lock();
-  if (steps) return {};
-  const bool bf16 = m->step_weights == DType::kBF16;
-  const int64_t qkv_rows = static_cast<int64_t>(m->w_qkv.size()) / d_in;
-  ATTN_RETURN_IF_ERROR(CheckMemory(
-      "a decoder's step weights",
-      AddSat(held, StepProjections::BytesOf(d_in, qkv_rows, d_out, bf16)),
-      m->max_memory_bytes));
-  const auto pack = [&](const std::vector<float>& w, int64_t out,
-                        int64_t in) -> Result<StepWeights> {
-    if (!bf16) return StepWeights::Pack(w.data(), out, in, num_threads);
-    std::vector<hwy::bfloat16_t> low;
-    try {
-      low.resize(w.size());
-    } catch (const std::bad_alloc&) {
-      return OutOfMemory("cannot allocate a decoder's bf16 step weights");
-    }
-    for (size_t i = 0; i < w.size(); ++i) low[i] = hwy::BF16FromF32(w[i]);
-    return StepWeights::Pack(low.data(), out, in, num_threads);
-  };
-  auto packed = std::make_shared<StepProjections>();
-  ATTN_ASSIGN_OR_RETURN(packed->qkv, pack(m->w_qkv, qkv_rows, d_in));
-  ATTN_ASSIGN_OR_RETURN(packed->out, pack(m->w_out, d_out, d_out));
-  m->steps = packed;
-  steps = std::move(packed);
-  return {};
+    int64_t rows) const {
+  return AttentionOp::CreateStep(*m, rows, Cache(), num_threads, HeldBytes(),
+                                 "a decoder step of " + Str(rows) + " tokens");
 }
 
 Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
   if (prompt && prompt->batch() == batch && prompt->seq_len() == seq_len) {
     return {};
   }
-  // The new op takes over the last one's packed weights where they agree,
-  // so a prompt of a new length does not pack them again (and counts what
-  // the last one still holds until it is dropped, here).
-  std::unique_ptr<AttentionOp> previous = std::move(prompt);
+  prompt.reset();  // a prompt of another length: its op goes first
   // The decoder's own buffers were the last prompt's and go with it; an
   // owner's stay (and count) in case another layer sized them for this one.
   if (!owner_counts_prompt_buffers) *prompt_buffers = OwnedBuffers();
@@ -179,8 +135,7 @@ Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
   ATTN_ASSIGN_OR_RETURN(
       std::unique_ptr<AttentionOp> op,
       AttentionOp::Create(*m, DataType::kF32, batch, seq_len, &cache,
-                          num_threads, HeldBytes(), what, previous.get()));
-  previous.reset();
+                          num_threads, HeldBytes(), what));
   if (!prompt_buffers->Fit(*op)) {
     *prompt_buffers = OwnedBuffers();
     const uint64_t held = HeldBytes();
@@ -262,10 +217,8 @@ Status MhaDecoder::Impl::AppendRows(const float* input,
   AttentionOp* op = step.get();
   if (R != B) {
     if (!other || other->rows() != R) {
-      // The new op takes over the last one's packed weights (steps of more
-      // than 8 rows), so sequences that come and go repack nothing.
-      std::unique_ptr<AttentionOp> previous = std::move(other);
-      ATTN_ASSIGN_OR_RETURN(other, MakeStep(R, previous.get()));
+      other.reset();  // steps of another size: its op goes first
+      ATTN_ASSIGN_OR_RETURN(other, MakeStep(R));
     }
     op = other.get();
   }
@@ -337,6 +290,11 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
                              ? owner.prompt_buffers
                              : std::make_shared<OwnedBuffers>();
   const MhaConfig& c = impl->m->config;
+  if (!impl->m->qkv.present()) {
+    return InvalidArgument(
+        "decoder: the model was made with MhaOptions::decode false, without "
+        "the layouts decoders read; make it with decode true");
+  }
   if (options.batch <= 0 || options.batch > (int64_t{1} << 20)) {
     return InvalidArgument("decoder batch is " + Str(options.batch) +
                            ", want a positive number of sequences");
@@ -376,7 +334,6 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
 
   impl->model = model;  // HeldBytes reads the weights through m
   ATTN_RETURN_IF_ERROR(impl->AllocateCache());
-  ATTN_RETURN_IF_ERROR(impl->ShareSteps());
   impl->row_seqs.reserve(static_cast<size_t>(impl->B));
   impl->row_positions.reserve(static_cast<size_t>(impl->B));
   impl->prompt_seqs.reserve(static_cast<size_t>(impl->B));
@@ -393,7 +350,7 @@ Status MhaDecoder::Prefill(const float* input, const int64_t* counts,
 Status MhaDecoder::Prefill(const float* input, const int64_t* counts,
                            const int64_t* keep, size_t num_keep,
                            float* output) {
-  const KeptRows kept{keep, num_keep, &impl_->steps->out};
+  const KeptRows kept{keep, num_keep};
   return impl_->Append(input, counts, &kept, output);
 }
 

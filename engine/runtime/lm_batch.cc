@@ -20,7 +20,6 @@
 #include "attn/lm.hpp"
 #include "engine/models/lm_model.h"
 #include "engine/models/mha_model.h"
-#include "engine/ops/step_weights.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/decoder_owner.h"
 #include "engine/runtime/limits.h"
@@ -415,28 +414,16 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   }
   const int64_t capacity =
       options.max_length ? options.max_length : c.context_length;
-  // Every layer's cache, and the attention step weights of the layers whose
-  // shared copy no batch holds yet, checked as one request before any is
-  // made.
+  // Every layer's cache, checked as one request before any is made.
   const uint64_t head_dim = c.emb_dim / c.num_heads;
   const uint64_t cache_bytes =
       MulSat(MulSat(2 * sizeof(float) * uint64_t(c.num_layers),
                     uint64_t(options.max_sequences) * uint64_t(c.num_kv_heads)),
              MulSat(uint64_t(capacity), kernels::DecodePaddedDim(head_dim)));
-  const bool bf16 = m.dtype == DType::kBF16;
-  const int64_t qkv_rows = c.emb_dim + 2 * c.num_kv_heads * int64_t(head_dim);
-  uint64_t step_bytes = 0;
-  for (const lm::Layer& layer : m.layers) {
-    if (HoldsStepWeights(*layer.attention->impl_)) continue;
-    step_bytes = AddSat(step_bytes, StepProjections::BytesOf(
-                                        c.emb_dim, qkv_rows, c.emb_dim, bf16));
-  }
   ATTN_RETURN_IF_ERROR(CheckMemory(
       "the KV caches of " + Str(options.max_sequences) + " sequences x " +
-          Str(capacity) + " tokens in " + Str(c.num_layers) +
-          " layers and their attention's step weights",
-      AddSat(model->memory_bytes(), AddSat(cache_bytes, step_bytes)),
-      m.max_memory_bytes));
+          Str(capacity) + " tokens in " + Str(c.num_layers) + " layers",
+      AddSat(model->memory_bytes(), cache_bytes), m.max_memory_bytes));
   impl->m = &m;
   impl->B = options.max_sequences;
   impl->capacity = capacity;

@@ -89,11 +89,16 @@ struct ModelOptions {
 // How to load and run an MHA model (MhaModel).
 struct MhaOptions : ModelOptions {
   // kBF16: the projections' weights are rounded to bf16 at load, and
-  // decoders' steps of up to 8 rows read their shared copy in bf16 (half the
-  // bytes per token; kF32: in fp32); every other path reads the same values
-  // as fp32, and the math stays fp32. Runs on any CPU. Language models set
-  // it for bf16 weights.
+  // decoders' steps of up to 8 rows read them in bf16 (half the bytes per
+  // token; kF32: in fp32); every other path reads the same values as fp32,
+  // and the math stays fp32. Runs on any CPU. Language models set it for
+  // bf16 weights.
   DType step_weights = DType::kF32;
+  // Whether decoders may run on the model: it then also holds, from load,
+  // the projections as decoders read them (fp32 packed for prompts, and
+  // panels for steps of a few rows). false: MhaSession only, and
+  // MhaDecoder::Create refuses the model.
+  bool decode = true;
 };
 
 // Half of the physical memory (or of the cgroup's memory.max, if lower).
@@ -154,16 +159,15 @@ class ATTN_API MhaModel {
   const MhaConfig& config() const;
   DType dtype() const;
   int num_threads() const;  // the resolved team size
-  // Bytes the model holds: its fp32 weights and their packed copy, which
-  // every session laid out alike runs on, and while a decoder lives on it
-  // the copy that decode steps read (one, shared by every decoder).
+  // Bytes the model holds: its fp32 weights and their packed copies, which
+  // every session and decoder laid out alike runs on, and (with
+  // MhaOptions::decode) the panels that decode steps read. Fixed at load.
   uint64_t memory_bytes() const;
 
  private:
   friend class MhaSession;
   friend class MhaDecoder;    // attn/decode.hpp
   friend class GraphSession;  // attn/graph.hpp: its mha steps
-  friend class LmBatch;       // attn/lm.hpp: whether its layers share steps
   struct ATTN_NO_EXPORT Impl;
   ATTN_NO_EXPORT explicit MhaModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

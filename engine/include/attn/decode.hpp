@@ -82,9 +82,8 @@ class ATTN_API MhaDecoder {
   int64_t batch() const;
   int64_t max_length() const;
   int64_t length(int64_t sequence) const;  // tokens held; -1 if out of range
-  // Bytes of the K/V cache, and of the step buffers. The copy of the
-  // projections' weights that steps of up to 8 tokens read is the model's,
-  // shared by every decoder on it (MhaModel::memory_bytes).
+  // Bytes of the K/V cache, and of the step buffers. The projections'
+  // weights that steps read are the model's (MhaModel::memory_bytes).
   size_t cache_bytes() const;
   size_t workspace_bytes() const;
   // Bytes of K and V one Decode step reads: 2 x sum(length + 1) x kv_dim x 4

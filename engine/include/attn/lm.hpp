@@ -146,8 +146,8 @@ class ATTN_API LmBatch {
   const float* logits(size_t request) const;
 
   // Bytes of every layer's KV cache and its decoder's buffers (not the
-  // step's activations, which grow with the largest step, nor the
-  // attention's step weights, which the model holds: memory_bytes).
+  // step's activations, which grow with the largest step; the weights every
+  // step reads are the model's: memory_bytes).
   size_t cache_bytes() const;
 
  private:
