@@ -24,6 +24,7 @@
 #include "engine/io/model_config.h"
 #include "engine/models/lm_model.h"
 #include "engine/models/mha_model.h"
+#include "engine/models/model_access.h"
 #include "engine/runtime/graph_ir.h"
 #include "engine/runtime/limits.h"
 #include "engine/runtime/threads.h"
@@ -809,6 +810,9 @@ ops::LinearEpilogue EpilogueOf(const LoadedGraph& m, size_t k) {
 }  // namespace graph
 
 GraphModel::GraphModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+const graph::LoadedGraph& ModelAccess::Of(const GraphModel& model) {
+  return *model.impl_;
+}
 GraphModel::~GraphModel() = default;
 
 Result<std::shared_ptr<const GraphModel>> GraphModel::Load(

@@ -20,6 +20,7 @@
 #include "attn/lm.hpp"
 #include "engine/io/model_config.h"
 #include "engine/models/mha_model.h"
+#include "engine/models/model_access.h"
 #include "engine/runtime/limits.h"
 #include "engine/runtime/random.h"
 #include "engine/runtime/threads.h"
@@ -298,6 +299,9 @@ WeightSource RandomWeights(const LmConfig& c, uint64_t seed) {
 
 LanguageModel::LanguageModel(std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)) {}
+const lm::ModelData& ModelAccess::Of(const LanguageModel& model) {
+  return *model.impl_;
+}
 LanguageModel::~LanguageModel() = default;
 
 Result<std::shared_ptr<const LanguageModel>> LanguageModel::Load(

@@ -94,8 +94,7 @@ std::optional<std::pair<Role, int64_t>> BookRole(LmArchitecture architecture,
 // role the architecture's book layout has none for.
 std::string BookName(LmArchitecture architecture, Role role, int64_t layer);
 
-// What a LanguageModel holds, visible to the engine's sources while
-// LanguageModel::Impl stays private to its friends.
+// What a LanguageModel holds; the engine reaches it through ModelAccess.
 struct ModelData {
   LmConfig config;
   // kBF16: every matrix is held in bf16 (a tied head's embeddings rounded

@@ -15,6 +15,7 @@
 #include "attn/safetensors.hpp"
 #include "engine/io/model_config.h"
 #include "engine/models/mha_model.h"
+#include "engine/models/model_access.h"
 #include "engine/ops/attention_op.h"
 #include "engine/ops/linear.h"
 #include "engine/ops/step_weights.h"
@@ -91,6 +92,9 @@ uint64_t WeightBytes(const MhaConfig& c) {
 }
 
 MhaModel::MhaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+const MhaModelData& ModelAccess::Of(const MhaModel& model) {
+  return *model.impl_;
+}
 MhaModel::~MhaModel() = default;
 const MhaConfig& MhaModel::config() const { return impl_->config; }
 DType MhaModel::dtype() const { return impl_->dtype; }
@@ -386,7 +390,7 @@ Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,
 
 Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
   if (!model_) return InvalidArgument("session has no model");
-  const MhaModel::Impl& m = *model_->impl_;
+  const MhaModelData& m = ModelAccess::Of(*model_);
   // Only a valid shape was ever planned; PlanMhaRun checks a new one.
   if (plan_ && plan_->op->batch() == batch && plan_->op->seq_len() == seq_len) {
     return {};

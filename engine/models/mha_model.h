@@ -15,8 +15,8 @@ namespace attn {
 
 class AttentionOp;
 
-// What an MhaModel holds, visible to the engine (the attention operator
-// takes it) while MhaModel::Impl stays private to the model's friends.
+// What an MhaModel holds; the engine reaches it through ModelAccess (the
+// attention operator takes it).
 struct MhaModelData {
   MhaConfig config;
   DType dtype = DType::kF32;

@@ -1,12 +1,12 @@
-// MhaDecoder: a KV cache per sequence and the forward pass of new tokens
-// against it (see attn/decode.hpp). Fresh prompts of one length run through
-// the attention operator (engine/attention_op.h), which copies their K and
-// V into the cache. Other steps, straight-line: one fused QKV
-// projection of the new tokens, K and V appended to the cache, the decode
+// KvDecoder (kv_decoder.h) and MhaDecoder, its public face: a KV cache per
+// sequence and the forward pass of new tokens against it. Fresh prompts of one
+// length run through the attention operator (engine/attention_op.h), which
+// copies their K and V into the cache. Other steps, straight-line: one fused
+// QKV projection of the new tokens, K and V appended to the cache, the decode
 // attention kernel (kernels/decode.h), one output projection. A language
 // model's last block keeps only the rows whose logits it wants past the
 // attention (KeptRows).
-#include "attn/decode.hpp"
+#include "kernels/decode.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,14 +22,15 @@
 #include <vector>
 
 #include "engine/models/mha_model.h"
+#include "engine/models/model_access.h"
 #include "engine/ops/attention_op.h"
 #include "engine/ops/step_weights.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/decoder_owner.h"
+#include "engine/runtime/kv_decoder.h"
 #include "engine/runtime/limits.h"
 #include "engine/runtime/threads.h"
 #include "hwy/base.h"
-#include "kernels/decode.h"
 #include "kernels/matmul.h"
 
 namespace attn {
@@ -42,9 +43,9 @@ std::string Str(int64_t v) { return std::to_string(v); }
 
 }  // namespace
 
-struct MhaDecoder::Impl {
+struct KvDecoder::Impl {
   std::shared_ptr<const MhaModel> model;
-  const MhaModel::Impl* m = nullptr;
+  const MhaModelData* m = nullptr;
   // B sequences of at most `capacity` tokens; H query and Hkv K/V heads of
   // D floats, each head's row of a key padded to Dp.
   int64_t B = 0, capacity = 0, H = 0, Hkv = 0, D = 0, Dp = 0;
@@ -115,13 +116,13 @@ struct MhaDecoder::Impl {
   }
 };
 
-Result<std::unique_ptr<AttentionOp>> MhaDecoder::Impl::MakeStep(
+Result<std::unique_ptr<AttentionOp>> KvDecoder::Impl::MakeStep(
     int64_t rows) const {
   return AttentionOp::CreateStep(*m, rows, Cache(), num_threads, HeldBytes(),
                                  "a decoder step of " + Str(rows) + " tokens");
 }
 
-Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
+Status KvDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
   if (prompt && prompt->batch() == batch && prompt->seq_len() == seq_len) {
     return {};
   }
@@ -147,7 +148,7 @@ Status MhaDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
 }
 
 // Validates the counts before any state changes; the total new rows.
-Result<int64_t> MhaDecoder::Impl::CountRows(const int64_t* new_tokens) const {
+Result<int64_t> KvDecoder::Impl::CountRows(const int64_t* new_tokens) const {
   int64_t R = 0;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = new_tokens[b];
@@ -171,7 +172,7 @@ Result<int64_t> MhaDecoder::Impl::CountRows(const int64_t* new_tokens) const {
 // Prompts of one length n >= kPromptCore, every one starting an empty
 // sequence, are the full causal forward: the attention operator does them
 // (as MhaSession::Run). Returns n then (and lists the sequences), else 0.
-int64_t MhaDecoder::Impl::FreshPromptLength(const int64_t* new_tokens) {
+int64_t KvDecoder::Impl::FreshPromptLength(const int64_t* new_tokens) {
   constexpr int64_t kPromptCore = 64;
   int64_t n = 0;
   bool fresh = true;
@@ -185,8 +186,8 @@ int64_t MhaDecoder::Impl::FreshPromptLength(const int64_t* new_tokens) {
   return fresh && n >= kPromptCore ? n : 0;
 }
 
-Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
-                                const KeptRows* keep, float* output) {
+Status KvDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
+                               const KeptRows* keep, float* output) {
   if (!input || !output || !new_tokens) {
     return InvalidArgument("input, output and counts must not be null");
   }
@@ -211,9 +212,9 @@ Status MhaDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
 }
 
 // Token by token through the decode kernel (AttentionOp::Step).
-Status MhaDecoder::Impl::AppendRows(const float* input,
-                                    const int64_t* new_tokens, int64_t R,
-                                    const KeptRows* keep, float* output) {
+Status KvDecoder::Impl::AppendRows(const float* input,
+                                   const int64_t* new_tokens, int64_t R,
+                                   const KeptRows* keep, float* output) {
   AttentionOp* op = step.get();
   if (R != B) {
     if (!other || other->rows() != R) {
@@ -235,12 +236,14 @@ Status MhaDecoder::Impl::AppendRows(const float* input,
   return {};
 }
 
-MhaDecoder::MhaDecoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-MhaDecoder::~MhaDecoder() = default;
+KvDecoder::KvDecoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+KvDecoder::KvDecoder(KvDecoder&&) noexcept = default;
+KvDecoder& KvDecoder::operator=(KvDecoder&&) noexcept = default;
+KvDecoder::~KvDecoder() = default;
 
 // The K and V caches and the decode kernel's partials, checked against the
 // cap as one request.
-Status MhaDecoder::Impl::AllocateCache() {
+Status KvDecoder::Impl::AllocateCache() {
   // 2 x B x Hkv x capacity x Dp floats, checked for overflow before asking.
   const double cache_floats =
       2.0 * double(B) * double(Hkv) * double(capacity) * double(Dp);
@@ -273,17 +276,12 @@ Status MhaDecoder::Impl::AllocateCache() {
   return {};
 }
 
-Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
-    std::shared_ptr<const MhaModel> model, const DecoderOptions& options) {
-  return Create(std::move(model), options, DecoderOwner{});
-}
-
-Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
-    std::shared_ptr<const MhaModel> model, const DecoderOptions& options,
-    const DecoderOwner& owner) {
+Result<KvDecoder> KvDecoder::Create(std::shared_ptr<const MhaModel> model,
+                                    const DecoderOptions& options,
+                                    const DecoderOwner& owner) {
   if (!model) return InvalidArgument("decoder: model is null");
   auto impl = std::make_unique<Impl>();
-  impl->m = model->impl_.get();
+  impl->m = &ModelAccess::Of(*model);
   impl->held_elsewhere = owner.held_elsewhere;
   impl->owner_counts_prompt_buffers = owner.prompt_buffers != nullptr;
   impl->prompt_buffers = owner.prompt_buffers
@@ -339,22 +337,21 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   impl->prompt_seqs.reserve(static_cast<size_t>(impl->B));
   ATTN_ASSIGN_OR_RETURN(impl->step, impl->MakeStep(impl->B));
   impl->model = std::move(model);
-  return std::unique_ptr<MhaDecoder>(new MhaDecoder(std::move(impl)));
+  return KvDecoder(std::move(impl));
 }
 
-Status MhaDecoder::Prefill(const float* input, const int64_t* counts,
-                           float* output) {
+Status KvDecoder::Prefill(const float* input, const int64_t* counts,
+                          float* output) {
   return impl_->Append(input, counts, nullptr, output);
 }
 
-Status MhaDecoder::Prefill(const float* input, const int64_t* counts,
-                           const int64_t* keep, size_t num_keep,
-                           float* output) {
+Status KvDecoder::Prefill(const float* input, const int64_t* counts,
+                          const int64_t* keep, size_t num_keep, float* output) {
   const KeptRows kept{keep, num_keep};
   return impl_->Append(input, counts, &kept, output);
 }
 
-Status MhaDecoder::Prefill(const float* input, int64_t seq_len, float* output) {
+Status KvDecoder::Prefill(const float* input, int64_t seq_len, float* output) {
   if (seq_len < 0) {
     return InvalidArgument("seq_len is " + Str(seq_len) + ", want >= 0");
   }
@@ -366,7 +363,7 @@ Status MhaDecoder::Prefill(const float* input, int64_t seq_len, float* output) {
   return impl_->Append(input, counts.data(), nullptr, output);
 }
 
-Status MhaDecoder::Decode(const float* input, int64_t batch, float* output) {
+Status KvDecoder::Decode(const float* input, int64_t batch, float* output) {
   Impl& d = *impl_;
   if (batch != d.B) {
     return InvalidArgument("decode batch is " + Str(batch) +
@@ -383,13 +380,13 @@ Status MhaDecoder::Decode(const float* input, int64_t batch, float* output) {
   return d.Append(input, d.counts.data(), nullptr, output);
 }
 
-void MhaDecoder::Reset() {
+void KvDecoder::Reset() {
   std::fill(impl_->lengths.begin(), impl_->lengths.end(), 0);
 }
 
-Status MhaDecoder::Reset(int64_t sequence) { return Truncate(sequence, 0); }
+Status KvDecoder::Reset(int64_t sequence) { return Truncate(sequence, 0); }
 
-Status MhaDecoder::Truncate(int64_t sequence, int64_t length) {
+Status KvDecoder::Truncate(int64_t sequence, int64_t length) {
   Impl& d = *impl_;
   if (sequence < 0 || sequence >= d.B) {
     return InvalidArgument("sequence " + Str(sequence) +
@@ -405,7 +402,7 @@ Status MhaDecoder::Truncate(int64_t sequence, int64_t length) {
   return {};
 }
 
-Status MhaDecoder::Copy(int64_t from, int64_t to) {
+Status KvDecoder::Copy(int64_t from, int64_t to) {
   Impl& d = *impl_;
   for (const int64_t sequence : {from, to}) {
     if (sequence < 0 || sequence >= d.B) {
@@ -431,17 +428,17 @@ Status MhaDecoder::Copy(int64_t from, int64_t to) {
   return {};
 }
 
-int64_t MhaDecoder::batch() const { return impl_->B; }
-int64_t MhaDecoder::max_length() const { return impl_->capacity; }
-int64_t MhaDecoder::length(int64_t sequence) const {
+int64_t KvDecoder::batch() const { return impl_->B; }
+int64_t KvDecoder::max_length() const { return impl_->capacity; }
+int64_t KvDecoder::length(int64_t sequence) const {
   if (sequence < 0 || sequence >= impl_->B) return -1;
   return impl_->lengths[static_cast<size_t>(sequence)];
 }
-size_t MhaDecoder::cache_bytes() const {
+size_t KvDecoder::cache_bytes() const {
   return impl_->k_cache.size() + impl_->v_cache.size();
 }
-size_t MhaDecoder::workspace_bytes() const { return impl_->WorkspaceBytes(); }
-size_t MhaDecoder::decode_kv_bytes() const {
+size_t KvDecoder::workspace_bytes() const { return impl_->WorkspaceBytes(); }
+size_t KvDecoder::decode_kv_bytes() const {
   // A sliding window reads its last `window` keys only.
   const int64_t window = impl_->m->config.sliding_window;
   size_t keys = 0;
@@ -450,6 +447,55 @@ size_t MhaDecoder::decode_kv_bytes() const {
   }
   // K/V rows are Hkv heads of D wide (d_out without grouping).
   return 2 * keys * static_cast<size_t>(impl_->Hkv * impl_->D) * sizeof(float);
+}
+
+// MhaDecoder: the public face of a KvDecoder.
+struct MhaDecoder::Impl {
+  KvDecoder decoder;
+};
+
+MhaDecoder::MhaDecoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MhaDecoder::~MhaDecoder() = default;
+
+Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
+    std::shared_ptr<const MhaModel> model, const DecoderOptions& options) {
+  ATTN_ASSIGN_OR_RETURN(KvDecoder decoder,
+                        KvDecoder::Create(std::move(model), options));
+  return std::unique_ptr<MhaDecoder>(
+      new MhaDecoder(std::make_unique<Impl>(Impl{std::move(decoder)})));
+}
+
+Status MhaDecoder::Prefill(const float* input, const int64_t* counts,
+                           float* output) {
+  return impl_->decoder.Prefill(input, counts, output);
+}
+Status MhaDecoder::Prefill(const float* input, int64_t seq_len, float* output) {
+  return impl_->decoder.Prefill(input, seq_len, output);
+}
+Status MhaDecoder::Decode(const float* input, int64_t batch, float* output) {
+  return impl_->decoder.Decode(input, batch, output);
+}
+void MhaDecoder::Reset() { impl_->decoder.Reset(); }
+Status MhaDecoder::Reset(int64_t sequence) {
+  return impl_->decoder.Reset(sequence);
+}
+Status MhaDecoder::Truncate(int64_t sequence, int64_t length) {
+  return impl_->decoder.Truncate(sequence, length);
+}
+Status MhaDecoder::Copy(int64_t from, int64_t to) {
+  return impl_->decoder.Copy(from, to);
+}
+int64_t MhaDecoder::batch() const { return impl_->decoder.batch(); }
+int64_t MhaDecoder::max_length() const { return impl_->decoder.max_length(); }
+int64_t MhaDecoder::length(int64_t sequence) const {
+  return impl_->decoder.length(sequence);
+}
+size_t MhaDecoder::cache_bytes() const { return impl_->decoder.cache_bytes(); }
+size_t MhaDecoder::workspace_bytes() const {
+  return impl_->decoder.workspace_bytes();
+}
+size_t MhaDecoder::decode_kv_bytes() const {
+  return impl_->decoder.decode_kv_bytes();
 }
 
 }  // namespace attn

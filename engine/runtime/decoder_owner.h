@@ -1,7 +1,7 @@
-// What an owner of one MhaDecoder per layer (LmBatch) gives each of them
-// (MhaDecoder's private Create): a view of the memory it holds besides that
-// decoder, and the buffers of fresh prompts, which its decoders share since
-// one layer runs at a time.
+// What an owner of one KvDecoder per layer (LmBatch) gives each of them
+// (KvDecoder::Create): a view of the memory it holds besides that decoder,
+// and the buffers of fresh prompts, which its decoders share since one
+// layer runs at a time.
 #ifndef ATTN_ENGINE_RUNTIME_DECODER_OWNER_H_
 #define ATTN_ENGINE_RUNTIME_DECODER_OWNER_H_
 

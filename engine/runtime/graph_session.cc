@@ -17,6 +17,7 @@
 #include "engine/io/json_limits.h"
 #include "engine/models/graph_model.h"
 #include "engine/models/mha_model.h"
+#include "engine/models/model_access.h"
 #include "engine/ops/attention_op.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/graph_ir.h"
@@ -171,7 +172,7 @@ struct GraphSession::Plan {
 
 GraphSession::GraphSession(std::shared_ptr<const GraphModel> model)
     : model_(std::move(model)) {
-  if (model_) plan_ = std::make_unique<Plan>(*model_->impl_);
+  if (model_) plan_ = std::make_unique<Plan>(ModelAccess::Of(*model_));
 }
 GraphSession::GraphSession(GraphSession&&) noexcept = default;
 GraphSession& GraphSession::operator=(GraphSession&&) noexcept = default;
@@ -249,8 +250,8 @@ Status GraphSession::Plan::PrepareMha(size_t k, int64_t new_batch,
                            " x seq_len " + std::to_string(new_seq_len);
   for (size_t l = 0; l < m.layer.size(); ++l) {
     Result<std::unique_ptr<AttentionOp>> op =
-        PlanMhaRun(*m.layer[l][step.node].mha->impl_, new_batch, new_seq_len,
-                   memory.workspace, what);
+        PlanMhaRun(ModelAccess::Of(*m.layer[l][step.node].mha), new_batch,
+                   new_seq_len, memory.workspace, what);
     if (!op.ok()) {
       return Status(op.status().code(), m.def.nodes[step.node].Describe() +
                                             ": " + op.status().message());

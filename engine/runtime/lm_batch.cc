@@ -1,5 +1,5 @@
 // LmBatch (attn/lm.hpp): continuous batching over a LanguageModel. Each
-// layer's attention is an MhaDecoder whose cache holds every slot; a step
+// layer's attention is a KvDecoder whose cache holds every slot; a step
 // packs the new tokens of its requests slot after slot, runs the blocks on
 // those rows (each decoder appending them to its cache), except that the
 // last block's attention output and feed-forward, the final norm and the
@@ -16,12 +16,13 @@
 #include <utility>
 #include <vector>
 
-#include "attn/decode.hpp"
 #include "attn/lm.hpp"
 #include "engine/models/lm_model.h"
 #include "engine/models/mha_model.h"
+#include "engine/models/model_access.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/decoder_owner.h"
+#include "engine/runtime/kv_decoder.h"
 #include "engine/runtime/limits.h"
 #include "engine/runtime/threads.h"
 #include "kernels/decode.h"
@@ -48,9 +49,9 @@ struct StepBuffers {
 
 struct LmBatch::Impl {
   std::shared_ptr<const LanguageModel> model;
-  const LanguageModel::Impl* m = nullptr;
+  const lm::ModelData* m = nullptr;
   int64_t B = 0, capacity = 0;
-  std::vector<std::unique_ptr<MhaDecoder>> decoders;  // per layer
+  std::vector<KvDecoder> decoders;  // per layer
   // Every decoder's fresh prompts run on these (one layer at a time).
   std::shared_ptr<OwnedBuffers> prompt_buffers =
       std::make_shared<OwnedBuffers>();
@@ -93,7 +94,7 @@ struct LmBatch::Impl {
 uint64_t LmBatch::Impl::HeldBesides(size_t layer) const {
   uint64_t own = m->layers[layer].attention->memory_bytes();
   if (layer < decoders.size()) {
-    own += decoders[layer]->cache_bytes() + decoders[layer]->workspace_bytes();
+    own += decoders[layer].cache_bytes() + decoders[layer].workspace_bytes();
   }
   const uint64_t held = HeldBytes();
   return held > own ? held - own : 0;
@@ -102,7 +103,7 @@ uint64_t LmBatch::Impl::HeldBesides(size_t layer) const {
 uint64_t LmBatch::Impl::HeldBytes() const {
   uint64_t bytes = AddSat(model->memory_bytes(), prompt_buffers->bytes());
   for (const auto& d : decoders) {
-    bytes = AddSat(bytes, d->cache_bytes() + d->workspace_bytes());
+    bytes = AddSat(bytes, d.cache_bytes() + d.workspace_bytes());
   }
   const StepBuffers& b = buffers;
   for (const AlignedBuffer* buffer : {&b.x, &b.normed, &b.branch, &b.up,
@@ -139,7 +140,7 @@ Status LmBatch::Impl::CheckRequests(const Request* requests,
       return InvalidArgument(who + "has " + Str(r.count) +
                              " tokens, want at least 1 (and non-null tokens)");
     }
-    const int64_t held = decoders[0]->length(r.sequence);
+    const int64_t held = decoders[0].length(r.sequence);
     if (r.count > capacity - held) {
       return InvalidArgument(who + "sequence " + Str(r.sequence) + " holds " +
                              Str(held) + " tokens; " + Str(r.count) +
@@ -318,7 +319,7 @@ void LmBatch::Impl::FeedForward(const lm::Layer& layer, int64_t rows) {
 }
 
 // Only the rows whose logits were asked for reach the head, so only they
-// go past the last block's attention (MhaDecoder's Prefill with `keep`:
+// go past the last block's attention (KvDecoder's Prefill with `keep`:
 // the other rows add their K and V to its cache) and through its
 // feed-forward (llama.cpp's output ids). Moves them, in order, to the front
 // of x, where the attention's output lies already.
@@ -345,10 +346,10 @@ Status LmBatch::Impl::RunBlocks(int64_t rows) {
     Norm(layer.norm1, x, rows, normed);
     const bool last = l + 1 == m->layers.size();
     if (last && logit_rows.size() < size_t(rows)) {
-      ATTN_RETURN_IF_ERROR(decoders[l]->Prefill(
+      ATTN_RETURN_IF_ERROR(decoders[l].Prefill(
           normed, counts.data(), logit_rows.data(), logit_rows.size(), branch));
     } else {
-      ATTN_RETURN_IF_ERROR(decoders[l]->Prefill(normed, counts.data(), branch));
+      ATTN_RETURN_IF_ERROR(decoders[l].Prefill(normed, counts.data(), branch));
     }
     if (last) rows = KeepLogitRows(x);
     const size_t n = size_t(rows * m->config.emb_dim);
@@ -374,8 +375,8 @@ Status LmBatch::Impl::Run() {
 void LmBatch::Impl::RollBack() {
   for (auto& decoder : decoders) {
     for (int64_t b = 0; b < B; ++b) {
-      if (decoder->length(b) > held_before[b]) {
-        (void)decoder->Truncate(b, held_before[b]);
+      if (decoder.length(b) > held_before[b]) {
+        (void)decoder.Truncate(b, held_before[b]);
       }
     }
   }
@@ -399,7 +400,7 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
     std::shared_ptr<const LanguageModel> model, const LmBatchOptions& options) {
   if (!model) return InvalidArgument("batch: model is null");
   auto impl = std::make_unique<Impl>();
-  const LanguageModel::Impl& m = *model->impl_;
+  const lm::ModelData& m = ModelAccess::Of(*model);
   const LmConfig& c = m.config;
   if (options.max_sequences <= 0 ||
       options.max_sequences > LmBatchOptions::kMaxSequences) {
@@ -435,10 +436,10 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const Impl* d = impl.get();
     ATTN_ASSIGN_OR_RETURN(
-        std::unique_ptr<MhaDecoder> decoder,
-        MhaDecoder::Create(m.layers[l].attention, {impl->B, capacity},
-                           DecoderOwner{[d, l] { return d->HeldBesides(l); },
-                                        impl->prompt_buffers}));
+        KvDecoder decoder,
+        KvDecoder::Create(m.layers[l].attention, {impl->B, capacity},
+                          DecoderOwner{[d, l] { return d->HeldBesides(l); },
+                                       impl->prompt_buffers}));
     impl->decoders.push_back(std::move(decoder));
   }
   return std::unique_ptr<LmBatch>(new LmBatch(std::move(impl)));
@@ -452,7 +453,7 @@ Result<int64_t> LmBatch::Add() {
                            " sequences (max_sequences): Remove one first");
   }
   const auto slot = static_cast<int64_t>(free - d.live.begin());
-  for (auto& decoder : d.decoders) ATTN_RETURN_IF_ERROR(decoder->Reset(slot));
+  for (auto& decoder : d.decoders) ATTN_RETURN_IF_ERROR(decoder.Reset(slot));
   d.live[slot] = true;
   return slot;
 }
@@ -475,7 +476,7 @@ Result<int64_t> LmBatch::Fork(int64_t sequence) {
   }
   ATTN_ASSIGN_OR_RETURN(const int64_t fork, Add());
   for (auto& decoder : d.decoders) {
-    if (const Status s = decoder->Copy(sequence, fork); !s.ok()) {
+    if (const Status s = decoder.Copy(sequence, fork); !s.ok()) {
       d.live[fork] = false;
       return s;
     }
@@ -486,7 +487,7 @@ Result<int64_t> LmBatch::Fork(int64_t sequence) {
 int64_t LmBatch::length(int64_t sequence) const {
   const Impl& d = *impl_;
   if (sequence < 0 || sequence >= d.B || !d.live[sequence]) return -1;
-  return d.decoders[0]->length(sequence);
+  return d.decoders[0].length(sequence);
 }
 
 int64_t LmBatch::max_sequences() const { return impl_->B; }
@@ -497,7 +498,7 @@ Status LmBatch::Step(const Request* requests, size_t count) {
   d.logits_first.clear();  // no logits from a failed step, refused or not
   // A step that fails part-way, returning an error or out of memory in an
   // allocation, leaves every sequence as it was.
-  for (int64_t b = 0; b < d.B; ++b) d.held_before[b] = d.decoders[0]->length(b);
+  for (int64_t b = 0; b < d.B; ++b) d.held_before[b] = d.decoders[0].length(b);
   Status s;
   try {
     s = d.CheckRequests(requests, count);
@@ -527,7 +528,7 @@ const float* LmBatch::logits(size_t request) const {
 size_t LmBatch::cache_bytes() const {
   size_t bytes = impl_->prompt_buffers->bytes();
   for (const auto& decoder : impl_->decoders) {
-    bytes += decoder->cache_bytes() + decoder->workspace_bytes();
+    bytes += decoder.cache_bytes() + decoder.workspace_bytes();
   }
   return bytes;
 }

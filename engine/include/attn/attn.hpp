@@ -165,9 +165,7 @@ class ATTN_API MhaModel {
   uint64_t memory_bytes() const;
 
  private:
-  friend class MhaSession;
-  friend class MhaDecoder;    // attn/decode.hpp
-  friend class GraphSession;  // attn/graph.hpp: its mha steps
+  friend struct ModelAccess;  // the engine's sessions read the model
   struct ATTN_NO_EXPORT Impl;
   ATTN_NO_EXPORT explicit MhaModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -15,8 +15,6 @@
 
 namespace attn {
 
-struct DecoderOwner;  // engine-internal: what LmBatch shares with its decoders
-
 struct DecoderOptions {
   int64_t batch = 1;  // sequences the cache holds
   // Tokens one sequence may hold. 0: the model's context_length, which must
@@ -92,18 +90,6 @@ class ATTN_API MhaDecoder {
   size_t decode_kv_bytes() const;
 
  private:
-  friend class LmBatch;  // attn/lm.hpp: a decoder per layer, one memory cap
-  // As Create, for an owner of one decoder per layer (engine-internal).
-  ATTN_NO_EXPORT static Result<std::unique_ptr<MhaDecoder>> Create(
-      std::shared_ptr<const MhaModel> model, const DecoderOptions& options,
-      const DecoderOwner& owner);
-  // As Prefill(input, counts, output), but only the rows `keep` lists
-  // (ascending indices into the new rows, num_keep of them) reach output,
-  // [num_keep, d_out] in that order; every row's K and V still land in the
-  // cache. For a model's last block, whose other rows reach no logits.
-  ATTN_NO_EXPORT Status Prefill(const float* input, const int64_t* counts,
-                                const int64_t* keep, size_t num_keep,
-                                float* output);
   struct ATTN_NO_EXPORT Impl;
   ATTN_NO_EXPORT explicit MhaDecoder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -73,7 +73,7 @@ class ATTN_API GraphModel {
   double flops(int64_t batch, int64_t seq_len) const;
 
  private:
-  friend class GraphSession;
+  friend struct ModelAccess;  // the engine's sessions read the model
   struct ATTN_NO_EXPORT Impl;
   ATTN_NO_EXPORT explicit GraphModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

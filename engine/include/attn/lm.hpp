@@ -84,7 +84,7 @@ class ATTN_API LanguageModel {
   uint64_t memory_bytes() const;
 
  private:
-  friend class LmBatch;
+  friend struct ModelAccess;  // the engine's batches read the model
   struct ATTN_NO_EXPORT Impl;
   ATTN_NO_EXPORT explicit LanguageModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

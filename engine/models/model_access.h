@@ -1,0 +1,29 @@
+// The one way the engine reaches what a public model holds: its sessions,
+// decoders and batches read the model's data through here, so no public
+// class befriends another.
+#ifndef ATTN_ENGINE_MODELS_MODEL_ACCESS_H_
+#define ATTN_ENGINE_MODELS_MODEL_ACCESS_H_
+
+#include "attn/attn.hpp"
+#include "attn/graph.hpp"
+#include "attn/lm.hpp"
+
+namespace attn {
+
+struct MhaModelData;
+namespace graph {
+struct LoadedGraph;
+}  // namespace graph
+namespace lm {
+struct ModelData;
+}  // namespace lm
+
+struct ModelAccess {
+  static const MhaModelData& Of(const MhaModel& model);
+  static const graph::LoadedGraph& Of(const GraphModel& model);
+  static const lm::ModelData& Of(const LanguageModel& model);
+};
+
+}  // namespace attn
+
+#endif  // ATTN_ENGINE_MODELS_MODEL_ACCESS_H_
