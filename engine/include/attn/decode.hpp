@@ -97,11 +97,15 @@ class ATTN_API MhaDecoder {
   ATTN_NO_EXPORT static Result<std::unique_ptr<MhaDecoder>> Create(
       std::shared_ptr<const MhaModel> model, const DecoderOptions& options,
       const DecoderOwner& owner);
-  // As Prefill(input, counts, output), but only the rows `keep` lists
-  // (ascending indices into the new rows, num_keep of them) reach output,
-  // [num_keep, d_out] in that order; every row's K and V still land in the
-  // cache. For a model's last block, whose other rows reach no logits.
-  ATTN_NO_EXPORT Status Prefill(const float* input, const int64_t* counts,
+  // As Prefill(input, counts, output) for the sequences listed alone:
+  // sequences[i] (ascending, each once) gets counts[i] tokens, the others
+  // none, so that a step costs its rows, not batch(). Only the rows `keep`
+  // lists (ascending indices into the new rows, num_keep of them; every
+  // row when keep is null) reach output, [num_keep, d_out] in that order;
+  // every row's K and V still land in the cache. For a model's blocks,
+  // whose last one's other rows reach no logits.
+  ATTN_NO_EXPORT Status Prefill(const float* input, const int64_t* sequences,
+                                const int64_t* counts, size_t num_sequences,
                                 const int64_t* keep, size_t num_keep,
                                 float* output);
   struct ATTN_NO_EXPORT Impl;

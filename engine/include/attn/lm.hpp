@@ -113,7 +113,9 @@ class ATTN_API LmBatch {
   LmBatch(const LmBatch&) = delete;
   LmBatch& operator=(const LmBatch&) = delete;
 
-  // A new empty sequence; its id (a free slot, < max_sequences).
+  // A new empty sequence; its id (the lowest free slot, < max_sequences).
+  // Add and Remove cost O(log max_sequences), Fork that and the copy, and
+  // a Step its requests and tokens: none walks every slot.
   Result<int64_t> Add();
   // Frees `sequence`'s slot.
   Status Remove(int64_t sequence);
