@@ -64,6 +64,7 @@ struct LmBatch::Impl {
   std::shared_ptr<const LanguageModel> model;
   const LanguageModel::Impl* m = nullptr;
   int64_t B = 0, capacity = 0;
+  uint64_t caller_bytes = 0;  // LmBatchOptions::caller_bytes
   std::vector<std::unique_ptr<MhaDecoder>> decoders;  // per layer
   // Every decoder's fresh prompts run on these (one layer at a time).
   std::shared_ptr<OwnedBuffers> prompt_buffers =
@@ -170,7 +171,7 @@ uint64_t LmBatch::Impl::ListBytes() const {
 
 uint64_t LmBatch::Impl::HeldBytes() const {
   uint64_t bytes = AddSat(model->memory_bytes(), prompt_buffers->bytes());
-  bytes = AddSat(bytes, ListBytes());
+  bytes = AddSat(bytes, AddSat(ListBytes(), caller_bytes));
   for (const auto& d : decoders) {
     bytes = AddSat(bytes, d->cache_bytes() + d->workspace_bytes());
   }
@@ -582,12 +583,13 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
       "the KV caches of " + Str(options.max_sequences) + " sequences x " +
           Str(capacity) + " tokens in " + Str(c.num_layers) +
           " layers and their attention's step weights",
-      AddSat(model->memory_bytes(),
+      AddSat(AddSat(model->memory_bytes(), options.caller_bytes),
              AddSat(AddSat(cache_bytes, step_bytes), slot_bytes)),
       m.max_memory_bytes));
   impl->m = &m;
   impl->B = options.max_sequences;
   impl->capacity = capacity;
+  impl->caller_bytes = options.caller_bytes;
   impl->live.assign(size_t(impl->B), false);
   impl->freed.reserve(size_t(impl->B));
   impl->model = std::move(model);  // HeldBytes reads the weights through it

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -453,6 +454,98 @@ TEST_F(LmCliTest, BadInputsAreRefused) {
   EXPECT_EQ(Attn("generate --weights " + golden.model + " --max-new-tokens 1")
                 .exit_code,
             2);  // no prompts
+}
+
+// The smallest memory cap under which `work` succeeds on the model at
+// `path` loaded at one thread under that cap: what the engine counts for
+// that work, found by bisection.
+uint64_t SmallestCap(
+    const std::string& path,
+    const std::function<Status(std::shared_ptr<const LanguageModel>)>& work) {
+  uint64_t fails = 0, passes = uint64_t{1} << 32;
+  while (passes - fails > 1) {
+    const uint64_t cap = fails + (passes - fails) / 2;
+    LmOptions options;
+    options.num_threads = 1;
+    options.max_memory_bytes = cap;
+    auto model = LanguageModel::Load(path, options);
+    (model.ok() && work(*model).ok() ? passes : fails) = cap;
+  }
+  return passes;
+}
+
+// `rows` one-token sequences of token 1 in one step, as `attn run` and the
+// first step of `attn generate` make them; `steps` more of one token each.
+Status StepRows(std::shared_ptr<const LanguageModel> model, int64_t rows,
+                int64_t max_length, bool all_logits, int64_t steps) {
+  ATTN_ASSIGN_OR_RETURN(auto batch, LmBatch::Create(model, {rows, max_length}));
+  static const int64_t token = 1;
+  std::vector<LmBatch::Request> requests;
+  for (int64_t b = 0; b < rows; ++b) {
+    ATTN_ASSIGN_OR_RETURN(const int64_t sequence, batch->Add());
+    requests.push_back({sequence, &token, 1, all_logits});
+  }
+  for (int64_t step = 0; step <= steps; ++step) {
+    ATTN_RETURN_IF_ERROR(batch->Step(requests.data(), requests.size()));
+  }
+  return {};
+}
+
+// `attn run` counts its prompts, requests and logits in the one budget
+// with the model, the caches and the step's buffers: under the smallest
+// cap that the engine's own share of the run fits, it is refused (it would
+// hold its output beside them), naming the flag; with room for the output
+// beside them it runs.
+TEST_F(LmCliTest, RunCountsItsOutputInTheMemoryCap) {
+  const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
+  constexpr int64_t kRows = 4000;
+  const std::string input =
+      WriteInput(std::vector<int64_t>(kRows, 1), kRows, {});
+  const uint64_t engine = SmallestCap(c.model, [](auto model) {
+    return StepRows(std::move(model), kRows, 1, true, 0);
+  });
+  const uint64_t output = kRows * 64 * sizeof(float);  // vocabulary 64
+  ASSERT_LT(output, engine);  // the output alone fits
+  const Outcome refused =
+      Run(c.model, input, "--threads 1 --max-memory " + std::to_string(engine));
+  ExpectRefused(refused);
+  EXPECT_NE(refused.stderr_text.find("over the memory limit of"),
+            std::string::npos)
+      << refused.stderr_text;
+  EXPECT_NE(refused.stderr_text.find("--max-memory"), std::string::npos);
+  const Outcome fits = Run(c.model, input,
+                           "--threads 1 --max-memory " +
+                               std::to_string(engine + 2 * output));
+  EXPECT_EQ(fits.exit_code, 0) << fits.stderr_text;
+  EXPECT_EQ(TakeLogits().size(), size_t{kRows * 64});
+}
+
+// `attn generate` counts what it holds per row (a sampler, its requests,
+// its prompt and its tokens) in the one budget with the model, the caches
+// and the steps' buffers: under the smallest cap that the engine's own
+// share of the generation fits, it is refused, naming the flag; with room
+// for its rows beside them it runs.
+TEST_F(LmCliTest, GenerateCountsItsRowsInTheMemoryCap) {
+  const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
+  constexpr int64_t kRows = 4000, kNew = 4;
+  const std::string input =
+      WriteInput(std::vector<int64_t>(kRows, 1), kRows, {});
+  const uint64_t engine = SmallestCap(c.model, [](auto model) {
+    return StepRows(std::move(model), kRows, kNew, false, kNew - 1);
+  });
+  const std::string args = "--threads 1 --max-memory ";
+  const Outcome refused =
+      Generate(c.model, input, kNew, args + std::to_string(engine));
+  ExpectRefused(refused);
+  EXPECT_NE(refused.stderr_text.find("over the memory limit of"),
+            std::string::npos)
+      << refused.stderr_text;
+  EXPECT_NE(refused.stderr_text.find("--max-memory"), std::string::npos);
+  const uint64_t per_row = 512;  // more than a row holds in the tool
+  const Outcome fits = Generate(c.model, input, kNew,
+                                args + std::to_string(engine + kRows * per_row));
+  EXPECT_EQ(fits.exit_code, 0) << fits.stderr_text;
+  EXPECT_EQ(TakeTokens().size(), size_t{kRows * kNew});
 }
 
 // The vocabulary of a golden case's model: its logits per input id.

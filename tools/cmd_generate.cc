@@ -39,7 +39,8 @@ using OnToken = std::function<Status(int64_t row, int64_t token)>;
 // then one Step a token of every live row; row r's tokens sampled by its
 // own Sampler (stream r of the seed), so they do not depend on the other
 // rows. A row that emits the stop token leaves the batch; the rest of its
-// row is the stop token.
+// row is the stop token. What it holds, with the prompts, counts against
+// the model's cap with the batch.
 class Generation {
  public:
   Generation(std::shared_ptr<const LanguageModel> model, const Prompts& prompts,
@@ -48,7 +49,7 @@ class Generation {
 
   Result<std::vector<int64_t>> Run(const OnToken& on_token) {
     ATTN_RETURN_IF_ERROR(StartPrompts());
-    // After the batch's memory check, as the output's own was before.
+    // After the batch's memory check, which counted it (CallerBytes).
     tokens_.assign(static_cast<size_t>(prompts_.batch * args_.max_new_tokens),
                    0);
     for (int64_t step = 0; !requests_.empty(); ++step) {
@@ -59,13 +60,33 @@ class Generation {
   }
 
  private:
+  // The bytes the run holds besides the model and the batch: the prompts,
+  // the tokens, and per row a sampler, its request and prompt row in this
+  // step's lists and the next's; a sample's scratch (Sampler::Sample's
+  // logits, weights and order over the vocabulary).
+  uint64_t CallerBytes() const {
+    const auto rows = static_cast<uint64_t>(prompts_.batch);
+    const auto vocab = static_cast<uint64_t>(model_->config().vocab_size);
+    const uint64_t per_row =
+        sizeof(Sampler) + 2 * (sizeof(LmBatch::Request) + sizeof(int64_t)) +
+        static_cast<uint64_t>(args_.max_new_tokens) * sizeof(int64_t);
+    const uint64_t scratch =
+        vocab * (sizeof(float) + sizeof(double) + sizeof(int64_t));
+    return prompts_.bytes() + rows * per_row + scratch;
+  }
+
   // Creates the batch and asks for every prompt's last logits.
   Status StartPrompts() {
     LmBatchOptions options;
     options.max_sequences = prompts_.batch;
     // The last new token is never fed back (CheckPrompts checked the sum).
     options.max_length = prompts_.longest() + args_.max_new_tokens - 1;
+    options.caller_bytes = CallerBytes();
     ATTN_ASSIGN_OR_RETURN(batch_, LmBatch::Create(model_, options));
+    const auto rows = static_cast<size_t>(prompts_.batch);
+    requests_.reserve(rows);
+    rows_.reserve(rows);
+    samplers_.reserve(rows);
     SamplingOptions sampling = args_.sampling;
     for (int64_t b = 0; b < prompts_.batch; ++b) {
       ATTN_ASSIGN_OR_RETURN(const int64_t sequence, batch_->Add());
@@ -87,6 +108,8 @@ class Generation {
     const int64_t n = args_.max_new_tokens;
     std::vector<LmBatch::Request> next;
     std::vector<int64_t> next_rows;
+    next.reserve(requests_.size());
+    next_rows.reserve(requests_.size());
     for (size_t i = 0; i < requests_.size(); ++i) {
       const int64_t row = rows_[i];
       int64_t* out = tokens_.data() + row * n;

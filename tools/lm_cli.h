@@ -40,6 +40,7 @@ struct Prompts {
   std::vector<int64_t> lengths;  // each row's tokens, from 1 to width
   const int64_t* row(int64_t b) const { return ids.data() + b * width; }
   int64_t longest() const;
+  uint64_t bytes() const;  // what the lists hold
 };
 
 // Reads `path`'s prompts, their shapes checked (not their ids).

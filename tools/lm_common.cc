@@ -57,6 +57,10 @@ int64_t Prompts::longest() const {
                          : *std::max_element(lengths.begin(), lengths.end());
 }
 
+uint64_t Prompts::bytes() const {
+  return (ids.capacity() + lengths.capacity()) * sizeof(int64_t);
+}
+
 namespace {
 
 // input_ids must be [batch, width] with both sizes at least 1, and a

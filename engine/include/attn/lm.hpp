@@ -94,6 +94,10 @@ struct LmBatchOptions {
   static constexpr int64_t kMaxSequences = int64_t{1} << 20;
   int64_t max_sequences = 1;  // sequences held at once, 1 to kMaxSequences
   int64_t max_length = 0;     // tokens per sequence; 0: context_length
+  // Bytes the caller holds for the batch's work (its prompts, outputs and
+  // per-sequence state), counted with the model's and the batch's own in
+  // every check against the model's memory cap: one budget for the call.
+  uint64_t caller_bytes = 0;
 };
 
 // One thread's generation state: up to max_sequences sequences, each with a
