@@ -548,6 +548,72 @@ TEST_F(LmCliTest, GenerateCountsItsRowsInTheMemoryCap) {
   EXPECT_EQ(TakeTokens().size(), size_t{kRows * kNew});
 }
 
+// A copy of the model file at `from`, its header given a __metadata__
+// string of `bytes` bytes; its path.
+std::string WithBigMetadata(const std::string& from, const fs::path& to,
+                            size_t bytes) {
+  std::ifstream in(from, std::ios::binary);
+  const std::string file(std::istreambuf_iterator<char>(in), {});
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = len << 8 | uint8_t(file[size_t(i)]);
+  nlohmann::json header = nlohmann::json::parse(file.substr(8, len));
+  header["__metadata__"]["note"] = std::string(bytes, 'x');
+  const std::string text = header.dump();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = char(text.size() >> (8 * i));
+  std::ofstream(to, std::ios::binary) << out << text << file.substr(8 + len);
+  return to.string();
+}
+
+// Parsing a file is charged against --max-memory before it is read: a
+// model whose header holds a 2 MB metadata string needs 8 MB to parse,
+// refused under 5M by run and generate, naming the file; a tokenizer's
+// vocabulary of 100000 tokens needs more than 4M beside the model.
+TEST_F(LmCliTest, ParsingIsChargedAgainstTheMemoryCap) {
+  const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
+  const std::string model =
+      WithBigMetadata(c.model, dir_ / "model.safetensors", 2000000);
+  const std::string input = WriteInput({1, 2}, 1, {});
+  for (const Outcome& outcome :
+       {Run(model, input, "--max-memory 5M"),
+        Generate(model, input, 2, "--max-memory 5M")}) {
+    ExpectRefused(outcome);
+    EXPECT_NE(outcome.stderr_text.find("parsing the header of '" + model +
+                                       "' (2"),
+              std::string::npos)
+        << outcome.stderr_text;
+    EXPECT_NE(outcome.stderr_text.find("over the memory limit of 5.00 MiB"),
+              std::string::npos)
+        << outcome.stderr_text;
+  }
+  const Outcome fits = Run(model, input, "--max-memory 16M");
+  EXPECT_EQ(fits.exit_code, 0) << fits.stderr_text;
+  EXPECT_EQ(TakeLogits().size(), 2u * 64);
+  const fs::path tokenizer = dir_ / "tokenizer";
+  fs::create_directories(tokenizer);
+  {
+    std::ofstream vocab(tokenizer / "vocab.json");
+    vocab << "{";
+    for (int i = 0; i < 100000; ++i) {
+      vocab << (i ? "," : "") << "\"t" << i << "\":" << i;
+    }
+    vocab << "}";
+    std::ofstream(tokenizer / "merges.txt") << "#version: 0.2\n";
+  }
+  const Outcome text =
+      Attn("generate --weights " + c.model + " --tokenizer " +
+           tokenizer.string() + " --prompt t1 --max-new-tokens 2 "
+           "--max-memory 4M");
+  ExpectRefused(text);
+  EXPECT_NE(text.stderr_text.find("'" + (tokenizer / "vocab.json").string() +
+                                  "' (up to 100000 tokens) needs"),
+            std::string::npos)
+      << text.stderr_text;
+  EXPECT_NE(text.stderr_text.find("over the memory limit of 4194304 bytes"),
+            std::string::npos)
+      << text.stderr_text;
+}
+
 // The vocabulary of a golden case's model: its logits per input id.
 int64_t VocabOf(const GoldenCase& golden) {
   return static_cast<int64_t>(golden.logits.size()) /

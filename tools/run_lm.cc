@@ -48,7 +48,7 @@ int RunLanguageModel(const std::string& weights, const std::string& input,
                      const std::string& output, const LmModelFlags& flags) {
   auto model = LoadLanguageModel(weights, flags);
   if (!model.ok()) return Fail(model.status().message());
-  auto prompts = ReadPrompts(input, **model, 0);
+  auto prompts = ReadPrompts(input, **model, 0, flags.max_memory);
   if (!prompts.ok()) return Fail(prompts.status().message());
   const int64_t vocab = (*model)->config().vocab_size;
   const Status fits = CheckOutputFits(

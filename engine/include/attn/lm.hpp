@@ -73,8 +73,10 @@ class ATTN_API LanguageModel {
       const LmConfig& config, uint64_t seed, const LmOptions& options = {});
   // True when the file's tensor names are one of the whole-model layouts
   // (a cheap check of the header, for front ends that take either an MHA
-  // or a whole model). False for unreadable files.
-  static bool IsLanguageModelFile(const std::string& path);
+  // or a whole model). False for unreadable files, and for a header whose
+  // parse does not fit max_memory_bytes (SafetensorsFile::Open).
+  static bool IsLanguageModelFile(const std::string& path,
+                                  uint64_t max_memory_bytes = 0);
 
   ~LanguageModel();
   const LmConfig& config() const;
