@@ -10,6 +10,7 @@
 
 #include "attn/attn.h"
 #include "attn/attn.hpp"
+#include "attn/safetensors.hpp"
 #include "tests/hostile_files.h"
 #include "tests/temp_dir.h"
 
@@ -74,11 +75,31 @@ TEST(LimitsTest, LoadingOverTheCapIsRefused) {
   test::TempDir dir;
   const std::string path = dir.Write("w.safetensors", test::TinyWeights());
   MhaOptions options;
-  options.max_memory_bytes = 100;  // the weights are 96 bytes, read twice
+  // The weights are 96 bytes, read twice; the header's parse, checked
+  // first, needs 4 bytes a header byte and 1 KiB a tensor.
+  options.max_memory_bytes = 100;
   auto model = MhaModel::Load(path, options);
   ASSERT_FALSE(model.ok());
-  ExpectOverCap(model.status(), "loading the weights");
+  ExpectOverCap(model.status(), "parsing the header of '" + path + "'");
   EXPECT_TRUE(MhaModel::Load(path).ok());
+  // Weights of 64 KiB under a cap of 32 KiB: the parse (8 KiB) passes.
+  std::string header = "{\"__metadata__\":{\"num_heads\":\"2\"},";
+  const uint64_t matrix = 64 * 64 * 4;
+  const char* const names[] = {"W_query.weight", "W_key.weight",
+                               "W_value.weight", "out_proj.weight"};
+  for (uint64_t i = 0; i < 4; ++i) {
+    header += test::Entry(names[i], "F32", "[64,64]", i * matrix,
+                          (i + 1) * matrix) + ",";
+  }
+  header += test::Entry("out_proj.bias", "F32", "[64]", 4 * matrix,
+                        4 * matrix + 256) + "}";
+  const std::string wide = dir.Write(
+      "wide.safetensors",
+      test::SafetensorsBytes(header, test::Floats(4 * 64 * 64 + 64, 0.5f)));
+  options.max_memory_bytes = 32 << 10;
+  model = MhaModel::Load(wide, options);
+  ASSERT_FALSE(model.ok());
+  ExpectOverCap(model.status(), "loading the weights");
 }
 
 TEST(LimitsTest, SessionBuffersOverTheCapAreRefused) {
@@ -110,6 +131,47 @@ TEST(LimitsTest, HugeShapesAreRefusedWithoutAllocating) {
                 "a run of batch");
   EXPECT_FALSE(session.Prepare(-1, 4).ok());
   EXPECT_FALSE(session.Prepare(1, int64_t{1} << 40).ok());
+}
+
+// Parsing a safetensors header is charged against the cap before its text
+// is read, at 4 bytes a header byte (a 1 MiB metadata string needs 4 MiB),
+// and before the DOM is built, at 1 KiB more a tensor or metadata key,
+// beside what the caller holds; a model's Load passes its own cap down.
+TEST(LimitsTest, HeaderParsingIsChargedAgainstTheCap) {
+  test::TempDir dir;
+  const std::string tensor = test::Entry("x", "F32", "[1]", 0, 4);
+  const std::string big =
+      "{\"__metadata__\":{\"note\":\"" + std::string(1 << 20, 'a') + "\"}," +
+      tensor + "}";
+  const std::string path =
+      dir.Write("big.safetensors", test::SafetensorsBytes(big, test::Zeros(4)));
+  const std::string len = std::to_string(big.size());
+  Result<SafetensorsFile> file = SafetensorsFile::Open(path, 4 << 20);
+  ASSERT_FALSE(file.ok());
+  ExpectOverCap(file.status(),
+                "parsing the header of '" + path + "' (" + len + " bytes)");
+  EXPECT_NE(file.status().message().find("needs 4.00 MiB"), std::string::npos)
+      << file.status().message();
+  ASSERT_TRUE(SafetensorsFile::Open(path, 5 << 20).ok());
+  ExpectOverCap(SafetensorsFile::Open(path, 5 << 20, 1 << 20).status(),
+                "beside 1.00 MiB held");
+  // 2000 metadata keys: 2000 KiB more than their 20 KB of text.
+  std::string keys = "{\"__metadata__\":{";
+  for (int i = 0; i < 2000; ++i) {
+    keys += (i ? ",\"" : "\"") + std::to_string(10000 + i) + "\":\"\"";
+  }
+  keys += "}," + tensor + "}";
+  const std::string many = dir.Write(
+      "keys.safetensors", test::SafetensorsBytes(keys, test::Zeros(4)));
+  file = SafetensorsFile::Open(many, 2 << 20);
+  ASSERT_FALSE(file.ok());
+  ExpectOverCap(file.status(), "2001 tensors and metadata keys");
+  EXPECT_TRUE(SafetensorsFile::Open(many, 3 << 20).ok());
+  // A model's Load parses under its own cap.
+  MhaOptions options;
+  options.max_memory_bytes = 4 << 20;
+  ExpectOverCap(MhaModel::Load(path, options).status(),
+                "parsing the header of '" + path + "'");
 }
 
 // attn_tensor_read_f32 checks capacity before it reads or allocates: a

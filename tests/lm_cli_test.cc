@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -453,6 +454,164 @@ TEST_F(LmCliTest, BadInputsAreRefused) {
   EXPECT_EQ(Attn("generate --weights " + golden.model + " --max-new-tokens 1")
                 .exit_code,
             2);  // no prompts
+}
+
+// The smallest memory cap under which `work` succeeds on the model at
+// `path` loaded at one thread under that cap: what the engine counts for
+// that work, found by bisection.
+uint64_t SmallestCap(
+    const std::string& path,
+    const std::function<Status(std::shared_ptr<const LanguageModel>)>& work) {
+  uint64_t fails = 0, passes = uint64_t{1} << 32;
+  while (passes - fails > 1) {
+    const uint64_t cap = fails + (passes - fails) / 2;
+    LmOptions options;
+    options.num_threads = 1;
+    options.max_memory_bytes = cap;
+    auto model = LanguageModel::Load(path, options);
+    (model.ok() && work(*model).ok() ? passes : fails) = cap;
+  }
+  return passes;
+}
+
+// `rows` one-token sequences of token 1 in one step, as `attn run` and the
+// first step of `attn generate` make them; `steps` more of one token each.
+Status StepRows(std::shared_ptr<const LanguageModel> model, int64_t rows,
+                int64_t max_length, bool all_logits, int64_t steps) {
+  ATTN_ASSIGN_OR_RETURN(auto batch, LmBatch::Create(model, {rows, max_length}));
+  static const int64_t token = 1;
+  std::vector<LmBatch::Request> requests;
+  for (int64_t b = 0; b < rows; ++b) {
+    ATTN_ASSIGN_OR_RETURN(const int64_t sequence, batch->Add());
+    requests.push_back({sequence, &token, 1, all_logits});
+  }
+  for (int64_t step = 0; step <= steps; ++step) {
+    ATTN_RETURN_IF_ERROR(batch->Step(requests.data(), requests.size()));
+  }
+  return {};
+}
+
+// `attn run` counts its prompts, requests and logits in the one budget
+// with the model, the caches and the step's buffers: under the smallest
+// cap that the engine's own share of the run fits, it is refused (it would
+// hold its output beside them), naming the flag; with room for the output
+// beside them it runs.
+TEST_F(LmCliTest, RunCountsItsOutputInTheMemoryCap) {
+  const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
+  constexpr int64_t kRows = 4000;
+  const std::string input =
+      WriteInput(std::vector<int64_t>(kRows, 1), kRows, {});
+  const uint64_t engine = SmallestCap(c.model, [](auto model) {
+    return StepRows(std::move(model), kRows, 1, true, 0);
+  });
+  const uint64_t output = kRows * 64 * sizeof(float);  // vocabulary 64
+  ASSERT_LT(output, engine);  // the output alone fits
+  const Outcome refused =
+      Run(c.model, input, "--threads 1 --max-memory " + std::to_string(engine));
+  ExpectRefused(refused);
+  EXPECT_NE(refused.stderr_text.find("over the memory limit of"),
+            std::string::npos)
+      << refused.stderr_text;
+  EXPECT_NE(refused.stderr_text.find("--max-memory"), std::string::npos);
+  const Outcome fits = Run(c.model, input,
+                           "--threads 1 --max-memory " +
+                               std::to_string(engine + 2 * output));
+  EXPECT_EQ(fits.exit_code, 0) << fits.stderr_text;
+  EXPECT_EQ(TakeLogits().size(), size_t{kRows * 64});
+}
+
+// `attn generate` counts what it holds per row (a sampler, its requests,
+// its prompt and its tokens) in the one budget with the model, the caches
+// and the steps' buffers: under the smallest cap that the engine's own
+// share of the generation fits, it is refused, naming the flag; with room
+// for its rows beside them it runs.
+TEST_F(LmCliTest, GenerateCountsItsRowsInTheMemoryCap) {
+  const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
+  constexpr int64_t kRows = 4000, kNew = 4;
+  const std::string input =
+      WriteInput(std::vector<int64_t>(kRows, 1), kRows, {});
+  const uint64_t engine = SmallestCap(c.model, [](auto model) {
+    return StepRows(std::move(model), kRows, kNew, false, kNew - 1);
+  });
+  const std::string args = "--threads 1 --max-memory ";
+  const Outcome refused =
+      Generate(c.model, input, kNew, args + std::to_string(engine));
+  ExpectRefused(refused);
+  EXPECT_NE(refused.stderr_text.find("over the memory limit of"),
+            std::string::npos)
+      << refused.stderr_text;
+  EXPECT_NE(refused.stderr_text.find("--max-memory"), std::string::npos);
+  const uint64_t per_row = 512;  // more than a row holds in the tool
+  const Outcome fits = Generate(c.model, input, kNew,
+                                args + std::to_string(engine + kRows * per_row));
+  EXPECT_EQ(fits.exit_code, 0) << fits.stderr_text;
+  EXPECT_EQ(TakeTokens().size(), size_t{kRows * kNew});
+}
+
+// A copy of the model file at `from`, its header given a __metadata__
+// string of `bytes` bytes; its path.
+std::string WithBigMetadata(const std::string& from, const fs::path& to,
+                            size_t bytes) {
+  std::ifstream in(from, std::ios::binary);
+  const std::string file(std::istreambuf_iterator<char>(in), {});
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = len << 8 | uint8_t(file[size_t(i)]);
+  nlohmann::json header = nlohmann::json::parse(file.substr(8, len));
+  header["__metadata__"]["note"] = std::string(bytes, 'x');
+  const std::string text = header.dump();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = char(text.size() >> (8 * i));
+  std::ofstream(to, std::ios::binary) << out << text << file.substr(8 + len);
+  return to.string();
+}
+
+// Parsing a file is charged against --max-memory before it is read: a
+// model whose header holds a 2 MB metadata string needs 8 MB to parse,
+// refused under 5M by run and generate, naming the file; a tokenizer's
+// vocabulary of 100000 tokens needs more than 4M beside the model.
+TEST_F(LmCliTest, ParsingIsChargedAgainstTheMemoryCap) {
+  const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
+  const std::string model =
+      WithBigMetadata(c.model, dir_ / "model.safetensors", 2000000);
+  const std::string input = WriteInput({1, 2}, 1, {});
+  for (const Outcome& outcome :
+       {Run(model, input, "--max-memory 5M"),
+        Generate(model, input, 2, "--max-memory 5M")}) {
+    ExpectRefused(outcome);
+    EXPECT_NE(outcome.stderr_text.find("parsing the header of '" + model +
+                                       "' (2"),
+              std::string::npos)
+        << outcome.stderr_text;
+    EXPECT_NE(outcome.stderr_text.find("over the memory limit of 5.00 MiB"),
+              std::string::npos)
+        << outcome.stderr_text;
+  }
+  const Outcome fits = Run(model, input, "--max-memory 16M");
+  EXPECT_EQ(fits.exit_code, 0) << fits.stderr_text;
+  EXPECT_EQ(TakeLogits().size(), 2u * 64);
+  const fs::path tokenizer = dir_ / "tokenizer";
+  fs::create_directories(tokenizer);
+  {
+    std::ofstream vocab(tokenizer / "vocab.json");
+    vocab << "{";
+    for (int i = 0; i < 100000; ++i) {
+      vocab << (i ? "," : "") << "\"t" << i << "\":" << i;
+    }
+    vocab << "}";
+    std::ofstream(tokenizer / "merges.txt") << "#version: 0.2\n";
+  }
+  const Outcome text =
+      Attn("generate --weights " + c.model + " --tokenizer " +
+           tokenizer.string() + " --prompt t1 --max-new-tokens 2 "
+           "--max-memory 4M");
+  ExpectRefused(text);
+  EXPECT_NE(text.stderr_text.find("'" + (tokenizer / "vocab.json").string() +
+                                  "' (up to 100000 tokens) needs"),
+            std::string::npos)
+      << text.stderr_text;
+  EXPECT_NE(text.stderr_text.find("over the memory limit of 4194304 bytes"),
+            std::string::npos)
+      << text.stderr_text;
 }
 
 // The vocabulary of a golden case's model: its logits per input id.

@@ -1,8 +1,10 @@
 // LmBatch::Step when an allocation fails part-way through: no sequence
 // changes, no logits are left, and the step then runs as on a batch that
-// never failed. Allocations fail through a replaced operator new, on the
-// calling thread outside OpenMP regions (an exception cannot leave one).
-// Not under ASan, whose own operator new keeps its checks.
+// never failed; and what a step, Add and Remove allocate follows their
+// work, not max_sequences. Allocations fail, and are counted, through a
+// replaced operator new, on the calling thread outside OpenMP regions (an
+// exception cannot leave one). Not under ASan, whose own operator new
+// keeps its checks.
 #include <omp.h>
 
 #include <atomic>
@@ -23,6 +25,9 @@ namespace {
 
 // Allocations left before one fails; below 0, none fails.
 std::atomic<long> g_allocations_left{-1};
+// Bytes asked for while g_counting is set.
+std::atomic<bool> g_counting{false};
+std::atomic<size_t> g_bytes_asked{0};
 
 }  // namespace
 
@@ -31,6 +36,7 @@ void* operator new(std::size_t size) {
       g_allocations_left.fetch_sub(1) == 0) {
     throw std::bad_alloc();
   }
+  if (omp_get_level() == 0 && g_counting.load()) g_bytes_asked += size;
   if (void* p = std::malloc(size ? size : 1)) return p;
   throw std::bad_alloc();
 }
@@ -122,6 +128,54 @@ TEST(LmStepOutOfMemory, AFreshLongPromptChangesNoSequence) {
   static std::vector<int64_t> prompt(70);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int64_t(i % 50);
   ExpectEveryFailureRollsBack({{1, prompt.data(), 70, true}});
+}
+
+// The bytes `work` asks operator new for.
+template <class Work>
+size_t BytesAskedBy(Work work) {
+  g_bytes_asked = 0;
+  g_counting = true;
+  work();
+  g_counting = false;
+  return g_bytes_asked.load();
+}
+
+// A batch of 2^16 sequences where a step advances two: the step's lists
+// follow its requests and rows, so a second step of the same shape
+// allocates (almost) nothing, and Remove and Add nothing, where a pass
+// over every slot would ask for bytes per slot each time.
+TEST(LmStepAllocations, FollowTheRequestsNotMaxSequences) {
+  LmConfig config;
+  config.vocab_size = 16;
+  config.context_length = 2;
+  config.emb_dim = 8;
+  config.hidden_dim = 16;
+  config.num_layers = 1;
+  config.num_heads = 1;
+  LmOptions options;
+  options.num_threads = 1;
+  auto model = LanguageModel::Random(config, 3, options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  constexpr int64_t kSequences = int64_t{1} << 16;
+  auto batch = LmBatch::Create(*model, {kSequences, 0});
+  ASSERT_TRUE(batch.ok()) << batch.status().message();
+  LmBatch& b = **batch;
+  for (int64_t s = 0; s < 3; ++s) ASSERT_EQ(b.Add().value(), s);
+  static const int64_t token = 5;
+  const LmBatch::Request step[] = {{2, &token, 1, false},
+                                   {0, &token, 1, false}};
+  ASSERT_TRUE(b.Step(step, 2).ok());
+  Status second;
+  const size_t step_bytes = BytesAskedBy([&] { second = b.Step(step, 2); });
+  ASSERT_TRUE(second.ok()) << second.message();
+  EXPECT_LT(step_bytes, 1024u);  // a message string or two, not per slot
+  int64_t again = -1;
+  const size_t slot_bytes = BytesAskedBy([&] {
+    ASSERT_TRUE(b.Remove(1).ok());
+    again = b.Add().value();
+  });
+  EXPECT_EQ(again, 1);
+  EXPECT_EQ(slot_bytes, 0u);
 }
 
 }  // namespace

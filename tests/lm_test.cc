@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -344,9 +345,99 @@ TEST_P(LmBatchForkTest, ContinuesAsTheParentAndSlotsAreReused) {
 INSTANTIATE_TEST_SUITE_P(CacheLayouts, LmBatchForkTest,
                          ::testing::Values("llama_gqa", "gpt_book_2l_bias"));
 
+// Add takes the lowest free slot, whatever order sequences were added,
+// removed and forked in, checked against a set of the free slots over a
+// few thousand operations on a batch of 512; a full batch refuses Add and
+// Fork, and Remove refuses a slot that is not live.
+TEST(LmBatchTest, AddTakesTheLowestFreeSlotAfterAnyRemovals) {
+  auto batch = NewBatch(Load("gpt_book_1l", 1), 512);
+  ASSERT_NE(batch, nullptr);
+  std::set<int64_t> free_slots;
+  for (int64_t s = 0; s < 512; ++s) free_slots.insert(s);
+  std::vector<int64_t> live;
+  uint64_t state = 12345;  // a fixed LCG: the same operations every run
+  const auto next = [&state](uint64_t n) {
+    state = state * 6364136223846793005u + 1442695040888963407u;
+    return (state >> 33) % n;
+  };
+  for (int op = 0; op < 4000; ++op) {
+    // Mostly adds while the batch is small, mostly removes when it is full.
+    const bool add = live.empty() || next(512) >= live.size();
+    if (add && free_slots.empty()) {
+      EXPECT_FALSE(batch->Add().ok());
+      EXPECT_FALSE(batch->Fork(live[0]).ok());
+    } else if (add) {
+      const bool fork = !live.empty() && next(4) == 0;
+      const Result<int64_t> slot =
+          fork ? batch->Fork(live[next(live.size())]) : batch->Add();
+      ASSERT_TRUE(slot.ok()) << op << ": " << slot.status().message();
+      ASSERT_EQ(*slot, *free_slots.begin()) << op;
+      free_slots.erase(free_slots.begin());
+      live.push_back(*slot);
+    } else {
+      const size_t i = next(live.size());
+      ASSERT_TRUE(batch->Remove(live[i]).ok()) << op;
+      EXPECT_FALSE(batch->Remove(live[i]).ok()) << op;
+      EXPECT_EQ(batch->length(live[i]), -1);
+      free_slots.insert(live[i]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  EXPECT_GT(live.size(), 0u);
+  // Slots freed high to low come back low to high.
+  for (const int64_t s : {500, 300, 100}) {
+    if (batch->length(s) >= 0) {
+      ASSERT_TRUE(batch->Remove(s).ok());
+    }
+  }
+  for (int64_t s = 0; s < 512; ++s) {
+    if (batch->length(s) < 0) {
+      EXPECT_EQ(*batch->Add(), s);
+    }
+  }
+  EXPECT_FALSE(batch->Add().ok());
+}
+
+// A step names its sequences in any order: each request gets its own
+// sequence's logits, those of the sequence run alone; a repeated sequence
+// is named at its second request, whichever that is.
+TEST(LmBatchTest, AStepOnAFewSlotsOfALargeBatchTakesThemInAnyOrder) {
+  const Case c = ReadCase("gpt_book_1l");
+  auto model = Load(c.name, 1);
+  auto batch = NewBatch(model, 1024);
+  ASSERT_NE(batch, nullptr);
+  for (int64_t s = 0; s < 1024; ++s) ASSERT_EQ(*batch->Add(), s);
+  const LmBatch::Request step[] = {{700, c.prompt(0), c.lengths[0], false},
+                                   {3, c.prompt(1), c.lengths[1], false}};
+  ASSERT_TRUE(batch->Step(step, 2).ok());
+  EXPECT_EQ(batch->length(700), c.lengths[0]);
+  EXPECT_EQ(batch->length(3), c.lengths[1]);
+  EXPECT_EQ(batch->length(4), 0);
+  for (int64_t row = 0; row < 2; ++row) {
+    const auto last =
+        c.logits.begin() + (row * c.T + c.lengths[row] - 1) * c.vocab;
+    test::ExpectAllClose(std::vector<float>(last, last + c.vocab),
+                         batch->logits(size_t(row)), c.tolerance,
+                         "request " + std::to_string(row));
+  }
+  const int64_t token = 1;
+  const LmBatch::Request twice[] = {{9, &token, 1, false},
+                                    {700, &token, 1, false},
+                                    {5, &token, 1, false},
+                                    {700, &token, 1, false},
+                                    {9, &token, 1, false}};
+  const Status s = batch->Step(twice, 5);
+  EXPECT_NE(s.message().find("step request 3: sequence 700 appears twice"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(batch->length(700), c.lengths[0]);
+  EXPECT_EQ(batch->length(9), 0);
+}
+
 // The model holds everything its batches read from load: its memory stays
-// put while batches come and go, and a batch fits under a cap of the model
-// and its caches, not one byte less.
+// put while batches come and go, and a batch fits under a cap of the model,
+// its caches and 1 KiB (its slots' bookkeeping), not under one that leaves
+// out half its caches.
 TEST(LmBatchTest, BatchesAddOnlyTheirCaches) {
   const std::string name = "llama_gqa";
   auto model = Load(name, 1);
@@ -360,14 +451,15 @@ TEST(LmBatchTest, BatchesAddOnlyTheirCaches) {
 
   LmOptions options;
   options.num_threads = 1;
-  for (const uint64_t less : {0, 1}) {
-    options.max_memory_bytes = held + first->cache_bytes() - less;
+  for (const bool fits : {true, false}) {
+    options.max_memory_bytes =
+        held + (fits ? first->cache_bytes() + 1024 : first->cache_bytes() / 2);
     Result<std::shared_ptr<const LanguageModel>> capped =
         LanguageModel::Load(kLmDir + name + "/model.safetensors", options);
     ASSERT_TRUE(capped.ok()) << capped.status().message();
     Result<std::unique_ptr<LmBatch>> batch = LmBatch::Create(*capped, {2, 0});
     EXPECT_EQ(batch.status().code(),
-              less ? StatusCode::kOutOfMemory : StatusCode::kOk)
+              fits ? StatusCode::kOk : StatusCode::kOutOfMemory)
         << batch.status().message();
   }
 }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -431,6 +432,54 @@ TEST(Gpt2TokenizerLoadTest, VersionLinesAreSkippedOnAnyLine) {
   dir.Write("vocab.bpe", "\n#version: 0.2\nb c\n");
   const Result<Gpt2Tokenizer> tokenizer = Gpt2Tokenizer::Load(dir.path());
   EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+}
+
+// Loading is charged against the memory cap before each thing is made:
+// a file's text, then the vocabulary's tables (240 bytes a token, bounded
+// by the text's colons, and twice the text), then the merges' (64 bytes a
+// line), beside what the caller holds; each refusal is one line naming the
+// file, what it needs and the cap.
+TEST(Gpt2TokenizerLoadTest, FilesAreChargedAgainstTheMemoryCap) {
+  TempDir dir;
+  nlohmann::json vocab = VocabJson();
+  for (int i = 0; i < 20000; ++i) vocab["t" + std::to_string(i)] = 400 + i;
+  WriteTokenizer(dir, false, vocab);
+  const std::string dumped = vocab.dump();
+  const uint64_t text = dumped.size();
+  // 20264 tokens, one of them ':' itself: 20265 colons.
+  const auto colons =
+      static_cast<uint64_t>(std::count(dumped.begin(), dumped.end(), ':'));
+  ASSERT_EQ(colons, 20265u);
+  const uint64_t tables = 2 * text + colons * 240;
+  const auto error = [&](uint64_t cap, uint64_t held) {
+    const Result<Gpt2Tokenizer> t = Gpt2Tokenizer::Load(dir.path(), cap, held);
+    EXPECT_FALSE(t.ok());
+    if (t.ok()) return std::string();
+    EXPECT_EQ(t.status().code(), StatusCode::kOutOfMemory);
+    EXPECT_EQ(t.status().message().find('\n'), std::string::npos);
+    return t.status().message();
+  };
+  const std::string json = "'" + dir.Path("vocab.json") + "' ";
+  EXPECT_TRUE(Has(error(text - 1, 0),
+                  json + "(" + std::to_string(text) + " bytes of text) needs " +
+                      std::to_string(text) + " bytes to load beside 0 held, "
+                      "over the memory limit of " +
+                      std::to_string(text - 1) + " bytes"));
+  EXPECT_TRUE(Has(error(text + tables - 1, 0),
+                  json + "(up to 20265 tokens) needs " +
+                      std::to_string(tables) + " bytes to load beside " +
+                      std::to_string(text) + " held"));
+  EXPECT_TRUE(Has(error(text + tables, 1), "(up to 20265 tokens)"));
+  // Room for the vocabulary, not for the merges' text and table.
+  const uint64_t merges = MergesText(kMerges).size();
+  EXPECT_TRUE(Has(error(text + tables + merges, 0),
+                  "'" + dir.Path("merges.txt") + "' (up to 9 merges) needs " +
+                      std::to_string(9 * 64) + " bytes"));
+  const Result<Gpt2Tokenizer> fits =
+      Gpt2Tokenizer::Load(dir.path(), text + tables + merges + 9 * 64, 0);
+  ASSERT_TRUE(fits.ok()) << fits.status().message();
+  EXPECT_GT(fits->memory_bytes(), 20264u * 96);
+  EXPECT_LT(fits->memory_bytes(), tables);
 }
 
 TEST(Gpt2TokenizerLoadTest, RefusesFifosDevicesAndHugeFilesWithoutHanging) {

@@ -39,16 +39,21 @@ using OnToken = std::function<Status(int64_t row, int64_t token)>;
 // then one Step a token of every live row; row r's tokens sampled by its
 // own Sampler (stream r of the seed), so they do not depend on the other
 // rows. A row that emits the stop token leaves the batch; the rest of its
-// row is the stop token.
+// row is the stop token. What it holds, with the prompts and
+// `other_bytes` (a tokenizer's), counts against the model's cap with the
+// batch.
 class Generation {
  public:
   Generation(std::shared_ptr<const LanguageModel> model, const Prompts& prompts,
-             const GenerateArgs& args)
-      : model_(std::move(model)), prompts_(prompts), args_(args) {}
+             const GenerateArgs& args, uint64_t other_bytes = 0)
+      : model_(std::move(model)),
+        prompts_(prompts),
+        args_(args),
+        other_bytes_(other_bytes) {}
 
   Result<std::vector<int64_t>> Run(const OnToken& on_token) {
     ATTN_RETURN_IF_ERROR(StartPrompts());
-    // After the batch's memory check, as the output's own was before.
+    // After the batch's memory check, which counted it (CallerBytes).
     tokens_.assign(static_cast<size_t>(prompts_.batch * args_.max_new_tokens),
                    0);
     for (int64_t step = 0; !requests_.empty(); ++step) {
@@ -59,13 +64,33 @@ class Generation {
   }
 
  private:
+  // The bytes the run holds besides the model and the batch: the prompts,
+  // the tokens, and per row a sampler, its request and prompt row in this
+  // step's lists and the next's; a sample's scratch (Sampler::Sample's
+  // logits, weights and order over the vocabulary); and other_bytes_.
+  uint64_t CallerBytes() const {
+    const auto rows = static_cast<uint64_t>(prompts_.batch);
+    const auto vocab = static_cast<uint64_t>(model_->config().vocab_size);
+    const uint64_t per_row =
+        sizeof(Sampler) + 2 * (sizeof(LmBatch::Request) + sizeof(int64_t)) +
+        static_cast<uint64_t>(args_.max_new_tokens) * sizeof(int64_t);
+    const uint64_t scratch =
+        vocab * (sizeof(float) + sizeof(double) + sizeof(int64_t));
+    return prompts_.bytes() + rows * per_row + scratch + other_bytes_;
+  }
+
   // Creates the batch and asks for every prompt's last logits.
   Status StartPrompts() {
     LmBatchOptions options;
     options.max_sequences = prompts_.batch;
     // The last new token is never fed back (CheckPrompts checked the sum).
     options.max_length = prompts_.longest() + args_.max_new_tokens - 1;
+    options.caller_bytes = CallerBytes();
     ATTN_ASSIGN_OR_RETURN(batch_, LmBatch::Create(model_, options));
+    const auto rows = static_cast<size_t>(prompts_.batch);
+    requests_.reserve(rows);
+    rows_.reserve(rows);
+    samplers_.reserve(rows);
     SamplingOptions sampling = args_.sampling;
     for (int64_t b = 0; b < prompts_.batch; ++b) {
       ATTN_ASSIGN_OR_RETURN(const int64_t sequence, batch_->Add());
@@ -87,6 +112,8 @@ class Generation {
     const int64_t n = args_.max_new_tokens;
     std::vector<LmBatch::Request> next;
     std::vector<int64_t> next_rows;
+    next.reserve(requests_.size());
+    next_rows.reserve(requests_.size());
     for (size_t i = 0; i < requests_.size(); ++i) {
       const int64_t row = rows_[i];
       int64_t* out = tokens_.data() + row * n;
@@ -110,6 +137,7 @@ class Generation {
   std::shared_ptr<const LanguageModel> model_;
   const Prompts& prompts_;
   const GenerateArgs& args_;
+  const uint64_t other_bytes_;
   std::vector<Sampler> samplers_;  // per prompt row
   std::unique_ptr<LmBatch> batch_;
   std::vector<LmBatch::Request> requests_;  // the next Step's
@@ -140,7 +168,8 @@ int GenerateFromFile(const GenerateArgs& args) {
   if (!writable.ok()) return Fail(writable.message());
   auto model = PrepareModel(args);
   if (!model.ok()) return Fail(model.status().message());
-  auto prompts = ReadPrompts(args.input, **model, args.max_new_tokens);
+  auto prompts = ReadPrompts(args.input, **model, args.max_new_tokens,
+                             args.model.max_memory);
   if (!prompts.ok()) return Fail(prompts.status().message());
   const Status fits =
       CheckOutputFits("tokens", {prompts->batch, args.max_new_tokens}, 8,
@@ -194,12 +223,14 @@ Status PrintToken(const Gpt2Tokenizer& tokenizer, const std::string& dir,
 }
 
 // --tokenizer DIR --prompt TEXT: each new token's text on stdout as it is
-// chosen, then a newline.
+// chosen, then a newline. The tokenizer loads beside the model, in the
+// one memory budget with it and the generation.
 int GenerateText(const GenerateArgs& args) {
-  auto tokenizer = Gpt2Tokenizer::Load(args.tokenizer);
-  if (!tokenizer.ok()) return Fail(tokenizer.status().message());
   auto model = PrepareModel(args);
   if (!model.ok()) return Fail(model.status().message());
+  auto tokenizer = Gpt2Tokenizer::Load(args.tokenizer, args.model.max_memory,
+                                       (*model)->memory_bytes());
+  if (!tokenizer.ok()) return Fail(tokenizer.status().message());
   // A prompt's ids must be the model's: a larger vocabulary is another
   // model's.
   const int64_t vocab = (*model)->config().vocab_size;
@@ -215,7 +246,7 @@ int GenerateText(const GenerateArgs& args) {
   const Status fits =
       CheckPrompts(*prompts, "--prompt", **model, args.max_new_tokens);
   if (!fits.ok()) return Fail(fits.message());
-  Generation generation(*model, *prompts, args);
+  Generation generation(*model, *prompts, args, tokenizer->memory_bytes());
   auto tokens = generation.Run([&](int64_t, int64_t id) {
     return PrintToken(*tokenizer, args.tokenizer, id);
   });

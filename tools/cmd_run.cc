@@ -42,7 +42,7 @@ using Forward = std::function<Status(const float* input, int64_t batch,
 // `forward`, check the output and write it atomically. Returns the exit code.
 int RunForward(const RunArgs& args, int64_t in_width, int64_t out_width,
                const Forward& forward) {
-  auto file = SafetensorsFile::Open(args.input);
+  auto file = SafetensorsFile::Open(args.input, args.max_memory);
   if (!file.ok()) return Fail(file.status().message());
   const TensorInfo* x = file->Find(args.input_name);
   if (!x) {
@@ -132,7 +132,7 @@ int RunMha(const RunArgs& args) {
 // tokens does not change their logits).
 int RunGraphOnTokens(const RunArgs& args,
                      const std::shared_ptr<const GraphModel>& model) {
-  auto prompts = ReadPromptIds(args.input);
+  auto prompts = ReadPromptIds(args.input, args.max_memory, 0);
   if (!prompts.ok()) return Fail(prompts.status().message());
   const int64_t vocab = model->output_width();
   const Status fits = CheckOutputFits(
@@ -202,8 +202,10 @@ int RunWholeModel(const RunArgs& args) {
 // A whole model's file, or token ids as the input: then a weights file of
 // no known layout is named as such, not as an MHA missing its weights.
 bool WantsWholeModel(const RunArgs& args) {
-  if (LanguageModel::IsLanguageModelFile(args.weights)) return true;
-  auto input = SafetensorsFile::Open(args.input);
+  if (LanguageModel::IsLanguageModelFile(args.weights, args.max_memory)) {
+    return true;
+  }
+  auto input = SafetensorsFile::Open(args.input, args.max_memory);
   return input.ok() && input->Find("input_ids") != nullptr;
 }
 

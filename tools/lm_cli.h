@@ -40,26 +40,32 @@ struct Prompts {
   std::vector<int64_t> lengths;  // each row's tokens, from 1 to width
   const int64_t* row(int64_t b) const { return ids.data() + b * width; }
   int64_t longest() const;
+  uint64_t bytes() const;  // what the lists hold
 };
 
-// Reads `path`'s prompts, their shapes checked (not their ids).
-Result<Prompts> ReadPromptIds(const std::string& path);
+// Reads `path`'s prompts, their shapes checked (not their ids). Parsing
+// its header and the prompts' lists, beside `held_bytes` the caller holds,
+// must fit `max_memory` (0: the default), checked before each is made.
+Result<Prompts> ReadPromptIds(const std::string& path, uint64_t max_memory,
+                              uint64_t held_bytes);
 
-// Reads `path`'s prompts and checks them against `model`: token ids in the
-// vocabulary, each row with room in the context for `new_tokens` generated
-// after it (0: none), all but the last of which are fed back.
+// Reads `path`'s prompts beside `model` (its bytes held, under
+// `max_memory`) and checks them against it: token ids in the vocabulary,
+// each row with room in the context for `new_tokens` generated after it
+// (0: none), all but the last of which are fed back.
 Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
-                            int64_t new_tokens);
+                            int64_t new_tokens, uint64_t max_memory);
 
 // Checks each prompt against `model` as ReadPrompts does.
 Status CheckPrompts(const Prompts& prompts, const std::string& where,
                     const LanguageModel& model, int64_t new_tokens);
 
-// An output tensor `name` of `shape`, `element_bytes` each, must fit
-// `max_memory` (0: the default), checked before it is allocated.
+// An output tensor `name` of `shape`, `element_bytes` each, beside
+// `held_bytes` the caller holds, must fit `max_memory` (0: the default),
+// checked before it is allocated.
 Status CheckOutputFits(const std::string& name,
                        const std::vector<int64_t>& shape, size_t element_bytes,
-                       uint64_t max_memory);
+                       uint64_t max_memory, uint64_t held_bytes = 0);
 
 // `attn run` on a whole model: `output` gets `logits` [batch, width, vocab]
 // of every prompt token, zeros past a row's length. Returns the exit code.

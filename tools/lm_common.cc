@@ -57,6 +57,10 @@ int64_t Prompts::longest() const {
                          : *std::max_element(lengths.begin(), lengths.end());
 }
 
+uint64_t Prompts::bytes() const {
+  return (ids.capacity() + lengths.capacity()) * sizeof(int64_t);
+}
+
 namespace {
 
 // input_ids must be [batch, width] with both sizes at least 1, and a
@@ -135,20 +139,26 @@ Status CheckPrompts(const Prompts& prompts, const std::string& where,
 
 Status CheckOutputFits(const std::string& name,
                        const std::vector<int64_t>& shape, size_t element_bytes,
-                       uint64_t max_memory) {
+                       uint64_t max_memory, uint64_t held_bytes) {
   if (max_memory == 0) max_memory = DefaultMaxMemoryBytes();
   double bytes = static_cast<double>(element_bytes);
   for (int64_t d : shape) bytes *= static_cast<double>(d);
-  if (bytes <= static_cast<double>(max_memory)) return {};
+  const auto held = static_cast<double>(held_bytes);
+  if (bytes + held <= static_cast<double>(max_memory)) return {};
   return OutOfMemory(name + " " + ShapeString(shape) + " need " +
-                     std::to_string(static_cast<uint64_t>(bytes)) +
-                     " bytes, over the memory limit of " +
+                     std::to_string(static_cast<uint64_t>(bytes)) + " bytes" +
+                     (held_bytes ? " beside " + std::to_string(held_bytes) +
+                                       " held"
+                                 : std::string()) +
+                     ", over the memory limit of " +
                      std::to_string(max_memory) +
                      " bytes (raise it with --max-memory)");
 }
 
-Result<Prompts> ReadPromptIds(const std::string& path) {
-  ATTN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+Result<Prompts> ReadPromptIds(const std::string& path, uint64_t max_memory,
+                              uint64_t held_bytes) {
+  ATTN_ASSIGN_OR_RETURN(SafetensorsFile file,
+                        SafetensorsFile::Open(path, max_memory, held_bytes));
   const std::string where = "'" + path + "'";
   const TensorInfo* ids = file.Find("input_ids");
   if (!ids) {
@@ -156,6 +166,11 @@ Result<Prompts> ReadPromptIds(const std::string& path) {
                            ", want the prompts' token ids [batch, tokens]");
   }
   ATTN_RETURN_IF_ERROR(CheckIdsShape(*ids, where));
+  // The ids and the lengths (a column more), int64 each.
+  ATTN_RETURN_IF_ERROR(CheckOutputFits("the prompts of " + where,
+                                       {ids->shape[0], ids->shape[1] + 1},
+                                       sizeof(int64_t), max_memory,
+                                       held_bytes));
   Prompts prompts;
   prompts.batch = ids->shape[0];
   prompts.width = ids->shape[1];
@@ -165,8 +180,9 @@ Result<Prompts> ReadPromptIds(const std::string& path) {
 }
 
 Result<Prompts> ReadPrompts(const std::string& path, const LanguageModel& model,
-                            int64_t new_tokens) {
-  ATTN_ASSIGN_OR_RETURN(Prompts prompts, ReadPromptIds(path));
+                            int64_t new_tokens, uint64_t max_memory) {
+  ATTN_ASSIGN_OR_RETURN(Prompts prompts,
+                        ReadPromptIds(path, max_memory, model.memory_bytes()));
   ATTN_RETURN_IF_ERROR(
       CheckPrompts(prompts, "'" + path + "'", model, new_tokens));
   return prompts;

@@ -12,20 +12,26 @@ namespace attn::cli {
 namespace {
 
 // Runs every row's prompt in one Step; logits [batch, width, vocab], zeros
-// past each row's length.
+// past each row's length. The prompts, the requests and the logits count
+// against the model's cap with the batch.
 Result<std::vector<float>> AllLogits(
     const std::shared_ptr<const LanguageModel>& model, const Prompts& prompts) {
+  const int64_t vocab = model->config().vocab_size;
+  const auto rows = static_cast<uint64_t>(prompts.batch);
   LmBatchOptions batch_options;
   batch_options.max_sequences = prompts.batch;
   batch_options.max_length = prompts.longest();
+  batch_options.caller_bytes =
+      prompts.bytes() + rows * sizeof(LmBatch::Request) +
+      rows * static_cast<uint64_t>(prompts.width * vocab) * sizeof(float);
   ATTN_ASSIGN_OR_RETURN(auto batch, LmBatch::Create(model, batch_options));
   std::vector<LmBatch::Request> requests;
+  requests.reserve(rows);
   for (int64_t b = 0; b < prompts.batch; ++b) {
     ATTN_ASSIGN_OR_RETURN(const int64_t sequence, batch->Add());
     requests.push_back({sequence, prompts.row(b), prompts.lengths[b], true});
   }
   ATTN_RETURN_IF_ERROR(batch->Step(requests.data(), requests.size()));
-  const int64_t vocab = model->config().vocab_size;
   std::vector<float> logits(
       static_cast<size_t>(prompts.batch * prompts.width * vocab), 0.0f);
   for (int64_t b = 0; b < prompts.batch; ++b) {
@@ -42,7 +48,7 @@ int RunLanguageModel(const std::string& weights, const std::string& input,
                      const std::string& output, const LmModelFlags& flags) {
   auto model = LoadLanguageModel(weights, flags);
   if (!model.ok()) return Fail(model.status().message());
-  auto prompts = ReadPrompts(input, **model, 0);
+  auto prompts = ReadPrompts(input, **model, 0, flags.max_memory);
   if (!prompts.ok()) return Fail(prompts.status().message());
   const int64_t vocab = (*model)->config().vocab_size;
   const Status fits = CheckOutputFits(

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <utility>
 
+#include "attn/attn.hpp"
 #include "nlohmann/json.hpp"
 
 namespace attn::cli {
@@ -28,6 +29,14 @@ struct CodePointRange {
 #include "tools/unicode_ranges.inc"
 
 constexpr uint64_t kMaxFileBytes = uint64_t{64} << 20;
+// What loading holds, measured: a token costs about 145 bytes in the two
+// tables (id -> token, token -> id) and their buckets, plus two copies of
+// a token longer than 15 bytes (its length and about 24); a merge about 64
+// in its table. Checked before each file is parsed, from its text: every
+// token is followed by one ':' (so the colons bound the tokens), its
+// bytes by the text's, and a merge takes a line.
+constexpr uint64_t kBytesPerToken = 192 + 2 * 24;
+constexpr uint64_t kBytesPerMerge = 64;
 constexpr int64_t kMaxId = int64_t{1} << 24;  // a model's vocabulary at most
 constexpr char32_t kInvalid = 0xFFFFFFFF;     // a byte outside valid UTF-8
 
@@ -231,10 +240,29 @@ struct FdCloser {
   ~FdCloser() { close(fd); }
 };
 
-// The whole of `path`, a regular file of at most kMaxFileBytes. Opening
-// never blocks (a FIFO is refused, not waited on) and reading stops at the
-// cap (a file growing under us cannot exhaust memory).
-Result<std::string> ReadSmallFile(const std::string& path) {
+// The memory a tokenizer loads under: `held` bytes so far (the caller's,
+// then the texts and tables read), against `cap`.
+struct LoadBudget {
+  uint64_t cap = 0, held = 0;
+
+  // `what` of `path` needing `need` more bytes must fit beside `held`.
+  Status Check(const std::string& path, const std::string& what,
+               uint64_t need) const {
+    if (need <= cap && held <= cap - need) return {};
+    return OutOfMemory(Quote(path) + " (" + what + ") needs " +
+                       std::to_string(need) + " bytes to load beside " +
+                       std::to_string(held) +
+                       " held, over the memory limit of " +
+                       std::to_string(cap) +
+                       " bytes (raise it with --max-memory)");
+  }
+};
+
+// The whole of `path`, a regular file of at most kMaxFileBytes whose bytes
+// fit `budget`. Opening never blocks (a FIFO is refused, not waited on) and
+// reading stops at the cap (a file growing under us cannot exhaust memory).
+Result<std::string> ReadSmallFile(const std::string& path,
+                                  const LoadBudget& budget) {
   const std::string what = Quote(path);
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return IoError(what + " cannot be opened: " + strerror(errno));
@@ -249,13 +277,23 @@ Result<std::string> ReadSmallFile(const std::string& path) {
     return InvalidArgument(what + " is " + std::to_string(st.st_size) +
                            " bytes, over " + limit);
   }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  ATTN_RETURN_IF_ERROR(
+      budget.Check(path, std::to_string(size) + " bytes of text", size));
   std::string text;
+  text.reserve(size);  // one block of the size checked, not doublings
   char chunk[1 << 16];
   for (;;) {
     const ssize_t n = read(fd, chunk, sizeof(chunk));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return IoError(what + " cannot be read: " + strerror(errno));
     if (n == 0) return text;
+    if (text.size() + static_cast<size_t>(n) > size) {
+      // Grown since fstat: its new bytes must fit too.
+      ATTN_RETURN_IF_ERROR(budget.Check(
+          path, "grown while being read",
+          text.size() + static_cast<size_t>(n)));
+    }
     if (text.size() + static_cast<size_t>(n) > kMaxFileBytes) {
       return InvalidArgument(what + " grew over " + limit +
                              " bytes while being read");
@@ -557,19 +595,49 @@ Gpt2Tokenizer::Gpt2Tokenizer(
   }
 }
 
-Result<Gpt2Tokenizer> Gpt2Tokenizer::Load(const std::string& dir) {
+Result<Gpt2Tokenizer> Gpt2Tokenizer::Load(const std::string& dir,
+                                          uint64_t max_memory,
+                                          uint64_t held_bytes) {
   ATTN_ASSIGN_OR_RETURN(const Layout layout, FindLayout(dir));
   const std::string vocab_path = dir + "/" + layout.vocab;
   const std::string merges_path = dir + "/" + layout.merges;
+  LoadBudget budget{max_memory ? max_memory : DefaultMaxMemoryBytes(),
+                    held_bytes};
+  // Each file's text, then its tables, charged before they are made; what
+  // one holds stays held while the next is read.
   ATTN_ASSIGN_OR_RETURN(const std::string vocab_text,
-                        ReadSmallFile(vocab_path));
+                        ReadSmallFile(vocab_path, budget));
+  budget.held += vocab_text.size();
+  const auto tokens = static_cast<uint64_t>(
+      std::count(vocab_text.begin(), vocab_text.end(), ':'));
+  const uint64_t tables = 2 * vocab_text.size() + tokens * kBytesPerToken;
+  ATTN_RETURN_IF_ERROR(budget.Check(
+      vocab_path, "up to " + std::to_string(tokens) + " tokens", tables));
+  budget.held += tables;
   ATTN_ASSIGN_OR_RETURN(Vocab vocab, ParseVocab(vocab_text, vocab_path));
   ATTN_ASSIGN_OR_RETURN(const std::string merges_text,
-                        ReadSmallFile(merges_path));
+                        ReadSmallFile(merges_path, budget));
+  budget.held += merges_text.size();
+  const auto lines = static_cast<uint64_t>(
+      std::count(merges_text.begin(), merges_text.end(), '\n') + 1);
+  ATTN_RETURN_IF_ERROR(
+      budget.Check(merges_path, "up to " + std::to_string(lines) + " merges",
+                   lines * kBytesPerMerge));
   ATTN_ASSIGN_OR_RETURN(Merges merges,
                         ParseMerges(merges_text, merges_path, vocab.ids));
   return Gpt2Tokenizer(vocab.ids, std::move(vocab.tokens), vocab.size,
                        std::move(merges));
+}
+
+uint64_t Gpt2Tokenizer::memory_bytes() const {
+  // Nodes as kBytesPerToken and kBytesPerMerge measure them, a long
+  // token's own copy, and the buckets.
+  uint64_t bytes = (tokens_.bucket_count() + merges_.bucket_count()) *
+                   sizeof(void*);
+  for (const auto& [id, token] : tokens_) {
+    bytes += kBytesPerToken / 2 + (token.size() > 15 ? token.capacity() : 0);
+  }
+  return bytes + merges_.size() * kBytesPerMerge;
 }
 
 // Ranks count merge lines from 0. Blank lines name no pair and are skipped,

@@ -41,7 +41,13 @@ class Gpt2Tokenizer {
   // tokens with one id, a merge line that is not two tokens separated by one
   // space, a merge naming a token (or making one) that the vocabulary lacks.
   // A pair listed twice takes the later rank, as OpenAI's encoder.py does.
-  static Result<Gpt2Tokenizer> Load(const std::string& dir);
+  // Each file's text, then the tables built from it, beside `held_bytes`
+  // the caller holds and what is read before, must fit `max_memory` (0:
+  // DefaultMaxMemoryBytes()), checked before they are made: kOutOfMemory,
+  // one line naming the file, what it needs and the cap.
+  static Result<Gpt2Tokenizer> Load(const std::string& dir,
+                                    uint64_t max_memory = 0,
+                                    uint64_t held_bytes = 0);
 
   // The ids of `text`: its pieces (SplitGpt2Pieces), each piece's bytes as
   // GPT-2's printable characters, merged pair by pair (lowest rank first,
@@ -57,6 +63,9 @@ class Gpt2Tokenizer {
 
   // One past the largest id: the rows a model's embedding needs.
   int64_t vocab_size() const { return vocab_size_; }
+
+  // About the bytes the loaded tables hold.
+  uint64_t memory_bytes() const;
 
  private:
   struct Merge {

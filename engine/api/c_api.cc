@@ -103,37 +103,29 @@ bool Inside(size_t struct_size, size_t offset, size_t size) {
 // Larger structs than 1 KiB are taken for an uninitialised struct_size.
 constexpr size_t kMaxStructSize = 1024;
 
-// `known` is sizeof the struct here; `known_end` where its last field ends
-// (before any tail padding, where a newer header may have put a field);
-// `min_size` where the struct's first version ended.
-attn_status CheckStructSize(const char* what, const void* object,
-                            size_t struct_size, size_t min_size, size_t known,
-                            size_t known_end) {
-  const std::string want = std::string("; set it to sizeof(") + what + ") (" +
-                           std::to_string(known) +
-                           " in this library, version " ATTN_VERSION ")";
+// An options struct the library reads: `struct_size` from `min_size` (where
+// the struct's first version ended) to `known` (sizeof the struct here).
+// Nothing past `known` is read, so a struct from a newer header, whose
+// fields this library cannot check, is refused rather than read past.
+attn_status CheckStructSize(const char* what, size_t struct_size,
+                            size_t min_size, size_t known) {
+  const std::string known_text = std::to_string(known);
+  const std::string size_text = std::string(what) + ".struct_size is " +
+                                std::to_string(struct_size);
   if (struct_size < min_size || struct_size > kMaxStructSize) {
-    return Fail(
-        ATTN_INVALID_ARGUMENT,
-        (std::string(what) + ".struct_size is " + std::to_string(struct_size) +
-         (struct_size == 0 ? "" : ", which looks uninitialised") + want)
-            .c_str());
+    return Fail(ATTN_INVALID_ARGUMENT,
+                (size_text +
+                 (struct_size == 0 ? "" : ", which looks uninitialised") +
+                 "; set it to sizeof(" + what + ") (" + known_text +
+                 " in this library, version " ATTN_VERSION ")")
+                    .c_str());
   }
-  // A struct from a newer header: fine while the fields we do not know are
-  // zero (the "not set" of every field).
-  const auto* bytes = static_cast<const unsigned char*>(object);
-  for (size_t i = struct_size > known ? known_end : struct_size;
-       i < struct_size; ++i) {
-    if (bytes[i] != 0) {
-      return Fail(ATTN_UNSUPPORTED,
-                  (std::string(what) + " sets a field this library does not " +
-                   "know: byte " + std::to_string(i) + " of its " +
-                   std::to_string(struct_size) +
-                   " is nonzero, and this library (version " ATTN_VERSION
-                   ") knows the first " +
-                   std::to_string(known))
-                      .c_str());
-    }
+  if (struct_size > known) {
+    return Fail(ATTN_UNSUPPORTED,
+                (size_text + ", want at most " + known_text + " (sizeof(" +
+                 what + ") in this library, version " ATTN_VERSION
+                 ", which reads no field a newer header appends)")
+                    .c_str());
   }
   return ATTN_OK;
 }
@@ -185,9 +177,7 @@ template <class C>
 attn_status ToModelOptions(const C* c, const char* what,
                            attn::ModelOptions* options) {
   const size_t size = c->struct_size;
-  if (attn_status s = CheckStructSize(
-          what, c, size, sizeof(size_t), sizeof(*c),
-          offsetof(C, rope_original_context_length) + sizeof(int64_t));
+  if (attn_status s = CheckStructSize(what, size, sizeof(size_t), sizeof(*c));
       s != ATTN_OK) {
     return s;
   }
@@ -238,9 +228,8 @@ attn_status ToGraphOptions(const attn_graph_options* c,
 // CheckStructSize accepts.
 attn_status ToConfig(const attn_mha_config* c, attn::MhaConfig* config) {
   if (!c) return NullArgument("config");
-  if (attn_status s = CheckStructSize(
-          "attn_mha_config", c, c->struct_size, sizeof(*c), sizeof(*c),
-          offsetof(attn_mha_config, qkv_bias) + sizeof(int));
+  if (attn_status s = CheckStructSize("attn_mha_config", c->struct_size,
+                                      sizeof(*c), sizeof(*c));
       s != ATTN_OK) {
     return s;
   }
@@ -254,8 +243,8 @@ attn_status ToConfig(const attn_mha_config* c, attn::MhaConfig* config) {
 
 attn_status ToWeights(const attn_mha_weights* c, attn::MhaWeights* weights) {
   if (!c) return NullArgument("weights");
-  if (attn_status s = CheckStructSize("attn_mha_weights", c, c->struct_size,
-                                      sizeof(*c), sizeof(*c), sizeof(*c));
+  if (attn_status s = CheckStructSize("attn_mha_weights", c->struct_size,
+                                      sizeof(*c), sizeof(*c));
       s != ATTN_OK) {
     return s;
   }
@@ -394,8 +383,8 @@ attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
     // Writes only what fits the caller's struct, so its tail is never
     // touched; a newer struct's unknown fields are left as they are.
     if (size < sizeof(size_t) || size > kMaxStructSize) {
-      return CheckStructSize("attn_model_info", info, size, sizeof(size_t),
-                             sizeof(*info), sizeof(*info));
+      return CheckStructSize("attn_model_info", size, sizeof(size_t),
+                             sizeof(*info));
     }
     const attn_model_info full = InfoOf(*model);
     // Field by field, so padding never counts as a field.
@@ -618,9 +607,8 @@ attn_status ToLmOptions(const attn_lm_options* c, attn::LmOptions* options) {
   if (!c) return ATTN_OK;
   const size_t v1_end =
       offsetof(attn_lm_options, rope_original_context_length) + sizeof(int64_t);
-  if (attn_status s = CheckStructSize(
-          "attn_lm_options", c, c->struct_size, v1_end, sizeof(*c),
-          offsetof(attn_lm_options, sliding_window) + sizeof(int64_t));
+  if (attn_status s = CheckStructSize("attn_lm_options", c->struct_size, v1_end,
+                                      sizeof(*c));
       s != ATTN_OK) {
     return s;
   }
@@ -652,8 +640,8 @@ attn_status ToBatchOptions(const attn_lm_batch_options* c,
                            attn::LmBatchOptions* options) {
   if (!c) return ATTN_OK;
   if (attn_status s =
-          CheckStructSize("attn_lm_batch_options", c, c->struct_size,
-                          sizeof(*c), sizeof(*c), sizeof(*c));
+          CheckStructSize("attn_lm_batch_options", c->struct_size,
+                          sizeof(*c), sizeof(*c));
       s != ATTN_OK) {
     return s;
   }
@@ -668,8 +656,8 @@ attn_status ToSamplingOptions(const attn_sampler_options* c,
                               attn::SamplingOptions* options) {
   if (!c) return ATTN_OK;
   const size_t v1_end = offsetof(attn_sampler_options, seed) + sizeof(uint64_t);
-  if (attn_status s = CheckStructSize("attn_sampler_options", c, c->struct_size,
-                                      v1_end, sizeof(*c), sizeof(*c));
+  if (attn_status s = CheckStructSize("attn_sampler_options", c->struct_size,
+                                      v1_end, sizeof(*c));
       s != ATTN_OK) {
     return s;
   }
@@ -746,8 +734,7 @@ attn_status attn_lm_get_info(const attn_lm* model, attn_lm_info* info) {
     if (!info) return NullArgument("info");
     const size_t size = info->struct_size;
     if (size < sizeof(*info) || size > kMaxStructSize) {
-      return CheckStructSize("attn_lm_info", info, size, sizeof(*info),
-                             sizeof(*info), sizeof(*info));
+      return CheckStructSize("attn_lm_info", size, sizeof(*info), sizeof(*info));
     }
     // Only our fields: a newer header's after them stay untouched.
     *info = LmInfoOf(model->model->config());

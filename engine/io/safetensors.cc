@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "engine/io/json_limits.h"
+#include "engine/runtime/limits.h"
 #include "nlohmann/json.hpp"
 
 namespace attn {
@@ -26,6 +27,30 @@ using nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // as the reference reader
 constexpr size_t kMaxTensors = 1u << 16;
 constexpr size_t kMaxRank = 8;
+
+// What parsing a header holds at its peak, measured: the text, the lexer's
+// copy of its longest string, the DOM's strings and the metadata's copy
+// (4 bytes a header byte: a 95 MB metadata string peaks near 380 MB), and
+// per tensor entry or metadata key its DOM and map nodes and the tensor's
+// record (about 800 bytes measured; a header of 65536 one-byte tensors
+// peaks near 54 MB).
+constexpr uint64_t kParseBytesPerHeaderByte = 4;
+constexpr uint64_t kParseBytesPerEntry = 1024;
+
+// The header of `where`, `len` bytes of `entries` tensors and metadata
+// keys, parsed beside `held` bytes, must fit `cap`.
+Status CheckParseFits(const std::string& where, uint64_t len, uint64_t entries,
+                      uint64_t held, uint64_t cap) {
+  const uint64_t need = AddSat(MulSat(len, kParseBytesPerHeaderByte),
+                               MulSat(entries, kParseBytesPerEntry));
+  return CheckMemory(
+      "parsing the header of " + where + " (" + std::to_string(len) + " bytes" +
+          (entries
+               ? ", " + std::to_string(entries) + " tensors and metadata keys"
+               : std::string()) +
+          (held ? ") beside " + BytesString(held) + " held" : std::string(")")),
+      AddSat(held, need), cap);
+}
 
 size_t DTypeSize(const std::string& dtype) {
   static const std::pair<const char*, size_t> kSizes[] = {
@@ -152,8 +177,11 @@ class HeaderChecker : public JsonChecker {
       return Fail("has more than " + std::to_string(kMaxTensors) +
                   " metadata keys, the limit");
     }
+    if (depth() == 2 && root_key_ == "__metadata__") ++metadata_keys_;
     return JsonChecker::key(name);
   }
+  // Tensor entries and metadata keys so far.
+  size_t entries() const { return tensors_ + metadata_keys_; }
   bool start_array(std::size_t n) override {
     // shape and data_offsets hold numbers only.
     if (depth() >= 3) return Fail("nests arrays inside arrays");
@@ -172,11 +200,20 @@ class HeaderChecker : public JsonChecker {
   }
   std::string root_key_;  // the tensor (or __metadata__) being read
   size_t tensors_ = 0;
+  size_t metadata_keys_ = 0;
 };
 
-// Checks the header (HeaderChecker), then parses it.
+// The memory cap a header's parse is checked against, and what the caller
+// holds beside it.
+struct ParseBudget {
+  uint64_t cap = 0;  // resolved: never 0
+  uint64_t held = 0;
+};
+
+// Checks the header (HeaderChecker), and what its DOM needs against the
+// budget, then parses it.
 Status ParseHeader(const std::string& where, const char* begin, const char* end,
-                   json* header) {
+                   const ParseBudget& budget, json* header) {
   if (begin == end || *begin != '{') {
     return InvalidArgument("header of " + where +
                            " does not start with '{' (want a JSON object)");
@@ -187,6 +224,9 @@ Status ParseHeader(const std::string& where, const char* begin, const char* end,
         "header of " + where + " " +
         (checker.problem().empty() ? "is not valid JSON" : checker.problem()));
   }
+  ATTN_RETURN_IF_ERROR(CheckParseFits(where, uint64_t(end - begin),
+                                      checker.entries(), budget.held,
+                                      budget.cap));
   try {
     *header = json::parse(begin, end);
   } catch (const std::bad_alloc&) {
@@ -210,10 +250,11 @@ bool AsCount(const json& value, uint64_t* out) {
   return true;
 }
 
-// Reads and parses the header: its 8-byte length (checked against the limit
-// and the file's size), then the JSON (ParseHeader).
+// Reads and parses the header: its 8-byte length (checked against the limit,
+// the file's size and the budget), then the JSON (ParseHeader).
 Status ReadHeader(const FileHandle& file, const std::string& path,
-                  uint64_t file_size, json* header, uint64_t* header_len) {
+                  uint64_t file_size, const ParseBudget& budget, json* header,
+                  uint64_t* header_len) {
   const std::string where = Quoted(path);
   if (file_size < 8) {
     return InvalidArgument(where + " is " + std::to_string(file_size) +
@@ -234,6 +275,8 @@ Status ReadHeader(const FileHandle& file, const std::string& path,
                            where + " runs past the end of the file (" +
                            std::to_string(file_size) + " bytes)");
   }
+  // Before the text is read: what its bytes alone will need.
+  ATTN_RETURN_IF_ERROR(CheckParseFits(where, len, 0, budget.held, budget.cap));
   std::string text;
   try {
     text.resize(len);
@@ -243,7 +286,8 @@ Status ReadHeader(const FileHandle& file, const std::string& path,
   }
   ATTN_RETURN_IF_ERROR(ReadAt(file, path, "header", 8, len, text.data()));
   *header_len = len;
-  return ParseHeader(where, text.data(), text.data() + text.size(), header);
+  return ParseHeader(where, text.data(), text.data() + text.size(), budget,
+                     header);
 }
 
 // Creates a new file beside `path` for writing, named into `tmp`, with mode
@@ -454,15 +498,18 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept =
     default;
 SafetensorsFile::~SafetensorsFile() = default;
 
-Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path,
+                                              uint64_t max_memory_bytes,
+                                              uint64_t held_bytes) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   uint64_t file_size = 0;
   ATTN_RETURN_IF_ERROR(OpenRegularFile(path, &impl->file, &file_size));
   json header;
   uint64_t header_len = 0;
+  const ParseBudget budget{ResolveMaxMemory(max_memory_bytes), held_bytes};
   ATTN_RETURN_IF_ERROR(
-      ReadHeader(impl->file, path, file_size, &header, &header_len));
+      ReadHeader(impl->file, path, file_size, budget, &header, &header_len));
   const std::string where = Quoted(path);
   const DataSection data{8 + header_len, file_size - (8 + header_len)};
   if (header.size() - header.count("__metadata__") > kMaxTensors) {

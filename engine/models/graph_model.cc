@@ -78,7 +78,8 @@ class GraphWeights {
                                    const GraphOptions& options,
                                    const AttentionDims& graph_dims) {
     GraphWeights weights;
-    ATTN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+    ATTN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(
+                                                  path, options.max_memory_bytes));
     weights.file_ = std::make_shared<const SafetensorsFile>(std::move(file));
     // A whole model is checked as the library loads it, so that a file it
     // refuses (a stray tensor, a block missing a bias, a gap in the

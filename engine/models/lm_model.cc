@@ -326,8 +326,9 @@ Result<std::shared_ptr<const LanguageModel>> LanguageModel::Random(
       new LanguageModel(std::move(impl)));
 }
 
-bool LanguageModel::IsLanguageModelFile(const std::string& path) {
-  Result<SafetensorsFile> file = SafetensorsFile::Open(path);
+bool LanguageModel::IsLanguageModelFile(const std::string& path,
+                                        uint64_t max_memory_bytes) {
+  Result<SafetensorsFile> file = SafetensorsFile::Open(path, max_memory_bytes);
   return file.ok() && !lm::DetectLayout(*file).empty();
 }
 

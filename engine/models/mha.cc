@@ -180,7 +180,8 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
 
 Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
     const std::string& path, const MhaOptions& options) {
-  Result<SafetensorsFile> opened = SafetensorsFile::Open(path);
+  Result<SafetensorsFile> opened =
+      SafetensorsFile::Open(path, options.max_memory_bytes);
   if (!opened.ok()) return opened.status();
   const SafetensorsFile& file = *opened;
 

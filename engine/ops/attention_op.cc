@@ -254,8 +254,9 @@ Status AttentionOp::PackWeights() {
 }
 
 size_t AttentionOp::bytes() const {
-  size_t total =
-      (rope_ ? rope_->bytes() : 0) + positions_.size() * sizeof(int64_t);
+  size_t total = (rope_ ? rope_->bytes() : 0) +
+                 positions_.size() * sizeof(int64_t) +
+                 decode_rows_.capacity() * sizeof(kernels::DecodeRow);
   for (const AlignedBuffer* b : {&w_qkv_, &b_qkv_, &w_out_, &b_out_, &qkv_,
                                  &ctx_, &proj_scratch_, &q_rows_}) {
     total += b->size();
@@ -489,9 +490,11 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   const auto d_out = static_cast<size_t>(c.d_out);
   const auto qkv_out = static_cast<size_t>(op->QkvWidth());
   const size_t Dp = kernels::DecodePaddedDim(static_cast<size_t>(op->D_));
-  // The activations first, against the cap before any primitive exists.
+  // The activations and the kernel's row list first, against the cap
+  // before any primitive exists.
   const uint64_t per_row =
-      4 * static_cast<uint64_t>(qkv_out + d_out + op->H_ * Dp);
+      4 * static_cast<uint64_t>(qkv_out + d_out + op->H_ * Dp) +
+      sizeof(kernels::DecodeRow);
   ATTN_RETURN_IF_ERROR(
       CheckMemory(what, AddSat(held, MulSat(per_row, R)), m.max_memory_bytes));
   const ThreadScope threads(num_threads);
@@ -505,6 +508,8 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   workspace.Add(&op->w_out_, op->out_plan_->own_packed_bytes());
   workspace.Add(&op->proj_scratch_, std::max(op->qkv_plan_->scratch_bytes(),
                                              op->out_plan_->scratch_bytes()));
+  // The row list is reserved after the buffers.
+  held = AddSat(held, MulSat(sizeof(kernels::DecodeRow), R));
   ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, m.max_memory_bytes));
   // The padding lanes of q stay zero: DecodeAppend writes them zero too.
   std::memset(op->q_rows_.data(), 0, op->q_rows_.size());

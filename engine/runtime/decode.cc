@@ -41,6 +41,21 @@ namespace {
 
 std::string Str(int64_t v) { return std::to_string(v); }
 
+// The sequences one call appends to, in ascending order, and the tokens
+// each gets: the public calls name every sequence of the batch, a language
+// model's steps only those they advance, so that a step costs its rows,
+// not the batch's size.
+struct NewTokens {
+  const int64_t* sequences = nullptr;  // null: 0, 1, ..., num - 1
+  const int64_t* counts = nullptr;     // null: `each` for every sequence
+  int64_t each = 0;
+  size_t num = 0;
+  int64_t sequence(size_t i) const {
+    return sequences ? sequences[i] : static_cast<int64_t>(i);
+  }
+  int64_t count(size_t i) const { return counts ? counts[i] : each; }
+};
+
 }  // namespace
 
 struct KvDecoder::Impl {
@@ -57,9 +72,8 @@ struct KvDecoder::Impl {
   // kernels::DecodeBlocksHeads.
   AlignedBuffer k_cache, v_cache;
   bool head_major = false;
-  AlignedBuffer partials;       // the kernel's split-KV partials
-  size_t max_partials = 0;      // slots in `partials`
-  std::vector<int64_t> counts;  // Decode's all-ones counts
+  AlignedBuffer partials;   // the kernel's split-KV partials
+  size_t max_partials = 0;  // slots in `partials`
   // Steps through the decode kernel: of B rows (Decode, and Prefill when
   // equal), and of the last other Prefill size. Row r is token
   // row_positions[r] of sequence row_seqs[r].
@@ -77,15 +91,22 @@ struct KvDecoder::Impl {
   // model's other layers and buffers), or null for nothing.
   std::function<uint64_t()> held_elsewhere;
 
-  // Bytes of the decode and prompt buffers and ops (MhaDecoder's
-  // workspace_bytes): an op being replaced is moved out before a check.
+  // Bytes of the per-sequence and per-row lists.
+  size_t ListBytes() const {
+    return (lengths.capacity() + row_seqs.capacity() +
+            row_positions.capacity() + prompt_seqs.capacity()) *
+           sizeof(int64_t);
+  }
+  // Bytes of the decode and prompt buffers and ops and the lists
+  // (workspace_bytes): an op being replaced is moved out before a check.
   size_t WorkspaceBytes() const {
     return partials.size() + (step ? step->bytes() : 0) +
            (other ? other->bytes() : 0) + (prompt ? prompt->bytes() : 0) +
-           (owner_counts_prompt_buffers ? 0 : prompt_buffers->bytes());
+           (owner_counts_prompt_buffers ? 0 : prompt_buffers->bytes()) +
+           ListBytes();
   }
-  // Bytes the model (with the step weights), the cache, the workspace and
-  // the owner's other memory hold.
+  // Bytes the model, the cache, the workspace and the owner's other memory
+  // hold.
   uint64_t HeldBytes() const {
     return AddSat(
         AddSat(AddSat(MhaModelBytes(*m), k_cache.size() + v_cache.size()),
@@ -96,13 +117,14 @@ struct KvDecoder::Impl {
   Result<std::unique_ptr<AttentionOp>> MakeStep(int64_t rows) const;
   Status AllocateCache();
   // Appends the new tokens; only the rows `keep` lists reach output (as
-  // MhaDecoder's private Prefill), or every row when it is null.
-  Status Append(const float* input, const int64_t* new_tokens,
+  // the sparse Prefill), or every row when it is null.
+  Status Append(const float* input, const NewTokens& tokens,
                 const KeptRows* keep, float* output);
-  Result<int64_t> CountRows(const int64_t* new_tokens) const;
-  int64_t FreshPromptLength(const int64_t* new_tokens);
+  Result<int64_t> CountRows(const NewTokens& tokens) const;
+  Status ReserveLists(int64_t rows, size_t sequences);
+  int64_t FreshPromptLength(const NewTokens& tokens);
   Status PreparePrompt(int64_t batch, int64_t seq_len);
-  Status AppendRows(const float* input, const int64_t* new_tokens, int64_t R,
+  Status AppendRows(const float* input, const NewTokens& tokens, int64_t R,
                     const KeptRows* keep, float* output);
   KvCache Cache() const {
     KvCache cache;
@@ -148,10 +170,10 @@ Status KvDecoder::Impl::PreparePrompt(int64_t batch, int64_t seq_len) {
 }
 
 // Validates the counts before any state changes; the total new rows.
-Result<int64_t> KvDecoder::Impl::CountRows(const int64_t* new_tokens) const {
+Result<int64_t> KvDecoder::Impl::CountRows(const NewTokens& tokens) const {
   int64_t R = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t n = new_tokens[b];
+  for (size_t i = 0; i < tokens.num; ++i) {
+    const int64_t b = tokens.sequence(i), n = tokens.count(i);
     if (n < 0) {
       return InvalidArgument("counts[" + Str(b) + "] is " + Str(n) +
                              ", want >= 0 new tokens");
@@ -169,35 +191,55 @@ Result<int64_t> KvDecoder::Impl::CountRows(const int64_t* new_tokens) const {
   return R;
 }
 
+// The row lists of a step of `rows` tokens in `sequences` sequences,
+// checked against the cap before they grow.
+Status KvDecoder::Impl::ReserveLists(int64_t rows, size_t sequences) {
+  const auto R = static_cast<size_t>(rows);
+  if (R <= row_seqs.capacity() && R <= row_positions.capacity() &&
+      sequences <= prompt_seqs.capacity()) {
+    return {};
+  }
+  const uint64_t more = (2 * uint64_t{R} + sequences) * sizeof(int64_t);
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory("the row lists of a decoder step of " + Str(rows) + " tokens",
+                  AddSat(HeldBytes(), more), m->max_memory_bytes));
+  row_seqs.reserve(R);
+  row_positions.reserve(R);
+  prompt_seqs.reserve(sequences);
+  return {};
+}
+
 // Prompts of one length n >= kPromptCore, every one starting an empty
 // sequence, are the full causal forward: the attention operator does them
 // (as MhaSession::Run). Returns n then (and lists the sequences), else 0.
-int64_t KvDecoder::Impl::FreshPromptLength(const int64_t* new_tokens) {
+int64_t KvDecoder::Impl::FreshPromptLength(const NewTokens& tokens) {
   constexpr int64_t kPromptCore = 64;
   int64_t n = 0;
   bool fresh = true;
   prompt_seqs.clear();
-  for (int64_t b = 0; b < B; ++b) {
-    if (new_tokens[b] == 0) continue;
-    fresh = fresh && lengths[b] == 0 && (n == 0 || new_tokens[b] == n);
-    n = new_tokens[b];
+  for (size_t i = 0; i < tokens.num; ++i) {
+    const int64_t b = tokens.sequence(i), count = tokens.count(i);
+    if (count == 0) continue;
+    fresh = fresh && lengths[b] == 0 && (n == 0 || count == n);
+    n = count;
     prompt_seqs.push_back(b);
   }
   return fresh && n >= kPromptCore ? n : 0;
 }
 
-Status KvDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
+Status KvDecoder::Impl::Append(const float* input, const NewTokens& tokens,
                                const KeptRows* keep, float* output) {
-  if (!input || !output || !new_tokens) {
+  if (!input || !output) {
     return InvalidArgument("input, output and counts must not be null");
   }
-  ATTN_ASSIGN_OR_RETURN(const int64_t R, CountRows(new_tokens));
+  ATTN_ASSIGN_OR_RETURN(const int64_t R, CountRows(tokens));
   if (R == 0) return {};
   for (size_t i = 0; keep && i < keep->count; ++i) {
     HWY_DASSERT(keep->rows[i] < R &&
                 (i == 0 || keep->rows[i - 1] < keep->rows[i]));
   }
-  const int64_t n = FreshPromptLength(new_tokens);
+  ATTN_RETURN_IF_ERROR(ReserveLists(R, tokens.num));
+  const int64_t n = FreshPromptLength(tokens);
   if (n > 0) {
     const ThreadScope threads(num_threads);
     ATTN_RETURN_IF_ERROR(
@@ -205,16 +247,18 @@ Status KvDecoder::Impl::Append(const float* input, const int64_t* new_tokens,
     prompt->Forward(input, prompt_seqs.data(), output,
                     prompt_buffers->pointers(), keep);
   } else {
-    ATTN_RETURN_IF_ERROR(AppendRows(input, new_tokens, R, keep, output));
+    ATTN_RETURN_IF_ERROR(AppendRows(input, tokens, R, keep, output));
   }
-  for (int64_t b = 0; b < B; ++b) lengths[b] += new_tokens[b];
+  for (size_t i = 0; i < tokens.num; ++i) {
+    lengths[tokens.sequence(i)] += tokens.count(i);
+  }
   return {};
 }
 
 // Token by token through the decode kernel (AttentionOp::Step).
-Status KvDecoder::Impl::AppendRows(const float* input,
-                                   const int64_t* new_tokens, int64_t R,
-                                   const KeptRows* keep, float* output) {
+Status KvDecoder::Impl::AppendRows(const float* input, const NewTokens& tokens,
+                                   int64_t R, const KeptRows* keep,
+                                   float* output) {
   AttentionOp* op = step.get();
   if (R != B) {
     if (!other || other->rows() != R) {
@@ -225,8 +269,9 @@ Status KvDecoder::Impl::AppendRows(const float* input,
   }
   row_seqs.clear();
   row_positions.clear();
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t i = 0; i < new_tokens[b]; ++i) {
+  for (size_t s = 0; s < tokens.num; ++s) {
+    const int64_t b = tokens.sequence(s);
+    for (int64_t i = 0; i < tokens.count(s); ++i) {
       row_seqs.push_back(b);
       row_positions.push_back(lengths[b] + i);
     }
@@ -328,13 +373,12 @@ Result<KvDecoder> KvDecoder::Create(std::shared_ptr<const MhaModel> model,
   impl->d_out = c.d_out;
   impl->num_threads = model->num_threads();
   impl->lengths.assign(static_cast<size_t>(impl->B), 0);
-  impl->counts.assign(static_cast<size_t>(impl->B), 1);
 
   impl->model = model;  // HeldBytes reads the weights through m
   ATTN_RETURN_IF_ERROR(impl->AllocateCache());
-  impl->row_seqs.reserve(static_cast<size_t>(impl->B));
-  impl->row_positions.reserve(static_cast<size_t>(impl->B));
-  impl->prompt_seqs.reserve(static_cast<size_t>(impl->B));
+  // A one-token-per-sequence step grows no list.
+  ATTN_RETURN_IF_ERROR(
+      impl->ReserveLists(impl->B, static_cast<size_t>(impl->B)));
   ATTN_ASSIGN_OR_RETURN(impl->step, impl->MakeStep(impl->B));
   impl->model = std::move(model);
   return KvDecoder(std::move(impl));
@@ -342,13 +386,29 @@ Result<KvDecoder> KvDecoder::Create(std::shared_ptr<const MhaModel> model,
 
 Status KvDecoder::Prefill(const float* input, const int64_t* counts,
                           float* output) {
-  return impl_->Append(input, counts, nullptr, output);
+  if (!counts) {
+    return InvalidArgument("input, output and counts must not be null");
+  }
+  NewTokens tokens;
+  tokens.counts = counts;
+  tokens.num = static_cast<size_t>(impl_->B);
+  return impl_->Append(input, tokens, nullptr, output);
 }
 
-Status KvDecoder::Prefill(const float* input, const int64_t* counts,
+Status KvDecoder::Prefill(const float* input, const int64_t* sequences,
+                          const int64_t* counts, size_t num_sequences,
                           const int64_t* keep, size_t num_keep, float* output) {
+  NewTokens tokens;
+  tokens.sequences = sequences;
+  tokens.counts = counts;
+  tokens.num = num_sequences;
+  for (size_t i = 0; i < num_sequences; ++i) {
+    HWY_DASSERT(sequences[i] >= 0 && sequences[i] < impl_->B &&
+                (i == 0 || sequences[i - 1] < sequences[i]));
+  }
+  if (!keep) return impl_->Append(input, tokens, nullptr, output);
   const KeptRows kept{keep, num_keep};
-  return impl_->Append(input, counts, &kept, output);
+  return impl_->Append(input, tokens, &kept, output);
 }
 
 Status KvDecoder::Prefill(const float* input, int64_t seq_len, float* output) {
@@ -359,8 +419,10 @@ Status KvDecoder::Prefill(const float* input, int64_t seq_len, float* output) {
     return InvalidArgument("input and output must not be null");
   }
   // [B, T, d_in] is already packed sequence after sequence.
-  std::vector<int64_t> counts(static_cast<size_t>(impl_->B), seq_len);
-  return impl_->Append(input, counts.data(), nullptr, output);
+  NewTokens tokens;
+  tokens.each = seq_len;
+  tokens.num = static_cast<size_t>(impl_->B);
+  return impl_->Append(input, tokens, nullptr, output);
 }
 
 Status KvDecoder::Decode(const float* input, int64_t batch, float* output) {
@@ -377,7 +439,10 @@ Status KvDecoder::Decode(const float* input, int64_t batch, float* output) {
           " is empty (new, or Reset): Prefill its prompt before Decode");
     }
   }
-  return d.Append(input, d.counts.data(), nullptr, output);
+  NewTokens tokens;
+  tokens.each = 1;
+  tokens.num = static_cast<size_t>(d.B);
+  return d.Append(input, tokens, nullptr, output);
 }
 
 void KvDecoder::Reset() {

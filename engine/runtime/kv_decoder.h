@@ -2,8 +2,8 @@
 // pass of new tokens against it; MhaDecoder (attn/decode.hpp) is its public
 // face, and an LmBatch holds one per layer, with what it holds besides
 // counted against the same cap (DecoderOwner). Its methods are
-// MhaDecoder's (see there), plus a Prefill whose kept rows alone reach the
-// output.
+// MhaDecoder's (see there), plus a Prefill of a few listed sequences whose
+// kept rows alone reach the output.
 #ifndef ATTN_ENGINE_RUNTIME_KV_DECODER_H_
 #define ATTN_ENGINE_RUNTIME_KV_DECODER_H_
 
@@ -28,12 +28,16 @@ class KvDecoder {
   ~KvDecoder();
 
   Status Prefill(const float* input, const int64_t* counts, float* output);
-  // As Prefill(input, counts, output), but only the rows `keep` lists
-  // (ascending indices into the new rows, num_keep of them) reach output,
-  // [num_keep, d_out] in that order; every row's K and V still land in the
-  // cache. For a model's last block, whose other rows reach no logits.
-  Status Prefill(const float* input, const int64_t* counts, const int64_t* keep,
-                 size_t num_keep, float* output);
+  // As Prefill(input, counts, output) for the sequences listed alone:
+  // sequences[i] (ascending, each once) gets counts[i] tokens, the others
+  // none, so that a step costs its rows, not batch(). Only the rows `keep`
+  // lists (ascending indices into the new rows, num_keep of them; every row
+  // when keep is null) reach output, [num_keep, d_out] in that order; every
+  // row's K and V still land in the cache. For a model's blocks, whose last
+  // one's other rows reach no logits.
+  Status Prefill(const float* input, const int64_t* sequences,
+                 const int64_t* counts, size_t num_sequences,
+                 const int64_t* keep, size_t num_keep, float* output);
   Status Prefill(const float* input, int64_t seq_len, float* output);
   Status Decode(const float* input, int64_t batch, float* output);
   void Reset();

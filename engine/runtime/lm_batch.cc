@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -36,6 +37,18 @@ namespace {
 
 std::string Str(int64_t v) { return std::to_string(v); }
 
+template <class T>
+uint64_t BytesOf(const std::vector<T>& list) {
+  return uint64_t{list.capacity()} * sizeof(T);
+}
+
+// Bytes `list` grows by to hold `n` (its new block; the old one is counted
+// as held until it goes).
+template <class T>
+uint64_t GrowthOf(const std::vector<T>& list, size_t n) {
+  return n > list.capacity() ? uint64_t{n} * sizeof(T) : 0;
+}
+
 // Step buffers, grown to the largest step so far.
 struct StepBuffers {
   AlignedBuffer x, normed, branch;  // [rows, e]
@@ -51,16 +64,25 @@ struct LmBatch::Impl {
   std::shared_ptr<const LanguageModel> model;
   const lm::ModelData* m = nullptr;
   int64_t B = 0, capacity = 0;
+  uint64_t caller_bytes = 0;        // LmBatchOptions::caller_bytes
   std::vector<KvDecoder> decoders;  // per layer
   // Every decoder's fresh prompts run on these (one layer at a time).
   std::shared_ptr<OwnedBuffers> prompt_buffers =
       std::make_shared<OwnedBuffers>();
   std::vector<bool> live;  // per slot
-  // The step being run: new tokens and tokens held before it per slot,
-  // each row's token and position, the rows whose logits are kept, and
-  // each request's first logits row.
-  std::vector<int64_t> counts, held_before, row_tokens, row_positions;
-  std::vector<int64_t> logit_rows;
+  // The free slots: every slot from next_unused on, and the slots below it
+  // that Remove freed (a min-heap), so that Add takes the lowest free slot
+  // in O(log n). Reserved for every slot at Create: Remove never allocates.
+  int64_t next_unused = 0;
+  std::vector<int64_t> freed;
+  // The step being run, its lists as long as its requests or rows, not
+  // max_sequences: the requests in slot order; its sequences (ascending),
+  // their new tokens and the tokens they held before it; each row's token
+  // and position; the rows whose logits are kept; and each request's
+  // first logits row.
+  std::vector<size_t> order;
+  std::vector<int64_t> step_seqs, step_counts, held_before;
+  std::vector<int64_t> row_tokens, row_positions, logit_rows;
   std::vector<size_t> logits_first;
   StepBuffers buffers;
   int64_t rows_allocated = 0, logit_rows_allocated = 0;
@@ -68,12 +90,18 @@ struct LmBatch::Impl {
   std::map<std::pair<const ops::Linear*, int64_t>, ops::LinearPlan> plans;
   size_t scratch_allocated = 0;
 
+  int64_t LowestFreeSlot() const;
+  void TakeSlot(int64_t slot);
+  void FreeSlot(int64_t slot);
+  uint64_t ListBytes() const;
   uint64_t HeldBytes() const;
   // What HeldBytes counts besides layer `layer`'s decoder and attention
   // weights: what that decoder's own memory checks add to theirs.
   uint64_t HeldBesides(size_t layer) const;
-  Status CheckRequests(const Request* requests, size_t count) const;
-  void PackRows(const Request* requests, size_t count);
+  Status ReserveLists(size_t requests, size_t rows, size_t logits);
+  size_t FirstDuplicate(const Request* requests);
+  Status CheckRequests(const Request* requests, size_t count);
+  Status PackRows(const Request* requests);
   Status Reserve(int64_t rows, int64_t logit_rows);
   Status PlanLinear(const ops::Linear& linear, int64_t rows, bool gelu);
   void RunLinear(const ops::Linear& linear, const float* x, int64_t rows,
@@ -100,8 +128,42 @@ uint64_t LmBatch::Impl::HeldBesides(size_t layer) const {
   return held > own ? held - own : 0;
 }
 
+// -1 when every slot is live.
+int64_t LmBatch::Impl::LowestFreeSlot() const {
+  if (!freed.empty()) return freed.front();  // all below next_unused
+  return next_unused < B ? next_unused : -1;
+}
+
+// `slot` is LowestFreeSlot().
+void LmBatch::Impl::TakeSlot(int64_t slot) {
+  if (!freed.empty() && freed.front() == slot) {
+    std::pop_heap(freed.begin(), freed.end(), std::greater<>());
+    freed.pop_back();
+  } else {
+    ++next_unused;
+  }
+  live[slot] = true;
+}
+
+// `slot` is live, so below next_unused.
+void LmBatch::Impl::FreeSlot(int64_t slot) {
+  live[slot] = false;
+  freed.push_back(slot);
+  std::push_heap(freed.begin(), freed.end(), std::greater<>());
+}
+
+uint64_t LmBatch::Impl::ListBytes() const {
+  uint64_t bytes = live.capacity() / 8;
+  for (const auto* list : {&freed, &step_seqs, &step_counts, &held_before,
+                           &row_tokens, &row_positions, &logit_rows}) {
+    bytes = AddSat(bytes, BytesOf(*list));
+  }
+  return AddSat(bytes, BytesOf(order) + BytesOf(logits_first));
+}
+
 uint64_t LmBatch::Impl::HeldBytes() const {
   uint64_t bytes = AddSat(model->memory_bytes(), prompt_buffers->bytes());
+  bytes = AddSat(bytes, AddSat(ListBytes(), caller_bytes));
   for (const auto& d : decoders) {
     bytes = AddSat(bytes, d.cache_bytes() + d.workspace_bytes());
   }
@@ -113,16 +175,66 @@ uint64_t LmBatch::Impl::HeldBytes() const {
   return bytes;
 }
 
-// Everything a step can get wrong, before anything changes.
-Status LmBatch::Impl::CheckRequests(const Request* requests,
-                                    size_t count) const {
+// The step's lists for `requests` requests of `rows` new tokens, `logits`
+// of them with logits, checked against the cap before any grows.
+Status LmBatch::Impl::ReserveLists(size_t requests, size_t rows,
+                                   size_t logits) {
+  uint64_t more =
+      AddSat(GrowthOf(order, requests), GrowthOf(logits_first, requests));
+  for (const auto* list : {&step_seqs, &step_counts, &held_before}) {
+    more = AddSat(more, GrowthOf(*list, requests));
+  }
+  for (const auto* list : {&row_tokens, &row_positions}) {
+    more = AddSat(more, GrowthOf(*list, rows));
+  }
+  more = AddSat(more, GrowthOf(logit_rows, logits));
+  if (more == 0) return {};
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory("the lists of a step of " + Str(int64_t(requests)) +
+                      " requests and " + Str(int64_t(rows)) + " tokens",
+                  AddSat(HeldBytes(), more), m->max_memory_bytes));
+  order.reserve(requests);
+  logits_first.reserve(requests);
+  for (auto* list : {&step_seqs, &step_counts, &held_before}) {
+    list->reserve(requests);
+  }
+  row_tokens.reserve(rows);
+  row_positions.reserve(rows);
+  logit_rows.reserve(logits);
+  return {};
+}
+
+// Sorts `order` (the request indices) by sequence, then index; returns the
+// first request, in the caller's order, naming a sequence an earlier one
+// named (order.size() when none does).
+size_t LmBatch::Impl::FirstDuplicate(const Request* requests) {
+  std::sort(order.begin(), order.end(), [requests](size_t a, size_t b) {
+    return requests[a].sequence != requests[b].sequence
+               ? requests[a].sequence < requests[b].sequence
+               : a < b;
+  });
+  size_t first = order.size();
+  for (size_t k = 1; k < order.size(); ++k) {
+    if (requests[order[k]].sequence == requests[order[k - 1]].sequence) {
+      first = std::min(first, order[k]);
+    }
+  }
+  return first;
+}
+
+// Everything a step can get wrong, before anything changes; leaves the
+// requests in slot order in `order`.
+Status LmBatch::Impl::CheckRequests(const Request* requests, size_t count) {
   if (count > 0 && !requests) return InvalidArgument("step: requests is null");
   if (count > static_cast<size_t>(B)) {
     return InvalidArgument("step has " + Str(int64_t(count)) +
                            " requests, want at most max_sequences " + Str(B) +
                            " (each sequence once)");
   }
-  std::vector<bool> seen(static_cast<size_t>(B), false);
+  ATTN_RETURN_IF_ERROR(ReserveLists(count, 0, 0));
+  order.resize(count);
+  for (size_t i = 0; i < count; ++i) order[i] = i;
+  const size_t duplicate = FirstDuplicate(requests);
   const int64_t vocab = m->config.vocab_size;
   for (size_t i = 0; i < count; ++i) {
     const Request& r = requests[i];
@@ -131,11 +243,10 @@ Status LmBatch::Impl::CheckRequests(const Request* requests,
       return InvalidArgument(who + "sequence " + Str(r.sequence) +
                              " is not a live sequence of this batch");
     }
-    if (seen[r.sequence]) {
+    if (i == duplicate) {
       return InvalidArgument(who + "sequence " + Str(r.sequence) +
                              " appears twice in one step");
     }
-    seen[r.sequence] = true;
     if (r.count <= 0 || !r.tokens) {
       return InvalidArgument(who + "has " + Str(r.count) +
                              " tokens, want at least 1 (and non-null tokens)");
@@ -159,29 +270,36 @@ Status LmBatch::Impl::CheckRequests(const Request* requests,
 }
 
 // Rows slot after slot (the decoders' order), and which give logits.
-void LmBatch::Impl::PackRows(const Request* requests, size_t count) {
-  std::vector<size_t> by_slot(static_cast<size_t>(B), count);
-  for (size_t i = 0; i < count; ++i) by_slot[requests[i].sequence] = i;
-  std::fill(counts.begin(), counts.end(), 0);
-  row_tokens.clear();
-  row_positions.clear();
-  logit_rows.clear();
-  logits_first.assign(count, 0);
-  for (int64_t b = 0; b < B; ++b) {
-    const size_t i = by_slot[b];
-    if (i == count) continue;
+Status LmBatch::Impl::PackRows(const Request* requests) {
+  size_t rows = 0, logits = 0;
+  for (const size_t i : order) {
+    rows += static_cast<size_t>(requests[i].count);
+    logits +=
+        requests[i].all_logits ? static_cast<size_t>(requests[i].count) : 1;
+  }
+  ATTN_RETURN_IF_ERROR(ReserveLists(order.size(), rows, logits));
+  for (auto* list : {&step_seqs, &step_counts, &held_before, &row_tokens,
+                     &row_positions, &logit_rows}) {
+    list->clear();
+  }
+  logits_first.assign(order.size(), 0);
+  for (const size_t i : order) {
     const Request& r = requests[i];
-    counts[b] = r.count;
+    const int64_t held = decoders[0].length(r.sequence);
+    step_seqs.push_back(r.sequence);
+    step_counts.push_back(r.count);
+    held_before.push_back(held);
     const int64_t first_row = static_cast<int64_t>(row_tokens.size());
     for (int64_t t = 0; t < r.count; ++t) {
       row_tokens.push_back(r.tokens[t]);
-      row_positions.push_back(held_before[b] + t);
+      row_positions.push_back(held + t);
     }
     logits_first[i] = logit_rows.size();
     for (int64_t t = r.all_logits ? 0 : r.count - 1; t < r.count; ++t) {
       logit_rows.push_back(first_row + t);
     }
   }
+  return {};
 }
 
 Status LmBatch::Impl::Reserve(int64_t rows, int64_t logits) {
@@ -345,12 +463,11 @@ Status LmBatch::Impl::RunBlocks(int64_t rows) {
     const lm::Layer& layer = m->layers[l];
     Norm(layer.norm1, x, rows, normed);
     const bool last = l + 1 == m->layers.size();
-    if (last && logit_rows.size() < size_t(rows)) {
-      ATTN_RETURN_IF_ERROR(decoders[l].Prefill(
-          normed, counts.data(), logit_rows.data(), logit_rows.size(), branch));
-    } else {
-      ATTN_RETURN_IF_ERROR(decoders[l].Prefill(normed, counts.data(), branch));
-    }
+    const bool keep = last && logit_rows.size() < size_t(rows);
+    ATTN_RETURN_IF_ERROR(decoders[l].Prefill(
+        normed, step_seqs.data(), step_counts.data(), step_seqs.size(),
+        keep ? logit_rows.data() : nullptr, keep ? logit_rows.size() : 0,
+        branch));
     if (last) rows = KeepLogitRows(x);
     const size_t n = size_t(rows * m->config.emb_dim);
     kernels::Add(x, branch, x, n, m->num_threads);
@@ -374,9 +491,9 @@ Status LmBatch::Impl::Run() {
 
 void LmBatch::Impl::RollBack() {
   for (auto& decoder : decoders) {
-    for (int64_t b = 0; b < B; ++b) {
-      if (decoder.length(b) > held_before[b]) {
-        (void)decoder.Truncate(b, held_before[b]);
+    for (size_t k = 0; k < step_seqs.size(); ++k) {
+      if (decoder.length(step_seqs[k]) > held_before[k]) {
+        (void)decoder.Truncate(step_seqs[k], held_before[k]);
       }
     }
   }
@@ -421,16 +538,22 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
       MulSat(MulSat(2 * sizeof(float) * uint64_t(c.num_layers),
                     uint64_t(options.max_sequences) * uint64_t(c.num_kv_heads)),
              MulSat(uint64_t(capacity), kernels::DecodePaddedDim(head_dim)));
+  // Per slot: whether it is live, and its place in the free-slot heap.
+  const uint64_t slot_bytes =
+      MulSat(uint64_t(options.max_sequences), sizeof(int64_t)) +
+      uint64_t(options.max_sequences) / 8;
   ATTN_RETURN_IF_ERROR(CheckMemory(
       "the KV caches of " + Str(options.max_sequences) + " sequences x " +
           Str(capacity) + " tokens in " + Str(c.num_layers) + " layers",
-      AddSat(model->memory_bytes(), cache_bytes), m.max_memory_bytes));
+      AddSat(AddSat(model->memory_bytes(), options.caller_bytes),
+             AddSat(cache_bytes, slot_bytes)),
+      m.max_memory_bytes));
   impl->m = &m;
   impl->B = options.max_sequences;
   impl->capacity = capacity;
+  impl->caller_bytes = options.caller_bytes;
   impl->live.assign(size_t(impl->B), false);
-  impl->counts.assign(size_t(impl->B), 0);
-  impl->held_before.assign(size_t(impl->B), 0);
+  impl->freed.reserve(size_t(impl->B));
   impl->model = std::move(model);  // HeldBytes reads the weights through it
   const ThreadScope threads(m.num_threads);
   for (size_t l = 0; l < m.layers.size(); ++l) {
@@ -447,14 +570,13 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
 
 Result<int64_t> LmBatch::Add() {
   Impl& d = *impl_;
-  const auto free = std::find(d.live.begin(), d.live.end(), false);
-  if (free == d.live.end()) {
+  const int64_t slot = d.LowestFreeSlot();
+  if (slot < 0) {
     return InvalidArgument("batch holds its " + Str(d.B) +
                            " sequences (max_sequences): Remove one first");
   }
-  const auto slot = static_cast<int64_t>(free - d.live.begin());
   for (auto& decoder : d.decoders) ATTN_RETURN_IF_ERROR(decoder.Reset(slot));
-  d.live[slot] = true;
+  d.TakeSlot(slot);
   return slot;
 }
 
@@ -464,7 +586,7 @@ Status LmBatch::Remove(int64_t sequence) {
     return InvalidArgument("sequence " + Str(sequence) +
                            " is not a live sequence of this batch");
   }
-  d.live[sequence] = false;
+  d.FreeSlot(sequence);
   return {};
 }
 
@@ -477,7 +599,7 @@ Result<int64_t> LmBatch::Fork(int64_t sequence) {
   ATTN_ASSIGN_OR_RETURN(const int64_t fork, Add());
   for (auto& decoder : d.decoders) {
     if (const Status s = decoder.Copy(sequence, fork); !s.ok()) {
-      d.live[fork] = false;
+      d.FreeSlot(fork);
       return s;
     }
   }
@@ -497,15 +619,14 @@ Status LmBatch::Step(const Request* requests, size_t count) {
   Impl& d = *impl_;
   d.logits_first.clear();  // no logits from a failed step, refused or not
   // A step that fails part-way, returning an error or out of memory in an
-  // allocation, leaves every sequence as it was.
-  for (int64_t b = 0; b < d.B; ++b) d.held_before[b] = d.decoders[0].length(b);
+  // allocation, leaves every sequence as it was: RollBack returns the
+  // sequences PackRows listed to the lengths they held.
+  d.step_seqs.clear();
   Status s;
   try {
     s = d.CheckRequests(requests, count);
-    if (s.ok()) {
-      d.PackRows(requests, count);
-      s = d.Run();
-    }
+    if (s.ok()) s = d.PackRows(requests);
+    if (s.ok()) s = d.Run();
   } catch (const std::bad_alloc&) {
     s = OutOfMemory("out of memory");  // short: no allocation to make it
   } catch (...) {  // a oneDNN primitive that failed to run, say

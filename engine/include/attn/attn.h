@@ -57,14 +57,16 @@ typedef enum attn_dtype {
 
 /* How to load a chapter-3 MultiHeadAttention. Zero means "not set here".
  * Set struct_size to sizeof(attn_mha_options) (ATTN_MHA_OPTIONS_INIT does):
- * later versions only append fields, a library reads only the fields that
- * lie wholly inside struct_size, and an options struct from a newer header is
- * accepted when the fields this library does not know are zero. Initialise
- * the whole struct (ATTN_MHA_OPTIONS_INIT, or = {0} and set struct_size) so
- * that fields a later header appends start at 0 when you rebuild. Fields
- * are never placed in an earlier version's tail padding, which a caller may
- * have left uninitialised. Version 1 ended at num_threads (struct_size 24 on
- * 64-bit targets). */
+ * later versions only append fields, and a library reads only the fields
+ * that lie wholly inside struct_size, so a struct from an older header is
+ * read as far as it goes. A struct_size past sizeof the struct this library
+ * knows (a newer header's) is refused with ATTN_UNSUPPORTED, naming the
+ * largest size it takes: the library reads no byte past its own struct.
+ * Initialise the whole struct (ATTN_MHA_OPTIONS_INIT, or = {0} and set
+ * struct_size) so that fields a later header appends start at 0 when you
+ * rebuild. Fields are never placed in an earlier version's tail padding,
+ * which a caller may have left uninitialised. Version 1 ended at num_threads
+ * (struct_size 24 on 64-bit targets). */
 typedef struct attn_mha_options {
   size_t struct_size;
   int num_heads;      /* else the file's metadata "num_heads" */

@@ -73,8 +73,10 @@ class ATTN_API LanguageModel {
       const LmConfig& config, uint64_t seed, const LmOptions& options = {});
   // True when the file's tensor names are one of the whole-model layouts
   // (a cheap check of the header, for front ends that take either an MHA
-  // or a whole model). False for unreadable files.
-  static bool IsLanguageModelFile(const std::string& path);
+  // or a whole model). False for unreadable files, and for a header whose
+  // parse does not fit max_memory_bytes (SafetensorsFile::Open).
+  static bool IsLanguageModelFile(const std::string& path,
+                                  uint64_t max_memory_bytes = 0);
 
   ~LanguageModel();
   const LmConfig& config() const;
@@ -94,6 +96,10 @@ struct LmBatchOptions {
   static constexpr int64_t kMaxSequences = int64_t{1} << 20;
   int64_t max_sequences = 1;  // sequences held at once, 1 to kMaxSequences
   int64_t max_length = 0;     // tokens per sequence; 0: context_length
+  // Bytes the caller holds for the batch's work (its prompts, outputs and
+  // per-sequence state), counted with the model's and the batch's own in
+  // every check against the model's memory cap: one budget for the call.
+  uint64_t caller_bytes = 0;
 };
 
 // One thread's generation state: up to max_sequences sequences, each with a
@@ -113,7 +119,9 @@ class ATTN_API LmBatch {
   LmBatch(const LmBatch&) = delete;
   LmBatch& operator=(const LmBatch&) = delete;
 
-  // A new empty sequence; its id (a free slot, < max_sequences).
+  // A new empty sequence; its id (the lowest free slot, < max_sequences).
+  // Add and Remove cost O(log max_sequences), Fork that and the copy, and
+  // a Step its requests and tokens: none walks every slot.
   Result<int64_t> Add();
   // Frees `sequence`'s slot.
   Status Remove(int64_t sequence);

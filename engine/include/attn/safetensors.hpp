@@ -35,8 +35,14 @@ class ATTN_API SafetensorsFile {
  public:
   // Opens and validates `path`: header length, JSON, dtypes, shapes against
   // byte ranges, offsets in bounds, no overlaps, holes or trailing bytes,
-  // string-valued metadata. The file stays open until destruction.
-  static Result<SafetensorsFile> Open(const std::string& path);
+  // string-valued metadata. The file stays open until destruction. What
+  // parsing the header needs (4 bytes a header byte and 1 KiB a tensor or
+  // metadata key), beside `held_bytes` the caller holds, is checked against
+  // max_memory_bytes (0: DefaultMaxMemoryBytes()) before it is allocated:
+  // kOutOfMemory, naming the file, when it does not fit.
+  static Result<SafetensorsFile> Open(const std::string& path,
+                                      uint64_t max_memory_bytes = 0,
+                                      uint64_t held_bytes = 0);
 
   SafetensorsFile(SafetensorsFile&&) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
