@@ -14,7 +14,6 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -24,7 +23,6 @@
 #include "engine/models/mha_model.h"
 #include "engine/models/model_access.h"
 #include "engine/ops/attention_op.h"
-#include "engine/ops/step_weights.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/decoder_owner.h"
 #include "engine/runtime/kv_decoder.h"
