@@ -172,5 +172,51 @@ TEST(LinearPlanTest, LongRunsReadThePackedCopy) {
   EXPECT_GT(c.linear.bytes(), c.linear.weight().bytes());
 }
 
+// A few rows with an epilogue RowsLinear does not apply (oneDNN's residual
+// add) run a matmul, which adds the residual.
+TEST(LinearPlanTest, PanelsOnlyForWhatRowsLinearApplies) {
+  const Case c = MakeCase(DataType::kF32, true, true, 2);
+  std::mt19937 rng(3);
+  const int64_t rows = 4;
+  const std::vector<float> x = test::RandomVector(rng, rows * kIn, -1, 1);
+  const std::vector<float> r = test::RandomVector(rng, rows * kOut, -1, 1);
+  ops::LinearEpilogue epilogue;
+  epilogue.post.add_residual = true;
+  const LinearPlan plan = LinearPlan::Create(c.linear, rows, epilogue,
+                                             LinearFallback::kOwnPacked, 2)
+                              .value();
+  EXPECT_FALSE(plan.uses_panels());
+  AlignedBuffer scratch = AlignedBuffer::Allocate(plan.scratch_bytes()).value();
+  AlignedBuffer own = AlignedBuffer::Allocate(plan.own_packed_bytes()).value();
+  if (own.size()) {
+    ASSERT_TRUE(plan.PackOwn(c.linear, own.data()).ok());
+  }
+  std::vector<float> y(size_t(rows * kOut));
+  plan.Run(c.linear, x.data(), y.data(), {nullptr, scratch.data(), own.data()},
+           1, r.data());
+  std::vector<double> want = Reference(c, x, rows, false);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += r[i];
+  test::ExpectAllClose(want, y.data(), 2e-5, "residual");
+}
+
+// The plain fallback reads the weights as the matmul's type: a linear
+// packed in another type refuses it.
+TEST(LinearPlanTest, PlainFallbackNeedsWeightsInTheMatMulsType) {
+  if (!kernels::HasNativeBF16()) GTEST_SKIP() << "no native bf16";
+  ops::LinearLayouts layouts;
+  layouts.packed = DataType::kBF16;
+  const Linear linear =
+      Linear::Create(ops::Weight::Hold(std::vector<float>(kIn * kOut, 0.5f),
+                                       kOut, kIn, DataType::kF32)
+                         .value(),
+                     {}, layouts, 1)
+          .value();
+  const Result<LinearPlan> plain =
+      LinearPlan::Create(linear, 64, {}, LinearFallback::kPlain, 1);
+  EXPECT_EQ(plain.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      LinearPlan::Create(linear, 64, {}, LinearFallback::kOwnPacked, 1).ok());
+}
+
 }  // namespace
 }  // namespace attn

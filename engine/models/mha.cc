@@ -226,10 +226,12 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
                                  {"W_value.bias", kv_vec}});
   }
   // Reading copies the weights once, Create copies them again and packs a
-  // third copy.
-  ATTN_RETURN_IF_ERROR(CheckMemory("loading the weights of '" + path + "'",
-                                   MulSat(3, WeightBytes(config)),
-                                   ResolveMaxMemory(options.max_memory_bytes)));
+  // third copy; for decoders also an fp32 packed copy of the projections
+  // and their panels (at most fp32 too).
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory("loading the weights of '" + path + "'",
+                  MulSat(options.decode ? 5 : 3, WeightBytes(config)),
+                  ResolveMaxMemory(options.max_memory_bytes)));
   std::vector<std::vector<float>> values;
   for (const auto& [name, shape] : wanted) {
     Result<std::vector<float>> v = ReadWeight(file, name, shape);

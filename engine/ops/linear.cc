@@ -159,9 +159,18 @@ Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
   plan.num_threads_ = num_threads;
   plan.epilogue_ = epilogue;
   plan.fallback_ = fallback;
-  if (like.has_panels() &&
-      rows <= static_cast<int64_t>(kernels::kRowsLinearMaxRows)) {
-    return plan;
+  // RowsLinear takes fp32 x and y, and applies GELU alone.
+  const bool rows_linear =
+      like.has_panels() &&
+      rows <= static_cast<int64_t>(kernels::kRowsLinearMaxRows) &&
+      !epilogue.post.gelu_tanh && !epilogue.post.add_residual &&
+      epilogue.src == DataType::kF32 && epilogue.dst == DataType::kF32;
+  if (rows_linear) return plan;
+  if (fallback == LinearFallback::kPlain &&
+      like.compute_type() != like.weight().type()) {
+    return InvalidArgument(
+        "a linear packed in another type than its weights cannot fall back "
+        "to the plain weights");
   }
   ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm,
                         MakeMatMul(like, rows, epilogue, /*plain=*/false));

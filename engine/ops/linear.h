@@ -137,10 +137,11 @@ struct LinearEpilogue {
 enum class LinearFallback { kPlain, kOwnPacked };
 
 // How `rows` rows of linears shaped like one run: RowsLinear on the panels
-// for up to kRowsLinearMaxRows rows when the linear has them, else a matmul
-// of fixed tiles (kernels::Threading::kTeam) in the packed copy's type, on
-// that copy where the tiles read it, else on the fallback. bf16 runs convert
-// an fp32 x first.
+// for up to kRowsLinearMaxRows rows when the linear has them and the
+// epilogue is at most GELU on fp32 x and y, else a matmul of fixed tiles
+// (kernels::Threading::kTeam) in the packed copy's type, on that copy where
+// the tiles read it, else on the fallback (kPlain: only for weights held in
+// that type). bf16 runs convert an fp32 x first.
 class LinearPlan {
  public:
   // The buffers of a Run, owned by the caller: a bf16 x converted, the
