@@ -2,7 +2,7 @@
 """Side-by-side table and plot from one measurement run (bench/README.md).
 
 Reads the JSON lines of `attn bench --json` (one or more files: f32, bf16),
-of ../shared/anchors' torch/bench_torch.py and of ort/bench_ort.mjs; takes
+of the peer runners' torch/bench_torch.py and of ort/bench_ort.mjs; takes
 each peer's best variant per (shape, threads), prints a Markdown table with
 the engine's ratio to each peer and, with --plot, draws tokens/s per shape.
 

@@ -3,7 +3,7 @@
 # bf16), ONNX Runtime 1.30 and PyTorch 1.13 on the same grid, one after the
 # other on this machine, then the table and the plot.
 #   bench/side_by_side.sh BUILD_DIR ANCHORS_DIR OUT_DIR
-# ANCHORS_DIR is a set-up copy of ../shared/anchors (see its README: npm ci
+# ANCHORS_DIR is a set-up folder of the peer runners (see bench/README.md: npm ci
 # and make_models.py done). Takes about 10 minutes on 2 cores.
 set -eu
 build=$(realpath "$1") anchors=$(realpath "$2") out=$(realpath -m "$3")

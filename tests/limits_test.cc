@@ -88,11 +88,13 @@ TEST(LimitsTest, LoadingOverTheCapIsRefused) {
   const char* const names[] = {"W_query.weight", "W_key.weight",
                                "W_value.weight", "out_proj.weight"};
   for (uint64_t i = 0; i < 4; ++i) {
-    header += test::Entry(names[i], "F32", "[64,64]", i * matrix,
-                          (i + 1) * matrix) + ",";
+    header +=
+        test::Entry(names[i], "F32", "[64,64]", i * matrix, (i + 1) * matrix) +
+        ",";
   }
   header += test::Entry("out_proj.bias", "F32", "[64]", 4 * matrix,
-                        4 * matrix + 256) + "}";
+                        4 * matrix + 256) +
+            "}";
   const std::string wide = dir.Write(
       "wide.safetensors",
       test::SafetensorsBytes(header, test::Floats(4 * 64 * 64 + 64, 0.5f)));
@@ -140,9 +142,8 @@ TEST(LimitsTest, HugeShapesAreRefusedWithoutAllocating) {
 TEST(LimitsTest, HeaderParsingIsChargedAgainstTheCap) {
   test::TempDir dir;
   const std::string tensor = test::Entry("x", "F32", "[1]", 0, 4);
-  const std::string big =
-      "{\"__metadata__\":{\"note\":\"" + std::string(1 << 20, 'a') + "\"}," +
-      tensor + "}";
+  const std::string big = "{\"__metadata__\":{\"note\":\"" +
+                          std::string(1 << 20, 'a') + "\"}," + tensor + "}";
   const std::string path =
       dir.Write("big.safetensors", test::SafetensorsBytes(big, test::Zeros(4)));
   const std::string len = std::to_string(big.size());

@@ -505,7 +505,7 @@ TEST_F(LmCliTest, RunCountsItsOutputInTheMemoryCap) {
     return StepRows(std::move(model), kRows, 1, true, 0);
   });
   const uint64_t output = kRows * 64 * sizeof(float);  // vocabulary 64
-  ASSERT_LT(output, engine);  // the output alone fits
+  ASSERT_LT(output, engine);                           // the output alone fits
   const Outcome refused =
       Run(c.model, input, "--threads 1 --max-memory " + std::to_string(engine));
   ExpectRefused(refused);
@@ -513,9 +513,9 @@ TEST_F(LmCliTest, RunCountsItsOutputInTheMemoryCap) {
             std::string::npos)
       << refused.stderr_text;
   EXPECT_NE(refused.stderr_text.find("--max-memory"), std::string::npos);
-  const Outcome fits = Run(c.model, input,
-                           "--threads 1 --max-memory " +
-                               std::to_string(engine + 2 * output));
+  const Outcome fits =
+      Run(c.model, input,
+          "--threads 1 --max-memory " + std::to_string(engine + 2 * output));
   EXPECT_EQ(fits.exit_code, 0) << fits.stderr_text;
   EXPECT_EQ(TakeLogits().size(), size_t{kRows * 64});
 }
@@ -542,8 +542,8 @@ TEST_F(LmCliTest, GenerateCountsItsRowsInTheMemoryCap) {
       << refused.stderr_text;
   EXPECT_NE(refused.stderr_text.find("--max-memory"), std::string::npos);
   const uint64_t per_row = 512;  // more than a row holds in the tool
-  const Outcome fits = Generate(c.model, input, kNew,
-                                args + std::to_string(engine + kRows * per_row));
+  const Outcome fits = Generate(
+      c.model, input, kNew, args + std::to_string(engine + kRows * per_row));
   EXPECT_EQ(fits.exit_code, 0) << fits.stderr_text;
   EXPECT_EQ(TakeTokens().size(), size_t{kRows * kNew});
 }
@@ -578,9 +578,9 @@ TEST_F(LmCliTest, ParsingIsChargedAgainstTheMemoryCap) {
        {Run(model, input, "--max-memory 5M"),
         Generate(model, input, 2, "--max-memory 5M")}) {
     ExpectRefused(outcome);
-    EXPECT_NE(outcome.stderr_text.find("parsing the header of '" + model +
-                                       "' (2"),
-              std::string::npos)
+    EXPECT_NE(
+        outcome.stderr_text.find("parsing the header of '" + model + "' (2"),
+        std::string::npos)
         << outcome.stderr_text;
     EXPECT_NE(outcome.stderr_text.find("over the memory limit of 5.00 MiB"),
               std::string::npos)
@@ -600,10 +600,10 @@ TEST_F(LmCliTest, ParsingIsChargedAgainstTheMemoryCap) {
     vocab << "}";
     std::ofstream(tokenizer / "merges.txt") << "#version: 0.2\n";
   }
-  const Outcome text =
-      Attn("generate --weights " + c.model + " --tokenizer " +
-           tokenizer.string() + " --prompt t1 --max-new-tokens 2 "
-           "--max-memory 4M");
+  const Outcome text = Attn("generate --weights " + c.model + " --tokenizer " +
+                            tokenizer.string() +
+                            " --prompt t1 --max-new-tokens 2 "
+                            "--max-memory 4M");
   ExpectRefused(text);
   EXPECT_NE(text.stderr_text.find("'" + (tokenizer / "vocab.json").string() +
                                   "' (up to 100000 tokens) needs"),

@@ -460,11 +460,12 @@ TEST(Gpt2TokenizerLoadTest, FilesAreChargedAgainstTheMemoryCap) {
     return t.status().message();
   };
   const std::string json = "'" + dir.Path("vocab.json") + "' ";
-  EXPECT_TRUE(Has(error(text - 1, 0),
-                  json + "(" + std::to_string(text) + " bytes of text) needs " +
-                      std::to_string(text) + " bytes to load beside 0 held, "
-                      "over the memory limit of " +
-                      std::to_string(text - 1) + " bytes"));
+  EXPECT_TRUE(Has(error(text - 1, 0), json + "(" + std::to_string(text) +
+                                          " bytes of text) needs " +
+                                          std::to_string(text) +
+                                          " bytes to load beside 0 held, "
+                                          "over the memory limit of " +
+                                          std::to_string(text - 1) + " bytes"));
   EXPECT_TRUE(Has(error(text + tables - 1, 0),
                   json + "(up to 20265 tokens) needs " +
                       std::to_string(tables) + " bytes to load beside " +

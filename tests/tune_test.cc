@@ -1,4 +1,4 @@
-// The tuned file (issue 3): what `attn tune --save` writes is read back by
+// The tuned file: what `attn tune --save` writes is read back by
 // the library through ModelOptions::tuned_config or ATTN_CONFIG and by the
 // CLI through --config (passed as that option), below the API's num_threads
 // and ATTN_NUM_THREADS; a bad file is a one-line error.

@@ -1,5 +1,5 @@
-// What `attn bench` and `attn tune` share: the named shape grid (the peers'
-// grid in ../shared/anchors), the FLOP convention, seeded random blocks and
+// What `attn bench` and `attn tune` share: the named shape grid (the one
+// the peer benchmarks run), the FLOP convention, seeded random blocks and
 // the timing loop. Public API only, like any embedder.
 #ifndef ATTN_TOOLS_BENCH_COMMON_H_
 #define ATTN_TOOLS_BENCH_COMMON_H_

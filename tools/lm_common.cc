@@ -145,14 +145,13 @@ Status CheckOutputFits(const std::string& name,
   for (int64_t d : shape) bytes *= static_cast<double>(d);
   const auto held = static_cast<double>(held_bytes);
   if (bytes + held <= static_cast<double>(max_memory)) return {};
-  return OutOfMemory(name + " " + ShapeString(shape) + " need " +
-                     std::to_string(static_cast<uint64_t>(bytes)) + " bytes" +
-                     (held_bytes ? " beside " + std::to_string(held_bytes) +
-                                       " held"
-                                 : std::string()) +
-                     ", over the memory limit of " +
-                     std::to_string(max_memory) +
-                     " bytes (raise it with --max-memory)");
+  return OutOfMemory(
+      name + " " + ShapeString(shape) + " need " +
+      std::to_string(static_cast<uint64_t>(bytes)) + " bytes" +
+      (held_bytes ? " beside " + std::to_string(held_bytes) + " held"
+                  : std::string()) +
+      ", over the memory limit of " + std::to_string(max_memory) +
+      " bytes (raise it with --max-memory)");
 }
 
 Result<Prompts> ReadPromptIds(const std::string& path, uint64_t max_memory,
@@ -167,10 +166,9 @@ Result<Prompts> ReadPromptIds(const std::string& path, uint64_t max_memory,
   }
   ATTN_RETURN_IF_ERROR(CheckIdsShape(*ids, where));
   // The ids and the lengths (a column more), int64 each.
-  ATTN_RETURN_IF_ERROR(CheckOutputFits("the prompts of " + where,
-                                       {ids->shape[0], ids->shape[1] + 1},
-                                       sizeof(int64_t), max_memory,
-                                       held_bytes));
+  ATTN_RETURN_IF_ERROR(CheckOutputFits(
+      "the prompts of " + where, {ids->shape[0], ids->shape[1] + 1},
+      sizeof(int64_t), max_memory, held_bytes));
   Prompts prompts;
   prompts.batch = ids->shape[0];
   prompts.width = ids->shape[1];

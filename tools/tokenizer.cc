@@ -249,12 +249,11 @@ struct LoadBudget {
   Status Check(const std::string& path, const std::string& what,
                uint64_t need) const {
     if (need <= cap && held <= cap - need) return {};
-    return OutOfMemory(Quote(path) + " (" + what + ") needs " +
-                       std::to_string(need) + " bytes to load beside " +
-                       std::to_string(held) +
-                       " held, over the memory limit of " +
-                       std::to_string(cap) +
-                       " bytes (raise it with --max-memory)");
+    return OutOfMemory(
+        Quote(path) + " (" + what + ") needs " + std::to_string(need) +
+        " bytes to load beside " + std::to_string(held) +
+        " held, over the memory limit of " + std::to_string(cap) +
+        " bytes (raise it with --max-memory)");
   }
 };
 
@@ -290,9 +289,8 @@ Result<std::string> ReadSmallFile(const std::string& path,
     if (n == 0) return text;
     if (text.size() + static_cast<size_t>(n) > size) {
       // Grown since fstat: its new bytes must fit too.
-      ATTN_RETURN_IF_ERROR(budget.Check(
-          path, "grown while being read",
-          text.size() + static_cast<size_t>(n)));
+      ATTN_RETURN_IF_ERROR(budget.Check(path, "grown while being read",
+                                        text.size() + static_cast<size_t>(n)));
     }
     if (text.size() + static_cast<size_t>(n) > kMaxFileBytes) {
       return InvalidArgument(what + " grew over " + limit +
@@ -632,8 +630,8 @@ Result<Gpt2Tokenizer> Gpt2Tokenizer::Load(const std::string& dir,
 uint64_t Gpt2Tokenizer::memory_bytes() const {
   // Nodes as kBytesPerToken and kBytesPerMerge measure them, a long
   // token's own copy, and the buckets.
-  uint64_t bytes = (tokens_.bucket_count() + merges_.bucket_count()) *
-                   sizeof(void*);
+  uint64_t bytes =
+      (tokens_.bucket_count() + merges_.bucket_count()) * sizeof(void*);
   for (const auto& [id, token] : tokens_) {
     bytes += kBytesPerToken / 2 + (token.size() > 15 ? token.capacity() : 0);
   }

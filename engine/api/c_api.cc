@@ -110,22 +110,23 @@ constexpr size_t kMaxStructSize = 1024;
 attn_status CheckStructSize(const char* what, size_t struct_size,
                             size_t min_size, size_t known) {
   const std::string known_text = std::to_string(known);
-  const std::string size_text = std::string(what) + ".struct_size is " +
-                                std::to_string(struct_size);
+  const std::string size_text =
+      std::string(what) + ".struct_size is " + std::to_string(struct_size);
   if (struct_size < min_size || struct_size > kMaxStructSize) {
-    return Fail(ATTN_INVALID_ARGUMENT,
-                (size_text +
-                 (struct_size == 0 ? "" : ", which looks uninitialised") +
-                 "; set it to sizeof(" + what + ") (" + known_text +
-                 " in this library, version " ATTN_VERSION ")")
-                    .c_str());
+    return Fail(
+        ATTN_INVALID_ARGUMENT,
+        (size_text + (struct_size == 0 ? "" : ", which looks uninitialised") +
+         "; set it to sizeof(" + what + ") (" + known_text +
+         " in this library, version " ATTN_VERSION ")")
+            .c_str());
   }
   if (struct_size > known) {
-    return Fail(ATTN_UNSUPPORTED,
-                (size_text + ", want at most " + known_text + " (sizeof(" +
-                 what + ") in this library, version " ATTN_VERSION
-                 ", which reads no field a newer header appends)")
-                    .c_str());
+    return Fail(
+        ATTN_UNSUPPORTED,
+        (size_text + ", want at most " + known_text + " (sizeof(" + what +
+         ") in this library, version " ATTN_VERSION
+         ", which reads no field a newer header appends)")
+            .c_str());
   }
   return ATTN_OK;
 }
@@ -639,9 +640,8 @@ attn_status ToLmOptions(const attn_lm_options* c, attn::LmOptions* options) {
 attn_status ToBatchOptions(const attn_lm_batch_options* c,
                            attn::LmBatchOptions* options) {
   if (!c) return ATTN_OK;
-  if (attn_status s =
-          CheckStructSize("attn_lm_batch_options", c->struct_size,
-                          sizeof(*c), sizeof(*c));
+  if (attn_status s = CheckStructSize("attn_lm_batch_options", c->struct_size,
+                                      sizeof(*c), sizeof(*c));
       s != ATTN_OK) {
     return s;
   }
@@ -734,7 +734,8 @@ attn_status attn_lm_get_info(const attn_lm* model, attn_lm_info* info) {
     if (!info) return NullArgument("info");
     const size_t size = info->struct_size;
     if (size < sizeof(*info) || size > kMaxStructSize) {
-      return CheckStructSize("attn_lm_info", size, sizeof(*info), sizeof(*info));
+      return CheckStructSize("attn_lm_info", size, sizeof(*info),
+                             sizeof(*info));
     }
     // Only our fields: a newer header's after them stay untouched.
     *info = LmInfoOf(model->model->config());

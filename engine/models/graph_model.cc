@@ -78,8 +78,9 @@ class GraphWeights {
                                    const GraphOptions& options,
                                    const AttentionDims& graph_dims) {
     GraphWeights weights;
-    ATTN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(
-                                                  path, options.max_memory_bytes));
+    ATTN_ASSIGN_OR_RETURN(
+        SafetensorsFile file,
+        SafetensorsFile::Open(path, options.max_memory_bytes));
     weights.file_ = std::make_shared<const SafetensorsFile>(std::move(file));
     // A whole model is checked as the library loads it, so that a file it
     // refuses (a stray tensor, a block missing a bias, a gap in the

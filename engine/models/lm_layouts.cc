@@ -705,7 +705,8 @@ std::string DetectLayout(const SafetensorsFile& file) {
 
 Result<FileModel> OpenModelFile(const std::string& path,
                                 const LmOptions& options) {
-  ATTN_ASSIGN_OR_RETURN(SafetensorsFile opened, SafetensorsFile::Open(path, options.max_memory_bytes));
+  ATTN_ASSIGN_OR_RETURN(SafetensorsFile opened,
+                        SafetensorsFile::Open(path, options.max_memory_bytes));
   auto file = std::make_shared<const SafetensorsFile>(std::move(opened));
   FileLayout layout = FindLayout(*file);
   if (!layout.layout) {
