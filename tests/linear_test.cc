@@ -218,5 +218,18 @@ TEST(LinearPlanTest, PlainFallbackNeedsWeightsInTheMatMulsType) {
       LinearPlan::Create(linear, 64, {}, LinearFallback::kOwnPacked, 1).ok());
 }
 
+// The GELU pass after a matmul reads and writes fp32: a bf16 y refuses it.
+TEST(LinearPlanTest, GeluPassWantsAnFp32Output) {
+  const Case c = MakeCase(DataType::kF32, true, false, 1);
+  ops::LinearEpilogue epilogue;
+  epilogue.gelu = true;
+  epilogue.dst = DataType::kBF16;
+  EXPECT_EQ(
+      LinearPlan::Create(c.linear, 16, epilogue, LinearFallback::kOwnPacked, 1)
+          .status()
+          .code(),
+      StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace attn

@@ -166,6 +166,9 @@ Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
       !epilogue.post.gelu_tanh && !epilogue.post.add_residual &&
       epilogue.src == DataType::kF32 && epilogue.dst == DataType::kF32;
   if (rows_linear) return plan;
+  if (epilogue.gelu && epilogue.dst != DataType::kF32) {
+    return InvalidArgument("a linear's GELU pass writes fp32 y only");
+  }
   if (fallback == LinearFallback::kPlain &&
       like.compute_type() != like.weight().type()) {
     return InvalidArgument(
