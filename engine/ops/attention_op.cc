@@ -41,7 +41,7 @@ void ProjectRows(const ops::Linear& linear, const float* x, size_t rows,
 
 Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
     const MhaModelData& m, DataType type, int64_t batch, int64_t seq_len,
-    const KvCache* cache, int num_threads, uint64_t held,
+    const KvView* cache, int num_threads, uint64_t held,
     const std::string& what) {
   std::unique_ptr<AttentionOp> op(new AttentionOp());
   const MhaConfig& c = m.config;
@@ -469,7 +469,7 @@ void AttentionOp::ForwardTiny(const float* x, float* y, float* scratch) const {
 }
 
 Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
-    const MhaModelData& m, int64_t rows, const KvCache& cache, int num_threads,
+    const MhaModelData& m, int64_t rows, const KvView& cache, int num_threads,
     uint64_t held, const std::string& what) {
   if (!m.qkv.present()) {
     return InvalidArgument(
@@ -624,7 +624,7 @@ size_t OwnedBuffers::bytes() const {
   return total;
 }
 
-kernels::DecodeParams DecodeParamsOf(const KvCache& cache, const MhaConfig& c) {
+kernels::DecodeParams DecodeParamsOf(const KvView& cache, const MhaConfig& c) {
   const int64_t head_dim = c.d_out / c.num_heads;
   kernels::DecodeParams params;
   params.num_heads = static_cast<size_t>(c.num_heads);

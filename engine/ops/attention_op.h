@@ -28,14 +28,15 @@ namespace attn {
 
 // One addressing for every K/V layout: rows of head h of sequence b at
 // k (or v) + b * batch_stride + h * head_stride, row_stride floats apart
-// (AttentionInputs in kernels/attention.h). A decoder's cache, padded to
+// (AttentionInputs in kernels/attention.h). A layer of a KV cache
+// (engine/runtime/kv_cache.h), padded to
 // Dp = DecodePaddedDim(D) floats a row (padding lanes zero), is laid out as
 // the decode kernel reads it fastest (kernels::DecodeBlocksHeads): head
 // major, [B, Hkv, capacity, Dp] (row_stride Dp, head_stride capacity * Dp),
 // each head's keys one run; or token major, [B, capacity, Hkv, Dp]
 // (row_stride Hkv * Dp, head_stride Dp), a sequence's keys one run however
 // far capacity exceeds them. batch_stride is capacity * Hkv * Dp in both.
-struct KvCache {
+struct KvView {
   float* k = nullptr;
   float* v = nullptr;
   int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
@@ -43,7 +44,7 @@ struct KvCache {
 };
 
 // The decode kernel's parameters for `cache` and the attention of `c`.
-kernels::DecodeParams DecodeParamsOf(const KvCache& cache, const MhaConfig& c);
+kernels::DecodeParams DecodeParamsOf(const KvView& cache, const MhaConfig& c);
 
 // Below this many FLOPs (AttentionFlops) a block runs as plain loops on the
 // calling thread: oneDNN's and OpenMP's fixed cost per call (about 18 us)
@@ -92,7 +93,7 @@ class AttentionOp {
   // a failure names `what`.
   static Result<std::unique_ptr<AttentionOp>> Create(
       const MhaModelData& m, kernels::DataType type, int64_t batch,
-      int64_t seq_len, const KvCache* cache, int num_threads, uint64_t held,
+      int64_t seq_len, const KvView* cache, int num_threads, uint64_t held,
       const std::string& what);
 
   // Plans steps of `rows` new tokens against `cache` (fp32, a model made
@@ -102,8 +103,8 @@ class AttentionOp {
   // kernel's rows and the cache (kernels::DecodeAppend), the decode kernel
   // over each row's keys, the model's out Linear.
   static Result<std::unique_ptr<AttentionOp>> CreateStep(
-      const MhaModelData& m, int64_t rows, const KvCache& cache,
-      int num_threads, uint64_t held, const std::string& what);
+      const MhaModelData& m, int64_t rows, const KvView& cache, int num_threads,
+      uint64_t held, const std::string& what);
 
   // The forward on `buffers` (see Buffer). `cache_seqs[i]`: the cache
   // sequence of the batch's i-th sequence (with a cache only; null
@@ -159,7 +160,7 @@ class AttentionOp {
   int num_threads_ = 1;
   bool tiny_ = false;  // plain loops; `qkv_` is their scratch
   bool step_ = false;  // CreateStep: the decode kernel over the cache
-  std::optional<KvCache> cache_;
+  std::optional<KvView> cache_;
   std::optional<kernels::Convert> to_bf16_;  // bf16 only: input conversion
   // Without a cache: one matmul writes the q, k and v planes, another
   // projects out, on the model's packed weights or on w_qkv_ and w_out_.

@@ -1,9 +1,10 @@
-// LmBatch (attn/lm.hpp): continuous batching over a LanguageModel. Each
-// layer's attention is a KvDecoder whose cache holds every slot; a step
-// packs the new tokens of its requests slot after slot, runs the blocks on
-// those rows (each decoder appending them to its cache), except that the
-// last block's attention output and feed-forward, the final norm and the
-// head run on the rows whose logits were asked for alone.
+// LmBatch (attn/lm.hpp): continuous batching over a LanguageModel. One
+// KvCache holds every layer's keys and values for every slot; a step packs
+// the new tokens of its requests slot after slot, runs the blocks on those
+// rows (each layer's CachedAttention writing their K and V), except that
+// the last block's attention output and feed-forward, the final norm and
+// the head run on the rows whose logits were asked for alone, then counts
+// the new tokens in the cache.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -22,8 +23,8 @@
 #include "engine/models/mha_model.h"
 #include "engine/models/model_access.h"
 #include "engine/runtime/buffer.h"
-#include "engine/runtime/decoder_owner.h"
-#include "engine/runtime/kv_decoder.h"
+#include "engine/runtime/cached_attention.h"
+#include "engine/runtime/kv_cache.h"
 #include "engine/runtime/limits.h"
 #include "engine/runtime/threads.h"
 #include "kernels/decode.h"
@@ -64,24 +65,16 @@ struct LmBatch::Impl {
   std::shared_ptr<const LanguageModel> model;
   const lm::ModelData* m = nullptr;
   int64_t B = 0, capacity = 0;
-  uint64_t caller_bytes = 0;        // LmBatchOptions::caller_bytes
-  std::vector<KvDecoder> decoders;  // per layer
-  // Every decoder's fresh prompts run on these (one layer at a time).
-  std::shared_ptr<OwnedBuffers> prompt_buffers =
-      std::make_shared<OwnedBuffers>();
-  std::vector<bool> live;  // per slot
-  // The free slots: every slot from next_unused on, and the slots below it
-  // that Remove freed (a min-heap), so that Add takes the lowest free slot
-  // in O(log n). Reserved for every slot at Create: Remove never allocates.
-  int64_t next_unused = 0;
-  std::vector<int64_t> freed;
+  uint64_t caller_bytes = 0;  // LmBatchOptions::caller_bytes
+  std::optional<KvCache> cache;
+  CachedAttentionShared shared;            // what the layers share
+  std::vector<CachedAttention> attention;  // per layer
   // The step being run, its lists as long as its requests or rows, not
-  // max_sequences: the requests in slot order; its sequences (ascending),
-  // their new tokens and the tokens they held before it; each row's token
-  // and position; the rows whose logits are kept; and each request's
-  // first logits row.
+  // max_sequences: the requests in slot order; its sequences (ascending)
+  // and their new tokens; each row's token and position; the rows whose
+  // logits are kept; and each request's first logits row.
   std::vector<size_t> order;
-  std::vector<int64_t> step_seqs, step_counts, held_before;
+  std::vector<int64_t> step_seqs, step_counts;
   std::vector<int64_t> row_tokens, row_positions, logit_rows;
   std::vector<size_t> logits_first;
   StepBuffers buffers;
@@ -90,14 +83,10 @@ struct LmBatch::Impl {
   std::map<std::pair<const ops::Linear*, int64_t>, ops::LinearPlan> plans;
   size_t scratch_allocated = 0;
 
-  int64_t LowestFreeSlot() const;
-  void TakeSlot(int64_t slot);
-  void FreeSlot(int64_t slot);
   uint64_t ListBytes() const;
   uint64_t HeldBytes() const;
-  // What HeldBytes counts besides layer `layer`'s decoder and attention
-  // weights: what that decoder's own memory checks add to theirs.
-  uint64_t HeldBesides(size_t layer) const;
+  // Bytes of the cache, what the layers share and their ops.
+  uint64_t CacheBytes() const;
   Status ReserveLists(size_t requests, size_t rows, size_t logits);
   size_t FirstDuplicate(const Request* requests);
   Status CheckRequests(const Request* requests, size_t count);
@@ -114,59 +103,28 @@ struct LmBatch::Impl {
   Status RunBlocks(int64_t rows);
   void RunHead();
   Status Run();  // the packed step
-  // After a step that failed part-way: every layer's cache back to the
-  // tokens it held before.
-  void RollBack();
 };
 
-uint64_t LmBatch::Impl::HeldBesides(size_t layer) const {
-  uint64_t own = m->layers[layer].attention->memory_bytes();
-  if (layer < decoders.size()) {
-    own += decoders[layer].cache_bytes() + decoders[layer].workspace_bytes();
-  }
-  const uint64_t held = HeldBytes();
-  return held > own ? held - own : 0;
-}
-
-// -1 when every slot is live.
-int64_t LmBatch::Impl::LowestFreeSlot() const {
-  if (!freed.empty()) return freed.front();  // all below next_unused
-  return next_unused < B ? next_unused : -1;
-}
-
-// `slot` is LowestFreeSlot().
-void LmBatch::Impl::TakeSlot(int64_t slot) {
-  if (!freed.empty() && freed.front() == slot) {
-    std::pop_heap(freed.begin(), freed.end(), std::greater<>());
-    freed.pop_back();
-  } else {
-    ++next_unused;
-  }
-  live[slot] = true;
-}
-
-// `slot` is live, so below next_unused.
-void LmBatch::Impl::FreeSlot(int64_t slot) {
-  live[slot] = false;
-  freed.push_back(slot);
-  std::push_heap(freed.begin(), freed.end(), std::greater<>());
-}
-
 uint64_t LmBatch::Impl::ListBytes() const {
-  uint64_t bytes = live.capacity() / 8;
-  for (const auto* list : {&freed, &step_seqs, &step_counts, &held_before,
-                           &row_tokens, &row_positions, &logit_rows}) {
+  uint64_t bytes = 0;
+  for (const auto* list :
+       {&step_seqs, &step_counts, &row_tokens, &row_positions, &logit_rows}) {
     bytes = AddSat(bytes, BytesOf(*list));
   }
   return AddSat(bytes, BytesOf(order) + BytesOf(logits_first));
 }
 
-uint64_t LmBatch::Impl::HeldBytes() const {
-  uint64_t bytes = AddSat(model->memory_bytes(), prompt_buffers->bytes());
-  bytes = AddSat(bytes, AddSat(ListBytes(), caller_bytes));
-  for (const auto& d : decoders) {
-    bytes = AddSat(bytes, d.cache_bytes() + d.workspace_bytes());
+uint64_t LmBatch::Impl::CacheBytes() const {
+  uint64_t bytes = AddSat(cache ? cache->bytes() : 0, shared.bytes());
+  for (const CachedAttention& layer : attention) {
+    bytes = AddSat(bytes, layer.bytes());
   }
+  return bytes;
+}
+
+uint64_t LmBatch::Impl::HeldBytes() const {
+  uint64_t bytes = AddSat(model->memory_bytes(), CacheBytes());
+  bytes = AddSat(bytes, AddSat(ListBytes(), caller_bytes));
   const StepBuffers& b = buffers;
   for (const AlignedBuffer* buffer : {&b.x, &b.normed, &b.branch, &b.up,
                                       &b.gate, &b.logits, &b.scratch, &b.low}) {
@@ -181,7 +139,7 @@ Status LmBatch::Impl::ReserveLists(size_t requests, size_t rows,
                                    size_t logits) {
   uint64_t more =
       AddSat(GrowthOf(order, requests), GrowthOf(logits_first, requests));
-  for (const auto* list : {&step_seqs, &step_counts, &held_before}) {
+  for (const auto* list : {&step_seqs, &step_counts}) {
     more = AddSat(more, GrowthOf(*list, requests));
   }
   for (const auto* list : {&row_tokens, &row_positions}) {
@@ -195,9 +153,7 @@ Status LmBatch::Impl::ReserveLists(size_t requests, size_t rows,
                   AddSat(HeldBytes(), more), m->max_memory_bytes));
   order.reserve(requests);
   logits_first.reserve(requests);
-  for (auto* list : {&step_seqs, &step_counts, &held_before}) {
-    list->reserve(requests);
-  }
+  for (auto* list : {&step_seqs, &step_counts}) list->reserve(requests);
   row_tokens.reserve(rows);
   row_positions.reserve(rows);
   logit_rows.reserve(logits);
@@ -239,7 +195,8 @@ Status LmBatch::Impl::CheckRequests(const Request* requests, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     const Request& r = requests[i];
     const std::string who = "step request " + Str(int64_t(i)) + ": ";
-    if (r.sequence < 0 || r.sequence >= B || !live[r.sequence]) {
+    const int64_t held = cache->length(r.sequence);
+    if (held < 0) {
       return InvalidArgument(who + "sequence " + Str(r.sequence) +
                              " is not a live sequence of this batch");
     }
@@ -251,7 +208,6 @@ Status LmBatch::Impl::CheckRequests(const Request* requests, size_t count) {
       return InvalidArgument(who + "has " + Str(r.count) +
                              " tokens, want at least 1 (and non-null tokens)");
     }
-    const int64_t held = decoders[0].length(r.sequence);
     if (r.count > capacity - held) {
       return InvalidArgument(who + "sequence " + Str(r.sequence) + " holds " +
                              Str(held) + " tokens; " + Str(r.count) +
@@ -278,17 +234,16 @@ Status LmBatch::Impl::PackRows(const Request* requests) {
         requests[i].all_logits ? static_cast<size_t>(requests[i].count) : 1;
   }
   ATTN_RETURN_IF_ERROR(ReserveLists(order.size(), rows, logits));
-  for (auto* list : {&step_seqs, &step_counts, &held_before, &row_tokens,
-                     &row_positions, &logit_rows}) {
+  for (auto* list :
+       {&step_seqs, &step_counts, &row_tokens, &row_positions, &logit_rows}) {
     list->clear();
   }
   logits_first.assign(order.size(), 0);
   for (const size_t i : order) {
     const Request& r = requests[i];
-    const int64_t held = decoders[0].length(r.sequence);
+    const int64_t held = cache->length(r.sequence);
     step_seqs.push_back(r.sequence);
     step_counts.push_back(r.count);
-    held_before.push_back(held);
     const int64_t first_row = static_cast<int64_t>(row_tokens.size());
     for (int64_t t = 0; t < r.count; ++t) {
       row_tokens.push_back(r.tokens[t]);
@@ -437,7 +392,7 @@ void LmBatch::Impl::FeedForward(const lm::Layer& layer, int64_t rows) {
 }
 
 // Only the rows whose logits were asked for reach the head, so only they
-// go past the last block's attention (KvDecoder's Prefill with `keep`:
+// go past the last block's attention (CachedAttention::Append with `keep`:
 // the other rows add their K and V to its cache) and through its
 // feed-forward (llama.cpp's output ids). Moves them, in order, to the front
 // of x, where the attention's output lies already.
@@ -451,23 +406,27 @@ int64_t LmBatch::Impl::KeepLogitRows(float* x) const {
   return static_cast<int64_t>(logit_rows.size());
 }
 
-// The blocks over the packed rows. A decoder that fails leaves the caches
-// of the layers before it holding the step's tokens (Step rolls them back).
+// The blocks over the packed rows, each layer's attention writing their K
+// and V past the lengths the cache holds.
 Status LmBatch::Impl::RunBlocks(int64_t rows) {
   StepBuffers& b = buffers;
   auto* x = static_cast<float*>(b.x.data());
   auto* normed = static_cast<float*>(b.normed.data());
   auto* branch = static_cast<float*>(b.branch.data());
   Embed(x);
+  NewTokens tokens;
+  tokens.sequences = step_seqs.data();
+  tokens.counts = step_counts.data();
+  tokens.num = step_seqs.size();
+  const int64_t all_rows = rows;
   for (size_t l = 0; l < m->layers.size(); ++l) {
     const lm::Layer& layer = m->layers[l];
     Norm(layer.norm1, x, rows, normed);
     const bool last = l + 1 == m->layers.size();
     const bool keep = last && logit_rows.size() < size_t(rows);
-    ATTN_RETURN_IF_ERROR(decoders[l].Prefill(
-        normed, step_seqs.data(), step_counts.data(), step_seqs.size(),
-        keep ? logit_rows.data() : nullptr, keep ? logit_rows.size() : 0,
-        branch));
+    const KeptRows kept{logit_rows.data(), logit_rows.size()};
+    ATTN_RETURN_IF_ERROR(attention[l].Append(normed, tokens, all_rows,
+                                             keep ? &kept : nullptr, branch));
     if (last) rows = KeepLogitRows(x);
     const size_t n = size_t(rows * m->config.emb_dim);
     kernels::Add(x, branch, x, n, m->num_threads);
@@ -486,17 +445,10 @@ Status LmBatch::Impl::Run() {
   ATTN_RETURN_IF_ERROR(PlanLinears(rows));
   ATTN_RETURN_IF_ERROR(RunBlocks(rows));
   RunHead();
-  return {};
-}
-
-void LmBatch::Impl::RollBack() {
-  for (auto& decoder : decoders) {
-    for (size_t k = 0; k < step_seqs.size(); ++k) {
-      if (decoder.length(step_seqs[k]) > held_before[k]) {
-        (void)decoder.Truncate(step_seqs[k], held_before[k]);
-      }
-    }
+  for (size_t k = 0; k < step_seqs.size(); ++k) {
+    cache->Extend(step_seqs[k], step_counts[k]);
   }
+  return {};
 }
 
 // The final norm and the head, on the rows asked for (KeepLogitRows put
@@ -513,10 +465,28 @@ void LmBatch::Impl::RunHead() {
 LmBatch::LmBatch(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LmBatch::~LmBatch() = default;
 
+// One KV cache for every layer, shaped as the decode kernel reads the
+// model's attention fastest.
+static KvCache::Shape CacheShape(const lm::ModelData& m, int64_t sequences,
+                                 int64_t capacity) {
+  const MhaConfig& attention = ModelAccess::Of(*m.layers[0].attention).config;
+  KvCache::Shape shape;
+  shape.layers = static_cast<int64_t>(m.layers.size());
+  shape.sequences = sequences;
+  shape.capacity = capacity;
+  shape.kv_heads = attention.num_kv_heads;
+  shape.padded_dim = static_cast<int64_t>(kernels::DecodePaddedDim(
+      static_cast<size_t>(attention.d_out / attention.num_heads)));
+  shape.head_major =
+      kernels::DecodeBlocksHeads(DecodeParamsOf(KvView(), attention));
+  return shape;
+}
+
 Result<std::unique_ptr<LmBatch>> LmBatch::Create(
     std::shared_ptr<const LanguageModel> model, const LmBatchOptions& options) {
   if (!model) return InvalidArgument("batch: model is null");
   auto impl = std::make_unique<Impl>();
+  Impl& d = *impl;
   const lm::ModelData& m = ModelAccess::Of(*model);
   const LmConfig& c = m.config;
   if (options.max_sequences <= 0 ||
@@ -532,86 +502,46 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   }
   const int64_t capacity =
       options.max_length ? options.max_length : c.context_length;
-  // Every layer's cache, checked as one request before any is made.
-  const uint64_t head_dim = c.emb_dim / c.num_heads;
-  const uint64_t cache_bytes =
-      MulSat(MulSat(2 * sizeof(float) * uint64_t(c.num_layers),
-                    uint64_t(options.max_sequences) * uint64_t(c.num_kv_heads)),
-             MulSat(uint64_t(capacity), kernels::DecodePaddedDim(head_dim)));
-  // Per slot: whether it is live, and its place in the free-slot heap.
-  const uint64_t slot_bytes =
-      MulSat(uint64_t(options.max_sequences), sizeof(int64_t)) +
-      uint64_t(options.max_sequences) / 8;
-  ATTN_RETURN_IF_ERROR(CheckMemory(
-      "the KV caches of " + Str(options.max_sequences) + " sequences x " +
-          Str(capacity) + " tokens in " + Str(c.num_layers) + " layers",
-      AddSat(AddSat(model->memory_bytes(), options.caller_bytes),
-             AddSat(cache_bytes, slot_bytes)),
-      m.max_memory_bytes));
-  impl->m = &m;
-  impl->B = options.max_sequences;
-  impl->capacity = capacity;
-  impl->caller_bytes = options.caller_bytes;
-  impl->live.assign(size_t(impl->B), false);
-  impl->freed.reserve(size_t(impl->B));
-  impl->model = std::move(model);  // HeldBytes reads the weights through it
+  d.m = &m;
+  d.B = options.max_sequences;
+  d.capacity = capacity;
+  d.caller_bytes = options.caller_bytes;
+  ATTN_ASSIGN_OR_RETURN(
+      KvCache cache,
+      KvCache::Create(CacheShape(m, d.B, capacity), /*all_live=*/false,
+                      AddSat(model->memory_bytes(), options.caller_bytes),
+                      m.max_memory_bytes,
+                      "the KV caches of " + Str(d.B) + " sequences x " +
+                          Str(capacity) + " tokens in " + Str(c.num_layers) +
+                          " layers"));
+  d.cache.emplace(std::move(cache));
+  d.model = std::move(model);  // HeldBytes reads the weights through it
+  d.shared.held = [&d] { return d.HeldBytes(); };
+  d.shared.cap = m.max_memory_bytes;
   const ThreadScope threads(m.num_threads);
+  ATTN_RETURN_IF_ERROR(d.shared.AllocatePartials(
+      *d.cache, ModelAccess::Of(*m.layers[0].attention).config.num_heads));
+  d.attention.reserve(m.layers.size());
   for (size_t l = 0; l < m.layers.size(); ++l) {
-    const Impl* d = impl.get();
     ATTN_ASSIGN_OR_RETURN(
-        KvDecoder decoder,
-        KvDecoder::Create(m.layers[l].attention, {impl->B, capacity},
-                          DecoderOwner{[d, l] { return d->HeldBesides(l); },
-                                       impl->prompt_buffers}));
-    impl->decoders.push_back(std::move(decoder));
+        CachedAttention layer,
+        CachedAttention::Create(ModelAccess::Of(*m.layers[l].attention),
+                                &*d.cache, static_cast<int64_t>(l), &d.shared));
+    d.attention.push_back(std::move(layer));
   }
   return std::unique_ptr<LmBatch>(new LmBatch(std::move(impl)));
 }
 
-Result<int64_t> LmBatch::Add() {
-  Impl& d = *impl_;
-  const int64_t slot = d.LowestFreeSlot();
-  if (slot < 0) {
-    return InvalidArgument("batch holds its " + Str(d.B) +
-                           " sequences (max_sequences): Remove one first");
-  }
-  for (auto& decoder : d.decoders) ATTN_RETURN_IF_ERROR(decoder.Reset(slot));
-  d.TakeSlot(slot);
-  return slot;
-}
-
+Result<int64_t> LmBatch::Add() { return impl_->cache->Add(); }
 Status LmBatch::Remove(int64_t sequence) {
-  Impl& d = *impl_;
-  if (length(sequence) < 0) {
-    return InvalidArgument("sequence " + Str(sequence) +
-                           " is not a live sequence of this batch");
-  }
-  d.FreeSlot(sequence);
-  return {};
+  return impl_->cache->Remove(sequence);
 }
-
 Result<int64_t> LmBatch::Fork(int64_t sequence) {
-  Impl& d = *impl_;
-  if (length(sequence) < 0) {
-    return InvalidArgument("cannot fork sequence " + Str(sequence) +
-                           ": not a live sequence of this batch");
-  }
-  ATTN_ASSIGN_OR_RETURN(const int64_t fork, Add());
-  for (auto& decoder : d.decoders) {
-    if (const Status s = decoder.Copy(sequence, fork); !s.ok()) {
-      d.FreeSlot(fork);
-      return s;
-    }
-  }
-  return fork;
+  return impl_->cache->Fork(sequence);
 }
-
 int64_t LmBatch::length(int64_t sequence) const {
-  const Impl& d = *impl_;
-  if (sequence < 0 || sequence >= d.B || !d.live[sequence]) return -1;
-  return d.decoders[0].length(sequence);
+  return impl_->cache->length(sequence);
 }
-
 int64_t LmBatch::max_sequences() const { return impl_->B; }
 int64_t LmBatch::max_length() const { return impl_->capacity; }
 
@@ -619,9 +549,8 @@ Status LmBatch::Step(const Request* requests, size_t count) {
   Impl& d = *impl_;
   d.logits_first.clear();  // no logits from a failed step, refused or not
   // A step that fails part-way, returning an error or out of memory in an
-  // allocation, leaves every sequence as it was: RollBack returns the
-  // sequences PackRows listed to the lengths they held.
-  d.step_seqs.clear();
+  // allocation, leaves every sequence as it was: only a step that ran
+  // every layer counts its tokens in the cache.
   Status s;
   try {
     s = d.CheckRequests(requests, count);
@@ -632,10 +561,7 @@ Status LmBatch::Step(const Request* requests, size_t count) {
   } catch (...) {  // a oneDNN primitive that failed to run, say
     s = Internal("a step failed in a kernel; no sequence changed");
   }
-  if (!s.ok()) {
-    d.RollBack();
-    d.logits_first.clear();
-  }
+  if (!s.ok()) d.logits_first.clear();
   return s;
 }
 
@@ -646,12 +572,6 @@ const float* LmBatch::logits(size_t request) const {
          d.logits_first[request] * size_t(d.m->config.vocab_size);
 }
 
-size_t LmBatch::cache_bytes() const {
-  size_t bytes = impl_->prompt_buffers->bytes();
-  for (const auto& decoder : impl_->decoders) {
-    bytes += decoder.cache_bytes() + decoder.workspace_bytes();
-  }
-  return bytes;
-}
+size_t LmBatch::cache_bytes() const { return impl_->CacheBytes(); }
 
 }  // namespace attn
