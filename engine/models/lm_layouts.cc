@@ -1,8 +1,6 @@
-// The file layouts of whole models, in one place: which tensor of a file
-// plays each role (lm::Role), how it is laid out, and where the
-// hyper-parameters come from. The book's GPTModel and Llama 3.2 store
-// nn.Linear weights as [out, in]; Hugging Face's GPT-2 stores Conv1D weights
-// as [in, out], with q, k and v side by side in one c_attn.
+// Reading a whole-model file of any family (lm_family.h): which family its
+// names are, the sizes and roles its tensors give, what the family reads
+// beside it, and the weights by role in nn.Linear's [out, in] form.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -20,145 +18,23 @@
 #include "attn/safetensors.hpp"
 #include "engine/io/json_limits.h"
 #include "engine/io/model_config.h"
+#include "engine/models/lm_family.h"
 #include "engine/models/lm_model.h"
 
 namespace attn::lm {
 namespace {
 
-constexpr size_t kNumRoles = static_cast<size_t>(Role::kHead) + 1;
-
-// How a file's tensor maps onto a role's [out, in] (or [n]).
-enum class Form {
-  kPlain,       // as the role wants it
-  kTransposed,  // Conv1D: [in, out]
-  kThird,       // one of q, k, v: columns (or elements) part*n..(part+1)*n
-                // of a Conv1D [in, 3n] (or [3n]) tensor
-};
-
-struct TensorName {
-  const char* name = nullptr;  // "{i}" stands for the layer; null: none
-  Form form = Form::kPlain;
-  int part = 0;  // kThird: 0 q, 1 k, 2 v
-};
-
-// A role's tensor, as a layout table names it.
-struct RoleName {
-  Role role;
-  TensorName tensor;
-};
-
-// The table indexed by role (roles left out have no tensor).
-std::array<TensorName, kNumRoles> ByRole(
-    std::initializer_list<RoleName> names) {
-  std::array<TensorName, kNumRoles> by_role{};
-  for (const RoleName& n : names) {
-    by_role[static_cast<size_t>(n.role)] = n.tensor;
-  }
-  return by_role;
-}
-
-struct Layout {
-  const char* name;
-  LmArchitecture architecture;
-  std::array<TensorName, kNumRoles> tensors;  // by Role
-  // Buffers a PyTorch state dict may hold beside the weights, unread.
-  std::array<const char*, 5> buffers;
-};
-
-constexpr Form kT = Form::kTransposed;
-constexpr Form kP = Form::kThird;
-
-const Layout kBookGpt = {
-    "book-gpt",
-    LmArchitecture::kGpt2,
-    ByRole({
-        {Role::kTokEmb, {"tok_emb.weight"}},
-        {Role::kPosEmb, {"pos_emb.weight"}},
-        {Role::kNorm1Scale, {"trf_blocks.{i}.norm1.scale"}},
-        {Role::kNorm1Shift, {"trf_blocks.{i}.norm1.shift"}},
-        {Role::kQuery, {"trf_blocks.{i}.att.W_query.weight"}},
-        {Role::kKey, {"trf_blocks.{i}.att.W_key.weight"}},
-        {Role::kValue, {"trf_blocks.{i}.att.W_value.weight"}},
-        {Role::kQueryBias, {"trf_blocks.{i}.att.W_query.bias"}},
-        {Role::kKeyBias, {"trf_blocks.{i}.att.W_key.bias"}},
-        {Role::kValueBias, {"trf_blocks.{i}.att.W_value.bias"}},
-        {Role::kOut, {"trf_blocks.{i}.att.out_proj.weight"}},
-        {Role::kOutBias, {"trf_blocks.{i}.att.out_proj.bias"}},
-        {Role::kNorm2Scale, {"trf_blocks.{i}.norm2.scale"}},
-        {Role::kNorm2Shift, {"trf_blocks.{i}.norm2.shift"}},
-        {Role::kUp, {"trf_blocks.{i}.ff.layers.0.weight"}},
-        {Role::kUpBias, {"trf_blocks.{i}.ff.layers.0.bias"}},
-        {Role::kDown, {"trf_blocks.{i}.ff.layers.2.weight"}},
-        {Role::kDownBias, {"trf_blocks.{i}.ff.layers.2.bias"}},
-        {Role::kFinalScale, {"final_norm.scale"}},
-        {Role::kFinalShift, {"final_norm.shift"}},
-        {Role::kHead, {"out_head.weight"}},
-    }),
-    {"trf_blocks.{i}.att.mask"}};
-
-const Layout kHfGpt2 = {
-    "hf-gpt2",
-    LmArchitecture::kGpt2,
-    ByRole({
-        {Role::kTokEmb, {"wte.weight"}},
-        {Role::kPosEmb, {"wpe.weight"}},
-        {Role::kNorm1Scale, {"h.{i}.ln_1.weight"}},
-        {Role::kNorm1Shift, {"h.{i}.ln_1.bias"}},
-        {Role::kQuery, {"h.{i}.attn.c_attn.weight", kP, 0}},
-        {Role::kKey, {"h.{i}.attn.c_attn.weight", kP, 1}},
-        {Role::kValue, {"h.{i}.attn.c_attn.weight", kP, 2}},
-        {Role::kQueryBias, {"h.{i}.attn.c_attn.bias", kP, 0}},
-        {Role::kKeyBias, {"h.{i}.attn.c_attn.bias", kP, 1}},
-        {Role::kValueBias, {"h.{i}.attn.c_attn.bias", kP, 2}},
-        {Role::kOut, {"h.{i}.attn.c_proj.weight", kT}},
-        {Role::kOutBias, {"h.{i}.attn.c_proj.bias"}},
-        {Role::kNorm2Scale, {"h.{i}.ln_2.weight"}},
-        {Role::kNorm2Shift, {"h.{i}.ln_2.bias"}},
-        {Role::kUp, {"h.{i}.mlp.c_fc.weight", kT}},
-        {Role::kUpBias, {"h.{i}.mlp.c_fc.bias"}},
-        {Role::kDown, {"h.{i}.mlp.c_proj.weight", kT}},
-        {Role::kDownBias, {"h.{i}.mlp.c_proj.bias"}},
-        {Role::kFinalScale, {"ln_f.weight"}},
-        {Role::kFinalShift, {"ln_f.bias"}},
-        {Role::kHead, {"lm_head.weight"}},
-    }),
-    {"h.{i}.attn.bias", "h.{i}.attn.masked_bias"}};
-
-const Layout kBookLlama = {
-    "book-llama",
-    LmArchitecture::kLlama,
-    ByRole({
-        {Role::kTokEmb, {"tok_emb.weight"}},
-        {Role::kNorm1Scale, {"trf_blocks.{i}.norm1.weight"}},
-        {Role::kQuery, {"trf_blocks.{i}.att.W_query.weight"}},
-        {Role::kKey, {"trf_blocks.{i}.att.W_key.weight"}},
-        {Role::kValue, {"trf_blocks.{i}.att.W_value.weight"}},
-        {Role::kQueryBias, {"trf_blocks.{i}.att.W_query.bias"}},
-        {Role::kKeyBias, {"trf_blocks.{i}.att.W_key.bias"}},
-        {Role::kValueBias, {"trf_blocks.{i}.att.W_value.bias"}},
-        {Role::kOut, {"trf_blocks.{i}.att.out_proj.weight"}},
-        {Role::kOutBias, {"trf_blocks.{i}.att.out_proj.bias"}},
-        {Role::kNorm2Scale, {"trf_blocks.{i}.norm2.weight"}},
-        {Role::kUp, {"trf_blocks.{i}.ff.fc1.weight"}},
-        {Role::kGate, {"trf_blocks.{i}.ff.fc2.weight"}},
-        {Role::kDown, {"trf_blocks.{i}.ff.fc3.weight"}},
-        {Role::kFinalScale, {"final_norm.weight"}},
-        {Role::kHead, {"out_head.weight"}},
-    }),
-    {"trf_blocks.{i}.att.mask", "trf_blocks.{i}.att.cos",
-     "trf_blocks.{i}.att.sin", "cos", "sin"}};
-
-// A layout and the prefix of its names in one file ("transformer." for
-// some Hugging Face GPT-2 files; never before lm_head.weight).
+// A family and the prefix of its names in one file ("transformer." for
+// some Hugging Face GPT-2 files; never before the head).
 struct FileLayout {
-  const Layout* layout = nullptr;
+  const Family* family = nullptr;
   std::string prefix;
   // Which roles the model has, the same in every layer (ReadRoles).
   std::array<bool, kNumRoles> has{};
 
   // The file's name for `role` in `layer`; empty when the layout has none.
   std::string Name(Role role, int64_t layer) const {
-    const TensorName& t = layout->tensors[static_cast<size_t>(role)];
+    const TensorName& t = family->tensors[static_cast<size_t>(role)];
     if (!t.name) return "";
     std::string name = t.name;
     if (const size_t at = name.find("{i}"); at != std::string::npos) {
@@ -170,20 +46,19 @@ struct FileLayout {
   std::string BufferName(const char* pattern) const { return prefix + pattern; }
   // What every block's names start with, e.g. "trf_blocks.".
   std::string BlockPrefix() const {
-    const std::string first = layout->tensors[size_t(Role::kNorm1Scale)].name;
+    const std::string first = family->tensors[size_t(Role::kNorm1Scale)].name;
     return prefix + first.substr(0, first.find("{i}"));
   }
 };
 
 FileLayout FindLayout(const SafetensorsFile& file) {
-  if (file.Find("tok_emb.weight")) {
-    const bool gpt =
-        file.Find("pos_emb.weight") || file.Find("trf_blocks.0.norm1.scale");
-    return {gpt ? &kBookGpt : &kBookLlama, ""};
-  }
-  for (const char* prefix : {"", "transformer."}) {
-    if (file.Find(std::string(prefix) + "wte.weight")) {
-      return {&kHfGpt2, prefix};
+  for (const Family* family : Families()) {
+    const char* embedding = family->tensors[size_t(Role::kTokEmb)].name;
+    for (const char* prefix : family->prefixes) {
+      if (!prefix || !file.Find(prefix + std::string(embedding))) continue;
+      if (!family->recognises || family->recognises(file, prefix)) {
+        return {family, prefix};
+      }
     }
   }
   return {};
@@ -258,7 +133,7 @@ std::vector<int64_t> RoleShape(const SafetensorsFile& file,
                                int64_t layer) {
   const TensorInfo* info = file.Find(layout.Name(role, layer));
   if (!info || info->shape.empty()) return {};
-  const TensorName& t = layout.layout->tensors[static_cast<size_t>(role)];
+  const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
   std::vector<int64_t> shape = info->shape;
   if (t.form != Form::kPlain && shape.size() == 2) {
     std::swap(shape[0], shape[1]);
@@ -276,7 +151,7 @@ Status Missing(const SafetensorsFile& file, const FileLayout& layout,
                const std::string& name) {
   return InvalidArgument("tensor " + Quoted(name) + " is missing from " +
                          Quoted(file.path()) + " (layout " +
-                         layout.layout->name + ")");
+                         layout.family->name + ")");
 }
 
 WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
@@ -293,7 +168,7 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
   source.fetch = [file, layout, last](
                      Role role, int64_t layer, int64_t rows,
                      int64_t cols) -> Result<std::vector<float>> {
-    const TensorName& t = layout.layout->tensors[static_cast<size_t>(role)];
+    const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
     const std::string name = layout.Name(role, layer);
     const TensorInfo* info = file->Find(name);
     if (!info) return Missing(*file, layout, name);
@@ -326,99 +201,6 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
     return ToRoleForm(t, std::move(values), rows, cols);
   };
   return source;
-}
-
-// Hugging Face's config.json beside the weights: the attention dims it
-// gives (n_head, n_positions), layer_norm_epsilon, and the sizes and head
-// the tensors must agree with (each 0, or tie -1, when absent or null).
-struct HfConfig {
-  std::string path;
-  AttentionDims dims;
-  double norm_eps = 0.0;
-  int64_t layers = 0, emb_dim = 0, vocab_size = 0, hidden_dim = 0;
-  int tie_word_embeddings = -1;  // 0 or 1 when given
-};
-
-// Refuses the settings under which Hugging Face computes another model
-// than GPT-2's attention, GELU and block (a model type, attention scaled
-// otherwise or by layer, cross-attention), rather than run them as GPT-2.
-Status CheckHfComputesGpt2(const nlohmann::json& j, const std::string& path) {
-  const std::pair<const char*, nlohmann::json> wanted[] = {
-      {"model_type", "gpt2"},
-      {"scale_attn_weights", true},
-      {"scale_attn_by_inverse_layer_idx", false},
-      {"add_cross_attention", false}};
-  for (const auto& [key, value] : wanted) {
-    if (j.contains(key) && !j[key].is_null() && j[key] != value) {
-      return InvalidArgument(Quoted(path) + ": " + Quoted(key) + " is " +
-                             j[key].dump() + ", want " + value.dump() +
-                             " (GPT-2 as the book computes it)");
-    }
-  }
-  // GPT-2's GELU is the tanh approximation, under either of its names.
-  if (j.contains("activation_function")) {
-    const nlohmann::json& f = j["activation_function"];
-    if (!f.is_string() || (f != "gelu_new" && f != "gelu_pytorch_tanh")) {
-      return InvalidArgument(Quoted(path) + ": 'activation_function' is " +
-                             f.dump() +
-                             ", want \"gelu_new\" or \"gelu_pytorch_tanh\"");
-    }
-  }
-  return {};
-}
-
-Result<HfConfig> ReadHfConfig(const std::string& weights_path) {
-  const size_t slash = weights_path.rfind('/');
-  const std::string path =
-      (slash == std::string::npos ? "" : weights_path.substr(0, slash + 1)) +
-      "config.json";
-  HfConfig config;
-  config.path = path;
-  std::error_code error;
-  if (!std::filesystem::exists(path, error)) return config;
-  ATTN_ASSIGN_OR_RETURN(
-      const std::string text,
-      ReadRegularFile(path, 1 << 20, "config file " + Quoted(path)));
-  ATTN_ASSIGN_OR_RETURN(const nlohmann::json j,
-                        ParseCheckedJson(text, 16, Quoted(path)));
-  if (!j.is_object()) {
-    return InvalidArgument(Quoted(path) + " is a JSON " + j.type_name() +
-                           ", want an object of GPT-2's settings");
-  }
-  const auto count = [&](const char* key) -> Result<int64_t> {
-    if (!j.contains(key) || j[key].is_null()) return int64_t{0};
-    if (!j[key].is_number_integer() || j[key].get<int64_t>() <= 0) {
-      return InvalidArgument(Quoted(path) + ": " + Quoted(key) +
-                             " is not a positive integer");
-    }
-    return j[key].get<int64_t>();
-  };
-  ATTN_ASSIGN_OR_RETURN(config.dims.num_heads, count("n_head"));
-  ATTN_ASSIGN_OR_RETURN(config.dims.context_length, count("n_positions"));
-  ATTN_ASSIGN_OR_RETURN(config.layers, count("n_layer"));
-  ATTN_ASSIGN_OR_RETURN(config.emb_dim, count("n_embd"));
-  ATTN_ASSIGN_OR_RETURN(config.vocab_size, count("vocab_size"));
-  ATTN_ASSIGN_OR_RETURN(config.hidden_dim, count("n_inner"));
-  ATTN_RETURN_IF_ERROR(CheckHfComputesGpt2(j, path));
-  if (j.contains("tie_word_embeddings") &&
-      !j["tie_word_embeddings"].is_null()) {
-    if (!j["tie_word_embeddings"].is_boolean()) {
-      return InvalidArgument(Quoted(path) + ": 'tie_word_embeddings' is " +
-                             j["tie_word_embeddings"].dump() +
-                             ", want true or false");
-    }
-    config.tie_word_embeddings = j["tie_word_embeddings"].get<bool>() ? 1 : 0;
-  }
-  if (j.contains("layer_norm_epsilon")) {
-    const nlohmann::json& eps = j["layer_norm_epsilon"];
-    if (!eps.is_number() || !(eps.get<double>() > 0.0)) {
-      return InvalidArgument(Quoted(path) +
-                             ": 'layer_norm_epsilon' is not a positive "
-                             "number");
-    }
-    config.norm_eps = eps.get<double>();
-  }
-  return config;
 }
 
 // Layers: trf_blocks.0., trf_blocks.1., ... while the first norm is there.
@@ -519,7 +301,7 @@ int64_t TensorsOf(const TensorName& t, int64_t layers) {
 Status ReadRoles(const SafetensorsFile& file, FileLayout& layout, LmConfig& c) {
   for (size_t r = 0; r < kNumRoles; ++r) {
     const auto role = static_cast<Role>(r);
-    const TensorName& t = layout.layout->tensors[r];
+    const TensorName& t = layout.family->tensors[r];
     if (!t.name) continue;
     const bool optional = Optional(c.architecture, role);
     for (int64_t i = 0; i < TensorsOf(t, c.num_layers); ++i) {
@@ -532,7 +314,7 @@ Status ReadRoles(const SafetensorsFile& file, FileLayout& layout, LmConfig& c) {
   bool& v = layout.has[size_t(Role::kValueBias)];
   q = k = v = q || k || v;
   for (size_t r = 0; r < kNumRoles; ++r) {
-    const TensorName& t = layout.layout->tensors[r];
+    const TensorName& t = layout.family->tensors[r];
     for (int64_t i = 0; layout.has[r] && i < TensorsOf(t, c.num_layers); ++i) {
       const std::string name = layout.Name(static_cast<Role>(r), i);
       if (!file.Find(name)) return Missing(file, layout, name);
@@ -551,12 +333,12 @@ Status CheckNoStrayTensors(const SafetensorsFile& file,
   std::set<std::string> read;
   for (size_t r = 0; r < kNumRoles; ++r) {
     if (!layout.has[r]) continue;
-    const TensorName& t = layout.layout->tensors[r];
+    const TensorName& t = layout.family->tensors[r];
     for (int64_t i = 0; i < TensorsOf(t, layers); ++i) {
       read.insert(layout.Name(static_cast<Role>(r), i));
     }
   }
-  const auto& buffers = layout.layout->buffers;
+  const auto& buffers = layout.family->buffers;
   for (const TensorInfo& t : file.tensors()) {
     const bool buffer =
         std::any_of(buffers.begin(), buffers.end(), [&](const char* b) {
@@ -565,38 +347,39 @@ Status CheckNoStrayTensors(const SafetensorsFile& file,
     if (!read.count(t.name) && !buffer) {
       return InvalidArgument(
           "tensor " + Quoted(t.name) + " in " + Quoted(file.path()) +
-          " is not part of layout " + layout.layout->name + " (" +
+          " is not part of layout " + layout.family->name + " (" +
           std::to_string(layers) + " blocks): want only the layout's names");
     }
   }
   return {};
 }
 
-// config.json's sizes and head, where given, are the tensors'. Tied word
-// embeddings make Hugging Face's head wte whatever lm_head.weight holds,
-// untied ones a head the file must hold: a file that says one and holds the
-// other is refused, not run as either.
-Status CheckHfSizes(const HfConfig& hf, const LmConfig& c) {
-  if (hf.tie_word_embeddings != -1 &&
-      (hf.tie_word_embeddings == 1) != c.tied_head) {
+// The side config's sizes and head, where given, are the tensors'. Tied
+// word embeddings make Hugging Face's head the embedding whatever the
+// head's tensor holds, untied ones a head the file must hold: a file that
+// says one and holds the other is refused, not run as either.
+Status CheckSideSizes(const SideConfig& side, const FileLayout& layout,
+                      const LmConfig& c) {
+  const std::string head = Quoted(layout.Name(Role::kHead, 0));
+  if (side.tie_word_embeddings != -1 &&
+      (side.tie_word_embeddings == 1) != c.tied_head) {
     return InvalidArgument(
-        Quoted(hf.path) + ": 'tie_word_embeddings' is " +
-        (c.tied_head ? "false, but the weights beside it have no "
-                       "'lm_head.weight'"
-                     : "true, but the weights beside it have their own "
-                       "'lm_head.weight'"));
+        Quoted(side.path) + ": 'tie_word_embeddings' is " +
+        (c.tied_head
+             ? "false, but the weights beside it have no " + head
+             : "true, but the weights beside it have their own " + head));
   }
-  const std::pair<const char*, std::pair<int64_t, int64_t>> sizes[] = {
-      {"n_layer", {hf.layers, c.num_layers}},
-      {"n_embd", {hf.emb_dim, c.emb_dim}},
-      {"vocab_size", {hf.vocab_size, c.vocab_size}},
-      {"n_inner", {hf.hidden_dim, c.hidden_dim}}};
-  for (const auto& [key, size] : sizes) {
-    if (size.first && size.first != size.second) {
-      return InvalidArgument(Quoted(hf.path) + ": " + Quoted(key) + " is " +
-                             std::to_string(size.first) +
+  const std::pair<SideConfig::Size, int64_t> sizes[] = {
+      {side.layers, c.num_layers},
+      {side.emb_dim, c.emb_dim},
+      {side.vocab_size, c.vocab_size},
+      {side.hidden_dim, c.hidden_dim}};
+  for (const auto& [given, size] : sizes) {
+    if (given.value && given.value != size) {
+      return InvalidArgument(Quoted(side.path) + ": " + Quoted(given.key) +
+                             " is " + std::to_string(given.value) +
                              ", but the weights beside it have " +
-                             std::to_string(size.second));
+                             std::to_string(size));
     }
   }
   return {};
@@ -605,7 +388,8 @@ Status CheckHfSizes(const HfConfig& hf, const LmConfig& c) {
 // The attention's dims: options, then metadata, then config.json (Hugging
 // Face files), then the position table's rows; K/V heads from W_key.
 Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
-                   const HfConfig& hf, const LmOptions& options, LmConfig& c) {
+                   const SideConfig& hf, const LmOptions& options,
+                   LmConfig& c) {
   AttentionDims option = DimsOf(options);
   const auto& meta = file.metadata();
   const bool heads_from_hf =
@@ -618,9 +402,7 @@ Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
     return InvalidArgument(
         "missing hyper-parameter num_heads: pass --heads, or set metadata "
         "'num_heads' in " +
-        Quoted(file.path()) +
-        (layout.layout == &kHfGpt2 ? " or 'n_head' in a config.json beside it"
-                                   : ""));
+        Quoted(file.path()) + layout.family->heads_hint);
   }
   ATTN_ASSIGN_OR_RETURN(ResolvedDims dims,
                         ResolveAttentionDims(file, option, {}, "", ""));
@@ -677,13 +459,13 @@ Status CheckFamily(const SafetensorsFile& file, const FileLayout& layout,
 
 }  // namespace
 
-const Layout& BookLayout(LmArchitecture architecture) {
-  return architecture == LmArchitecture::kGpt2 ? kBookGpt : kBookLlama;
+const Family& BookLayout(LmArchitecture architecture) {
+  return architecture == LmArchitecture::kGpt2 ? BookGpt() : BookLlama();
 }
 
 std::optional<std::pair<Role, int64_t>> BookRole(LmArchitecture architecture,
                                                  const std::string& name) {
-  const Layout& book = BookLayout(architecture);
+  const Family& book = BookLayout(architecture);
   for (size_t role = 0; role < kNumRoles; ++role) {
     const char* pattern = book.tensors[role].name;
     if (!pattern) continue;
@@ -700,7 +482,7 @@ std::string BookName(LmArchitecture architecture, Role role, int64_t layer) {
 
 std::string DetectLayout(const SafetensorsFile& file) {
   const FileLayout layout = FindLayout(file);
-  return layout.layout ? layout.layout->name : "";
+  return layout.family ? layout.family->name : "";
 }
 
 Result<FileModel> OpenModelFile(const std::string& path,
@@ -709,24 +491,27 @@ Result<FileModel> OpenModelFile(const std::string& path,
                         SafetensorsFile::Open(path, options.max_memory_bytes));
   auto file = std::make_shared<const SafetensorsFile>(std::move(opened));
   FileLayout layout = FindLayout(*file);
-  if (!layout.layout) {
-    return InvalidArgument(
-        "unknown model layout in " + Quoted(path) + ": found " +
-        SomeNames(*file) +
-        "; want 'tok_emb.weight' (the book's GPTModel or Llama) or "
-        "'wte.weight' (Hugging Face GPT-2)");
+  if (!layout.family) {
+    std::string wanted;
+    for (const Family* family : Families()) {
+      wanted += (wanted.empty() ? "" : ", ") +
+                Quoted(family->tensors[size_t(Role::kTokEmb)].name) + " (" +
+                family->what + ")";
+    }
+    return InvalidArgument("unknown model layout in " + Quoted(path) +
+                           ": found " + SomeNames(*file) + "; want " + wanted);
   }
   FileModel model;
   LmConfig& c = model.config;
-  c.layout = layout.layout->name;
-  c.architecture = layout.layout->architecture;
+  c.layout = layout.family->name;
+  c.architecture = layout.family->architecture;
   ATTN_RETURN_IF_ERROR(ReadSizes(*file, layout, c));
   ATTN_RETURN_IF_ERROR(ReadRoles(*file, layout, c));
   ATTN_RETURN_IF_ERROR(CheckNoStrayTensors(*file, layout, c.num_layers));
-  HfConfig hf;
-  if (layout.layout == &kHfGpt2) {
-    ATTN_ASSIGN_OR_RETURN(hf, ReadHfConfig(path));
-    ATTN_RETURN_IF_ERROR(CheckHfSizes(hf, c));
+  SideConfig hf;
+  if (layout.family->read_side_config) {
+    ATTN_ASSIGN_OR_RETURN(hf, layout.family->read_side_config(path));
+    ATTN_RETURN_IF_ERROR(CheckSideSizes(hf, layout, c));
   }
   ATTN_RETURN_IF_ERROR(ResolveDims(*file, layout, hf, options, c));
   ATTN_RETURN_IF_ERROR(CheckFamily(*file, layout, c));
