@@ -521,7 +521,8 @@ TEST(DecoderTest, DecodeLayoutsAreHeldFromLoadCountedAndCapped) {
       MhaModel::Create(config, w.View(), capped);
   ASSERT_FALSE(too_big.ok());
   EXPECT_EQ(too_big.status().code(), StatusCode::kOutOfMemory);
-  ExpectOneLineWith(too_big.status().message(), "the model's decode weights");
+  ExpectOneLineWith(too_big.status().message(),
+                    "the model's packed and decode weights");
 }
 
 // The bytes a Decode step reads: every held key and the new one, or with a

@@ -2,7 +2,8 @@
 // GELU) against a double reference in each regime a plan picks (RowsLinear
 // on the panels up to 8 rows, a matmul on the packed copy, on the plain
 // weights or on a copy of the caller's), in f32 and bf16; which regime each
-// row count gets; and the same bits at 1, 2, 3 and 7 threads.
+// row count gets; the head-plane form of attention's fused projection; and
+// the same bits at 1, 2, 3 and 7 threads.
 #include "engine/ops/linear.h"
 
 #include <gtest/gtest.h>
@@ -41,7 +42,7 @@ Case MakeCase(DataType type, bool bias, bool panels, int threads) {
   ops::Weight b;
   if (bias) b = ops::Weight::Hold(c.b, kOut, 1, DataType::kF32).value();
   ops::LinearLayouts layouts;
-  layouts.packed = type;
+  layouts.packed = {{type, 0}};
   if (panels) layouts.panels = type;
   c.linear = Linear::Create(
                  ops::Weight::Hold(std::move(values), kOut, kIn, type).value(),
@@ -204,7 +205,7 @@ TEST(LinearPlanTest, PanelsOnlyForWhatRowsLinearApplies) {
 TEST(LinearPlanTest, PlainFallbackNeedsWeightsInTheMatMulsType) {
   if (!kernels::HasNativeBF16()) GTEST_SKIP() << "no native bf16";
   ops::LinearLayouts layouts;
-  layouts.packed = DataType::kBF16;
+  layouts.packed = {{DataType::kBF16, 0}};
   const Linear linear =
       Linear::Create(ops::Weight::Hold(std::vector<float>(kIn * kOut, 0.5f),
                                        kOut, kIn, DataType::kF32)
@@ -229,6 +230,62 @@ TEST(LinearPlanTest, GeluPassWantsAnFp32Output) {
           .status()
           .code(),
       StatusCode::kInvalidArgument);
+}
+
+// The head-plane form: y [G, rows, D] with y[g, r, j] = x[r] . W[g D + j]
+// + b[g D + j], by the matmul at every row count (never the panels), on the
+// linear's packed planes where its tiles read them (a run of
+// kMatMulPackedRows rows) and on a copy of the caller's otherwise, with the
+// same bits both ways; another copy of the linear (rows) stays unread.
+TEST(LinearPlanTest, HeadPlanesMatchTheReferenceOnEitherCopy) {
+  constexpr int64_t D = 20, G = kOut / D;
+  std::mt19937 rng(7);
+  Case c;
+  c.w = test::RandomVector(rng, kIn * kOut, -0.2f, 0.2f);
+  c.b = test::RandomVector(rng, kOut, -1.0f, 1.0f);
+  ops::LinearLayouts layouts;
+  layouts.packed = {{DataType::kF32, 0}, {DataType::kF32, D}};
+  layouts.panels = DataType::kF32;
+  c.linear =
+      Linear::Create(ops::Weight::Borrow(c.w.data(), kOut, kIn),
+                     ops::Weight::Borrow(c.b.data(), kOut, 1), layouts, 2)
+          .value();
+  ops::LinearEpilogue planes;
+  planes.head_dim = D;
+  planes.panels = false;
+  std::vector<float> long_run;
+  for (const int64_t rows : {int64_t{3}, kernels::kMatMulPackedRows}) {
+    const std::vector<float> x = test::RandomVector(rng, rows * kIn, -1, 1);
+    const LinearPlan plan = LinearPlan::Create(c.linear, rows, planes,
+                                               LinearFallback::kOwnPacked, 2)
+                                .value();
+    EXPECT_FALSE(plan.uses_panels());
+    const std::vector<float> y = RunPlan(plan, c.linear, x, 2);
+    // The reference's [rows, G D] rows, regrouped head by head.
+    const std::vector<double> flat = Reference(c, x, rows, false);
+    std::vector<double> want(flat.size());
+    for (int64_t g = 0; g < G; ++g) {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < D; ++j) {
+          want[(g * rows + r) * D + j] = flat[r * kOut + g * D + j];
+        }
+      }
+    }
+    test::ExpectAllClose(want, y.data(), 2e-5, std::to_string(rows) + " rows");
+    if (rows != kernels::kMatMulPackedRows) continue;
+    EXPECT_EQ(plan.own_packed_bytes(), 0u);
+    // The same run on a copy of its own gives the same bits.
+    Case bare;
+    bare.linear =
+        Linear::Create(ops::Weight::Borrow(c.w.data(), kOut, kIn),
+                       ops::Weight::Borrow(c.b.data(), kOut, 1), {}, 2)
+            .value();
+    const LinearPlan own = LinearPlan::Create(bare.linear, rows, planes,
+                                              LinearFallback::kOwnPacked, 2)
+                               .value();
+    EXPECT_GT(own.own_packed_bytes(), 0u);
+    EXPECT_EQ(RunPlan(own, bare.linear, x, 2), y);
+  }
 }
 
 }  // namespace

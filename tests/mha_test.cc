@@ -236,35 +236,48 @@ TEST(MhaTest, MalformedThreadEnvironmentIsAnError) {
 }
 
 // A run of kMatMulPackedRows rows runs on the weights its model packed at
-// load (out_proj: its decode Linear's), holding no packed copy of its own
-// (only the biases), and gives the same bits as an operator that packs its
-// own.
+// load (the head planes of its qkv Linear, out_proj's fp32 copy), holding
+// no packed copy of its own, and gives the same bits as an operator that
+// packs its own (over Linears made without packed copies).
 TEST(MhaTest, LongRunsShareTheModelsPackedWeights) {
   std::mt19937 rng(23);
   const int64_t E = 32, H = 4, B = 64, T = kernels::kMatMulPackedRows / 64;
-  MhaModelData m;
-  m.config.d_in = m.config.d_out = E;
-  m.config.num_heads = m.config.num_kv_heads = H;
-  m.config.context_length = T;
-  m.config.qkv_bias = true;
-  m.num_threads = 2;
-  m.max_memory_bytes = uint64_t{1} << 40;
-  m.w_qkv = test::RandomVector(rng, 3 * E * E, -0.3f, 0.3f);
-  m.b_qkv = test::RandomVector(rng, 3 * E, -0.3f, 0.3f);
-  m.w_out = test::RandomVector(rng, E * E, -0.3f, 0.3f);
-  m.b_out = test::RandomVector(rng, E, -0.3f, 0.3f);
-  auto own = PlanMhaRun(m, B, T, 0, "own");
-  ASSERT_TRUE(PackMhaWeights(m, /*decode=*/true).ok());
-  auto shared = PlanMhaRun(m, B, T, 0, "shared");
+  const auto w_qkv = test::RandomVector(rng, 3 * E * E, -0.3f, 0.3f);
+  const auto b_qkv = test::RandomVector(rng, 3 * E, -0.3f, 0.3f);
+  const auto w_out = test::RandomVector(rng, E * E, -0.3f, 0.3f);
+  const auto b_out = test::RandomVector(rng, E, -0.3f, 0.3f);
+  MhaModelData shared_model, own_model;
+  for (MhaModelData* m : {&shared_model, &own_model}) {
+    m->config.d_in = m->config.d_out = E;
+    m->config.num_heads = m->config.num_kv_heads = H;
+    m->config.context_length = T;
+    m->config.qkv_bias = true;
+    m->num_threads = 2;
+    m->max_memory_bytes = uint64_t{1} << 40;
+    m->w_qkv = w_qkv;
+    m->b_qkv = b_qkv;
+    m->w_out = w_out;
+    m->b_out = b_out;
+  }
+  ASSERT_TRUE(MakeMhaLinears(shared_model, /*decode=*/true).ok());
+  using ops::Weight;
+  own_model.qkv = *ops::Linear::Create(
+      Weight::Borrow(own_model.w_qkv.data(), 3 * E, E),
+      Weight::Borrow(own_model.b_qkv.data(), 3 * E, 1), {}, 2);
+  own_model.out =
+      *ops::Linear::Create(Weight::Borrow(own_model.w_out.data(), E, E),
+                           Weight::Borrow(own_model.b_out.data(), E, 1), {}, 2);
+  auto own = PlanMhaRun(own_model, B, T, 0, "own");
+  auto shared = PlanMhaRun(shared_model, B, T, 0, "shared");
   ASSERT_TRUE(own.ok() && shared.ok());
-  EXPECT_EQ((*shared)->bytes(), (3 * E + E) * sizeof(float));
-  EXPECT_GE((*own)->bytes(), (*shared)->bytes() + 4 * E * E * sizeof(float));
+  EXPECT_EQ((*shared)->bytes(), 0u);
+  EXPECT_GE((*own)->bytes(), 4 * E * E * sizeof(float));
   const auto x = test::RandomVector(rng, B * T * E, -1.f, 1.f);
   std::vector<float> y_own(x.size()), y_shared(x.size());
   for (auto [op, y] :
        {std::pair{own->get(), &y_own}, std::pair{shared->get(), &y_shared}}) {
     OwnedBuffers buffers;
-    ASSERT_TRUE(buffers.Allocate(*op, 0, m.max_memory_bytes, "test").ok());
+    ASSERT_TRUE(buffers.Allocate(*op, 0, uint64_t{1} << 40, "test").ok());
     op->Forward(x.data(), nullptr, y->data(), buffers.pointers());
   }
   EXPECT_EQ(y_own, y_shared);

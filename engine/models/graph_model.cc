@@ -748,7 +748,7 @@ Status PackLinearWeights(graph::LoadedGraph& m, uint64_t held,
     ATTN_ASSIGN_OR_RETURN(
         const uint64_t bytes,
         ops::Linear::PackedBytes(m.widths[step.dst], m.widths[step.src],
-                                 w.bias != nullptr, type));
+                                 w.bias != nullptr, {type, 0}));
     packed = AddSat(packed, MulSat(bytes, m.layer.size()));
   }
   ATTN_RETURN_IF_ERROR(CheckMemory("the packed weights of " + Quoted(source),
@@ -762,7 +762,7 @@ Status PackLinearWeights(graph::LoadedGraph& m, uint64_t held,
       if (w.bias) bias = ops::Weight::Borrow(w.bias, out, 1);
       Result<ops::Linear> linear = ops::Linear::Create(
           ops::Weight::Borrow(w.weight, out, in), std::move(bias),
-          {type, std::nullopt}, m.num_threads);
+          ops::LinearLayouts{{{type, 0}}, std::nullopt}, m.num_threads);
       if (!linear.ok()) {
         return Status(linear.status().code(),
                       m.def.nodes[step.node].Describe() + ": " +

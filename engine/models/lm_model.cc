@@ -103,7 +103,7 @@ Result<Norm> MakeNorm(const WeightSource& w, Role scale, Role shift,
 Result<ops::Linear> HoldLinear(ops::Weight weight, ops::Weight bias,
                                int num_threads) {
   ops::LinearLayouts layouts;
-  layouts.packed = weight.type();
+  layouts.packed = {{weight.type(), 0}};
   layouts.panels = weight.type();
   return ops::Linear::Create(std::move(weight), std::move(bias), layouts,
                              num_threads);

@@ -129,6 +129,9 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
         " but the q/k/v biases are " + (qkv_biases ? "given" : "absent"));
   }
   ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
+  if (c.rope.theta != 0.0 && options.dtype != DType::kF32) {
+    return Unsupported("rotary embeddings run in fp32 only; use dtype f32");
+  }
   impl->dtype = options.dtype;
   Result<int> threads = ResolveNumThreads(options);
   if (!threads.ok()) return threads.status();
@@ -173,7 +176,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
     ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_out).status());
   }
   impl->step_weights = options.step_weights;
-  ATTN_RETURN_IF_ERROR(PackMhaWeights(*impl, options.decode));
+  ATTN_RETURN_IF_ERROR(MakeMhaLinears(*impl, options.decode));
   return std::shared_ptr<const MhaModel>(new MhaModel(std::move(impl)));
 }
 
@@ -319,63 +322,73 @@ Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
       m.max_memory_bytes);
 }
 
+// The layouts of the projections: forwards without a cache write the head
+// planes in the model's type and project out in it; decoders (`decode`)
+// read fp32 rows and the panels of steps.
+void ChooseLayouts(const MhaModelData& m, bool decode, ops::LinearLayouts& qkv,
+                   ops::LinearLayouts& out) {
+  const MhaConfig& c = m.config;
+  const DataType type = ops::ToDataType(m.dtype);
+  if (decode) {
+    qkv.packed.push_back({DataType::kF32, 0});
+    out.packed.push_back({DataType::kF32, 0});
+    const bool bf16 = m.step_weights == DType::kBF16;
+    qkv.panels = out.panels = bf16 ? DataType::kBF16 : DataType::kF32;
+  }
+  qkv.packed.push_back({type, c.d_out / c.num_heads});
+  if (!decode || type != DataType::kF32) out.packed.push_back({type, 0});
+}
+
+// Bytes the layouts of a linear [rows, in] add to its weights.
+Result<uint64_t> LayoutBytes(int64_t rows, int64_t in, bool bias,
+                             const ops::LinearLayouts& layouts) {
+  uint64_t bytes = 0;
+  for (const ops::PackedLayout& layout : layouts.packed) {
+    ATTN_ASSIGN_OR_RETURN(const uint64_t packed,
+                          ops::Linear::PackedBytes(rows, in, bias, layout));
+    bytes = AddSat(bytes, packed);
+  }
+  if (layouts.panels) {
+    const bool bf16 = *layouts.panels == DataType::kBF16;
+    bytes = AddSat(bytes, StepWeights::BytesOf(rows, in, bf16));
+  }
+  return bytes;
+}
+
 }  // namespace
 
-namespace {
-
-// The projections as decoders run them (MhaModelData::qkv and out), checked
-// against the cap with the weights already held.
-Status MakeDecodeLinears(MhaModelData& m) {
+Status MakeMhaLinears(MhaModelData& m, bool decode) {
+  const ThreadScope threads(m.num_threads);
   const MhaConfig& c = m.config;
   const int64_t qkv_rows = c.d_out + 2 * KvDim(c);
-  const bool bf16 = m.step_weights == DType::kBF16;
-  ATTN_ASSIGN_OR_RETURN(
-      const uint64_t qkv_packed,
-      ops::Linear::PackedBytes(qkv_rows, c.d_in, c.qkv_bias, DataType::kF32));
-  ATTN_ASSIGN_OR_RETURN(
-      const uint64_t out_packed,
-      ops::Linear::PackedBytes(c.d_out, c.d_out, true, DataType::kF32));
-  const uint64_t panels = AddSat(StepWeights::BytesOf(qkv_rows, c.d_in, bf16),
-                                 StepWeights::BytesOf(c.d_out, c.d_out, bf16));
-  const uint64_t bytes = AddSat(AddSat(qkv_packed, out_packed), panels);
-  ATTN_RETURN_IF_ERROR(CheckMemory("the model's decode weights",
-                                   AddSat(WeightBytes(c), bytes),
-                                   m.max_memory_bytes));
-  ops::LinearLayouts layouts;
-  layouts.packed = DataType::kF32;
-  layouts.panels = bf16 ? DataType::kBF16 : DataType::kF32;
+  ops::LinearLayouts qkv_layouts, out_layouts;
+  ChooseLayouts(m, decode, qkv_layouts, out_layouts);
+  ATTN_ASSIGN_OR_RETURN(const uint64_t qkv_bytes,
+                        LayoutBytes(qkv_rows, c.d_in, c.qkv_bias, qkv_layouts));
+  ATTN_ASSIGN_OR_RETURN(const uint64_t out_bytes,
+                        LayoutBytes(c.d_out, c.d_out, true, out_layouts));
+  ATTN_RETURN_IF_ERROR(
+      CheckMemory(decode ? "the model's packed and decode weights"
+                         : "the model's packed weights",
+                  AddSat(WeightBytes(c), AddSat(qkv_bytes, out_bytes)),
+                  m.max_memory_bytes));
   ops::Weight qkv_bias;
   if (c.qkv_bias) qkv_bias = ops::Weight::Borrow(m.b_qkv.data(), qkv_rows, 1);
   ATTN_ASSIGN_OR_RETURN(
       m.qkv,
       ops::Linear::Create(ops::Weight::Borrow(m.w_qkv.data(), qkv_rows, c.d_in),
-                          std::move(qkv_bias), layouts, m.num_threads));
+                          std::move(qkv_bias), qkv_layouts, m.num_threads));
   ATTN_ASSIGN_OR_RETURN(
       m.out,
       ops::Linear::Create(ops::Weight::Borrow(m.w_out.data(), c.d_out, c.d_out),
                           ops::Weight::Borrow(m.b_out.data(), c.d_out, 1),
-                          layouts, m.num_threads));
-  return {};
-}
-
-}  // namespace
-
-Status PackMhaWeights(MhaModelData& m, bool decode) {
-  const ThreadScope threads(m.num_threads);
-  if (decode) ATTN_RETURN_IF_ERROR(MakeDecodeLinears(m));
-  ATTN_ASSIGN_OR_RETURN(
-      m.packed,
-      AttentionOp::Create(
-          m, ops::ToDataType(m.dtype), kernels::kMatMulPackedRows, 1, nullptr,
-          m.num_threads,
-          AddSat(WeightBytes(m.config), m.qkv.bytes() + m.out.bytes()),
-          "the model's packed weights"));
+                          out_layouts, m.num_threads));
+  m.decode = decode;
   return {};
 }
 
 uint64_t MhaModelBytes(const MhaModelData& m) {
-  return AddSat(AddSat(WeightBytes(m.config), m.packed ? m.packed->bytes() : 0),
-                m.qkv.bytes() + m.out.bytes());
+  return AddSat(WeightBytes(m.config), m.qkv.bytes() + m.out.bytes());
 }
 
 Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,

@@ -28,16 +28,14 @@ struct MhaModelData {
   // MhaOptions::step_weights: with kBF16, w_qkv and w_out are rounded to
   // bf16 at load, and the decode panels are bf16.
   DType step_weights = DType::kF32;
-  // The projections' weights packed once, at load: an operator planned for
-  // kernels::kMatMulPackedRows rows, whose packed weights every operator
-  // that lays them out alike runs on (AttentionOp::Create). Null in models
-  // made without it.
-  std::shared_ptr<const AttentionOp> packed;
-  // With MhaOptions::decode, the projections as decoders run them, made at
-  // load: [W_query; W_key; W_value] full width and out_proj, reading the
-  // weights above, each with an fp32 packed copy (prompts and long steps)
-  // and panels in step_weights' type (steps of up to 8 rows).
+  // The projections, made at load over the weights above: [W_query;
+  // W_key; W_value] and out_proj, each packed for forwards without a cache
+  // (the fused projection into head planes) in the model's dtype, and with
+  // MhaOptions::decode (`decode`) packed in fp32 for decoders' prompts and
+  // long steps, with panels in step_weights' type for steps of up to 8
+  // rows.
   ops::Linear qkv, out;
+  bool decode = false;
 };
 
 // K/V heads of `c` (num_heads while not set) and their width (d_out
@@ -54,9 +52,9 @@ inline int64_t KvDim(const MhaConfig& c) {
 // Bytes of the fp32 weights a model of config `c` holds (saturating).
 uint64_t WeightBytes(const MhaConfig& c);
 
-// Plans `m.packed` and, with `decode`, makes `m.qkv` and `m.out`, with the
-// model's weights already held.
-Status PackMhaWeights(MhaModelData& m, bool decode);
+// Makes `m.qkv` and `m.out` with the layouts forwards (and, with `decode`,
+// decoders) read, with the model's weights already held.
+Status MakeMhaLinears(MhaModelData& m, bool decode);
 // Bytes the model holds: its weights and their packed copies.
 uint64_t MhaModelBytes(const MhaModelData& m);
 

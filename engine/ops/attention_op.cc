@@ -55,7 +55,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
     if (type != DataType::kF32) {
       return Unsupported("a KV cache holds fp32 only");
     }
-    if (!m.qkv.present()) {
+    if (!m.decode) {
       return InvalidArgument(
           "the model was made without decode layouts "
           "(MhaOptions::decode false)");
@@ -78,7 +78,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   const ThreadScope threads(num_threads);
   op->num_threads_ = threads.num_threads();
   ATTN_RETURN_IF_ERROR(op->MakeCore(type));
-  ATTN_RETURN_IF_ERROR(cache ? op->MakePlans() : op->MakePlaneMatMuls(type));
+  ATTN_RETURN_IF_ERROR(op->MakePlans(type));
   ATTN_RETURN_IF_ERROR(op->Allocate(type, held, what));
   ATTN_RETURN_IF_ERROR(op->PackWeights());
   if (rope) {
@@ -89,13 +89,6 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
     for (int64_t r = 0; r < batch * seq_len; ++r) {
       op->positions_.push_back(r % seq_len);
     }
-  }
-  if (type == DataType::kBF16) {
-    ATTN_ASSIGN_OR_RETURN(
-        kernels::Convert convert,
-        kernels::Convert::Create(batch * seq_len * c.d_in, DataType::kF32,
-                                 DataType::kBF16));
-    op->to_bf16_.emplace(std::move(convert));
   }
   return op;
 }
@@ -117,70 +110,32 @@ Status AttentionOp::MakeCore(DataType type) {
   return {};
 }
 
-// Without a cache. Shapes: R rows, H query heads, Hkv K/V heads, D
-// head_dim, G = H + 2 Hkv q/k/v heads.
-Status AttentionOp::MakePlaneMatMuls(DataType type) {
-  const MhaConfig& c = m_->config;
-  const int64_t R = batch_ * seq_len_, D = D_, G = H_ + 2 * Hkv_;
-  const int64_t d_in = c.d_in, d_out = c.d_out;
-  const auto team = kernels::Threading::kTeam;
-  // x [1, R, d_in] x W_qkv [G, d_in, D] + b [G, 1, D] -> qkv [G, R, D]:
-  // one matmul writes q, k and v head-major, dense per head.
-  const Operand bias{{G, 1, D}, {}, DataType::kF32};
-  ATTN_ASSIGN_OR_RETURN(
-      MatMul qkv,
-      MatMul::Create({{1, R, d_in}, {}, type}, {{G, d_in, D}, {}, type},
-                     c.qkv_bias ? &bias : nullptr, {{G, R, D}, {}, type},
-                     team));
-  qkv_proj_.emplace(std::move(qkv));
-  // ctx [R, d_out] x W_out^T [d_out, d_out] + b_out -> y [R, d_out] f32.
-  const Operand out_bias{{1, d_out}, {}, DataType::kF32};
-  ATTN_ASSIGN_OR_RETURN(
-      MatMul out,
-      MatMul::Create({{R, d_out}, {}, type}, {{d_out, d_out}, {}, type},
-                     &out_bias, {{R, d_out}, {}, DataType::kF32}, team));
-  out_proj_.emplace(std::move(out));
-  return {};
-}
-
-// With a cache: x [R, d_in] -> rows [R, G D] by the model's qkv Linear,
-// which Project scatters (q into its plane, K and V into the cache; one
-// product of the full width: per-head ones of D columns run at a fraction
-// of the matmul's speed), and ctx [R, d_out] -> y by its out Linear.
-Status AttentionOp::MakePlans() {
+// The model's qkv and out Linears for R rows. Without a cache: x
+// [R, d_in] -> the planes [H + 2 Hkv, R, D] in `type`, dense per head as
+// the core reads them, and ctx in `type` -> y, by the matmul at every row
+// count. With one (fp32): x -> rows [R, (H + 2 Hkv) D], which Project
+// scatters (q into its plane, K and V into the cache; one product of the
+// full width: per-head ones of D columns run at a fraction of the matmul's
+// speed), and ctx -> y, both on the panels for a few rows.
+Status AttentionOp::MakePlans(DataType type) {
   const int64_t R = batch_ * seq_len_;
   const auto fallback = ops::LinearFallback::kOwnPacked;
+  ops::LinearEpilogue qkv_form, out_form;
+  if (!cache_) {
+    qkv_form.type = out_form.type = type;
+    qkv_form.head_dim = D_;
+    qkv_form.dst = out_form.src = type;
+    qkv_form.panels = out_form.panels = false;
+  }
   ATTN_ASSIGN_OR_RETURN(
       ops::LinearPlan qkv,
-      ops::LinearPlan::Create(m_->qkv, R, {}, fallback, num_threads_));
+      ops::LinearPlan::Create(m_->qkv, R, qkv_form, fallback, num_threads_));
   ATTN_ASSIGN_OR_RETURN(
       ops::LinearPlan out,
-      ops::LinearPlan::Create(m_->out, R, {}, fallback, num_threads_));
+      ops::LinearPlan::Create(m_->out, R, out_form, fallback, num_threads_));
   qkv_plan_.emplace(std::move(qkv));
   out_plan_.emplace(std::move(out));
   return {};
-}
-
-// The plane matmuls run on the model's packed weights where they can read
-// them (MatMul::ReadPackedWeightsOf): out_proj on its out Linear's copy or
-// its packed op's, the fused projection on the packed op's (the model's op
-// has no cache, so its copy serves only ops without one); else on their
-// own, listed in `workspace`. (The model's op is never tiny.)
-void AttentionOp::ChooseWeights(Workspace* workspace) {
-  if (m_->out.present() &&
-      out_proj_->ReadPackedWeightsOf(*m_->out.packed_layout())) {
-    out_weights_ = m_->out.packed();
-  }
-  if (const AttentionOp* model = m_->packed.get()) {
-    if (qkv_proj_->ReadPackedWeightsOf(*model->qkv_proj_)) {
-      qkv_weights_ = model->qkv_weights_;
-    }
-    if (!out_weights_ && out_proj_->ReadPackedWeightsOf(*model->out_proj_)) {
-      out_weights_ = model->out_weights_;
-    }
-  }
-  if (!qkv_weights_) workspace->Add(&w_qkv_, qkv_proj_->packed_weights_bytes());
-  if (!out_weights_) workspace->Add(&w_out_, out_proj_->packed_weights_bytes());
 }
 
 Status AttentionOp::Allocate(DataType type, uint64_t held,
@@ -188,68 +143,31 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   const MhaConfig& c = m_->config;
   const auto rows = static_cast<size_t>(batch_ * seq_len_);
   const size_t elem = kernels::SizeOf(type);
-  const auto d_in = static_cast<size_t>(c.d_in);
   const auto d_out = static_cast<size_t>(c.d_out);
   const auto threads = static_cast<size_t>(num_threads_);
   Workspace workspace;
-  size_t proj_scratch = 0;
-  if (cache_) {
-    workspace.Add(&w_qkv_, qkv_plan_->own_packed_bytes());
-    workspace.Add(&w_out_, out_plan_->own_packed_bytes());
-    proj_scratch =
-        std::max(qkv_plan_->scratch_bytes(), out_plan_->scratch_bytes());
-  } else {
-    ChooseWeights(&workspace);
-    workspace.Add(&b_qkv_, m_->b_qkv.size() * sizeof(float));
-    workspace.Add(&b_out_, m_->b_out.size() * sizeof(float));
-    proj_scratch =
-        std::max(qkv_proj_->scratch_bytes(), out_proj_->scratch_bytes()) *
-        threads;
-  }
-  buffer_bytes_[kInputLow] = type == DataType::kBF16 ? rows * d_in * elem : 0;
+  workspace.Add(&w_qkv_, qkv_plan_->own_packed_bytes());
+  workspace.Add(&w_out_, out_plan_->own_packed_bytes());
+  buffer_bytes_[kInputLow] = qkv_plan_->lowered_input_bytes();
   // With a cache kQkv holds the q plane, then the projection's rows.
   const auto heads =
       static_cast<size_t>(cache_ ? 2 * H_ + 2 * Hkv_ : H_ + 2 * Hkv_);
   buffer_bytes_[kQkv] = rows * heads * static_cast<size_t>(D_) * elem;
   buffer_bytes_[kContext] = rows * d_out * elem;
-  buffer_bytes_[kProjScratch] = proj_scratch;
+  buffer_bytes_[kProjScratch] =
+      std::max(qkv_plan_->scratch_bytes(), out_plan_->scratch_bytes());
   buffer_bytes_[kCoreScratch] = core_->worker_scratch_bytes() * threads;
   return workspace.Allocate(what, held, m_->max_memory_bytes);
 }
 
-// The weights the projections read and this op packs itself, and (without
-// a cache) the biases.
+// The weights the projections read that this op packs itself.
 Status AttentionOp::PackWeights() {
-  if (qkv_plan_) {
-    if (w_qkv_.size()) {
-      ATTN_RETURN_IF_ERROR(qkv_plan_->PackOwn(m_->qkv, w_qkv_.data()));
-    }
-    if (w_out_.size()) {
-      ATTN_RETURN_IF_ERROR(out_plan_->PackOwn(m_->out, w_out_.data()));
-    }
-    return {};
+  if (w_qkv_.size()) {
+    ATTN_RETURN_IF_ERROR(qkv_plan_->PackOwn(m_->qkv, w_qkv_.data()));
   }
-  const MhaConfig& c = m_->config;
-  const int64_t d_in = c.d_in, d_out = c.d_out, D = D_;
-  if (!qkv_weights_) {
-    // W_qkv viewed as [G, d_in, D] is element (g, i, j) =
-    // w_qkv[(g * D + j) * d_in + i].
-    const Operand plain{
-        {H_ + 2 * Hkv_, d_in, D}, {D * d_in, 1, d_in}, DataType::kF32};
-    ATTN_RETURN_IF_ERROR(
-        qkv_proj_->PackWeights(plain, m_->w_qkv.data(), w_qkv_.data()));
-    qkv_weights_ = w_qkv_.data();
+  if (w_out_.size()) {
+    ATTN_RETURN_IF_ERROR(out_plan_->PackOwn(m_->out, w_out_.data()));
   }
-  if (!out_weights_) {
-    ATTN_RETURN_IF_ERROR(
-        out_proj_->PackWeights({{d_out, d_out}, {1, d_out}, DataType::kF32},
-                               m_->w_out.data(), w_out_.data()));
-    out_weights_ = w_out_.data();
-  }
-  if (!m_->b_qkv.empty()) {
-    std::memcpy(b_qkv_.data(), m_->b_qkv.data(), b_qkv_.size());
-  }
-  std::memcpy(b_out_.data(), m_->b_out.data(), b_out_.size());
   return {};
 }
 
@@ -257,8 +175,8 @@ size_t AttentionOp::bytes() const {
   size_t total = (rope_ ? rope_->bytes() : 0) +
                  positions_.size() * sizeof(int64_t) +
                  decode_rows_.capacity() * sizeof(kernels::DecodeRow);
-  for (const AlignedBuffer* b : {&w_qkv_, &b_qkv_, &w_out_, &b_out_, &qkv_,
-                                 &ctx_, &proj_scratch_, &q_rows_}) {
+  for (const AlignedBuffer* b :
+       {&w_qkv_, &w_out_, &qkv_, &ctx_, &proj_scratch_, &q_rows_}) {
     total += b->size();
   }
   return total;
@@ -305,13 +223,11 @@ void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
   ProjectOut(ctx, rows, y, buffers[kProjScratch], threads.num_threads());
 }
 
-// y = ctx W_out^T + b_out: the plane matmul or the out Linear's plan for
-// all the op's rows, the Linear's panels for fewer (kept rows).
+// y = ctx W_out^T + b_out: the out Linear's plan for all the op's rows,
+// its panels for fewer (kept rows).
 void AttentionOp::ProjectOut(const float* ctx, size_t rows, float* y,
                              void* scratch, int threads) const {
-  if (out_proj_) {
-    out_proj_->Run(ctx, out_weights_, b_out_.data(), y, scratch, threads);
-  } else if (rows == static_cast<size_t>(out_plan_->rows())) {
+  if (rows == static_cast<size_t>(out_plan_->rows())) {
     out_plan_->Run(m_->out, ctx, y, {nullptr, scratch, w_out_.data()}, threads);
   } else {
     ProjectRows(m_->out, ctx, rows, y, threads);
@@ -361,22 +277,17 @@ Status AttentionOp::MakeRope(size_t max_positions, uint64_t held,
 void AttentionOp::Project(const float* x, const int64_t* cache_seqs,
                           const Buffers& buffers) const {
   const int threads = num_threads_;
-  const void* src = x;
-  if (to_bf16_) {
-    to_bf16_->Run(x, buffers[kInputLow]);
-    src = buffers[kInputLow];
-  }
+  const ops::LinearPlan::Buffers scratch{buffers[kInputLow],
+                                         buffers[kProjScratch], w_qkv_.data()};
   if (!cache_) {
-    qkv_proj_->Run(src, qkv_weights_, b_qkv_.data(), buffers[kQkv],
-                   buffers[kProjScratch], threads);
+    qkv_plan_->Run(m_->qkv, x, buffers[kQkv], scratch, threads);
     return;
   }
   // The rows of q, k and v after the q plane, then each where it goes.
   const int64_t R = batch_ * seq_len_;
   auto* q = static_cast<float*>(buffers[kQkv]);
   float* rows = q + R * H_ * D_;
-  qkv_plan_->Run(m_->qkv, src, rows,
-                 {nullptr, buffers[kProjScratch], w_qkv_.data()}, threads);
+  qkv_plan_->Run(m_->qkv, x, rows, scratch, threads);
   ScatterQkv(rows, cache_seqs, q);
 }
 
@@ -471,7 +382,7 @@ void AttentionOp::ForwardTiny(const float* x, float* y, float* scratch) const {
 Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
     const MhaModelData& m, int64_t rows, const KvView& cache, int num_threads,
     uint64_t held, const std::string& what) {
-  if (!m.qkv.present()) {
+  if (!m.decode) {
     return InvalidArgument(
         "the model was made without decode layouts (MhaOptions::decode "
         "false)");
@@ -499,7 +410,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
       CheckMemory(what, AddSat(held, MulSat(per_row, R)), m.max_memory_bytes));
   const ThreadScope threads(num_threads);
   op->num_threads_ = threads.num_threads();
-  ATTN_RETURN_IF_ERROR(op->MakePlans());
+  ATTN_RETURN_IF_ERROR(op->MakePlans(DataType::kF32));
   Workspace workspace;
   workspace.Add(&op->qkv_, R * qkv_out * sizeof(float));
   workspace.Add(&op->q_rows_, R * static_cast<size_t>(op->H_) * Dp * 4);

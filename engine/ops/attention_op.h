@@ -82,9 +82,9 @@ class AttentionOp {
 
   // Plans x [batch * seq_len, d_in] -> y [batch * seq_len, d_out] for model
   // `m`, matmuls in `type`, on `num_threads`. Without `cache`, q, k and v
-  // are the planes [H + 2 Hkv, batch * seq_len, D] of one fused projection
-  // in kQkv (Hkv: the K/V heads), on the model's packed weights where the
-  // matmuls read them, else on the op's own. Rotary embeddings, when the
+  // are the planes [H + 2 Hkv, batch * seq_len, D] that the model's qkv
+  // Linear writes in kQkv (Hkv: the K/V heads), on its packed copies where
+  // the matmuls read them, else on the op's own. Rotary embeddings, when the
   // model has them, turn q and k where the projection left them (fp32
   // only). With it (fp32 only, a model made with MhaOptions::decode), the
   // model's qkv Linear gives each token's q, k and v, copied to the q plane
@@ -138,11 +138,9 @@ class AttentionOp {
  private:
   AttentionOp() = default;
   Status MakeCore(kernels::DataType type);
-  Status MakePlaneMatMuls(kernels::DataType type);
-  Status MakePlans();
+  Status MakePlans(kernels::DataType type);
   Status Allocate(kernels::DataType type, uint64_t held,
                   const std::string& what);
-  void ChooseWeights(Workspace* workspace);
   Status PackWeights();
   void ForwardTiny(const float* x, float* y, float* scratch) const;
   void Project(const float* x, const int64_t* cache_seqs,
@@ -161,11 +159,7 @@ class AttentionOp {
   bool tiny_ = false;  // plain loops; `qkv_` is their scratch
   bool step_ = false;  // CreateStep: the decode kernel over the cache
   std::optional<KvView> cache_;
-  std::optional<kernels::Convert> to_bf16_;  // bf16 only: input conversion
-  // Without a cache: one matmul writes the q, k and v planes, another
-  // projects out, on the model's packed weights or on w_qkv_ and w_out_.
-  std::optional<kernels::MatMul> qkv_proj_, out_proj_;
-  // With a cache: the model's qkv and out Linears for this op's rows, on
+  // The model's qkv and out Linears for this op's rows (MakePlans), on
   // their packed copies or panels, or on w_qkv_ and w_out_.
   std::optional<ops::LinearPlan> qkv_plan_, out_plan_;
   std::optional<kernels::CausalAttention> core_;
@@ -173,11 +167,8 @@ class AttentionOp {
   std::optional<kernels::RopeTable> rope_;
   std::vector<int64_t> positions_;
   // Weights packed for this op's tiles where the model's are laid out
-  // otherwise, and (without a cache) the biases.
-  AlignedBuffer w_qkv_, b_qkv_, w_out_, b_out_;
-  // What the plane matmuls run on: w_qkv_ and w_out_, or the model's.
-  const void* qkv_weights_ = nullptr;
-  const void* out_weights_ = nullptr;
+  // otherwise.
+  AlignedBuffer w_qkv_, w_out_;
   std::array<size_t, kNumBuffers> buffer_bytes_{};
   // Steps only, which hold their buffers: qkv rows, ctx, scratch,
   // [rows, H, Dp] zero-padded q rows, and the decode kernel's rows.

@@ -69,20 +69,47 @@ Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w) {
 
 namespace {
 
-// The matmul of `rows` rows of `linear` with `epilogue`'s post-ops and
+// `epilogue`'s matmul of `rows` rows of `linear`, with its post-ops and
 // types: weights in oneDNN's packed layout, or with `plain`, as the weight
 // holds them.
 Result<kernels::MatMul> MakeMatMul(const Linear& linear, int64_t rows,
                                    const LinearEpilogue& epilogue, bool plain) {
-  const DataType type = linear.compute_type();
+  const DataType type = epilogue.type.value_or(linear.compute_type());
   const int64_t in = linear.in(), out = linear.out();
+  const kernels::Operand* no_bias = nullptr;
+  if (epilogue.head_dim > 0) {
+    const int64_t D = epilogue.head_dim, G = out / D;
+    const kernels::Operand bias{{G, 1, D}, {}, DataType::kF32};
+    kernels::Operand weights{{G, in, D}, {}, type};
+    if (plain) weights.strides = {D * in, 1, in};
+    return kernels::MatMul::Create({{1, rows, in}, {}, type}, weights,
+                                   linear.bias() ? &bias : no_bias,
+                                   {{G, rows, D}, {}, epilogue.dst},
+                                   kernels::Threading::kTeam, epilogue.post);
+  }
   const kernels::Operand bias{{1, out}, {}, DataType::kF32};
   kernels::Operand weights{{in, out}, {}, type};
   if (plain) weights.strides = {1, in};
   return kernels::MatMul::Create({{rows, in}, {}, type}, weights,
-                                 linear.bias() ? &bias : nullptr,
+                                 linear.bias() ? &bias : no_bias,
                                  {{rows, out}, {}, epilogue.dst},
                                  kernels::Threading::kTeam, epilogue.post);
+}
+
+// The weight as a matmul of `epilogue`'s form reads it unpacked.
+kernels::Operand PlainView(const Weight& w, const LinearEpilogue& epilogue) {
+  if (epilogue.head_dim == 0) return w.Transposed();
+  const int64_t D = epilogue.head_dim;
+  return {{w.out() / D, w.in(), D}, {D * w.in(), 1, w.in()}, w.type()};
+}
+
+// The form of a packed copy of `layout`.
+LinearEpilogue FormOf(const PackedLayout& layout) {
+  LinearEpilogue form;
+  form.type = layout.type;
+  form.head_dim = layout.head_dim;
+  form.dst = layout.head_dim ? layout.type : DataType::kF32;
+  return form;
 }
 
 // RowsLinear's panels of `w` in `type`: its own, or bf16 from fp32 values
@@ -114,39 +141,45 @@ Result<Linear> Linear::Create(Weight weight, Weight bias,
   Linear linear;
   linear.weight_ = std::move(weight);
   linear.bias_ = std::move(bias);
-  linear.compute_type_ = layouts.packed.value_or(linear.weight_.type());
   const Weight& w = linear.weight_;
+  linear.compute_type_ = w.type();
+  for (auto it = layouts.packed.rbegin(); it != layouts.packed.rend(); ++it) {
+    if (it->head_dim == 0) linear.compute_type_ = it->type;
+  }
   if (layouts.panels) {
     ATTN_ASSIGN_OR_RETURN(linear.panels_,
                           PackPanels(w, *layouts.panels, num_threads));
   }
-  if (!layouts.packed) return linear;
-  ATTN_ASSIGN_OR_RETURN(
-      kernels::MatMul mm,
-      MakeMatMul(linear, kernels::kMatMulPackedRows, {}, /*plain=*/false));
-  ATTN_ASSIGN_OR_RETURN(linear.packed_,
-                        AlignedBuffer::Allocate(mm.packed_weights_bytes()));
-  ATTN_RETURN_IF_ERROR(
-      mm.PackWeights(w.Transposed(), w.data(), linear.packed_.data()));
-  linear.packed_layout_.emplace(std::move(mm));
+  for (const PackedLayout& layout : layouts.packed) {
+    const LinearEpilogue form = FormOf(layout);
+    ATTN_ASSIGN_OR_RETURN(
+        kernels::MatMul mm,
+        MakeMatMul(linear, kernels::kMatMulPackedRows, form, /*plain=*/false));
+    ATTN_ASSIGN_OR_RETURN(AlignedBuffer data,
+                          AlignedBuffer::Allocate(mm.packed_weights_bytes()));
+    ATTN_RETURN_IF_ERROR(
+        mm.PackWeights(PlainView(w, form), w.data(), data.data()));
+    linear.packed_.push_back({std::move(mm), std::move(data)});
+  }
   return linear;
 }
 
 Result<uint64_t> Linear::PackedBytes(int64_t out, int64_t in, bool bias,
-                                     DataType type) {
+                                     const PackedLayout& layout) {
   Linear shape;
   static const float kAnyBias = 0.0f;  // only its presence counts
   shape.weight_ = Weight::Borrow(nullptr, out, in);
   if (bias) shape.bias_ = Weight::Borrow(&kAnyBias, out, 1);
-  shape.compute_type_ = type;
-  ATTN_ASSIGN_OR_RETURN(
-      const kernels::MatMul mm,
-      MakeMatMul(shape, kernels::kMatMulPackedRows, {}, /*plain=*/false));
+  ATTN_ASSIGN_OR_RETURN(const kernels::MatMul mm,
+                        MakeMatMul(shape, kernels::kMatMulPackedRows,
+                                   FormOf(layout), /*plain=*/false));
   return mm.packed_weights_bytes();
 }
 
 uint64_t Linear::bytes() const {
-  return weight_.bytes() + bias_.bytes() + packed_.size() + panels_.bytes();
+  uint64_t total = weight_.bytes() + bias_.bytes() + panels_.bytes();
+  for (const Packed& copy : packed_) total += copy.data.size();
+  return total;
 }
 
 Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
@@ -161,7 +194,7 @@ Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
   plan.fallback_ = fallback;
   // RowsLinear takes fp32 x and y, and applies GELU alone.
   const bool rows_linear =
-      like.has_panels() &&
+      like.has_panels() && epilogue.panels && epilogue.head_dim == 0 &&
       rows <= static_cast<int64_t>(kernels::kRowsLinearMaxRows) &&
       !epilogue.post.gelu_tanh && !epilogue.post.add_residual &&
       epilogue.src == DataType::kF32 && epilogue.dst == DataType::kF32;
@@ -169,24 +202,25 @@ Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
   if (epilogue.gelu && epilogue.dst != DataType::kF32) {
     return InvalidArgument("a linear's GELU pass writes fp32 y only");
   }
-  if (fallback == LinearFallback::kPlain &&
-      like.compute_type() != like.weight().type()) {
+  const DataType type = epilogue.type.value_or(like.compute_type());
+  if (fallback == LinearFallback::kPlain && type != like.weight().type()) {
     return InvalidArgument(
         "a linear packed in another type than its weights cannot fall back "
         "to the plain weights");
   }
   ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm,
                         MakeMatMul(like, rows, epilogue, /*plain=*/false));
-  plan.reads_packed_ =
-      like.packed_layout() && mm.ReadPackedWeightsOf(*like.packed_layout());
+  for (size_t i = 0; i < like.packed_.size() && !plan.reads_packed_; ++i) {
+    if (mm.ReadPackedWeightsOf(like.packed_[i].layout)) plan.reads_packed_ = i;
+  }
   if (!plan.reads_packed_ && fallback == LinearFallback::kPlain) {
     ATTN_ASSIGN_OR_RETURN(mm, MakeMatMul(like, rows, epilogue, /*plain=*/true));
   }
   plan.matmul_.emplace(std::move(mm));
-  if (like.compute_type() != epilogue.src) {
+  if (type != epilogue.src) {
     ATTN_ASSIGN_OR_RETURN(
-        plan.to_bf16_, kernels::Convert::Create(rows * like.in(), epilogue.src,
-                                                like.compute_type()));
+        plan.to_bf16_,
+        kernels::Convert::Create(rows * like.in(), epilogue.src, type));
   }
   return plan;
 }
@@ -210,12 +244,12 @@ size_t LinearPlan::own_packed_bytes() const {
 
 Status LinearPlan::PackOwn(const Linear& linear, void* dst) const {
   const Weight& w = linear.weight();
-  return matmul_->PackWeights(w.Transposed(), w.data(), dst);
+  return matmul_->PackWeights(PlainView(w, epilogue_), w.data(), dst);
 }
 
 const void* LinearPlan::MatMulWeights(const Linear& linear,
                                       const Buffers& buffers) const {
-  if (reads_packed_) return linear.packed();
+  if (reads_packed_) return linear.packed_[*reads_packed_].data.data();
   return fallback_ == LinearFallback::kPlain ? linear.weight().data()
                                              : buffers.own_packed;
 }

@@ -68,12 +68,21 @@ class Weight {
 // values: both then hold the same numbers.
 Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w);
 
+// A copy of a weight packed for oneDNN's matmuls of kMatMulPackedRows rows
+// in `type` (the weight's own, or bf16 for a bf16 run of fp32 weights),
+// which every run of kernels::MatMulWideRows() rows or more in that form
+// reads: x [rows, in] W^T, or with head_dim > 0 the head planes
+// [out / head_dim, rows, head_dim] of x [1, rows, in] and W viewed as
+// [out / head_dim, in, head_dim] (attention's fused projection without a
+// cache, whose core reads each head densely).
+struct PackedLayout {
+  kernels::DataType type = kernels::DataType::kF32;
+  int64_t head_dim = 0;
+};
+
 // The layouts a Linear keeps besides its plain weight.
 struct LinearLayouts {
-  // oneDNN's packed copy for runs of kernels::kMatMulPackedRows rows, in
-  // this type (the weight's own or bf16 for a bf16 run of fp32 weights),
-  // which every run of kernels::MatMulWideRows() rows or more reads.
-  std::optional<kernels::DataType> packed;
+  std::vector<PackedLayout> packed;
   // RowsLinear's panels, which runs of up to kRowsLinearMaxRows rows read
   // (the model decodes), in this type: the weight's own, or bf16 for fp32
   // weights already rounded to bf16 (so that both hold the same numbers).
@@ -90,13 +99,14 @@ class Linear {
   // made from the weight by a team of `num_threads`.
   static Result<Linear> Create(Weight weight, Weight bias,
                                const LinearLayouts& layouts, int num_threads);
-  // Bytes of the packed copy of a weight [out, in] (with a bias or not)
-  // packed in `type`: what Create allocates for it.
+  // Bytes of the copy of a weight [out, in] (with a bias or not) packed as
+  // `layout`: what Create allocates for it.
   static Result<uint64_t> PackedBytes(int64_t out, int64_t in, bool bias,
-                                      kernels::DataType type);
+                                      const PackedLayout& layout);
 
   const Weight& weight() const { return weight_; }
-  // The type its matmuls run in: the packed copy's, else the weight's.
+  // The type its matmuls run in unless a plan says otherwise: its first
+  // packed copy of rows' type, else the weight's.
   kernels::DataType compute_type() const { return compute_type_; }
   int64_t in() const { return weight_.in(); }
   int64_t out() const { return weight_.out(); }
@@ -104,24 +114,33 @@ class Linear {
   const float* bias() const { return static_cast<const float*>(bias_.data()); }
   bool has_panels() const { return panels_.bytes() > 0; }
   const StepWeights& panels() const { return panels_; }
-  const kernels::MatMul* packed_layout() const {
-    return packed_layout_ ? &*packed_layout_ : nullptr;
-  }
-  const void* packed() const { return packed_.data(); }
-  // Bytes held: the weight, bias, packed copy and panels (not what they
+  // Bytes held: the weight, bias, packed copies and panels (not what they
   // borrow).
   uint64_t bytes() const;
 
  private:
+  friend class LinearPlan;  // finds the packed copy its matmul reads
+  struct Packed {
+    kernels::MatMul layout;  // the matmul that packed it
+    AlignedBuffer data;
+  };
+
   Weight weight_, bias_;
   kernels::DataType compute_type_ = kernels::DataType::kF32;
-  std::optional<kernels::MatMul> packed_layout_;
-  AlignedBuffer packed_;
+  std::vector<Packed> packed_;
   StepWeights panels_;
 };
 
-// What runs after x W^T + b, and the types of x and y.
+// How a plan runs a linear: the matmul's type and the form of its output,
+// what runs after x W^T + b, and the types of x and y.
 struct LinearEpilogue {
+  // The matmul's type (none: the linear's compute_type()), and with
+  // head_dim > 0 the head planes of PackedLayout (never on RowsLinear).
+  std::optional<kernels::DataType> type;
+  int64_t head_dim = 0;
+  // RowsLinear may run up to kRowsLinearMaxRows rows when the linear has
+  // panels; false keeps the matmul's order of sums at every row count.
+  bool panels = true;
   // GELU (tanh) after the bias: by the RowsLinear kernel on a few rows, or
   // kernels::Gelu after a matmul.
   bool gelu = false;
@@ -137,11 +156,11 @@ struct LinearEpilogue {
 enum class LinearFallback { kPlain, kOwnPacked };
 
 // How `rows` rows of linears shaped like one run: RowsLinear on the panels
-// for up to kRowsLinearMaxRows rows when the linear has them and the
-// epilogue is at most GELU on fp32 x and y, else a matmul of fixed tiles
-// (kernels::Threading::kTeam) in the packed copy's type, on that copy where
-// the tiles read it, else on the fallback (kPlain: only for weights held in
-// that type). bf16 runs convert an fp32 x first.
+// for up to kRowsLinearMaxRows rows when the linear has them, the epilogue
+// allows them and is at most GELU on fp32 x and y, else a matmul of fixed
+// tiles (kernels::Threading::kTeam) in the epilogue's type, on a packed
+// copy where the tiles read one, else on the fallback (kPlain: only for
+// weights held in that type). bf16 runs convert an fp32 x first.
 class LinearPlan {
  public:
   // The buffers of a Run, owned by the caller: a bf16 x converted, the
@@ -184,7 +203,7 @@ class LinearPlan {
   LinearEpilogue epilogue_;
   LinearFallback fallback_ = LinearFallback::kPlain;
   std::optional<kernels::MatMul> matmul_;  // none: RowsLinear
-  bool reads_packed_ = false;
+  std::optional<size_t> reads_packed_;     // the linear's copy it reads
   std::optional<kernels::Convert> to_bf16_;
 };
 

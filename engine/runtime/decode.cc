@@ -112,7 +112,7 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   Impl& d = *impl;
   d.m = &ModelAccess::Of(*model);
   const MhaConfig& c = d.m->config;
-  if (!d.m->qkv.present()) {
+  if (!d.m->decode) {
     return InvalidArgument(
         "decoder: the model was made with MhaOptions::decode false, without "
         "the layouts decoders read; make it with decode true");
