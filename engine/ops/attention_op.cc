@@ -8,8 +8,8 @@
 
 #include "engine/io/model_config.h"
 #include "engine/runtime/threads.h"
+#include "kernels/attention_tiny.h"
 #include "kernels/rows_linear.h"
-#include "kernels/softmax.h"
 
 namespace attn {
 
@@ -18,11 +18,6 @@ using kernels::MatMul;
 using kernels::Operand;
 
 namespace {
-
-// Floats of scratch the plain-loop path needs: qkv, one head's scores, ctx.
-size_t TinyScratchFloats(int64_t rows, int64_t seq_len, int64_t d_out) {
-  return static_cast<size_t>(rows * 4 * d_out + seq_len * seq_len);
-}
 
 // x [rows, in] -> y [rows, out] = x W^T + b by kernels::RowsLinear on the
 // linear's panels, up to kRowsLinearMaxRows rows at a time.
@@ -72,7 +67,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   if (!cache && plain && type == DataType::kF32 && flops < kTinyMhaMaxFlops) {
     op->tiny_ = true;
     op->buffer_bytes_[kQkv] =
-        TinyScratchFloats(batch * seq_len, seq_len, c.d_out) * sizeof(float);
+        kernels::TinyAttentionScratchFloats(op->TinyShape()) * sizeof(float);
     return op;
   }
   const ThreadScope threads(num_threads);
@@ -185,7 +180,12 @@ size_t AttentionOp::bytes() const {
 void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
                           const Buffers& buffers, const KeptRows* keep) const {
   if (tiny_) {
-    ForwardTiny(x, y, static_cast<float*>(buffers[kQkv]));
+    const MhaModelData& m = *m_;
+    const kernels::TinyAttentionWeights w{
+        m.w_qkv.data(), m.b_qkv.empty() ? nullptr : m.b_qkv.data(),
+        m.w_out.data(), m.b_out.data()};
+    kernels::TinyAttention(TinyShape(), w, x, y,
+                           static_cast<float*>(buffers[kQkv]));
     return;
   }
   const ThreadScope threads(num_threads_);
@@ -319,64 +319,6 @@ void AttentionOp::ScatterQkv(const float* rows, const int64_t* cache_seqs,
   kernels::ParallelForChunks(static_cast<size_t>(R),
                              static_cast<size_t>(QkvWidth()), 1, num_threads_,
                              scatter);
-}
-
-// The whole block as plain loops with fp32 accumulation on the calling
-// thread, and the normalised kernels::CausalSoftmax.
-void AttentionOp::ForwardTiny(const float* x, float* y, float* scratch) const {
-  const MhaModelData& m = *m_;
-  const int64_t R = batch_ * seq_len_, T = seq_len_, C = m.config.d_out;
-  const int64_t d_in = m.config.d_in, D = D_;
-  const float* w_qkv = m.w_qkv.data();
-  const float* b_qkv = m.b_qkv.empty() ? nullptr : m.b_qkv.data();
-  float* qkv = scratch;             // [R, 3C]: q, k, v of row r
-  float* scores = qkv + R * 3 * C;  // [T, T], one (batch, head) at a time
-  float* ctx = scores + T * T;      // [R, C], heads merged
-  for (int64_t r = 0; r < R; ++r) {
-    for (int64_t j = 0; j < 3 * C; ++j) {
-      float sum = b_qkv ? b_qkv[j] : 0.0f;
-      for (int64_t i = 0; i < d_in; ++i) {
-        sum += x[r * d_in + i] * w_qkv[j * d_in + i];
-      }
-      qkv[r * 3 * C + j] = sum;
-    }
-  }
-  const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
-  for (int64_t b = 0; b < batch_; ++b) {
-    for (int64_t h = 0; h < H_; ++h) {
-      const float* q = qkv + b * T * 3 * C + h * D;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      for (int64_t i = 0; i < T; ++i) {
-        for (int64_t t = 0; t <= i; ++t) {
-          float dot = 0.0f;
-          for (int64_t d = 0; d < D; ++d) {
-            dot += q[i * 3 * C + d] * k[t * 3 * C + d];
-          }
-          scores[i * T + t] = dot;
-        }
-      }
-      kernels::CausalSoftmax(scores, static_cast<size_t>(T),
-                             static_cast<size_t>(T), static_cast<size_t>(T), 0,
-                             scale);
-      for (int64_t i = 0; i < T; ++i) {
-        float* out = ctx + (b * T + i) * C + h * D;
-        for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
-        for (int64_t t = 0; t <= i; ++t) {
-          const float p = scores[i * T + t];
-          for (int64_t d = 0; d < D; ++d) out[d] += p * v[t * 3 * C + d];
-        }
-      }
-    }
-  }
-  const float* w_out = m.w_out.data();
-  for (int64_t r = 0; r < R; ++r) {
-    for (int64_t j = 0; j < C; ++j) {
-      float sum = m.b_out[static_cast<size_t>(j)];
-      for (int64_t d = 0; d < C; ++d) sum += ctx[r * C + d] * w_out[j * C + d];
-      y[r * C + j] = sum;
-    }
-  }
 }
 
 Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(

@@ -20,6 +20,7 @@
 #include "engine/ops/linear.h"
 #include "engine/runtime/buffer.h"
 #include "kernels/attention.h"
+#include "kernels/attention_tiny.h"
 #include "kernels/decode.h"
 #include "kernels/matmul.h"
 #include "kernels/rope.h"
@@ -142,7 +143,9 @@ class AttentionOp {
   Status Allocate(kernels::DataType type, uint64_t held,
                   const std::string& what);
   Status PackWeights();
-  void ForwardTiny(const float* x, float* y, float* scratch) const;
+  kernels::TinyAttentionShape TinyShape() const {
+    return {batch_, seq_len_, m_->config.d_in, m_->config.d_out, H_};
+  }
   void Project(const float* x, const int64_t* cache_seqs,
                const Buffers& buffers) const;
   void ScatterQkv(const float* rows, const int64_t* cache_seqs, float* q) const;
@@ -156,7 +159,7 @@ class AttentionOp {
   const MhaModelData* m_ = nullptr;
   int64_t batch_ = 0, seq_len_ = 0, H_ = 0, Hkv_ = 0, D_ = 0;
   int num_threads_ = 1;
-  bool tiny_ = false;  // plain loops; `qkv_` is their scratch
+  bool tiny_ = false;  // kernels::TinyAttention; kQkv is its scratch
   bool step_ = false;  // CreateStep: the decode kernel over the cache
   std::optional<KvView> cache_;
   // The model's qkv and out Linears for this op's rows (MakePlans), on
