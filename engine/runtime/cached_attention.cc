@@ -16,6 +16,20 @@ namespace {
 std::string Str(int64_t v) { return std::to_string(v); }
 }  // namespace
 
+KvCache::Shape CacheShapeFor(const MhaModelData& m, int64_t layers,
+                             int64_t sequences, int64_t capacity) {
+  const MhaConfig& c = m.config;
+  KvCache::Shape shape;
+  shape.layers = layers;
+  shape.sequences = sequences;
+  shape.capacity = capacity;
+  shape.kv_heads = c.num_kv_heads;
+  shape.padded_dim = static_cast<int64_t>(
+      kernels::DecodePaddedDim(static_cast<size_t>(c.d_out / c.num_heads)));
+  shape.head_major = kernels::DecodeBlocksHeads(DecodeParamsOf(KvView(), c));
+  return shape;
+}
+
 Status CachedAttentionShared::AllocatePartials(const KvCache& cache,
                                                int64_t heads) {
   const KvCache::Shape& s = cache.shape();

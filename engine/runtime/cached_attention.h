@@ -57,6 +57,11 @@ struct CachedAttentionShared {
   uint64_t bytes() const { return prompt_buffers.bytes() + partials.size(); }
 };
 
+// A cache of `layers` layers of `m`'s attention for `sequences` slots of
+// `capacity` tokens, laid out as the decode kernel reads it fastest.
+KvCache::Shape CacheShapeFor(const MhaModelData& m, int64_t layers,
+                             int64_t sequences, int64_t capacity);
+
 class CachedAttention {
  public:
   // Layer `layer` of `cache` (both outlive the op), with the buffers of a

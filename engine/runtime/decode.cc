@@ -15,7 +15,6 @@
 #include "engine/runtime/cached_attention.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/limits.h"
-#include "kernels/decode.h"
 
 namespace attn {
 namespace {
@@ -118,17 +117,10 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
         "the layouts decoders read; make it with decode true");
   }
   ATTN_ASSIGN_OR_RETURN(const int64_t capacity, CacheLength(c, options));
-  KvCache::Shape shape;
-  shape.layers = 1;
-  shape.sequences = options.batch;
-  shape.capacity = capacity;
-  shape.kv_heads = c.num_kv_heads;
-  shape.padded_dim = static_cast<int64_t>(
-      kernels::DecodePaddedDim(static_cast<size_t>(c.d_out / c.num_heads)));
-  shape.head_major = kernels::DecodeBlocksHeads(DecodeParamsOf(KvView(), c));
   ATTN_ASSIGN_OR_RETURN(
       KvCache cache,
-      KvCache::Create(shape, /*all_live=*/true, MhaModelBytes(*d.m),
+      KvCache::Create(CacheShapeFor(*d.m, 1, options.batch, capacity),
+                      /*all_live=*/true, MhaModelBytes(*d.m),
                       d.m->max_memory_bytes,
                       "a decoder cache of batch " + Str(options.batch) +
                           " x max_length " + Str(capacity)));

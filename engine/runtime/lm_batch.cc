@@ -27,7 +27,6 @@
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/limits.h"
 #include "engine/runtime/threads.h"
-#include "kernels/decode.h"
 #include "kernels/elementwise.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -465,23 +464,6 @@ void LmBatch::Impl::RunHead() {
 LmBatch::LmBatch(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LmBatch::~LmBatch() = default;
 
-// One KV cache for every layer, shaped as the decode kernel reads the
-// model's attention fastest.
-static KvCache::Shape CacheShape(const lm::ModelData& m, int64_t sequences,
-                                 int64_t capacity) {
-  const MhaConfig& attention = ModelAccess::Of(*m.layers[0].attention).config;
-  KvCache::Shape shape;
-  shape.layers = static_cast<int64_t>(m.layers.size());
-  shape.sequences = sequences;
-  shape.capacity = capacity;
-  shape.kv_heads = attention.num_kv_heads;
-  shape.padded_dim = static_cast<int64_t>(kernels::DecodePaddedDim(
-      static_cast<size_t>(attention.d_out / attention.num_heads)));
-  shape.head_major =
-      kernels::DecodeBlocksHeads(DecodeParamsOf(KvView(), attention));
-  return shape;
-}
-
 Result<std::unique_ptr<LmBatch>> LmBatch::Create(
     std::shared_ptr<const LanguageModel> model, const LmBatchOptions& options) {
   if (!model) return InvalidArgument("batch: model is null");
@@ -508,12 +490,14 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   d.caller_bytes = options.caller_bytes;
   ATTN_ASSIGN_OR_RETURN(
       KvCache cache,
-      KvCache::Create(CacheShape(m, d.B, capacity), /*all_live=*/false,
-                      AddSat(model->memory_bytes(), options.caller_bytes),
-                      m.max_memory_bytes,
-                      "the KV caches of " + Str(d.B) + " sequences x " +
-                          Str(capacity) + " tokens in " + Str(c.num_layers) +
-                          " layers"));
+      KvCache::Create(
+          CacheShapeFor(ModelAccess::Of(*m.layers[0].attention),
+                        static_cast<int64_t>(m.layers.size()), d.B, capacity),
+          /*all_live=*/false,
+          AddSat(model->memory_bytes(), options.caller_bytes),
+          m.max_memory_bytes,
+          "the KV caches of " + Str(d.B) + " sequences x " + Str(capacity) +
+              " tokens in " + Str(c.num_layers) + " layers"));
   d.cache.emplace(std::move(cache));
   d.model = std::move(model);  // HeldBytes reads the weights through it
   d.shared.held = [&d] { return d.HeldBytes(); };
