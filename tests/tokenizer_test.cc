@@ -1,8 +1,8 @@
-// GPT-2's BPE tokenizer (tools/tokenizer.h): pre-tokenization against the
-// splits Python's `regex` module gives for GPT-2's pattern, merge order,
+// GPT-2's BPE tokenizer (engine/tokenizer/gpt2_bpe.h): pre-tokenization against
+// the splits Python's `regex` module gives for GPT-2's pattern, merge order,
 // byte round trips, both file layouts, and each way the files can be bad.
 // The vocabularies are small ones the tests write; no real one is needed.
-#include "tools/tokenizer.h"
+#include "attn/tokenizer.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -11,14 +11,17 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "engine/tokenizer/gpt2_bpe.h"
 #include "nlohmann/json.hpp"
 #include "tests/temp_dir.h"
 
-namespace attn::cli {
+namespace attn::tokenizer {
 namespace {
 
 using test::TempDir;
@@ -186,6 +189,31 @@ TEST(Gpt2TokenizerTest, MergesLowestRankFirstNotLeftToRight) {
   EXPECT_EQ(EncodeOrDie(tokenizer, "wow"), (Ids{'w', 'o', 'w'}));
   EXPECT_EQ(EncodeOrDie(tokenizer, "héllo"), (Ids{'h', 262, 'l', 'l', 'o'}));
   EXPECT_EQ(EncodeOrDie(tokenizer, ""), Ids{});
+}
+
+// The public Tokenizer is this tokenizer, loaded once and shared: threads
+// encoding at once get its ids.
+TEST(Gpt2TokenizerTest, PublicTokenizerServesThreadsWithTheSameIds) {
+  TempDir dir;
+  WriteTokenizer(dir, false);
+  const Gpt2Tokenizer internal = LoadOrDie(dir);
+  Result<std::shared_ptr<const Tokenizer>> shared = Tokenizer::Load(dir.path());
+  ASSERT_TRUE(shared.ok()) << shared.status().message();
+  const Tokenizer& tokenizer = **shared;
+  EXPECT_EQ(tokenizer.vocab_size(), internal.vocab_size());
+  EXPECT_EQ(tokenizer.memory_bytes(), internal.memory_bytes());
+  const std::string texts[] = {"abc abab", "Hi wow", "h\xc3\xa9llo aaaaa"};
+  std::vector<Ids> got(3);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] { got[i] = *tokenizer.Encode(texts[i]); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i], EncodeOrDie(internal, texts[i])) << texts[i];
+  }
+  EXPECT_EQ(*tokenizer.Decode(259), " w");
+  EXPECT_FALSE(tokenizer.Decode(-1).ok());
 }
 
 TEST(Gpt2TokenizerTest, DecodeReturnsEachTokensBytes) {
@@ -503,4 +531,4 @@ TEST(Gpt2TokenizerLoadTest, RefusesFifosDevicesAndHugeFilesWithoutHanging) {
 }
 
 }  // namespace
-}  // namespace attn::cli
+}  // namespace attn::tokenizer

@@ -11,11 +11,11 @@
 
 #include "attn/lm.hpp"
 #include "attn/safetensors.hpp"
+#include "attn/tokenizer.hpp"
 #include "tools/atomic_output.h"
 #include "tools/cli.h"
 #include "tools/flags.h"
 #include "tools/lm_cli.h"
-#include "tools/tokenizer.h"
 
 namespace attn::cli {
 namespace {
@@ -186,7 +186,7 @@ int GenerateFromFile(const GenerateArgs& args) {
 }
 
 // The prompt's tokens as a batch of one row.
-Result<Prompts> EncodePrompt(const Gpt2Tokenizer& tokenizer,
+Result<Prompts> EncodePrompt(const Tokenizer& tokenizer,
                              const std::string& text) {
   Result<std::vector<int64_t>> ids = tokenizer.Encode(text);
   if (!ids.ok()) return InvalidArgument("--prompt: " + ids.status().message());
@@ -211,7 +211,7 @@ Status Print(const std::string& bytes) {
 
 // Token `id`'s bytes on stdout. A model may have more ids than the
 // tokenizer (a vocabulary padded to a round size): one it lacks is named.
-Status PrintToken(const Gpt2Tokenizer& tokenizer, const std::string& dir,
+Status PrintToken(const Tokenizer& tokenizer, const std::string& dir,
                   int64_t id) {
   const Result<std::string> text = tokenizer.Decode(id);
   if (!text.ok()) {
@@ -228,27 +228,28 @@ Status PrintToken(const Gpt2Tokenizer& tokenizer, const std::string& dir,
 int GenerateText(const GenerateArgs& args) {
   auto model = PrepareModel(args);
   if (!model.ok()) return Fail(model.status().message());
-  auto tokenizer = Gpt2Tokenizer::Load(args.tokenizer, args.model.max_memory,
-                                       (*model)->memory_bytes());
+  TokenizerOptions options;
+  options.max_memory_bytes = args.model.max_memory;
+  options.held_bytes = (*model)->memory_bytes();
+  auto tokenizer = Tokenizer::Load(args.tokenizer, options);
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
   // A prompt's ids must be the model's: a larger vocabulary is another
   // model's.
   const int64_t vocab = (*model)->config().vocab_size;
-  if (tokenizer->vocab_size() > vocab) {
-    return Fail("--tokenizer " + Quote(args.tokenizer) +
-                " has token ids up to " +
-                std::to_string(tokenizer->vocab_size() - 1) +
+  if ((*tokenizer)->vocab_size() > vocab) {
+    return Fail("--tokenizer '" + args.tokenizer + "' has token ids up to " +
+                std::to_string((*tokenizer)->vocab_size() - 1) +
                 ", but the model's vocabulary has " + std::to_string(vocab) +
                 ": want the model's own tokenizer");
   }
-  auto prompts = EncodePrompt(*tokenizer, args.prompt);
+  auto prompts = EncodePrompt(**tokenizer, args.prompt);
   if (!prompts.ok()) return Fail(prompts.status().message());
   const Status fits =
       CheckPrompts(*prompts, "--prompt", **model, args.max_new_tokens);
   if (!fits.ok()) return Fail(fits.message());
-  Generation generation(*model, *prompts, args, tokenizer->memory_bytes());
+  Generation generation(*model, *prompts, args, (*tokenizer)->memory_bytes());
   auto tokens = generation.Run([&](int64_t, int64_t id) {
-    return PrintToken(*tokenizer, args.tokenizer, id);
+    return PrintToken(**tokenizer, args.tokenizer, id);
   });
   const Status ended = Print("\n");
   if (!tokens.ok()) return Fail(tokens.status().message());

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Writes tools/unicode_ranges.inc: the code point classes of GPT-2's
+"""Writes engine/tokenizer/unicode_ranges.inc: the code point classes of GPT-2's
 pre-tokenization pattern, for tools/tokenizer.cc (which may not depend on
 PCRE2 or ICU).
 
-    /usr/bin/python3 tools/gen_unicode_ranges.py > tools/unicode_ranges.inc
+    /usr/bin/python3 tools/gen_unicode_ranges.py > engine/tokenizer/unicode_ranges.inc
 
 Classes, as GPT-2's `regex` module defines them:
   \\p{L}  general categories Lu, Ll, Lt, Lm, Lo;
@@ -59,7 +59,7 @@ def main():
                              sys.version.split()[0]))
     print("// unicodedata); do not edit. Regenerate with")
     print("//   /usr/bin/python3 tools/gen_unicode_ranges.py > "
-          "tools/unicode_ranges.inc")
+          "engine/tokenizer/unicode_ranges.inc")
     print("// Sorted, disjoint, inclusive ranges; see the script for the "
           "definitions.")
     print("// clang-format off")

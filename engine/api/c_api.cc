@@ -9,6 +9,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "attn/graph.hpp"
 #include "attn/lm.hpp"
 #include "attn/safetensors.hpp"
+#include "attn/tokenizer.hpp"
 #include "engine/runtime/threads.h"
 
 // Exactly one of `mha` and `graph` is set. Sessions share the model's
@@ -92,6 +94,24 @@ attn_status Guard(Body&& body) noexcept {
 
 attn_status NullArgument(const char* what) {
   return Fail(ATTN_INVALID_ARGUMENT, what, " must not be NULL");
+}
+
+// `n` values into the caller's `dst` of `capacity`: none when dst is NULL
+// and capacity 0 (the caller asks for n), none and an error naming `what`
+// when they do not fit.
+template <class T>
+attn_status CopyOut(const T* values, size_t n, T* dst, size_t capacity,
+                    const char* what) {
+  if (!dst && capacity == 0) return ATTN_OK;
+  if (!dst) return NullArgument(what);
+  if (capacity < n) {
+    return Fail(ATTN_INVALID_ARGUMENT,
+                (std::string(what) + " holds " + std::to_string(capacity) +
+                 ", want room for " + std::to_string(n))
+                    .c_str());
+  }
+  std::copy(values, values + n, dst);
+  return ATTN_OK;
 }
 
 // Whether the field [offset, offset + size) lies inside a caller's struct of
@@ -593,6 +613,10 @@ struct attn_lm_batch {
   std::vector<int64_t> rows;
 };
 
+struct attn_tokenizer {
+  std::shared_ptr<const attn::Tokenizer> tokenizer;
+};
+
 struct attn_sampler {
   attn::Sampler sampler;
 };
@@ -883,5 +907,56 @@ attn_status attn_sampler_sample(attn_sampler* sampler, const float* logits,
 }
 
 void attn_sampler_destroy(attn_sampler* sampler) { delete sampler; }
+
+attn_status attn_tokenizer_load(const char* dir, uint64_t max_memory_bytes,
+                                attn_tokenizer** tokenizer) {
+  return Guard([&] {
+    if (!tokenizer) return NullArgument("tokenizer");
+    *tokenizer = nullptr;
+    if (!dir) return NullArgument("dir");
+    attn::TokenizerOptions options;
+    options.max_memory_bytes = max_memory_bytes;
+    auto loaded = attn::Tokenizer::Load(dir, options);
+    if (!loaded.ok()) return Check(loaded.status());
+    *tokenizer = new attn_tokenizer{std::move(loaded).value()};
+    return ATTN_OK;
+  });
+}
+
+void attn_tokenizer_destroy(attn_tokenizer* tokenizer) { delete tokenizer; }
+
+attn_status attn_tokenizer_encode(const attn_tokenizer* tokenizer,
+                                  const char* text, size_t length, int64_t* ids,
+                                  size_t capacity, size_t* count) {
+  return Guard([&] {
+    if (!tokenizer) return NullArgument("tokenizer");
+    if (!count) return NullArgument("count");
+    *count = 0;
+    if (!text && length > 0) return NullArgument("text");
+    auto encoded = tokenizer->tokenizer->Encode(
+        std::string_view(text ? text : "", length));
+    if (!encoded.ok()) return Check(encoded.status());
+    *count = encoded->size();
+    return CopyOut(encoded->data(), encoded->size(), ids, capacity, "ids");
+  });
+}
+
+attn_status attn_tokenizer_decode(const attn_tokenizer* tokenizer, int64_t id,
+                                  char* bytes, size_t capacity,
+                                  size_t* length) {
+  return Guard([&] {
+    if (!tokenizer) return NullArgument("tokenizer");
+    if (!length) return NullArgument("length");
+    *length = 0;
+    auto decoded = tokenizer->tokenizer->Decode(id);
+    if (!decoded.ok()) return Check(decoded.status());
+    *length = decoded->size();
+    return CopyOut(decoded->data(), decoded->size(), bytes, capacity, "bytes");
+  });
+}
+
+int64_t attn_tokenizer_vocab_size(const attn_tokenizer* tokenizer) {
+  return tokenizer ? tokenizer->tokenizer->vocab_size() : -1;
+}
 
 }  // extern "C"

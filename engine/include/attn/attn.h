@@ -532,6 +532,42 @@ ATTN_API attn_status attn_sampler_sample(attn_sampler* sampler,
 /* Releases the sampler. NULL is a no-op. */
 ATTN_API void attn_sampler_destroy(attn_sampler* sampler);
 
+/* ----------------------------------------------------------- tokenizers */
+
+/* Text to token ids and back (attn/tokenizer.hpp). */
+typedef struct attn_tokenizer attn_tokenizer;
+
+/* The tokenizer files in folder `dir` (today GPT-2's BPE: vocab.json and
+ * merges.txt, or encoder.json and vocab.bpe), what loading holds capped at
+ * max_memory_bytes (0: the default cap). Immutable: one tokenizer may serve
+ * any number of threads. Release with attn_tokenizer_destroy; on failure
+ * *tokenizer is set to NULL. */
+ATTN_API attn_status attn_tokenizer_load(const char* dir,
+                                         uint64_t max_memory_bytes,
+                                         attn_tokenizer** tokenizer);
+
+/* Releases the tokenizer. NULL is a no-op. */
+ATTN_API void attn_tokenizer_destroy(attn_tokenizer* tokenizer);
+
+/* The ids of `length` bytes of UTF-8 `text` into ids[0, capacity), and
+ * their number into *count. ids NULL with capacity 0 asks for the number
+ * alone; a capacity below it writes nothing and fails with
+ * ATTN_INVALID_ARGUMENT (*count still tells the number). */
+ATTN_API attn_status attn_tokenizer_encode(const attn_tokenizer* tokenizer,
+                                           const char* text, size_t length,
+                                           int64_t* ids, size_t capacity,
+                                           size_t* count);
+
+/* The bytes of token `id` into bytes[0, capacity), not NUL-terminated (a
+ * token may end inside a UTF-8 sequence), and their number into *length;
+ * a NULL bytes with capacity 0, or too small a capacity, as for encode. */
+ATTN_API attn_status attn_tokenizer_decode(const attn_tokenizer* tokenizer,
+                                           int64_t id, char* bytes,
+                                           size_t capacity, size_t* length);
+
+/* One past the largest id, or -1 for a NULL tokenizer. */
+ATTN_API int64_t attn_tokenizer_vocab_size(const attn_tokenizer* tokenizer);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -2,7 +2,7 @@
  * book's GPTModel, a Hugging Face GPT-2 file or the book's Llama 3.2 model:
  * token (and position) embeddings, transformer blocks running the one
  * attention operator, a final norm and the output head. An LmBatch is one
- * thread's generation state: a KV cache in every layer for the sequences it
+ * thread's generation state: one KV cache, every layer's, for the sequences it
  * holds, which join, leave and fork between steps (continuous batching). */
 #ifndef ATTN_LM_HPP_
 #define ATTN_LM_HPP_

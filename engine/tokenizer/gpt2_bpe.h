@@ -1,9 +1,8 @@
-// GPT-2's byte-level BPE tokenizer, for `attn generate --tokenizer DIR`:
-// text to token ids for the prompt, and each generated id back to its bytes
-// so that tokens stream to stdout as they come. Only the public API
-// (attn/status.hpp): the CLI is an embedder like any other.
-#ifndef ATTN_TOOLS_TOKENIZER_H_
-#define ATTN_TOOLS_TOKENIZER_H_
+// GPT-2's byte-level BPE tokenizer behind attn::Tokenizer: text to token
+// ids, and each id back to its bytes so that generated tokens stream as
+// they come.
+#ifndef ATTN_ENGINE_TOKENIZER_GPT2_BPE_H_
+#define ATTN_ENGINE_TOKENIZER_GPT2_BPE_H_
 
 #include <array>
 #include <cstddef>
@@ -15,7 +14,7 @@
 
 #include "attn/status.hpp"
 
-namespace attn::cli {
+namespace attn::tokenizer {
 
 // `text` in single quotes for a one-line message: control bytes and bytes
 // outside valid UTF-8 escaped as \xNN, cut after `max_bytes` with "...".
@@ -90,6 +89,6 @@ class Gpt2Tokenizer {
   std::array<int32_t, 256> byte_ids_;  // each byte's character; -1: none
 };
 
-}  // namespace attn::cli
+}  // namespace attn::tokenizer
 
-#endif  // ATTN_TOOLS_TOKENIZER_H_
+#endif  // ATTN_ENGINE_TOKENIZER_GPT2_BPE_H_

@@ -1,7 +1,7 @@
 // GPT-2's byte-level BPE (see tokenizer.h), after OpenAI's encoder.py. The
 // pre-tokenization regex is a hand-written scanner over code points, since
 // no regex library with \p{L} is among our dependencies.
-#include "tools/tokenizer.h"
+#include "engine/tokenizer/gpt2_bpe.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -20,13 +20,13 @@
 #include "attn/attn.hpp"
 #include "nlohmann/json.hpp"
 
-namespace attn::cli {
+namespace attn::tokenizer {
 namespace {
 
 struct CodePointRange {
   char32_t first, last;
 };
-#include "tools/unicode_ranges.inc"
+#include "engine/tokenizer/unicode_ranges.inc"
 
 constexpr uint64_t kMaxFileBytes = uint64_t{64} << 20;
 // What loading holds, measured: a token costs about 145 bytes in the two
@@ -253,7 +253,8 @@ struct LoadBudget {
         Quote(path) + " (" + what + ") needs " + std::to_string(need) +
         " bytes to load beside " + std::to_string(held) +
         " held, over the memory limit of " + std::to_string(cap) +
-        " bytes (raise it with --max-memory)");
+        " bytes (raise it with --max-memory or "
+        "TokenizerOptions::max_memory_bytes)");
   }
 };
 
@@ -732,4 +733,4 @@ Result<std::string> Gpt2Tokenizer::Decode(int64_t id) const {
   return bytes;
 }
 
-}  // namespace attn::cli
+}  // namespace attn::tokenizer

@@ -1,0 +1,127 @@
+/* The tokenizer's C API (attn_tokenizer_* in attn/attn.h), compiled as
+ * C99, on a small GPT-2 vocabulary it writes: "hello world" merges into the
+ * ids its merges' ranks give, each id decodes to its bytes, the buffers'
+ * sizes are asked for and checked, and every misuse is refused with a
+ * status and a message.
+ * Usage: c_api_tokenizer_test */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attn/attn.h"
+#include "c_expect.h"
+
+/* Bytes as GPT-2 spells them: printable ASCII as itself, a space as U+0120
+ * (UTF-8 "\xc4\xa0" in merges.txt). */
+static const char kVocab[] =
+    "{\"h\": 0, \"e\": 1, \"l\": 2, \"o\": 3, \"w\": 4, \"r\": 5, \"d\": 6,"
+    " \"\\u0120\": 7, \"he\": 8, \"ll\": 9, \"hell\": 10, \"\\u0120w\": 11,"
+    " \"or\": 12, \"\\u0120wor\": 13}";
+static const char kMerges[] =
+    "#version: 0.2\nh e\nl l\nhe ll\n\xc4\xa0 w\no r\n\xc4\xa0w or\n";
+
+static int WriteFile(const char* dir, const char* name, const char* text) {
+  char path[4096];
+  FILE* f;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  f = fopen(path, "wb");
+  if (!f) return 0;
+  fputs(text, f);
+  return fclose(f) == 0;
+}
+
+static void RemoveDir(const char* dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/vocab.json", dir);
+  remove(path);
+  snprintf(path, sizeof path, "%s/merges.txt", dir);
+  remove(path);
+  rmdir(dir);
+}
+
+static void TestEncodeDecode(const attn_tokenizer* t) {
+  /* hello -> hell o; " world" -> \u0120wor l d. */
+  const int64_t want[] = {10, 3, 13, 2, 6};
+  int64_t ids[8] = {0};
+  size_t count = 99, length = 99, i;
+  char bytes[8];
+  EXPECT(attn_tokenizer_vocab_size(t) == 14);
+  EXPECT_STATUS(ATTN_OK,
+                attn_tokenizer_encode(t, "hello world", 11, NULL, 0, &count),
+                "");
+  EXPECT(count == 5);
+  EXPECT_STATUS(
+      ATTN_OK, attn_tokenizer_encode(t, "hello world", 11, ids, 8, &count), "");
+  EXPECT(count == 5);
+  for (i = 0; i < 5; ++i) EXPECT(ids[i] == want[i]);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_tokenizer_encode(t, "hello world", 11, ids, 4, &count),
+                "ids holds 4, want room for 5");
+  EXPECT(count == 5);
+  EXPECT_STATUS(ATTN_OK, attn_tokenizer_encode(t, NULL, 0, ids, 8, &count), "");
+  EXPECT(count == 0);
+  EXPECT_STATUS(ATTN_OK, attn_tokenizer_decode(t, 13, bytes, 8, &length), "");
+  EXPECT(length == 4 && memcmp(bytes, " wor", 4) == 0);
+  EXPECT_STATUS(ATTN_OK, attn_tokenizer_decode(t, 10, NULL, 0, &length), "");
+  EXPECT(length == 4);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_tokenizer_decode(t, 10, bytes, 3, &length),
+                "bytes holds 3, want room for 4");
+}
+
+static void TestMisuse(const attn_tokenizer* t, const char* dir) {
+  attn_tokenizer* none = (attn_tokenizer*)&failures; /* overwritten */
+  size_t count = 7;
+  int64_t id;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_tokenizer_load(NULL, 0, &none),
+                "dir must not be NULL");
+  EXPECT(none == NULL);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_tokenizer_load(dir, 0, NULL),
+                "tokenizer must not be NULL");
+  EXPECT_STATUS(ATTN_IO_ERROR,
+                attn_tokenizer_load("/nonexistent-attn-dir", 0, &none),
+                "vocab.json");
+  EXPECT_STATUS(ATTN_OUT_OF_MEMORY, attn_tokenizer_load(dir, 100, &none),
+                "memory limit");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_tokenizer_encode(NULL, "a", 1, &id, 1, &count),
+                "tokenizer must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_tokenizer_encode(t, "a", 1, &id, 1, NULL),
+                "count must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_tokenizer_encode(t, NULL, 3, &id, 1, &count),
+                "text must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_tokenizer_encode(t, "hi!", 3, &id, 1, &count), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_tokenizer_decode(t, 14, NULL, 0, &count), "14");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_tokenizer_decode(t, 1, NULL, 4, &count),
+                "bytes must not be NULL");
+  EXPECT(attn_tokenizer_vocab_size(NULL) == -1);
+  attn_tokenizer_destroy(NULL);
+}
+
+int main(void) {
+  char dir[] = "/tmp/attn_c_tokenizer_XXXXXX";
+  attn_tokenizer* t = NULL;
+  if (!mkdtemp(dir) || !WriteFile(dir, "vocab.json", kVocab) ||
+      !WriteFile(dir, "merges.txt", kMerges)) {
+    fprintf(stderr, "FAILED: cannot write the vocabulary under /tmp\n");
+    return 1;
+  }
+  EXPECT_STATUS(ATTN_OK, attn_tokenizer_load(dir, 0, &t), "");
+  if (t) {
+    TestEncodeDecode(t);
+    TestMisuse(t, dir);
+  }
+  attn_tokenizer_destroy(t);
+  RemoveDir(dir);
+  if (failures == 0) printf("tokenizer C API: all checks passed\n");
+  return failures ? 1 : 0;
+}
