@@ -334,6 +334,49 @@ static void TestSlidingWindow(const Golden* g) {
   free(alone);
 }
 
+/* The source tree (main's argument), where tools/graphs/ lies. */
+static const char* source_dir = ".";
+
+/* A GPT case as a graph (tools/graphs/gpt_model.json) through the token-id
+ * path of the session API: each prompt's rows give PyTorch's logits (a
+ * padded prompt's later rows are causal, so its own rows are unaffected);
+ * features into it, and ids into an MHA model, are refused. */
+static void TestGraphTokens(const Golden* g) {
+  char graph_path[4096];
+  attn_model* model = NULL;
+  attn_session* session = NULL;
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  float* logits = malloc((size_t)(g->b * g->T * g->V) * sizeof(float));
+  int64_t i;
+  snprintf(graph_path, sizeof graph_path, "%s/tools/graphs/gpt_model.json",
+           source_dir);
+  EXPECT_STATUS(ATTN_OK,
+                attn_model_load_graph(graph_path, g->model_path, NULL, &model),
+                "");
+  if (model) {
+    EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+    EXPECT(info.token_input == 1 && info.d_in == 1 && info.d_out == g->V);
+    EXPECT_STATUS(ATTN_OK, attn_session_create(model, &session), "");
+  }
+  if (session && logits) {
+    EXPECT_STATUS(ATTN_OK,
+                  attn_session_run_tokens(session, g->ids, g->b, g->T, logits),
+                  "");
+    for (i = 0; i < g->b; ++i) {
+      ExpectLogits(g, i, logits + i * g->T * g->V, g->lengths[i]);
+    }
+    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                  attn_session_run(session, logits, g->b, g->T, logits),
+                  "token ids");
+    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                  attn_session_run_tokens(session, NULL, g->b, g->T, logits),
+                  "token_ids must not be NULL");
+  }
+  attn_session_destroy(session);
+  attn_model_destroy(model);
+  free(logits);
+}
+
 static void TestCase(const Golden* g) {
   attn_lm_info info = ATTN_LM_INFO_INIT;
   attn_lm* model = NULL;
@@ -345,6 +388,7 @@ static void TestCase(const Golden* g) {
   TestSlotReuse(model, g);
   EXPECT_STATUS(ATTN_OK, attn_lm_get_info(model, &info), "");
   if (info.architecture == ATTN_LM_LLAMA) TestSlidingWindow(g);
+  if (info.architecture == ATTN_LM_GPT2) TestGraphTokens(g);
   attn_lm_destroy(model);
   printf("%s: checked %lld prompt(s), %lld greedy token(s) each\n", g->name,
          (long long)g->b, (long long)g->N);
@@ -397,9 +441,9 @@ static void TestLoadErrors(const Golden* g) {
  * with FreePageEnd. */
 static void* PageEnd(size_t size) {
   const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  unsigned char* pages = (unsigned char*)mmap(
-      NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-      -1, 0);
+  unsigned char* pages =
+      (unsigned char*)mmap(NULL, 2 * page, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (pages == MAP_FAILED) return NULL;
   if (mprotect(pages + page, page, PROT_NONE) != 0) {
     munmap(pages, 2 * page);
@@ -740,6 +784,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s SOURCE_DIR\n", argv[0]);
     return 2;
   }
+  source_dir = argv[1];
   snprintf(dir, sizeof dir, "%s/tests/golden/lm", argv[1]);
   d = opendir(dir);
   while (d && (entry = readdir(d)) != NULL) {

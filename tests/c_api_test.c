@@ -59,7 +59,7 @@ static void TestBookAndDims(void) {
   EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
   EXPECT(info.d_in == 3 && info.d_out == 2 && info.num_heads == 2);
   EXPECT(info.context_length == 6 && info.qkv_bias == 0);
-  EXPECT(info.num_threads >= 1);
+  EXPECT(info.num_threads >= 1 && info.token_input == 0);
 
   /* T > context_length is refused with a message naming both. */
   EXPECT_STATUS(ATTN_OK, attn_session_create(model, &session), "");
@@ -73,6 +73,12 @@ static void TestBookAndDims(void) {
                 "output must not be NULL");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_session_run(NULL, x, 1, 6, y),
                 "session must not be NULL");
+  {
+    const int64_t ids[6] = {0, 1, 2, 3, 4, 5};
+    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                  attn_session_run_tokens(session, ids, 1, 6, y),
+                  "not token ids: run it with attn_session_run");
+  }
   /* The session stays usable after failures, and after the model is gone. */
   attn_model_destroy(model);
   EXPECT_STATUS(ATTN_OK,

@@ -375,6 +375,7 @@ attn_model_info InfoOf(const attn_model& model) {
     info.d_in = g->input_width();
     info.d_out = g->output_width();
     info.num_threads = g->num_threads();
+    info.token_input = g->token_input() ? 1 : 0;
     return info;
   }
   const attn::MhaConfig& c = model.mha->config();
@@ -430,6 +431,7 @@ attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
     copy(offsetof(attn_model_info, rope_high_freq_factor), sizeof(double));
     copy(offsetof(attn_model_info, rope_original_context_length),
          sizeof(int64_t));
+    copy(offsetof(attn_model_info, token_input), sizeof(int));
     return ATTN_OK;
   });
 }
@@ -463,6 +465,22 @@ attn_status attn_session_run(attn_session* session, const float* input,
       return Check(session->graph->Run(input, batch, seq_len, output));
     }
     return Check(session->mha->Run(input, batch, seq_len, output));
+  });
+}
+
+attn_status attn_session_run_tokens(attn_session* session,
+                                    const int64_t* token_ids, int64_t batch,
+                                    int64_t seq_len, float* output) {
+  return Guard([&] {
+    if (!session) return NullArgument("session");
+    if (!token_ids) return NullArgument("token_ids");
+    if (!output) return NullArgument("output");
+    if (!session->graph || !session->graph->model().token_input()) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  "the model's input is features [b, T, d_in], not token "
+                  "ids: run it with attn_session_run");
+    }
+    return Check(session->graph->Run(token_ids, batch, seq_len, output));
   });
 }
 

@@ -229,10 +229,13 @@ typedef struct attn_model_info {
   double rope_low_freq_factor;
   double rope_high_freq_factor;
   int64_t rope_original_context_length;
+  /* Version 3: 1 when the input is token ids [b, T] (a graph that begins
+   * with an embedding: run it with attn_session_run_tokens; d_in is 1). */
+  int token_input;
 } attn_model_info;
 
 #define ATTN_MODEL_INFO_INIT \
-  { sizeof(attn_model_info), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+  { sizeof(attn_model_info), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 ATTN_API attn_status attn_model_config(const attn_model* model,
                                        attn_model_info* info);
@@ -253,6 +256,15 @@ ATTN_API attn_status attn_session_create(const attn_model* model,
 ATTN_API attn_status attn_session_run(attn_session* session, const float* input,
                                       int64_t batch, int64_t seq_len,
                                       float* output);
+
+/* As attn_session_run for a model whose input is token ids
+ * (attn_model_info.token_input): token_ids [batch, seq_len], each in
+ * [0, vocab) of its embedding, output [batch, seq_len, d_out]. A model of
+ * feature input is refused, as is attn_session_run of one of token input. */
+ATTN_API attn_status attn_session_run_tokens(attn_session* session,
+                                             const int64_t* token_ids,
+                                             int64_t batch, int64_t seq_len,
+                                             float* output);
 
 /* Releases the session. NULL is a no-op. */
 ATTN_API void attn_session_destroy(attn_session* session);
