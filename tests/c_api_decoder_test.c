@@ -1,6 +1,7 @@
 /* The decoder's C API (attn_decoder_* in attn/attn.h), compiled as C99:
  * token-by-token decoding of a PyTorch golden file equals its forward pass,
- * and every misuse is refused with a status and a message.
+ * a model made for sessions only refuses decoders, and every misuse is
+ * refused with a status and a message.
  * Usage: c_api_decoder_test SOURCE_DIR */
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@ static int failures = 0;
   } while (0)
 
 enum { kCap = 1 << 16 };
-static float x[kCap], want[kCap], y[kCap], x1[kCap], y1[kCap];
+static float x[kCap], want[kCap], y[kCap], x1[kCap], y1[kCap], y2[kCap];
 
 /* Decodes `path`'s input token by token and compares with its expected. */
 static void TestGoldenIncremental(const char* path) {
@@ -118,6 +119,37 @@ static void TestErrors(const char* path) {
   attn_model_destroy(model);
 }
 
+/* A model made for sessions only (sessions_only 1) runs sessions as the
+ * default one does, bit for bit, and refuses decoders naming the option. */
+static void TestSessionsOnly(const char* path) {
+  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  attn_model *full = NULL, *lean = NULL;
+  attn_session *a = NULL, *b = NULL;
+  attn_decoder* decoder = NULL;
+  int64_t shape[ATTN_MAX_RANK] = {0}, d_out = 0;
+  options.sessions_only = 1;
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(path, NULL, &full));
+  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(path, &options, &lean));
+  if (!full || !lean) return;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_decoder_create(lean, 1, 0, &decoder));
+  EXPECT(decoder == NULL &&
+         strstr(attn_last_error_message(), "sessions_only") != NULL);
+  EXPECT_STATUS(ATTN_OK,
+                attn_tensor_read_f32(path, "input", x1, kCap, shape, NULL));
+  EXPECT_STATUS(ATTN_OK, attn_model_dims(full, NULL, &d_out));
+  EXPECT_STATUS(ATTN_OK, attn_session_create(full, &a));
+  EXPECT_STATUS(ATTN_OK, attn_session_create(lean, &b));
+  EXPECT_STATUS(ATTN_OK, attn_session_run(a, x1, shape[0], shape[1], y1));
+  EXPECT_STATUS(ATTN_OK, attn_session_run(b, x1, shape[0], shape[1], y2));
+  EXPECT(memcmp(y1, y2,
+                (size_t)(shape[0] * shape[1] * d_out) * sizeof(float)) == 0);
+  attn_session_destroy(a);
+  attn_session_destroy(b);
+  attn_model_destroy(full);
+  attn_model_destroy(lean);
+}
+
 int main(int argc, char** argv) {
   char path[4096];
   const char* names[] = {"mha_book", "mha_t7_hd3_bias", "mha_moderate",
@@ -134,6 +166,9 @@ int main(int argc, char** argv) {
   }
   snprintf(path, sizeof(path), "%s/tests/golden/mha_book.safetensors", argv[1]);
   TestErrors(path);
+  snprintf(path, sizeof(path), "%s/tests/golden/mha_moderate.safetensors",
+           argv[1]);
+  TestSessionsOnly(path);
   if (failures) fprintf(stderr, "%d failure(s)\n", failures);
   return failures ? 1 : 0;
 }

@@ -228,6 +228,10 @@ attn_status ToModelOptions(const C* c, const char* what,
 
 attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
   if (!c) return ATTN_OK;
+  if (Inside(c->struct_size, offsetof(attn_mha_options, sessions_only),
+             sizeof(int))) {
+    options->decode = c->sessions_only == 0;
+  }
   return ToModelOptions(c, "attn_mha_options", options);
 }
 

@@ -113,8 +113,9 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   const MhaConfig& c = d.m->config;
   if (!d.m->decode) {
     return InvalidArgument(
-        "decoder: the model was made with MhaOptions::decode false, without "
-        "the layouts decoders read; make it with decode true");
+        "decoder: the model was made without the layouts decoders read "
+        "(MhaOptions::decode false; C: attn_mha_options.sessions_only 1); "
+        "make it with decode true");
   }
   ATTN_ASSIGN_OR_RETURN(const int64_t capacity, CacheLength(c, options));
   ATTN_ASSIGN_OR_RETURN(

@@ -96,12 +96,15 @@ typedef struct attn_mha_options {
   double rope_low_freq_factor;
   double rope_high_freq_factor;
   int64_t rope_original_context_length;
+  /* Version 5: */
+  int sessions_only; /* 1: without the layouts decoders read (less memory;
+                        attn_decoder_create refuses the model) */
 } attn_mha_options;
 
 #define ATTN_MHA_OPTIONS_INIT                                                  \
   {                                                                            \
     sizeof(attn_mha_options), 0, 0, 0, 0, ATTN_DTYPE_F32, NULL, 0, 0, 0, 0, 0, \
-        0, 0                                                                   \
+        0, 0, 0                                                                \
   }
 
 /* Loads weights under PyTorch's state_dict names (W_query.weight,
