@@ -64,9 +64,9 @@ typedef enum attn_dtype {
  * largest size it takes: the library reads no byte past its own struct.
  * Initialise the whole struct (ATTN_MHA_OPTIONS_INIT, or = {0} and set
  * struct_size) so that fields a later header appends start at 0 when you
- * rebuild. Fields are never placed in an earlier version's tail padding,
- * which a caller may have left uninitialised. Version 1 ended at num_threads
- * (struct_size 24 on 64-bit targets). */
+ * rebuild. Fields are never placed in an earlier layout's tail padding,
+ * which a caller may have left uninitialised. engine/CHANGELOG.md says what
+ * each release appended. */
 typedef struct attn_mha_options {
   size_t struct_size;
   int num_heads;      /* else the file's metadata "num_heads" */
@@ -74,20 +74,18 @@ typedef struct attn_mha_options {
                          book's "mask" buffer, else no limit */
   int num_threads;    /* 0 = default: ATTN_NUM_THREADS, then the tuned file,
                          then the cores the loading thread may run on */
-  /* Version 2: */
   uint64_t max_memory_bytes; /* most bytes the weights, or a session's buffers
                                 plus the weights, may take; a larger request
                                 fails with ATTN_OUT_OF_MEMORY before anything
                                 is allocated. 0: half the physical memory (or
                                 of the cgroup's limit) */
   attn_dtype dtype;          /* ATTN_DTYPE_F32 (0) or ATTN_DTYPE_BF16 */
-  /* Version 3: */
-  const char* tuned_config; /* a tuned file (attn tune --save) whose team size
-                               is the default when num_threads is 0 and
-                               ATTN_NUM_THREADS is unset; read at load. NULL
-                               or "": the file ATTN_CONFIG names, if any */
-  /* Version 4: the attention of current models (attn::MhaConfig), each
-     else the file's metadata of the same name ("num_kv_heads", ...): */
+  const char* tuned_config;  /* a tuned file (attn tune --save) whose team size
+                                is the default when num_threads is 0 and
+                                ATTN_NUM_THREADS is unset; read at load. NULL
+                                or "": the file ATTN_CONFIG names, if any */
+  /* The attention of current models (attn::MhaConfig), each else the
+     file's metadata of the same name ("num_kv_heads", ...): */
   int num_kv_heads;   /* K/V heads, dividing num_heads; else W_key's rows */
   int sliding_window; /* query i sees keys (i - W, i]; 0: all earlier ones */
   double rope_theta;  /* rotary embeddings (Llama's); 0: none. Then Llama
@@ -96,7 +94,6 @@ typedef struct attn_mha_options {
   double rope_low_freq_factor;
   double rope_high_freq_factor;
   int64_t rope_original_context_length;
-  /* Version 5: */
   int sessions_only; /* 1: without the layouts decoders read (less memory;
                         attn_decoder_create refuses the model) */
 } attn_mha_options;
@@ -153,10 +150,10 @@ typedef struct attn_mha_weights {
  * free them on return. The model is the same as one loaded from a file with
  * these weights (attn_model_load_mha): the same outputs, bit for bit.
  * options may be NULL; its num_heads and context_length, when set, override
- * config's, and its version-4 fields set the attention's variant: grouped
- * K/V weights (w_key, w_value of kv_dim rows) need options->num_kv_heads,
- * without which they must have d_out rows. On failure *model is set to
- * NULL. */
+ * config's, and its num_kv_heads to rope fields set the attention's variant:
+ * grouped K/V weights (w_key, w_value of kv_dim rows) need
+ * options->num_kv_heads, without which they must have d_out rows. On failure
+ * *model is set to NULL. */
 ATTN_API attn_status attn_model_create_mha(const attn_mha_config* config,
                                            const attn_mha_weights* weights,
                                            const attn_mha_options* options,
@@ -172,14 +169,12 @@ typedef struct attn_graph_options {
                          weight names prefixed "trf_blocks.{i}." (the book's
                          GPTModel); 0: metadata "n_layers", else once as is */
   int num_threads;    /* as in attn_mha_options */
-  /* Version 2: */
   uint64_t max_memory_bytes; /* as in attn_mha_options, for the weights or
                                 one compiled shape's buffers */
   attn_dtype dtype;          /* bf16: linear and mha matmuls only */
-  /* Version 3: */
-  const char* tuned_config; /* as in attn_mha_options */
-  /* Version 4: as in attn_mha_options, for mha nodes (else their
-     attributes, else the metadata) */
+  const char* tuned_config;  /* as in attn_mha_options */
+  /* As in attn_mha_options, for mha nodes (else their attributes, else
+     the metadata): */
   int num_kv_heads;
   int sliding_window;
   double rope_theta;
@@ -224,7 +219,7 @@ typedef struct attn_model_info {
   int64_t context_length; /* 0 = no limit */
   int qkv_bias;           /* 1 when W_query/W_key/W_value have biases */
   int num_threads;        /* the resolved team size of every run */
-  /* Version 2: the attention's variant (MHA models; 0 for graphs) */
+  /* The attention's variant (MHA models; 0 for graphs): */
   int64_t num_kv_heads;   /* K/V heads: num_heads without grouping */
   int64_t sliding_window; /* 0: none */
   double rope_theta;      /* 0: no rotary embeddings */
@@ -232,8 +227,8 @@ typedef struct attn_model_info {
   double rope_low_freq_factor;
   double rope_high_freq_factor;
   int64_t rope_original_context_length;
-  /* Version 3: 1 when the input is token ids [b, T] (a graph that begins
-   * with an embedding: run it with attn_session_run_tokens; d_in is 1). */
+  /* 1 when the input is token ids [b, T] (a graph that begins with an
+   * embedding: run it with attn_session_run_tokens; d_in is 1). */
   int token_input;
 } attn_model_info;
 
@@ -370,9 +365,7 @@ typedef struct attn_sampler attn_sampler;
 
 /* How to load a language model. Zero means "not set here": each is else the
  * file's metadata of the same name, then (Hugging Face files) a config.json
- * beside the file. struct_size as for attn_mha_options; this is version 3.
- * Version 1 ended at rope_original_context_length (struct_size 88 on
- * 64-bit targets), version 2 at dtype (96). */
+ * beside the file. struct_size as for attn_mha_options. */
 typedef struct attn_lm_options {
   size_t struct_size;
   int num_threads;           /* as in attn_mha_options */
@@ -389,10 +382,10 @@ typedef struct attn_lm_options {
   double rope_low_freq_factor;
   double rope_high_freq_factor;
   int64_t rope_original_context_length;
-  /* Version 2. ATTN_DTYPE_BF16 (CPUs with native bf16) holds every matrix
+  /* ATTN_DTYPE_BF16 (CPUs with native bf16) holds every matrix
    * in bf16 for half the bytes per decode step (attn::LmOptions). */
   attn_dtype dtype;
-  /* Version 3. Query i sees keys (i - W, i] (a sliding window, as in
+  /* Query i sees keys (i - W, i] (a sliding window, as in
    * attn_mha_options); else metadata "sliding_window", else every earlier
    * key. */
   int64_t sliding_window;
@@ -424,8 +417,7 @@ typedef enum attn_lm_architecture {
 
 /* What a loaded language model resolved. struct_size as for
  * attn_model_info: set it to sizeof(attn_lm_info) (ATTN_LM_INFO_INIT does);
- * fields a newer header appends are left untouched. Version 1 is the whole
- * struct. */
+ * fields a newer header appends are left untouched. */
 typedef struct attn_lm_info {
   size_t struct_size;
   attn_lm_architecture architecture;
@@ -446,7 +438,7 @@ typedef struct attn_lm_info {
 ATTN_API attn_status attn_lm_get_info(const attn_lm* model, attn_lm_info* info);
 
 /* A batch's sizes; zero means "not set here". struct_size as for
- * attn_lm_options (version 1 is the whole struct). */
+ * attn_lm_options. */
 typedef struct attn_lm_batch_options {
   size_t struct_size;
   int64_t max_sequences; /* sequences held at once; 0: 1 */
@@ -517,8 +509,7 @@ ATTN_API attn_status attn_lm_batch_logits(const attn_lm_batch* batch,
 /* How to pick the next token: greedy (argmax, the lowest id on ties) at
  * temperature 0, else the book's chapter-5 generate: top-k, temperature,
  * top-p, then a draw from a generator seeded once. Zero means "not set
- * here"; struct_size as for attn_lm_options; this is version 2. Version 1
- * ended at seed (struct_size 40 on 64-bit targets). */
+ * here"; struct_size as for attn_lm_options. */
 typedef struct attn_sampler_options {
   size_t struct_size;
   double temperature; /* >= 0; 0: greedy */
