@@ -1001,7 +1001,7 @@ TEST(GraphPlannerTest, ArenaHoldsTheMhaBuffersOnceForAllLayers) {
   mha.b_qkv.assign(3 * E, 0.0f);
   mha.w_out.assign(E * E, 0.0f);
   mha.b_out.assign(E, 0.0f);
-  ASSERT_TRUE(MakeMhaLinears(mha, /*decode=*/false).ok());
+  ASSERT_TRUE(MakeMhaLinears(mha, /*sessions=*/true, /*decode=*/false).ok());
   auto op = PlanMhaRun(mha, B, T, 0, "test");
   ASSERT_TRUE(op.ok()) << op.status().message();
   size_t buffers = 0;

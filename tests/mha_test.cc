@@ -124,6 +124,32 @@ TEST(MhaTest, BitwiseIdenticalAtOneAndTwoThreadsAndRepeatable) {
 }
 
 // Llama's out_proj has no bias: a null b_out is a bias of zeros, bit for bit.
+// A model made without the sessions' layouts (MhaOptions::sessions false,
+// as a language model's attention) holds less, and its sessions pack their
+// own copy and give the same bits.
+TEST(MhaTest, SessionsPackTheirOwnWithoutTheModelsLayouts) {
+  const RandomMha m(64, 64, 4, true, 31);
+  MhaOptions options;
+  options.num_threads = 2;
+  auto shared = MhaModel::Create(m.config, m.Weights(), options);
+  options.sessions = false;
+  auto lean = MhaModel::Create(m.config, m.Weights(), options);
+  ASSERT_TRUE(shared.ok() && lean.ok());
+  // At least the q, k and v planes: 3 x 64 x 64 floats.
+  EXPECT_GE((*shared)->memory_bytes(),
+            (*lean)->memory_bytes() + 3 * 64 * 64 * sizeof(float));
+  std::mt19937 rng(4);
+  const int64_t B = 2, T = 48;
+  const auto x = test::RandomVector(rng, B * T * 64, -1.f, 1.f);
+  std::vector<float> y_shared(x.size()), y_lean(x.size());
+  MhaSession a(*shared), b(*lean);
+  ASSERT_TRUE(a.Run(x.data(), B, T, y_shared.data()).ok());
+  ASSERT_TRUE(b.Run(x.data(), B, T, y_lean.data()).ok());
+  EXPECT_EQ(y_shared, y_lean);
+  EXPECT_GE(b.workspace_bytes(),
+            a.workspace_bytes() + 3 * 64 * 64 * sizeof(float));
+}
+
 TEST(MhaTest, MissingOutProjBiasIsZeros) {
   RandomMha m(24, 16, 4, false, 8);
   std::mt19937 rng(4);
@@ -259,7 +285,8 @@ TEST(MhaTest, LongRunsShareTheModelsPackedWeights) {
     m->w_out = w_out;
     m->b_out = b_out;
   }
-  ASSERT_TRUE(MakeMhaLinears(shared_model, /*decode=*/true).ok());
+  ASSERT_TRUE(
+      MakeMhaLinears(shared_model, /*sessions=*/true, /*decode=*/true).ok());
   using ops::Weight;
   own_model.qkv = *ops::Linear::Create(
       Weight::Borrow(own_model.w_qkv.data(), 3 * E, E),

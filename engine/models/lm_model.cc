@@ -70,8 +70,8 @@ Status CheckSizes(const LmConfig& c) {
 // Bytes the model holds, about (panels pad each matrix to whole panels).
 // fp32: the linears' weights, packed copies and panels (a tied head's
 // weights are the embeddings); bf16: the same in bf16. The attention: its
-// fp32 weights, the packed q/k/v planes of runs without a cache, and its
-// decode layouts (an fp32 packed copy, panels in the model's dtype).
+// fp32 weights and its decode layouts (an fp32 packed copy, panels in the
+// model's dtype).
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
   const uint64_t kv = c.num_kv_heads * (e / c.num_heads);
@@ -79,8 +79,8 @@ uint64_t ModelBytes(const LmConfig& c, DType dtype) {
       (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
   const uint64_t qkv = e * (e + 2 * kv), attention = qkv + e * e;
   const bool bf16 = dtype == DType::kBF16;
-  const uint64_t layer = (bf16 ? 10 : 12) * attention + 4 * qkv +
-                         (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
+  const uint64_t layer =
+      (bf16 ? 10 : 12) * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
   const uint64_t embeddings =
       4 * v * e +
       4 * (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
@@ -229,6 +229,7 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
   mha.num_threads = m.num_threads;
   mha.max_memory_bytes = m.max_memory_bytes;
   mha.step_weights = options.dtype;
+  mha.sessions = false;  // batches only decode
   for (int64_t l = 0; l < c.num_layers; ++l) {
     ATTN_ASSIGN_OR_RETURN(lm::Layer layer, MakeLayer(c, w, l, mha));
     m.layers.push_back(std::move(layer));

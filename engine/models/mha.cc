@@ -176,7 +176,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
     ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_out).status());
   }
   impl->step_weights = options.step_weights;
-  ATTN_RETURN_IF_ERROR(MakeMhaLinears(*impl, options.decode));
+  ATTN_RETURN_IF_ERROR(MakeMhaLinears(*impl, options.sessions, options.decode));
   return std::shared_ptr<const MhaModel>(new MhaModel(std::move(impl)));
 }
 
@@ -322,11 +322,11 @@ Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
       m.max_memory_bytes);
 }
 
-// The layouts of the projections: forwards without a cache write the head
-// planes in the model's type and project out in it; decoders (`decode`)
-// read fp32 rows and the panels of steps.
-void ChooseLayouts(const MhaModelData& m, bool decode, ops::LinearLayouts& qkv,
-                   ops::LinearLayouts& out) {
+// The layouts of the projections: forwards without a cache (`sessions`)
+// write the head planes in the model's type and project out in it;
+// decoders (`decode`) read fp32 rows and the panels of steps.
+void ChooseLayouts(const MhaModelData& m, bool sessions, bool decode,
+                   ops::LinearLayouts& qkv, ops::LinearLayouts& out) {
   const MhaConfig& c = m.config;
   const DataType type = ops::ToDataType(m.dtype);
   if (decode) {
@@ -335,6 +335,7 @@ void ChooseLayouts(const MhaModelData& m, bool decode, ops::LinearLayouts& qkv,
     const bool bf16 = m.step_weights == DType::kBF16;
     qkv.panels = out.panels = bf16 ? DataType::kBF16 : DataType::kF32;
   }
+  if (!sessions) return;
   qkv.packed.push_back({type, c.d_out / c.num_heads});
   if (!decode || type != DataType::kF32) out.packed.push_back({type, 0});
 }
@@ -357,12 +358,12 @@ Result<uint64_t> LayoutBytes(int64_t rows, int64_t in, bool bias,
 
 }  // namespace
 
-Status MakeMhaLinears(MhaModelData& m, bool decode) {
+Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode) {
   const ThreadScope threads(m.num_threads);
   const MhaConfig& c = m.config;
   const int64_t qkv_rows = c.d_out + 2 * KvDim(c);
   ops::LinearLayouts qkv_layouts, out_layouts;
-  ChooseLayouts(m, decode, qkv_layouts, out_layouts);
+  ChooseLayouts(m, sessions, decode, qkv_layouts, out_layouts);
   ATTN_ASSIGN_OR_RETURN(const uint64_t qkv_bytes,
                         LayoutBytes(qkv_rows, c.d_in, c.qkv_bias, qkv_layouts));
   ATTN_ASSIGN_OR_RETURN(const uint64_t out_bytes,

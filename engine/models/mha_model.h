@@ -29,11 +29,11 @@ struct MhaModelData {
   // bf16 at load, and the decode panels are bf16.
   DType step_weights = DType::kF32;
   // The projections, made at load over the weights above: [W_query;
-  // W_key; W_value] and out_proj, each packed for forwards without a cache
-  // (the fused projection into head planes) in the model's dtype, and with
-  // MhaOptions::decode (`decode`) packed in fp32 for decoders' prompts and
-  // long steps, with panels in step_weights' type for steps of up to 8
-  // rows.
+  // W_key; W_value] and out_proj, with MhaOptions::sessions packed for
+  // forwards without a cache (the fused projection into head planes) in the
+  // model's dtype, and with MhaOptions::decode (`decode`) packed in fp32 for
+  // decoders' prompts and long steps, with panels in step_weights' type for
+  // steps of up to 8 rows.
   ops::Linear qkv, out;
   bool decode = false;
 };
@@ -52,9 +52,9 @@ inline int64_t KvDim(const MhaConfig& c) {
 // Bytes of the fp32 weights a model of config `c` holds (saturating).
 uint64_t WeightBytes(const MhaConfig& c);
 
-// Makes `m.qkv` and `m.out` with the layouts forwards (and, with `decode`,
-// decoders) read, with the model's weights already held.
-Status MakeMhaLinears(MhaModelData& m, bool decode);
+// Makes `m.qkv` and `m.out` with the layouts sessions (with `sessions`) and
+// decoders (with `decode`) read, with the model's weights already held.
+Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode);
 // Bytes the model holds: its weights and their packed copies.
 uint64_t MhaModelBytes(const MhaModelData& m);
 

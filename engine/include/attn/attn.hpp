@@ -99,6 +99,11 @@ struct MhaOptions : ModelOptions {
   // panels for steps of a few rows). false: MhaSession only, and
   // MhaDecoder::Create refuses the model.
   bool decode = true;
+  // Whether the model holds, from load, the projections as sessions read
+  // them (packed into the q, k and v head planes), shared by all of them.
+  // false: each MhaSession packs its own copy as it prepares a shape (the
+  // same bits); for models that only decode, such as a language model's.
+  bool sessions = true;
 };
 
 // Half of the physical memory (or of the cgroup's memory.max, if lower).
