@@ -459,17 +459,23 @@ static void FreePageEnd(void* end, size_t size) {
 }
 
 /* Options structs whose struct_size claims more than the struct, up to the
- * unreadable page after them, are refused without reading past the struct,
- * naming the size given and the largest taken. */
+ * unreadable page after them (an MHA options of an older layout among
+ * them), are refused without reading past the struct, naming the size
+ * given and the largest taken. */
 static void TestStructSizePastThePage(const Golden* g, const attn_lm* model) {
   attn_lm_options* lm = (attn_lm_options*)PageEnd(sizeof *lm);
   attn_lm_batch_options* bo = (attn_lm_batch_options*)PageEnd(sizeof *bo);
   attn_sampler_options* so = (attn_sampler_options*)PageEnd(sizeof *so);
+  /* An older caller's MHA options, without the last field. */
+  const size_t older = offsetof(attn_mha_options, sessions_only);
+  attn_mha_options* mo = (attn_mha_options*)PageEnd(older);
+  char mha_path[4096];
+  attn_model* mha = NULL;
   attn_lm* loaded = NULL;
   attn_lm_batch* batch = NULL;
   attn_sampler* sampler = NULL;
   char want[64];
-  EXPECT(lm && bo && so);
+  EXPECT(lm && bo && so && mo);
   if (lm) {
     lm->struct_size = 1000;
     EXPECT_STATUS(ATTN_UNSUPPORTED, attn_lm_load(g->model_path, lm, &loaded),
@@ -495,6 +501,18 @@ static void TestStructSizePastThePage(const Golden* g, const attn_lm* model) {
                   "attn_sampler_options.struct_size is 1024");
     EXPECT(sampler == NULL);
   }
+  if (mo) {
+    mo->struct_size = 1000;
+    snprintf(mha_path, sizeof mha_path, "%s/tests/golden/mha_book.safetensors",
+             source_dir);
+    EXPECT_STATUS(ATTN_UNSUPPORTED, attn_model_load_mha(mha_path, mo, &mha),
+                  "attn_mha_options.struct_size is 1000");
+    EXPECT(mha == NULL);
+    mo->struct_size = older; /* the older layout still loads */
+    EXPECT_STATUS(ATTN_OK, attn_model_load_mha(mha_path, mo, &mha), "");
+    attn_model_destroy(mha);
+  }
+  FreePageEnd(mo, older);
   FreePageEnd(lm, sizeof *lm);
   FreePageEnd(bo, sizeof *bo);
   FreePageEnd(so, sizeof *so);

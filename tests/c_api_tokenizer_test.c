@@ -60,7 +60,7 @@ static void TestEncodeDecode(const attn_tokenizer* t) {
   for (i = 0; i < 5; ++i) EXPECT(ids[i] == want[i]);
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_tokenizer_encode(t, "hello world", 11, ids, 4, &count),
-                "ids holds 4, want room for 5");
+                "ids has room for 4 values, want 5");
   EXPECT(count == 5);
   EXPECT_STATUS(ATTN_OK, attn_tokenizer_encode(t, NULL, 0, ids, 8, &count), "");
   EXPECT(count == 0);
@@ -70,7 +70,7 @@ static void TestEncodeDecode(const attn_tokenizer* t) {
   EXPECT(length == 4);
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_tokenizer_decode(t, 10, bytes, 3, &length),
-                "bytes holds 3, want room for 4");
+                "bytes has room for 3 values, want 4");
 }
 
 static void TestMisuse(const attn_tokenizer* t, const char* dir) {

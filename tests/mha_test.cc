@@ -123,7 +123,6 @@ TEST(MhaTest, BitwiseIdenticalAtOneAndTwoThreadsAndRepeatable) {
   EXPECT_EQ(one, Forward(m, x, 3, 100, 1));
 }
 
-// Llama's out_proj has no bias: a null b_out is a bias of zeros, bit for bit.
 // A model made without the sessions' layouts (MhaOptions::sessions false,
 // as a language model's attention) holds less, and its sessions pack their
 // own copy and give the same bits.
@@ -150,6 +149,7 @@ TEST(MhaTest, SessionsPackTheirOwnWithoutTheModelsLayouts) {
             a.workspace_bytes() + 3 * 64 * 64 * sizeof(float));
 }
 
+// Llama's out_proj has no bias: a null b_out is a bias of zeros, bit for bit.
 TEST(MhaTest, MissingOutProjBiasIsZeros) {
   RandomMha m(24, 16, 4, false, 8);
   std::mt19937 rng(4);

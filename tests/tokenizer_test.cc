@@ -35,7 +35,7 @@ struct SplitCase {
 };
 
 // Each expectation is regex.findall(PAT, text) from Python's `regex` module
-// with GPT-2's pattern (the one in tokenizer.h).
+// with GPT-2's pattern (the one in gpt2_bpe.h).
 const SplitCase kRegexSplits[] = {
     {"Hello world", {"Hello", " world"}},
     {"I'm", {"I", "'m"}},

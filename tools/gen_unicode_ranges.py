@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes engine/tokenizer/unicode_ranges.inc: the code point classes of GPT-2's
-pre-tokenization pattern, for tools/tokenizer.cc (which may not depend on
-PCRE2 or ICU).
+pre-tokenization pattern, for engine/tokenizer/gpt2_bpe.cc (a scanner over
+code points, without a regex library).
 
     /usr/bin/python3 tools/gen_unicode_ranges.py > engine/tokenizer/unicode_ranges.inc
 

@@ -105,10 +105,10 @@ attn_status CopyOut(const T* values, size_t n, T* dst, size_t capacity,
   if (!dst && capacity == 0) return ATTN_OK;
   if (!dst) return NullArgument(what);
   if (capacity < n) {
-    return Fail(ATTN_INVALID_ARGUMENT,
-                (std::string(what) + " holds " + std::to_string(capacity) +
-                 ", want room for " + std::to_string(n))
-                    .c_str());
+    return Fail(ATTN_INVALID_ARGUMENT, (std::string(what) + " has room for " +
+                                        std::to_string(capacity) +
+                                        " values, want " + std::to_string(n))
+                                           .c_str());
   }
   std::copy(values, values + n, dst);
   return ATTN_OK;
@@ -228,11 +228,16 @@ attn_status ToModelOptions(const C* c, const char* what,
 
 attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
   if (!c) return ATTN_OK;
+  // struct_size first: no field is read before it is known to be sane.
+  if (attn_status s = ToModelOptions(c, "attn_mha_options", options);
+      s != ATTN_OK) {
+    return s;
+  }
   if (Inside(c->struct_size, offsetof(attn_mha_options, sessions_only),
              sizeof(int))) {
     options->decode = c->sessions_only == 0;
   }
-  return ToModelOptions(c, "attn_mha_options", options);
+  return ATTN_OK;
 }
 
 attn_status ToGraphOptions(const attn_graph_options* c,

@@ -300,8 +300,8 @@ Status CheckRunShape(const MhaConfig& c, int64_t batch, int64_t seq_len) {
 }
 
 // The memory cap, checked before any primitive or buffer exists: the
-// activations and packed weights estimated here (the operator checks its
-// exact need).
+// activations and scratch estimated here (the operator checks its exact
+// need, a copy of the weights it packs itself included).
 Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
                         const std::string& run_what) {
   const MhaConfig& c = m.config;

@@ -194,7 +194,8 @@ Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
   plan.fallback_ = fallback;
   // RowsLinear takes fp32 x and y, and applies GELU alone.
   const bool rows_linear =
-      like.has_panels() && epilogue.panels && epilogue.head_dim == 0 &&
+      like.has_panels() && epilogue.panels && !epilogue.type &&
+      epilogue.head_dim == 0 &&
       rows <= static_cast<int64_t>(kernels::kRowsLinearMaxRows) &&
       !epilogue.post.gelu_tanh && !epilogue.post.add_residual &&
       epilogue.src == DataType::kF32 && epilogue.dst == DataType::kF32;
@@ -249,7 +250,11 @@ Status LinearPlan::PackOwn(const Linear& linear, void* dst) const {
 
 const void* LinearPlan::MatMulWeights(const Linear& linear,
                                       const Buffers& buffers) const {
-  if (reads_packed_) return linear.packed_[*reads_packed_].data.data();
+  if (reads_packed_) {
+    // Linears a plan serves share their layouts (a model's layers).
+    HWY_DASSERT(*reads_packed_ < linear.packed_.size());
+    return linear.packed_[*reads_packed_].data.data();
+  }
   return fallback_ == LinearFallback::kPlain ? linear.weight().data()
                                              : buffers.own_packed;
 }

@@ -135,7 +135,8 @@ class Linear {
 // what runs after x W^T + b, and the types of x and y.
 struct LinearEpilogue {
   // The matmul's type (none: the linear's compute_type()), and with
-  // head_dim > 0 the head planes of PackedLayout (never on RowsLinear).
+  // head_dim > 0 the head planes of PackedLayout (either: never RowsLinear,
+  // whose type is its panels').
   std::optional<kernels::DataType> type;
   int64_t head_dim = 0;
   // RowsLinear may run up to kRowsLinearMaxRows rows when the linear has

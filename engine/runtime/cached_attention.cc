@@ -56,14 +56,16 @@ Result<CachedAttention> CachedAttention::Create(const MhaModelData& m,
   const int64_t slots = cache->shape().sequences;
   // A one-token-per-slot step grows no list.
   ATTN_RETURN_IF_ERROR(op.ReserveLists(slots, static_cast<size_t>(slots)));
-  ATTN_ASSIGN_OR_RETURN(op.step_, op.MakeStep(slots));
+  // The owner counts this op once it holds it: its lists count here.
+  ATTN_ASSIGN_OR_RETURN(op.step_, op.MakeStep(slots, op.bytes()));
   return op;
 }
 
 Result<std::unique_ptr<AttentionOp>> CachedAttention::MakeStep(
-    int64_t rows) const {
+    int64_t rows, uint64_t unseen) const {
   return AttentionOp::CreateStep(*m_, rows, cache_->layer(layer_),
-                                 m_->num_threads, shared_->held(),
+                                 m_->num_threads,
+                                 AddSat(shared_->held(), unseen),
                                  "a decoder step of " + Str(rows) + " tokens");
 }
 
@@ -167,7 +169,7 @@ Status CachedAttention::AppendRows(const float* input, const NewTokens& tokens,
   if (rows != step_->rows()) {
     if (!other_ || other_->rows() != rows) {
       other_.reset();  // steps of another size: its op goes first
-      ATTN_ASSIGN_OR_RETURN(other_, MakeStep(rows));
+      ATTN_ASSIGN_OR_RETURN(other_, MakeStep(rows, 0));
     }
     op = other_.get();
   }

@@ -83,7 +83,10 @@ class CachedAttention {
 
  private:
   CachedAttention() = default;
-  Result<std::unique_ptr<AttentionOp>> MakeStep(int64_t rows) const;
+  // A step op of `rows` rows; `unseen`: bytes of this op's that the
+  // owner's held() does not count yet.
+  Result<std::unique_ptr<AttentionOp>> MakeStep(int64_t rows,
+                                                uint64_t unseen) const;
   Status ReserveLists(int64_t rows, size_t sequences);
   int64_t FreshPromptLength(const NewTokens& tokens);
   Status PreparePrompt(int64_t batch, int64_t seq_len);

@@ -1,4 +1,4 @@
-// GPT-2's byte-level BPE (see tokenizer.h), after OpenAI's encoder.py. The
+// GPT-2's byte-level BPE (see gpt2_bpe.h), after OpenAI's encoder.py. The
 // pre-tokenization regex is a hand-written scanner over code points, since
 // no regex library with \p{L} is among our dependencies.
 #include "engine/tokenizer/gpt2_bpe.h"
