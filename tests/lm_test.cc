@@ -583,6 +583,33 @@ LmConfig SmallConfig(int64_t layers) {
   return config;
 }
 
+// A step's activations are held once for all the layers, which run one at
+// a time: a batch of a 4-layer model holds, beyond a 1-layer one's, three
+// more layers of KV cache and less than one step's activations.
+TEST(LmBatchTest, StepBuffersAreSharedByTheLayers) {
+  constexpr int64_t kSlots = 64;
+  uint64_t bytes[2] = {0, 0};
+  for (const int64_t layers : {1, 4}) {
+    LmOptions options;
+    options.num_threads = 1;
+    auto model = LanguageModel::Random(SmallConfig(layers), 3, options);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    auto batch = LmBatch::Create(*model, {kSlots, 0});
+    ASSERT_TRUE(batch.ok()) << batch.status().message();
+    bytes[layers / 4] = (*batch)->cache_bytes();
+  }
+  const LmConfig c = SmallConfig(1);
+  const uint64_t head_dim = c.emb_dim / c.num_heads;  // padded to 16
+  const uint64_t kv_layer =
+      2 * kSlots * c.num_heads * c.context_length * 16 * sizeof(float);
+  // q, k and v rows, ctx and the zero-padded q rows of one-token steps.
+  const uint64_t activations =
+      kSlots * (3 * c.emb_dim + c.emb_dim + c.num_heads * 16) * sizeof(float);
+  ASSERT_EQ(head_dim, 8u);
+  EXPECT_GE(bytes[1] - bytes[0], 3 * kv_layer);
+  EXPECT_LT(bytes[1] - bytes[0], 3 * kv_layer + activations);
+}
+
 // The memory cap holds for the whole batch, not layer by layer: a cap just
 // under what the model, the caches and a step of long prompts hold after
 // it lets the batch's own buffers through, and is passed in the middle of

@@ -170,8 +170,7 @@ size_t AttentionOp::bytes() const {
   size_t total = (rope_ ? rope_->bytes() : 0) +
                  positions_.size() * sizeof(int64_t) +
                  decode_rows_.capacity() * sizeof(kernels::DecodeRow);
-  for (const AlignedBuffer* b :
-       {&w_qkv_, &w_out_, &qkv_, &ctx_, &proj_scratch_, &q_rows_}) {
+  for (const AlignedBuffer* b : {&w_qkv_, &w_out_}) {
     total += b->size();
   }
   return total;
@@ -343,29 +342,22 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   const auto d_out = static_cast<size_t>(c.d_out);
   const auto qkv_out = static_cast<size_t>(op->QkvWidth());
   const size_t Dp = kernels::DecodePaddedDim(static_cast<size_t>(op->D_));
-  // The activations and the kernel's row list first, against the cap
-  // before any primitive exists.
-  const uint64_t per_row =
-      4 * static_cast<uint64_t>(qkv_out + d_out + op->H_ * Dp) +
-      sizeof(kernels::DecodeRow);
-  ATTN_RETURN_IF_ERROR(
-      CheckMemory(what, AddSat(held, MulSat(per_row, R)), m.max_memory_bytes));
+  // The kernel's row list first, against the cap before any primitive
+  // exists (the caller holds the buffers: Grow).
+  held = AddSat(held, MulSat(sizeof(kernels::DecodeRow), R));
+  ATTN_RETURN_IF_ERROR(CheckMemory(what, held, m.max_memory_bytes));
   const ThreadScope threads(num_threads);
   op->num_threads_ = threads.num_threads();
   ATTN_RETURN_IF_ERROR(op->MakePlans(DataType::kF32));
+  op->buffer_bytes_[kQkv] = R * qkv_out * sizeof(float);
+  op->buffer_bytes_[kContext] = R * d_out * sizeof(float);
+  op->buffer_bytes_[kProjScratch] =
+      std::max(op->qkv_plan_->scratch_bytes(), op->out_plan_->scratch_bytes());
+  op->buffer_bytes_[kCoreScratch] = R * static_cast<size_t>(op->H_) * Dp * 4;
   Workspace workspace;
-  workspace.Add(&op->qkv_, R * qkv_out * sizeof(float));
-  workspace.Add(&op->q_rows_, R * static_cast<size_t>(op->H_) * Dp * 4);
-  workspace.Add(&op->ctx_, R * d_out * sizeof(float));
   workspace.Add(&op->w_qkv_, op->qkv_plan_->own_packed_bytes());
   workspace.Add(&op->w_out_, op->out_plan_->own_packed_bytes());
-  workspace.Add(&op->proj_scratch_, std::max(op->qkv_plan_->scratch_bytes(),
-                                             op->out_plan_->scratch_bytes()));
-  // The row list is reserved after the buffers.
-  held = AddSat(held, MulSat(sizeof(kernels::DecodeRow), R));
   ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, m.max_memory_bytes));
-  // The padding lanes of q stay zero: DecodeAppend writes them zero too.
-  std::memset(op->q_rows_.data(), 0, op->q_rows_.size());
   op->decode_rows_.reserve(R);
   ATTN_RETURN_IF_ERROR(op->PackWeights());
   if (c.rope.theta != 0.0) {
@@ -376,17 +368,19 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
 }
 
 void AttentionOp::Step(const float* x, const int64_t* seqs,
-                       const int64_t* positions, float* y, float* partials,
+                       const int64_t* positions, float* y,
+                       const Buffers& buffers, float* partials,
                        size_t max_partials, const KeptRows* keep) {
   const ThreadScope threads(num_threads_);
   const MhaModelData& m = *m_;
   const int64_t d_out = m.config.d_out;
-  auto* qkv = static_cast<float*>(qkv_.data());
-  auto* ctx = static_cast<float*>(ctx_.data());
+  auto* qkv = static_cast<float*>(buffers[kQkv]);
+  auto* ctx = static_cast<float*>(buffers[kContext]);
+  void* scratch = buffers[kProjScratch];
   // x: [R, d_in] -> qkv: [R, (H + 2 Hkv) D], one fused projection, then
   // each row's q and k turned to its position.
   const auto R = static_cast<size_t>(batch_);
-  qkv_plan_->Run(m.qkv, x, qkv, {nullptr, proj_scratch_.data(), w_qkv_.data()},
+  qkv_plan_->Run(m.qkv, x, qkv, {nullptr, scratch, w_qkv_.data()},
                  threads.num_threads());
   if (rope_) {
     const auto D = static_cast<size_t>(D_);
@@ -402,7 +396,7 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   for (int64_t r = 0; r < batch_; ++r) {
     kernels::DecodeRow row;
     const int64_t at = seqs[r] * cache_->batch_stride;
-    row.q = static_cast<float*>(q_rows_.data()) +
+    row.q = static_cast<float*>(buffers[kCoreScratch]) +
             static_cast<size_t>(r) * row_floats;
     row.k = cache_->k + at;
     row.v = cache_->v + at;
@@ -421,8 +415,7 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   }
   RunDecodeKernel(params, partials, max_partials, threads.num_threads());
   // ctx: [rows, d_out] -> y: [rows, d_out].
-  ProjectOut(ctx, decode_rows_.size(), y, proj_scratch_.data(),
-             threads.num_threads());
+  ProjectOut(ctx, decode_rows_.size(), y, scratch, threads.num_threads());
 }
 
 // Per (row, head, key chunk): softmax(q k^T / sqrt(D)) v over the row's
@@ -459,6 +452,28 @@ Status OwnedBuffers::Allocate(const AttentionOp& op, uint64_t held,
   pointers_ = {};
   ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, cap));
   for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    pointers_[i] = buffers_[i].data();
+  }
+  return {};
+}
+
+Status OwnedBuffers::Grow(const AttentionOp& op, uint64_t held, uint64_t cap,
+                          const std::string& what) {
+  std::array<size_t, AttentionOp::kNumBuffers> sizes{};
+  bool short_one = false;
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    sizes[i] = std::max(buffers_[i].size(), op.buffer_bytes()[i]);
+    short_one = short_one || buffers_[i].size() < op.buffer_bytes()[i];
+  }
+  if (!short_one) return {};
+  *this = OwnedBuffers();  // the old ones go first
+  Workspace workspace;
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    workspace.Add(&buffers_[i], sizes[i]);
+  }
+  ATTN_RETURN_IF_ERROR(workspace.Allocate(what, held, cap));
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    buffers_[i].ZeroAllPages();
     pointers_[i] = buffers_[i].data();
   }
   return {};

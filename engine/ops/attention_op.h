@@ -70,6 +70,9 @@ class AttentionOp {
   // own (OwnedBuffers) or a graph's planned arena. Each is needed only
   // while Forward runs, 64-byte aligned, and of buffer_bytes()[i] bytes
   // (0: unused, may be null).
+  // A step's (CreateStep) buffers are the same kinds: kQkv its projection's
+  // rows, kContext, kProjScratch, and kCoreScratch its q rows zero-padded
+  // for the decode kernel.
   enum Buffer {
     kInputLow,     // bf16 only: x converted
     kQkv,          // the q, k, v planes (with a cache, q's and then the
@@ -119,12 +122,14 @@ class AttentionOp {
   }
 
   // A step: row r of x is token `positions[r]` of cache sequence `seqs[r]`
-  // (the tokens before it are in the cache). `partials`: the decode
-  // kernel's, `max_partials` slots of DecodePartialFloats(Dp) floats. With
-  // `keep` only the kept rows attend and reach y, in order.
+  // (the tokens before it are in the cache), on `buffers` of at least
+  // buffer_bytes() each, kCoreScratch's padding lanes zero (OwnedBuffers::
+  // Grow makes them so). `partials`: the decode kernel's, `max_partials`
+  // slots of DecodePartialFloats(Dp) floats. With `keep` only the kept rows
+  // attend and reach y, in order.
   void Step(const float* x, const int64_t* seqs, const int64_t* positions,
-            float* y, float* partials, size_t max_partials,
-            const KeptRows* keep = nullptr);
+            float* y, const Buffers& buffers, float* partials,
+            size_t max_partials, const KeptRows* keep = nullptr);
 
   // Columns of the fused projection: the q, k and v heads.
   int64_t QkvWidth() const { return (H_ + 2 * Hkv_) * D_; }
@@ -132,8 +137,7 @@ class AttentionOp {
   int64_t rows() const { return batch_ * seq_len_; }
   int64_t batch() const { return batch_; }
   int64_t seq_len() const { return seq_len_; }
-  // Bytes the op holds: its packed weights (and a step's qkv, ctx and
-  // scratch), not Forward's buffers.
+  // Bytes the op holds: its packed weights and lists, not its buffers.
   size_t bytes() const;
 
  private:
@@ -173,9 +177,7 @@ class AttentionOp {
   // otherwise.
   AlignedBuffer w_qkv_, w_out_;
   std::array<size_t, kNumBuffers> buffer_bytes_{};
-  // Steps only, which hold their buffers: qkv rows, ctx, scratch,
-  // [rows, H, Dp] zero-padded q rows, and the decode kernel's rows.
-  AlignedBuffer qkv_, ctx_, proj_scratch_, q_rows_;
+  // Steps only: the decode kernel's rows.
   std::vector<kernels::DecodeRow> decode_rows_;
 };
 
@@ -189,6 +191,12 @@ class OwnedBuffers {
                   const std::string& what);
   // Whether they are the buffers `op` asks for, of its sizes exactly.
   bool Fit(const AttentionOp& op) const;
+  // Buffers of at least `op`'s sizes, for steps of several sizes (one per
+  // owner, shared by its layers): when one is short, all are made anew,
+  // each the larger of its old and `op`'s size, zeroed; `held` (which
+  // leaves these buffers out) plus them must fit `cap`.
+  Status Grow(const AttentionOp& op, uint64_t held, uint64_t cap,
+              const std::string& what);
   const AttentionOp::Buffers& pointers() const { return pointers_; }
   size_t bytes() const;
 

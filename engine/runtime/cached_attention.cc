@@ -44,6 +44,12 @@ Status CachedAttentionShared::AllocatePartials(const KvCache& cache,
       held(), cap);
 }
 
+Status CachedAttentionShared::FitStep(const AttentionOp& op,
+                                      const std::string& what) {
+  const uint64_t others = held() - step_buffers.bytes();
+  return step_buffers.Grow(op, others, cap, what);
+}
+
 Result<CachedAttention> CachedAttention::Create(const MhaModelData& m,
                                                 const KvCache* cache,
                                                 int64_t layer,
@@ -58,6 +64,9 @@ Result<CachedAttention> CachedAttention::Create(const MhaModelData& m,
   ATTN_RETURN_IF_ERROR(op.ReserveLists(slots, static_cast<size_t>(slots)));
   // The owner counts this op once it holds it: its lists count here.
   ATTN_ASSIGN_OR_RETURN(op.step_, op.MakeStep(slots, op.bytes()));
+  // So that one-token-per-slot steps allocate nothing.
+  ATTN_RETURN_IF_ERROR(shared->FitStep(
+      *op.step_, "a decoder step of " + Str(slots) + " tokens"));
   return op;
 }
 
@@ -182,7 +191,10 @@ Status CachedAttention::AppendRows(const float* input, const NewTokens& tokens,
       row_positions_.push_back(cache_->length(b) + i);
     }
   }
+  ATTN_RETURN_IF_ERROR(
+      shared_->FitStep(*op, "a decoder step of " + Str(rows) + " tokens"));
   op->Step(input, row_seqs_.data(), row_positions_.data(), output,
+           shared_->step_buffers.pointers(),
            static_cast<float*>(shared_->partials.data()), shared_->max_partials,
            keep);
   return {};

@@ -48,13 +48,19 @@ struct CachedAttentionShared {
   // Fresh prompts' activations, and the (batch, length) they were made for.
   OwnedBuffers prompt_buffers;
   std::pair<int64_t, int64_t> prompt_shape{0, 0};
+  // Steps' activations, grown to the largest step so far.
+  OwnedBuffers step_buffers;
   // The decode kernel's split-KV partials: max_partials slots.
   AlignedBuffer partials;
   size_t max_partials = 0;
 
   // Partials for every query head of every slot of `cache` at its capacity.
   Status AllocatePartials(const KvCache& cache, int64_t heads);
-  uint64_t bytes() const { return prompt_buffers.bytes() + partials.size(); }
+  uint64_t bytes() const {
+    return prompt_buffers.bytes() + step_buffers.bytes() + partials.size();
+  }
+  // Step buffers that hold `op`'s (OwnedBuffers::Grow), named by `what`.
+  Status FitStep(const AttentionOp& op, const std::string& what);
 };
 
 // A cache of `layers` layers of `m`'s attention for `sequences` slots of
