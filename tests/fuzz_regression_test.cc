@@ -5,11 +5,16 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
 #include "attn/safetensors.hpp"
+#include "attn/tokenizer.hpp"
+#include "tests/fuzz/fuzz_tokenizer.h"
+#include "tests/temp_dir.h"
 
 namespace attn {
 namespace {
@@ -60,6 +65,33 @@ TEST(FuzzRegressionTest, CorporaNeverCrash) {
     }
   }
   EXPECT_GT(files, 0u) << "no corpus under " << kFuzzDir;
+}
+
+// The tokenizer fuzzer's seeds (fuzz_tokenizer.h's format) load, or are
+// refused in one line, and what loads encodes its own bytes.
+TEST(FuzzRegressionTest, TokenizerCorpusLoadsOrIsRefusedInOneLine) {
+  const std::vector<std::string> seeds =
+      FilesIn(kFuzzDir + "/corpus/fuzz_tokenizer");
+  EXPECT_FALSE(seeds.empty());
+  size_t loaded = 0;
+  for (const std::string& path : seeds) {
+    SCOPED_TRACE(path);
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+    test::TempDir dir;
+    ASSERT_TRUE(fuzz::WriteTokenizerFiles(bytes, dir.path()));
+    const auto tokenizer = Tokenizer::Load(dir.path());
+    if (!tokenizer.ok()) {
+      EXPECT_FALSE(tokenizer.status().message().empty());
+      EXPECT_EQ(tokenizer.status().message().find('\n'), std::string::npos);
+      continue;
+    }
+    ++loaded;
+    const auto ids = (*tokenizer)->Encode("hello world");
+    EXPECT_TRUE(ids.ok() ||
+                ids.status().message().find('\n') == std::string::npos);
+  }
+  EXPECT_GT(loaded, 0u) << "no seed loads: the fuzzer would not get past Load";
 }
 
 TEST(FuzzRegressionTest, FindingsAreRefusedCleanly) {

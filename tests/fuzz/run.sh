@@ -12,7 +12,8 @@ cd "$(dirname "$0")/../.."
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_safetensors fuzz_run fuzz_graph)
+[ ${#targets[@]} -eq 0 ] &&
+  targets=(fuzz_safetensors fuzz_run fuzz_graph fuzz_tokenizer)
 build="${ATTN_FUZZ_BUILD:-build-fuzz}"
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
@@ -37,7 +38,9 @@ mkdir -p "$build/findings"
 fuzz() {  # fuzz TARGET: runs it, its log in $build/TARGET.log
   local t=$1 work="$build/corpus/$1" dict=()
   mkdir -p "$work"
-  [ "$t" != fuzz_graph ] && dict=(-dict=tests/fuzz/safetensors.dict)
+  case $t in
+    fuzz_safetensors | fuzz_run) dict=(-dict=tests/fuzz/safetensors.dict) ;;
+  esac
   "$build/bin/$t" "$work" "tests/fuzz/corpus/$t" "${dict[@]}" \
     -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
     -max_len=16384 -print_final_stats=1 \
