@@ -174,7 +174,7 @@ TEST(LinearPlanTest, LongRunsReadThePackedCopy) {
 }
 
 // A few rows with an epilogue RowsLinear does not apply (oneDNN's residual
-// add) run a matmul, which adds the residual.
+// add, or a named matmul type) run a matmul, which adds the residual.
 TEST(LinearPlanTest, PanelsOnlyForWhatRowsLinearApplies) {
   const Case c = MakeCase(DataType::kF32, true, true, 2);
   std::mt19937 rng(3);
@@ -187,6 +187,17 @@ TEST(LinearPlanTest, PanelsOnlyForWhatRowsLinearApplies) {
                                              LinearFallback::kOwnPacked, 2)
                               .value();
   EXPECT_FALSE(plan.uses_panels());
+  // Nor does a plan that names its matmul's type (the panels have theirs).
+  ops::LinearEpilogue typed;
+  typed.type = DataType::kF32;
+  EXPECT_FALSE(
+      LinearPlan::Create(c.linear, rows, typed, LinearFallback::kOwnPacked, 2)
+          .value()
+          .uses_panels());
+  EXPECT_TRUE(
+      LinearPlan::Create(c.linear, rows, {}, LinearFallback::kOwnPacked, 2)
+          .value()
+          .uses_panels());
   AlignedBuffer scratch = AlignedBuffer::Allocate(plan.scratch_bytes()).value();
   AlignedBuffer own = AlignedBuffer::Allocate(plan.own_packed_bytes()).value();
   if (own.size()) {

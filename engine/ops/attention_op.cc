@@ -459,13 +459,11 @@ Status OwnedBuffers::Allocate(const AttentionOp& op, uint64_t held,
 
 Status OwnedBuffers::Grow(const AttentionOp& op, uint64_t held, uint64_t cap,
                           const std::string& what) {
+  if (Holds(op)) return {};
   std::array<size_t, AttentionOp::kNumBuffers> sizes{};
-  bool short_one = false;
   for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
     sizes[i] = std::max(buffers_[i].size(), op.buffer_bytes()[i]);
-    short_one = short_one || buffers_[i].size() < op.buffer_bytes()[i];
   }
-  if (!short_one) return {};
   *this = OwnedBuffers();  // the old ones go first
   Workspace workspace;
   for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
@@ -477,6 +475,13 @@ Status OwnedBuffers::Grow(const AttentionOp& op, uint64_t held, uint64_t cap,
     pointers_[i] = buffers_[i].data();
   }
   return {};
+}
+
+bool OwnedBuffers::Holds(const AttentionOp& op) const {
+  for (size_t i = 0; i < AttentionOp::kNumBuffers; ++i) {
+    if (buffers_[i].size() < op.buffer_bytes()[i]) return false;
+  }
+  return true;
 }
 
 bool OwnedBuffers::Fit(const AttentionOp& op) const {

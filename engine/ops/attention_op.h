@@ -191,6 +191,8 @@ class OwnedBuffers {
                   const std::string& what);
   // Whether they are the buffers `op` asks for, of its sizes exactly.
   bool Fit(const AttentionOp& op) const;
+  // Whether each is at least as large as `op` asks.
+  bool Holds(const AttentionOp& op) const;
   // Buffers of at least `op`'s sizes, for steps of several sizes (one per
   // owner, shared by its layers): when one is short, all are made anew,
   // each the larger of its old and `op`'s size, zeroed; `held` (which

@@ -1,6 +1,7 @@
 // Weight, Linear and LinearPlan (see linear.h).
 #include "engine/ops/linear.h"
 
+#include <algorithm>
 #include <new>
 #include <utility>
 
@@ -142,10 +143,12 @@ Result<Linear> Linear::Create(Weight weight, Weight bias,
   linear.weight_ = std::move(weight);
   linear.bias_ = std::move(bias);
   const Weight& w = linear.weight_;
-  linear.compute_type_ = w.type();
-  for (auto it = layouts.packed.rbegin(); it != layouts.packed.rend(); ++it) {
-    if (it->head_dim == 0) linear.compute_type_ = it->type;
-  }
+  // The first copy of rows' type, else the weight's.
+  const auto rows_copy =
+      std::find_if(layouts.packed.begin(), layouts.packed.end(),
+                   [](const PackedLayout& l) { return l.head_dim == 0; });
+  linear.compute_type_ =
+      rows_copy != layouts.packed.end() ? rows_copy->type : w.type();
   if (layouts.panels) {
     ATTN_ASSIGN_OR_RETURN(linear.panels_,
                           PackPanels(w, *layouts.panels, num_threads));

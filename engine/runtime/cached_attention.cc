@@ -44,10 +44,11 @@ Status CachedAttentionShared::AllocatePartials(const KvCache& cache,
       held(), cap);
 }
 
-Status CachedAttentionShared::FitStep(const AttentionOp& op,
-                                      const std::string& what) {
+Status CachedAttentionShared::FitStep(const AttentionOp& op) {
+  if (step_buffers.Holds(op)) return {};
   const uint64_t others = held() - step_buffers.bytes();
-  return step_buffers.Grow(op, others, cap, what);
+  return step_buffers.Grow(op, others, cap,
+                           "a decoder step of " + Str(op.rows()) + " tokens");
 }
 
 Result<CachedAttention> CachedAttention::Create(const MhaModelData& m,
@@ -65,8 +66,7 @@ Result<CachedAttention> CachedAttention::Create(const MhaModelData& m,
   // The owner counts this op once it holds it: its lists count here.
   ATTN_ASSIGN_OR_RETURN(op.step_, op.MakeStep(slots, op.bytes()));
   // So that one-token-per-slot steps allocate nothing.
-  ATTN_RETURN_IF_ERROR(shared->FitStep(
-      *op.step_, "a decoder step of " + Str(slots) + " tokens"));
+  ATTN_RETURN_IF_ERROR(shared->FitStep(*op.step_));
   return op;
 }
 
@@ -191,8 +191,7 @@ Status CachedAttention::AppendRows(const float* input, const NewTokens& tokens,
       row_positions_.push_back(cache_->length(b) + i);
     }
   }
-  ATTN_RETURN_IF_ERROR(
-      shared_->FitStep(*op, "a decoder step of " + Str(rows) + " tokens"));
+  ATTN_RETURN_IF_ERROR(shared_->FitStep(*op));
   op->Step(input, row_seqs_.data(), row_positions_.data(), output,
            shared_->step_buffers.pointers(),
            static_cast<float*>(shared_->partials.data()), shared_->max_partials,

@@ -59,8 +59,9 @@ struct CachedAttentionShared {
   uint64_t bytes() const {
     return prompt_buffers.bytes() + step_buffers.bytes() + partials.size();
   }
-  // Step buffers that hold `op`'s (OwnedBuffers::Grow), named by `what`.
-  Status FitStep(const AttentionOp& op, const std::string& what);
+  // Step buffers that hold `op`'s (OwnedBuffers::Grow); nothing to do, and
+  // nothing built, for a step no larger than the largest so far.
+  Status FitStep(const AttentionOp& op);
 };
 
 // A cache of `layers` layers of `m`'s attention for `sequences` slots of

@@ -63,7 +63,6 @@ struct StepBuffers {
 struct LmBatch::Impl {
   std::shared_ptr<const LanguageModel> model;
   const lm::ModelData* m = nullptr;
-  int64_t B = 0, capacity = 0;
   uint64_t caller_bytes = 0;  // LmBatchOptions::caller_bytes
   std::optional<KvCache> cache;
   CachedAttentionShared shared;            // what the layers share
@@ -181,6 +180,7 @@ size_t LmBatch::Impl::FirstDuplicate(const Request* requests) {
 // requests in slot order in `order`.
 Status LmBatch::Impl::CheckRequests(const Request* requests, size_t count) {
   if (count > 0 && !requests) return InvalidArgument("step: requests is null");
+  const int64_t B = cache->shape().sequences;
   if (count > static_cast<size_t>(B)) {
     return InvalidArgument("step has " + Str(int64_t(count)) +
                            " requests, want at most max_sequences " + Str(B) +
@@ -193,29 +193,30 @@ Status LmBatch::Impl::CheckRequests(const Request* requests, size_t count) {
   const int64_t vocab = m->config.vocab_size;
   for (size_t i = 0; i < count; ++i) {
     const Request& r = requests[i];
-    const std::string who = "step request " + Str(int64_t(i)) + ": ";
+    // Named only in a refusal: a step that passes builds no string.
+    const auto who = [i] { return "step request " + Str(int64_t(i)) + ": "; };
     const int64_t held = cache->length(r.sequence);
     if (held < 0) {
-      return InvalidArgument(who + "sequence " + Str(r.sequence) +
+      return InvalidArgument(who() + "sequence " + Str(r.sequence) +
                              " is not a live sequence of this batch");
     }
     if (i == duplicate) {
-      return InvalidArgument(who + "sequence " + Str(r.sequence) +
+      return InvalidArgument(who() + "sequence " + Str(r.sequence) +
                              " appears twice in one step");
     }
     if (r.count <= 0 || !r.tokens) {
-      return InvalidArgument(who + "has " + Str(r.count) +
+      return InvalidArgument(who() + "has " + Str(r.count) +
                              " tokens, want at least 1 (and non-null tokens)");
     }
-    if (r.count > capacity - held) {
-      return InvalidArgument(who + "sequence " + Str(r.sequence) + " holds " +
+    if (r.count > cache->shape().capacity - held) {
+      return InvalidArgument(who() + "sequence " + Str(r.sequence) + " holds " +
                              Str(held) + " tokens; " + Str(r.count) +
                              " more exceed the batch's max_length " +
-                             Str(capacity));
+                             Str(cache->shape().capacity));
     }
     for (int64_t t = 0; t < r.count; ++t) {
       if (r.tokens[t] < 0 || r.tokens[t] >= vocab) {
-        return InvalidArgument(who + "token id " + Str(r.tokens[t]) +
+        return InvalidArgument(who() + "token id " + Str(r.tokens[t]) +
                                " at position " + Str(t) +
                                " is out of range [0, " + Str(vocab) + ")");
       }
@@ -485,19 +486,18 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
   const int64_t capacity =
       options.max_length ? options.max_length : c.context_length;
   d.m = &m;
-  d.B = options.max_sequences;
-  d.capacity = capacity;
   d.caller_bytes = options.caller_bytes;
   ATTN_ASSIGN_OR_RETURN(
       KvCache cache,
-      KvCache::Create(
-          CacheShapeFor(ModelAccess::Of(*m.layers[0].attention),
-                        static_cast<int64_t>(m.layers.size()), d.B, capacity),
-          /*all_live=*/false,
-          AddSat(model->memory_bytes(), options.caller_bytes),
-          m.max_memory_bytes,
-          "the KV caches of " + Str(d.B) + " sequences x " + Str(capacity) +
-              " tokens in " + Str(c.num_layers) + " layers"));
+      KvCache::Create(CacheShapeFor(ModelAccess::Of(*m.layers[0].attention),
+                                    static_cast<int64_t>(m.layers.size()),
+                                    options.max_sequences, capacity),
+                      /*all_live=*/false,
+                      AddSat(model->memory_bytes(), options.caller_bytes),
+                      m.max_memory_bytes,
+                      "the KV caches of " + Str(options.max_sequences) +
+                          " sequences x " + Str(capacity) + " tokens in " +
+                          Str(c.num_layers) + " layers"));
   d.cache.emplace(std::move(cache));
   d.model = std::move(model);  // HeldBytes reads the weights through it
   d.shared.held = [&d] { return d.HeldBytes(); };
@@ -526,8 +526,10 @@ Result<int64_t> LmBatch::Fork(int64_t sequence) {
 int64_t LmBatch::length(int64_t sequence) const {
   return impl_->cache->length(sequence);
 }
-int64_t LmBatch::max_sequences() const { return impl_->B; }
-int64_t LmBatch::max_length() const { return impl_->capacity; }
+int64_t LmBatch::max_sequences() const {
+  return impl_->cache->shape().sequences;
+}
+int64_t LmBatch::max_length() const { return impl_->cache->shape().capacity; }
 
 Status LmBatch::Step(const Request* requests, size_t count) {
   Impl& d = *impl_;
