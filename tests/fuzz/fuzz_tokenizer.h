@@ -22,7 +22,9 @@ inline bool WriteTokenizerFiles(std::string_view bytes,
        {std::pair{"/vocab.json", vocab}, std::pair{"/merges.txt", merges}}) {
     std::FILE* f = std::fopen((dir + name).c_str(), "wb");
     if (!f) return false;
+    // An empty view may hold a null pointer, which fwrite must not get.
     const bool written =
+        text.empty() ||
         std::fwrite(text.data(), 1, text.size(), f) == text.size();
     if (std::fclose(f) != 0 || !written) return false;
   }
