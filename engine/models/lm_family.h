@@ -18,6 +18,7 @@
 #include "attn/status.hpp"
 #include "engine/io/model_config.h"
 #include "engine/models/lm_model.h"
+#include "engine/runtime/graph_ir.h"
 
 namespace attn::lm {
 
@@ -80,7 +81,31 @@ struct Family {
   // nothing. `heads_hint` says where else num_heads may come from.
   Result<SideConfig> (*read_side_config)(const std::string& weights_path);
   const char* heads_hint;
+  // The program the family's models run, its weights under the book's
+  // names (BookRole): what tools/graphs/ holds for the family, as nodes.
+  Result<graph::GraphDef> (*program)(const LmConfig& config);
 };
+
+// Builders' pieces. A node reading `inputs` and writing `output`, with its
+// weights by role (graph_ir.h's Node::weights).
+graph::Node ProgramNode(
+    const char* name, graph::Op op, std::vector<std::string> inputs,
+    const char* output,
+    std::vector<std::pair<std::string, std::vector<std::string>>> weights = {},
+    float eps = 1e-5f);
+// `model` with its repeat node run as `block` once per layer of `config`,
+// layer i's weights under "trf_blocks.{i}." (the book's ModuleList).
+Result<graph::GraphDef> RepeatBlock(graph::GraphDef model,
+                                    graph::GraphDef block,
+                                    const LmConfig& config);
+
+// The programs of the book's GPTModel (and GPT-2's) and of its Llama.
+Result<graph::GraphDef> GptProgram(const LmConfig& config);
+Result<graph::GraphDef> LlamaProgram(const LmConfig& config);
+
+// The family `config` was read as (LmConfig::layout); a seeded model's:
+// the book's of its architecture.
+const Family& FamilyOf(const LmConfig& config);
 
 // The families a whole-model file may be, in the order they are tried.
 const std::vector<const Family*>& Families();

@@ -480,6 +480,13 @@ std::string BookName(LmArchitecture architecture, Role role, int64_t layer) {
   return FileLayout{&BookLayout(architecture), ""}.Name(role, layer);
 }
 
+const Family& FamilyOf(const LmConfig& config) {
+  for (const Family* family : Families()) {
+    if (config.layout == family->name) return *family;
+  }
+  return BookLayout(config.architecture);  // a seeded model's
+}
+
 std::string DetectLayout(const SafetensorsFile& file) {
   const FileLayout layout = FindLayout(file);
   return layout.family ? layout.family->name : "";

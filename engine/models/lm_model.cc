@@ -238,12 +238,12 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
       m.final_norm, MakeNorm(w, Role::kFinalScale, Role::kFinalShift, 0, e));
   if (c.tied_head) {
     ATTN_ASSIGN_OR_RETURN(m.head, TiedHead(m));
-    return {};
+  } else {
+    ATTN_ASSIGN_OR_RETURN(
+        m.head, MakeLinear(w, Role::kHead, std::nullopt, 0, e, c.vocab_size,
+                           m.dtype, m.num_threads));
   }
-  ATTN_ASSIGN_OR_RETURN(
-      m.head, MakeLinear(w, Role::kHead, std::nullopt, 0, e, c.vocab_size,
-                         m.dtype, m.num_threads));
-  return {};
+  return BuildProgram(m);
 }
 
 // GPT-2's initialisation scale: weights uniform in +-1/sqrt(in) (nn.Linear's

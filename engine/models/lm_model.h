@@ -17,6 +17,8 @@
 #include "attn/status.hpp"
 #include "engine/ops/linear.h"
 #include "engine/runtime/buffer.h"
+#include "engine/runtime/graph_ir.h"
+#include "engine/runtime/runner.h"
 
 namespace attn {
 namespace lm {
@@ -106,7 +108,18 @@ struct ModelData {
   std::vector<Layer> layers;
   Norm final_norm;
   ops::Linear head;  // weight: tok_emb when tied
+  // The program its family builds (lm_family.h), lowered, its nodes bound
+  // to the weights above; per node, the layer whose attention an mha node
+  // runs.
+  graph::GraphDef def;
+  graph::Program program;
+  BoundProgram bound;
+  std::vector<int64_t> mha_layer;
 };
+
+// Builds m's program from its family and binds it to m's weights, which
+// must be in place (lm_program.cc).
+Status BuildProgram(ModelData& m);
 
 }  // namespace lm
 

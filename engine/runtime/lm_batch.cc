@@ -1,10 +1,10 @@
 // LmBatch (attn/lm.hpp): continuous batching over a LanguageModel. One
 // KvCache holds every layer's keys and values for every slot; a step packs
-// the new tokens of its requests slot after slot, runs the blocks on those
-// rows (each layer's CachedAttention writing their K and V), except that
-// the last block's attention output and feed-forward, the final norm and
-// the head run on the rows whose logits were asked for alone, then counts
-// the new tokens in the cache.
+// the new tokens of its requests slot after slot and runs the model's
+// program on those rows (Runner; each mha step a layer's CachedAttention
+// writing their K and V), the steps after the last attention on the rows
+// whose logits were asked for alone, then counts the new tokens in the
+// cache.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -26,6 +26,7 @@
 #include "engine/runtime/cached_attention.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/limits.h"
+#include "engine/runtime/runner.h"
 #include "engine/runtime/threads.h"
 #include "kernels/elementwise.h"
 #include "kernels/layernorm.h"
@@ -49,15 +50,6 @@ uint64_t GrowthOf(const std::vector<T>& list, size_t n) {
   return n > list.capacity() ? uint64_t{n} * sizeof(T) : 0;
 }
 
-// Step buffers, grown to the largest step so far.
-struct StepBuffers {
-  AlignedBuffer x, normed, branch;  // [rows, e]
-  AlignedBuffer up, gate;           // [rows, hidden]
-  AlignedBuffer logits;             // [logit rows, vocab]
-  AlignedBuffer scratch;            // the matmuls'
-  AlignedBuffer low;                // bf16 models: a matmul's input, bf16
-};
-
 }  // namespace
 
 struct LmBatch::Impl {
@@ -75,11 +67,11 @@ struct LmBatch::Impl {
   std::vector<int64_t> step_seqs, step_counts;
   std::vector<int64_t> row_tokens, row_positions, logit_rows;
   std::vector<size_t> logits_first;
-  StepBuffers buffers;
-  int64_t rows_allocated = 0, logit_rows_allocated = 0;
-  // How each linear runs the step's rows, by (linear, rows).
-  std::map<std::pair<const ops::Linear*, int64_t>, ops::LinearPlan> plans;
-  size_t scratch_allocated = 0;
+  std::optional<Runner> runner;
+  RunShape prepared;               // the runner's
+  std::optional<size_t> last_mha;  // the program's last mha step
+  AlignedBuffer logits;            // [logit rows, vocab]
+  int64_t logit_rows_allocated = 0;
 
   uint64_t ListBytes() const;
   uint64_t HeldBytes() const;
@@ -89,17 +81,8 @@ struct LmBatch::Impl {
   size_t FirstDuplicate(const Request* requests);
   Status CheckRequests(const Request* requests, size_t count);
   Status PackRows(const Request* requests);
-  Status Reserve(int64_t rows, int64_t logit_rows);
-  Status PlanLinear(const ops::Linear& linear, int64_t rows, bool gelu);
-  void RunLinear(const ops::Linear& linear, const float* x, int64_t rows,
-                 float* y) const;
-  Status PlanLinears(int64_t rows);
-  void Embed(float* x) const;
-  void Norm(const lm::Norm& norm, const float* x, int64_t rows, float* y) const;
-  void FeedForward(const lm::Layer& layer, int64_t rows);
-  int64_t KeepLogitRows(float* x) const;
-  Status RunBlocks(int64_t rows);
-  void RunHead();
+  Status ReserveLogits(int64_t logit_rows);
+  Status Prepare(int64_t rows);
   Status Run();  // the packed step
 };
 
@@ -123,12 +106,7 @@ uint64_t LmBatch::Impl::CacheBytes() const {
 uint64_t LmBatch::Impl::HeldBytes() const {
   uint64_t bytes = AddSat(model->memory_bytes(), CacheBytes());
   bytes = AddSat(bytes, AddSat(ListBytes(), caller_bytes));
-  const StepBuffers& b = buffers;
-  for (const AlignedBuffer* buffer : {&b.x, &b.normed, &b.branch, &b.up,
-                                      &b.gate, &b.logits, &b.scratch, &b.low}) {
-    bytes = AddSat(bytes, buffer->size());
-  }
-  return bytes;
+  return AddSat(AddSat(bytes, logits.size()), runner->bytes());
 }
 
 // The step's lists for `requests` requests of `rows` new tokens, `logits`
@@ -257,183 +235,39 @@ Status LmBatch::Impl::PackRows(const Request* requests) {
   return {};
 }
 
-Status LmBatch::Impl::Reserve(int64_t rows, int64_t logits) {
-  if (rows <= rows_allocated && logits <= logit_rows_allocated) return {};
-  rows = std::max(rows, rows_allocated);
-  logits = std::max(logits, logit_rows_allocated);
-  const LmConfig& c = m->config;
-  const auto floats = [](int64_t a, int64_t b) {
-    return static_cast<size_t>(a) * static_cast<size_t>(b) * sizeof(float);
-  };
-  StepBuffers& b = buffers;
+// The logits of `rows` rows, grown to the most a step has asked for.
+Status LmBatch::Impl::ReserveLogits(int64_t rows) {
+  if (rows <= logit_rows_allocated) return {};
+  const size_t bytes = static_cast<size_t>(rows) *
+                       static_cast<size_t>(m->config.vocab_size) *
+                       sizeof(float);
+  logits = AlignedBuffer();
+  logit_rows_allocated = 0;
   Workspace workspace;
-  for (AlignedBuffer* buffer : {&b.x, &b.normed, &b.branch}) {
-    workspace.Add(buffer, floats(rows, c.emb_dim));
-  }
-  workspace.Add(&b.up, floats(rows, c.hidden_dim));
-  if (c.architecture == LmArchitecture::kLlama) {
-    workspace.Add(&b.gate, floats(rows, c.hidden_dim));
-  }
-  workspace.Add(&b.logits, floats(logits, c.vocab_size));
-  if (m->dtype == DType::kBF16) {  // the widest input: hidden >= emb_dim
-    workspace.Add(&b.low, floats(rows, std::max(c.hidden_dim, c.emb_dim)) / 2);
-  }
-  const uint64_t held = HeldBytes() - b.x.size() - b.normed.size() -
-                        b.branch.size() - b.up.size() - b.gate.size() -
-                        b.logits.size() - b.low.size();
-  rows_allocated = logit_rows_allocated = 0;  // Allocate may empty them
+  workspace.Add(&logits, bytes);
   ATTN_RETURN_IF_ERROR(
-      workspace.Allocate("the buffers of a step of " + Str(rows) + " tokens",
-                         held, m->max_memory_bytes));
-  rows_allocated = rows;
-  logit_rows_allocated = logits;
+      workspace.Allocate("the logits of a step of " + Str(rows) + " rows",
+                         HeldBytes(), m->max_memory_bytes));
+  logit_rows_allocated = rows;
   return {};
 }
 
-// The plan of `linear` for `rows` rows, made once per row count: on the
-// model's packed weights when its matmul can read them, else on the plain
-// ones (no second packed copy).
-Status LmBatch::Impl::PlanLinear(const ops::Linear& linear, int64_t rows,
-                                 bool gelu) {
-  const auto key = std::make_pair(&linear, rows);
-  if (plans.count(key)) return {};
-  ops::LinearEpilogue epilogue;
-  epilogue.gelu = gelu;
-  ATTN_ASSIGN_OR_RETURN(
-      ops::LinearPlan plan,
-      ops::LinearPlan::Create(linear, rows, epilogue,
-                              ops::LinearFallback::kPlain, m->num_threads));
-  const size_t scratch = plan.scratch_bytes();
-  if (scratch > scratch_allocated) {
-    ATTN_RETURN_IF_ERROR(CheckMemory("a step's matmul scratch",
-                                     AddSat(HeldBytes(), scratch),
-                                     m->max_memory_bytes));
-    ATTN_ASSIGN_OR_RETURN(buffers.scratch, AlignedBuffer::Allocate(scratch));
-    scratch_allocated = scratch;
+// The runner's plans and arena for `rows` rows, the steps after the last
+// attention on the logit rows alone when they are fewer.
+Status LmBatch::Impl::Prepare(int64_t rows) {
+  const auto kept = static_cast<int64_t>(logit_rows.size());
+  RunShape shape{rows, std::nullopt, rows};
+  if (kept < rows) shape = {rows, last_mha, kept};
+  if (shape.rows == prepared.rows && shape.keep_step == prepared.keep_step &&
+      shape.num_kept == prepared.num_kept) {
+    return {};
   }
-  plans.emplace(key, std::move(plan));
-  return {};
-}
-
-// Plans for the step's row counts, dropping those of other counts: a
-// stream of steps of ever new sizes keeps two sets of primitives at most.
-Status LmBatch::Impl::PlanLinears(int64_t rows) {
-  const auto logits = static_cast<int64_t>(logit_rows.size());
-  for (auto it = plans.begin(); it != plans.end();) {
-    const int64_t planned = it->first.second;
-    it = planned == rows || planned == logits ? std::next(it) : plans.erase(it);
-  }
-  for (const lm::Layer& layer : m->layers) {
-    // The last feed-forward runs on the logit rows alone (KeepLogitRows).
-    const int64_t ff_rows = &layer == &m->layers.back() ? logits : rows;
-    // GPT-2's up-projection applies GELU as it writes (Llama's has a gate).
-    const bool gelu = !layer.gate.present();
-    ATTN_RETURN_IF_ERROR(PlanLinear(layer.up, ff_rows, gelu));
-    if (layer.gate.present()) {
-      ATTN_RETURN_IF_ERROR(PlanLinear(layer.gate, ff_rows, false));
-    }
-    ATTN_RETURN_IF_ERROR(PlanLinear(layer.down, ff_rows, false));
-  }
-  return PlanLinear(m->head, logits, false);
-}
-
-void LmBatch::Impl::RunLinear(const ops::Linear& linear, const float* x,
-                              int64_t rows, float* y) const {
-  plans.at(std::make_pair(&linear, rows))
-      .Run(linear, x, y, {buffers.low.data(), buffers.scratch.data(), nullptr},
-           m->num_threads);
-}
-
-// Token embeddings, plus GPT-2's learned positions (PyTorch's tok + pos).
-void LmBatch::Impl::Embed(float* x) const {
-  const size_t e = size_t(m->config.emb_dim);
-  const bool positions = !m->pos_emb.empty();
-  for (size_t r = 0; r < row_tokens.size(); ++r) {
-    const float* tok = m->tok_emb.data() + size_t(row_tokens[r]) * e;
-    float* row = x + r * e;
-    if (!positions) {
-      std::memcpy(row, tok, e * sizeof(float));
-      continue;
-    }
-    const float* pos = m->pos_emb.data() + size_t(row_positions[r]) * e;
-    for (size_t i = 0; i < e; ++i) row[i] = tok[i] + pos[i];
-  }
-}
-
-void LmBatch::Impl::Norm(const lm::Norm& norm, const float* x, int64_t rows,
-                         float* y) const {
-  const size_t e = size_t(m->config.emb_dim);
-  const auto eps = static_cast<float>(m->config.norm_eps);
-  if (norm.shift.empty()) {
-    kernels::RmsNorm(x, norm.scale.data(), y, size_t(rows), e, eps,
-                     m->num_threads);
-  } else {
-    kernels::LayerNorm(x, norm.scale.data(), norm.shift.data(), y, size_t(rows),
-                       e, eps, m->num_threads);
-  }
-}
-
-// branch = down(gelu(up(normed))), or Llama's down(silu(up) * gate).
-void LmBatch::Impl::FeedForward(const lm::Layer& layer, int64_t rows) {
-  StepBuffers& b = buffers;
-  auto* normed = static_cast<float*>(b.normed.data());
-  auto* up = static_cast<float*>(b.up.data());
-  if (layer.gate.present()) {
-    const size_t hidden = size_t(rows * m->config.hidden_dim);
-    auto* gate = static_cast<float*>(b.gate.data());
-    RunLinear(layer.up, normed, rows, up);
-    RunLinear(layer.gate, normed, rows, gate);
-    kernels::Silu(up, up, hidden, m->num_threads);
-    kernels::Mul(up, gate, up, hidden, m->num_threads);
-  } else {
-    RunLinear(layer.up, normed, rows, up);  // with GELU
-  }
-  RunLinear(layer.down, up, rows, static_cast<float*>(b.branch.data()));
-}
-
-// Only the rows whose logits were asked for reach the head, so only they
-// go past the last block's attention (CachedAttention::Append with `keep`:
-// the other rows add their K and V to its cache) and through its
-// feed-forward (llama.cpp's output ids). Moves them, in order, to the front
-// of x, where the attention's output lies already.
-int64_t LmBatch::Impl::KeepLogitRows(float* x) const {
-  const size_t e = size_t(m->config.emb_dim);
-  for (size_t i = 0; i < logit_rows.size(); ++i) {
-    const auto from = static_cast<size_t>(logit_rows[i]);
-    if (from == i) continue;  // rows ascend: from > i, no overlap
-    std::memcpy(x + i * e, x + from * e, e * sizeof(float));
-  }
-  return static_cast<int64_t>(logit_rows.size());
-}
-
-// The blocks over the packed rows, each layer's attention writing their K
-// and V past the lengths the cache holds.
-Status LmBatch::Impl::RunBlocks(int64_t rows) {
-  StepBuffers& b = buffers;
-  auto* x = static_cast<float*>(b.x.data());
-  auto* normed = static_cast<float*>(b.normed.data());
-  auto* branch = static_cast<float*>(b.branch.data());
-  Embed(x);
-  NewTokens tokens;
-  tokens.sequences = step_seqs.data();
-  tokens.counts = step_counts.data();
-  tokens.num = step_seqs.size();
-  const int64_t all_rows = rows;
-  for (size_t l = 0; l < m->layers.size(); ++l) {
-    const lm::Layer& layer = m->layers[l];
-    Norm(layer.norm1, x, rows, normed);
-    const bool last = l + 1 == m->layers.size();
-    const bool keep = last && logit_rows.size() < size_t(rows);
-    const KeptRows kept{logit_rows.data(), logit_rows.size()};
-    ATTN_RETURN_IF_ERROR(attention[l].Append(normed, tokens, all_rows,
-                                             keep ? &kept : nullptr, branch));
-    if (last) rows = KeepLogitRows(x);
-    const size_t n = size_t(rows * m->config.emb_dim);
-    kernels::Add(x, branch, x, n, m->num_threads);
-    Norm(layer.norm2, x, rows, normed);
-    FeedForward(layer, rows);
-    kernels::Add(x, branch, x, n, m->num_threads);
-  }
+  prepared = RunShape();
+  const std::vector<std::vector<size_t>> no_buffers(m->program.steps.size());
+  ATTN_RETURN_IF_ERROR(runner->Prepare(
+      shape, no_buffers, {}, HeldBytes() - runner->bytes(), m->max_memory_bytes,
+      "the buffers of a step of " + Str(rows) + " tokens"));
+  prepared = shape;
   return {};
 }
 
@@ -441,25 +275,28 @@ Status LmBatch::Impl::Run() {
   const auto rows = static_cast<int64_t>(row_tokens.size());
   if (rows == 0) return {};
   const ThreadScope threads(m->num_threads);
-  ATTN_RETURN_IF_ERROR(Reserve(rows, static_cast<int64_t>(logit_rows.size())));
-  ATTN_RETURN_IF_ERROR(PlanLinears(rows));
-  ATTN_RETURN_IF_ERROR(RunBlocks(rows));
-  RunHead();
+  ATTN_RETURN_IF_ERROR(ReserveLogits(static_cast<int64_t>(logit_rows.size())));
+  ATTN_RETURN_IF_ERROR(Prepare(rows));
+  NewTokens tokens;
+  tokens.sequences = step_seqs.data();
+  tokens.counts = step_counts.data();
+  tokens.num = step_seqs.size();
+  const KeptRows kept{logit_rows.data(), logit_rows.size()};
+  const Runner::Attention attend = [&](size_t, size_t k, const float* src,
+                                       float* dst, void* const*) {
+    const bool keep = prepared.keep_step == k;
+    return attention[size_t(m->mha_layer[m->program.steps[k].node])].Append(
+        src, tokens, rows, keep ? &kept : nullptr, dst);
+  };
+  const RunRows run{0, row_tokens.data(), row_positions.data(),
+                    logit_rows.data()};
+  ATTN_RETURN_IF_ERROR(runner->Run(0, run, nullptr,
+                                   static_cast<float*>(logits.data()), attend,
+                                   m->num_threads));
   for (size_t k = 0; k < step_seqs.size(); ++k) {
     cache->Extend(step_seqs[k], step_counts[k]);
   }
   return {};
-}
-
-// The final norm and the head, on the rows asked for (KeepLogitRows put
-// them first).
-void LmBatch::Impl::RunHead() {
-  StepBuffers& b = buffers;
-  const auto* x = static_cast<const float*>(b.x.data());
-  const auto rows = static_cast<int64_t>(logit_rows.size());
-  auto* normed = static_cast<float*>(b.normed.data());
-  Norm(m->final_norm, x, rows, normed);
-  RunLinear(m->head, normed, rows, static_cast<float*>(b.logits.data()));
 }
 
 LmBatch::LmBatch(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -487,6 +324,11 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
       options.max_length ? options.max_length : c.context_length;
   d.m = &m;
   d.caller_bytes = options.caller_bytes;
+  d.runner.emplace(m.bound, RunnerPolicy{false, ops::LinearFallback::kPlain},
+                   m.num_threads);
+  for (size_t k = 0; k < m.program.steps.size(); ++k) {
+    if (m.program.steps[k].op == graph::Op::kMha) d.last_mha = k;
+  }
   ATTN_ASSIGN_OR_RETURN(
       KvCache cache,
       KvCache::Create(CacheShapeFor(ModelAccess::Of(*m.layers[0].attention),
@@ -554,7 +396,7 @@ Status LmBatch::Step(const Request* requests, size_t count) {
 const float* LmBatch::logits(size_t request) const {
   const Impl& d = *impl_;
   if (request >= d.logits_first.size()) return nullptr;
-  return static_cast<const float*>(d.buffers.logits.data()) +
+  return static_cast<const float*>(d.logits.data()) +
          d.logits_first[request] * size_t(d.m->config.vocab_size);
 }
 

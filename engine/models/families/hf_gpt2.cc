@@ -142,7 +142,8 @@ const Family& HfGpt2() {
       {"", "transformer."},
       nullptr,
       ReadConfigJson,
-      " or 'n_head' in a config.json beside it"};
+      " or 'n_head' in a config.json beside it",
+      GptProgram};
   return family;
 }
 

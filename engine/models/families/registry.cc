@@ -2,6 +2,11 @@
 // token embedding it holds (under one of the family's prefixes) and whose
 // own test, if any, it passes; a new family is one file beside this one and
 // a line here.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "engine/models/lm_family.h"
 
 namespace attn::lm {
@@ -12,6 +17,36 @@ NameMap ByRole(std::initializer_list<RoleName> names) {
     by_role[static_cast<size_t>(n.role)] = n.tensor;
   }
   return by_role;
+}
+
+graph::Node ProgramNode(
+    const char* name, graph::Op op, std::vector<std::string> inputs,
+    const char* output,
+    std::vector<std::pair<std::string, std::vector<std::string>>> weights,
+    float eps) {
+  graph::Node node;
+  node.name = name;
+  node.op = op;
+  node.inputs = std::move(inputs);
+  node.outputs = {output};
+  node.weights = std::move(weights);
+  node.eps = eps;
+  return node;
+}
+
+Result<graph::GraphDef> RepeatBlock(graph::GraphDef model,
+                                    graph::GraphDef block,
+                                    const LmConfig& config) {
+  const auto shared = std::make_shared<const graph::GraphDef>(std::move(block));
+  for (graph::Node& node : model.nodes) {
+    if (node.op != graph::Op::kRepeat) continue;
+    node.block = shared;
+    node.layer_prefix = "trf_blocks.{i}.";
+  }
+  return graph::ExpandRepeats(model,
+                              [&config](const graph::Node&) -> Result<int64_t> {
+                                return config.num_layers;
+                              });
 }
 
 const std::vector<const Family*>& Families() {
