@@ -799,14 +799,19 @@ std::vector<kernels::DataType> TensorTypes(const Program& program,
   return types;
 }
 
-ops::LinearEpilogue EpilogueOf(const LoadedGraph& m, size_t k) {
-  const Step& step = m.program.steps[k];
-  ops::LinearEpilogue epilogue;
-  epilogue.post.gelu_tanh = step.gelu;
-  epilogue.post.add_residual = step.src2 >= 0;
-  epilogue.src = m.types[step.src];
-  epilogue.dst = m.types[step.dst];
-  return epilogue;
+BoundProgram Bind(const LoadedGraph& m) {
+  BoundProgram bound{&m.def, &m.program, m.widths, m.types, {}};
+  bound.layers.resize(m.layer.size());
+  for (size_t l = 0; l < m.layer.size(); ++l) {
+    for (size_t n = 0; n < m.def.nodes.size(); ++n) {
+      const NodeWeights& w = m.layer[l][n];
+      const bool linear = m.def.nodes[n].op == Op::kLinear;
+      bound.layers[l].push_back(
+          linear ? NodeBinding{&w.linear, nullptr, nullptr, 0}
+                 : NodeBinding{nullptr, w.weight, w.bias, w.rows});
+    }
+  }
+  return bound;
 }
 
 }  // namespace graph
@@ -854,6 +859,7 @@ Result<std::shared_ptr<const GraphModel>> GraphModel::FromJson(
     if (!s.ok()) return Status(s.code(), source + ": " + s.message());
   }
   impl->types = graph::TensorTypes(impl->program, impl->dtype);
+  impl->bound = Bind(*impl);
   {
     const ThreadScope threads(impl->num_threads);
     ATTN_RETURN_IF_ERROR(PackLinearWeights(

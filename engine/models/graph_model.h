@@ -15,6 +15,7 @@
 #include "engine/ops/linear.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/graph_ir.h"
+#include "engine/runtime/runner.h"
 #include "kernels/matmul.h"
 
 namespace attn {
@@ -50,6 +51,7 @@ struct LoadedGraph {
   DType dtype = DType::kF32;
   uint64_t max_memory_bytes = 0;         // resolved: never 0
   std::vector<kernels::DataType> types;  // per program tensor (TensorTypes)
+  BoundProgram bound;                    // the above, as the Runner reads it
 };
 
 // Per program tensor, how it is stored. With bf16, a tensor that a linear
@@ -57,9 +59,8 @@ struct LoadedGraph {
 // (the output among them) is fp32.
 std::vector<kernels::DataType> TensorTypes(const Program& program, DType dtype);
 
-// What linear step `k` runs after x W^T (+ b) (GELU, then + residual, as
-// oneDNN post-ops), and its src and dst types.
-ops::LinearEpilogue EpilogueOf(const LoadedGraph& m, size_t k);
+// The runner's view of `m`: each layer's nodes bound to their weights.
+BoundProgram Bind(const LoadedGraph& m);
 
 }  // namespace graph
 

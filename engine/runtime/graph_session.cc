@@ -64,21 +64,6 @@ Status CheckTokenIds(const graph::LoadedGraph& m, const int64_t* ids,
   return {};
 }
 
-// The runner's view of `m`: each layer's nodes bound to their weights.
-BoundProgram Bind(const graph::LoadedGraph& m) {
-  BoundProgram bound{&m.def, &m.program, m.widths, m.types, {}};
-  bound.layers.resize(m.layer.size());
-  for (size_t l = 0; l < m.layer.size(); ++l) {
-    for (size_t n = 0; n < m.def.nodes.size(); ++n) {
-      const graph::NodeWeights& w = m.layer[l][n];
-      const bool linear = m.def.nodes[n].op == Op::kLinear;
-      bound.layers[l].push_back(
-          {linear ? &w.linear : nullptr, w.weight, w.bias, w.rows});
-    }
-  }
-  return bound;
-}
-
 }  // namespace
 
 // The prepared shape: the runner with its plans and arena, and per layer
@@ -86,7 +71,7 @@ BoundProgram Bind(const graph::LoadedGraph& m) {
 // layer), whose buffers the runner's arena holds.
 struct GraphSession::Plan {
   explicit Plan(const graph::LoadedGraph& model)
-      : m(model), runner(Bind(model), RunnerPolicy{}, model.num_threads) {}
+      : m(model), runner(model.bound, RunnerPolicy{}, model.num_threads) {}
 
   const graph::LoadedGraph& m;  // the session's model, which outlives this
   Runner runner;

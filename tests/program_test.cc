@@ -1,0 +1,212 @@
+// A family's builder and its graph file are one program: the GPT and
+// Llama builders give the nodes and the lowered program of
+// tools/graphs/gpt_model.json and llama_model.json, a model file loaded
+// either way binds every node to the same weights, and the two run on the
+// Runner to the same bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/graph.hpp"
+#include "attn/lm.hpp"
+#include "engine/models/graph_model.h"
+#include "engine/models/lm_family.h"
+#include "engine/models/lm_model.h"
+#include "engine/models/mha_model.h"
+#include "engine/models/model_access.h"
+#include "engine/ops/attention_op.h"
+#include "engine/runtime/graph_ir.h"
+#include "engine/runtime/runner.h"
+#include "engine/runtime/threads.h"
+
+namespace attn {
+namespace {
+
+const std::string kSource = ATTN_SOURCE_DIR;
+const std::string kLm = kSource + "/tests/golden/lm/";
+
+graph::GraphDef Expanded(const std::string& path, int64_t layers) {
+  const std::string text = graph::ReadGraphFile(path).value();
+  const graph::GraphDef def = graph::ParseGraph(text, path).value();
+  return graph::ExpandRepeats(
+             def,
+             [layers](const graph::Node&) { return Result<int64_t>(layers); })
+      .value();
+}
+
+void ExpectSameNodes(const graph::GraphDef& a, const graph::GraphDef& b) {
+  EXPECT_EQ(a.input, b.input);
+  EXPECT_EQ(a.output, b.output);
+  ASSERT_EQ(a.nodes.size(), b.nodes.size());
+  for (size_t n = 0; n < a.nodes.size(); ++n) {
+    SCOPED_TRACE(a.nodes[n].name);
+    EXPECT_EQ(a.nodes[n].name, b.nodes[n].name);
+    EXPECT_EQ(a.nodes[n].op, b.nodes[n].op);
+    EXPECT_EQ(a.nodes[n].inputs, b.nodes[n].inputs);
+    EXPECT_EQ(a.nodes[n].outputs, b.nodes[n].outputs);
+    auto weights = a.nodes[n].weights;  // JSON objects come sorted
+    std::sort(weights.begin(), weights.end());
+    auto want = b.nodes[n].weights;
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(weights, want);
+    EXPECT_EQ(a.nodes[n].eps, b.nodes[n].eps);
+  }
+}
+
+void ExpectSameProgram(const graph::Program& a, const graph::Program& b) {
+  EXPECT_EQ(a.tensors, b.tensors);
+  EXPECT_EQ(a.input, b.input);
+  EXPECT_EQ(a.output, b.output);
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t k = 0; k < a.steps.size(); ++k) {
+    SCOPED_TRACE(k);
+    EXPECT_EQ(a.steps[k].op, b.steps[k].op);
+    EXPECT_EQ(a.steps[k].node, b.steps[k].node);
+    EXPECT_EQ(a.steps[k].src, b.steps[k].src);
+    EXPECT_EQ(a.steps[k].src2, b.steps[k].src2);
+    EXPECT_EQ(a.steps[k].dst, b.steps[k].dst);
+    EXPECT_EQ(a.steps[k].gelu, b.steps[k].gelu);
+  }
+}
+
+TEST(ProgramTest, BuildersGiveTheGraphFilesNodesAndProgram) {
+  LmConfig config;
+  config.num_layers = 3;
+  config.norm_eps = 1e-5;
+  for (const bool llama : {false, true}) {
+    SCOPED_TRACE(llama ? "llama" : "gpt");
+    const graph::GraphDef file =
+        Expanded(kSource + (llama ? "/tools/graphs/llama_model.json"
+                                  : "/tools/graphs/gpt_model.json"),
+                 config.num_layers);
+    const graph::GraphDef built =
+        (llama ? lm::LlamaProgram(config) : lm::GptProgram(config)).value();
+    ExpectSameNodes(built, file);
+    ExpectSameProgram(graph::Lower(built), graph::Lower(file));
+  }
+}
+
+size_t Floats(const BoundProgram& p, int tensor, int64_t rows) {
+  return static_cast<size_t>(rows * p.widths[size_t(tensor)]);
+}
+
+// Node n reads the same numbers through either binding.
+void ExpectSameWeights(const BoundProgram& a, const BoundProgram& b, size_t n) {
+  const NodeBinding& x = a.layers[0][n];
+  const NodeBinding& y = b.layers[0][n];
+  ASSERT_EQ(x.linear == nullptr, y.linear == nullptr);
+  if (x.linear) {
+    const ops::Weight& w = x.linear->weight();
+    ASSERT_EQ(w.out(), y.linear->out());
+    ASSERT_EQ(w.in(), y.linear->in());
+    EXPECT_EQ(0, std::memcmp(w.data(), y.linear->weight().data(),
+                             size_t(w.out() * w.in()) * sizeof(float)));
+    ASSERT_EQ(x.linear->bias() == nullptr, y.linear->bias() == nullptr);
+    if (x.linear->bias()) {
+      EXPECT_EQ(0, std::memcmp(x.linear->bias(), y.linear->bias(),
+                               size_t(w.out()) * sizeof(float)));
+    }
+  }
+  const size_t width = static_cast<size_t>(
+      a.widths[size_t(a.program->steps.back().src)]);  // the model's e
+  const size_t rows = x.rows ? size_t(x.rows) : 1;
+  EXPECT_EQ(x.rows, y.rows);
+  ASSERT_EQ(x.weight == nullptr, y.weight == nullptr);
+  if (x.weight) {
+    EXPECT_EQ(0, std::memcmp(x.weight, y.weight, rows * width * sizeof(float)));
+  }
+  ASSERT_EQ(x.bias == nullptr, y.bias == nullptr);
+  if (x.bias) {
+    EXPECT_EQ(0, std::memcmp(x.bias, y.bias, width * sizeof(float)));
+  }
+}
+
+// The model's logits for `ids` [2, 16] on a Runner of `bound`, every mha
+// step run by `attention`'s operators (one per layer).
+std::vector<float> RunOn(
+    const BoundProgram& bound,
+    const std::vector<std::unique_ptr<AttentionOp>>& attention,
+    const std::vector<int64_t>& mha_layer, const std::vector<int64_t>& ids) {
+  const int64_t rows = static_cast<int64_t>(ids.size());
+  Runner runner(bound, RunnerPolicy{false, ops::LinearFallback::kPlain}, 2);
+  std::vector<std::vector<size_t>> attention_bytes(bound.program->steps.size());
+  for (size_t k = 0; k < attention_bytes.size(); ++k) {
+    if (bound.program->steps[k].op != graph::Op::kMha) continue;
+    const auto& bytes = attention[0]->buffer_bytes();
+    attention_bytes[k].assign(bytes.begin(), bytes.end());
+  }
+  EXPECT_TRUE(runner
+                  .Prepare(RunShape{rows, std::nullopt, rows}, attention_bytes,
+                           {}, 0, uint64_t{1} << 40, "test")
+                  .ok());
+  std::vector<float> logits(Floats(bound, bound.program->output, rows));
+  const Runner::Attention attend = [&](size_t, size_t k, const float* src,
+                                       float* dst, void* const* buffers) {
+    AttentionOp::Buffers b;
+    std::copy(buffers, buffers + AttentionOp::kNumBuffers, b.begin());
+    const size_t node = bound.program->steps[k].node;
+    attention[size_t(mha_layer[node])]->Forward(src, nullptr, dst, b);
+    return Status();
+  };
+  const ThreadScope threads(2);
+  const Status run = runner.Run(0, RunRows{16, ids.data(), nullptr, nullptr},
+                                nullptr, logits.data(), attend, 2);
+  EXPECT_TRUE(run.ok()) << run.message();
+  return logits;
+}
+
+// Book GPT and Hugging Face GPT-2 files through gpt_model.json and through
+// the builder: the same weights at every node, and, with each layer's
+// attention run by one operator for both, the same logits bit for bit, on
+// 32 rows (past RowsLinear's, so both read the packed copies).
+TEST(ProgramTest, GptModelJsonAndTheBuilderGiveTheSameBits) {
+  for (const char* name : {"gpt_book_3l", "hf_gpt2"}) {
+    SCOPED_TRACE(name);
+    const std::string file = kLm + name + "/model.safetensors";
+    LmOptions lm_options;
+    lm_options.num_threads = 2;
+    const auto lm = LanguageModel::Load(file, lm_options).value();
+    GraphOptions graph_options;
+    graph_options.num_threads = 2;
+    const auto graph =
+        GraphModel::Load(kSource + "/tools/graphs/gpt_model.json", file,
+                         graph_options)
+            .value();
+    const lm::ModelData& m = ModelAccess::Of(*lm);
+    const graph::LoadedGraph& g = ModelAccess::Of(*graph);
+    ExpectSameNodes(m.def, g.def);
+    ExpectSameProgram(m.program, g.program);
+    std::vector<std::unique_ptr<AttentionOp>> attention;
+    std::vector<int64_t> mha_layer(g.def.nodes.size(), -1);
+    for (size_t n = 0; n < g.def.nodes.size(); ++n) {
+      if (g.def.nodes[n].op != graph::Op::kMha) {
+        ExpectSameWeights(m.bound, g.bound, n);
+        continue;
+      }
+      const MhaModelData& ours =
+          ModelAccess::Of(*m.layers[attention.size()].attention);
+      const MhaModelData& theirs = ModelAccess::Of(*g.layer[0][n].mha);
+      EXPECT_EQ(ours.w_qkv, theirs.w_qkv);
+      EXPECT_EQ(ours.w_out, theirs.w_out);
+      mha_layer[n] = static_cast<int64_t>(attention.size());
+      attention.push_back(PlanMhaRun(theirs, 2, 16, 0, "test").value());
+    }
+    EXPECT_EQ(mha_layer, m.mha_layer);
+    std::vector<int64_t> ids(32);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = static_cast<int64_t>((i * 37 + 5) % 80);
+    }
+    const std::vector<float> ours = RunOn(m.bound, attention, mha_layer, ids);
+    const std::vector<float> theirs = RunOn(g.bound, attention, mha_layer, ids);
+    ASSERT_EQ(ours.size(), theirs.size());
+    EXPECT_EQ(0, std::memcmp(ours.data(), theirs.data(),
+                             ours.size() * sizeof(float)));
+  }
+}
+
+}  // namespace
+}  // namespace attn
