@@ -20,6 +20,7 @@
 #include "engine/ops/step_weights.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/limits.h"
+#include "engine/runtime/runner.h"
 #include "engine/runtime/threads.h"
 #include "kernels/attention.h"
 #include "kernels/softmax.h"
@@ -258,10 +259,17 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
   return Create(config, w, rest);
 }
 
-// Everything one (batch, seq_len) needs, created by Prepare.
+// Everything one (batch, seq_len) needs, created by Prepare: the one-node
+// program on the Runner, whose arena holds the operator's activations and
+// scratch.
 struct MhaSession::Plan {
+  explicit Plan(const MhaModelData& m)
+      : program(m.config.d_in, m.config.d_out),
+        runner(program.bound(), RunnerPolicy{}, m.num_threads) {}
+  AttentionProgram program;
+  Runner runner;
   std::unique_ptr<AttentionOp> op;
-  OwnedBuffers buffers;  // the op's activations and scratch
+  int64_t seq_len = 0;
 };
 
 MhaSession::MhaSession(std::shared_ptr<const MhaModel> model)
@@ -271,7 +279,7 @@ MhaSession& MhaSession::operator=(MhaSession&&) noexcept = default;
 MhaSession::~MhaSession() = default;
 
 size_t MhaSession::workspace_bytes() const {
-  return plan_ ? plan_->op->bytes() + plan_->buffers.bytes() : 0;
+  return plan_ ? plan_->op->bytes() + plan_->runner.bytes() : 0;
 }
 
 namespace {
@@ -414,13 +422,17 @@ Status MhaSession::Prepare(int64_t batch, int64_t seq_len) {
   plan_.reset();
   const std::string run_what = "a run of batch " + std::to_string(batch) +
                                " x seq_len " + std::to_string(seq_len);
-  auto plan = std::make_unique<Plan>();
+  auto plan = std::make_unique<Plan>(m);
   const uint64_t held = MhaModelBytes(m);
   ATTN_ASSIGN_OR_RETURN(plan->op,
                         PlanMhaRun(m, batch, seq_len, held, run_what));
-  ATTN_RETURN_IF_ERROR(plan->buffers.Allocate(*plan->op,
-                                              AddSat(held, plan->op->bytes()),
-                                              m.max_memory_bytes, run_what));
+  const auto& sizes = plan->op->buffer_bytes();
+  const std::vector<std::vector<size_t>> buffers = {
+      std::vector<size_t>(sizes.begin(), sizes.end())};
+  ATTN_RETURN_IF_ERROR(plan->runner.Prepare(
+      RunShape{batch * seq_len, std::nullopt, 0}, buffers, {},
+      AddSat(held, plan->op->bytes()), m.max_memory_bytes, run_what));
+  plan->seq_len = seq_len;
   plan_ = std::move(plan);
   return {};
 }
@@ -431,8 +443,16 @@ Status MhaSession::Run(const float* input, int64_t batch, int64_t seq_len,
     return InvalidArgument("input and output must not be null");
   }
   ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
-  plan_->op->Forward(input, nullptr, output, plan_->buffers.pointers());
-  return {};
+  Plan& p = *plan_;
+  const Runner::Attention attend = [&p](size_t, size_t, const float* src,
+                                        float* dst, void* const* buffers) {
+    AttentionOp::Buffers b;
+    std::copy(buffers, buffers + AttentionOp::kNumBuffers, b.begin());
+    p.op->Forward(src, nullptr, dst, b);
+    return Status();
+  };
+  return p.runner.Run(0, RunRows{p.seq_len, nullptr, nullptr, nullptr}, input,
+                      output, attend, ModelAccess::Of(*model_).num_threads);
 }
 
 double AttentionCoreFlops(const MhaConfig& config, int64_t batch,

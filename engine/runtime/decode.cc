@@ -1,6 +1,7 @@
 // MhaDecoder: one attention layer's KV cache over a fixed batch of
 // sequences (a one-layer KvCache whose slots are all live) and the forward
-// of new tokens against it (CachedAttention).
+// of new tokens against it: the one-node program on the Runner, its mha
+// step a CachedAttention.
 #include "attn/decode.hpp"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "engine/runtime/cached_attention.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/limits.h"
+#include "engine/runtime/runner.h"
 
 namespace attn {
 namespace {
@@ -27,6 +29,9 @@ struct MhaDecoder::Impl {
   std::optional<KvCache> cache;
   CachedAttentionShared shared;
   std::optional<CachedAttention> attention;
+  std::optional<AttentionProgram> program;
+  std::optional<Runner> runner;
+  int64_t prepared_rows = 0;  // the runner's
 
   uint64_t HeldBytes() const {
     return AddSat(AddSat(MhaModelBytes(*m), cache ? cache->bytes() : 0),
@@ -67,7 +72,20 @@ Status MhaDecoder::Impl::Append(const float* input, const NewTokens& tokens,
     return InvalidArgument("input, output and counts must not be null");
   }
   ATTN_ASSIGN_OR_RETURN(const int64_t rows, CountRows(tokens));
-  ATTN_RETURN_IF_ERROR(attention->Append(input, tokens, rows, nullptr, output));
+  if (rows == 0) return {};
+  if (rows != prepared_rows) {  // the program's tensors are the caller's
+    prepared_rows = 0;
+    ATTN_RETURN_IF_ERROR(runner->Prepare(RunShape{rows, std::nullopt, 0}, {{}},
+                                         {}, HeldBytes(), m->max_memory_bytes,
+                                         "a decoder step"));
+    prepared_rows = rows;
+  }
+  const Runner::Attention attend = [&](size_t, size_t, const float* src,
+                                       float* dst, void* const*) {
+    return attention->Append(src, tokens, rows, nullptr, dst);
+  };
+  ATTN_RETURN_IF_ERROR(
+      runner->Run(0, RunRows{}, input, output, attend, m->num_threads));
   for (size_t i = 0; i < tokens.num; ++i) {
     cache->Extend(tokens.sequence(i), tokens.count(i));
   }
@@ -132,6 +150,8 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   ATTN_ASSIGN_OR_RETURN(CachedAttention attention,
                         CachedAttention::Create(*d.m, &*d.cache, 0, &d.shared));
   d.attention.emplace(std::move(attention));
+  d.program.emplace(c.d_in, c.d_out);
+  d.runner.emplace(d.program->bound(), RunnerPolicy{}, d.m->num_threads);
   d.model = std::move(model);
   return std::unique_ptr<MhaDecoder>(new MhaDecoder(std::move(impl)));
 }

@@ -2,8 +2,6 @@
 // input shape at a time; its mha steps run the attention operator without a
 // cache, as MhaSession does (PlanMhaRun), on buffers in the runner's arena.
 #include <algorithm>
-#include <array>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,21 +15,15 @@
 #include "engine/models/mha_model.h"
 #include "engine/models/model_access.h"
 #include "engine/ops/attention_op.h"
-#include "engine/runtime/buffer.h"
 #include "engine/runtime/graph_ir.h"
-#include "engine/runtime/limits.h"
 #include "engine/runtime/runner.h"
 #include "engine/runtime/threads.h"
-#include "kernels/elementwise.h"
-#include "kernels/layernorm.h"
-#include "kernels/matmul.h"
 
 namespace attn {
 namespace {
 
 using graph::Node;
 using graph::Op;
-using kernels::DataType;
 
 Status CheckShape(int64_t batch, int64_t seq_len) {
   constexpr int64_t kMaxRows = int64_t{1} << 31;

@@ -7,10 +7,7 @@
 // cache.
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <functional>
-#include <iterator>
-#include <map>
 #include <memory>
 #include <new>
 #include <optional>
@@ -28,10 +25,6 @@
 #include "engine/runtime/limits.h"
 #include "engine/runtime/runner.h"
 #include "engine/runtime/threads.h"
-#include "kernels/elementwise.h"
-#include "kernels/layernorm.h"
-#include "kernels/matmul.h"
-#include "kernels/rows_linear.h"
 
 namespace attn {
 namespace {

@@ -340,4 +340,21 @@ Status Runner::Run(size_t layer, const RunRows& rows, const float* input,
   return {};
 }
 
+AttentionProgram::AttentionProgram(int64_t d_in, int64_t d_out) {
+  graph::Node node;
+  node.name = "att";
+  node.op = Op::kMha;
+  node.inputs = {"x"};
+  node.outputs = {"context_vec"};
+  def_.input = "x";
+  def_.output = "context_vec";
+  def_.nodes = {node};
+  program_ = graph::Lower(def_);
+  bound_ = {&def_,
+            &program_,
+            {d_in, d_out},
+            {kernels::DataType::kF32, kernels::DataType::kF32},
+            {{{}}}};
+}
+
 }  // namespace attn

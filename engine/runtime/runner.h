@@ -157,6 +157,22 @@ class Runner {
   size_t planned_peak_ = 0, intermediates_total_ = 0;
 };
 
+// The program of one mha node from rows d_in wide to rows d_out wide: the
+// chapter-3 MultiHeadAttention, as MhaSession and MhaDecoder run it. It
+// holds what its BoundProgram points to, so it stays where it is made.
+class AttentionProgram {
+ public:
+  AttentionProgram(int64_t d_in, int64_t d_out);
+  AttentionProgram(const AttentionProgram&) = delete;
+  AttentionProgram& operator=(const AttentionProgram&) = delete;
+  const BoundProgram& bound() const { return bound_; }
+
+ private:
+  graph::GraphDef def_;
+  graph::Program program_;
+  BoundProgram bound_;
+};
+
 }  // namespace attn
 
 #endif  // ATTN_ENGINE_RUNTIME_RUNNER_H_
