@@ -93,6 +93,9 @@ graph::Node ProgramNode(
     const char* output,
     std::vector<std::pair<std::string, std::vector<std::string>>> weights = {},
     float eps = 1e-5f);
+// A graph of `nodes` from `input` to `output`.
+graph::GraphDef ProgramGraph(const char* input, const char* output,
+                             std::vector<graph::Node> nodes);
 // `model` with its repeat node run as `block` once per layer of `config`,
 // layer i's weights under "trf_blocks.{i}." (the book's ModuleList).
 Result<graph::GraphDef> RepeatBlock(graph::GraphDef model,

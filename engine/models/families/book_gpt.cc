@@ -18,53 +18,49 @@ bool IsBookGpt(const SafetensorsFile& file, const std::string& prefix) {
 Result<graph::GraphDef> GptProgram(const LmConfig& c) {
   using graph::Op;
   const auto eps = static_cast<float>(c.norm_eps);
-  graph::GraphDef block;
-  block.input = "x";
-  block.output = "y";
-  block.nodes = {
-      ProgramNode("norm1", Op::kLayerNorm, {"x"}, "x_norm1",
-                  {{"scale", {"norm1.scale"}}, {"shift", {"norm1.shift"}}},
-                  eps),
-      ProgramNode("att", Op::kMha, {"x_norm1"}, "att_out",
-                  {{"W_query.weight", {"att.W_query.weight"}},
-                   {"W_query.bias", {"att.W_query.bias"}},
-                   {"W_key.weight", {"att.W_key.weight"}},
-                   {"W_key.bias", {"att.W_key.bias"}},
-                   {"W_value.weight", {"att.W_value.weight"}},
-                   {"W_value.bias", {"att.W_value.bias"}},
-                   {"out_proj.weight", {"att.out_proj.weight"}},
-                   {"out_proj.bias", {"att.out_proj.bias"}},
-                   {"mask", {"att.mask"}}}),
-      ProgramNode("drop_shortcut1", Op::kDropout, {"att_out"}, "att_drop"),
-      ProgramNode("residual1", Op::kAdd, {"x", "att_drop"}, "x1"),
-      ProgramNode("norm2", Op::kLayerNorm, {"x1"}, "x_norm2",
-                  {{"scale", {"norm2.scale"}}, {"shift", {"norm2.shift"}}},
-                  eps),
-      ProgramNode(
-          "ff.layers.0", Op::kLinear, {"x_norm2"}, "ff_hidden",
-          {{"weight", {"ff.layers.0.weight"}}, {"bias", {"ff.layers.0.bias"}}}),
-      ProgramNode("ff.layers.1", Op::kGelu, {"ff_hidden"}, "ff_act"),
-      ProgramNode(
-          "ff.layers.2", Op::kLinear, {"ff_act"}, "ff_out",
-          {{"weight", {"ff.layers.2.weight"}}, {"bias", {"ff.layers.2.bias"}}}),
-      ProgramNode("drop_shortcut2", Op::kDropout, {"ff_out"}, "ff_drop"),
-      ProgramNode("residual2", Op::kAdd, {"x1", "ff_drop"}, "y")};
-  graph::GraphDef model;
-  model.input = "input_ids";
-  model.output = "logits";
-  model.nodes = {
-      ProgramNode("tok_emb", Op::kEmbedding, {"input_ids"}, "tok_embeds",
-                  {{"weight", {"tok_emb.weight"}}}),
-      ProgramNode("pos_emb", Op::kPositionEmbedding, {"tok_embeds"}, "x0",
-                  {{"weight", {"pos_emb.weight"}}}),
-      ProgramNode("drop_emb", Op::kDropout, {"x0"}, "x_drop"),
-      ProgramNode("trf_blocks", Op::kRepeat, {"x_drop"}, "x"),
-      ProgramNode(
-          "final_norm", Op::kLayerNorm, {"x"}, "x_norm",
-          {{"scale", {"final_norm.scale"}}, {"shift", {"final_norm.shift"}}},
-          eps),
-      ProgramNode("out_head", Op::kLinear, {"x_norm"}, "logits",
-                  {{"weight", {"out_head.weight", "tok_emb.weight"}}})};
+  graph::GraphDef block = ProgramGraph(
+      "x", "y",
+      {ProgramNode("norm1", Op::kLayerNorm, {"x"}, "x_norm1",
+                   {{"scale", {"norm1.scale"}}, {"shift", {"norm1.shift"}}},
+                   eps),
+       ProgramNode("att", Op::kMha, {"x_norm1"}, "att_out",
+                   {{"W_query.weight", {"att.W_query.weight"}},
+                    {"W_query.bias", {"att.W_query.bias"}},
+                    {"W_key.weight", {"att.W_key.weight"}},
+                    {"W_key.bias", {"att.W_key.bias"}},
+                    {"W_value.weight", {"att.W_value.weight"}},
+                    {"W_value.bias", {"att.W_value.bias"}},
+                    {"out_proj.weight", {"att.out_proj.weight"}},
+                    {"out_proj.bias", {"att.out_proj.bias"}},
+                    {"mask", {"att.mask"}}}),
+       ProgramNode("drop_shortcut1", Op::kDropout, {"att_out"}, "att_drop"),
+       ProgramNode("residual1", Op::kAdd, {"x", "att_drop"}, "x1"),
+       ProgramNode("norm2", Op::kLayerNorm, {"x1"}, "x_norm2",
+                   {{"scale", {"norm2.scale"}}, {"shift", {"norm2.shift"}}},
+                   eps),
+       ProgramNode("ff.layers.0", Op::kLinear, {"x_norm2"}, "ff_hidden",
+                   {{"weight", {"ff.layers.0.weight"}},
+                    {"bias", {"ff.layers.0.bias"}}}),
+       ProgramNode("ff.layers.1", Op::kGelu, {"ff_hidden"}, "ff_act"),
+       ProgramNode("ff.layers.2", Op::kLinear, {"ff_act"}, "ff_out",
+                   {{"weight", {"ff.layers.2.weight"}},
+                    {"bias", {"ff.layers.2.bias"}}}),
+       ProgramNode("drop_shortcut2", Op::kDropout, {"ff_out"}, "ff_drop"),
+       ProgramNode("residual2", Op::kAdd, {"x1", "ff_drop"}, "y")});
+  graph::GraphDef model = ProgramGraph(
+      "input_ids", "logits",
+      {ProgramNode("tok_emb", Op::kEmbedding, {"input_ids"}, "tok_embeds",
+                   {{"weight", {"tok_emb.weight"}}}),
+       ProgramNode("pos_emb", Op::kPositionEmbedding, {"tok_embeds"}, "x0",
+                   {{"weight", {"pos_emb.weight"}}}),
+       ProgramNode("drop_emb", Op::kDropout, {"x0"}, "x_drop"),
+       ProgramNode("trf_blocks", Op::kRepeat, {"x_drop"}, "x"),
+       ProgramNode(
+           "final_norm", Op::kLayerNorm, {"x"}, "x_norm",
+           {{"scale", {"final_norm.scale"}}, {"shift", {"final_norm.shift"}}},
+           eps),
+       ProgramNode("out_head", Op::kLinear, {"x_norm"}, "logits",
+                   {{"weight", {"out_head.weight", "tok_emb.weight"}}})});
   return RepeatBlock(std::move(model), std::move(block), c);
 }
 

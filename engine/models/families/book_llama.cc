@@ -9,40 +9,36 @@ namespace attn::lm {
 Result<graph::GraphDef> LlamaProgram(const LmConfig& c) {
   using graph::Op;
   const auto eps = static_cast<float>(c.norm_eps);
-  graph::GraphDef block;
-  block.input = "x";
-  block.output = "y";
-  block.nodes = {
-      ProgramNode("norm1", Op::kRmsNorm, {"x"}, "x_norm1",
-                  {{"weight", {"norm1.weight"}}}, eps),
-      ProgramNode("att", Op::kMha, {"x_norm1"}, "att_out",
-                  {{"W_query.weight", {"att.W_query.weight"}},
-                   {"W_key.weight", {"att.W_key.weight"}},
-                   {"W_value.weight", {"att.W_value.weight"}},
-                   {"out_proj.weight", {"att.out_proj.weight"}}}),
-      ProgramNode("residual1", Op::kAdd, {"x", "att_out"}, "x1"),
-      ProgramNode("norm2", Op::kRmsNorm, {"x1"}, "x_norm2",
-                  {{"weight", {"norm2.weight"}}}, eps),
-      ProgramNode("ff.fc1", Op::kLinear, {"x_norm2"}, "ff_gate",
-                  {{"weight", {"ff.fc1.weight"}}}),
-      ProgramNode("ff.silu", Op::kSilu, {"ff_gate"}, "ff_act"),
-      ProgramNode("ff.fc2", Op::kLinear, {"x_norm2"}, "ff_up",
-                  {{"weight", {"ff.fc2.weight"}}}),
-      ProgramNode("ff.mul", Op::kMul, {"ff_act", "ff_up"}, "ff_hidden"),
-      ProgramNode("ff.fc3", Op::kLinear, {"ff_hidden"}, "ff_out",
-                  {{"weight", {"ff.fc3.weight"}}}),
-      ProgramNode("residual2", Op::kAdd, {"x1", "ff_out"}, "y")};
-  graph::GraphDef model;
-  model.input = "input_ids";
-  model.output = "logits";
-  model.nodes = {
-      ProgramNode("tok_emb", Op::kEmbedding, {"input_ids"}, "x0",
-                  {{"weight", {"tok_emb.weight"}}}),
-      ProgramNode("trf_blocks", Op::kRepeat, {"x0"}, "x"),
-      ProgramNode("final_norm", Op::kRmsNorm, {"x"}, "x_norm",
-                  {{"weight", {"final_norm.weight"}}}, eps),
-      ProgramNode("out_head", Op::kLinear, {"x_norm"}, "logits",
-                  {{"weight", {"out_head.weight", "tok_emb.weight"}}})};
+  graph::GraphDef block = ProgramGraph(
+      "x", "y",
+      {ProgramNode("norm1", Op::kRmsNorm, {"x"}, "x_norm1",
+                   {{"weight", {"norm1.weight"}}}, eps),
+       ProgramNode("att", Op::kMha, {"x_norm1"}, "att_out",
+                   {{"W_query.weight", {"att.W_query.weight"}},
+                    {"W_key.weight", {"att.W_key.weight"}},
+                    {"W_value.weight", {"att.W_value.weight"}},
+                    {"out_proj.weight", {"att.out_proj.weight"}}}),
+       ProgramNode("residual1", Op::kAdd, {"x", "att_out"}, "x1"),
+       ProgramNode("norm2", Op::kRmsNorm, {"x1"}, "x_norm2",
+                   {{"weight", {"norm2.weight"}}}, eps),
+       ProgramNode("ff.fc1", Op::kLinear, {"x_norm2"}, "ff_gate",
+                   {{"weight", {"ff.fc1.weight"}}}),
+       ProgramNode("ff.silu", Op::kSilu, {"ff_gate"}, "ff_act"),
+       ProgramNode("ff.fc2", Op::kLinear, {"x_norm2"}, "ff_up",
+                   {{"weight", {"ff.fc2.weight"}}}),
+       ProgramNode("ff.mul", Op::kMul, {"ff_act", "ff_up"}, "ff_hidden"),
+       ProgramNode("ff.fc3", Op::kLinear, {"ff_hidden"}, "ff_out",
+                   {{"weight", {"ff.fc3.weight"}}}),
+       ProgramNode("residual2", Op::kAdd, {"x1", "ff_out"}, "y")});
+  graph::GraphDef model = ProgramGraph(
+      "input_ids", "logits",
+      {ProgramNode("tok_emb", Op::kEmbedding, {"input_ids"}, "x0",
+                   {{"weight", {"tok_emb.weight"}}}),
+       ProgramNode("trf_blocks", Op::kRepeat, {"x0"}, "x"),
+       ProgramNode("final_norm", Op::kRmsNorm, {"x"}, "x_norm",
+                   {{"weight", {"final_norm.weight"}}}, eps),
+       ProgramNode("out_head", Op::kLinear, {"x_norm"}, "logits",
+                   {{"weight", {"out_head.weight", "tok_emb.weight"}}})});
   return RepeatBlock(std::move(model), std::move(block), c);
 }
 

@@ -34,6 +34,15 @@ graph::Node ProgramNode(
   return node;
 }
 
+graph::GraphDef ProgramGraph(const char* input, const char* output,
+                             std::vector<graph::Node> nodes) {
+  graph::GraphDef def;
+  def.input = input;
+  def.output = output;
+  def.nodes = std::move(nodes);
+  return def;
+}
+
 Result<graph::GraphDef> RepeatBlock(graph::GraphDef model,
                                     graph::GraphDef block,
                                     const LmConfig& config) {
