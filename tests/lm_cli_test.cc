@@ -21,6 +21,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/lm.hpp"
+#include "attn/model.hpp"
 #include "attn/safetensors.hpp"
 #include "nlohmann/json.hpp"
 
@@ -423,8 +424,8 @@ TEST_F(LmCliTest, BadInputsAreRefused) {
   ExpectRefused(Run(golden.model, golden.model));  // no input_ids
   ExpectRefused(Generate(golden.model, golden.io, 1000000));
   ExpectRefused(Generate(golden.model, golden.io, 1, "--stop-token 1000000"));
-  // Rows past what one LmBatch holds, named before any work.
-  const int64_t rows = LmBatchOptions::kMaxSequences + 1;
+  // Rows past what one Batch holds, named before any work.
+  const int64_t rows = BatchOptions::kMaxSequences + 1;
   const Outcome many = Generate(
       golden.model, WriteInput(std::vector<int64_t>(rows, 1), rows, {}), 1);
   ExpectRefused(many);
@@ -478,9 +479,9 @@ uint64_t SmallestCap(
 // first step of `attn generate` make them; `steps` more of one token each.
 Status StepRows(std::shared_ptr<const LanguageModel> model, int64_t rows,
                 int64_t max_length, bool all_logits, int64_t steps) {
-  ATTN_ASSIGN_OR_RETURN(auto batch, LmBatch::Create(model, {rows, max_length}));
+  ATTN_ASSIGN_OR_RETURN(auto batch, Batch::Create(Model::Of(model), {rows, max_length}));
   static const int64_t token = 1;
-  std::vector<LmBatch::Request> requests;
+  std::vector<Batch::Request> requests;
   for (int64_t b = 0; b < rows; ++b) {
     ATTN_ASSIGN_OR_RETURN(const int64_t sequence, batch->Add());
     requests.push_back({sequence, &token, 1, all_logits});

@@ -1,4 +1,4 @@
-// LmBatch::Step when an allocation fails part-way through: no sequence
+// Batch::Step when an allocation fails part-way through: no sequence
 // changes, no logits are left, and the step then runs as on a batch that
 // never failed; and what a step, Add and Remove allocate follows their
 // work, not max_sequences. Allocations fail, and are counted, through a
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attn/lm.hpp"
+#include "attn/model.hpp"
 #include "gtest/gtest.h"
 
 #if !defined(__SANITIZE_ADDRESS__)
@@ -64,12 +65,12 @@ std::shared_ptr<const LanguageModel> SmallModel() {
 }
 
 // Sequence 0 holds a 6-token prompt; sequence 1 is empty.
-std::unique_ptr<LmBatch> Prepared(std::shared_ptr<const LanguageModel> model) {
-  auto batch = LmBatch::Create(std::move(model), {2, 0}).value();
+std::unique_ptr<Batch> Prepared(std::shared_ptr<const LanguageModel> model) {
+  auto batch = Batch::Create(Model::Of(std::move(model)), {2, 0}).value();
   EXPECT_EQ(batch->Add().value(), 0);
   EXPECT_EQ(batch->Add().value(), 1);
   static const int64_t prompt[] = {1, 2, 3, 4, 5, 6};
-  const LmBatch::Request first{0, prompt, 6, false};
+  const Batch::Request first{0, prompt, 6, false};
   EXPECT_TRUE(batch->Step(&first, 1).ok());
   return batch;
 }
@@ -77,7 +78,7 @@ std::unique_ptr<LmBatch> Prepared(std::shared_ptr<const LanguageModel> model) {
 // Fails the step's k-th allocation for every k in turn, until one runs
 // through: each failure leaves the lengths, no logits, and a retry with the
 // logits of a batch that never failed.
-void ExpectEveryFailureRollsBack(const std::vector<LmBatch::Request>& step) {
+void ExpectEveryFailureRollsBack(const std::vector<Batch::Request>& step) {
   const std::shared_ptr<const LanguageModel> model = SmallModel();
   ASSERT_TRUE(model);
   const int64_t vocab = model->config().vocab_size;
@@ -157,12 +158,12 @@ TEST(LmStepAllocations, FollowTheRequestsNotMaxSequences) {
   auto model = LanguageModel::Random(config, 3, options);
   ASSERT_TRUE(model.ok()) << model.status().message();
   constexpr int64_t kSequences = int64_t{1} << 16;
-  auto batch = LmBatch::Create(*model, {kSequences, 0});
+  auto batch = Batch::Create(Model::Of(*model), {kSequences, 0});
   ASSERT_TRUE(batch.ok()) << batch.status().message();
-  LmBatch& b = **batch;
+  Batch& b = **batch;
   for (int64_t s = 0; s < 3; ++s) ASSERT_EQ(b.Add().value(), s);
   static const int64_t token = 5;
-  const LmBatch::Request step[] = {{2, &token, 1, false},
+  const Batch::Request step[] = {{2, &token, 1, false},
                                    {0, &token, 1, false}};
   ASSERT_TRUE(b.Step(step, 2).ok());
   Status second;

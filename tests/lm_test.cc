@@ -1,9 +1,10 @@
 // Whole language models (attn/lm.hpp), black-box: PyTorch's logits and
 // greedy tokens for the book's GPTModel, Hugging Face GPT-2 files and the
-// book's Llama 3.2 (tests/golden/lm, tools/make_golden.py), through LmBatch
+// book's Llama 3.2 (tests/golden/lm, tools/make_golden.py), through Batch
 // at 1 and 2 threads; continuous batching (mixed steps, forks, slots reused)
 // against running each sequence alone; and the errors a user can cause.
 #include "attn/lm.hpp"
+#include "attn/model.hpp"
 
 #include <gtest/gtest.h>
 
@@ -97,10 +98,10 @@ std::shared_ptr<const LanguageModel> Load(const std::string& name, int threads,
   return model.ok() ? *model : nullptr;
 }
 
-std::unique_ptr<LmBatch> NewBatch(std::shared_ptr<const LanguageModel> model,
+std::unique_ptr<Batch> NewBatch(std::shared_ptr<const LanguageModel> model,
                                   int64_t sequences) {
-  Result<std::unique_ptr<LmBatch>> batch =
-      LmBatch::Create(std::move(model), {sequences, 0});
+  Result<std::unique_ptr<Batch>> batch =
+      Batch::Create(Model::Of(std::move(model)), {sequences, 0});
   EXPECT_TRUE(batch.ok()) << batch.status().message();
   return batch.ok() ? std::move(*batch) : nullptr;
 }
@@ -111,8 +112,8 @@ int64_t Argmax(const float* logits, int64_t vocab) {
 
 // Every prompt in one step, all logits: [b, T, vocab], zeros past a row's
 // length, as the golden file holds them.
-std::vector<float> PromptLogits(LmBatch& batch, const Case& c) {
-  std::vector<LmBatch::Request> requests;
+std::vector<float> PromptLogits(Batch& batch, const Case& c) {
+  std::vector<Batch::Request> requests;
   for (int64_t row = 0; row < c.b; ++row) {
     requests.push_back({*batch.Add(), c.prompt(row), c.lengths[row], true});
   }
@@ -128,8 +129,8 @@ std::vector<float> PromptLogits(LmBatch& batch, const Case& c) {
 
 // Greedy continuation of every prompt: the prompts in one step, then one
 // step of every sequence's next token at a time. [b, new_tokens].
-std::vector<int64_t> Greedy(LmBatch& batch, const Case& c) {
-  std::vector<LmBatch::Request> requests;
+std::vector<int64_t> Greedy(Batch& batch, const Case& c) {
+  std::vector<Batch::Request> requests;
   for (int64_t row = 0; row < c.b; ++row) {
     requests.push_back({*batch.Add(), c.prompt(row), c.lengths[row], false});
   }
@@ -189,7 +190,7 @@ TEST_P(LmGolden, LastAndAllLogitsInOneStepMatchPyTorch) {
   for (const int threads : {1, 2}) {
     auto batch = NewBatch(Load(c.name, threads), c.b);
     ASSERT_NE(batch, nullptr);
-    std::vector<LmBatch::Request> requests;
+    std::vector<Batch::Request> requests;
     for (int64_t row = 0; row < c.b; ++row) {
       requests.push_back(
           {*batch->Add(), c.prompt(row), c.lengths[row], row % 2 == 1});
@@ -231,7 +232,7 @@ TEST_P(LmGolden, TokenByTokenMatchesThePrompt) {
   for (int64_t row = 0; row < c.b; ++row) {
     const int64_t seq = *batch->Add();
     for (int64_t t = 0; t < c.lengths[row]; ++t) {
-      const LmBatch::Request r{seq, c.prompt(row) + t, 1, false};
+      const Batch::Request r{seq, c.prompt(row) + t, 1, false};
       ASSERT_TRUE(batch->Step(&r, 1).ok());
       const auto first = c.logits.begin() + (row * c.T + t) * c.vocab;
       test::ExpectAllClose(std::vector<float>(first, first + c.vocab),
@@ -266,10 +267,10 @@ TEST_F(LmBf16Test, OneTokenStepsGiveTheFp32ModelsBits) {
     auto bf16 = NewBatch(Load(name, 2, DType::kBF16), 1);
     ASSERT_NE(f32, nullptr);
     ASSERT_NE(bf16, nullptr);
-    for (LmBatch* batch : {f32.get(), bf16.get()})
+    for (Batch* batch : {f32.get(), bf16.get()})
       ASSERT_TRUE(batch->Add().ok());
     for (int64_t t = 0; t < c.lengths[0]; ++t) {
-      const LmBatch::Request r{0, c.prompt(0) + t, 1, false};
+      const Batch::Request r{0, c.prompt(0) + t, 1, false};
       ASSERT_TRUE(f32->Step(&r, 1).ok());
       ASSERT_TRUE(bf16->Step(&r, 1).ok());
       EXPECT_EQ(std::vector<float>(f32->logits(0), f32->logits(0) + c.vocab),
@@ -317,19 +318,19 @@ TEST(LmLayouts, BookAndHuggingFaceNamesGiveTheSameModel) {
 // A fork continues exactly as its parent; a removed slot is reused clean.
 // Grouped heads keep a token-major cache, GPT-2's ungrouped ones a head-major
 // one (kernels::DecodeBlocksHeads): the fork copies either.
-class LmBatchForkTest : public ::testing::TestWithParam<const char*> {};
+class BatchForkTest : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(LmBatchForkTest, ContinuesAsTheParentAndSlotsAreReused) {
+TEST_P(BatchForkTest, ContinuesAsTheParentAndSlotsAreReused) {
   const Case c = ReadCase(GetParam());
   auto batch = NewBatch(Load(c.name, 2), 3);
   ASSERT_NE(batch, nullptr);
   const int64_t parent = *batch->Add();
-  LmBatch::Request r{parent, c.prompt(0), c.lengths[0], false};
+  Batch::Request r{parent, c.prompt(0), c.lengths[0], false};
   ASSERT_TRUE(batch->Step(&r, 1).ok());
   const int64_t fork = *batch->Fork(parent);
   EXPECT_EQ(batch->length(fork), c.lengths[0]);
   const int64_t next = 7;
-  const LmBatch::Request both[] = {{parent, &next, 1, false},
+  const Batch::Request both[] = {{parent, &next, 1, false},
                                    {fork, &next, 1, false}};
   ASSERT_TRUE(batch->Step(both, 2).ok());
   const std::vector<float> a(batch->logits(0), batch->logits(0) + c.vocab);
@@ -342,14 +343,14 @@ TEST_P(LmBatchForkTest, ContinuesAsTheParentAndSlotsAreReused) {
   EXPECT_EQ(batch->length(again), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(CacheLayouts, LmBatchForkTest,
+INSTANTIATE_TEST_SUITE_P(CacheLayouts, BatchForkTest,
                          ::testing::Values("llama_gqa", "gpt_book_2l_bias"));
 
 // Add takes the lowest free slot, whatever order sequences were added,
 // removed and forked in, checked against a set of the free slots over a
 // few thousand operations on a batch of 512; a full batch refuses Add and
 // Fork, and Remove refuses a slot that is not live.
-TEST(LmBatchTest, AddTakesTheLowestFreeSlotAfterAnyRemovals) {
+TEST(BatchTest, AddTakesTheLowestFreeSlotAfterAnyRemovals) {
   auto batch = NewBatch(Load("gpt_book_1l", 1), 512);
   ASSERT_NE(batch, nullptr);
   std::set<int64_t> free_slots;
@@ -401,13 +402,13 @@ TEST(LmBatchTest, AddTakesTheLowestFreeSlotAfterAnyRemovals) {
 // A step names its sequences in any order: each request gets its own
 // sequence's logits, those of the sequence run alone; a repeated sequence
 // is named at its second request, whichever that is.
-TEST(LmBatchTest, AStepOnAFewSlotsOfALargeBatchTakesThemInAnyOrder) {
+TEST(BatchTest, AStepOnAFewSlotsOfALargeBatchTakesThemInAnyOrder) {
   const Case c = ReadCase("gpt_book_1l");
   auto model = Load(c.name, 1);
   auto batch = NewBatch(model, 1024);
   ASSERT_NE(batch, nullptr);
   for (int64_t s = 0; s < 1024; ++s) ASSERT_EQ(*batch->Add(), s);
-  const LmBatch::Request step[] = {{700, c.prompt(0), c.lengths[0], false},
+  const Batch::Request step[] = {{700, c.prompt(0), c.lengths[0], false},
                                    {3, c.prompt(1), c.lengths[1], false}};
   ASSERT_TRUE(batch->Step(step, 2).ok());
   EXPECT_EQ(batch->length(700), c.lengths[0]);
@@ -421,7 +422,7 @@ TEST(LmBatchTest, AStepOnAFewSlotsOfALargeBatchTakesThemInAnyOrder) {
                          "request " + std::to_string(row));
   }
   const int64_t token = 1;
-  const LmBatch::Request twice[] = {{9, &token, 1, false},
+  const Batch::Request twice[] = {{9, &token, 1, false},
                                     {700, &token, 1, false},
                                     {5, &token, 1, false},
                                     {700, &token, 1, false},
@@ -438,7 +439,7 @@ TEST(LmBatchTest, AStepOnAFewSlotsOfALargeBatchTakesThemInAnyOrder) {
 // put while batches come and go, and a batch fits under a cap of the model,
 // its caches and 1 KiB (its slots' bookkeeping), not under one that leaves
 // out half its caches.
-TEST(LmBatchTest, BatchesAddOnlyTheirCaches) {
+TEST(BatchTest, BatchesAddOnlyTheirCaches) {
   const std::string name = "llama_gqa";
   auto model = Load(name, 1);
   ASSERT_NE(model, nullptr);
@@ -457,7 +458,7 @@ TEST(LmBatchTest, BatchesAddOnlyTheirCaches) {
     Result<std::shared_ptr<const LanguageModel>> capped =
         LanguageModel::Load(kLmDir + name + "/model.safetensors", options);
     ASSERT_TRUE(capped.ok()) << capped.status().message();
-    Result<std::unique_ptr<LmBatch>> batch = LmBatch::Create(*capped, {2, 0});
+    Result<std::unique_ptr<Batch>> batch = Batch::Create(Model::Of(*capped), {2, 0});
     EXPECT_EQ(batch.status().code(),
               fits ? StatusCode::kOk : StatusCode::kOutOfMemory)
         << batch.status().message();
@@ -466,15 +467,15 @@ TEST(LmBatchTest, BatchesAddOnlyTheirCaches) {
 
 // One step mixing a new prompt with a running sequence's next token gives
 // each the logits it gets alone.
-TEST(LmBatchTest, MixedStepMatchesSequencesAlone) {
+TEST(BatchTest, MixedStepMatchesSequencesAlone) {
   const Case c = ReadCase("gpt_book_2l_bias");
   auto batch = NewBatch(Load(c.name, 2), 2);
   ASSERT_NE(batch, nullptr);
   const int64_t running = *batch->Add();
-  LmBatch::Request r{running, c.prompt(0), c.lengths[0] - 1, false};
+  Batch::Request r{running, c.prompt(0), c.lengths[0] - 1, false};
   ASSERT_TRUE(batch->Step(&r, 1).ok());
   const int64_t fresh = *batch->Add();
-  const LmBatch::Request mixed[] = {
+  const Batch::Request mixed[] = {
       {fresh, c.prompt(1), c.lengths[1], true},
       {running, c.prompt(0) + c.lengths[0] - 1, 1, false}};
   ASSERT_TRUE(batch->Step(mixed, 2).ok());
@@ -495,7 +496,7 @@ TEST(LmErrors, BadRequestsAreRefusedAndChangeNothing) {
   ASSERT_NE(batch, nullptr);
   const int64_t seq = *batch->Add();
   const int64_t vocab = 64, out_of_range[] = {1, vocab};
-  LmBatch::Request r{seq, out_of_range, 2, false};
+  Batch::Request r{seq, out_of_range, 2, false};
   Status s = batch->Step(&r, 1);
   EXPECT_NE(s.message().find("token id 64"), std::string::npos) << s.message();
   std::vector<int64_t> too_long(17, 1);
@@ -506,11 +507,11 @@ TEST(LmErrors, BadRequestsAreRefusedAndChangeNothing) {
       << s.message();
   r = {seq + 1, too_long.data(), 1, false};
   EXPECT_FALSE(batch->Step(&r, 1).ok());  // not a live sequence
-  const LmBatch::Request twice[] = {{seq, too_long.data(), 1, false},
+  const Batch::Request twice[] = {{seq, too_long.data(), 1, false},
                                     {seq, too_long.data(), 1, false}};
   EXPECT_FALSE(batch->Step(twice, 2).ok());
   // More requests than the batch holds sequences: refused by their count.
-  const LmBatch::Request three[] = {twice[0], twice[1], twice[0]};
+  const Batch::Request three[] = {twice[0], twice[1], twice[0]};
   s = batch->Step(three, 3);
   EXPECT_NE(s.message().find("step has 3 requests, want at most "
                              "max_sequences 2"),
@@ -528,7 +529,7 @@ TEST(LmErrors, ARefusedStepLeavesNoLogits) {
   ASSERT_NE(batch, nullptr);
   const int64_t seq = *batch->Add();
   const int64_t token = 1, out_of_range = 64;
-  LmBatch::Request r{seq, &token, 1, false};
+  Batch::Request r{seq, &token, 1, false};
   ASSERT_TRUE(batch->Step(&r, 1).ok());
   ASSERT_NE(batch->logits(0), nullptr);
   r.tokens = &out_of_range;
@@ -586,7 +587,7 @@ LmConfig SmallConfig(int64_t layers) {
 // A step's activations are held once for all the layers, which run one at
 // a time: a batch of a 4-layer model holds, beyond a 1-layer one's, three
 // more layers of KV cache and less than one step's activations.
-TEST(LmBatchTest, StepBuffersAreSharedByTheLayers) {
+TEST(BatchTest, StepBuffersAreSharedByTheLayers) {
   constexpr int64_t kSlots = 64;
   uint64_t bytes[2] = {0, 0};
   for (const int64_t layers : {1, 4}) {
@@ -594,7 +595,7 @@ TEST(LmBatchTest, StepBuffersAreSharedByTheLayers) {
     options.num_threads = 1;
     auto model = LanguageModel::Random(SmallConfig(layers), 3, options);
     ASSERT_TRUE(model.ok()) << model.status().message();
-    auto batch = LmBatch::Create(*model, {kSlots, 0});
+    auto batch = Batch::Create(Model::Of(*model), {kSlots, 0});
     ASSERT_TRUE(batch.ok()) << batch.status().message();
     bytes[layers / 4] = (*batch)->cache_bytes();
   }
@@ -616,13 +617,13 @@ TEST(LmBatchTest, StepBuffersAreSharedByTheLayers) {
 // the layers, whose decoders count what the others hold: the step is
 // refused there (and changes nothing) instead of each layer checking only
 // its own share.
-TEST(LmBatchTest, EveryLayersStepBuffersCountAgainstTheCap) {
+TEST(BatchTest, EveryLayersStepBuffersCountAgainstTheCap) {
   LmConfig config = SmallConfig(4);
   config.context_length = 256;
   std::vector<int64_t> prompts(4 * 128);
   for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = int64_t(i * 7 % 50);
-  const auto step = [&](LmBatch& batch) {
-    std::vector<LmBatch::Request> requests;
+  const auto step = [&](Batch& batch) {
+    std::vector<Batch::Request> requests;
     for (int64_t b = 0; b < 4; ++b) {
       requests.push_back({*batch.Add(), prompts.data() + b * 128, 128, false});
     }
@@ -633,7 +634,7 @@ TEST(LmBatchTest, EveryLayersStepBuffersCountAgainstTheCap) {
   options.num_threads = 1;
   auto free_model = LanguageModel::Random(config, 3, options);
   ASSERT_TRUE(free_model.ok()) << free_model.status().message();
-  auto free_batch = LmBatch::Create(*free_model, {4, 0});
+  auto free_batch = Batch::Create(Model::Of(*free_model), {4, 0});
   ASSERT_TRUE(free_batch.ok()) << free_batch.status().message();
   const uint64_t before =
       (*free_model)->memory_bytes() + (*free_batch)->cache_bytes();
@@ -645,7 +646,7 @@ TEST(LmBatchTest, EveryLayersStepBuffersCountAgainstTheCap) {
   options.max_memory_bytes = after - 1;
   auto model = LanguageModel::Random(config, 3, options);
   ASSERT_TRUE(model.ok()) << model.status().message();
-  auto batch = LmBatch::Create(*model, {4, 0});
+  auto batch = Batch::Create(Model::Of(*model), {4, 0});
   ASSERT_TRUE(batch.ok()) << batch.status().message();
   const Status refused = step(**batch);
   EXPECT_EQ(refused.code(), StatusCode::kOutOfMemory) << refused.message();
@@ -679,7 +680,7 @@ TEST(LmErrors, BadNormEpsIsRefusedWithItsValue) {
 // of new sizes comes: the logits are those of the same prompts fed in
 // pieces (the decode path), and the buffers a batch keeps afterwards do not
 // grow with the number of layers.
-TEST(LmBatchTest, LongPromptsShareOneSetOfBuffers) {
+TEST(BatchTest, LongPromptsShareOneSetOfBuffers) {
   // Two prompts of 80 tokens in one step, then one of 100 in the next.
   const int64_t lengths[] = {80, 80, 100};
   std::vector<int64_t> ids(260);
@@ -698,7 +699,7 @@ TEST(LmBatchTest, LongPromptsShareOneSetOfBuffers) {
       ADD_FAILURE() << model.status().message();
       return logits;
     }
-    auto batch = LmBatch::Create(*model, {3, 0});
+    auto batch = Batch::Create(Model::Of(*model), {3, 0});
     if (!batch.ok()) {
       ADD_FAILURE() << batch.status().message();
       return logits;
@@ -711,7 +712,7 @@ TEST(LmBatchTest, LongPromptsShareOneSetOfBuffers) {
       const int64_t length = lengths[step[0]];
       const int64_t piece = halves ? length / 2 : length;
       for (int64_t at = 0; at < length; at += piece) {
-        std::vector<LmBatch::Request> requests;
+        std::vector<Batch::Request> requests;
         for (size_t i = 0; i < step.size(); ++i) {
           requests.push_back({seqs[i], prompts[step[i]] + at, piece, false});
         }
@@ -750,7 +751,7 @@ TEST(LmBatchTest, LongPromptsShareOneSetOfBuffers) {
 // and ten of them; or continued, through the step path) get the last logits
 // they get when asking for every position's, and the next token then finds
 // the same caches, bit for bit; each the same at 1 and 2 threads.
-TEST(LmBatchTest, OnlyTheLogitRowsGoPastTheLastAttention) {
+TEST(BatchTest, OnlyTheLogitRowsGoPastTheLastAttention) {
   LmConfig config = SmallConfig(2);
   config.context_length = 128;
   const size_t vocab = size_t(config.vocab_size);
@@ -767,9 +768,9 @@ TEST(LmBatchTest, OnlyTheLogitRowsGoPastTheLastAttention) {
     options.num_threads = threads;
     auto model = LanguageModel::Random(config, 11, options);
     if (!model.ok()) return out;
-    auto batch = LmBatch::Create(*model, {c.sequences, 0});
+    auto batch = Batch::Create(Model::Of(*model), {c.sequences, 0});
     if (!batch.ok()) return out;
-    std::vector<LmBatch::Request> requests(size_t(c.sequences));
+    std::vector<Batch::Request> requests(size_t(c.sequences));
     for (int64_t s = 0; s < c.sequences; ++s)
       requests[s].sequence = *(*batch)->Add();
     int64_t at = 0;
@@ -849,7 +850,7 @@ TEST(LmRandom, SeededModelIsReproducibleAndFinite) {
     ASSERT_TRUE(model.ok()) << model.status().message();
     auto batch = NewBatch(*model, 1);
     const int64_t ids[] = {1, 2, 3};
-    const LmBatch::Request r{*batch->Add(), ids, 3, false};
+    const Batch::Request r{*batch->Add(), ids, 3, false};
     ASSERT_TRUE(batch->Step(&r, 1).ok());
     const std::vector<float> logits(batch->logits(0), batch->logits(0) + 50);
     for (float x : logits) ASSERT_TRUE(std::isfinite(x));

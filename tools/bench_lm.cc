@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attn/lm.hpp"
+#include "attn/model.hpp"
 #include "nlohmann/json.hpp"
 #include "tools/bench_common.h"
 #include "tools/flags.h"
@@ -82,8 +83,8 @@ Result<Point> Measure(const DTypeModel& m, const ModelArgs& args,
                       int64_t batch) {
   const LmConfig& c = m.model->config();
   ATTN_ASSIGN_OR_RETURN(
-      std::unique_ptr<LmBatch> lm,
-      LmBatch::Create(m.model, {batch, args.prompt + args.steps}));
+      std::unique_ptr<Batch> lm,
+      Batch::Create(Model::Of(m.model), {batch, args.prompt + args.steps}));
   std::mt19937_64 rng(42);
   std::vector<int64_t> ids(size_t(batch * args.prompt));
   for (int64_t& id : ids) id = int64_t(rng() % uint64_t(c.vocab_size));
@@ -92,7 +93,7 @@ Result<Point> Measure(const DTypeModel& m, const ModelArgs& args,
   point.dtype = m.dtype;
   point.batch = batch;
   point.prefill_ms = 1e300;
-  std::vector<LmBatch::Request> requests(static_cast<size_t>(batch));
+  std::vector<Batch::Request> requests(static_cast<size_t>(batch));
   std::vector<int64_t> seqs(static_cast<size_t>(batch));
   constexpr int kReps = 3;
   for (int rep = 0; rep < kReps; ++rep) {

@@ -189,7 +189,7 @@ Command AddBenchCommand(CLI::App& app) {
       ->add_option("--batch", bench.batches,
                    "decode, model: sequences run together, e.g. 1,8 (default)")
       ->delimiter(',')
-      ->check(IntegerIn(1, LmBatchOptions::kMaxSequences));
+      ->check(IntegerIn(1, BatchOptions::kMaxSequences));
   bench_cmd->add_flag("--json", bench.json, "one JSON object per line");
   bench.attention.AddTo(bench_cmd);  // over every shape's own (and --decode's)
 

@@ -1,5 +1,5 @@
 // attn generate: new tokens after each prompt, greedy or sampled as the
-// book's chapter-5 generate, every row of the batch in one LmBatch.
+// book's chapter-5 generate, every row of the batch in one Batch.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attn/lm.hpp"
+#include "attn/model.hpp"
 #include "attn/safetensors.hpp"
 #include "attn/tokenizer.hpp"
 #include "tools/atomic_output.h"
@@ -72,7 +73,7 @@ class Generation {
     const auto rows = static_cast<uint64_t>(prompts_.batch);
     const auto vocab = static_cast<uint64_t>(model_->config().vocab_size);
     const uint64_t per_row =
-        sizeof(Sampler) + 2 * (sizeof(LmBatch::Request) + sizeof(int64_t)) +
+        sizeof(Sampler) + 2 * (sizeof(Batch::Request) + sizeof(int64_t)) +
         static_cast<uint64_t>(args_.max_new_tokens) * sizeof(int64_t);
     const uint64_t scratch =
         vocab * (sizeof(float) + sizeof(double) + sizeof(int64_t));
@@ -81,12 +82,12 @@ class Generation {
 
   // Creates the batch and asks for every prompt's last logits.
   Status StartPrompts() {
-    LmBatchOptions options;
+    BatchOptions options;
     options.max_sequences = prompts_.batch;
     // The last new token is never fed back (CheckPrompts checked the sum).
     options.max_length = prompts_.longest() + args_.max_new_tokens - 1;
     options.caller_bytes = CallerBytes();
-    ATTN_ASSIGN_OR_RETURN(batch_, LmBatch::Create(model_, options));
+    ATTN_ASSIGN_OR_RETURN(batch_, Batch::Create(Model::Of(model_), options));
     const auto rows = static_cast<size_t>(prompts_.batch);
     requests_.reserve(rows);
     rows_.reserve(rows);
@@ -110,7 +111,7 @@ class Generation {
   Status ChooseTokens(int64_t step, const OnToken& on_token) {
     const int64_t vocab = model_->config().vocab_size;
     const int64_t n = args_.max_new_tokens;
-    std::vector<LmBatch::Request> next;
+    std::vector<Batch::Request> next;
     std::vector<int64_t> next_rows;
     next.reserve(requests_.size());
     next_rows.reserve(requests_.size());
@@ -139,8 +140,8 @@ class Generation {
   const GenerateArgs& args_;
   const uint64_t other_bytes_;
   std::vector<Sampler> samplers_;  // per prompt row
-  std::unique_ptr<LmBatch> batch_;
-  std::vector<LmBatch::Request> requests_;  // the next Step's
+  std::unique_ptr<Batch> batch_;
+  std::vector<Batch::Request> requests_;  // the next Step's
   std::vector<int64_t> rows_;               // the prompt row of each request
   std::vector<int64_t> tokens_;             // [batch, max_new_tokens]
 };

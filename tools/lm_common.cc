@@ -64,9 +64,9 @@ uint64_t Prompts::bytes() const {
 namespace {
 
 // input_ids must be [batch, width] with both sizes at least 1, and a
-// batch one LmBatch holds.
+// batch one Batch holds.
 Status CheckIdsShape(const TensorInfo& ids, const std::string& where) {
-  const int64_t most = LmBatchOptions::kMaxSequences;
+  const int64_t most = BatchOptions::kMaxSequences;
   if (ids.shape.size() == 2 && ids.shape[0] > 0 && ids.shape[0] <= most &&
       ids.shape[1] > 0) {
     return {};

@@ -1,9 +1,10 @@
 // `attn run` on a whole language model: every prompt token's logits, from
-// one LmBatch holding all the rows, in one Step.
+// one Batch holding all the rows, in one Step.
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "attn/model.hpp"
 #include "attn/safetensors.hpp"
 #include "tools/atomic_output.h"
 #include "tools/lm_cli.h"
@@ -18,14 +19,14 @@ Result<std::vector<float>> AllLogits(
     const std::shared_ptr<const LanguageModel>& model, const Prompts& prompts) {
   const int64_t vocab = model->config().vocab_size;
   const auto rows = static_cast<uint64_t>(prompts.batch);
-  LmBatchOptions batch_options;
+  BatchOptions batch_options;
   batch_options.max_sequences = prompts.batch;
   batch_options.max_length = prompts.longest();
   batch_options.caller_bytes =
-      prompts.bytes() + rows * sizeof(LmBatch::Request) +
+      prompts.bytes() + rows * sizeof(Batch::Request) +
       rows * static_cast<uint64_t>(prompts.width * vocab) * sizeof(float);
-  ATTN_ASSIGN_OR_RETURN(auto batch, LmBatch::Create(model, batch_options));
-  std::vector<LmBatch::Request> requests;
+  ATTN_ASSIGN_OR_RETURN(auto batch, Batch::Create(Model::Of(model), batch_options));
+  std::vector<Batch::Request> requests;
   requests.reserve(rows);
   for (int64_t b = 0; b < prompts.batch; ++b) {
     ATTN_ASSIGN_OR_RETURN(const int64_t sequence, batch->Add());

@@ -18,6 +18,7 @@
 #include "attn/decode.hpp"
 #include "attn/graph.hpp"
 #include "attn/lm.hpp"
+#include "attn/model.hpp"
 #include "attn/safetensors.hpp"
 #include "attn/tokenizer.hpp"
 #include "engine/runtime/threads.h"
@@ -636,7 +637,7 @@ struct attn_lm {
 // The batch (which holds its model alive) and the rows of each request of
 // its last successful step: what attn_lm_batch_logits may hand out.
 struct attn_lm_batch {
-  std::unique_ptr<attn::LmBatch> batch;
+  std::unique_ptr<attn::Batch> batch;
   std::vector<int64_t> rows;
 };
 
@@ -689,7 +690,7 @@ attn_status ToLmOptions(const attn_lm_options* c, attn::LmOptions* options) {
 
 // attn_lm_batch_options (version 1 is the whole struct); zero: the default.
 attn_status ToBatchOptions(const attn_lm_batch_options* c,
-                           attn::LmBatchOptions* options) {
+                           attn::BatchOptions* options) {
   if (!c) return ATTN_OK;
   if (attn_status s = CheckStructSize("attn_lm_batch_options", c->struct_size,
                                       sizeof(*c), sizeof(*c));
@@ -743,7 +744,7 @@ attn_lm_info LmInfoOf(const attn::LmConfig& c) {
 
 // The C++ requests of a step, each checked for a NULL token array.
 attn_status ToRequests(const attn_lm_request* c, size_t count,
-                       std::vector<attn::LmBatch::Request>* requests) {
+                       std::vector<attn::Batch::Request>* requests) {
   requests->resize(count);
   for (size_t i = 0; i < count; ++i) {
     if (!c[i].tokens) {
@@ -802,9 +803,9 @@ attn_status attn_lm_batch_create(const attn_lm* model,
     if (!batch) return NullArgument("batch");
     *batch = nullptr;
     if (!model) return NullArgument("model");
-    attn::LmBatchOptions opts;
+    attn::BatchOptions opts;
     if (attn_status s = ToBatchOptions(options, &opts); s != ATTN_OK) return s;
-    auto created = attn::LmBatch::Create(model->model, opts);
+    auto created = attn::Batch::Create(attn::Model::Of(model->model), opts);
     if (!created.ok()) return Check(created.status());
     *batch = new attn_lm_batch{std::move(created).value(), {}};
     return ATTN_OK;
@@ -864,12 +865,12 @@ attn_status attn_lm_batch_step(attn_lm_batch* batch,
                    " (each sequence once)")
                       .c_str());
     }
-    std::vector<attn::LmBatch::Request> reqs;
+    std::vector<attn::Batch::Request> reqs;
     if (attn_status s = ToRequests(requests, count, &reqs); s != ATTN_OK) {
       return s;
     }
     std::vector<int64_t> rows;  // made first: the step cannot fail after
-    for (const attn::LmBatch::Request& r : reqs) {
+    for (const attn::Batch::Request& r : reqs) {
       rows.push_back(r.all_logits ? r.count : 1);
     }
     if (attn_status s = Check(batch->batch->Step(reqs.data(), reqs.size()));

@@ -881,6 +881,21 @@ DType GraphModel::dtype() const { return impl_->dtype; }
 bool GraphModel::token_input() const { return impl_->token_input; }
 int GraphModel::num_threads() const { return impl_->num_threads; }
 
+uint64_t GraphModel::memory_bytes() const {
+  const graph::LoadedGraph& g = *impl_;
+  uint64_t bytes = 0;
+  for (const auto& [name, values] : g.tensors) {
+    bytes = AddSat(bytes, uint64_t{values.size()} * sizeof(float));
+  }
+  for (const std::vector<graph::NodeWeights>& layer : g.layer) {
+    for (const graph::NodeWeights& node : layer) {
+      bytes = AddSat(bytes, node.linear.bytes());
+      if (node.mha) bytes = AddSat(bytes, node.mha->memory_bytes());
+    }
+  }
+  return bytes;
+}
+
 double GraphModel::flops(int64_t batch, int64_t seq_len) const {
   const graph::LoadedGraph& g = *impl_;
   const double rows = double(batch) * double(seq_len);

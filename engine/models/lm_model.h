@@ -1,5 +1,5 @@
 // LanguageModel's internals, shared by its loader (lm_model.cc), the file
-// layouts (lm_layouts.cc) and LmBatch (lm_batch.cc); never installed.
+// layouts (lm_layouts.cc) and Batch (lm_batch.cc); never installed.
 #ifndef ATTN_ENGINE_MODELS_LM_MODEL_H_
 #define ATTN_ENGINE_MODELS_LM_MODEL_H_
 

@@ -1,4 +1,4 @@
-// LmBatch (attn/lm.hpp): continuous batching over a LanguageModel. One
+// Batch (attn/lm.hpp): continuous batching over a LanguageModel. One
 // KvCache holds every layer's keys and values for every slot; a step packs
 // the new tokens of its requests slot after slot and runs the model's
 // program on those rows (Runner; each mha step a layer's CachedAttention
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attn/lm.hpp"
+#include "attn/model.hpp"
 #include "engine/models/lm_model.h"
 #include "engine/models/mha_model.h"
 #include "engine/models/model_access.h"
@@ -45,10 +46,10 @@ uint64_t GrowthOf(const std::vector<T>& list, size_t n) {
 
 }  // namespace
 
-struct LmBatch::Impl {
+struct Batch::Impl {
   std::shared_ptr<const LanguageModel> model;
   const lm::ModelData* m = nullptr;
-  uint64_t caller_bytes = 0;  // LmBatchOptions::caller_bytes
+  uint64_t caller_bytes = 0;  // BatchOptions::caller_bytes
   std::optional<KvCache> cache;
   CachedAttentionShared shared;            // what the layers share
   std::vector<CachedAttention> attention;  // per layer
@@ -79,7 +80,7 @@ struct LmBatch::Impl {
   Status Run();  // the packed step
 };
 
-uint64_t LmBatch::Impl::ListBytes() const {
+uint64_t Batch::Impl::ListBytes() const {
   uint64_t bytes = 0;
   for (const auto* list :
        {&step_seqs, &step_counts, &row_tokens, &row_positions, &logit_rows}) {
@@ -88,7 +89,7 @@ uint64_t LmBatch::Impl::ListBytes() const {
   return AddSat(bytes, BytesOf(order) + BytesOf(logits_first));
 }
 
-uint64_t LmBatch::Impl::CacheBytes() const {
+uint64_t Batch::Impl::CacheBytes() const {
   uint64_t bytes = AddSat(cache ? cache->bytes() : 0, shared.bytes());
   for (const CachedAttention& layer : attention) {
     bytes = AddSat(bytes, layer.bytes());
@@ -96,7 +97,7 @@ uint64_t LmBatch::Impl::CacheBytes() const {
   return bytes;
 }
 
-uint64_t LmBatch::Impl::HeldBytes() const {
+uint64_t Batch::Impl::HeldBytes() const {
   uint64_t bytes = AddSat(model->memory_bytes(), CacheBytes());
   bytes = AddSat(bytes, AddSat(ListBytes(), caller_bytes));
   return AddSat(AddSat(bytes, logits.size()), runner->bytes());
@@ -104,7 +105,7 @@ uint64_t LmBatch::Impl::HeldBytes() const {
 
 // The step's lists for `requests` requests of `rows` new tokens, `logits`
 // of them with logits, checked against the cap before any grows.
-Status LmBatch::Impl::ReserveLists(size_t requests, size_t rows,
+Status Batch::Impl::ReserveLists(size_t requests, size_t rows,
                                    size_t logits) {
   uint64_t more =
       AddSat(GrowthOf(order, requests), GrowthOf(logits_first, requests));
@@ -132,7 +133,7 @@ Status LmBatch::Impl::ReserveLists(size_t requests, size_t rows,
 // Sorts `order` (the request indices) by sequence, then index; returns the
 // first request, in the caller's order, naming a sequence an earlier one
 // named (order.size() when none does).
-size_t LmBatch::Impl::FirstDuplicate(const Request* requests) {
+size_t Batch::Impl::FirstDuplicate(const Request* requests) {
   std::sort(order.begin(), order.end(), [requests](size_t a, size_t b) {
     return requests[a].sequence != requests[b].sequence
                ? requests[a].sequence < requests[b].sequence
@@ -149,7 +150,7 @@ size_t LmBatch::Impl::FirstDuplicate(const Request* requests) {
 
 // Everything a step can get wrong, before anything changes; leaves the
 // requests in slot order in `order`.
-Status LmBatch::Impl::CheckRequests(const Request* requests, size_t count) {
+Status Batch::Impl::CheckRequests(const Request* requests, size_t count) {
   if (count > 0 && !requests) return InvalidArgument("step: requests is null");
   const int64_t B = cache->shape().sequences;
   if (count > static_cast<size_t>(B)) {
@@ -197,7 +198,7 @@ Status LmBatch::Impl::CheckRequests(const Request* requests, size_t count) {
 }
 
 // Rows slot after slot (the decoders' order), and which give logits.
-Status LmBatch::Impl::PackRows(const Request* requests) {
+Status Batch::Impl::PackRows(const Request* requests) {
   size_t rows = 0, logits = 0;
   for (const size_t i : order) {
     rows += static_cast<size_t>(requests[i].count);
@@ -229,7 +230,7 @@ Status LmBatch::Impl::PackRows(const Request* requests) {
 }
 
 // The logits of `rows` rows, grown to the most a step has asked for.
-Status LmBatch::Impl::ReserveLogits(int64_t rows) {
+Status Batch::Impl::ReserveLogits(int64_t rows) {
   if (rows <= logit_rows_allocated) return {};
   const size_t bytes = static_cast<size_t>(rows) *
                        static_cast<size_t>(m->config.vocab_size) *
@@ -247,7 +248,7 @@ Status LmBatch::Impl::ReserveLogits(int64_t rows) {
 
 // The runner's plans and arena for `rows` rows, the steps after the last
 // attention on the logit rows alone when they are fewer.
-Status LmBatch::Impl::Prepare(int64_t rows) {
+Status Batch::Impl::Prepare(int64_t rows) {
   const auto kept = static_cast<int64_t>(logit_rows.size());
   RunShape shape{rows, std::nullopt, rows};
   if (kept < rows) shape = {rows, last_mha, kept};
@@ -264,7 +265,7 @@ Status LmBatch::Impl::Prepare(int64_t rows) {
   return {};
 }
 
-Status LmBatch::Impl::Run() {
+Status Batch::Impl::Run() {
   const auto rows = static_cast<int64_t>(row_tokens.size());
   if (rows == 0) return {};
   const ThreadScope threads(m->num_threads);
@@ -292,21 +293,27 @@ Status LmBatch::Impl::Run() {
   return {};
 }
 
-LmBatch::LmBatch(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-LmBatch::~LmBatch() = default;
+Batch::Batch(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Batch::~Batch() = default;
 
-Result<std::unique_ptr<LmBatch>> LmBatch::Create(
-    std::shared_ptr<const LanguageModel> model, const LmBatchOptions& options) {
-  if (!model) return InvalidArgument("batch: model is null");
+Result<std::unique_ptr<Batch>> Batch::Create(
+    std::shared_ptr<const Model> any, const BatchOptions& options) {
+  if (!any) return InvalidArgument("batch: model is null");
+  std::shared_ptr<const LanguageModel> model = any->language_model();
+  if (!model) {
+    return InvalidArgument(std::string("batch: the model is ") +
+                           (any->graph() ? "a graph" : "an attention layer") +
+                           ", want a language model");
+  }
   auto impl = std::make_unique<Impl>();
   Impl& d = *impl;
   const lm::ModelData& m = ModelAccess::Of(*model);
   const LmConfig& c = m.config;
   if (options.max_sequences <= 0 ||
-      options.max_sequences > LmBatchOptions::kMaxSequences) {
+      options.max_sequences > BatchOptions::kMaxSequences) {
     return InvalidArgument("batch max_sequences is " +
                            Str(options.max_sequences) + ", want 1 to " +
-                           Str(LmBatchOptions::kMaxSequences));
+                           Str(BatchOptions::kMaxSequences));
   }
   if (options.max_length < 0 || options.max_length > c.context_length) {
     return InvalidArgument("batch max_length is " + Str(options.max_length) +
@@ -348,25 +355,25 @@ Result<std::unique_ptr<LmBatch>> LmBatch::Create(
                                 &*d.cache, static_cast<int64_t>(l), &d.shared));
     d.attention.push_back(std::move(layer));
   }
-  return std::unique_ptr<LmBatch>(new LmBatch(std::move(impl)));
+  return std::unique_ptr<Batch>(new Batch(std::move(impl)));
 }
 
-Result<int64_t> LmBatch::Add() { return impl_->cache->Add(); }
-Status LmBatch::Remove(int64_t sequence) {
+Result<int64_t> Batch::Add() { return impl_->cache->Add(); }
+Status Batch::Remove(int64_t sequence) {
   return impl_->cache->Remove(sequence);
 }
-Result<int64_t> LmBatch::Fork(int64_t sequence) {
+Result<int64_t> Batch::Fork(int64_t sequence) {
   return impl_->cache->Fork(sequence);
 }
-int64_t LmBatch::length(int64_t sequence) const {
+int64_t Batch::length(int64_t sequence) const {
   return impl_->cache->length(sequence);
 }
-int64_t LmBatch::max_sequences() const {
+int64_t Batch::max_sequences() const {
   return impl_->cache->shape().sequences;
 }
-int64_t LmBatch::max_length() const { return impl_->cache->shape().capacity; }
+int64_t Batch::max_length() const { return impl_->cache->shape().capacity; }
 
-Status LmBatch::Step(const Request* requests, size_t count) {
+Status Batch::Step(const Request* requests, size_t count) {
   Impl& d = *impl_;
   d.logits_first.clear();  // no logits from a failed step, refused or not
   // A step that fails part-way, returning an error or out of memory in an
@@ -386,13 +393,13 @@ Status LmBatch::Step(const Request* requests, size_t count) {
   return s;
 }
 
-const float* LmBatch::logits(size_t request) const {
+const float* Batch::logits(size_t request) const {
   const Impl& d = *impl_;
   if (request >= d.logits_first.size()) return nullptr;
   return static_cast<const float*>(d.logits.data()) +
          d.logits_first[request] * size_t(d.m->config.vocab_size);
 }
 
-size_t LmBatch::cache_bytes() const { return impl_->CacheBytes(); }
+size_t Batch::cache_bytes() const { return impl_->CacheBytes(); }
 
 }  // namespace attn

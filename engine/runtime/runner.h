@@ -1,7 +1,7 @@
 // Runner: the one loop that executes a graph::Program. Every front end
 // runs through it: a JSON graph (GraphSession: rows [b, T], attention
 // without a cache) and a whole language model, whose family builds the
-// program (LmBatch: packed rows of many sequences, attention on a
+// program (Batch: packed rows of many sequences, attention on a
 // KvCache). The owner binds each node to its weights and runs the mha
 // steps; the runner plans, per row count, the linears and one arena by
 // liveness (graph_plan.h), and runs every other step itself.

@@ -66,6 +66,8 @@ class ATTN_API GraphModel {
   bool token_input() const;
   DType dtype() const;
   int num_threads() const;  // the resolved team size
+  // Bytes the model holds: its weights (fp32) and their packed copies.
+  uint64_t memory_bytes() const;
   // FLOPs of one Run of `batch` sequences of `seq_len` tokens, as `attn
   // bench` counts them: 2 x rows x in x out for each linear, and each mha
   // node's attn::bench::BlockFlops (its projections, and its core at the

@@ -1,7 +1,7 @@
 /* attn/lm.hpp: whole language models (C++ API). A LanguageModel is the
  * book's GPTModel, a Hugging Face GPT-2 file or the book's Llama 3.2 model:
  * token (and position) embeddings, transformer blocks running the one
- * attention operator, a final norm and the output head. An LmBatch is one
+ * attention operator, a final norm and the output head. An Batch is one
  * thread's generation state: one KV cache, every layer's, for the sequences it
  * holds, which join, leave and fork between steps (continuous batching). */
 #ifndef ATTN_LM_HPP_
@@ -17,6 +17,8 @@
 #include "attn/status.hpp"
 
 namespace attn {
+
+class Model;  // attn/model.hpp
 
 // The block family: GPT-2's (learned positions, LayerNorm, GELU MLP, MHA
 // with biases) or Llama's (RoPE, RMSNorm, SwiGLU, GQA, no biases).
@@ -56,7 +58,7 @@ struct LmOptions : ModelOptions {
 };
 
 // Weights and configuration, immutable once loaded: any number of threads
-// may share one model, each with its own LmBatch.
+// may share one model, each with its own Batch.
 class ATTN_API LanguageModel {
  public:
   // Reads a safetensors file in one of the layouts of LmConfig::layout,
@@ -92,7 +94,7 @@ class ATTN_API LanguageModel {
   std::unique_ptr<Impl> impl_;
 };
 
-struct LmBatchOptions {
+struct BatchOptions {
   static constexpr int64_t kMaxSequences = int64_t{1} << 20;
   int64_t max_sequences = 1;  // sequences held at once, 1 to kMaxSequences
   int64_t max_length = 0;     // tokens per sequence; 0: context_length
@@ -109,15 +111,15 @@ struct LmBatchOptions {
 // logits equal running its tokens alone (within rounding: the matmuls'
 // blocking follows a step's row count), and are bit for bit the same for
 // every thread count. Not thread-safe.
-class ATTN_API LmBatch {
+class ATTN_API Batch {
  public:
   // Allocates every cache up front, checked against the model's memory cap.
-  static Result<std::unique_ptr<LmBatch>> Create(
-      std::shared_ptr<const LanguageModel> model,
-      const LmBatchOptions& options = {});
-  ~LmBatch();
-  LmBatch(const LmBatch&) = delete;
-  LmBatch& operator=(const LmBatch&) = delete;
+  // The model is a language model (ModelKind::kLanguageModel).
+  static Result<std::unique_ptr<Batch>> Create(
+      std::shared_ptr<const Model> model, const BatchOptions& options = {});
+  ~Batch();
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
 
   // A new empty sequence; its id (the lowest free slot, < max_sequences).
   // Add and Remove cost O(log max_sequences), Fork that and the copy, and
@@ -160,7 +162,7 @@ class ATTN_API LmBatch {
 
  private:
   struct ATTN_NO_EXPORT Impl;
-  ATTN_NO_EXPORT explicit LmBatch(std::unique_ptr<Impl> impl);
+  ATTN_NO_EXPORT explicit Batch(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
