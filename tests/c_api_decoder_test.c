@@ -41,7 +41,7 @@ static void TestGoldenIncremental(const char* path) {
   double worst = 0, max_abs = 1;
   attn_model* model = NULL;
   attn_decoder* decoder = NULL;
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(path, NULL, &model));
+  EXPECT_STATUS(ATTN_OK, attn_model_load(path, NULL, NULL, &model));
   if (!model) return;
   EXPECT_STATUS(ATTN_OK, attn_model_dims(model, &d_in, &d_out));
   EXPECT_STATUS(ATTN_OK,
@@ -84,7 +84,7 @@ static void TestErrors(const char* path) {
   attn_model* model = NULL;
   attn_decoder* decoder = NULL;
   int64_t counts[2] = {1, 1};
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(path, NULL, &model));
+  EXPECT_STATUS(ATTN_OK, attn_model_load(path, NULL, NULL, &model));
   if (!model) return;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_decoder_create(NULL, 2, 4, &decoder));
@@ -122,14 +122,14 @@ static void TestErrors(const char* path) {
 /* A model made for sessions only (sessions_only 1) runs sessions as the
  * default one does, bit for bit, and refuses decoders naming the option. */
 static void TestSessionsOnly(const char* path) {
-  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
   attn_model *full = NULL, *lean = NULL;
   attn_session *a = NULL, *b = NULL;
   attn_decoder* decoder = NULL;
   int64_t shape[ATTN_MAX_RANK] = {0}, d_out = 0;
   options.sessions_only = 1;
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(path, NULL, &full));
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(path, &options, &lean));
+  EXPECT_STATUS(ATTN_OK, attn_model_load(path, NULL, NULL, &full));
+  EXPECT_STATUS(ATTN_OK, attn_model_load(path, NULL, &options, &lean));
   if (!full || !lean) return;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_decoder_create(lean, 1, 0, &decoder));

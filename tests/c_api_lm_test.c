@@ -99,13 +99,13 @@ static int ReadGolden(const char* dir, const char* name, Golden* g) {
   return 1;
 }
 
-static attn_lm_batch* NewBatch(const attn_lm* model, int64_t sequences,
-                               int64_t max_length) {
-  attn_lm_batch_options options = ATTN_LM_BATCH_OPTIONS_INIT;
-  attn_lm_batch* batch = NULL;
+static attn_batch* NewBatch(const attn_model* model, int64_t sequences,
+                            int64_t max_length) {
+  attn_batch_options options = ATTN_BATCH_OPTIONS_INIT;
+  attn_batch* batch = NULL;
   options.max_sequences = sequences;
   options.max_length = max_length;
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_create(model, &options, &batch), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_create(model, &options, &batch), "");
   return batch;
 }
 
@@ -127,41 +127,41 @@ static void ExpectLogits(const Golden* g, int64_t i, const float* got,
 }
 
 /* Adds a sequence per prompt into seq[] and runs every prompt in one step. */
-static void StepPrompts(attn_lm_batch* batch, const Golden* g, int all_logits,
+static void StepPrompts(attn_batch* batch, const Golden* g, int all_logits,
                         int64_t* seq) {
-  attn_lm_request requests[kMaxBatch];
+  attn_batch_request requests[kMaxBatch];
   int64_t i;
   for (i = 0; i < g->b; ++i) {
-    EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &seq[i]), "");
+    EXPECT_STATUS(ATTN_OK, attn_batch_add(batch, &seq[i]), "");
     requests[i].sequence = seq[i];
     requests[i].tokens = g->ids + i * g->T;
     requests[i].count = g->lengths[i];
     requests[i].all_logits = all_logits;
   }
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, requests, (size_t)g->b), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_step(batch, requests, (size_t)g->b), "");
 }
 
 /* Every prompt in one step, every position's logits. */
-static void TestLogits(const attn_lm* model, const Golden* g) {
-  attn_lm_batch* batch = NewBatch(model, g->b, g->T);
+static void TestLogits(const attn_model* model, const Golden* g) {
+  attn_batch* batch = NewBatch(model, g->b, g->T);
   int64_t seq[kMaxBatch], i, rows = 0;
   const float* logits = NULL;
   if (!batch) return;
   StepPrompts(batch, g, 1, seq);
   for (i = 0; i < g->b; ++i) {
-    EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, i, &logits, &rows), "");
+    EXPECT_STATUS(ATTN_OK, attn_batch_logits(batch, i, &logits, &rows), "");
     if (logits) ExpectLogits(g, i, logits, rows);
-    EXPECT(attn_lm_batch_length(batch, seq[i]) == g->lengths[i]);
+    EXPECT(attn_batch_length(batch, seq[i]) == g->lengths[i]);
   }
-  attn_lm_batch_destroy(batch);
+  attn_batch_destroy(batch);
 }
 
 /* Request i's logits (one row) sampled greedily. */
-static int64_t Greedy(attn_lm_batch* batch, attn_sampler* sampler,
-                      const Golden* g, size_t i) {
+static int64_t Greedy(attn_batch* batch, attn_sampler* sampler, const Golden* g,
+                      size_t i) {
   const float* logits = NULL;
   int64_t rows = 0, token = -1;
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, i, &logits, &rows), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_logits(batch, i, &logits, &rows), "");
   EXPECT(rows == 1);
   if (logits) {
     EXPECT_STATUS(ATTN_OK, attn_sampler_sample(sampler, logits, g->V, &token),
@@ -171,20 +171,20 @@ static int64_t Greedy(attn_lm_batch* batch, attn_sampler* sampler,
 }
 
 /* The fork (request b) and sequence 0 (request 0) got the same logits. */
-static void ExpectForkIdentical(attn_lm_batch* batch, const Golden* g) {
+static void ExpectForkIdentical(attn_batch* batch, const Golden* g) {
   const float *original = NULL, *fork = NULL;
   int64_t rows = 0;
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, 0, &original, &rows), "");
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, g->b, &fork, &rows), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_logits(batch, 0, &original, &rows), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_logits(batch, g->b, &fork, &rows), "");
   EXPECT(original && fork && memcmp(original, fork, sizeof(float) * g->V) == 0);
 }
 
 /* Greedy generation, all prompts together, one step per token; halfway,
  * sequence 0 forks and the fork runs beside it with the same tokens. */
-static void TestGreedyAndFork(const attn_lm* model, const Golden* g) {
-  attn_lm_batch* batch = NewBatch(model, g->b + 1, g->T + g->N);
+static void TestGreedyAndFork(const attn_model* model, const Golden* g) {
+  attn_batch* batch = NewBatch(model, g->b + 1, g->T + g->N);
   attn_sampler* sampler = NULL;
-  attn_lm_request requests[kMaxBatch + 1];
+  attn_batch_request requests[kMaxBatch + 1];
   int64_t seq[kMaxBatch + 1], next[kMaxBatch + 1], i, k, fork = -1;
   EXPECT_STATUS(ATTN_OK, attn_sampler_create(NULL, &sampler), "");
   if (!batch || !sampler) goto done;
@@ -200,57 +200,56 @@ static void TestGreedyAndFork(const attn_lm* model, const Golden* g) {
       requests[i].all_logits = 0;
     }
     if (k == g->N / 2) {
-      EXPECT_STATUS(ATTN_OK, attn_lm_batch_fork(batch, seq[0], &fork), "");
-      EXPECT(attn_lm_batch_length(batch, fork) ==
-             attn_lm_batch_length(batch, seq[0]));
+      EXPECT_STATUS(ATTN_OK, attn_batch_fork(batch, seq[0], &fork), "");
+      EXPECT(attn_batch_length(batch, fork) ==
+             attn_batch_length(batch, seq[0]));
     }
     requests[g->b] = requests[0];
     requests[g->b].sequence = fork;
     if (k + 1 < g->N) {
       EXPECT_STATUS(
           ATTN_OK,
-          attn_lm_batch_step(batch, requests, (size_t)(g->b + (fork >= 0))),
-          "");
+          attn_batch_step(batch, requests, (size_t)(g->b + (fork >= 0))), "");
     }
   }
 done:
   attn_sampler_destroy(sampler);
-  attn_lm_batch_destroy(batch);
+  attn_batch_destroy(batch);
 }
 
 /* A slot freed after another prompt serves the next sequence from empty. */
-static void TestSlotReuse(const attn_lm* model, const Golden* g) {
-  attn_lm_batch* batch = NewBatch(model, 1, g->T + g->N);
+static void TestSlotReuse(const attn_model* model, const Golden* g) {
+  attn_batch* batch = NewBatch(model, 1, g->T + g->N);
   const int64_t last = g->b - 1;
-  attn_lm_request request = {0, NULL, 0, 1};
+  attn_batch_request request = {0, NULL, 0, 1};
   const float* logits = NULL;
   int64_t rows = 0;
   if (!batch) return;
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &request.sequence), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_add(batch, &request.sequence), "");
   request.tokens = g->ids + last * g->T;
   request.count = g->lengths[last];
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, &request, 1), "");
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_remove(batch, request.sequence), "");
-  EXPECT(attn_lm_batch_length(batch, request.sequence) == -1);
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &request.sequence), "");
-  EXPECT(attn_lm_batch_length(batch, request.sequence) == 0);
+  EXPECT_STATUS(ATTN_OK, attn_batch_step(batch, &request, 1), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_remove(batch, request.sequence), "");
+  EXPECT(attn_batch_length(batch, request.sequence) == -1);
+  EXPECT_STATUS(ATTN_OK, attn_batch_add(batch, &request.sequence), "");
+  EXPECT(attn_batch_length(batch, request.sequence) == 0);
   request.tokens = g->ids;
   request.count = g->lengths[0];
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, &request, 1), "");
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, 0, &logits, &rows), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_step(batch, &request, 1), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_logits(batch, 0, &logits, &rows), "");
   if (logits) ExpectLogits(g, 0, logits, rows);
-  attn_lm_batch_destroy(batch);
+  attn_batch_destroy(batch);
 }
 
 /* The model's info against the golden's sizes; a newer header's longer
  * struct keeps its unknown tail. */
-static void TestInfo(const attn_lm* model, const Golden* g) {
+static void TestInfo(const attn_model* model, const Golden* g) {
   struct {
     attn_lm_info info;
     unsigned char tail[8];
   } newer;
   attn_lm_info info = ATTN_LM_INFO_INIT;
-  EXPECT_STATUS(ATTN_OK, attn_lm_get_info(model, &info), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_lm_info(model, &info), "");
   EXPECT(info.vocab_size == g->V);
   EXPECT(info.context_length >= g->T + g->N);
   EXPECT(info.num_layers > 0 && info.num_heads > 0);
@@ -259,41 +258,41 @@ static void TestInfo(const attn_lm* model, const Golden* g) {
          info.architecture == ATTN_LM_LLAMA);
   memset(&newer, 0xab, sizeof newer);
   newer.info.struct_size = sizeof newer;
-  EXPECT_STATUS(ATTN_OK, attn_lm_get_info(model, &newer.info), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_lm_info(model, &newer.info), "");
   EXPECT(newer.info.vocab_size == g->V && newer.tail[7] == 0xab);
 }
 
 /* The last logits of prompt 0, or of its last token alone, loaded with
  * `options`; 1 when both are in `last` and `alone` ([V] each). */
-static int LastLogits(const Golden* g, const attn_lm_options* options,
+static int LastLogits(const Golden* g, const attn_model_options* options,
                       float* last, float* alone) {
-  attn_lm* model = NULL;
-  attn_lm_batch* batch = NULL;
-  attn_lm_request r[2];
+  attn_model* model = NULL;
+  attn_batch* batch = NULL;
+  attn_batch_request r[2];
   const float* logits = NULL;
   int64_t rows = 0, i;
   int ok = 0;
-  EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, options, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(g->model_path, NULL, options, &model),
+                "");
   if (model) batch = NewBatch(model, 2, g->T);
   if (batch) {
-    EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &r[0].sequence), "");
-    EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &r[1].sequence), "");
+    EXPECT_STATUS(ATTN_OK, attn_batch_add(batch, &r[0].sequence), "");
+    EXPECT_STATUS(ATTN_OK, attn_batch_add(batch, &r[1].sequence), "");
     r[0].tokens = g->ids;
     r[0].count = g->lengths[0];
     r[1].tokens = g->ids + g->lengths[0] - 1;
     r[1].count = 1;
     r[0].all_logits = r[1].all_logits = 0;
-    EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, r, 2), "");
+    EXPECT_STATUS(ATTN_OK, attn_batch_step(batch, r, 2), "");
     for (i = 0; i < 2; ++i) {
-      EXPECT_STATUS(ATTN_OK, attn_lm_batch_logits(batch, i, &logits, &rows),
-                    "");
+      EXPECT_STATUS(ATTN_OK, attn_batch_logits(batch, i, &logits, &rows), "");
       if (!logits) break;
       memcpy(i == 0 ? last : alone, logits, (size_t)g->V * sizeof(float));
       ok = i == 1;
     }
   }
-  attn_lm_batch_destroy(batch);
-  attn_lm_destroy(model);
+  attn_batch_destroy(batch);
+  attn_model_destroy(model);
   return ok;
 }
 
@@ -304,14 +303,14 @@ static double MaxDiff(const float* a, const float* b, int64_t n) {
   return worst;
 }
 
-/* attn_lm_options.sliding_window (version 3) reaches the attention: under
+/* attn_model_options.sliding_window (version 3) reaches the attention: under
  * RoPE (no learned positions) a window of 1 leaves each token its own
  * value alone in every layer, so a prompt's last logits are those of its
  * last token by itself, which without the window they are not. A negative
  * window is refused, and a version-2 struct (ending at dtype) still loads. */
 static void TestSlidingWindow(const Golden* g) {
-  attn_lm_options options = ATTN_LM_OPTIONS_INIT;
-  attn_lm* model = NULL;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
+  attn_model* model = NULL;
   float* last = malloc((size_t)g->V * sizeof(float));
   float* alone = malloc((size_t)g->V * sizeof(float));
   if (last && alone && g->lengths[0] >= 2) {
@@ -325,11 +324,8 @@ static void TestSlidingWindow(const Golden* g) {
   }
   options.sliding_window = -1;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_load(g->model_path, &options, &model),
+                attn_model_load(g->model_path, NULL, &options, &model),
                 "sliding_window is -1");
-  options.struct_size = offsetof(attn_lm_options, sliding_window);
-  EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, &options, &model), "");
-  attn_lm_destroy(model);
   free(last);
   free(alone);
 }
@@ -351,8 +347,7 @@ static void TestGraphTokens(const Golden* g) {
   snprintf(graph_path, sizeof graph_path, "%s/tools/graphs/gpt_model.json",
            source_dir);
   EXPECT_STATUS(ATTN_OK,
-                attn_model_load_graph(graph_path, g->model_path, NULL, &model),
-                "");
+                attn_model_load(g->model_path, graph_path, NULL, &model), "");
   if (model) {
     EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
     EXPECT(info.token_input == 1 && info.d_in == 1 && info.d_out == g->V);
@@ -377,19 +372,52 @@ static void TestGraphTokens(const Golden* g) {
   free(logits);
 }
 
+/* A language model is an attn_model like any other: its info names its
+ * kind, a session gives every prompt's logits (its own tokens' positions)
+ * within the tolerance, and what needs another kind says so. */
+static void TestOneVocabulary(const attn_model* model, const Golden* g) {
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  attn_session* session = NULL;
+  attn_decoder* decoder = NULL;
+  float* logits = malloc((size_t)(g->b * g->T * g->V) * sizeof(float));
+  int64_t i;
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.kind == ATTN_MODEL_LANGUAGE_MODEL && info.token_input == 1 &&
+         info.d_in == 1 && info.d_out == g->V && info.num_heads > 0);
+  EXPECT_STATUS(ATTN_OK, attn_session_create(model, &session), "");
+  if (session && logits) {
+    EXPECT_STATUS(ATTN_OK,
+                  attn_session_run_tokens(session, g->ids, g->b, g->T, logits),
+                  "");
+    for (i = 0; i < g->b; ++i) {
+      ExpectLogits(g, i, logits + i * g->T * g->V, g->lengths[i]);
+    }
+    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                  attn_session_run(session, logits, g->b, g->T, logits),
+                  "run it with attn_session_run_tokens");
+  }
+  EXPECT_STATUS(ATTN_UNSUPPORTED, attn_decoder_create(model, 1, 0, &decoder),
+                "a decoder needs the chapter-3 attention's model");
+  EXPECT(decoder == NULL);
+  attn_session_destroy(session);
+  free(logits);
+}
+
 static void TestCase(const Golden* g) {
   attn_lm_info info = ATTN_LM_INFO_INIT;
-  attn_lm* model = NULL;
-  EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, NULL, &model), "");
+  attn_model* model = NULL;
+  EXPECT_STATUS(ATTN_OK, attn_model_load(g->model_path, NULL, NULL, &model),
+                "");
   if (!model) return;
   TestInfo(model, g);
+  TestOneVocabulary(model, g);
   TestLogits(model, g);
   TestGreedyAndFork(model, g);
   TestSlotReuse(model, g);
-  EXPECT_STATUS(ATTN_OK, attn_lm_get_info(model, &info), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_lm_info(model, &info), "");
   if (info.architecture == ATTN_LM_LLAMA) TestSlidingWindow(g);
   if (info.architecture == ATTN_LM_GPT2) TestGraphTokens(g);
-  attn_lm_destroy(model);
+  attn_model_destroy(model);
   printf("%s: checked %lld prompt(s), %lld greedy token(s) each\n", g->name,
          (long long)g->b, (long long)g->N);
 }
@@ -397,43 +425,50 @@ static void TestCase(const Golden* g) {
 /* Loading: NULLs, a missing file, the struct_size rules. */
 static void TestLoadErrors(const Golden* g) {
   struct {
-    attn_lm_options options;
+    attn_model_options options;
     unsigned char tail[8];
   } newer;
-  attn_lm_options options = ATTN_LM_OPTIONS_INIT;
-  attn_lm* model = (attn_lm*)&options;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_load(g->model_path, NULL, NULL),
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
+  attn_model* model = (attn_model*)&options;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load(g->model_path, NULL, NULL, NULL),
                 "model must not be NULL");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_load(NULL, NULL, &model),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load(NULL, NULL, NULL, &model),
                 "safetensors_path must not be NULL");
   EXPECT(model == NULL);
-  EXPECT_STATUS(ATTN_IO_ERROR, attn_lm_load("/no/such.safetensors", 0, &model),
+  EXPECT_STATUS(ATTN_IO_ERROR,
+                attn_model_load("/no/such.safetensors", NULL, 0, &model),
                 "/no/such.safetensors");
   options.struct_size = 0;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_load(g->model_path, &options, &model),
-                "attn_lm_options.struct_size is 0");
+                attn_model_load(g->model_path, NULL, &options, &model),
+                "attn_model_options.struct_size is 0");
   options.struct_size = 1 << 20;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_load(g->model_path, &options, &model), "uninitialised");
+                attn_model_load(g->model_path, NULL, &options, &model),
+                "uninitialised");
   /* A newer header's larger struct is refused, its tail zero or not: the
    * library reads no byte past the struct it knows. */
   memset(&newer, 0, sizeof newer);
   newer.options.struct_size = sizeof newer;
   EXPECT_STATUS(ATTN_UNSUPPORTED,
-                attn_lm_load(g->model_path, &newer.options, &model),
+                attn_model_load(g->model_path, NULL, &newer.options, &model),
                 "want at most");
   EXPECT(model == NULL);
-  /* Version 1 ended before dtype; a dtype out of the enum is named. */
-  options.struct_size = offsetof(attn_lm_options, dtype);
-  EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, &options, &model), "");
-  attn_lm_destroy(model);
+  /* A struct shorter than its first version is refused; a dtype out of the
+   * enum is named. */
+  options.struct_size = offsetof(attn_model_options, dtype);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load(g->model_path, NULL, &options, &model),
+                "which looks uninitialised");
+  EXPECT(model == NULL);
   options.struct_size = sizeof options;
   options.dtype = (attn_dtype)7;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_load(g->model_path, &options, &model),
-                "attn_lm_options.dtype is 7");
-  attn_lm_destroy(NULL);
+                attn_model_load(g->model_path, NULL, &options, &model),
+                "attn_model_options.dtype is 7");
+  attn_model_destroy(NULL);
 }
 
 /* The last `size` bytes of a readable page followed by a PROT_NONE page,
@@ -459,40 +494,41 @@ static void FreePageEnd(void* end, size_t size) {
 }
 
 /* Options structs whose struct_size claims more than the struct, up to the
- * unreadable page after them (an MHA options of an older layout among
+ * unreadable page after them (a language model's and an MHA's among
  * them), are refused without reading past the struct, naming the size
  * given and the largest taken. */
-static void TestStructSizePastThePage(const Golden* g, const attn_lm* model) {
-  attn_lm_options* lm = (attn_lm_options*)PageEnd(sizeof *lm);
-  attn_lm_batch_options* bo = (attn_lm_batch_options*)PageEnd(sizeof *bo);
+static void TestStructSizePastThePage(const Golden* g,
+                                      const attn_model* model) {
+  attn_model_options* lm = (attn_model_options*)PageEnd(sizeof *lm);
+  attn_batch_options* bo = (attn_batch_options*)PageEnd(sizeof *bo);
   attn_sampler_options* so = (attn_sampler_options*)PageEnd(sizeof *so);
-  /* An older caller's MHA options, without the last field. */
-  const size_t older = offsetof(attn_mha_options, sessions_only);
-  attn_mha_options* mo = (attn_mha_options*)PageEnd(older);
+  const size_t own = sizeof(attn_model_options);
+  attn_model_options* mo = (attn_model_options*)PageEnd(own);
   char mha_path[4096];
   attn_model* mha = NULL;
-  attn_lm* loaded = NULL;
-  attn_lm_batch* batch = NULL;
+  attn_model* loaded = NULL;
+  attn_batch* batch = NULL;
   attn_sampler* sampler = NULL;
   char want[64];
   EXPECT(lm && bo && so && mo);
   if (lm) {
     lm->struct_size = 1000;
-    EXPECT_STATUS(ATTN_UNSUPPORTED, attn_lm_load(g->model_path, lm, &loaded),
-                  "attn_lm_options.struct_size is 1000");
+    EXPECT_STATUS(ATTN_UNSUPPORTED,
+                  attn_model_load(g->model_path, NULL, lm, &loaded),
+                  "attn_model_options.struct_size is 1000");
     snprintf(want, sizeof want, "want at most %zu", sizeof *lm);
-    EXPECT_STATUS(ATTN_UNSUPPORTED, attn_lm_load(g->model_path, lm, &loaded),
-                  want);
+    EXPECT_STATUS(ATTN_UNSUPPORTED,
+                  attn_model_load(g->model_path, NULL, lm, &loaded), want);
     EXPECT(loaded == NULL);
     lm->struct_size = sizeof *lm; /* its own size still loads */
-    EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, lm, &loaded), "");
-    attn_lm_destroy(loaded);
+    EXPECT_STATUS(ATTN_OK, attn_model_load(g->model_path, NULL, lm, &loaded),
+                  "");
+    attn_model_destroy(loaded);
   }
   if (bo) {
     bo->struct_size = 200;
     snprintf(want, sizeof want, "want at most %zu", sizeof *bo);
-    EXPECT_STATUS(ATTN_UNSUPPORTED, attn_lm_batch_create(model, bo, &batch),
-                  want);
+    EXPECT_STATUS(ATTN_UNSUPPORTED, attn_batch_create(model, bo, &batch), want);
     EXPECT(batch == NULL);
   }
   if (so) {
@@ -505,168 +541,165 @@ static void TestStructSizePastThePage(const Golden* g, const attn_lm* model) {
     mo->struct_size = 1000;
     snprintf(mha_path, sizeof mha_path, "%s/tests/golden/mha_book.safetensors",
              source_dir);
-    EXPECT_STATUS(ATTN_UNSUPPORTED, attn_model_load_mha(mha_path, mo, &mha),
-                  "attn_mha_options.struct_size is 1000");
+    EXPECT_STATUS(ATTN_UNSUPPORTED, attn_model_load(mha_path, NULL, mo, &mha),
+                  "attn_model_options.struct_size is 1000");
     EXPECT(mha == NULL);
-    mo->struct_size = older; /* the older layout still loads */
-    EXPECT_STATUS(ATTN_OK, attn_model_load_mha(mha_path, mo, &mha), "");
+    mo->struct_size = own; /* its own size still loads */
+    EXPECT_STATUS(ATTN_OK, attn_model_load(mha_path, NULL, mo, &mha), "");
     attn_model_destroy(mha);
   }
-  FreePageEnd(mo, older);
+  FreePageEnd(mo, own);
   FreePageEnd(lm, sizeof *lm);
   FreePageEnd(bo, sizeof *bo);
   FreePageEnd(so, sizeof *so);
 }
 
 /* Info and batch creation: NULLs, struct_size, sizes. */
-static void TestCreateErrors(const attn_lm* model) {
+static void TestCreateErrors(const attn_model* model) {
   attn_lm_info info = ATTN_LM_INFO_INIT;
-  attn_lm_batch_options options = ATTN_LM_BATCH_OPTIONS_INIT;
-  attn_lm_batch* batch = (attn_lm_batch*)&options;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_get_info(NULL, &info), "model");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_get_info(model, NULL), "info");
+  attn_batch_options options = ATTN_BATCH_OPTIONS_INIT;
+  attn_batch* batch = (attn_batch*)&options;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_lm_info(NULL, &info),
+                "model");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_lm_info(model, NULL), "info");
   info.struct_size = 0;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_get_info(model, &info),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_lm_info(model, &info),
                 "attn_lm_info.struct_size is 0");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_create(model, 0, NULL),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_create(model, 0, NULL),
                 "batch must not be NULL");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_create(NULL, 0, &batch),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_create(NULL, 0, &batch),
                 "model must not be NULL");
   EXPECT(batch == NULL);
   options.struct_size = 3;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_batch_create(model, &options, &batch),
-                "attn_lm_batch_options.struct_size is 3");
+                attn_batch_create(model, &options, &batch),
+                "attn_batch_options.struct_size is 3");
   options.struct_size = sizeof options;
   options.max_sequences = -1;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_batch_create(model, &options, &batch),
+                attn_batch_create(model, &options, &batch),
                 "max_sequences is -1");
   options.max_sequences = 1;
   options.max_length = (int64_t)1 << 40;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_batch_create(model, &options, &batch),
+                attn_batch_create(model, &options, &batch),
                 "max_length is 1099511627776");
   EXPECT(batch == NULL);
-  attn_lm_batch_destroy(NULL);
+  attn_batch_destroy(NULL);
 }
 
 /* Adding, removing and forking: NULLs, sequences out of range or not live,
  * a full batch. */
-static void TestSequenceErrors(const attn_lm* model) {
-  attn_lm_batch* batch = NewBatch(model, 2, 4);
+static void TestSequenceErrors(const attn_model* model) {
+  attn_batch* batch = NewBatch(model, 2, 4);
   int64_t a = -1, b = -1, c = 7;
   const char* not_live = "is not a live sequence";
   if (!batch) return;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_add(NULL, &c),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_add(NULL, &c),
                 "batch must not be NULL");
   EXPECT(c == -1);
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_add(batch, NULL),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_add(batch, NULL),
                 "sequence must not be NULL");
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &a), "");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(NULL, a, &b),
+  EXPECT_STATUS(ATTN_OK, attn_batch_add(batch, &a), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_fork(NULL, a, &b),
                 "batch must not be NULL");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, a, NULL),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_fork(batch, a, NULL),
                 "new_sequence must not be NULL");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, 2, &b),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_fork(batch, 2, &b),
                 "fork sequence 2");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, 1 - a, &b),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_fork(batch, 1 - a, &b),
                 "not a live sequence");
   EXPECT(b == -1);
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_fork(batch, a, &b), "");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_add(batch, &c),
+  EXPECT_STATUS(ATTN_OK, attn_batch_fork(batch, a, &b), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_add(batch, &c),
                 "max_sequences");
   EXPECT(c == -1);
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_fork(batch, a, &c),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_fork(batch, a, &c),
                 "max_sequences");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(NULL, a),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_remove(NULL, a),
                 "batch must not be NULL");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, -1),
-                not_live);
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, 2),
-                not_live);
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_remove(batch, b), "");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_remove(batch, b),
-                not_live);
-  EXPECT(attn_lm_batch_length(NULL, a) == -1);
-  EXPECT(attn_lm_batch_length(batch, -1) == -1);
-  EXPECT(attn_lm_batch_length(batch, 2) == -1);
-  EXPECT(attn_lm_batch_length(batch, b) == -1);
-  EXPECT(attn_lm_batch_length(batch, a) == 0);
-  attn_lm_batch_destroy(batch);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_remove(batch, -1), not_live);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_remove(batch, 2), not_live);
+  EXPECT_STATUS(ATTN_OK, attn_batch_remove(batch, b), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_remove(batch, b), not_live);
+  EXPECT(attn_batch_length(NULL, a) == -1);
+  EXPECT(attn_batch_length(batch, -1) == -1);
+  EXPECT(attn_batch_length(batch, 2) == -1);
+  EXPECT(attn_batch_length(batch, b) == -1);
+  EXPECT(attn_batch_length(batch, a) == 0);
+  attn_batch_destroy(batch);
 }
 
 /* Steps and logits: NULLs, bad sequences, token ids out of range, past
  * max_length, a sequence twice; nothing changes and no logits remain. */
-static void TestStepErrors(const attn_lm* model, int64_t vocab) {
-  attn_lm_batch* batch = NewBatch(model, 2, 4);
+static void TestStepErrors(const attn_model* model, int64_t vocab) {
+  attn_batch* batch = NewBatch(model, 2, 4);
   int64_t tokens[5] = {1, 2, 3, 4, 5}, rows = 0;
-  attn_lm_request r[2] = {{0, NULL, 1, 0}, {0, NULL, 1, 0}};
+  attn_batch_request r[2] = {{0, NULL, 1, 0}, {0, NULL, 1, 0}};
   const float* logits = NULL;
   char out_of_range[64];
   if (!batch) return;
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &r[0].sequence), "");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(NULL, r, 1),
+  EXPECT_STATUS(ATTN_OK, attn_batch_add(batch, &r[0].sequence), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(NULL, r, 1),
                 "batch must not be NULL");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, NULL, 1),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, NULL, 1),
                 "requests must not be NULL");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, r, 1),
                 "requests[0].tokens must not be NULL");
   r[0].tokens = tokens;
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, r, 1), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_step(batch, r, 1), "");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_batch_logits(NULL, 0, &logits, &rows),
+                attn_batch_logits(NULL, 0, &logits, &rows),
                 "batch must not be NULL");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_batch_logits(batch, 0, NULL, &rows),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_logits(batch, 0, NULL, &rows),
                 "logits must not be NULL");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_batch_logits(batch, 0, &logits, NULL),
+                attn_batch_logits(batch, 0, &logits, NULL),
                 "rows must not be NULL");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_batch_logits(batch, 1, &logits, &rows),
+                attn_batch_logits(batch, 1, &logits, &rows),
                 "request is 1, want below 1");
   EXPECT(logits == NULL && rows == 0); /* nothing left from before */
   /* More requests than sequences: refused before the array is read (it
    * has two elements). */
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 3),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, r, 3),
                 "count is 3, want at most max_sequences 2");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, SIZE_MAX),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, r, SIZE_MAX),
                 "want at most max_sequences 2");
   tokens[1] = vocab;
   r[0].tokens = tokens + 1;
   snprintf(out_of_range, sizeof out_of_range, "token id %lld",
            (long long)vocab);
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, r, 1),
                 out_of_range);
   tokens[1] = -1;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, r, 1),
                 "token id -1");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_lm_batch_logits(batch, 0, &logits, &rows), "request is 0");
+                attn_batch_logits(batch, 0, &logits, &rows), "request is 0");
   r[0].tokens = tokens + 2;
   r[0].count = 4; /* 1 + 4 > max_length 4 */
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, r, 1),
                 "exceed the batch's max_length 4");
   r[0].count = 0;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 1),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, r, 1),
                 "has 0 tokens");
   r[0].count = 1;
   r[1] = r[0];
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, r, 2),
                 "appears twice");
   r[1].sequence = 1 - r[0].sequence; /* a free slot */
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, r, 2),
                 "is not a live sequence");
   r[1].sequence = 2;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, r, 2),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, r, 2),
                 "sequence 2 is not a live sequence");
-  EXPECT(attn_lm_batch_length(batch, r[0].sequence) == 1);
+  EXPECT(attn_batch_length(batch, r[0].sequence) == 1);
   /* An empty step, requests NULL or not, is no error and changes nothing. */
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, NULL, 0), "");
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_step(batch, r, 0), "");
-  EXPECT(attn_lm_batch_length(batch, r[0].sequence) == 1);
-  attn_lm_batch_destroy(batch);
+  EXPECT_STATUS(ATTN_OK, attn_batch_step(batch, NULL, 0), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_step(batch, r, 0), "");
+  EXPECT(attn_batch_length(batch, r[0].sequence) == 1);
+  attn_batch_destroy(batch);
 }
 
 /* Loads bad/`name` and steps its input_ids, which must be refused. */
@@ -675,22 +708,22 @@ static void ExpectStepRefused(const char* dir, const char* name,
   char model_path[8192], io[8192];
   int64_t ids[64], shape[ATTN_MAX_RANK];
   int rank = 0;
-  attn_lm* model = NULL;
-  attn_lm_batch* batch = NULL;
-  attn_lm_request request = {0, ids, 0, 0};
+  attn_model* model = NULL;
+  attn_batch* batch = NULL;
+  attn_batch_request request = {0, ids, 0, 0};
   snprintf(model_path, sizeof model_path, "%s/bad/%s/model.safetensors", dir,
            name);
   snprintf(io, sizeof io, "%s/bad/%s/io.safetensors", dir, name);
   EXPECT(ReadGoldenIds(io, "input_ids", ids, 64, shape, &rank));
   request.count = shape[1];
-  EXPECT_STATUS(ATTN_OK, attn_lm_load(model_path, NULL, &model), "");
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_create(model, NULL, &batch), "");
-  EXPECT_STATUS(ATTN_OK, attn_lm_batch_add(batch, &request.sequence), "");
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_batch_step(batch, &request, 1),
+  EXPECT_STATUS(ATTN_OK, attn_model_load(model_path, NULL, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_create(model, NULL, &batch), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_add(batch, &request.sequence), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, &request, 1),
                 needle);
-  EXPECT(attn_lm_batch_length(batch, request.sequence) == 0);
-  attn_lm_batch_destroy(batch);
-  attn_lm_destroy(model);
+  EXPECT(attn_batch_length(batch, request.sequence) == 0);
+  attn_batch_destroy(batch);
+  attn_model_destroy(model);
 }
 
 /* tests/golden/lm/bad: a token id == vocab_size and a prompt longer than
@@ -698,12 +731,12 @@ static void ExpectStepRefused(const char* dir, const char* name,
  * load. */
 static void TestBadFiles(const char* dir) {
   char path[8192];
-  attn_lm* model = NULL;
+  attn_model* model = NULL;
   ExpectStepRefused(dir, "token_out_of_range", "token id 50");
   ExpectStepRefused(dir, "too_long", "exceed the batch's max_length 8");
   snprintf(path, sizeof path, "%s/bad/unknown_layout/model.safetensors", dir);
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_lm_load(path, NULL, &model),
-                "layout");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load(path, NULL, NULL, &model), "layout");
   EXPECT(model == NULL);
 }
 
@@ -779,17 +812,42 @@ static void TestSampler(void) {
   attn_sampler_destroy(NULL);
 }
 
+/* A batch or a language model's info on the chapter-3 attention's model is
+ * refused, naming what it wants. */
+static void TestOtherKinds(void) {
+  char path[4096];
+  attn_model* mha = NULL;
+  attn_batch* batch = NULL;
+  attn_lm_info info = ATTN_LM_INFO_INIT;
+  attn_model_info kind = ATTN_MODEL_INFO_INIT;
+  snprintf(path, sizeof path, "%s/tests/golden/mha_book.safetensors",
+           source_dir);
+  EXPECT_STATUS(ATTN_OK, attn_model_load(path, NULL, NULL, &mha), "");
+  if (!mha) return;
+  EXPECT_STATUS(ATTN_OK, attn_model_config(mha, &kind), "");
+  EXPECT(kind.kind == ATTN_MODEL_ATTENTION && kind.token_input == 0);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_create(mha, NULL, &batch),
+                "batch: the model is an attention layer, want a language "
+                "model");
+  EXPECT(batch == NULL);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_lm_info(mha, &info),
+                "the model is not a language model");
+  attn_model_destroy(mha);
+}
+
 static void TestErrors(const Golden* g) {
-  attn_lm* model = NULL;
+  attn_model* model = NULL;
+  TestOtherKinds();
   TestLoadErrors(g);
   TestSampler();
-  EXPECT_STATUS(ATTN_OK, attn_lm_load(g->model_path, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(g->model_path, NULL, NULL, &model),
+                "");
   if (!model) return;
   TestCreateErrors(model);
   TestStructSizePastThePage(g, model);
   TestSequenceErrors(model);
   TestStepErrors(model, g->V);
-  attn_lm_destroy(model);
+  attn_model_destroy(model);
 }
 
 int main(int argc, char** argv) {

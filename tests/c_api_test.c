@@ -30,7 +30,7 @@ static void TestGolden(const char* path) {
   int rank = 0;
   attn_model* model = NULL;
   attn_session* session = NULL;
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(path, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(path, NULL, NULL, &model), "");
   EXPECT_STATUS(ATTN_OK,
                 attn_tensor_read_f32(path, "input", x, kCap, shape, &rank), "");
   EXPECT(rank == 3);
@@ -52,7 +52,7 @@ static void TestBookAndDims(void) {
   attn_session* session = NULL;
   attn_model_info info = ATTN_MODEL_INFO_INIT;
   int64_t d_in = -1, d_out = -1;
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(book, NULL, NULL, &model), "");
   EXPECT_STATUS(ATTN_OK, attn_model_dims(model, &d_in, &d_out), "");
   EXPECT(d_in == 3 && d_out == 2);
   EXPECT_STATUS(ATTN_OK, attn_model_dims(model, NULL, NULL), "");
@@ -94,21 +94,22 @@ static void TestBookAndDims(void) {
 static void TestNullsAndFiles(void) {
   attn_model* model = (attn_model*)&model; /* must be reset to NULL */
   attn_session* session = (attn_session*)&session;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_load_mha(NULL, NULL, &model),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load(NULL, NULL, NULL, &model),
                 "safetensors_path must not be NULL");
   EXPECT(model == NULL);
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_load_mha(book, NULL, NULL),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_load(book, NULL, NULL, NULL),
                 "model must not be NULL");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_session_create(NULL, &session),
                 "model must not be NULL");
   EXPECT(session == NULL);
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_dims(NULL, NULL, NULL),
                 "model must not be NULL");
-  EXPECT_STATUS(ATTN_IO_ERROR, attn_model_load_mha(missing, NULL, &model),
+  EXPECT_STATUS(ATTN_IO_ERROR, attn_model_load(missing, NULL, NULL, &model),
                 "cannot open");
   EXPECT(model == NULL);
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_model_load_mha(bad_dir, NULL, &model),
+                attn_model_load(bad_dir, NULL, NULL, &model),
                 "(from metadata 'num_heads' of");
   attn_model_destroy(NULL);
   attn_session_destroy(NULL);
@@ -117,46 +118,48 @@ static void TestNullsAndFiles(void) {
 static void TestOptions(void) {
   attn_model* model = NULL;
   attn_model_info info = ATTN_MODEL_INFO_INIT;
-  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
   union { /* aligned like the struct it extends */
-    attn_mha_options options;
-    unsigned char bytes[sizeof(attn_mha_options) + 16];
+    attn_model_options options;
+    unsigned char bytes[sizeof(attn_model_options) + 16];
   } newer;
 
   options.struct_size = 0;
-  EXPECT_STATUS(
-      ATTN_INVALID_ARGUMENT, attn_model_load_mha(book, &options, &model),
-      "attn_mha_options.struct_size is 0; set it to sizeof(attn_mha_options)");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load(book, NULL, &options, &model),
+                "attn_model_options.struct_size is 0; set it to "
+                "sizeof(attn_model_options)");
   options.struct_size = (size_t)0xdeadbeefcafe;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_model_load_mha(book, &options, &model),
+                attn_model_load(book, NULL, &options, &model),
                 "looks uninitialised");
   EXPECT(model == NULL);
 
   /* Options override the metadata. */
-  options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+  options = (attn_model_options)ATTN_MODEL_OPTIONS_INIT;
   options.num_heads = 1;
   options.context_length = 4;
   options.num_threads = 3;
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, &options, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(book, NULL, &options, &model), "");
   EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
   EXPECT(info.num_heads == 1 && info.context_length == 4 &&
          info.num_threads == 3);
   attn_model_destroy(model);
 
-  /* An older, smaller struct: fields past its end are not read. */
-  options.struct_size = offsetof(attn_mha_options, context_length);
-  options.context_length = -5; /* outside the struct: ignored */
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, &options, &model), "");
-  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
-  EXPECT(info.num_heads == 1 && info.context_length == 6);
-  attn_model_destroy(model);
+  /* A smaller struct than the struct's first version is refused: there is
+   * no older header whose struct ended there. */
+  options.struct_size = offsetof(attn_model_options, context_length);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load(book, NULL, &options, &model),
+                "attn_model_options.struct_size is 12, which looks "
+                "uninitialised; set it to sizeof(attn_model_options)");
+  EXPECT(model == NULL);
 
   /* Running out of memory is a status, not a crash: a run needing TiBs is
    * refused before anything is allocated, and the session stays usable. */
-  options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+  options = (attn_model_options)ATTN_MODEL_OPTIONS_INIT;
   options.context_length = 1 << 20;
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(moderate, &options, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(moderate, NULL, &options, &model), "");
   {
     attn_session* session = NULL;
     EXPECT_STATUS(ATTN_OK, attn_session_create(model, &session), "");
@@ -172,61 +175,58 @@ static void TestOptions(void) {
   memset(&newer, 0, sizeof newer);
   newer.options.struct_size = sizeof newer;
   EXPECT_STATUS(ATTN_UNSUPPORTED,
-                attn_model_load_mha(book, &newer.options, &model),
+                attn_model_load(book, NULL, &newer.options, &model),
                 "want at most");
   EXPECT(model == NULL);
   /* Its own size is taken whatever its tail padding holds (never read). */
   memset(&newer, 0xff, sizeof newer);
-  newer.options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+  newer.options = (attn_model_options)ATTN_MODEL_OPTIONS_INIT;
   memset(newer.bytes +
-             offsetof(attn_mha_options, rope_original_context_length) +
+             offsetof(attn_model_options, rope_original_context_length) +
              sizeof(int64_t),
          0xff,
-         sizeof(attn_mha_options) -
-             offsetof(attn_mha_options, rope_original_context_length) -
+         sizeof(attn_model_options) -
+             offsetof(attn_model_options, rope_original_context_length) -
              sizeof(int64_t));
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, &newer.options, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(book, NULL, &newer.options, &model),
+                "");
   attn_model_destroy(model);
   model = NULL;
 
   /* Bad values name the field. */
-  options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+  options = (attn_model_options)ATTN_MODEL_OPTIONS_INIT;
   options.num_threads = -1;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_model_load_mha(book, &options, &model),
+                attn_model_load(book, NULL, &options, &model),
                 "num_threads is -1");
   options.num_threads = 0;
   options.num_heads = 3;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_model_load_mha(book, &options, &model),
+                attn_model_load(book, NULL, &options, &model),
                 "num_heads is 3 (from option num_heads, --heads)");
 
-  /* A tuned file as an option (version 3) gives the default team size; a
-   * version-2 struct does not read it; a bad file fails the load. */
+  /* A tuned file as an option gives the default team size; a bad file
+   * fails the load. */
   {
     static const char kTuned[] = "c_api_test_tuned.json";
     FILE* tuned = fopen(kTuned, "wb");
     EXPECT(tuned != NULL && fputs("{\"num_threads\": 3}", tuned) >= 0 &&
            fclose(tuned) == 0);
-    options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+    options = (attn_model_options)ATTN_MODEL_OPTIONS_INIT;
     options.tuned_config = kTuned;
-    EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, &options, &model), "");
+    EXPECT_STATUS(ATTN_OK, attn_model_load(book, NULL, &options, &model), "");
     EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
     EXPECT(info.num_threads == 3);
     attn_model_destroy(model);
     options.tuned_config = missing;
-    options.struct_size = offsetof(attn_mha_options, tuned_config);
-    EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, &options, &model), "");
-    attn_model_destroy(model);
-    options.struct_size = sizeof options;
-    EXPECT_STATUS(ATTN_IO_ERROR, attn_model_load_mha(book, &options, &model),
+    EXPECT_STATUS(ATTN_IO_ERROR, attn_model_load(book, NULL, &options, &model),
                   "tuned_config: tuned config '");
     EXPECT(model == NULL);
     EXPECT(remove(kTuned) == 0);
   }
 
   /* attn_model_info: a smaller struct gets only what fits. */
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(book, NULL, NULL, &model), "");
   memset(&info, 0x7f, sizeof info);
   info.struct_size = offsetof(attn_model_info, num_heads);
   EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
@@ -298,8 +298,7 @@ static void TestGraphModelOwnsItsWeights(void) {
   snprintf(block, sizeof block, "%s/block.safetensors", golden_graph);
   snprintf(wider, sizeof wider, "%s/block_qkv_bias.safetensors", golden_graph);
   EXPECT(CopyFile(block, kCopy));
-  EXPECT_STATUS(ATTN_OK, attn_model_load_graph(block_json, kCopy, NULL, &model),
-                "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(kCopy, block_json, NULL, &model), "");
   EXPECT_STATUS(ATTN_OK,
                 attn_tensor_read_f32(block, "input", x, kCap, shape, NULL), "");
   EXPECT_STATUS(ATTN_OK,
@@ -349,19 +348,19 @@ static void ReadMhaCase(const char* path, float* w, int64_t cap,
 }
 
 /* attn_model_create_mha: weights from memory (copied) give the model loaded
- * from the same file, bit for bit; an attn_mha_options of the first version's
+ * from the same file, bit for bit; an attn_model_options of the first version's
  * size still works; the cap and dtype of the full struct are read. */
 static void TestCreateFromMemory(void) {
   static float w[8][64], from_file[kCap];
   attn_mha_config config = ATTN_MHA_CONFIG_INIT;
   attn_mha_weights weights = ATTN_MHA_WEIGHTS_INIT;
-  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
   attn_model* model = NULL;
   int64_t shape[ATTN_MAX_RANK], n;
 
   ReadMhaCase(biased, &w[0][0], 64, &weights, shape);
   n = shape[0] * shape[1] * 6;
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(biased, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(biased, NULL, NULL, &model), "");
   EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, from_file), "");
   attn_model_destroy(model);
 
@@ -378,35 +377,33 @@ static void TestCreateFromMemory(void) {
   EXPECT(MaxAbsDiff(y, want, n) < 1e-5);
   attn_model_destroy(model);
 
-  /* Version 1 of attn_mha_options ended where max_memory_bytes starts: the
-   * fields past it are not read, however they are set. */
+  /* A dtype outside the enum is refused by name, from memory or a file. */
   ReadMhaCase(biased, &w[0][0], 64, &weights, shape);
-  options.struct_size = offsetof(attn_mha_options, max_memory_bytes);
-  options.max_memory_bytes = 1;
   options.dtype = (attn_dtype)99;
-  EXPECT_STATUS(ATTN_OK,
-                attn_model_create_mha(&config, &weights, &options, &model), "");
-  EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, y), "");
-  EXPECT(memcmp(y, from_file, sizeof(float) * n) == 0);
-  attn_model_destroy(model);
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(biased, &options, &model), "");
-  attn_model_destroy(model);
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_create_mha(&config, &weights, &options, &model),
+                "attn_model_options.dtype is 99, want ATTN_DTYPE_F32 (0) or "
+                "ATTN_DTYPE_BF16 (1)");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load(biased, NULL, &options, &model),
+                "attn_model_options.dtype is 99");
+  EXPECT(model == NULL);
 
   /* The full struct: the cap (the weights alone are 600 bytes) and dtype. */
-  options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+  options = (attn_model_options)ATTN_MODEL_OPTIONS_INIT;
   options.max_memory_bytes = 512;
   EXPECT_STATUS(ATTN_OUT_OF_MEMORY,
                 attn_model_create_mha(&config, &weights, &options, &model),
                 "over the memory limit of 512 bytes");
   EXPECT(model == NULL);
   EXPECT_STATUS(ATTN_OUT_OF_MEMORY,
-                attn_model_load_mha(biased, &options, &model),
+                attn_model_load(biased, NULL, &options, &model),
                 "over the memory limit of 512 bytes");
   options.max_memory_bytes = 0;
   options.dtype = (attn_dtype)7;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_model_create_mha(&config, &weights, &options, &model),
-                "attn_mha_options.dtype is 7, want ATTN_DTYPE_F32 (0)");
+                "attn_model_options.dtype is 7, want ATTN_DTYPE_F32 (0)");
   options.dtype = ATTN_DTYPE_BF16; /* runs where the CPU has AVX512_BF16 */
   {
     const attn_status bf16 =
@@ -454,11 +451,11 @@ static void TestGraph(void) {
   attn_session* session = NULL;
   attn_decoder* decoder = NULL;
   attn_model_info info = ATTN_MODEL_INFO_INIT;
-  attn_graph_options options = ATTN_GRAPH_OPTIONS_INIT;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
 
   snprintf(weights, sizeof weights, "%s/block.safetensors", golden_graph);
-  EXPECT_STATUS(ATTN_OK,
-                attn_model_load_graph(block_json, weights, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(weights, block_json, NULL, &model),
+                "");
   EXPECT_STATUS(ATTN_OK, attn_model_dims(model, &d_in, &d_out), "");
   EXPECT(d_in == 16 && d_out == 16);
   EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
@@ -488,8 +485,7 @@ static void TestGraph(void) {
   snprintf(weights, sizeof weights, "%s/stack3.safetensors", golden_graph);
   options.layers = 3;
   options.num_threads = 1;
-  EXPECT_STATUS(ATTN_OK,
-                attn_model_load_graph(block_json, weights, &options, &model),
+  EXPECT_STATUS(ATTN_OK, attn_model_load(weights, block_json, &options, &model),
                 "");
   EXPECT_STATUS(ATTN_OK,
                 attn_tensor_read_f32(weights, "input", x, kCap, shape, NULL),
@@ -506,34 +502,24 @@ static void TestGraph(void) {
   attn_session_destroy(session);
   attn_model_destroy(model);
 
-  /* Version 1 of the options (ending at num_threads) still loads; the full
-   * struct's memory cap is read (the weights alone are over 25 KiB). */
-  options.struct_size = offsetof(attn_graph_options, max_memory_bytes);
-  options.max_memory_bytes = 1;
-  EXPECT_STATUS(ATTN_OK,
-                attn_model_load_graph(block_json, weights, &options, &model),
-                "");
-  attn_model_destroy(model);
-  options.struct_size = sizeof options;
+  /* The memory cap is read (the weights alone are over 25 KiB). */
   options.max_memory_bytes = 1 << 10;
   EXPECT_STATUS(ATTN_OUT_OF_MEMORY,
-                attn_model_load_graph(block_json, weights, &options, &model),
+                attn_model_load(weights, block_json, &options, &model),
                 "over the memory limit of 1.00 KiB");
 
   /* Errors: no JSON file, a bad options struct, weights it cannot bind. */
-  EXPECT_STATUS(ATTN_IO_ERROR,
-                attn_model_load_graph(missing, weights, NULL, &model),
+  EXPECT_STATUS(ATTN_IO_ERROR, attn_model_load(weights, missing, NULL, &model),
                 "cannot be opened");
   EXPECT(model == NULL);
   options.struct_size = 0;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_model_load_graph(block_json, weights, &options, &model),
-                "attn_graph_options.struct_size is 0");
+                attn_model_load(weights, block_json, &options, &model),
+                "attn_model_options.struct_size is 0");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_model_load_graph(block_json, book, NULL, &model),
-                "norm1.scale");
+                attn_model_load(book, block_json, NULL, &model), "norm1.scale");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_model_load_graph(block_json, NULL, NULL, &model),
+                attn_model_load(NULL, block_json, NULL, &model),
                 "safetensors_path must not be NULL");
 }
 
@@ -553,7 +539,7 @@ static void TestStrings(void) {
 static void* OtherThread(void* arg) {
   attn_model* model = NULL;
   int ok = strcmp(attn_last_error_message(), "") == 0;
-  ok = ok && attn_model_load_mha(missing, NULL, &model) == ATTN_IO_ERROR;
+  ok = ok && attn_model_load(missing, NULL, NULL, &model) == ATTN_IO_ERROR;
   ok = ok && strstr(attn_last_error_message(), "cannot open") != NULL;
   *(int*)arg = ok;
   return NULL;
@@ -564,14 +550,14 @@ static void TestThreadLocalMessage(void) {
   int ok = 0;
   attn_model* model = NULL;
   EXPECT(attn_last_error_message() != NULL);
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_model_load_mha(NULL, NULL, &model),
-                "safetensors_path");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load(NULL, NULL, NULL, &model), "safetensors_path");
   EXPECT(pthread_create(&thread, NULL, OtherThread, &ok) == 0);
   EXPECT(pthread_join(thread, NULL) == 0);
   EXPECT(ok);
   EXPECT(strstr(attn_last_error_message(), "safetensors_path") != NULL);
   /* Success leaves the last failure's message in place. */
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(book, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(book, NULL, NULL, &model), "");
   EXPECT(strstr(attn_last_error_message(), "safetensors_path") != NULL);
   attn_model_destroy(model);
 }
@@ -583,7 +569,7 @@ static void CreateGroupedFromMemory(void) {
   static float w[8][1024], no_bias[kCap];
   attn_mha_config config = ATTN_MHA_CONFIG_INIT;
   attn_mha_weights weights = ATTN_MHA_WEIGHTS_INIT;
-  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
   attn_model* model = NULL;
   int64_t shape[ATTN_MAX_RANK];
   ReadMhaCase(gqa_g4, &w[0][0], 1024, &weights, shape);
@@ -617,9 +603,9 @@ static void CreateGroupedFromMemory(void) {
 static void TestAttentionVariant(void) {
   attn_model* model = NULL;
   attn_model_info info = ATTN_MODEL_INFO_INIT;
-  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
   TestGolden(gqa_all); /* metadata: 2 K/V heads of 6, scaled RoPE, window 5 */
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(gqa_all, NULL, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(gqa_all, NULL, NULL, &model), "");
   EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
   EXPECT(info.num_heads == 6 && info.num_kv_heads == 2);
   EXPECT(info.sliding_window == 5 && info.rope_theta == 500000.0);
@@ -628,16 +614,17 @@ static void TestAttentionVariant(void) {
   /* Options override the metadata, and are checked. */
   options.sliding_window = 3;
   options.rope_theta = 10000.0;
-  EXPECT_STATUS(ATTN_OK, attn_model_load_mha(gqa_all, &options, &model), "");
+  EXPECT_STATUS(ATTN_OK, attn_model_load(gqa_all, NULL, &options, &model), "");
   EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
   EXPECT(info.sliding_window == 3 && info.rope_theta == 10000.0);
   EXPECT(info.rope_factor == 0.0);
   attn_model_destroy(model);
   CreateGroupedFromMemory();
-  options = (attn_mha_options)ATTN_MHA_OPTIONS_INIT;
+  options = (attn_model_options)ATTN_MODEL_OPTIONS_INIT;
   options.num_kv_heads = 3; /* W_key holds 2 heads of 4 */
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_model_load_mha(gqa_g4, &options, &model), "num_kv_heads");
+                attn_model_load(gqa_g4, NULL, &options, &model),
+                "num_kv_heads");
   EXPECT(model == NULL);
 }
 

@@ -57,7 +57,7 @@ Tensor Read(const std::string& path, const char* name) {
 attn_model* LoadMha(const std::string& path, int64_t* d_out) {
   attn_model* model = nullptr;
   int64_t d_in = 0;
-  if (attn_model_load_mha(path.c_str(), nullptr, &model) != ATTN_OK ||
+  if (attn_model_load(path.c_str(), NULL, nullptr, &model) != ATTN_OK ||
       attn_model_dims(model, &d_in, d_out) != ATTN_OK) {
     attn_model_destroy(model);
     return nullptr;
@@ -226,7 +226,7 @@ TEST(Concurrency, DecodersOnOneModelMatchSerialBitwise) {
 TEST(Concurrency, SessionsKeepTheModelAlive) {
   const std::string path = Golden("mha_book");
   attn_model* model = nullptr;
-  ASSERT_EQ(attn_model_load_mha(path.c_str(), nullptr, &model), ATTN_OK);
+  ASSERT_EQ(attn_model_load(path.c_str(), NULL, nullptr, &model), ATTN_OK);
   const Tensor x = Read(path, "input");
   const std::vector<float> serial =
       RunOnce(model, x.data.data(), x.shape[0], x.shape[1], 2);
@@ -260,9 +260,8 @@ TEST(Concurrency, GraphModelManyThreadsMatchesSerialBitwise) {
   const std::string weights =
       std::string(ATTN_SOURCE_DIR) + "/tests/golden/graph/block.safetensors";
   attn_model* model = nullptr;
-  ASSERT_EQ(
-      attn_model_load_graph(json.c_str(), weights.c_str(), nullptr, &model),
-      ATTN_OK)
+  ASSERT_EQ(attn_model_load(weights.c_str(), json.c_str(), nullptr, &model),
+            ATTN_OK)
       << attn_last_error_message();
   int64_t d_out = 0;
   ASSERT_EQ(attn_model_dims(model, nullptr, &d_out), ATTN_OK);
@@ -310,12 +309,12 @@ size_t ResidentBytes() {
 // and waking a team for a 2x6x3 input would only measure the scheduler.
 bool Cycle(const std::string& path, const float* x, int64_t batch,
            int64_t seq_len, float* y) {
-  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
   options.num_threads = 1;
   attn_model* model = nullptr;
   attn_session* session = nullptr;
   const bool ok =
-      attn_model_load_mha(path.c_str(), &options, &model) == ATTN_OK &&
+      attn_model_load(path.c_str(), NULL, &options, &model) == ATTN_OK &&
       attn_session_create(model, &session) == ATTN_OK &&
       attn_session_run(session, x, batch, seq_len, y) == ATTN_OK;
   attn_session_destroy(session);
@@ -325,33 +324,33 @@ bool Cycle(const std::string& path, const float* x, int64_t batch,
 
 // A prompt of two sequences, then greedy decode steps, on a new batch of
 // `model`: every step's logits, in order; empty on failure.
-std::vector<float> GenerateOnce(const attn_lm* model, int64_t vocab) {
+std::vector<float> GenerateOnce(const attn_model* model, int64_t vocab) {
   constexpr int64_t kSequences = 2, kPrompt = 5, kSteps = 6;
-  attn_lm_batch_options options = ATTN_LM_BATCH_OPTIONS_INIT;
+  attn_batch_options options = ATTN_BATCH_OPTIONS_INIT;
   options.max_sequences = kSequences;
   options.max_length = kPrompt + kSteps;
-  attn_lm_batch* batch = nullptr;
+  attn_batch* batch = nullptr;
   std::vector<float> all;
-  bool ok = attn_lm_batch_create(model, &options, &batch) == ATTN_OK;
+  bool ok = attn_batch_create(model, &options, &batch) == ATTN_OK;
   std::vector<int64_t> tokens(kSequences * kPrompt);
   for (size_t i = 0; i < tokens.size(); ++i) {
     tokens[i] = static_cast<int64_t>(i * 7 + 3) % vocab;
   }
-  attn_lm_request requests[kSequences];
+  attn_batch_request requests[kSequences];
   for (int64_t s = 0; ok && s < kSequences; ++s) {
-    ok = attn_lm_batch_add(batch, &requests[s].sequence) == ATTN_OK;
+    ok = attn_batch_add(batch, &requests[s].sequence) == ATTN_OK;
     requests[s].tokens = tokens.data() + s * kPrompt;
     requests[s].count = kPrompt;
     requests[s].all_logits = 0;
   }
   int64_t next[kSequences] = {};
   for (int64_t step = 0; ok && step <= kSteps; ++step) {
-    ok = attn_lm_batch_step(batch, requests, kSequences) == ATTN_OK;
+    ok = attn_batch_step(batch, requests, kSequences) == ATTN_OK;
     for (int64_t s = 0; ok && s < kSequences; ++s) {
       const float* logits = nullptr;
       int64_t rows = 0;
-      ok = attn_lm_batch_logits(batch, static_cast<size_t>(s), &logits,
-                                &rows) == ATTN_OK;
+      ok = attn_batch_logits(batch, static_cast<size_t>(s), &logits, &rows) ==
+           ATTN_OK;
       ok = ok && rows == 1;  // the last token's logits only
       if (!ok) break;
       all.insert(all.end(), logits, logits + vocab);
@@ -360,7 +359,7 @@ std::vector<float> GenerateOnce(const attn_lm* model, int64_t vocab) {
       requests[s].count = 1;
     }
   }
-  attn_lm_batch_destroy(batch);
+  attn_batch_destroy(batch);
   if (!ok) all.clear();
   return all;
 }
@@ -371,19 +370,19 @@ std::vector<float> GenerateOnce(const attn_lm* model, int64_t vocab) {
 TEST(Concurrency, BatchesOnOneLanguageModelMatchSerialBitwise) {
   const std::string path = std::string(ATTN_SOURCE_DIR) +
                            "/tests/golden/lm/llama_gqa/model.safetensors";
-  attn_lm_options options = ATTN_LM_OPTIONS_INIT;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
   options.num_threads = 2;
-  attn_lm* model = nullptr;
-  ASSERT_EQ(attn_lm_load(path.c_str(), &options, &model), ATTN_OK)
+  attn_model* model = nullptr;
+  ASSERT_EQ(attn_model_load(path.c_str(), NULL, &options, &model), ATTN_OK)
       << attn_last_error_message();
   attn_lm_info info = ATTN_LM_INFO_INIT;
-  ASSERT_EQ(attn_lm_get_info(model, &info), ATTN_OK);
+  ASSERT_EQ(attn_model_lm_info(model, &info), ATTN_OK);
   const std::vector<float> serial = GenerateOnce(model, info.vocab_size);
   ASSERT_FALSE(serial.empty()) << attn_last_error_message();
 
   ExpectEveryRunMatches(serial, 10,
                         [&] { return GenerateOnce(model, info.vocab_size); });
-  attn_lm_destroy(model);
+  attn_model_destroy(model);
 }
 
 // 10,000 load/create/run/destroy cycles on a tiny model. LeakSanitizer (the

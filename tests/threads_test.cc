@@ -36,10 +36,10 @@ void ClearThreadEnvironment() {
 
 // The resolved team size of a model loaded with `num_threads`; -1 on error.
 int LoadedThreads(int num_threads) {
-  attn_mha_options options = ATTN_MHA_OPTIONS_INIT;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
   options.num_threads = num_threads;
   attn_model* model = nullptr;
-  if (attn_model_load_mha(Book().c_str(), &options, &model) != ATTN_OK) {
+  if (attn_model_load(Book().c_str(), NULL, &options, &model) != ATTN_OK) {
     return -1;
   }
   attn_model_info info = ATTN_MODEL_INFO_INIT;
@@ -172,7 +172,7 @@ TEST(Threads, InsideHostParallelRegionRunsSingleThreaded) {
   const std::string path =
       std::string(ATTN_SOURCE_DIR) + "/tests/golden/mha_moderate.safetensors";
   attn_model* model = nullptr;
-  ASSERT_EQ(attn_model_load_mha(path.c_str(), nullptr, &model), ATTN_OK)
+  ASSERT_EQ(attn_model_load(path.c_str(), NULL, nullptr, &model), ATTN_OK)
       << attn_last_error_message();
   int64_t shape[ATTN_MAX_RANK];
   int rank = 0;

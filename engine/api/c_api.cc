@@ -23,17 +23,15 @@
 #include "attn/tokenizer.hpp"
 #include "engine/runtime/threads.h"
 
-// Exactly one of `mha` and `graph` is set. Sessions share the model's
-// loaded weights: nothing is parsed or read from a file after loading.
+// What runs on the model shares its loaded weights: nothing is parsed or
+// read from a file after loading.
 struct attn_model {
-  std::shared_ptr<const attn::MhaModel> mha;
-  std::shared_ptr<const attn::GraphModel> graph;
+  std::shared_ptr<const attn::Model> model;
 };
 
-// Exactly one is set; each holds its model alive.
+// Holds its model alive.
 struct attn_session {
-  std::optional<attn::MhaSession> mha;
-  std::optional<attn::GraphSession> graph;
+  attn::Session session;
 };
 
 namespace {
@@ -170,89 +168,40 @@ attn_status ToDType(const char* what, const attn_dtype* field,
                   .c_str());
 }
 
-// Version 4's fields of an attn_*_options struct, those inside its
-// struct_size.
-template <class C>
-void ReadAttentionVariant(const C* c, attn::ModelOptions* options) {
-  const size_t size = c->struct_size;
-  if (Inside(size, offsetof(C, num_kv_heads), sizeof(int))) {
-    options->num_kv_heads = c->num_kv_heads;
-  }
-  if (Inside(size, offsetof(C, sliding_window), sizeof(int))) {
-    options->sliding_window = c->sliding_window;
-  }
-  if (Inside(size, offsetof(C, rope_original_context_length),
-             sizeof(int64_t))) {
-    options->rope.theta = c->rope_theta;
-    options->rope.factor = c->rope_factor;
-    options->rope.low_freq_factor = c->rope_low_freq_factor;
-    options->rope.high_freq_factor = c->rope_high_freq_factor;
-    options->rope.original_context_length = c->rope_original_context_length;
-  }
+// The attention's variant: num_kv_heads to the rope fields.
+void ReadAttentionVariant(const attn_model_options* c,
+                          attn::ModelOptions* options) {
+  options->num_kv_heads = c->num_kv_heads;
+  options->sliding_window = c->sliding_window;
+  options->rope.theta = c->rope_theta;
+  options->rope.factor = c->rope_factor;
+  options->rope.low_freq_factor = c->rope_low_freq_factor;
+  options->rope.high_freq_factor = c->rope_high_freq_factor;
+  options->rope.original_context_length = c->rope_original_context_length;
 }
 
-// The fields attn_mha_options and attn_graph_options share (at different
-// offsets: `layers` sits between context_length and num_threads in the
-// graph's, where version 1 put it), each read when it lies inside the
-// caller's struct_size. C is an attn_*_options struct, what its name.
-template <class C>
-attn_status ToModelOptions(const C* c, const char* what,
-                           attn::ModelOptions* options) {
-  const size_t size = c->struct_size;
-  if (attn_status s = CheckStructSize(what, size, sizeof(size_t), sizeof(*c));
-      s != ATTN_OK) {
-    return s;
-  }
-  ReadAttentionVariant(c, options);
-  if (Inside(size, offsetof(C, num_heads), sizeof(int))) {
-    options->num_heads = c->num_heads;
-  }
-  if (Inside(size, offsetof(C, context_length), sizeof(int))) {
-    options->context_length = c->context_length;
-  }
-  if (Inside(size, offsetof(C, num_threads), sizeof(int))) {
-    options->num_threads = c->num_threads;
-  }
-  if (Inside(size, offsetof(C, max_memory_bytes), sizeof(uint64_t))) {
-    options->max_memory_bytes = c->max_memory_bytes;
-  }
-  if (Inside(size, offsetof(C, tuned_config), sizeof(const char*)) &&
-      c->tuned_config) {
-    options->tuned_config = c->tuned_config;
-  }
-  if (Inside(size, offsetof(C, dtype), sizeof(attn_dtype))) {
-    return ToDType((std::string(what) + ".dtype").c_str(), &c->dtype,
-                   &options->dtype);
-  }
-  return ATTN_OK;
-}
-
-attn_status ToOptions(const attn_mha_options* c, attn::MhaOptions* options) {
+// attn_model_options (this version's struct is its first: every field lies
+// inside any size CheckStructSize accepts); NULL: the defaults.
+attn_status ToOptions(const attn_model_options* c, attn::LoadOptions* options,
+                      bool* sessions_only) {
+  *sessions_only = false;
   if (!c) return ATTN_OK;
   // struct_size first: no field is read before it is known to be sane.
-  if (attn_status s = ToModelOptions(c, "attn_mha_options", options);
+  if (attn_status s = CheckStructSize("attn_model_options", c->struct_size,
+                                      sizeof(*c), sizeof(*c));
       s != ATTN_OK) {
     return s;
   }
-  if (Inside(c->struct_size, offsetof(attn_mha_options, sessions_only),
-             sizeof(int))) {
-    options->decode = c->sessions_only == 0;
-  }
-  return ATTN_OK;
-}
-
-attn_status ToGraphOptions(const attn_graph_options* c,
-                           attn::GraphOptions* options) {
-  if (!c) return ATTN_OK;
-  if (attn_status s = ToModelOptions(c, "attn_graph_options", options);
-      s != ATTN_OK) {
-    return s;
-  }
-  if (Inside(c->struct_size, offsetof(attn_graph_options, layers),
-             sizeof(int))) {
-    options->layers = c->layers;
-  }
-  return ATTN_OK;
+  options->num_heads = c->num_heads;
+  options->context_length = c->context_length;
+  options->num_threads = c->num_threads;
+  options->max_memory_bytes = c->max_memory_bytes;
+  if (c->tuned_config) options->tuned_config = c->tuned_config;
+  ReadAttentionVariant(c, options);
+  *sessions_only = c->sessions_only != 0;
+  options->layers = c->layers;
+  options->norm_eps = c->norm_eps;
+  return ToDType("attn_model_options.dtype", &c->dtype, &options->dtype);
 }
 
 // Both structs are new in this version: every field lies inside any size
@@ -291,11 +240,9 @@ attn_status ToWeights(const attn_mha_weights* c, attn::MhaWeights* weights) {
 }
 
 // Hands a new model to the caller.
-attn_status Publish(std::shared_ptr<const attn::MhaModel> mha,
+attn_status Publish(std::shared_ptr<const attn::Model> loaded,
                     attn_model** model) {
-  auto handle = std::make_unique<attn_model>();
-  handle->mha = std::move(mha);
-  *model = handle.release();
+  *model = new attn_model{std::move(loaded)};
   return ATTN_OK;
 }
 
@@ -303,16 +250,35 @@ attn_status Publish(std::shared_ptr<const attn::MhaModel> mha,
 
 extern "C" {
 
-attn_status attn_model_load_mha(const char* safetensors_path,
-                                const attn_mha_options* options,
-                                attn_model** model) {
+attn_status attn_model_load(const char* safetensors_path,
+                            const char* graph_json_path,
+                            const attn_model_options* options,
+                            attn_model** model) {
   return Guard([&] {
     if (!model) return NullArgument("model");
     *model = nullptr;
     if (!safetensors_path) return NullArgument("safetensors_path");
-    attn::MhaOptions opts;
-    if (attn_status s = ToOptions(options, &opts); s != ATTN_OK) return s;
-    auto loaded = attn::MhaModel::Load(safetensors_path, opts);
+    attn::LoadOptions opts;
+    bool sessions_only = false;
+    if (attn_status s = ToOptions(options, &opts, &sessions_only);
+        s != ATTN_OK) {
+      return s;
+    }
+    attn::ModelFiles files{safetensors_path,
+                           graph_json_path ? graph_json_path : ""};
+    // An attention model for sessions alone is the one option the
+    // vocabulary's loader does not take.
+    if (sessions_only && files.graph.empty() &&
+        !attn::LanguageModel::IsLanguageModelFile(files.weights,
+                                                  opts.max_memory_bytes)) {
+      attn::MhaOptions mha;
+      static_cast<attn::ModelOptions&>(mha) = opts;
+      mha.decode = false;
+      auto loaded = attn::MhaModel::Load(files.weights, mha);
+      if (!loaded.ok()) return Check(loaded.status());
+      return Publish(attn::Model::Of(std::move(loaded).value()), model);
+    }
+    auto loaded = attn::Model::Load(files, opts);
     if (!loaded.ok()) return Check(loaded.status());
     return Publish(std::move(loaded).value(), model);
   });
@@ -320,43 +286,27 @@ attn_status attn_model_load_mha(const char* safetensors_path,
 
 attn_status attn_model_create_mha(const attn_mha_config* config,
                                   const attn_mha_weights* weights,
-                                  const attn_mha_options* options,
+                                  const attn_model_options* options,
                                   attn_model** model) {
   return Guard([&] {
     if (!model) return NullArgument("model");
     *model = nullptr;
     attn::MhaConfig cfg;
     attn::MhaWeights w;
-    attn::MhaOptions opts;
+    attn::LoadOptions load;
+    bool sessions_only = false;
     if (attn_status s = ToConfig(config, &cfg); s != ATTN_OK) return s;
     if (attn_status s = ToWeights(weights, &w); s != ATTN_OK) return s;
-    if (attn_status s = ToOptions(options, &opts); s != ATTN_OK) return s;
+    if (attn_status s = ToOptions(options, &load, &sessions_only);
+        s != ATTN_OK) {
+      return s;
+    }
+    attn::MhaOptions opts;
+    static_cast<attn::ModelOptions&>(opts) = load;
+    opts.decode = !sessions_only;
     auto created = attn::MhaModel::Create(cfg, w, opts);
     if (!created.ok()) return Check(created.status());
-    return Publish(std::move(created).value(), model);
-  });
-}
-
-attn_status attn_model_load_graph(const char* graph_json_path,
-                                  const char* safetensors_path,
-                                  const attn_graph_options* options,
-                                  attn_model** model) {
-  return Guard([&] {
-    if (!model) return NullArgument("model");
-    *model = nullptr;
-    if (!graph_json_path) return NullArgument("graph_json_path");
-    if (!safetensors_path) return NullArgument("safetensors_path");
-    attn::GraphOptions opts;
-    if (attn_status s = ToGraphOptions(options, &opts); s != ATTN_OK) return s;
-    // Reads both files once; sessions share the loaded model, which keeps
-    // the team size resolved here, on the loading thread.
-    auto graph =
-        attn::GraphModel::Load(graph_json_path, safetensors_path, opts);
-    if (!graph.ok()) return Check(graph.status());
-    auto handle = std::make_unique<attn_model>();
-    handle->graph = std::move(graph).value();
-    *model = handle.release();
-    return ATTN_OK;
+    return Publish(attn::Model::Of(std::move(created).value()), model);
   });
 }
 
@@ -364,44 +314,51 @@ attn_status attn_model_dims(const attn_model* model, int64_t* d_in,
                             int64_t* d_out) {
   return Guard([&] {
     if (!model) return NullArgument("model");
-    if (model->graph) {
-      if (d_in) *d_in = model->graph->input_width();
-      if (d_out) *d_out = model->graph->output_width();
-      return ATTN_OK;
-    }
-    const attn::MhaConfig& c = model->mha->config();
-    if (d_in) *d_in = c.d_in;
-    if (d_out) *d_out = c.d_out;
+    const attn::Model& m = *model->model;
+    if (d_in) *d_in = m.token_input() ? 1 : m.input_width();
+    if (d_out) *d_out = m.output_width();
     return ATTN_OK;
   });
 }
 
 namespace {
 
+// The attention's fields of attn_model_info.
+void SetAttention(attn_model_info& info, int64_t num_heads,
+                  int64_t context_length, bool qkv_bias, int64_t num_kv_heads,
+                  int64_t sliding_window, const attn::RopeConfig& rope) {
+  info.num_heads = num_heads;
+  info.context_length = context_length;
+  info.qkv_bias = qkv_bias ? 1 : 0;
+  info.num_kv_heads = num_kv_heads;
+  info.sliding_window = sliding_window;
+  info.rope_theta = rope.theta;
+  info.rope_factor = rope.factor;
+  info.rope_low_freq_factor = rope.low_freq_factor;
+  info.rope_high_freq_factor = rope.high_freq_factor;
+  info.rope_original_context_length = rope.original_context_length;
+}
+
 // Every field of attn_model_info for `model`.
-attn_model_info InfoOf(const attn_model& model) {
+attn_model_info InfoOf(const attn::Model& model) {
   attn_model_info info = ATTN_MODEL_INFO_INIT;
-  if (const attn::GraphModel* g = model.graph.get()) {
-    info.d_in = g->input_width();
-    info.d_out = g->output_width();
-    info.num_threads = g->num_threads();
-    info.token_input = g->token_input() ? 1 : 0;
-    return info;
+  info.d_in = model.token_input() ? 1 : model.input_width();
+  info.d_out = model.output_width();
+  info.num_threads = model.num_threads();
+  info.token_input = model.token_input() ? 1 : 0;
+  if (const auto& lm = model.language_model()) {
+    const attn::LmConfig& c = lm->config();
+    info.kind = ATTN_MODEL_LANGUAGE_MODEL;
+    SetAttention(info, c.num_heads, c.context_length, c.qkv_bias,
+                 c.num_kv_heads, c.sliding_window, c.rope);
+  } else if (const auto& mha = model.attention()) {
+    const attn::MhaConfig& c = mha->config();
+    info.kind = ATTN_MODEL_ATTENTION;
+    SetAttention(info, c.num_heads, c.context_length, c.qkv_bias,
+                 c.num_kv_heads, c.sliding_window, c.rope);
+  } else {
+    info.kind = ATTN_MODEL_GRAPH;
   }
-  const attn::MhaConfig& c = model.mha->config();
-  info.d_in = c.d_in;
-  info.d_out = c.d_out;
-  info.num_heads = c.num_heads;
-  info.context_length = c.context_length;
-  info.qkv_bias = c.qkv_bias ? 1 : 0;
-  info.num_threads = model.mha->num_threads();
-  info.num_kv_heads = c.num_kv_heads;
-  info.sliding_window = c.sliding_window;
-  info.rope_theta = c.rope.theta;
-  info.rope_factor = c.rope.factor;
-  info.rope_low_freq_factor = c.rope.low_freq_factor;
-  info.rope_high_freq_factor = c.rope.high_freq_factor;
-  info.rope_original_context_length = c.rope.original_context_length;
   return info;
 }
 
@@ -418,7 +375,7 @@ attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
       return CheckStructSize("attn_model_info", size, sizeof(size_t),
                              sizeof(*info));
     }
-    const attn_model_info full = InfoOf(*model);
+    const attn_model_info full = InfoOf(*model->model);
     // Field by field, so padding never counts as a field.
     auto copy = [&](size_t offset, size_t bytes) {
       if (Inside(size, offset, bytes)) {
@@ -442,6 +399,7 @@ attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
     copy(offsetof(attn_model_info, rope_original_context_length),
          sizeof(int64_t));
     copy(offsetof(attn_model_info, token_input), sizeof(int));
+    copy(offsetof(attn_model_info, kind), sizeof(attn_model_kind));
     return ATTN_OK;
   });
 }
@@ -454,13 +412,7 @@ attn_status attn_session_create(const attn_model* model,
     if (!session) return NullArgument("session");
     *session = nullptr;
     if (!model) return NullArgument("model");
-    auto handle = std::make_unique<attn_session>();
-    if (model->graph) {
-      handle->graph.emplace(model->graph);
-    } else {
-      handle->mha.emplace(model->mha);
-    }
-    *session = handle.release();
+    *session = new attn_session{attn::Session(model->model)};
     return ATTN_OK;
   });
 }
@@ -471,10 +423,12 @@ attn_status attn_session_run(attn_session* session, const float* input,
     if (!session) return NullArgument("session");
     if (!input) return NullArgument("input");
     if (!output) return NullArgument("output");
-    if (session->graph) {
-      return Check(session->graph->Run(input, batch, seq_len, output));
+    if (session->session.model().token_input()) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  "the model's input is token ids [b, T], not features: run "
+                  "it with attn_session_run_tokens");
     }
-    return Check(session->mha->Run(input, batch, seq_len, output));
+    return Check(session->session.Run(input, batch, seq_len, output));
   });
 }
 
@@ -485,12 +439,12 @@ attn_status attn_session_run_tokens(attn_session* session,
     if (!session) return NullArgument("session");
     if (!token_ids) return NullArgument("token_ids");
     if (!output) return NullArgument("output");
-    if (!session->graph || !session->graph->model().token_input()) {
+    if (!session->session.model().token_input()) {
       return Fail(ATTN_INVALID_ARGUMENT,
                   "the model's input is features [b, T, d_in], not token "
                   "ids: run it with attn_session_run");
     }
-    return Check(session->graph->Run(token_ids, batch, seq_len, output));
+    return Check(session->session.Run(token_ids, batch, seq_len, output));
   });
 }
 
@@ -576,15 +530,16 @@ attn_status attn_decoder_create(const attn_model* model, int64_t batch,
     if (!decoder) return NullArgument("decoder");
     *decoder = nullptr;
     if (!model) return NullArgument("model");
-    if (!model->mha) {
+    const auto& mha = model->model->attention();
+    if (!mha) {
       return Fail(ATTN_UNSUPPORTED,
-                  "a decoder needs a model from attn_model_load_mha, not a "
-                  "graph");
+                  "a decoder needs the chapter-3 attention's model (kind "
+                  "ATTN_MODEL_ATTENTION), not a graph or a language model");
     }
     attn::DecoderOptions options;
     options.batch = batch;
     options.max_length = max_length;
-    auto created = attn::MhaDecoder::Create(model->mha, options);
+    auto created = attn::MhaDecoder::Create(mha, options);
     if (!created.ok()) return Check(created.status());
     *decoder = new attn_decoder{std::move(created).value()};
     return ATTN_OK;
@@ -629,14 +584,9 @@ int64_t attn_decoder_length(const attn_decoder* decoder, int64_t sequence) {
 
 void attn_decoder_destroy(attn_decoder* decoder) { delete decoder; }
 
-// Language models (attn/lm.hpp).
-struct attn_lm {
-  std::shared_ptr<const attn::LanguageModel> model;
-};
-
 // The batch (which holds its model alive) and the rows of each request of
-// its last successful step: what attn_lm_batch_logits may hand out.
-struct attn_lm_batch {
+// its last successful step: what attn_batch_logits may hand out.
+struct attn_batch {
   std::unique_ptr<attn::Batch> batch;
   std::vector<int64_t> rows;
 };
@@ -653,46 +603,11 @@ struct attn_sampler {
 
 namespace {
 
-// attn_lm_options: version 1's fields lie inside any size CheckStructSize
-// accepts; dtype and sliding_window are read when the caller's struct has
-// them.
-attn_status ToLmOptions(const attn_lm_options* c, attn::LmOptions* options) {
-  if (!c) return ATTN_OK;
-  const size_t v1_end =
-      offsetof(attn_lm_options, rope_original_context_length) + sizeof(int64_t);
-  if (attn_status s = CheckStructSize("attn_lm_options", c->struct_size, v1_end,
-                                      sizeof(*c));
-      s != ATTN_OK) {
-    return s;
-  }
-  options->num_threads = c->num_threads;
-  options->num_heads = c->num_heads;
-  options->num_kv_heads = c->num_kv_heads;
-  options->context_length = c->context_length;
-  options->max_memory_bytes = c->max_memory_bytes;
-  if (c->tuned_config) options->tuned_config = c->tuned_config;
-  options->norm_eps = c->norm_eps;
-  options->rope.theta = c->rope_theta;
-  options->rope.factor = c->rope_factor;
-  options->rope.low_freq_factor = c->rope_low_freq_factor;
-  options->rope.high_freq_factor = c->rope_high_freq_factor;
-  options->rope.original_context_length = c->rope_original_context_length;
-  if (Inside(c->struct_size, offsetof(attn_lm_options, sliding_window),
-             sizeof(int64_t))) {
-    options->sliding_window = c->sliding_window;
-  }
-  if (Inside(c->struct_size, offsetof(attn_lm_options, dtype),
-             sizeof(attn_dtype))) {
-    return ToDType("attn_lm_options.dtype", &c->dtype, &options->dtype);
-  }
-  return ATTN_OK;
-}
-
-// attn_lm_batch_options (version 1 is the whole struct); zero: the default.
-attn_status ToBatchOptions(const attn_lm_batch_options* c,
+// attn_batch_options (version 1 is the whole struct); zero: the default.
+attn_status ToBatchOptions(const attn_batch_options* c,
                            attn::BatchOptions* options) {
   if (!c) return ATTN_OK;
-  if (attn_status s = CheckStructSize("attn_lm_batch_options", c->struct_size,
+  if (attn_status s = CheckStructSize("attn_batch_options", c->struct_size,
                                       sizeof(*c), sizeof(*c));
       s != ATTN_OK) {
     return s;
@@ -743,7 +658,7 @@ attn_lm_info LmInfoOf(const attn::LmConfig& c) {
 }
 
 // The C++ requests of a step, each checked for a NULL token array.
-attn_status ToRequests(const attn_lm_request* c, size_t count,
+attn_status ToRequests(const attn_batch_request* c, size_t count,
                        std::vector<attn::Batch::Request>* requests) {
   requests->resize(count);
   for (size_t i = 0; i < count; ++i) {
@@ -763,58 +678,46 @@ attn_status ToRequests(const attn_lm_request* c, size_t count,
 
 extern "C" {
 
-attn_status attn_lm_load(const char* safetensors_path,
-                         const attn_lm_options* options, attn_lm** model) {
-  return Guard([&] {
-    if (!model) return NullArgument("model");
-    *model = nullptr;
-    if (!safetensors_path) return NullArgument("safetensors_path");
-    attn::LmOptions opts;
-    if (attn_status s = ToLmOptions(options, &opts); s != ATTN_OK) return s;
-    auto loaded = attn::LanguageModel::Load(safetensors_path, opts);
-    if (!loaded.ok()) return Check(loaded.status());
-    *model = new attn_lm{std::move(loaded).value()};
-    return ATTN_OK;
-  });
-}
-
-void attn_lm_destroy(attn_lm* model) { delete model; }
-
-attn_status attn_lm_get_info(const attn_lm* model, attn_lm_info* info) {
+attn_status attn_model_lm_info(const attn_model* model, attn_lm_info* info) {
   return Guard([&] {
     if (!model) return NullArgument("model");
     if (!info) return NullArgument("info");
+    const auto& lm = model->model->language_model();
+    if (!lm) {
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  "the model is not a language model (attn_model_info.kind)");
+    }
     const size_t size = info->struct_size;
     if (size < sizeof(*info) || size > kMaxStructSize) {
       return CheckStructSize("attn_lm_info", size, sizeof(*info),
                              sizeof(*info));
     }
     // Only our fields: a newer header's after them stay untouched.
-    *info = LmInfoOf(model->model->config());
+    *info = LmInfoOf(lm->config());
     info->struct_size = size;
     return ATTN_OK;
   });
 }
 
-attn_status attn_lm_batch_create(const attn_lm* model,
-                                 const attn_lm_batch_options* options,
-                                 attn_lm_batch** batch) {
+attn_status attn_batch_create(const attn_model* model,
+                              const attn_batch_options* options,
+                              attn_batch** batch) {
   return Guard([&] {
     if (!batch) return NullArgument("batch");
     *batch = nullptr;
     if (!model) return NullArgument("model");
     attn::BatchOptions opts;
     if (attn_status s = ToBatchOptions(options, &opts); s != ATTN_OK) return s;
-    auto created = attn::Batch::Create(attn::Model::Of(model->model), opts);
+    auto created = attn::Batch::Create(model->model, opts);
     if (!created.ok()) return Check(created.status());
-    *batch = new attn_lm_batch{std::move(created).value(), {}};
+    *batch = new attn_batch{std::move(created).value(), {}};
     return ATTN_OK;
   });
 }
 
-void attn_lm_batch_destroy(attn_lm_batch* batch) { delete batch; }
+void attn_batch_destroy(attn_batch* batch) { delete batch; }
 
-attn_status attn_lm_batch_add(attn_lm_batch* batch, int64_t* sequence) {
+attn_status attn_batch_add(attn_batch* batch, int64_t* sequence) {
   return Guard([&] {
     if (!sequence) return NullArgument("sequence");
     *sequence = -1;
@@ -826,15 +729,15 @@ attn_status attn_lm_batch_add(attn_lm_batch* batch, int64_t* sequence) {
   });
 }
 
-attn_status attn_lm_batch_remove(attn_lm_batch* batch, int64_t sequence) {
+attn_status attn_batch_remove(attn_batch* batch, int64_t sequence) {
   return Guard([&] {
     if (!batch) return NullArgument("batch");
     return Check(batch->batch->Remove(sequence));
   });
 }
 
-attn_status attn_lm_batch_fork(attn_lm_batch* batch, int64_t sequence,
-                               int64_t* new_sequence) {
+attn_status attn_batch_fork(attn_batch* batch, int64_t sequence,
+                            int64_t* new_sequence) {
   return Guard([&] {
     if (!new_sequence) return NullArgument("new_sequence");
     *new_sequence = -1;
@@ -846,12 +749,12 @@ attn_status attn_lm_batch_fork(attn_lm_batch* batch, int64_t sequence,
   });
 }
 
-int64_t attn_lm_batch_length(const attn_lm_batch* batch, int64_t sequence) {
+int64_t attn_batch_length(const attn_batch* batch, int64_t sequence) {
   return batch ? batch->batch->length(sequence) : -1;
 }
 
-attn_status attn_lm_batch_step(attn_lm_batch* batch,
-                               const attn_lm_request* requests, size_t count) {
+attn_status attn_batch_step(attn_batch* batch,
+                            const attn_batch_request* requests, size_t count) {
   return Guard([&] {
     if (!batch) return NullArgument("batch");
     if (!requests && count > 0) return NullArgument("requests");
@@ -882,8 +785,8 @@ attn_status attn_lm_batch_step(attn_lm_batch* batch,
   });
 }
 
-attn_status attn_lm_batch_logits(const attn_lm_batch* batch, size_t request,
-                                 const float** logits, int64_t* rows) {
+attn_status attn_batch_logits(const attn_batch* batch, size_t request,
+                              const float** logits, int64_t* rows) {
   return Guard([&] {
     if (!batch) return NullArgument("batch");
     if (!logits) return NullArgument("logits");

@@ -79,8 +79,7 @@ Result<std::shared_ptr<const Model>> Model::Load(const ModelFiles& files,
 ModelKind Model::kind() const { return impl_->kind; }
 
 bool Model::token_input() const {
-  return impl_->language_model ||
-         (impl_->graph && impl_->graph->token_input());
+  return impl_->language_model || (impl_->graph && impl_->graph->token_input());
 }
 
 int64_t Model::input_width() const {
@@ -127,8 +126,8 @@ struct Session::Impl {
   int64_t batch_size = 0, seq_len = 0;
 
   Status RunLanguageModel(const std::shared_ptr<const Model>& model,
-                          const int64_t* tokens, int64_t batch,
-                          int64_t seq_len, float* output);
+                          const int64_t* tokens, int64_t batch, int64_t seq_len,
+                          float* output);
 };
 
 Session::Session(std::shared_ptr<const Model> model)
@@ -172,19 +171,19 @@ Status Session::Run(const int64_t* tokens, int64_t batch, int64_t seq_len,
 
 // Each row a fresh sequence of the batch; one step, every position's
 // logits, copied out row by row.
-Status Session::Impl::RunLanguageModel(const std::shared_ptr<const Model>& model,
-                                       const int64_t* tokens, int64_t b,
-                                       int64_t t, float* output) {
+Status Session::Impl::RunLanguageModel(
+    const std::shared_ptr<const Model>& model, const int64_t* tokens, int64_t b,
+    int64_t t, float* output) {
   if (!tokens || !output) {
     return InvalidArgument("token ids and output must not be null");
   }
   const int64_t context = model->language_model()->config().context_length;
   if (b <= 0 || t <= 0 || t > context || b > BatchOptions::kMaxSequences) {
-    return InvalidArgument(
-        "input shape [" + std::to_string(b) + ", " + std::to_string(t) +
-        "] is invalid, want 1 to " +
-        std::to_string(BatchOptions::kMaxSequences) + " rows of 1 to " +
-        std::to_string(context) + " tokens (the context)");
+    return InvalidArgument("input shape [" + std::to_string(b) + ", " +
+                           std::to_string(t) + "] is invalid, want 1 to " +
+                           std::to_string(BatchOptions::kMaxSequences) +
+                           " rows of 1 to " + std::to_string(context) +
+                           " tokens (the context)");
   }
   const int64_t vocab = model->output_width();
   const int64_t* bad = std::find_if(tokens, tokens + b * t, [&](int64_t id) {
@@ -210,8 +209,8 @@ Status Session::Impl::RunLanguageModel(const std::shared_ptr<const Model>& model
     requests[size_t(r)] = {sequence, tokens + r * t, t, true};
   }
   const Status step = batch->Step(requests.data(), requests.size());
-  const size_t row = static_cast<size_t>(t) *
-                     static_cast<size_t>(model->output_width());
+  const size_t row =
+      static_cast<size_t>(t) * static_cast<size_t>(model->output_width());
   for (size_t r = 0; r < requests.size() && step.ok(); ++r) {
     std::memcpy(output + r * row, batch->logits(r), row * sizeof(float));
   }

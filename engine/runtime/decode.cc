@@ -132,7 +132,7 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   if (!d.m->decode) {
     return InvalidArgument(
         "decoder: the model was made without the layouts decoders read "
-        "(MhaOptions::decode false; C: attn_mha_options.sessions_only 1); "
+        "(MhaOptions::decode false; C: attn_model_options.sessions_only 1); "
         "make it with decode true");
   }
   ATTN_ASSIGN_OR_RETURN(const int64_t capacity, CacheLength(c, options));

@@ -9,9 +9,9 @@ int main(int argc, char** argv) {
   int64_t shape[ATTN_MAX_RANK], d_out = 0;
   attn_model* model = NULL;
   attn_session* session = NULL;
-  attn_mha_options options = ATTN_MHA_OPTIONS_INIT; /* heads etc. from file */
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT; /* all from file */
   if (argc != 2) return 2;
-  attn_status s = attn_model_load_mha(argv[1], &options, &model);
+  attn_status s = attn_model_load(argv[1], NULL, &options, &model);
   if (!s) s = attn_tensor_read_f32(argv[1], "input", x, 1 << 16, shape, NULL);
   if (!s) s = attn_tensor_read_f32(argv[1], "expected", want, 1 << 16, 0, 0);
   if (!s) s = attn_model_dims(model, NULL, &d_out);

@@ -1,6 +1,6 @@
 // Runs a chapter-3 MultiHeadAttention from a safetensors file (weights,
 // `input`, `expected`) with attn's C++ API: one model, a session per thread.
-#include <attn/attn.hpp>
+#include <attn/model.hpp>
 #include <attn/safetensors.hpp>
 #include <cmath>
 #include <cstdio>
@@ -9,7 +9,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
-  auto model = attn::MhaModel::Load(argv[1]);  // immutable: share it
+  auto model = attn::Model::Load({argv[1], ""});  // immutable: share it
   auto file = attn::SafetensorsFile::Open(argv[1]);
   auto x = file.ok() ? file->ReadF32("input") : file.status();
   auto want = file.ok() ? file->ReadF32("expected") : file.status();
@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   std::thread threads[4];
   for (int t = 0; t < 4; ++t)
     threads[t] = std::thread([&, t] {
-      attn::MhaSession session(*model);  // one per thread
+      attn::Session session(*model);  // one per thread
       y[t].resize(want->size());
       status[t] = session.Run(x->data(), shape[0], shape[1], y[t].data());
     });

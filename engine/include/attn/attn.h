@@ -17,23 +17,24 @@ extern "C" {
 /* ---------------------------------------------------------------------------
  * Concurrency promise
  *
- * - An attn_model (MHA or graph) is immutable once loaded. Any number of
- *   threads may use one model at the same time (attn_session_create,
- *   attn_model_dims, attn_model_config, attn_decoder_create), each running
- *   its own attn_session. The outputs are bitwise identical to those of a
- *   serial run of the same model.
+ * - An attn_model (the chapter-3 attention, a graph or a whole language
+ *   model) is immutable once loaded. Any number of threads may use one model
+ *   at the same time (attn_session_create, attn_model_config,
+ *   attn_decoder_create, attn_batch_create, ...), each running its own
+ *   attn_session. The outputs are bitwise identical to those of a serial
+ *   run of the same model.
  * - An attn_session is per-thread execution state: it must not be used by two
  *   threads at once. It may move between threads between calls.
  * - A session keeps the model's weights alive: destroying the model while
  *   sessions of it exist is allowed; the weights go with the last session.
  * - The error message (attn_last_error_message) is per thread.
- * - The same holds for language models: an attn_lm is shared like a model;
- *   an attn_lm_batch and an attn_sampler are per-thread state like a
- *   session, and a batch keeps its model's weights alive.
- * - Threads: each run uses the model's team size (attn_mha_options.num_threads,
- *   see engine/README.md, "Threads"). Called from inside an OpenMP parallel
- *   region of the host, a run uses one thread. Many host threads each running
- *   a session get a team each: give such models num_threads = 1.
+ * - An attn_batch, an attn_decoder and an attn_sampler are per-thread state
+ *   like a session; a batch or decoder keeps its model's weights alive.
+ * - Threads: each run uses the model's team size
+ * (attn_model_options.num_threads, see engine/README.md, "Threads"). Called
+ * from inside an OpenMP parallel region of the host, a run uses one thread.
+ * Many host threads each running a session get a team each: give such models
+ * num_threads = 1.
  * ------------------------------------------------------------------------- */
 
 typedef struct attn_model attn_model; /* weights + config; immutable; shared */
@@ -55,37 +56,38 @@ typedef enum attn_dtype {
                          norms in fp32; needs a CPU with AVX512_BF16 */
 } attn_dtype;
 
-/* How to load a chapter-3 MultiHeadAttention. Zero means "not set here".
- * Set struct_size to sizeof(attn_mha_options) (ATTN_MHA_OPTIONS_INIT does):
- * later versions only append fields, and a library reads only the fields
- * that lie wholly inside struct_size, so a struct from an older header is
- * read as far as it goes. A struct_size past sizeof the struct this library
- * knows (a newer header's) is refused with ATTN_UNSUPPORTED, naming the
- * largest size it takes: the library reads no byte past its own struct.
- * Initialise the whole struct (ATTN_MHA_OPTIONS_INIT, or = {0} and set
- * struct_size) so that fields a later header appends start at 0 when you
- * rebuild. Fields are never placed in an earlier layout's tail padding,
- * which a caller may have left uninitialised. engine/CHANGELOG.md says what
- * each release appended. */
-typedef struct attn_mha_options {
+/* How to load any model. Zero means "not set here": each is else the file's
+ * metadata of the same name (then, for Hugging Face files, a config.json
+ * beside the file). Set struct_size to sizeof(attn_model_options)
+ * (ATTN_MODEL_OPTIONS_INIT does): later versions only append fields, and a
+ * library reads only the fields that lie wholly inside struct_size, so a
+ * struct from an older header is read as far as it goes. A struct_size past
+ * sizeof the struct this library knows (a newer header's) is refused with
+ * ATTN_UNSUPPORTED, naming the largest size it takes: the library reads no
+ * byte past its own struct. Initialise the whole struct
+ * (ATTN_MODEL_OPTIONS_INIT, or = {0} and set struct_size) so that fields a
+ * later header appends start at 0 when you rebuild. engine/CHANGELOG.md
+ * says what each release appended. */
+typedef struct attn_model_options {
   size_t struct_size;
-  int num_heads;      /* else the file's metadata "num_heads" */
+  int num_heads;      /* else metadata "num_heads" (graphs: the mha node's
+                         attribute first; Hugging Face: config "n_head") */
   int context_length; /* else metadata "context_length", then the size of the
                          book's "mask" buffer, else no limit */
   int num_threads;    /* 0 = default: ATTN_NUM_THREADS, then the tuned file,
                          then the cores the loading thread may run on */
-  uint64_t max_memory_bytes; /* most bytes the weights, or a session's buffers
-                                plus the weights, may take; a larger request
-                                fails with ATTN_OUT_OF_MEMORY before anything
-                                is allocated. 0: half the physical memory (or
+  uint64_t max_memory_bytes; /* most bytes the weights, or a session's,
+                                batch's or decoder's buffers plus the
+                                weights, may take; a larger request fails
+                                with ATTN_OUT_OF_MEMORY before anything is
+                                allocated. 0: half the physical memory (or
                                 of the cgroup's limit) */
   attn_dtype dtype;          /* ATTN_DTYPE_F32 (0) or ATTN_DTYPE_BF16 */
   const char* tuned_config;  /* a tuned file (attn tune --save) whose team size
                                 is the default when num_threads is 0 and
                                 ATTN_NUM_THREADS is unset; read at load. NULL
                                 or "": the file ATTN_CONFIG names, if any */
-  /* The attention of current models (attn::MhaConfig), each else the
-     file's metadata of the same name ("num_kv_heads", ...): */
+  /* The attention of current models (attn::MhaConfig): */
   int num_kv_heads;   /* K/V heads, dividing num_heads; else W_key's rows */
   int sliding_window; /* query i sees keys (i - W, i]; 0: all earlier ones */
   double rope_theta;  /* rotary embeddings (Llama's); 0: none. Then Llama
@@ -94,27 +96,43 @@ typedef struct attn_mha_options {
   double rope_low_freq_factor;
   double rope_high_freq_factor;
   int64_t rope_original_context_length;
-  int sessions_only; /* 1: without the layouts decoders read (less memory;
-                        attn_decoder_create refuses the model) */
-} attn_mha_options;
+  int sessions_only; /* the attention alone: 1 loads it without the layouts
+                        decoders read (less memory; attn_decoder_create
+                        refuses the model) */
+  int64_t layers;    /* graphs: run the graph this many times, the i-th time
+                        with weight names prefixed "trf_blocks.{i}." (the
+                        book's GPTModel); 0: metadata "n_layers", else once;
+                        for a graph with a repeat node, its layer count */
+  double norm_eps;   /* language models: the norms' epsilon; else metadata
+                        "rms_norm_eps", config "layer_norm_epsilon", 1e-5 */
+} attn_model_options;
 
-#define ATTN_MHA_OPTIONS_INIT                                                  \
-  {                                                                            \
-    sizeof(attn_mha_options), 0, 0, 0, 0, ATTN_DTYPE_F32, NULL, 0, 0, 0, 0, 0, \
-        0, 0, 0                                                                \
+#define ATTN_MODEL_OPTIONS_INIT                                               \
+  {                                                                           \
+    sizeof(attn_model_options), 0, 0, 0, 0, ATTN_DTYPE_F32, NULL, 0, 0, 0, 0, \
+        0, 0, 0, 0, 0, 0                                                      \
   }
 
-/* Loads weights under PyTorch's state_dict names (W_query.weight,
- * W_key.weight, W_value.weight, optional W_query/W_key/W_value.bias,
- * out_proj.weight, out_proj.bias; all F32) from a safetensors file. options
- * may be NULL (all defaults). On success *model is a new model to release
- * with attn_model_destroy; on failure it is set to NULL. */
-ATTN_API attn_status attn_model_load_mha(const char* safetensors_path,
-                                         const attn_mha_options* options,
-                                         attn_model** model);
+/* Loads a model. With graph_json_path NULL, the safetensors file is a model
+ * by itself: a whole language model when its tensor names are one of the
+ * families' (the book's GPTModel, Hugging Face GPT-2, the book's Llama 3.2;
+ * F32, F16 or BF16), else the chapter-3 attention under PyTorch's
+ * state_dict names (W_query.weight, W_key.weight, W_value.weight, optional
+ * W_query/W_key/W_value.bias, out_proj.weight, out_proj.bias). With a
+ * graph, the JSON graph (see engine/README.md, "Graphs") is validated and
+ * bound to the weights it names in the file (unknown op, missing weight,
+ * shape mismatch, cycle: each a clear error). Every file is read here,
+ * once: the model holds the weights, and what runs on it never touches the
+ * files again. options may be NULL (all defaults). On success *model is a
+ * new model to release with attn_model_destroy; on failure it is set to
+ * NULL. */
+ATTN_API attn_status attn_model_load(const char* safetensors_path,
+                                     const char* graph_json_path,
+                                     const attn_model_options* options,
+                                     attn_model** model);
 
 /* The module's hyper-parameters, as the book's constructor takes them; for
- * attn_model_create_mha. struct_size as for attn_mha_options. */
+ * attn_model_create_mha. struct_size as for attn_model_options. */
 typedef struct attn_mha_config {
   size_t struct_size;
   int64_t d_in;
@@ -129,7 +147,7 @@ typedef struct attn_mha_config {
 
 /* fp32 weights in PyTorch's layout (nn.Linear: [out, in], row-major), for
  * attn_model_create_mha. The b_query, b_key and b_value pointers are all
- * NULL (qkv_bias 0) or all set. struct_size as for attn_mha_options. */
+ * NULL (qkv_bias 0) or all set. struct_size as for attn_model_options. */
 typedef struct attn_mha_weights {
   size_t struct_size;
   const float* w_query; /* W_query.weight [d_out, d_in] */
@@ -148,7 +166,7 @@ typedef struct attn_mha_weights {
 
 /* Creates a model from weights in memory, which are copied: the caller may
  * free them on return. The model is the same as one loaded from a file with
- * these weights (attn_model_load_mha): the same outputs, bit for bit.
+ * these weights (attn_model_load): the same outputs, bit for bit.
  * options may be NULL; its num_heads and context_length, when set, override
  * config's, and its num_kv_heads to rope fields set the attention's variant:
  * grouped K/V weights (w_key, w_value of kv_dim rows) need
@@ -156,57 +174,21 @@ typedef struct attn_mha_weights {
  * *model is set to NULL. */
 ATTN_API attn_status attn_model_create_mha(const attn_mha_config* config,
                                            const attn_mha_weights* weights,
-                                           const attn_mha_options* options,
+                                           const attn_model_options* options,
                                            attn_model** model);
 
-/* How to load a graph (a block described in JSON, see engine/README.md,
- * "Graphs"). Zero means "not set here"; struct_size as for attn_mha_options. */
-typedef struct attn_graph_options {
-  size_t struct_size;
-  int num_heads;      /* mha nodes: else their attribute, else the metadata */
-  int context_length; /* mha nodes: else attribute, metadata, mask buffer */
-  int layers;         /* run the graph this many times, the i-th time with
-                         weight names prefixed "trf_blocks.{i}." (the book's
-                         GPTModel); 0: metadata "n_layers", else once as is */
-  int num_threads;    /* as in attn_mha_options */
-  uint64_t max_memory_bytes; /* as in attn_mha_options, for the weights or
-                                one compiled shape's buffers */
-  attn_dtype dtype;          /* bf16: linear and mha matmuls only */
-  const char* tuned_config;  /* as in attn_mha_options */
-  /* As in attn_mha_options, for mha nodes (else their attributes, else
-     the metadata): */
-  int num_kv_heads;
-  int sliding_window;
-  double rope_theta;
-  double rope_factor;
-  double rope_low_freq_factor;
-  double rope_high_freq_factor;
-  int64_t rope_original_context_length;
-} attn_graph_options;
-
-#define ATTN_GRAPH_OPTIONS_INIT                                               \
-  {                                                                           \
-    sizeof(attn_graph_options), 0, 0, 0, 0, 0, ATTN_DTYPE_F32, NULL, 0, 0, 0, \
-        0, 0, 0, 0                                                            \
-  }
-
-/* Loads the graph in the JSON file `graph_json_path` with the weights it
- * names in a safetensors file, and validates both (unknown op, missing
- * weight, shape mismatch, cycle: each a clear error). The model then runs
- * like an MHA one: attn_session_create, attn_session_run ([b, T, d_in] ->
- * [b, T, d_out]), the same concurrency promise. Both files are read here,
- * once: the model holds the weights, and its sessions share them without
- * touching the files again. For a graph, attn_model_config reports
- * num_heads, context_length and qkv_bias as 0. */
-ATTN_API attn_status attn_model_load_graph(const char* graph_json_path,
-                                           const char* safetensors_path,
-                                           const attn_graph_options* options,
-                                           attn_model** model);
-
-/* Input and output feature sizes: input [b, T, d_in], output [b, T, d_out].
+/* Input and output feature sizes: input [b, T, d_in], output [b, T, d_out]
+ * (a model of token input: d_in 1; a language model: d_out its vocabulary).
  * Either pointer may be NULL. */
 ATTN_API attn_status attn_model_dims(const attn_model* model, int64_t* d_in,
                                      int64_t* d_out);
+
+/* What a model is (attn_model_info.kind). */
+typedef enum attn_model_kind {
+  ATTN_MODEL_ATTENTION = 0,     /* the chapter-3 MultiHeadAttention */
+  ATTN_MODEL_GRAPH = 1,         /* a JSON graph over a file's weights */
+  ATTN_MODEL_LANGUAGE_MODEL = 2 /* a whole language model (attn_batch_*) */
+} attn_model_kind;
 
 /* Everything a loaded model resolved. Set struct_size to
  * sizeof(attn_model_info) (ATTN_MODEL_INFO_INIT does); fields outside
@@ -219,7 +201,8 @@ typedef struct attn_model_info {
   int64_t context_length; /* 0 = no limit */
   int qkv_bias;           /* 1 when W_query/W_key/W_value have biases */
   int num_threads;        /* the resolved team size of every run */
-  /* The attention's variant (MHA models; 0 for graphs): */
+  /* The attention's variant (the attention and language models; 0 for
+     graphs): */
   int64_t num_kv_heads;   /* K/V heads: num_heads without grouping */
   int64_t sliding_window; /* 0: none */
   double rope_theta;      /* 0: no rotary embeddings */
@@ -227,22 +210,28 @@ typedef struct attn_model_info {
   double rope_low_freq_factor;
   double rope_high_freq_factor;
   int64_t rope_original_context_length;
-  /* 1 when the input is token ids [b, T] (a graph that begins with an
-   * embedding: run it with attn_session_run_tokens; d_in is 1). */
+  /* 1 when the input is token ids [b, T] (a language model, or a graph
+   * that begins with an embedding: run it with attn_session_run_tokens;
+   * d_in is 1). */
   int token_input;
+  attn_model_kind kind;
 } attn_model_info;
 
-#define ATTN_MODEL_INFO_INIT \
-  { sizeof(attn_model_info), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define ATTN_MODEL_INFO_INIT                                           \
+  {                                                                    \
+    sizeof(attn_model_info), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+        ATTN_MODEL_ATTENTION                                           \
+  }
 
 ATTN_API attn_status attn_model_config(const attn_model* model,
                                        attn_model_info* info);
 
-/* Releases the model. NULL is a no-op. Sessions of it stay usable. */
+/* Releases the model. NULL is a no-op. Its sessions, decoders and batches
+ * stay usable. */
 ATTN_API void attn_model_destroy(attn_model* model);
 
-/* A new session of `model`, to release with attn_session_destroy. On failure
- * *session is set to NULL. */
+/* A new session of `model` (any kind), to release with
+ * attn_session_destroy. On failure *session is set to NULL. */
 ATTN_API attn_status attn_session_create(const attn_model* model,
                                          attn_session** session);
 
@@ -257,8 +246,10 @@ ATTN_API attn_status attn_session_run(attn_session* session, const float* input,
 
 /* As attn_session_run for a model whose input is token ids
  * (attn_model_info.token_input): token_ids [batch, seq_len], each in
- * [0, vocab) of its embedding, output [batch, seq_len, d_out]. A model of
- * feature input is refused, as is attn_session_run of one of token input. */
+ * [0, vocab), output [batch, seq_len, d_out]; a language model's output is
+ * every position's logits, each row as its sequence alone gives them. A
+ * model of feature input is refused, as is attn_session_run of one of
+ * token input. */
 ATTN_API attn_status attn_session_run_tokens(attn_session* session,
                                              const int64_t* token_ids,
                                              int64_t batch, int64_t seq_len,
@@ -347,67 +338,21 @@ ATTN_API int64_t attn_decoder_length(const attn_decoder* decoder,
 ATTN_API void attn_decoder_destroy(attn_decoder* decoder);
 
 /* ---------------------------------------------------------------------------
- * Language models (C++: attn/lm.hpp). An attn_lm is a whole model (GPT-2's
- * or Llama's blocks, embeddings, final norm, head), immutable once loaded
- * and shared by any number of threads like an attn_model. An attn_lm_batch
- * is one thread's generation state: a KV cache in every layer for up to
- * max_sequences sequences, which join (add), leave (remove) and fork
- * between steps; a step advances any subset of them, mixing prompts with
- * the next token of running ones. A sequence's logits equal running its
- * tokens alone within rounding (the matmuls' blocking follows a step's row
- * count), and are bit for bit the same at every thread count. A batch keeps
- * its model's weights alive. An attn_sampler picks the next token from
- * logits; one per thread (its generator advances with each draw).
+ * Language models (C++: attn/lm.hpp, attn/model.hpp). A model loaded from a
+ * whole-model file (attn_model_load; kind ATTN_MODEL_LANGUAGE_MODEL) runs
+ * in sessions (attn_session_run_tokens: every position's logits) and in
+ * batches. An attn_batch is one thread's generation state: a KV cache in
+ * every layer for up to max_sequences sequences, which join (add), leave
+ * (remove) and fork between steps; a step advances any subset of them,
+ * mixing prompts with the next token of running ones. A sequence's logits
+ * equal running its tokens alone within rounding (the matmuls' blocking
+ * follows a step's row count), and are bit for bit the same at every
+ * thread count. A batch keeps its model's weights alive. An attn_sampler
+ * picks the next token from logits; one per thread (its generator advances
+ * with each draw).
  * ------------------------------------------------------------------------- */
-typedef struct attn_lm attn_lm;
-typedef struct attn_lm_batch attn_lm_batch;
+typedef struct attn_batch attn_batch;
 typedef struct attn_sampler attn_sampler;
-
-/* How to load a language model. Zero means "not set here": each is else the
- * file's metadata of the same name, then (Hugging Face files) a config.json
- * beside the file. struct_size as for attn_mha_options. */
-typedef struct attn_lm_options {
-  size_t struct_size;
-  int num_threads;           /* as in attn_mha_options */
-  int num_heads;             /* else metadata "num_heads", config "n_head" */
-  int num_kv_heads;          /* else "num_kv_heads", else num_heads */
-  int context_length;        /* else "context_length", "n_positions" */
-  uint64_t max_memory_bytes; /* as in attn_mha_options, for the weights or
-                                the weights plus a batch's caches */
-  const char* tuned_config;  /* as in attn_mha_options */
-  double norm_eps;           /* the norms' epsilon; else "rms_norm_eps", config
-                                "layer_norm_epsilon", else 1e-5 */
-  double rope_theta; /* Llama's rotary embeddings, as in attn_mha_options */
-  double rope_factor;
-  double rope_low_freq_factor;
-  double rope_high_freq_factor;
-  int64_t rope_original_context_length;
-  /* ATTN_DTYPE_BF16 (CPUs with native bf16) holds every matrix
-   * in bf16 for half the bytes per decode step (attn::LmOptions). */
-  attn_dtype dtype;
-  /* Query i sees keys (i - W, i] (a sliding window, as in
-   * attn_mha_options); else metadata "sliding_window", else every earlier
-   * key. */
-  int64_t sliding_window;
-} attn_lm_options;
-
-#define ATTN_LM_OPTIONS_INIT                                        \
-  {                                                                 \
-    sizeof(attn_lm_options), 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0, 0, 0, \
-        ATTN_DTYPE_F32, 0                                           \
-  }
-
-/* Loads a language model from a safetensors file: the book's GPTModel, a
- * Hugging Face GPT-2 file or the book's Llama 3.2 model, told apart by the
- * tensor names; F32, F16 or BF16. options may be NULL (all defaults). On
- * success *model is a new model to release with attn_lm_destroy; on failure
- * it is set to NULL. */
-ATTN_API attn_status attn_lm_load(const char* safetensors_path,
-                                  const attn_lm_options* options,
-                                  attn_lm** model);
-
-/* Releases the model. NULL is a no-op. Its batches stay usable. */
-ATTN_API void attn_lm_destroy(attn_lm* model);
 
 /* The block family. */
 typedef enum attn_lm_architecture {
@@ -417,7 +362,8 @@ typedef enum attn_lm_architecture {
 
 /* What a loaded language model resolved. struct_size as for
  * attn_model_info: set it to sizeof(attn_lm_info) (ATTN_LM_INFO_INIT does);
- * fields a newer header appends are left untouched. */
+ * fields a newer header appends are left untouched. A model of another
+ * kind is refused. */
 typedef struct attn_lm_info {
   size_t struct_size;
   attn_lm_architecture architecture;
@@ -435,58 +381,57 @@ typedef struct attn_lm_info {
 #define ATTN_LM_INFO_INIT \
   { sizeof(attn_lm_info), ATTN_LM_GPT2, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
-ATTN_API attn_status attn_lm_get_info(const attn_lm* model, attn_lm_info* info);
+ATTN_API attn_status attn_model_lm_info(const attn_model* model,
+                                        attn_lm_info* info);
 
 /* A batch's sizes; zero means "not set here". struct_size as for
- * attn_lm_options. */
-typedef struct attn_lm_batch_options {
+ * attn_model_options. */
+typedef struct attn_batch_options {
   size_t struct_size;
   int64_t max_sequences; /* sequences held at once; 0: 1 */
   int64_t max_length;    /* tokens per sequence; 0: the context_length */
-} attn_lm_batch_options;
+} attn_batch_options;
 
-#define ATTN_LM_BATCH_OPTIONS_INIT \
-  { sizeof(attn_lm_batch_options), 0, 0 }
+#define ATTN_BATCH_OPTIONS_INIT \
+  { sizeof(attn_batch_options), 0, 0 }
 
-/* A batch of `model`, every cache allocated here (checked against the
- * model's memory cap), to release with attn_lm_batch_destroy. options may
- * be NULL (one sequence of up to context_length tokens). On failure *batch
- * is set to NULL. */
-ATTN_API attn_status attn_lm_batch_create(const attn_lm* model,
-                                          const attn_lm_batch_options* options,
-                                          attn_lm_batch** batch);
+/* A batch of language model `model`, every cache allocated here (checked
+ * against the model's memory cap), to release with attn_batch_destroy.
+ * options may be NULL (one sequence of up to context_length tokens). On
+ * failure *batch is set to NULL. */
+ATTN_API attn_status attn_batch_create(const attn_model* model,
+                                       const attn_batch_options* options,
+                                       attn_batch** batch);
 
 /* Releases the batch. NULL is a no-op. */
-ATTN_API void attn_lm_batch_destroy(attn_lm_batch* batch);
+ATTN_API void attn_batch_destroy(attn_batch* batch);
 
 /* A new empty sequence in a free slot: *sequence is its id (below
  * max_sequences), or -1 on failure (every slot taken). */
-ATTN_API attn_status attn_lm_batch_add(attn_lm_batch* batch, int64_t* sequence);
+ATTN_API attn_status attn_batch_add(attn_batch* batch, int64_t* sequence);
 
 /* Frees `sequence`'s slot; a later add may reuse it, empty. */
-ATTN_API attn_status attn_lm_batch_remove(attn_lm_batch* batch,
-                                          int64_t sequence);
+ATTN_API attn_status attn_batch_remove(attn_batch* batch, int64_t sequence);
 
 /* A new sequence holding a copy of `sequence`'s tokens and caches (parallel
  * sampling): *new_sequence is its id, or -1 on failure. */
-ATTN_API attn_status attn_lm_batch_fork(attn_lm_batch* batch, int64_t sequence,
-                                        int64_t* new_sequence);
+ATTN_API attn_status attn_batch_fork(attn_batch* batch, int64_t sequence,
+                                     int64_t* new_sequence);
 
 /* Tokens `sequence` holds, or -1 for a NULL batch or a sequence that is not
  * live. */
-ATTN_API int64_t attn_lm_batch_length(const attn_lm_batch* batch,
-                                      int64_t sequence);
+ATTN_API int64_t attn_batch_length(const attn_batch* batch, int64_t sequence);
 
 /* One sequence's part of a step: `count` new tokens (a prompt, or the next
  * token) and which of them get logits. A plain struct passed in arrays: its
  * layout is fixed for good (no struct_size); a later version that needs
  * more adds a new struct and function instead. */
-typedef struct attn_lm_request {
+typedef struct attn_batch_request {
   int64_t sequence;      /* a live sequence, at most once per step */
   const int64_t* tokens; /* count ids in [0, vocab_size); never NULL */
   int64_t count;         /* at least 1 */
   int all_logits;        /* 1: every new token's logits; 0: the last one's */
-} attn_lm_request;
+} attn_batch_request;
 
 /* Appends each request's tokens to its sequence and computes the logits
  * asked for. count is at most max_sequences. Sequences, token ids and
@@ -494,22 +439,21 @@ typedef struct attn_lm_request {
  * memory part-way included, no sequence changes, and no logits are left to
  * read (memory that runs out inside a parallel region of several threads
  * ends the process). requests may be NULL when count is 0. */
-ATTN_API attn_status attn_lm_batch_step(attn_lm_batch* batch,
-                                        const attn_lm_request* requests,
-                                        size_t count);
+ATTN_API attn_status attn_batch_step(attn_batch* batch,
+                                     const attn_batch_request* requests,
+                                     size_t count);
 
 /* Request `request`'s logits from the last successful step: *logits points
  * at [*rows, vocab_size] floats (rows: its count with all_logits, else 1),
  * owned by the batch and valid until its next step. On failure with
  * non-NULL pointers, *logits is NULL and *rows 0. */
-ATTN_API attn_status attn_lm_batch_logits(const attn_lm_batch* batch,
-                                          size_t request, const float** logits,
-                                          int64_t* rows);
+ATTN_API attn_status attn_batch_logits(const attn_batch* batch, size_t request,
+                                       const float** logits, int64_t* rows);
 
 /* How to pick the next token: greedy (argmax, the lowest id on ties) at
  * temperature 0, else the book's chapter-5 generate: top-k, temperature,
  * top-p, then a draw from a generator seeded once. Zero means "not set
- * here"; struct_size as for attn_lm_options. */
+ * here"; struct_size as for attn_model_options. */
 typedef struct attn_sampler_options {
   size_t struct_size;
   double temperature; /* >= 0; 0: greedy */
