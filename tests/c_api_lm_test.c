@@ -333,57 +333,14 @@ static void TestSlidingWindow(const Golden* g) {
 /* The source tree (main's argument), where tools/graphs/ lies. */
 static const char* source_dir = ".";
 
-/* A GPT case as a graph (tools/graphs/gpt_model.json) through the token-id
- * path of the session API: each prompt's rows give PyTorch's logits (a
- * padded prompt's later rows are causal, so its own rows are unaffected);
- * features into it, and ids into an MHA model, are refused. */
-static void TestGraphTokens(const Golden* g) {
-  char graph_path[4096];
-  attn_model* model = NULL;
+/* A session of `model` (token input) gives every prompt's logits within
+ * the tolerance on its own tokens' positions (a padded prompt's later rows
+ * are causal, so its own rows are unaffected), and refuses float input and
+ * NULL ids, naming the right call. */
+static void ExpectSessionLogits(const attn_model* model, const Golden* g) {
   attn_session* session = NULL;
-  attn_model_info info = ATTN_MODEL_INFO_INIT;
   float* logits = malloc((size_t)(g->b * g->T * g->V) * sizeof(float));
   int64_t i;
-  snprintf(graph_path, sizeof graph_path, "%s/tools/graphs/gpt_model.json",
-           source_dir);
-  EXPECT_STATUS(ATTN_OK,
-                attn_model_load(g->model_path, graph_path, NULL, &model), "");
-  if (model) {
-    EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
-    EXPECT(info.token_input == 1 && info.d_in == 1 && info.d_out == g->V);
-    EXPECT_STATUS(ATTN_OK, attn_session_create(model, &session), "");
-  }
-  if (session && logits) {
-    EXPECT_STATUS(ATTN_OK,
-                  attn_session_run_tokens(session, g->ids, g->b, g->T, logits),
-                  "");
-    for (i = 0; i < g->b; ++i) {
-      ExpectLogits(g, i, logits + i * g->T * g->V, g->lengths[i]);
-    }
-    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                  attn_session_run(session, logits, g->b, g->T, logits),
-                  "token ids");
-    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                  attn_session_run_tokens(session, NULL, g->b, g->T, logits),
-                  "token_ids must not be NULL");
-  }
-  attn_session_destroy(session);
-  attn_model_destroy(model);
-  free(logits);
-}
-
-/* A language model is an attn_model like any other: its info names its
- * kind, a session gives every prompt's logits (its own tokens' positions)
- * within the tolerance, and what needs another kind says so. */
-static void TestOneVocabulary(const attn_model* model, const Golden* g) {
-  attn_model_info info = ATTN_MODEL_INFO_INIT;
-  attn_session* session = NULL;
-  attn_decoder* decoder = NULL;
-  float* logits = malloc((size_t)(g->b * g->T * g->V) * sizeof(float));
-  int64_t i;
-  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
-  EXPECT(info.kind == ATTN_MODEL_LANGUAGE_MODEL && info.token_input == 1 &&
-         info.d_in == 1 && info.d_out == g->V && info.num_heads > 0);
   EXPECT_STATUS(ATTN_OK, attn_session_create(model, &session), "");
   if (session && logits) {
     EXPECT_STATUS(ATTN_OK,
@@ -395,12 +352,45 @@ static void TestOneVocabulary(const attn_model* model, const Golden* g) {
     EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                   attn_session_run(session, logits, g->b, g->T, logits),
                   "run it with attn_session_run_tokens");
+    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                  attn_session_run_tokens(session, NULL, g->b, g->T, logits),
+                  "token_ids must not be NULL");
   }
+  attn_session_destroy(session);
+  free(logits);
+}
+
+/* A GPT case as a graph (tools/graphs/gpt_model.json) through the token-id
+ * path of the session API. */
+static void TestGraphTokens(const Golden* g) {
+  char graph_path[4096];
+  attn_model* model = NULL;
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  snprintf(graph_path, sizeof graph_path, "%s/tools/graphs/gpt_model.json",
+           source_dir);
+  EXPECT_STATUS(ATTN_OK,
+                attn_model_load(g->model_path, graph_path, NULL, &model), "");
+  if (!model) return;
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.kind == ATTN_MODEL_GRAPH && info.token_input == 1 &&
+         info.d_in == 1 && info.d_out == g->V);
+  ExpectSessionLogits(model, g);
+  attn_model_destroy(model);
+}
+
+/* A language model is an attn_model like any other: its info names its
+ * kind, a session gives every prompt's logits (its own tokens' positions)
+ * within the tolerance, and what needs another kind says so. */
+static void TestOneVocabulary(const attn_model* model, const Golden* g) {
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  attn_decoder* decoder = NULL;
+  EXPECT_STATUS(ATTN_OK, attn_model_config(model, &info), "");
+  EXPECT(info.kind == ATTN_MODEL_LANGUAGE_MODEL && info.token_input == 1 &&
+         info.d_in == 1 && info.d_out == g->V && info.num_heads > 0);
+  ExpectSessionLogits(model, g);
   EXPECT_STATUS(ATTN_UNSUPPORTED, attn_decoder_create(model, 1, 0, &decoder),
                 "a decoder needs the chapter-3 attention's model");
   EXPECT(decoder == NULL);
-  attn_session_destroy(session);
-  free(logits);
 }
 
 static void TestCase(const Golden* g) {
