@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "attn/graph.hpp"
 #include "attn/lm.hpp"
+#include "attn/model.hpp"
 #include "attn/safetensors.hpp"
 #include "tools/atomic_output.h"
 #include "tools/cli.h"
@@ -105,33 +105,27 @@ int RunForward(const RunArgs& args, int64_t in_width, int64_t out_width,
   return 0;
 }
 
-int RunMha(const RunArgs& args) {
-  MhaOptions options;
+// What the flags ask of the loader, for the attention or a graph.
+LoadOptions LoadOptionsOf(const RunArgs& args) {
+  LoadOptions options;
   options.num_heads = args.heads;
   options.context_length = args.context_length;
+  options.layers = args.layers;
   options.num_threads = args.threads;
   options.dtype = args.dtype;
   options.max_memory_bytes = args.max_memory;
   options.tuned_config = args.config;
   options.decode = args.incremental;
   args.attention.ApplyTo(options);
-  auto model = MhaModel::Load(args.weights, options);
-  if (!model.ok()) return Fail(model.status().message());
-  MhaSession session(*model);
-  return RunForward(
-      args, (*model)->config().d_in, (*model)->config().d_out,
-      [&](const float* x, int64_t batch, int64_t seq_len, float* y) {
-        return args.incremental ? RunIncremental(*model, x, batch, seq_len, y)
-                                : session.Run(x, batch, seq_len, y);
-      });
+  return options;
 }
 
 // A graph whose input is token ids (a whole model, e.g. tools/graphs/
 // gpt_model.json): input_ids in, logits [b, T, vocab] out, zeros past each
 // row's length as for a model file (rows are causal: padding after a row's
 // tokens does not change their logits).
-int RunGraphOnTokens(const RunArgs& args,
-                     const std::shared_ptr<const GraphModel>& model) {
+int RunOnTokens(const RunArgs& args,
+                const std::shared_ptr<const Model>& model) {
   auto prompts = ReadPromptIds(args.input, args.max_memory, 0);
   if (!prompts.ok()) return Fail(prompts.status().message());
   const int64_t vocab = model->output_width();
@@ -140,7 +134,7 @@ int RunGraphOnTokens(const RunArgs& args,
   if (!fits.ok()) return Fail(fits.message());
   const int64_t row_floats = prompts->width * vocab;
   std::vector<float> logits(static_cast<size_t>(prompts->batch * row_floats));
-  GraphSession session(model);
+  Session session(model);
   const Status run = session.Run(prompts->ids.data(), prompts->batch,
                                  prompts->width, logits.data());
   if (!run.ok()) return Fail(run.message());
@@ -155,29 +149,23 @@ int RunGraphOnTokens(const RunArgs& args,
   return 0;
 }
 
-int RunGraph(const RunArgs& args) {
-  if (args.incremental) {
+// The chapter-3 attention, or a graph (--graph) over the weights.
+int RunModel(const RunArgs& args) {
+  if (args.incremental && !args.graph.empty()) {
     return Fail(
         "--incremental is not supported with --graph, want a whole "
         "sequence per run");
   }
-  GraphOptions options;
-  options.num_heads = args.heads;
-  options.context_length = args.context_length;
-  options.layers = args.layers;
-  options.num_threads = args.threads;
-  options.dtype = args.dtype;
-  options.max_memory_bytes = args.max_memory;
-  options.tuned_config = args.config;
-  args.attention.ApplyTo(options);
-  auto model = GraphModel::Load(args.graph, args.weights, options);
+  auto model = Model::Load({args.weights, args.graph}, LoadOptionsOf(args));
   if (!model.ok()) return Fail(model.status().message());
-  if ((*model)->token_input()) return RunGraphOnTokens(args, *model);
-  GraphSession session(*model);
+  if ((*model)->token_input()) return RunOnTokens(args, *model);
+  Session session(*model);
   return RunForward(
       args, (*model)->input_width(), (*model)->output_width(),
       [&](const float* x, int64_t batch, int64_t seq_len, float* y) {
-        return session.Run(x, batch, seq_len, y);
+        return args.incremental
+                   ? RunIncremental((*model)->attention(), x, batch, seq_len, y)
+                   : session.Run(x, batch, seq_len, y);
       });
 }
 
@@ -215,8 +203,8 @@ int Run(const RunArgs& args) {
   // Where the output goes is checked before any work, written after it.
   const Status writable = CheckOutputPath(args.output);
   if (!writable.ok()) return Fail(writable.message());
-  if (!args.graph.empty()) return RunGraph(args);
-  return WantsWholeModel(args) ? RunWholeModel(args) : RunMha(args);
+  if (args.graph.empty() && WantsWholeModel(args)) return RunWholeModel(args);
+  return RunModel(args);
 }
 
 }  // namespace

@@ -182,9 +182,7 @@ void ReadAttentionVariant(const attn_model_options* c,
 
 // attn_model_options (this version's struct is its first: every field lies
 // inside any size CheckStructSize accepts); NULL: the defaults.
-attn_status ToOptions(const attn_model_options* c, attn::LoadOptions* options,
-                      bool* sessions_only) {
-  *sessions_only = false;
+attn_status ToOptions(const attn_model_options* c, attn::LoadOptions* options) {
   if (!c) return ATTN_OK;
   // struct_size first: no field is read before it is known to be sane.
   if (attn_status s = CheckStructSize("attn_model_options", c->struct_size,
@@ -198,7 +196,7 @@ attn_status ToOptions(const attn_model_options* c, attn::LoadOptions* options,
   options->max_memory_bytes = c->max_memory_bytes;
   if (c->tuned_config) options->tuned_config = c->tuned_config;
   ReadAttentionVariant(c, options);
-  *sessions_only = c->sessions_only != 0;
+  options->decode = c->sessions_only == 0;
   options->layers = c->layers;
   options->norm_eps = c->norm_eps;
   return ToDType("attn_model_options.dtype", &c->dtype, &options->dtype);
@@ -259,25 +257,9 @@ attn_status attn_model_load(const char* safetensors_path,
     *model = nullptr;
     if (!safetensors_path) return NullArgument("safetensors_path");
     attn::LoadOptions opts;
-    bool sessions_only = false;
-    if (attn_status s = ToOptions(options, &opts, &sessions_only);
-        s != ATTN_OK) {
-      return s;
-    }
-    attn::ModelFiles files{safetensors_path,
-                           graph_json_path ? graph_json_path : ""};
-    // An attention model for sessions alone is the one option the
-    // vocabulary's loader does not take.
-    if (sessions_only && files.graph.empty() &&
-        !attn::LanguageModel::IsLanguageModelFile(files.weights,
-                                                  opts.max_memory_bytes)) {
-      attn::MhaOptions mha;
-      static_cast<attn::ModelOptions&>(mha) = opts;
-      mha.decode = false;
-      auto loaded = attn::MhaModel::Load(files.weights, mha);
-      if (!loaded.ok()) return Check(loaded.status());
-      return Publish(attn::Model::Of(std::move(loaded).value()), model);
-    }
+    if (attn_status s = ToOptions(options, &opts); s != ATTN_OK) return s;
+    const attn::ModelFiles files{safetensors_path,
+                                 graph_json_path ? graph_json_path : ""};
     auto loaded = attn::Model::Load(files, opts);
     if (!loaded.ok()) return Check(loaded.status());
     return Publish(std::move(loaded).value(), model);
@@ -294,16 +276,12 @@ attn_status attn_model_create_mha(const attn_mha_config* config,
     attn::MhaConfig cfg;
     attn::MhaWeights w;
     attn::LoadOptions load;
-    bool sessions_only = false;
     if (attn_status s = ToConfig(config, &cfg); s != ATTN_OK) return s;
     if (attn_status s = ToWeights(weights, &w); s != ATTN_OK) return s;
-    if (attn_status s = ToOptions(options, &load, &sessions_only);
-        s != ATTN_OK) {
-      return s;
-    }
+    if (attn_status s = ToOptions(options, &load); s != ATTN_OK) return s;
     attn::MhaOptions opts;
     static_cast<attn::ModelOptions&>(opts) = load;
-    opts.decode = !sessions_only;
+    opts.decode = load.decode;
     auto created = attn::MhaModel::Create(cfg, w, opts);
     if (!created.ok()) return Check(created.status());
     return Publish(attn::Model::Of(std::move(created).value()), model);

@@ -72,6 +72,7 @@ Result<std::shared_ptr<const Model>> Model::Load(const ModelFiles& files,
   }
   MhaOptions mha;
   static_cast<ModelOptions&>(mha) = common;
+  mha.decode = options.decode;
   ATTN_ASSIGN_OR_RETURN(auto model, MhaModel::Load(files.weights, mha));
   return Of(std::move(model));
 }

@@ -39,6 +39,7 @@ struct ModelFiles {
 struct LoadOptions : ModelOptions {
   int64_t layers = 0;     // graphs: GraphOptions::layers
   double norm_eps = 0.0;  // language models: LmOptions::norm_eps
+  bool decode = true;     // the attention: MhaOptions::decode
 };
 
 class ATTN_API Model {
@@ -93,8 +94,7 @@ class ATTN_API Session {
   // input [batch, seq_len, input_width()], output [batch, seq_len,
   // output_width()], fp32, dense, not overlapping; for a model without
   // token input.
-  Status Run(const float* input, int64_t batch, int64_t seq_len,
-             float* output);
+  Status Run(const float* input, int64_t batch, int64_t seq_len, float* output);
   // token ids [batch, seq_len] to [batch, seq_len, output_width()], for a
   // model with token input; a language model's output is every position's
   // logits, each row as its sequence alone would give them.
