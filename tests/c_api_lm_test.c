@@ -1,4 +1,4 @@
-/* The language-model C API (attn_lm_*, attn_sampler_* in attn/attn.h),
+/* The language-model C API (attn_batch_*, attn_sampler_* in attn/attn.h),
  * compiled as C99: every golden model of tests/golden/lm gives PyTorch's
  * logits and greedy tokens through a batch, a fork continues exactly as its
  * original, a removed slot is reused clean, and every misuse is refused with
@@ -388,7 +388,8 @@ static void TestOneVocabulary(const attn_model* model, const Golden* g) {
   EXPECT(info.kind == ATTN_MODEL_LANGUAGE_MODEL && info.token_input == 1 &&
          info.d_in == 1 && info.d_out == g->V && info.num_heads > 0);
   ExpectSessionLogits(model, g);
-  EXPECT_STATUS(ATTN_UNSUPPORTED, attn_decoder_create(model, 1, 0, &decoder),
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_decoder_create(model, 1, 0, &decoder),
                 "a decoder needs the chapter-3 attention's model");
   EXPECT(decoder == NULL);
 }

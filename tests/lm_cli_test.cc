@@ -479,7 +479,8 @@ uint64_t SmallestCap(
 // first step of `attn generate` make them; `steps` more of one token each.
 Status StepRows(std::shared_ptr<const LanguageModel> model, int64_t rows,
                 int64_t max_length, bool all_logits, int64_t steps) {
-  ATTN_ASSIGN_OR_RETURN(auto batch, Batch::Create(Model::Of(model), {rows, max_length}));
+  ATTN_ASSIGN_OR_RETURN(auto batch,
+                        Batch::Create(Model::Of(model), {rows, max_length}));
   static const int64_t token = 1;
   std::vector<Batch::Request> requests;
   for (int64_t b = 0; b < rows; ++b) {

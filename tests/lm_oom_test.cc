@@ -13,6 +13,7 @@
 #include <new>
 #include <vector>
 
+#include "attn/decode.hpp"
 #include "attn/lm.hpp"
 #include "attn/model.hpp"
 #include "gtest/gtest.h"
@@ -163,8 +164,7 @@ TEST(LmStepAllocations, FollowTheRequestsNotMaxSequences) {
   Batch& b = **batch;
   for (int64_t s = 0; s < 3; ++s) ASSERT_EQ(b.Add().value(), s);
   static const int64_t token = 5;
-  const Batch::Request step[] = {{2, &token, 1, false},
-                                   {0, &token, 1, false}};
+  const Batch::Request step[] = {{2, &token, 1, false}, {0, &token, 1, false}};
   ASSERT_TRUE(b.Step(step, 2).ok());
   Status second;
   const size_t step_bytes = BytesAskedBy([&] { second = b.Step(step, 2); });
@@ -177,6 +177,37 @@ TEST(LmStepAllocations, FollowTheRequestsNotMaxSequences) {
   });
   EXPECT_EQ(again, 1);
   EXPECT_EQ(slot_bytes, 0u);
+}
+
+// MhaDecoder::Create holds what a one-token-per-sequence step needs, so
+// Decode asks for no memory at all, the first after a prompt included.
+TEST(DecoderAllocations, DecodeAllocatesNothing) {
+  const int64_t e = 16;
+  std::vector<float> w(static_cast<size_t>(e * e));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(i % 7) / 7.0f - 0.4f;
+  MhaConfig config;
+  config.d_in = config.d_out = e;
+  config.num_heads = 2;
+  config.context_length = 16;
+  MhaWeights weights;
+  weights.w_query = weights.w_key = weights.w_value = weights.w_out = w.data();
+  MhaOptions options;
+  options.num_threads = 1;
+  auto model = MhaModel::Create(config, weights, options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto decoder = MhaDecoder::Create(*model, {2, 0});
+  ASSERT_TRUE(decoder.ok()) << decoder.status().message();
+  std::vector<float> x(static_cast<size_t>(5 * e), 0.25f), y(x.size());
+  const int64_t counts[] = {3, 2};
+  ASSERT_TRUE((*decoder)->Prefill(x.data(), counts, y.data()).ok());
+  Status decoded;
+  const size_t bytes = BytesAskedBy([&] {
+    for (int step = 0; step < 3 && decoded.ok(); ++step) {
+      decoded = (*decoder)->Decode(x.data(), 2, y.data());
+    }
+  });
+  ASSERT_TRUE(decoded.ok()) << decoded.message();
+  EXPECT_EQ(bytes, 0u);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 // at 1 and 2 threads; continuous batching (mixed steps, forks, slots reused)
 // against running each sequence alone; and the errors a user can cause.
 #include "attn/lm.hpp"
-#include "attn/model.hpp"
 
 #include <gtest/gtest.h>
 
@@ -23,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "attn/model.hpp"
 #include "attn/safetensors.hpp"
 #include "tests/test_util.h"
 
@@ -99,7 +99,7 @@ std::shared_ptr<const LanguageModel> Load(const std::string& name, int threads,
 }
 
 std::unique_ptr<Batch> NewBatch(std::shared_ptr<const LanguageModel> model,
-                                  int64_t sequences) {
+                                int64_t sequences) {
   Result<std::unique_ptr<Batch>> batch =
       Batch::Create(Model::Of(std::move(model)), {sequences, 0});
   EXPECT_TRUE(batch.ok()) << batch.status().message();
@@ -267,8 +267,7 @@ TEST_F(LmBf16Test, OneTokenStepsGiveTheFp32ModelsBits) {
     auto bf16 = NewBatch(Load(name, 2, DType::kBF16), 1);
     ASSERT_NE(f32, nullptr);
     ASSERT_NE(bf16, nullptr);
-    for (Batch* batch : {f32.get(), bf16.get()})
-      ASSERT_TRUE(batch->Add().ok());
+    for (Batch* batch : {f32.get(), bf16.get()}) ASSERT_TRUE(batch->Add().ok());
     for (int64_t t = 0; t < c.lengths[0]; ++t) {
       const Batch::Request r{0, c.prompt(0) + t, 1, false};
       ASSERT_TRUE(f32->Step(&r, 1).ok());
@@ -331,7 +330,7 @@ TEST_P(BatchForkTest, ContinuesAsTheParentAndSlotsAreReused) {
   EXPECT_EQ(batch->length(fork), c.lengths[0]);
   const int64_t next = 7;
   const Batch::Request both[] = {{parent, &next, 1, false},
-                                   {fork, &next, 1, false}};
+                                 {fork, &next, 1, false}};
   ASSERT_TRUE(batch->Step(both, 2).ok());
   const std::vector<float> a(batch->logits(0), batch->logits(0) + c.vocab);
   EXPECT_EQ(a,
@@ -409,7 +408,7 @@ TEST(BatchTest, AStepOnAFewSlotsOfALargeBatchTakesThemInAnyOrder) {
   ASSERT_NE(batch, nullptr);
   for (int64_t s = 0; s < 1024; ++s) ASSERT_EQ(*batch->Add(), s);
   const Batch::Request step[] = {{700, c.prompt(0), c.lengths[0], false},
-                                   {3, c.prompt(1), c.lengths[1], false}};
+                                 {3, c.prompt(1), c.lengths[1], false}};
   ASSERT_TRUE(batch->Step(step, 2).ok());
   EXPECT_EQ(batch->length(700), c.lengths[0]);
   EXPECT_EQ(batch->length(3), c.lengths[1]);
@@ -423,10 +422,10 @@ TEST(BatchTest, AStepOnAFewSlotsOfALargeBatchTakesThemInAnyOrder) {
   }
   const int64_t token = 1;
   const Batch::Request twice[] = {{9, &token, 1, false},
-                                    {700, &token, 1, false},
-                                    {5, &token, 1, false},
-                                    {700, &token, 1, false},
-                                    {9, &token, 1, false}};
+                                  {700, &token, 1, false},
+                                  {5, &token, 1, false},
+                                  {700, &token, 1, false},
+                                  {9, &token, 1, false}};
   const Status s = batch->Step(twice, 5);
   EXPECT_NE(s.message().find("step request 3: sequence 700 appears twice"),
             std::string::npos)
@@ -458,7 +457,8 @@ TEST(BatchTest, BatchesAddOnlyTheirCaches) {
     Result<std::shared_ptr<const LanguageModel>> capped =
         LanguageModel::Load(kLmDir + name + "/model.safetensors", options);
     ASSERT_TRUE(capped.ok()) << capped.status().message();
-    Result<std::unique_ptr<Batch>> batch = Batch::Create(Model::Of(*capped), {2, 0});
+    Result<std::unique_ptr<Batch>> batch =
+        Batch::Create(Model::Of(*capped), {2, 0});
     EXPECT_EQ(batch.status().code(),
               fits ? StatusCode::kOk : StatusCode::kOutOfMemory)
         << batch.status().message();
@@ -508,7 +508,7 @@ TEST(LmErrors, BadRequestsAreRefusedAndChangeNothing) {
   r = {seq + 1, too_long.data(), 1, false};
   EXPECT_FALSE(batch->Step(&r, 1).ok());  // not a live sequence
   const Batch::Request twice[] = {{seq, too_long.data(), 1, false},
-                                    {seq, too_long.data(), 1, false}};
+                                  {seq, too_long.data(), 1, false}};
   EXPECT_FALSE(batch->Step(twice, 2).ok());
   // More requests than the batch holds sequences: refused by their count.
   const Batch::Request three[] = {twice[0], twice[1], twice[0]};

@@ -2,6 +2,8 @@
 // three kinds apart, a Session runs each as its own class does, bit for
 // bit, a language model's Session gives PyTorch's logits for every
 // position, and the wrong input or kind is one clear line.
+#include "attn/model.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "attn/model.hpp"
 #include "attn/safetensors.hpp"
 
 namespace attn {
@@ -109,8 +110,8 @@ TEST(ModelTest, SessionsGiveTheirKindsBits) {
   ASSERT_TRUE(Session(mha).Run(x.data(), b, t, ours.data()).ok());
   ASSERT_TRUE(
       MhaSession(mha->attention()).Run(x.data(), b, t, theirs.data()).ok());
-  EXPECT_EQ(0, std::memcmp(ours.data(), theirs.data(),
-                           ours.size() * sizeof(float)));
+  EXPECT_EQ(
+      0, std::memcmp(ours.data(), theirs.data(), ours.size() * sizeof(float)));
 
   const auto lm = Load({kLm + "gpt_book_3l/model.safetensors", ""});
   const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8};
@@ -158,9 +159,7 @@ TEST(ModelTest, WrongInputOrKindIsOneClearLine) {
             "batch: the model is an attention layer, want a language model");
   // A refused run leaves the session as it was.
   EXPECT_TRUE(on_lm.Run(ids.data(), 2, 2, out.data()).ok());
-  EXPECT_EQ(Model::Load({kGolden + "missing.safetensors", ""})
-                .status()
-                .code(),
+  EXPECT_EQ(Model::Load({kGolden + "missing.safetensors", ""}).status().code(),
             StatusCode::kIoError);
 }
 

@@ -144,8 +144,8 @@ std::vector<float> RunOn(
                            {}, 0, uint64_t{1} << 40, "test")
                   .ok());
   std::vector<float> logits(Floats(bound, bound.program->output, rows));
-  const Runner::Attention attend = [&](size_t, size_t k, const float* src,
-                                       float* dst, void* const* buffers) {
+  const auto attend = [&](size_t, size_t k, const float* src, float* dst,
+                          void* const* buffers) {
     AttentionOp::Buffers b;
     std::copy(buffers, buffers + AttentionOp::kNumBuffers, b.begin());
     const size_t node = bound.program->steps[k].node;

@@ -142,8 +142,8 @@ class Generation {
   std::vector<Sampler> samplers_;  // per prompt row
   std::unique_ptr<Batch> batch_;
   std::vector<Batch::Request> requests_;  // the next Step's
-  std::vector<int64_t> rows_;               // the prompt row of each request
-  std::vector<int64_t> tokens_;             // [batch, max_new_tokens]
+  std::vector<int64_t> rows_;             // the prompt row of each request
+  std::vector<int64_t> tokens_;           // [batch, max_new_tokens]
 };
 
 // The model, with the options that need its vocabulary checked. The

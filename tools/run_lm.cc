@@ -25,7 +25,8 @@ Result<std::vector<float>> AllLogits(
   batch_options.caller_bytes =
       prompts.bytes() + rows * sizeof(Batch::Request) +
       rows * static_cast<uint64_t>(prompts.width * vocab) * sizeof(float);
-  ATTN_ASSIGN_OR_RETURN(auto batch, Batch::Create(Model::Of(model), batch_options));
+  ATTN_ASSIGN_OR_RETURN(auto batch,
+                        Batch::Create(Model::Of(model), batch_options));
   std::vector<Batch::Request> requests;
   requests.reserve(rows);
   for (int64_t b = 0; b < prompts.batch; ++b) {

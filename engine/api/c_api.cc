@@ -1,4 +1,4 @@
-// The C API (attn/attn.h): a thin shim over the C++ API (attn/attn.hpp).
+// The C API (attn/attn.h): a thin shim over the C++ API (attn/model.hpp).
 // Every entry point catches everything, turns Status into attn_status and
 // keeps the message in a thread-local string.
 #include <algorithm>
@@ -377,7 +377,7 @@ attn_status attn_model_config(const attn_model* model, attn_model_info* info) {
     copy(offsetof(attn_model_info, rope_original_context_length),
          sizeof(int64_t));
     copy(offsetof(attn_model_info, token_input), sizeof(int));
-    copy(offsetof(attn_model_info, kind), sizeof(attn_model_kind));
+    copy(offsetof(attn_model_info, kind), sizeof(int64_t));
     return ATTN_OK;
   });
 }
@@ -401,7 +401,7 @@ attn_status attn_session_run(attn_session* session, const float* input,
     if (!session) return NullArgument("session");
     if (!input) return NullArgument("input");
     if (!output) return NullArgument("output");
-    if (session->session.model().token_input()) {
+    if (session->session.model()->token_input()) {
       return Fail(ATTN_INVALID_ARGUMENT,
                   "the model's input is token ids [b, T], not features: run "
                   "it with attn_session_run_tokens");
@@ -417,7 +417,7 @@ attn_status attn_session_run_tokens(attn_session* session,
     if (!session) return NullArgument("session");
     if (!token_ids) return NullArgument("token_ids");
     if (!output) return NullArgument("output");
-    if (!session->session.model().token_input()) {
+    if (!session->session.model()->token_input()) {
       return Fail(ATTN_INVALID_ARGUMENT,
                   "the model's input is features [b, T, d_in], not token "
                   "ids: run it with attn_session_run");
@@ -510,7 +510,7 @@ attn_status attn_decoder_create(const attn_model* model, int64_t batch,
     if (!model) return NullArgument("model");
     const auto& mha = model->model->attention();
     if (!mha) {
-      return Fail(ATTN_UNSUPPORTED,
+      return Fail(ATTN_INVALID_ARGUMENT,
                   "a decoder needs the chapter-3 attention's model (kind "
                   "ATTN_MODEL_ATTENTION), not a graph or a language model");
     }
@@ -735,8 +735,8 @@ attn_status attn_batch_step(attn_batch* batch,
                             const attn_batch_request* requests, size_t count) {
   return Guard([&] {
     if (!batch) return NullArgument("batch");
-    if (!requests && count > 0) return NullArgument("requests");
     batch->rows.clear();  // the last step's logits are gone either way
+    if (!requests && count > 0) return NullArgument("requests");
     // Before the array is read: a sequence appears once at most.
     const int64_t most = batch->batch->max_sequences();
     if (count > static_cast<size_t>(most)) {

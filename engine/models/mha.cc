@@ -444,8 +444,8 @@ Status MhaSession::Run(const float* input, int64_t batch, int64_t seq_len,
   }
   ATTN_RETURN_IF_ERROR(Prepare(batch, seq_len));
   Plan& p = *plan_;
-  const Runner::Attention attend = [&p](size_t, size_t, const float* src,
-                                        float* dst, void* const* buffers) {
+  const auto attend = [&p](size_t, size_t, const float* src, float* dst,
+                           void* const* buffers) {
     AttentionOp::Buffers b;
     std::copy(buffers, buffers + AttentionOp::kNumBuffers, b.begin());
     p.op->Forward(src, nullptr, dst, b);

@@ -181,8 +181,8 @@ class AttentionOp {
   std::vector<kernels::DecodeRow> decode_rows_;
 };
 
-// Forward's buffers held by their caller, for callers without an arena
-// (MhaSession, the decoder's prompts).
+// Forward's and Step's buffers held by their caller, for callers without an
+// arena (CachedAttention's prompts and steps).
 class OwnedBuffers {
  public:
   // Checks `held` + the op's buffer_bytes() against `cap` (an error naming

@@ -4,7 +4,7 @@
 // straight-line: the fused QKV projection of the new tokens, K and V
 // appended to the cache, the decode kernel (kernels/decode.h), the output
 // projection. It writes past the lengths the cache holds and leaves them:
-// its owner (an MhaDecoder, one layer; an Batch, one a layer) Extends the
+// its owner (an MhaDecoder, one layer; a Batch, one a layer) Extends the
 // cache once every layer has run.
 #ifndef ATTN_ENGINE_RUNTIME_CACHED_ATTENTION_H_
 #define ATTN_ENGINE_RUNTIME_CACHED_ATTENTION_H_
@@ -26,7 +26,7 @@
 namespace attn {
 
 // The sequences one step appends to, ascending, and the tokens each gets
-// (MhaDecoder's calls name every sequence, an Batch's steps only those
+// (MhaDecoder's calls name every sequence, a Batch's steps only those
 // they advance, so that a step costs its rows, not the batch's size).
 struct NewTokens {
   const int64_t* sequences = nullptr;  // null: 0, 1, ..., num - 1

@@ -30,8 +30,9 @@ struct MhaDecoder::Impl {
   CachedAttentionShared shared;
   std::optional<CachedAttention> attention;
   std::optional<AttentionProgram> program;
+  // Prepared once: the program's one step is the cached attention, which
+  // plans its own rows, and its tensors are the caller's.
   std::optional<Runner> runner;
-  int64_t prepared_rows = 0;  // the runner's
 
   uint64_t HeldBytes() const {
     return AddSat(AddSat(MhaModelBytes(*m), cache ? cache->bytes() : 0),
@@ -73,15 +74,8 @@ Status MhaDecoder::Impl::Append(const float* input, const NewTokens& tokens,
   }
   ATTN_ASSIGN_OR_RETURN(const int64_t rows, CountRows(tokens));
   if (rows == 0) return {};
-  if (rows != prepared_rows) {  // the program's tensors are the caller's
-    prepared_rows = 0;
-    ATTN_RETURN_IF_ERROR(runner->Prepare(RunShape{rows, std::nullopt, 0}, {{}},
-                                         {}, HeldBytes(), m->max_memory_bytes,
-                                         "a decoder step"));
-    prepared_rows = rows;
-  }
-  const Runner::Attention attend = [&](size_t, size_t, const float* src,
-                                       float* dst, void* const*) {
+  const auto attend = [&](size_t, size_t, const float* src, float* dst,
+                          void* const*) {
     return attention->Append(src, tokens, rows, nullptr, dst);
   };
   ATTN_RETURN_IF_ERROR(
@@ -152,6 +146,9 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   d.attention.emplace(std::move(attention));
   d.program.emplace(c.d_in, c.d_out);
   d.runner.emplace(d.program->bound(), RunnerPolicy{}, d.m->num_threads);
+  ATTN_RETURN_IF_ERROR(
+      d.runner->Prepare(RunShape{options.batch, std::nullopt, 0}, {{}}, {},
+                        d.HeldBytes(), d.m->max_memory_bytes, "a decoder"));
   d.model = std::move(model);
   return std::unique_ptr<MhaDecoder>(new MhaDecoder(std::move(impl)));
 }

@@ -16,6 +16,7 @@
 #include "engine/models/model_access.h"
 #include "engine/ops/attention_op.h"
 #include "engine/runtime/graph_ir.h"
+#include "engine/runtime/limits.h"
 #include "engine/runtime/runner.h"
 #include "engine/runtime/threads.h"
 
@@ -72,6 +73,7 @@ struct GraphSession::Plan {
   GraphMemory memory;
 
   Status Prepare(int64_t batch, int64_t seq_len);
+  Status PrepareShape(int64_t batch, int64_t seq_len);
   Status PrepareMha(size_t k, int64_t batch, int64_t seq_len,
                     std::vector<size_t>& buffer_bytes);
   Status CheckContext(size_t k, int64_t seq_len) const;
@@ -96,12 +98,26 @@ Status GraphSession::Prepare(int64_t batch, int64_t seq_len) {
   return plan_->Prepare(batch, seq_len);
 }
 
+// A shape that fails to prepare leaves no operator and no figures behind.
 Status GraphSession::Plan::Prepare(int64_t new_batch, int64_t new_seq_len) {
   ATTN_RETURN_IF_ERROR(CheckShape(new_batch, new_seq_len));
   if (new_batch == batch && new_seq_len == seq_len) return {};
   batch = seq_len = 0;
-  const ThreadScope threads(m.num_threads);
   memory = {};
+  const Status prepared = PrepareShape(new_batch, new_seq_len);
+  if (!prepared.ok()) {
+    attention.clear();
+    memory = {};
+    return prepared;
+  }
+  batch = new_batch;
+  seq_len = new_seq_len;
+  return {};
+}
+
+Status GraphSession::Plan::PrepareShape(int64_t new_batch,
+                                        int64_t new_seq_len) {
+  const ThreadScope threads(m.num_threads);
   const size_t L = m.layer.size(), S = m.program.steps.size();
   attention.clear();  // move-only: cleared and resized
   attention.resize(L);
@@ -130,8 +146,6 @@ Status GraphSession::Plan::Prepare(int64_t new_batch, int64_t new_seq_len) {
   memory.workspace += runner.own_packed_bytes();
   memory.planned_peak = runner.planned_peak();
   memory.intermediates_total = runner.intermediates_total();
-  batch = new_batch;
-  seq_len = new_seq_len;
   return {};
 }
 
@@ -148,7 +162,7 @@ Status GraphSession::Plan::PrepareMha(size_t k, int64_t new_batch,
   for (size_t l = 0; l < m.layer.size(); ++l) {
     Result<std::unique_ptr<AttentionOp>> op =
         PlanMhaRun(ModelAccess::Of(*m.layer[l][step.node].mha), new_batch,
-                   new_seq_len, memory.workspace, what);
+                   new_seq_len, AddSat(memory.workspace, runner.bytes()), what);
     if (!op.ok()) {
       return Status(op.status().code(), m.def.nodes[step.node].Describe() +
                                             ": " + op.status().message());
@@ -176,8 +190,8 @@ Status GraphSession::Plan::CheckContext(size_t k, int64_t new_seq_len) const {
 
 Status GraphSession::Plan::RunLayer(size_t l, const int64_t* token_ids,
                                     const float* in, float* out, int threads) {
-  const Runner::Attention mha = [this](size_t layer, size_t k, const float* src,
-                                       float* dst, void* const* buffers) {
+  const auto mha = [this](size_t layer, size_t k, const float* src, float* dst,
+                          void* const* buffers) {
     AttentionOp::Buffers b;
     std::copy(buffers, buffers + AttentionOp::kNumBuffers, b.begin());
     attention[layer][k]->Forward(src, nullptr, dst, b);

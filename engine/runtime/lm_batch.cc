@@ -105,8 +105,7 @@ uint64_t Batch::Impl::HeldBytes() const {
 
 // The step's lists for `requests` requests of `rows` new tokens, `logits`
 // of them with logits, checked against the cap before any grows.
-Status Batch::Impl::ReserveLists(size_t requests, size_t rows,
-                                   size_t logits) {
+Status Batch::Impl::ReserveLists(size_t requests, size_t rows, size_t logits) {
   uint64_t more =
       AddSat(GrowthOf(order, requests), GrowthOf(logits_first, requests));
   for (const auto* list : {&step_seqs, &step_counts}) {
@@ -276,8 +275,8 @@ Status Batch::Impl::Run() {
   tokens.counts = step_counts.data();
   tokens.num = step_seqs.size();
   const KeptRows kept{logit_rows.data(), logit_rows.size()};
-  const Runner::Attention attend = [&](size_t, size_t k, const float* src,
-                                       float* dst, void* const*) {
+  const auto attend = [&](size_t, size_t k, const float* src, float* dst,
+                          void* const*) {
     const bool keep = prepared.keep_step == k;
     return attention[size_t(m->mha_layer[m->program.steps[k].node])].Append(
         src, tokens, rows, keep ? &kept : nullptr, dst);
@@ -296,8 +295,8 @@ Status Batch::Impl::Run() {
 Batch::Batch(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Batch::~Batch() = default;
 
-Result<std::unique_ptr<Batch>> Batch::Create(
-    std::shared_ptr<const Model> any, const BatchOptions& options) {
+Result<std::unique_ptr<Batch>> Batch::Create(std::shared_ptr<const Model> any,
+                                             const BatchOptions& options) {
   if (!any) return InvalidArgument("batch: model is null");
   std::shared_ptr<const LanguageModel> model = any->language_model();
   if (!model) {
@@ -324,7 +323,8 @@ Result<std::unique_ptr<Batch>> Batch::Create(
       options.max_length ? options.max_length : c.context_length;
   d.m = &m;
   d.caller_bytes = options.caller_bytes;
-  d.runner.emplace(m.bound, RunnerPolicy{false, ops::LinearFallback::kPlain},
+  d.runner.emplace(m.bound,
+                   RunnerPolicy{false, ops::LinearFallback::kPlain, true},
                    m.num_threads);
   for (size_t k = 0; k < m.program.steps.size(); ++k) {
     if (m.program.steps[k].op == graph::Op::kMha) d.last_mha = k;
@@ -368,9 +368,7 @@ Result<int64_t> Batch::Fork(int64_t sequence) {
 int64_t Batch::length(int64_t sequence) const {
   return impl_->cache->length(sequence);
 }
-int64_t Batch::max_sequences() const {
-  return impl_->cache->shape().sequences;
-}
+int64_t Batch::max_sequences() const { return impl_->cache->shape().sequences; }
 int64_t Batch::max_length() const { return impl_->cache->shape().capacity; }
 
 Status Batch::Step(const Request* requests, size_t count) {

@@ -147,7 +147,9 @@ Status Runner::Prepare(const RunShape& shape,
   }
   if (status.ok()) {
     PlanArena(step_bytes, hop_bytes);
-    if (planned_peak_ > arena_.size()) {
+    const bool keep = policy_.grow_only ? planned_peak_ <= arena_.size()
+                                        : planned_peak_ == arena_.size();
+    if (!keep) {
       arena_ = AlignedBuffer();
       Workspace workspace;
       workspace.Add(&arena_, planned_peak_);
@@ -260,14 +262,14 @@ void Runner::GatherKept(const int64_t* kept,
                         std::vector<float*>& tensors) const {
   for (size_t g = 0; g < gathered_.size(); ++g) {
     const int t = gathered_[g];
-    const auto width = static_cast<size_t>(bound_.widths[t]);
-    auto* copy = static_cast<float*>(At(gathered_offset_[g]));
+    const size_t row = static_cast<size_t>(bound_.widths[t]) *
+                       kernels::SizeOf(bound_.types[t]);
+    auto* copy = static_cast<char*>(At(gathered_offset_[g]));
+    const auto* from = reinterpret_cast<const char*>(tensors[t]);
     for (int64_t i = 0; i < shape_.num_kept; ++i) {
-      std::memcpy(copy + size_t(i) * width,
-                  tensors[t] + static_cast<size_t>(kept[i]) * width,
-                  width * sizeof(float));
+      std::memcpy(copy + size_t(i) * row, from + size_t(kept[i]) * row, row);
     }
-    tensors[t] = copy;
+    tensors[t] = reinterpret_cast<float*>(copy);
   }
 }
 

@@ -10,7 +10,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -51,6 +50,9 @@ struct BoundProgram {
 struct RunnerPolicy {
   bool post_ops = true;
   ops::LinearFallback fallback = ops::LinearFallback::kOwnPacked;
+  // Keep an arena that holds the new plan rather than make one of its size
+  // (a batch, whose steps change size all the time).
+  bool grow_only = false;
 };
 
 // The shape a run is prepared for. Steps after `keep_step` (the last mha,
@@ -72,23 +74,40 @@ struct RunRows {
   const int64_t* kept = nullptr;
 };
 
+// A callable borrowed for one call, never stored and never copied: no
+// allocation, as a std::function holding a lambda's captures may make.
+template <class Signature>
+class FunctionRef;
+template <class R, class... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <class F>
+  FunctionRef(const F& f)  // NOLINT(google-explicit-constructor): a view
+      : object_(&f), call_([](const void* object, Args... args) -> R {
+          return (*static_cast<const F*>(object))(args...);
+        }) {}
+  R operator()(Args... args) const { return call_(object_, args...); }
+
+ private:
+  const void* object_;
+  R (*call_)(const void*, Args...);
+};
+
 class Runner {
  public:
   // An mha step: step `k` of layer `layer` from src to dst, with the
   // buffers it asked for at Prepare.
-  using Attention =
-      std::function<Status(size_t layer, size_t k, const float* src, float* dst,
-                           void* const* buffers)>;
+  using Attention = FunctionRef<Status(size_t layer, size_t k, const float* src,
+                                       float* dst, void* const* buffers)>;
 
   Runner(BoundProgram bound, RunnerPolicy policy, int num_threads);
-
-  const BoundProgram& bound() const { return bound_; }
 
   // Plans `shape`: its linears (each kept while its row count is the
   // shape's rows or kept rows), and an arena of every intermediate, each
   // step's buffers (`attention_bytes[k]` for mha step k) and `hop_bytes`
-  // (buffers live throughout). The arena grows, never shrinks; the check
-  // against `cap` counts `held`, bytes the owner holds besides bytes().
+  // (buffers live throughout), made anew at the plan's size unless
+  // RunnerPolicy::grow_only keeps a large enough one. The check against
+  // `cap` counts `held`, bytes the owner holds besides bytes().
   Status Prepare(const RunShape& shape,
                  const std::vector<std::vector<size_t>>& attention_bytes,
                  const std::vector<size_t>& hop_bytes, uint64_t held,

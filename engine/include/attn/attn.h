@@ -1,7 +1,8 @@
 /* attn/attn.h: the C99 API of attn, batched causal multi-head attention on
  * the CPU. The stable ABI for embedders and other languages; the C++ API
- * (attn/attn.hpp) is the convenient layer over the same core, and this API is
- * a thin shim over it (engine/c_api.cc). No exception ever crosses it. */
+ * (attn/model.hpp) is the convenient layer over the same core, and this API
+ * is a thin shim over it (engine/api/c_api.cc). No exception ever crosses
+ * it. */
 #ifndef ATTN_ATTN_H_
 #define ATTN_ATTN_H_
 
@@ -214,7 +215,8 @@ typedef struct attn_model_info {
    * that begins with an embedding: run it with attn_session_run_tokens;
    * d_in is 1). */
   int token_input;
-  attn_model_kind kind;
+  int64_t kind; /* an attn_model_kind (on an 8-byte boundary: never in the
+                   tail padding of the layout that ended at token_input) */
 } attn_model_info;
 
 #define ATTN_MODEL_INFO_INIT                                           \

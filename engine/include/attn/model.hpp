@@ -80,7 +80,8 @@ class ATTN_API Model {
 };
 
 // One thread's forward passes over [batch, seq_len]: plans and buffers are
-// made once per shape, and a run of a shape already seen allocates nothing.
+// made once per shape, and a run of a shape already seen allocates no
+// buffers.
 // Not thread-safe: one session per thread. Results are bitwise identical
 // between sessions of one model and at every thread count.
 class ATTN_API Session {
@@ -100,7 +101,8 @@ class ATTN_API Session {
   // logits, each row as its sequence alone would give them.
   Status Run(const int64_t* tokens, int64_t batch, int64_t seq_len,
              float* output);
-  const Model& model() const { return *model_; }
+  // The session's model; null for a session made with none.
+  const std::shared_ptr<const Model>& model() const { return model_; }
 
  private:
   struct ATTN_NO_EXPORT Impl;
