@@ -119,10 +119,6 @@ static void TestOptions(void) {
   attn_model* model = NULL;
   attn_model_info info = ATTN_MODEL_INFO_INIT;
   attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
-  union { /* aligned like the struct it extends */
-    attn_model_options options;
-    unsigned char bytes[sizeof(attn_model_options) + 16];
-  } newer;
 
   options.struct_size = 0;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
@@ -170,6 +166,28 @@ static void TestOptions(void) {
   }
   attn_model_destroy(model);
 
+  /* Bad values name the field. */
+  options = (attn_model_options)ATTN_MODEL_OPTIONS_INIT;
+  options.num_threads = -1;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load(book, NULL, &options, &model),
+                "num_threads is -1");
+  options.num_threads = 0;
+  options.num_heads = 3;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_load(book, NULL, &options, &model),
+                "num_heads is 3 (from option num_heads, --heads)");
+}
+
+/* The struct_size rules at the top: a newer struct refused, its own size
+ * taken whatever its padding holds. */
+static void TestOptionsStructSize(void) {
+  attn_model* model = NULL;
+  union { /* aligned like the struct it extends */
+    attn_model_options options;
+    unsigned char bytes[sizeof(attn_model_options) + 16];
+  } newer;
+
   /* A newer, larger struct is refused, its unknown fields zero or not: the
    * library reads no byte past the struct it knows. */
   memset(&newer, 0, sizeof newer);
@@ -200,18 +218,13 @@ static void TestOptions(void) {
                 "");
   attn_model_destroy(model);
   model = NULL;
+}
 
-  /* Bad values name the field. */
-  options = (attn_model_options)ATTN_MODEL_OPTIONS_INIT;
-  options.num_threads = -1;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_model_load(book, NULL, &options, &model),
-                "num_threads is -1");
-  options.num_threads = 0;
-  options.num_heads = 3;
-  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                attn_model_load(book, NULL, &options, &model),
-                "num_heads is 3 (from option num_heads, --heads)");
+/* A tuned file as an option, and attn_model_info's own struct_size. */
+static void TestOptionsFilesAndInfo(void) {
+  attn_model* model = NULL;
+  attn_model_info info = ATTN_MODEL_INFO_INIT;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
 
   /* A tuned file as an option gives the default team size; a bad file
    * fails the load. */
@@ -355,9 +368,19 @@ static void ReadMhaCase(const char* path, float* w, int64_t cap,
                 "");
 }
 
+/* The `biased` case's module, as attn_model_create_mha takes it. */
+static attn_mha_config BiasedConfig(void) {
+  attn_mha_config config = ATTN_MHA_CONFIG_INIT;
+  config.d_in = 5;
+  config.d_out = 6;
+  config.num_heads = 2;
+  config.context_length = 7;
+  config.qkv_bias = 1;
+  return config;
+}
+
 /* attn_model_create_mha: weights from memory (copied) give the model loaded
- * from the same file, bit for bit; an attn_model_options of the first version's
- * size still works; the cap and dtype of the full struct are read. */
+ * from the same file, bit for bit. */
 static void TestCreateFromMemory(void) {
   static float w[8][64], from_file[kCap];
   attn_mha_config config = ATTN_MHA_CONFIG_INIT;
@@ -372,11 +395,7 @@ static void TestCreateFromMemory(void) {
   EXPECT_STATUS(ATTN_OK, RunNewSession(model, shape, from_file), "");
   attn_model_destroy(model);
 
-  config.d_in = 5;
-  config.d_out = 6;
-  config.num_heads = 2;
-  config.context_length = 7;
-  config.qkv_bias = 1;
+  config = BiasedConfig();
   EXPECT_STATUS(ATTN_OK,
                 attn_model_create_mha(&config, &weights, &options, &model), "");
   memset(w, 0, sizeof w); /* the model holds its own copy */
@@ -384,8 +403,18 @@ static void TestCreateFromMemory(void) {
   EXPECT(memcmp(y, from_file, sizeof(float) * n) == 0);
   EXPECT(MaxAbsDiff(y, want, n) < 1e-5);
   attn_model_destroy(model);
+}
 
-  /* A dtype outside the enum is refused by name, from memory or a file. */
+/* attn_model_create_mha's refusals: the options' dtype and cap, read from
+ * memory or a file alike, and mistakes naming the argument or the field. */
+static void TestCreateFromMemoryRefusals(void) {
+  static float w[8][64];
+  attn_mha_config config = BiasedConfig();
+  attn_mha_weights weights = ATTN_MHA_WEIGHTS_INIT;
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
+  attn_model* model = NULL;
+  int64_t shape[ATTN_MAX_RANK];
+
   ReadMhaCase(biased, &w[0][0], 64, &weights, shape);
   options.dtype = (attn_dtype)99;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
@@ -664,9 +693,12 @@ int main(int argc, char** argv) {
   TestGraph();
   TestGraphModelOwnsItsWeights();
   TestCreateFromMemory();
+  TestCreateFromMemoryRefusals();
   TestBookAndDims();
   TestNullsAndFiles();
   TestOptions();
+  TestOptionsStructSize();
+  TestOptionsFilesAndInfo();
   TestTensorRead();
   TestAttentionVariant();
   if (failures) {
