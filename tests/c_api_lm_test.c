@@ -690,6 +690,14 @@ static void TestStepErrors(const attn_model* model, int64_t vocab) {
   EXPECT_STATUS(ATTN_OK, attn_batch_step(batch, NULL, 0), "");
   EXPECT_STATUS(ATTN_OK, attn_batch_step(batch, r, 0), "");
   EXPECT(attn_batch_length(batch, r[0].sequence) == 1);
+  /* A step refused for NULL requests leaves no logits of the last one. */
+  r[0].tokens = tokens;
+  EXPECT_STATUS(ATTN_OK, attn_batch_step(batch, r, 1), "");
+  EXPECT_STATUS(ATTN_OK, attn_batch_logits(batch, 0, &logits, &rows), "");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT, attn_batch_step(batch, NULL, 1),
+                "requests must not be NULL");
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_batch_logits(batch, 0, &logits, &rows), "request is 0");
   attn_batch_destroy(batch);
 }
 

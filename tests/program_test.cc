@@ -208,5 +208,44 @@ TEST(ProgramTest, GptModelJsonAndTheBuilderGiveTheSameBits) {
   }
 }
 
+// A runner makes its arena at each plan's size unless its policy keeps a
+// larger one (a batch's, whose steps change size all the time); a
+// refused Prepare leaves no shape prepared.
+TEST(ProgramTest, ArenaFollowsThePlanUnlessGrowOnly) {
+  LmOptions options;
+  options.num_threads = 1;
+  const auto lm =
+      LanguageModel::Load(kLm + "gpt_book_3l/model.safetensors", options)
+          .value();
+  const BoundProgram& bound = ModelAccess::Of(*lm).bound;
+  const std::vector<std::vector<size_t>> none(bound.program->steps.size());
+  for (const bool grow_only : {false, true}) {
+    SCOPED_TRACE(grow_only);
+    Runner runner(
+        bound, RunnerPolicy{false, ops::LinearFallback::kPlain, grow_only}, 1);
+    const uint64_t cap = uint64_t{1} << 40;
+    ASSERT_TRUE(
+        runner.Prepare({20, std::nullopt, 0}, none, {}, 0, cap, "t").ok());
+    const uint64_t large = runner.bytes();
+    EXPECT_EQ(large, runner.planned_peak());
+    ASSERT_TRUE(
+        runner.Prepare({2, std::nullopt, 0}, none, {}, 0, cap, "t").ok());
+    EXPECT_LT(runner.planned_peak(), large);
+    EXPECT_EQ(runner.bytes(), grow_only ? large : runner.planned_peak());
+    EXPECT_EQ(runner.shape(), (RunShape{2, std::nullopt, 0}));
+    // Back to 20 rows: a grow-only arena holds them already and allocates
+    // nothing (so even a cap of 1 byte passes); another is made anew.
+    const Status again =
+        runner.Prepare({20, std::nullopt, 0}, none, {}, 0, 1, "a big step");
+    if (grow_only) {
+      EXPECT_TRUE(again.ok()) << again.message();
+      EXPECT_EQ(runner.bytes(), large);
+    } else {
+      EXPECT_EQ(again.code(), StatusCode::kOutOfMemory);
+      EXPECT_EQ(runner.shape(), RunShape());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn

@@ -25,30 +25,26 @@ struct Model::Impl {
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
+std::shared_ptr<const Model> Model::Make(Impl impl) {
+  return std::shared_ptr<const Model>(
+      new Model(std::make_unique<Impl>(std::move(impl))));
+}
+
 std::shared_ptr<const Model> Model::Of(std::shared_ptr<const MhaModel> model) {
   if (!model) return nullptr;
-  auto impl = std::make_unique<Impl>();
-  impl->kind = ModelKind::kAttention;
-  impl->attention = std::move(model);
-  return std::shared_ptr<const Model>(new Model(std::move(impl)));
+  return Make({ModelKind::kAttention, std::move(model), nullptr, nullptr});
 }
 
 std::shared_ptr<const Model> Model::Of(
     std::shared_ptr<const GraphModel> model) {
   if (!model) return nullptr;
-  auto impl = std::make_unique<Impl>();
-  impl->kind = ModelKind::kGraph;
-  impl->graph = std::move(model);
-  return std::shared_ptr<const Model>(new Model(std::move(impl)));
+  return Make({ModelKind::kGraph, nullptr, std::move(model), nullptr});
 }
 
 std::shared_ptr<const Model> Model::Of(
     std::shared_ptr<const LanguageModel> model) {
   if (!model) return nullptr;
-  auto impl = std::make_unique<Impl>();
-  impl->kind = ModelKind::kLanguageModel;
-  impl->language_model = std::move(model);
-  return std::shared_ptr<const Model>(new Model(std::move(impl)));
+  return Make({ModelKind::kLanguageModel, nullptr, nullptr, std::move(model)});
 }
 
 Result<std::shared_ptr<const Model>> Model::Load(const ModelFiles& files,

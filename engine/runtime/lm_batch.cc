@@ -62,7 +62,6 @@ struct Batch::Impl {
   std::vector<int64_t> row_tokens, row_positions, logit_rows;
   std::vector<size_t> logits_first;
   std::optional<Runner> runner;
-  RunShape prepared;               // the runner's
   std::optional<size_t> last_mha;  // the program's last mha step
   AlignedBuffer logits;            // [logit rows, vocab]
   int64_t logit_rows_allocated = 0;
@@ -251,17 +250,11 @@ Status Batch::Impl::Prepare(int64_t rows) {
   const auto kept = static_cast<int64_t>(logit_rows.size());
   RunShape shape{rows, std::nullopt, rows};
   if (kept < rows) shape = {rows, last_mha, kept};
-  if (shape.rows == prepared.rows && shape.keep_step == prepared.keep_step &&
-      shape.num_kept == prepared.num_kept) {
-    return {};
-  }
-  prepared = RunShape();
+  if (shape == runner->shape()) return {};
   const std::vector<std::vector<size_t>> no_buffers(m->program.steps.size());
-  ATTN_RETURN_IF_ERROR(runner->Prepare(
-      shape, no_buffers, {}, HeldBytes() - runner->bytes(), m->max_memory_bytes,
-      "the buffers of a step of " + Str(rows) + " tokens"));
-  prepared = shape;
-  return {};
+  return runner->Prepare(shape, no_buffers, {}, HeldBytes() - runner->bytes(),
+                         m->max_memory_bytes,
+                         "the buffers of a step of " + Str(rows) + " tokens");
 }
 
 Status Batch::Impl::Run() {
@@ -277,7 +270,7 @@ Status Batch::Impl::Run() {
   const KeptRows kept{logit_rows.data(), logit_rows.size()};
   const auto attend = [&](size_t, size_t k, const float* src, float* dst,
                           void* const*) {
-    const bool keep = prepared.keep_step == k;
+    const bool keep = runner->shape().keep_step == k;
     return attention[size_t(m->mha_layer[m->program.steps[k].node])].Append(
         src, tokens, rows, keep ? &kept : nullptr, dst);
   };

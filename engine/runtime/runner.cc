@@ -126,6 +126,7 @@ Status Runner::Prepare(const RunShape& shape,
                        const std::vector<size_t>& hop_bytes, uint64_t held,
                        uint64_t cap, const std::string& what) {
   const graph::Program& p = *bound_.program;
+  prepared_ = RunShape();
   shape_ = shape;
   for (auto it = linears_.begin(); it != linears_.end();) {
     const int64_t rows = it->first.second;
@@ -135,7 +136,7 @@ Status Runner::Prepare(const RunShape& shape,
   }
   std::vector<std::vector<size_t>> step_bytes(p.steps.size());
   Status status;
-  for (size_t k = 0; k < p.steps.size() && status.ok(); ++k) {
+  for (size_t k = 0; k < p.steps.size(); ++k) {
     if (p.steps[k].op == Op::kMha) step_bytes[k] = attention_bytes[k];
     if (p.steps[k].op != Op::kLinear) continue;
     status = PlanLinear(k, what, held, cap);
@@ -159,8 +160,10 @@ Status Runner::Prepare(const RunShape& shape,
   if (!status.ok()) {
     linears_.clear();
     shape_ = RunShape();
+    return status;
   }
-  return status;
+  prepared_ = shape;
+  return {};
 }
 
 // Offsets by liveness: the intermediates' (the output is the caller's),

@@ -62,6 +62,10 @@ struct RunShape {
   int64_t rows = 0;
   std::optional<size_t> keep_step;
   int64_t num_kept = 0;
+  bool operator==(const RunShape& other) const {
+    return rows == other.rows && keep_step == other.keep_step &&
+           num_kept == other.num_kept;
+  }
 };
 
 // The rows of one run of the prepared shape: token ids (a token-input
@@ -119,6 +123,9 @@ class Runner {
   Status Run(size_t layer, const RunRows& rows, const float* input,
              float* output, const Attention& attention, int threads);
 
+  // The prepared shape (rows 0: none, as after a Prepare that failed or
+  // threw).
+  const RunShape& shape() const { return prepared_; }
   // Hop buffer i of the prepared arena.
   float* hop(size_t i) { return static_cast<float*>(At(hop_offset_[i])); }
 
@@ -157,7 +164,8 @@ class Runner {
   RunnerPolicy policy_;
   int num_threads_ = 1;  // the plans'
   int run_threads_ = 1;  // the run's
-  RunShape shape_;
+  RunShape shape_;       // the shape being planned or run
+  RunShape prepared_;    // set once a Prepare succeeded
   // Per program tensor: the step writing it (-1: none) and reading it last.
   std::vector<int> writer_, last_reader_;
   // Plans by (step, rows).

@@ -76,6 +76,7 @@ class ATTN_API Model {
  private:
   struct ATTN_NO_EXPORT Impl;
   ATTN_NO_EXPORT explicit Model(std::unique_ptr<Impl> impl);
+  ATTN_NO_EXPORT static std::shared_ptr<const Model> Make(Impl impl);
   std::unique_ptr<Impl> impl_;
 };
 
