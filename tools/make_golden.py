@@ -1057,6 +1057,8 @@ def main():
     if only in (None, "lm"):
         shutil.rmtree(out / "lm", ignore_errors=True)
         write_lm_cases(out / "lm")
+        import golden_hf  # Hugging Face's folders; it imports this module's helpers
+        golden_hf.write_hf_cases(out / "lm")
 
 
 def write_mha_cases(out):

@@ -87,7 +87,7 @@ class GraphWeights {
     // blocks) does not run as some other model here. The book's layouts
     // ("book-gpt", "book-llama") use the graphs' names; another one's are
     // read through its table.
-    const std::string layout = lm::DetectLayout(*weights.file_);
+    const std::string layout = lm::DetectLayout(WeightFiles::Of(weights.file_));
     if (!layout.empty()) {
       LmOptions lm_options;
       static_cast<ModelOptions&>(lm_options) = options;

@@ -17,6 +17,7 @@
 #include "attn/safetensors.hpp"
 #include "attn/status.hpp"
 #include "engine/io/model_config.h"
+#include "engine/io/weight_files.h"
 #include "engine/models/lm_model.h"
 #include "engine/runtime/graph_ir.h"
 
@@ -57,11 +58,19 @@ struct SideConfig {
     const char* key = nullptr;
     int64_t value = 0;
   };
+  // Whether the model has a kind of bias, and the key that says so.
+  struct Flag {
+    const char* key = nullptr;  // null: not said
+    bool value = false;
+  };
   std::string path;  // empty: none was read
   AttentionDims dims;
+  const char* heads_key = "n_head";  // where dims.num_heads came from
+  int64_t head_dim = 0;              // 0: emb_dim / num_heads
   double norm_eps = 0.0;
   int tie_word_embeddings = -1;  // 0 or 1 when given
   Size layers, emb_dim, vocab_size, hidden_dim;
+  Flag qkv_bias, out_bias, mlp_bias;
 };
 
 struct Family {
@@ -76,7 +85,7 @@ struct Family {
   std::array<const char*, 2> prefixes;
   // Whether a file whose token embedding lies under `prefix` is this
   // family; null: every such file (the registry tries families in order).
-  bool (*recognises)(const SafetensorsFile& file, const std::string& prefix);
+  bool (*recognises)(const WeightFiles& file, const std::string& prefix);
   // Reads and checks what the family keeps beside `weights_path`; null for
   // nothing. `heads_hint` says where else num_heads may come from.
   Result<SideConfig> (*read_side_config)(const std::string& weights_path);
@@ -84,6 +93,9 @@ struct Family {
   // The program the family's models run, its weights under the book's
   // names (BookRole): what tools/graphs/ holds for the family, as nodes.
   Result<graph::GraphDef> (*program)(const LmConfig& config);
+  // Hugging Face's name for it (config.json's model_type); null for the
+  // book's. A file whose config.json names another type is not this family.
+  const char* model_type = nullptr;
 };
 
 // Builders' pieces. A node reading `inputs` and writing `output`, with its
@@ -116,6 +128,9 @@ const std::vector<const Family*>& Families();
 const Family& BookGpt();
 const Family& HfGpt2();
 const Family& BookLlama();
+const Family& HfLlama();
+const Family& HfMistral();
+const Family& HfQwen2();
 
 }  // namespace attn::lm
 

@@ -18,6 +18,8 @@
 #include "attn/safetensors.hpp"
 #include "engine/io/json_limits.h"
 #include "engine/io/model_config.h"
+#include "engine/io/weight_files.h"
+#include "engine/models/families/hf_config.h"
 #include "engine/models/lm_family.h"
 #include "engine/models/lm_model.h"
 
@@ -51,8 +53,13 @@ struct FileLayout {
   }
 };
 
-FileLayout FindLayout(const SafetensorsFile& file) {
+// `model_type`: config.json's, empty without one.
+FileLayout FindLayout(const WeightFiles& file, const std::string& model_type) {
   for (const Family* family : Families()) {
+    if (family->model_type && !model_type.empty() &&
+        model_type != family->model_type) {
+      continue;
+    }
     const char* embedding = family->tensors[size_t(Role::kTokEmb)].name;
     for (const char* prefix : family->prefixes) {
       if (!prefix || !file.Find(prefix + std::string(embedding))) continue;
@@ -62,6 +69,22 @@ FileLayout FindLayout(const SafetensorsFile& file) {
     }
   }
   return {};
+}
+
+// config.json's model_type beside `path`, one a family has; empty when
+// there is no config.json or it names none.
+Result<std::string> ModelTypeBeside(const std::string& path) {
+  ATTN_ASSIGN_OR_RETURN(const HfConfig hf, ReadConfigBeside(path));
+  ATTN_ASSIGN_OR_RETURN(std::string type, hf.String("model_type", ""));
+  std::string known;
+  for (const Family* family : Families()) {
+    if (!family->model_type) continue;
+    if (type == family->model_type) return type;
+    known += (known.empty() ? "\"" : ", \"") + std::string(family->model_type) +
+             "\"";
+  }
+  if (type.empty()) return type;
+  return hf.Refuse("model_type", "want one of " + known);
 }
 
 std::string ShapeOf(int64_t rows, int64_t cols) {
@@ -128,7 +151,7 @@ std::optional<int64_t> MatchLayer(const std::string& pattern,
 
 // The shape of the file's tensor for `role` in `layer` as the role sees it
 // (nn.Linear's [out, in], or [n]); empty when absent.
-std::vector<int64_t> RoleShape(const SafetensorsFile& file,
+std::vector<int64_t> RoleShape(const WeightFiles& file,
                                const FileLayout& layout, Role role,
                                int64_t layer) {
   const TensorInfo* info = file.Find(layout.Name(role, layer));
@@ -147,14 +170,14 @@ int64_t MatrixRows(const std::vector<int64_t>& shape) {
   return shape.size() == 2 ? shape[0] : 0;
 }
 
-Status Missing(const SafetensorsFile& file, const FileLayout& layout,
+Status Missing(const WeightFiles& file, const FileLayout& layout,
                const std::string& name) {
   return InvalidArgument("tensor " + Quoted(name) + " is missing from " +
                          Quoted(file.path()) + " (layout " +
                          layout.family->name + ")");
 }
 
-WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
+WeightSource FileWeights(std::shared_ptr<const WeightFiles> file,
                          FileLayout layout) {
   WeightSource source;
   source.has = [layout](Role role, int64_t) {
@@ -180,8 +203,8 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
     }
     if (info->shape != want) {
       return InvalidArgument(
-          "tensor " + Quoted(name) + " in " + Quoted(file->path()) + " is " +
-          ShapeString(info->shape) + ", want " + ShapeString(want) +
+          "tensor " + Quoted(name) + " in " + Quoted(file->FileOf(name)) +
+          " is " + ShapeString(info->shape) + ", want " + ShapeString(want) +
           (t.form == Form::kPlain
                ? ""
                : " (Conv1D: [in, out] for " + ShapeOf(rows, cols) + ")"));
@@ -206,17 +229,16 @@ WeightSource FileWeights(std::shared_ptr<const SafetensorsFile> file,
 // Layers: trf_blocks.0., trf_blocks.1., ... while the first norm is there.
 // A tensor of a later block means one in between is missing: an error, not
 // a shorter model.
-Result<int64_t> CountLayers(const SafetensorsFile& file,
-                            const FileLayout& layout) {
+Result<int64_t> CountLayers(const WeightFiles& file, const FileLayout& layout) {
   int64_t layers = 0;
   while (file.Find(layout.Name(Role::kNorm1Scale, layers))) ++layers;
   const std::string blocks = layout.BlockPrefix();
-  for (const TensorInfo& t : file.tensors()) {
-    if (t.name.compare(0, blocks.size(), blocks) != 0) continue;
-    const int64_t block = std::atoll(t.name.c_str() + blocks.size());
+  for (const TensorInfo* t : file.tensors()) {
+    if (t->name.compare(0, blocks.size(), blocks) != 0) continue;
+    const int64_t block = std::atoll(t->name.c_str() + blocks.size());
     if (block >= layers) {
-      return InvalidArgument("tensor " + Quoted(t.name) + " of " +
-                             Quoted(file.path()) + " is in block " +
+      return InvalidArgument("tensor " + Quoted(t->name) + " of " +
+                             Quoted(file.FileOf(t->name)) + " is in block " +
                              std::to_string(block) + ", but block " +
                              std::to_string(layers) + " has no " +
                              Quoted(layout.Name(Role::kNorm1Scale, layers)));
@@ -225,24 +247,25 @@ Result<int64_t> CountLayers(const SafetensorsFile& file,
   return layers;
 }
 
-std::string SomeNames(const SafetensorsFile& file) {
+std::string SomeNames(const WeightFiles& file) {
   std::string names;
   size_t shown = 0;
-  for (const TensorInfo& t : file.tensors()) {
+  for (const TensorInfo* t : file.tensors()) {
     if (shown++ == 3) return names + ", ...";
-    names += (names.empty() ? "" : ", ") + Quoted(t.name);
+    names += (names.empty() ? "" : ", ") + Quoted(t->name);
   }
   return names.empty() ? "no tensors" : names;
 }
 
 // The sizes the tensors give: vocabulary, widths, layers, biases, head.
-Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
+Status ReadSizes(const WeightFiles& file, const FileLayout& layout,
                  LmConfig& c) {
   const TensorInfo* emb = file.Find(layout.Name(Role::kTokEmb, 0));
   if (emb->shape.size() != 2 || emb->shape[0] <= 0 || emb->shape[1] <= 0) {
-    return InvalidArgument(
-        "tensor " + Quoted(emb->name) + " in " + Quoted(file.path()) + " is " +
-        ShapeString(emb->shape) + ", want [vocab_size, emb_dim]");
+    return InvalidArgument("tensor " + Quoted(emb->name) + " in " +
+                           Quoted(file.FileOf(emb->name)) + " is " +
+                           ShapeString(emb->shape) +
+                           ", want [vocab_size, emb_dim]");
   }
   c.vocab_size = emb->shape[0];
   c.emb_dim = emb->shape[1];
@@ -273,7 +296,8 @@ Status ReadSizes(const SafetensorsFile& file, const FileLayout& layout,
 }
 
 // Roles a model may go without, in every layer alike: the q/k/v biases,
-// Llama's out_proj bias, and the head (then tied to the embedding).
+// Llama's out_proj and feed-forward biases, and the head (then tied to the
+// embedding).
 bool Optional(LmArchitecture architecture, Role role) {
   switch (role) {
     case Role::kQueryBias:
@@ -282,6 +306,9 @@ bool Optional(LmArchitecture architecture, Role role) {
     case Role::kHead:
       return true;
     case Role::kOutBias:
+    case Role::kUpBias:
+    case Role::kGateBias:
+    case Role::kDownBias:
       return architecture == LmArchitecture::kLlama;
     default:
       return false;
@@ -298,7 +325,7 @@ int64_t TensorsOf(const TensorName& t, int64_t layers) {
 // layer holds it (q, k and v biases together), so that a layer without it
 // is refused rather than run as a different model (a GPT-2 LayerNorm
 // without its shift would become an RMSNorm).
-Status ReadRoles(const SafetensorsFile& file, FileLayout& layout, LmConfig& c) {
+Status ReadRoles(const WeightFiles& file, FileLayout& layout, LmConfig& c) {
   for (size_t r = 0; r < kNumRoles; ++r) {
     const auto role = static_cast<Role>(r);
     const TensorName& t = layout.family->tensors[r];
@@ -328,8 +355,8 @@ Status ReadRoles(const SafetensorsFile& file, FileLayout& layout, LmConfig& c) {
 // Every tensor of the file is one the model reads or a buffer of its
 // layout: a misnamed one (a head under another prefix, a bias the layout
 // has no role for, block "01") would otherwise be dropped without a word.
-Status CheckNoStrayTensors(const SafetensorsFile& file,
-                           const FileLayout& layout, int64_t layers) {
+Status CheckNoStrayTensors(const WeightFiles& file, const FileLayout& layout,
+                           int64_t layers) {
   std::set<std::string> read;
   for (size_t r = 0; r < kNumRoles; ++r) {
     if (!layout.has[r]) continue;
@@ -339,14 +366,14 @@ Status CheckNoStrayTensors(const SafetensorsFile& file,
     }
   }
   const auto& buffers = layout.family->buffers;
-  for (const TensorInfo& t : file.tensors()) {
+  for (const TensorInfo* t : file.tensors()) {
     const bool buffer =
         std::any_of(buffers.begin(), buffers.end(), [&](const char* b) {
-          return b && MatchLayer(layout.BufferName(b), t.name);
+          return b && MatchLayer(layout.BufferName(b), t->name);
         });
-    if (!read.count(t.name) && !buffer) {
+    if (!read.count(t->name) && !buffer) {
       return InvalidArgument(
-          "tensor " + Quoted(t.name) + " in " + Quoted(file.path()) +
+          "tensor " + Quoted(t->name) + " in " + Quoted(file.FileOf(t->name)) +
           " is not part of layout " + layout.family->name + " (" +
           std::to_string(layers) + " blocks): want only the layout's names");
     }
@@ -369,6 +396,21 @@ Status CheckSideSizes(const SideConfig& side, const FileLayout& layout,
              ? "false, but the weights beside it have no " + head
              : "true, but the weights beside it have their own " + head));
   }
+  const std::pair<SideConfig::Flag, Role> biases[] = {
+      {side.qkv_bias, Role::kQueryBias},
+      {side.out_bias, Role::kOutBias},
+      {side.mlp_bias, Role::kUpBias},
+      {side.mlp_bias, Role::kGateBias},
+      {side.mlp_bias, Role::kDownBias}};
+  for (const auto& [flag, role] : biases) {
+    if (flag.key && flag.value != layout.has[static_cast<size_t>(role)]) {
+      return InvalidArgument(
+          Quoted(side.path) + ": " + Quoted(flag.key) + " says " +
+          (flag.value ? "there is " : "there is no ") +
+          Quoted(layout.Name(role, 0)) + ", but the weights beside it " +
+          (flag.value ? "lack it" : "hold it"));
+    }
+  }
   const std::pair<SideConfig::Size, int64_t> sizes[] = {
       {side.layers, c.num_layers},
       {side.emb_dim, c.emb_dim},
@@ -387,34 +429,47 @@ Status CheckSideSizes(const SideConfig& side, const FileLayout& layout,
 
 // The attention's dims: options, then metadata, then config.json (Hugging
 // Face files), then the position table's rows; K/V heads from W_key.
-Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
+Status ResolveDims(const WeightFiles& file, const FileLayout& layout,
                    const SideConfig& hf, const LmOptions& options,
                    LmConfig& c) {
-  AttentionDims option = DimsOf(options);
-  const auto& meta = file.metadata();
-  const bool heads_from_hf =
-      !option.num_heads && !meta.count("num_heads") && hf.dims.num_heads;
-  if (heads_from_hf) option.num_heads = hf.dims.num_heads;
-  if (!option.context_length && !meta.count("context_length")) {
-    option.context_length = hf.dims.context_length;
-  }
-  if (!option.num_heads && !meta.count("num_heads")) {
+  const auto& meta = file.first().metadata();
+  // config.json's dims where neither the options nor the metadata give them.
+  AttentionDims side = hf.dims;
+  if (meta.count("num_heads")) side.num_heads = 0;
+  if (meta.count("context_length")) side.context_length = 0;
+  if (meta.count("num_kv_heads")) side.num_kv_heads = 0;
+  if (meta.count("sliding_window")) side.sliding_window = 0;
+  if (meta.count("rope_theta")) side.rope = {};
+  const AttentionDims option = DimsOf(options);
+  if (!option.num_heads && !side.num_heads && !meta.count("num_heads")) {
     return InvalidArgument(
         "missing hyper-parameter num_heads: pass --heads, or set metadata "
         "'num_heads' in " +
         Quoted(file.path()) + layout.family->heads_hint);
   }
-  ATTN_ASSIGN_OR_RETURN(ResolvedDims dims,
-                        ResolveAttentionDims(file, option, {}, "", ""));
-  if (heads_from_hf) dims.num_heads_from = "'n_head' of " + Quoted(hf.path);
+  ATTN_ASSIGN_OR_RETURN(
+      ResolvedDims dims,
+      ResolveAttentionDims(file.first(), option, side, "", ""));
+  const std::string from_side = " of " + Quoted(hf.path);
+  if (!option.num_heads && side.num_heads) {
+    dims.num_heads_from = Quoted(hf.heads_key) + from_side;
+  }
+  if (!option.num_kv_heads && side.num_kv_heads) {
+    dims.num_kv_heads_from = "'num_key_value_heads'" + from_side;
+  }
+  c.head_dim = hf.head_dim && !options.num_heads ? hf.head_dim : 0;
+  // Without a head_dim the heads split the embedding width.
+  const int64_t width = c.head_dim ? dims.num_heads * c.head_dim : c.emb_dim;
   const std::string key = layout.Name(Role::kKey, 0);
   KvHeadsFromRows(MatrixRows(RoleShape(file, layout, Role::kKey, 0)), key,
-                  c.emb_dim, dims);
-  ATTN_RETURN_IF_ERROR(
-      CheckHeads(dims, c.emb_dim, "emb_dim",
-                 "the columns of " + Quoted(layout.Name(Role::kTokEmb, 0))));
+                  width, dims);
+  ATTN_RETURN_IF_ERROR(CheckHeads(
+      dims, width, c.head_dim ? "num_heads * head_dim" : "emb_dim",
+      c.head_dim ? "'head_dim'" + from_side
+                 : "the columns of " + Quoted(layout.Name(Role::kTokEmb, 0))));
   c.num_heads = dims.num_heads;
   c.num_kv_heads = dims.num_kv_heads;
+  if (!c.head_dim) c.head_dim = c.emb_dim / c.num_heads;
   c.context_length = dims.context_length;
   c.rope = dims.rope;
   c.sliding_window = dims.sliding_window;
@@ -423,7 +478,7 @@ Status ResolveDims(const SafetensorsFile& file, const FileLayout& layout,
 
 // What only one family has: GPT-2's positions bound the context; Llama
 // needs a context length and RoPE.
-Status CheckFamily(const SafetensorsFile& file, const FileLayout& layout,
+Status CheckFamily(const WeightFiles& file, const FileLayout& layout,
                    LmConfig& c) {
   if (c.architecture == LmArchitecture::kGpt2) {
     const TensorInfo* pos = file.Find(layout.Name(Role::kPosEmb, 0));
@@ -487,17 +542,19 @@ const Family& FamilyOf(const LmConfig& config) {
   return BookLayout(config.architecture);  // a seeded model's
 }
 
-std::string DetectLayout(const SafetensorsFile& file) {
-  const FileLayout layout = FindLayout(file);
+std::string DetectLayout(const WeightFiles& file) {
+  const FileLayout layout = FindLayout(file, "");
   return layout.family ? layout.family->name : "";
 }
 
 Result<FileModel> OpenModelFile(const std::string& path,
                                 const LmOptions& options) {
-  ATTN_ASSIGN_OR_RETURN(SafetensorsFile opened,
-                        SafetensorsFile::Open(path, options.max_memory_bytes));
-  auto file = std::make_shared<const SafetensorsFile>(std::move(opened));
-  FileLayout layout = FindLayout(*file);
+  ATTN_ASSIGN_OR_RETURN(WeightFiles opened,
+                        WeightFiles::Open(path, options.max_memory_bytes));
+  auto file = std::make_shared<const WeightFiles>(std::move(opened));
+  ATTN_ASSIGN_OR_RETURN(const std::string model_type,
+                        ModelTypeBeside(file->path()));
+  FileLayout layout = FindLayout(*file, model_type);
   if (!layout.family) {
     std::string wanted;
     for (const Family* family : Families()) {
@@ -517,13 +574,13 @@ Result<FileModel> OpenModelFile(const std::string& path,
   ATTN_RETURN_IF_ERROR(CheckNoStrayTensors(*file, layout, c.num_layers));
   SideConfig hf;
   if (layout.family->read_side_config) {
-    ATTN_ASSIGN_OR_RETURN(hf, layout.family->read_side_config(path));
+    ATTN_ASSIGN_OR_RETURN(hf, layout.family->read_side_config(file->path()));
     ATTN_RETURN_IF_ERROR(CheckSideSizes(hf, layout, c));
   }
   ATTN_RETURN_IF_ERROR(ResolveDims(*file, layout, hf, options, c));
   ATTN_RETURN_IF_ERROR(CheckFamily(*file, layout, c));
   ATTN_ASSIGN_OR_RETURN(const double eps,
-                        MetadataNumber(*file, "rms_norm_eps"));
+                        MetadataNumber(file->first(), "rms_norm_eps"));
   c.norm_eps = options.norm_eps ? options.norm_eps
                : eps            ? eps
                : hf.norm_eps    ? hf.norm_eps

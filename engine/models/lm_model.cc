@@ -45,10 +45,14 @@ Status CheckSizes(const LmConfig& c) {
                              Str(value) + ", want 1.." + Str(kMaxSize));
     }
   }
-  if (c.emb_dim % c.num_heads != 0) {
+  if (c.head_dim == 0) {  // heads that split emb_dim, which they do not
     return InvalidArgument("model emb_dim " + Str(c.emb_dim) +
                            " is not divisible by num_heads " +
                            Str(c.num_heads));
+  }
+  if (c.head_dim < 0 || c.head_dim > kMaxSize) {
+    return InvalidArgument("model head_dim is " + Str(c.head_dim) +
+                           ", want 1.." + Str(kMaxSize));
   }
   if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0) {
     return InvalidArgument("model num_kv_heads is " + Str(c.num_kv_heads) +
@@ -74,10 +78,10 @@ Status CheckSizes(const LmConfig& c) {
 // model's dtype).
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
-  const uint64_t kv = c.num_kv_heads * (e / c.num_heads);
+  const uint64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
   const uint64_t ff =
       (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
-  const uint64_t qkv = e * (e + 2 * kv), attention = qkv + e * e;
+  const uint64_t qkv = e * (q + 2 * kv), attention = qkv + q * e;
   const bool bf16 = dtype == DType::kBF16;
   const uint64_t layer =
       (bf16 ? 10 : 12) * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
@@ -146,22 +150,25 @@ Result<ops::Linear> TiedHead(ModelData& m) {
 Result<std::shared_ptr<const MhaModel>> MakeAttention(
     const LmConfig& c, const WeightSource& w, int64_t l,
     const MhaOptions& options) {
+  const int64_t e = c.emb_dim, q_rows = c.num_heads * c.head_dim;
+  const int64_t kv = c.num_kv_heads * c.head_dim;
   MhaConfig mc;
-  mc.d_in = mc.d_out = c.emb_dim;
+  mc.d_in = e;
+  mc.d_out = q_rows;
+  mc.out_dim = q_rows == e ? 0 : e;
   mc.num_heads = c.num_heads;
   mc.num_kv_heads = c.num_kv_heads;
   mc.context_length = c.context_length;
   mc.qkv_bias = c.qkv_bias;
   mc.rope = c.rope;
   mc.sliding_window = c.sliding_window;
-  const int64_t e = c.emb_dim, kv = c.num_kv_heads * (e / c.num_heads);
   std::vector<float> q, k, v, qb, kb, vb, out, out_bias;
-  ATTN_ASSIGN_OR_RETURN(q, w.fetch(Role::kQuery, l, e, e));
+  ATTN_ASSIGN_OR_RETURN(q, w.fetch(Role::kQuery, l, q_rows, e));
   ATTN_ASSIGN_OR_RETURN(k, w.fetch(Role::kKey, l, kv, e));
   ATTN_ASSIGN_OR_RETURN(v, w.fetch(Role::kValue, l, kv, e));
-  ATTN_ASSIGN_OR_RETURN(out, w.fetch(Role::kOut, l, e, e));
+  ATTN_ASSIGN_OR_RETURN(out, w.fetch(Role::kOut, l, e, q_rows));
   if (c.qkv_bias) {
-    ATTN_ASSIGN_OR_RETURN(qb, w.fetch(Role::kQueryBias, l, e, 0));
+    ATTN_ASSIGN_OR_RETURN(qb, w.fetch(Role::kQueryBias, l, q_rows, 0));
     ATTN_ASSIGN_OR_RETURN(kb, w.fetch(Role::kKeyBias, l, kv, 0));
     ATTN_ASSIGN_OR_RETURN(vb, w.fetch(Role::kValueBias, l, kv, 0));
   }
@@ -196,7 +203,7 @@ Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
                                              h, dtype, options.num_threads));
   if (c.architecture == LmArchitecture::kLlama) {
     ATTN_ASSIGN_OR_RETURN(
-        layer.gate, MakeLinear(w, Role::kGate, std::nullopt, l, e, h, dtype,
+        layer.gate, MakeLinear(w, Role::kGate, Role::kGateBias, l, e, h, dtype,
                                options.num_threads));
   }
   ATTN_ASSIGN_OR_RETURN(
@@ -262,6 +269,8 @@ WeightSource RandomWeights(const LmConfig& c, uint64_t seed) {
         return c.architecture == LmArchitecture::kGpt2;
       case Role::kGate:
         return c.architecture == LmArchitecture::kLlama;
+      case Role::kGateBias:
+        return false;
       case Role::kQueryBias:
       case Role::kKeyBias:
       case Role::kValueBias:
@@ -320,6 +329,9 @@ Result<std::shared_ptr<const LanguageModel>> LanguageModel::Random(
   LmConfig c = config;
   c.layout = "random";
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
+  if (c.head_dim == 0 && c.num_heads > 0 && c.emb_dim % c.num_heads == 0) {
+    c.head_dim = c.emb_dim / c.num_heads;
+  }
   auto impl = std::make_unique<Impl>();
   ATTN_RETURN_IF_ERROR(
       lm::Build(c, lm::RandomWeights(c, seed), options, *impl));
@@ -329,8 +341,8 @@ Result<std::shared_ptr<const LanguageModel>> LanguageModel::Random(
 
 bool LanguageModel::IsLanguageModelFile(const std::string& path,
                                         uint64_t max_memory_bytes) {
-  Result<SafetensorsFile> file = SafetensorsFile::Open(path, max_memory_bytes);
-  return file.ok() && !lm::DetectLayout(*file).empty();
+  Result<WeightFiles> files = WeightFiles::Open(path, max_memory_bytes);
+  return files.ok() && !lm::DetectLayout(*files).empty();
 }
 
 const LmConfig& LanguageModel::config() const { return impl_->config; }

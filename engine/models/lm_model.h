@@ -15,6 +15,7 @@
 #include "attn/lm.hpp"
 #include "attn/safetensors.hpp"
 #include "attn/status.hpp"
+#include "engine/io/weight_files.h"
 #include "engine/ops/linear.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/graph_ir.h"
@@ -55,6 +56,7 @@ enum class Role {
   kUp,
   kUpBias,
   kGate,
+  kGateBias,
   kDown,
   kDownBias,
   kFinalScale,
@@ -86,7 +88,7 @@ struct FileModel {
 Result<FileModel> OpenModelFile(const std::string& path,
                                 const LmOptions& options);
 // The layout's name, or an empty string when the names fit none.
-std::string DetectLayout(const SafetensorsFile& file);
+std::string DetectLayout(const WeightFiles& file);
 // The role and layer of the book's name `name` in `architecture`'s book
 // layout ("trf_blocks.3.att.W_query.weight": kQuery, 3; 0 for a tensor of
 // the whole model); nothing for a name without a role (att.mask).

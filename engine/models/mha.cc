@@ -46,6 +46,7 @@ Status CheckDims(const MhaConfig& c) {
   ATTN_RETURN_IF_ERROR(positive("d_in", c.d_in));
   ATTN_RETURN_IF_ERROR(positive("d_out", c.d_out));
   ATTN_RETURN_IF_ERROR(positive("num_heads", c.num_heads));
+  if (c.out_dim != 0) ATTN_RETURN_IF_ERROR(positive("out_dim", c.out_dim));
   if (c.d_out % c.num_heads != 0) {
     return InvalidArgument("d_out " + std::to_string(c.d_out) +
                            " is not divisible by num_heads " +
@@ -85,9 +86,10 @@ Result<std::vector<float>> ReadWeight(const SafetensorsFile& file,
 uint64_t WeightBytes(const MhaConfig& c) {
   const auto in = static_cast<uint64_t>(c.d_in);
   const auto out = static_cast<uint64_t>(c.d_out);
+  const auto proj = static_cast<uint64_t>(OutDim(c));
   const uint64_t qkv = out + 2 * static_cast<uint64_t>(KvDim(c));
-  uint64_t floats = AddSat(MulSat(qkv, in), MulSat(out, out));
-  floats = AddSat(floats, (c.qkv_bias ? qkv : 0) + out);
+  uint64_t floats = AddSat(MulSat(qkv, in), MulSat(proj, out));
+  floats = AddSat(floats, (c.qkv_bias ? qkv : 0) + proj);
   return MulSat(floats, sizeof(float));
 }
 
@@ -159,13 +161,14 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
       std::memcpy(b + out, w.b_key, kv * sizeof(float));
       std::memcpy(b + out + kv, w.b_value, kv * sizeof(float));
     }
-    impl->w_out.assign(w.w_out, w.w_out + out * out);
+    const auto proj = static_cast<size_t>(OutDim(c));
+    impl->w_out.assign(w.w_out, w.w_out + proj * out);
     // No out_proj.bias (Llama) adds zeros: x + 0 == x, so the kernels and
     // their results stay those of the biased path.
     if (w.b_out) {
-      impl->b_out.assign(w.b_out, w.b_out + out);
+      impl->b_out.assign(w.b_out, w.b_out + proj);
     } else {
-      impl->b_out.assign(out, 0.0f);
+      impl->b_out.assign(proj, 0.0f);
     }
   } catch (const std::bad_alloc&) {
     return OutOfMemory("cannot allocate the weights (d_in " +
@@ -264,7 +267,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
 // scratch.
 struct MhaSession::Plan {
   explicit Plan(const MhaModelData& m)
-      : program(m.config.d_in, m.config.d_out),
+      : program(m.config.d_in, OutDim(m.config)),
         runner(program.bound(), RunnerPolicy{}, m.num_threads) {}
   AttentionProgram program;
   Runner runner;
@@ -375,7 +378,7 @@ Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode) {
   ATTN_ASSIGN_OR_RETURN(const uint64_t qkv_bytes,
                         LayoutBytes(qkv_rows, c.d_in, c.qkv_bias, qkv_layouts));
   ATTN_ASSIGN_OR_RETURN(const uint64_t out_bytes,
-                        LayoutBytes(c.d_out, c.d_out, true, out_layouts));
+                        LayoutBytes(OutDim(c), c.d_out, true, out_layouts));
   ATTN_RETURN_IF_ERROR(
       CheckMemory(decode ? "the model's packed and decode weights"
                          : "the model's packed weights",
@@ -388,10 +391,10 @@ Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode) {
       ops::Linear::Create(ops::Weight::Borrow(m.w_qkv.data(), qkv_rows, c.d_in),
                           std::move(qkv_bias), qkv_layouts, m.num_threads));
   ATTN_ASSIGN_OR_RETURN(
-      m.out,
-      ops::Linear::Create(ops::Weight::Borrow(m.w_out.data(), c.d_out, c.d_out),
-                          ops::Weight::Borrow(m.b_out.data(), c.d_out, 1),
-                          out_layouts, m.num_threads));
+      m.out, ops::Linear::Create(
+                 ops::Weight::Borrow(m.w_out.data(), OutDim(c), c.d_out),
+                 ops::Weight::Borrow(m.b_out.data(), OutDim(c), 1), out_layouts,
+                 m.num_threads));
   m.decode = decode;
   return {};
 }
@@ -471,7 +474,7 @@ double AttentionFlops(const MhaConfig& config, int64_t batch, int64_t seq_len) {
                                   double(config.d_out / config.num_heads)
                             : d_out;
   return 2.0 * double(batch) * double(seq_len) *
-             (d_in * (d_out + 2.0 * kv_dim) + d_out * d_out) +
+             (d_in * (d_out + 2.0 * kv_dim) + d_out * double(OutDim(config))) +
          AttentionCoreFlops(config, batch, seq_len);
 }
 

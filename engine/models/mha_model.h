@@ -49,6 +49,11 @@ inline int64_t KvDim(const MhaConfig& c) {
                                    : KvHeads(c) * (c.d_out / c.num_heads);
 }
 
+// The width of the attention's output: out_proj's rows.
+inline int64_t OutDim(const MhaConfig& c) {
+  return c.out_dim ? c.out_dim : c.d_out;
+}
+
 // Bytes of the fp32 weights a model of config `c` holds (saturating).
 uint64_t WeightBytes(const MhaConfig& c);
 

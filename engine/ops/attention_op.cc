@@ -218,7 +218,7 @@ void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
     }
     rows = keep->count;
   }
-  // ctx: [rows, d_out] -> y: [rows, d_out].
+  // ctx: [rows, d_out] -> y: [rows, out_dim].
   ProjectOut(ctx, rows, y, buffers[kProjScratch], threads.num_threads());
 }
 
@@ -414,7 +414,7 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
     decode_rows_.resize(keep->count);
   }
   RunDecodeKernel(params, partials, max_partials, threads.num_threads());
-  // ctx: [rows, d_out] -> y: [rows, d_out].
+  // ctx: [rows, d_out] -> y: [rows, out_dim].
   ProjectOut(ctx, decode_rows_.size(), y, scratch, threads.num_threads());
 }
 

@@ -144,7 +144,7 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   ATTN_ASSIGN_OR_RETURN(CachedAttention attention,
                         CachedAttention::Create(*d.m, &*d.cache, 0, &d.shared));
   d.attention.emplace(std::move(attention));
-  d.program.emplace(c.d_in, c.d_out);
+  d.program.emplace(c.d_in, OutDim(c));
   d.runner.emplace(d.program->bound(), RunnerPolicy{}, d.m->num_threads);
   ATTN_RETURN_IF_ERROR(
       d.runner->Prepare(RunShape{options.batch, std::nullopt, 0}, {{}}, {},

@@ -51,6 +51,10 @@ struct MhaConfig {
   RopeConfig rope;
   // Query i sees keys j with i - sliding_window < j <= i. 0: every j <= i.
   int64_t sliding_window = 0;
+  // The width out_proj maps the heads' d_out to: [out_dim, d_out]. 0: d_out
+  // (the book's). Models whose heads are not d_in / num_heads wide (Gemma's
+  // 16 heads of 256 over 3072) set d_in.
+  int64_t out_dim = 0;
 };
 
 // The largest team size accepted from any source (an option, --threads,

@@ -37,6 +37,7 @@ struct LmConfig {
   int64_t num_layers = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;  // num_heads without grouping
+  int64_t head_dim = 0;      // of each head; 0: emb_dim / num_heads
   bool qkv_bias = false;
   bool tied_head = false;  // the head is the token embedding
   double norm_eps = 1e-5;

@@ -7,7 +7,7 @@ namespace {
 
 // The book's Llama shares tok_emb.weight; its norms have no shift and it
 // has no position table.
-bool IsBookGpt(const SafetensorsFile& file, const std::string& prefix) {
+bool IsBookGpt(const WeightFiles& file, const std::string& prefix) {
   return file.Find(prefix + "pos_emb.weight") ||
          file.Find(prefix + "trf_blocks.0.norm1.scale");
 }

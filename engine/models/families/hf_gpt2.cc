@@ -15,11 +15,10 @@ constexpr Form kT = Form::kTransposed;
 constexpr Form kP = Form::kThird;
 
 // Refuses the settings under which Hugging Face computes another model
-// than GPT-2's attention, GELU and block (a model type, attention scaled
+// than GPT-2's attention, GELU and block (attention scaled
 // otherwise or by layer, cross-attention), rather than run them as GPT-2.
 Status CheckComputesGpt2(const nlohmann::json& j, const std::string& path) {
   const std::pair<const char*, nlohmann::json> wanted[] = {
-      {"model_type", "gpt2"},
       {"scale_attn_weights", true},
       {"scale_attn_by_inverse_layer_idx", false},
       {"add_cross_attention", false}};
@@ -143,7 +142,8 @@ const Family& HfGpt2() {
       nullptr,
       ReadConfigJson,
       " or 'n_head' in a config.json beside it",
-      GptProgram};
+      GptProgram,
+      "gpt2"};
   return family;
 }
 

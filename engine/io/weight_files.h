@@ -1,0 +1,72 @@
+// A model's weights as one set of tensors: a safetensors file, or the shards
+// a Hugging Face index (model.safetensors.index.json) names, each kept open
+// and read in place, tensor by tensor.
+#ifndef ATTN_ENGINE_IO_WEIGHT_FILES_H_
+#define ATTN_ENGINE_IO_WEIGHT_FILES_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "attn/safetensors.hpp"
+#include "attn/status.hpp"
+
+namespace attn {
+
+class WeightFiles {
+ public:
+  // An index's weight_map: tensor name -> shard file name.
+  using WeightMap = std::map<std::string, std::string>;
+
+  // Opens `path`: a safetensors file, an index (a name ending in
+  // ".index.json") and every shard its weight_map names, from the index's
+  // folder, or a model's folder (WeightsInFolder). Refused in one line naming
+  // the index and the shard or tensor: a shard name that is not a plain file
+  // name, a shard that is missing or unreadable, a tensor present in two
+  // shards, a tensor the index places in a shard that does not hold it, or one
+  // a shard holds that the index does not place there. Headers parse within
+  // `max_memory_bytes` (0: DefaultMaxMemoryBytes()), as SafetensorsFile::Open.
+  static Result<WeightFiles> Open(const std::string& path,
+                                  uint64_t max_memory_bytes = 0);
+  // The tensors of one file already open.
+  static WeightFiles Of(std::shared_ptr<const SafetensorsFile> file);
+
+  // The file or index opened.
+  const std::string& path() const { return path_; }
+  // Every tensor, shard by shard.
+  const std::vector<const TensorInfo*>& tensors() const { return tensors_; }
+  // Null when no shard holds `name`.
+  const TensorInfo* Find(const std::string& name) const;
+  // The file holding tensor `name`, for messages; path() when none does.
+  const std::string& FileOf(const std::string& name) const;
+  // The first file: its metadata is the model's.
+  const SafetensorsFile& first() const { return *shards_.front(); }
+  // As SafetensorsFile::ReadF32, from the shard holding `name`.
+  Result<std::vector<float>> ReadF32(const std::string& name) const;
+
+ private:
+  struct Entry {
+    const TensorInfo* info;
+    size_t shard;
+  };
+  // Adds shard `s`'s tensors; with an index, each must be one it places
+  // there.
+  Status Index(size_t s, const WeightMap* weight_map,
+               const std::string& index_path);
+
+  std::string path_;
+  std::vector<std::shared_ptr<const SafetensorsFile>> shards_;
+  std::vector<const TensorInfo*> tensors_;
+  std::unordered_map<std::string, Entry> by_name_;
+};
+
+// Where a model folder keeps its weights: model.safetensors.index.json when
+// present, else model.safetensors; empty when it has neither.
+std::string WeightsInFolder(const std::string& dir);
+
+}  // namespace attn
+
+#endif  // ATTN_ENGINE_IO_WEIGHT_FILES_H_
