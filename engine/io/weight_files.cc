@@ -75,7 +75,7 @@ WeightFiles WeightFiles::Of(std::shared_ptr<const SafetensorsFile> file) {
   files.path_ = file->path();
   files.shards_.push_back(std::move(file));
   // One file's tensors have distinct names (SafetensorsFile::Open).
-  (void)files.Index(0, nullptr, "");
+  (void)files.Index(0);
   return files;
 }
 
@@ -117,36 +117,15 @@ Result<WeightFiles> WeightFiles::Open(const std::string& path,
                           SafetensorsFile::Open(shard_path, max_memory_bytes));
     files.shards_.push_back(
         std::make_shared<const SafetensorsFile>(std::move(file)));
-    ATTN_RETURN_IF_ERROR(
-        files.Index(files.shards_.size() - 1, &weight_map, path));
+    ATTN_RETURN_IF_ERROR(files.Index(files.shards_.size() - 1));
   }
-  for (const auto& [tensor, shard] : weight_map) {
-    if (!files.by_name_.count(tensor)) {
-      return InvalidArgument(Quoted(path) + " places tensor " + Quoted(tensor) +
-                             " in " + Quoted(shard) +
-                             ", which does not hold it");
-    }
-  }
+  ATTN_RETURN_IF_ERROR(files.CheckPlaces(weight_map));
   return files;
 }
 
-Status WeightFiles::Index(size_t s, const WeightMap* weight_map,
-                          const std::string& index_path) {
+Status WeightFiles::Index(size_t s) {
   const SafetensorsFile& shard = *shards_[s];
-  const std::string shard_name =
-      shard.path().substr(FolderOf(index_path).size());
   for (const TensorInfo& t : shard.tensors()) {
-    if (weight_map) {
-      const auto placed = weight_map->find(t.name);
-      if (placed == weight_map->end() || placed->second != shard_name) {
-        return InvalidArgument(
-            "tensor " + Quoted(t.name) + " is in " + Quoted(shard.path()) +
-            ", but " + Quoted(index_path) +
-            (placed == weight_map->end()
-                 ? " does not name it"
-                 : " places it in " + Quoted(placed->second)));
-      }
-    }
     const auto [at, added] = by_name_.emplace(t.name, Entry{&t, s});
     if (!added) {
       return InvalidArgument("tensor " + Quoted(t.name) + " is in both " +
@@ -155,6 +134,29 @@ Status WeightFiles::Index(size_t s, const WeightMap* weight_map,
                              ", want it in one shard");
     }
     tensors_.push_back(&t);
+  }
+  return {};
+}
+
+Status WeightFiles::CheckPlaces(const WeightMap& weight_map) const {
+  const std::string folder = FolderOf(path_);
+  for (const TensorInfo* t : tensors_) {
+    const std::string& shard = FileOf(t->name);
+    const auto placed = weight_map.find(t->name);
+    if (placed == weight_map.end() || folder + placed->second != shard) {
+      return InvalidArgument("tensor " + Quoted(t->name) + " is in " +
+                             Quoted(shard) + ", but " + Quoted(path_) +
+                             (placed == weight_map.end()
+                                  ? " does not name it"
+                                  : " places it in " + Quoted(placed->second)));
+    }
+  }
+  for (const auto& [tensor, shard] : weight_map) {
+    if (!by_name_.count(tensor)) {
+      return InvalidArgument(Quoted(path_) + " places tensor " +
+                             Quoted(tensor) + " in " + Quoted(shard) +
+                             ", which does not hold it");
+    }
   }
   return {};
 }

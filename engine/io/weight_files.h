@@ -52,10 +52,11 @@ class WeightFiles {
     const TensorInfo* info;
     size_t shard;
   };
-  // Adds shard `s`'s tensors; with an index, each must be one it places
-  // there.
-  Status Index(size_t s, const WeightMap* weight_map,
-               const std::string& index_path);
+  // Adds shard `s`'s tensors, each in no shard before it.
+  Status Index(size_t s);
+  // Each tensor is in the shard the index places it in, and the index
+  // places none elsewhere.
+  Status CheckPlaces(const WeightMap& weight_map) const;
 
   std::string path_;
   std::vector<std::shared_ptr<const SafetensorsFile>> shards_;
