@@ -53,6 +53,15 @@ HF_CASES = {
         {"b": 2, "T": 9, "lengths": [9, 4]},
         "TinyLlama-style: vocab 64, hidden 32, 2 heads sharing 1 K/V head, intermediate 48, 1 layer, own "
         "lm_head, F32, checked against the book's Llama too; prompts of 9 and 4"),
+    "hf_gemma_mqa": (
+        {"model_type": "gemma", "architectures": ["GemmaForCausalLM"], "vocab_size": 88, "hidden_size": 48,
+         "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+         "head_dim": 32, "max_position_embeddings": 24, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+         "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+         "attention_bias": False},
+        {"b": 2, "T": 12, "lengths": [12, 8], "store": torch.bfloat16, "tied": True},
+        "Gemma 1: vocab 88, hidden 48, 2 heads of head_dim 32 (64 != 48 / 2) sharing 1 K/V head (MQA), GeGLU "
+        "intermediate 96, RMSNorm x (1 + w), embeddings x sqrt(48) in bf16, tied, BF16; prompts of 12 and 8"),
     "hf_mistral_window": (
         {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "vocab_size": 72, "hidden_size": 32,
          "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -91,13 +100,15 @@ def hf_forward(t, ids, c, dtype):
     RMSNorm as LlamaRMSNorm, RoPE rotate-half with inv_freq in float32 (llama3-scaled when asked) and
     angles in `dtype`'s precision at least float32, GQA by repeat_kv, the causal mask narrowed to
     i - W < j <= i by a sliding window W, SiLU-gated MLP, lm_head or the tied embedding."""
+    gemma = c["model_type"] == "gemma"
+    store = next(iter(t.values())).dtype
     t = {k: v.to(dtype) for k, v in t.items()}
     H, KV, hd = dims(c)
     eps, T = c.get("rms_norm_eps", 1e-6), ids.shape[0]
     window = c.get("sliding_window") if c["model_type"] == "mistral" else None
 
-    def rms(x, n):
-        return t[n] * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+    def rms(x, n):  # GemmaRMSNorm scales by 1 + w
+        return (1 + t[n] if gemma else t[n]) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
     def lin(x, n):
         y = x @ t[n + ".weight"].T
@@ -115,6 +126,8 @@ def hf_forward(t, ids, c, dtype):
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     hidden = (j > i) | ((i - j >= window) if window else torch.zeros(T, T, dtype=torch.bool))
     x = t["model.embed_tokens.weight"][ids]
+    if gemma:  # the normalizer is a tensor of the checkpoint's dtype
+        x = x * torch.tensor(c["hidden_size"] ** 0.5, dtype=store).to(dtype)
     for layer in range(c["num_hidden_layers"]):
         p = f"model.layers.{layer}."
         h = rms(x, p + "input_layernorm.weight")
@@ -124,7 +137,9 @@ def hf_forward(t, ids, c, dtype):
         w = torch.softmax((q @ k.transpose(1, 2) / math.sqrt(hd)).masked_fill(hidden, -torch.inf), -1)
         x = x + lin((w @ v).transpose(0, 1).reshape(T, H * hd), p + "self_attn.o_proj")
         h = rms(x, p + "post_attention_layernorm.weight")
-        m = torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj")
+        gate = lin(h, p + "mlp.gate_proj")
+        act = torch.nn.functional.gelu(gate, approximate="tanh") if gemma else torch.nn.functional.silu(gate)
+        m = act * lin(h, p + "mlp.up_proj")
         x = x + lin(m, p + "mlp.down_proj")
     head = t.get("lm_head.weight", t["model.embed_tokens.weight"])
     return rms(x, "model.norm.weight") @ head.T
@@ -161,6 +176,8 @@ def hf_tensors(c, opts, seed):
     else:
         t["lm_head.weight"] = uniform((V, e), 4 / math.sqrt(e))
     t["model.norm.weight"] = norm
+    if c["model_type"] == "gemma":  # stored as w, scaling by 1 + w
+        t = {k: v - 1 if k.endswith("norm.weight") else v for k, v in t.items()}
     store = opts.get("store", torch.float32)
     return {k: v.to(store) for k, v in sorted(t.items())}
 

@@ -31,6 +31,7 @@ enum class Form {
   kTransposed,  // Conv1D: [in, out]
   kThird,       // one of q, k, v: columns (or elements) part*n..(part+1)*n
                 // of a Conv1D [in, 3n] (or [3n]) tensor
+  kOnePlus,     // Gemma's RMSNorm weight w, which scales by 1 + w (fp32)
 };
 
 struct TensorName {
@@ -67,6 +68,7 @@ struct SideConfig {
   AttentionDims dims;
   const char* heads_key = "n_head";  // where dims.num_heads came from
   int64_t head_dim = 0;              // 0: emb_dim / num_heads
+  float embedding_scale = 0.0f;      // LmConfig::embedding_scale
   double norm_eps = 0.0;
   int tie_word_embeddings = -1;  // 0 or 1 when given
   Size layers, emb_dim, vocab_size, hidden_dim;
@@ -114,9 +116,13 @@ Result<graph::GraphDef> RepeatBlock(graph::GraphDef model,
                                     graph::GraphDef block,
                                     const LmConfig& config);
 
-// The programs of the book's GPTModel (and GPT-2's) and of its Llama.
+// The programs of the book's GPTModel (and GPT-2's) and of its Llama; a
+// Llama block whose feed-forward gates with `activation` (kSilu: Llama's,
+// kGelu: Gemma's GeGLU), its embedding scaled by config.embedding_scale.
 Result<graph::GraphDef> GptProgram(const LmConfig& config);
 Result<graph::GraphDef> LlamaProgram(const LmConfig& config);
+Result<graph::GraphDef> GatedProgram(const LmConfig& config,
+                                     graph::Op activation);
 
 // The family `config` was read as (LmConfig::layout); a seeded model's:
 // the book's of its architecture.
@@ -131,6 +137,7 @@ const Family& BookLlama();
 const Family& HfLlama();
 const Family& HfMistral();
 const Family& HfQwen2();
+const Family& HfGemma();
 
 }  // namespace attn::lm
 

@@ -101,6 +101,7 @@ std::vector<int64_t> FileShape(const TensorName& t, int64_t rows,
       return cols ? std::vector<int64_t>{cols, 3 * rows}
                   : std::vector<int64_t>{3 * rows};
     case Form::kPlain:
+    case Form::kOnePlus:
       break;
   }
   return cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows};
@@ -109,7 +110,10 @@ std::vector<int64_t> FileShape(const TensorName& t, int64_t rows,
 // `values` in the file's form, as the role's [rows, cols] (or [rows]).
 std::vector<float> ToRoleForm(const TensorName& t, std::vector<float> values,
                               int64_t rows, int64_t cols) {
-  if (t.form == Form::kPlain) return values;
+  if (t.form == Form::kOnePlus) {
+    for (float& v : values) v = 1.0f + v;
+  }
+  if (t.form == Form::kPlain || t.form == Form::kOnePlus) return values;
   if (cols == 0) {  // a third of a [3 rows] bias
     const auto first = values.begin() + t.part * rows;
     return std::vector<float>(first, first + rows);
@@ -158,7 +162,8 @@ std::vector<int64_t> RoleShape(const WeightFiles& file,
   if (!info || info->shape.empty()) return {};
   const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
   std::vector<int64_t> shape = info->shape;
-  if (t.form != Form::kPlain && shape.size() == 2) {
+  if ((t.form == Form::kTransposed || t.form == Form::kThird) &&
+      shape.size() == 2) {
     std::swap(shape[0], shape[1]);
   }
   if (t.form == Form::kThird) shape[0] /= 3;
@@ -205,7 +210,7 @@ WeightSource FileWeights(std::shared_ptr<const WeightFiles> file,
       return InvalidArgument(
           "tensor " + Quoted(name) + " in " + Quoted(file->FileOf(name)) +
           " is " + ShapeString(info->shape) + ", want " + ShapeString(want) +
-          (t.form == Form::kPlain
+          (t.form != Form::kTransposed && t.form != Form::kThird
                ? ""
                : " (Conv1D: [in, out] for " + ShapeOf(rows, cols) + ")"));
     }
@@ -578,6 +583,7 @@ Result<FileModel> OpenModelFile(const std::string& path,
     ATTN_RETURN_IF_ERROR(CheckSideSizes(hf, layout, c));
   }
   ATTN_RETURN_IF_ERROR(ResolveDims(*file, layout, hf, options, c));
+  c.embedding_scale = hf.embedding_scale;
   ATTN_RETURN_IF_ERROR(CheckFamily(*file, layout, c));
   ATTN_ASSIGN_OR_RETURN(const double eps,
                         MetadataNumber(file->first(), "rms_norm_eps"));

@@ -48,6 +48,7 @@ struct Node {
   int64_t num_kv_heads = 0, sliding_window = 0;  // mha; 0 = not given
   RopeConfig rope;                               // mha; theta 0 = not given
   float eps = 1e-5f;                             // layernorm, rmsnorm
+  float scale = 1.0f;  // embedding: rows multiplied by it (Gemma's)
   // repeat: the block, its path as written, the weight-name prefix of layer
   // i ("{i}" stands for i) and the layer count (0 = from the file).
   std::shared_ptr<const GraphDef> block;

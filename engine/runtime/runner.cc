@@ -247,6 +247,10 @@ void Runner::RunEmbedding(size_t layer, size_t k, const RunRows& rows,
   const auto n = static_cast<size_t>(shape_.rows);
   if (step.op == Op::kEmbedding) {
     GatherRows(rows.tokens, w.weight, n, width, dst);
+    const float scale = bound_.def->nodes[step.node].scale;
+    if (scale != 1.0f) {
+      for (size_t i = 0; i < n * width; ++i) dst[i] *= scale;
+    }
   } else if (!rows.positions) {
     AddPositions(src, w.weight, dst, shape_.rows / rows.seq_len, rows.seq_len,
                  width, run_threads_);

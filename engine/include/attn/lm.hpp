@@ -38,6 +38,9 @@ struct LmConfig {
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;  // num_heads without grouping
   int64_t head_dim = 0;      // of each head; 0: emb_dim / num_heads
+  // Gemma: token embeddings are multiplied by this (sqrt(emb_dim) in the
+  // checkpoint's dtype); 0: not scaled.
+  float embedding_scale = 0.0f;
   bool qkv_bias = false;
   bool tied_head = false;  // the head is the token embedding
   double norm_eps = 1e-5;

@@ -7,6 +7,10 @@ namespace attn::lm {
 
 // tools/graphs/llama_model.json with llama_block.json as its block.
 Result<graph::GraphDef> LlamaProgram(const LmConfig& c) {
+  return GatedProgram(c, graph::Op::kSilu);
+}
+
+Result<graph::GraphDef> GatedProgram(const LmConfig& c, graph::Op activation) {
   using graph::Op;
   const auto eps = static_cast<float>(c.norm_eps);
   graph::GraphDef block = ProgramGraph(
@@ -23,17 +27,20 @@ Result<graph::GraphDef> LlamaProgram(const LmConfig& c) {
                    {{"weight", {"norm2.weight"}}}, eps),
        ProgramNode("ff.fc1", Op::kLinear, {"x_norm2"}, "ff_gate",
                    {{"weight", {"ff.fc1.weight"}}}),
-       ProgramNode("ff.silu", Op::kSilu, {"ff_gate"}, "ff_act"),
+       ProgramNode(activation == Op::kSilu ? "ff.silu" : "ff.gelu", activation,
+                   {"ff_gate"}, "ff_act"),
        ProgramNode("ff.fc2", Op::kLinear, {"x_norm2"}, "ff_up",
                    {{"weight", {"ff.fc2.weight"}}}),
        ProgramNode("ff.mul", Op::kMul, {"ff_act", "ff_up"}, "ff_hidden"),
        ProgramNode("ff.fc3", Op::kLinear, {"ff_hidden"}, "ff_out",
                    {{"weight", {"ff.fc3.weight"}}}),
        ProgramNode("residual2", Op::kAdd, {"x1", "ff_out"}, "y")});
+  graph::Node embedding = ProgramNode("tok_emb", Op::kEmbedding, {"input_ids"},
+                                      "x0", {{"weight", {"tok_emb.weight"}}});
+  if (c.embedding_scale != 0.0f) embedding.scale = c.embedding_scale;
   graph::GraphDef model = ProgramGraph(
       "input_ids", "logits",
-      {ProgramNode("tok_emb", Op::kEmbedding, {"input_ids"}, "x0",
-                   {{"weight", {"tok_emb.weight"}}}),
+      {std::move(embedding),
        ProgramNode("trf_blocks", Op::kRepeat, {"x0"}, "x"),
        ProgramNode("final_norm", Op::kRmsNorm, {"x"}, "x_norm",
                    {{"weight", {"final_norm.weight"}}}, eps),

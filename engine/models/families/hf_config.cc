@@ -3,13 +3,19 @@
 
 #include <cmath>
 #include <filesystem>
+#include <string>
+#include <utility>
 
 #include "engine/io/json_limits.h"
+#include "nlohmann/json.hpp"
 
 namespace attn::lm {
+namespace {
 
 constexpr uint64_t kMaxConfigBytes = 1 << 20;
 constexpr int kMaxConfigDepth = 16;
+
+}  // namespace
 
 Result<HfConfig> ReadConfigBeside(const std::string& weights_path) {
   const size_t slash = weights_path.rfind('/');
@@ -78,6 +84,128 @@ Status HfConfig::Expect(const char* key,
     list += (list.empty() ? "" : " or ") + w.dump();
   }
   return Refuse(key, "want " + list + " (" + why + ")");
+}
+
+namespace {
+
+// Refuses what Hugging Face computes but the book's Llama block does not.
+Status CheckComputesLlama(const HfConfig& hf, const DecoderVariant& v) {
+  ATTN_RETURN_IF_ERROR(hf.Expect("model_type", {v.model_type},
+                                 std::string(v.architecture) + "'s"));
+  ATTN_RETURN_IF_ERROR(hf.Expect("architectures",
+                                 {nlohmann::json::array({v.architecture})},
+                                 "a causal language model"));
+  if (v.activation) {
+    ATTN_RETURN_IF_ERROR(hf.Expect("hidden_act", {v.activation},
+                                   "the family's gated feed-forward"));
+  }
+  ATTN_RETURN_IF_ERROR(hf.Expect("partial_rotary_factor", {1, 1.0},
+                                 "rotary embeddings on every dimension"));
+  if (v.qkv_bias) {  // Qwen2's layers past max_window_layers slide
+    ATTN_RETURN_IF_ERROR(hf.Expect("use_sliding_window", {false},
+                                   "one attention for every layer"));
+  } else if (!v.sliding_window && hf.Has("sliding_window")) {
+    return hf.Refuse("sliding_window", "want null (" +
+                                           std::string(v.architecture) +
+                                           " attends to the whole context)");
+  }
+  return {};
+}
+
+// rope_scaling: null, or Llama 3.1's frequency scaling.
+Status ReadRopeScaling(const HfConfig& hf, RopeConfig& rope) {
+  if (!hf.Has("rope_scaling")) return {};
+  const nlohmann::json& s = hf.json["rope_scaling"];
+  const char* type_key =
+      s.is_object() && s.contains("rope_type") ? "rope_type" : "type";
+  if (!s.is_object() || !s.contains(type_key) || s[type_key] == "default") {
+    if (s.is_object() && s.contains(type_key)) return {};
+    return hf.Refuse("rope_scaling",
+                     "want null or an object with 'rope_type' \"llama3\"");
+  }
+  if (s[type_key] != "llama3") {
+    return hf.Refuse("rope_scaling",
+                     "want 'rope_type' \"llama3\" or null "
+                     "(other scalings are not run)");
+  }
+  HfConfig scaling{hf.path + " 'rope_scaling'", s};
+  ATTN_ASSIGN_OR_RETURN(rope.factor, scaling.Number("factor", 0.0));
+  ATTN_ASSIGN_OR_RETURN(rope.low_freq_factor,
+                        scaling.Number("low_freq_factor", 0.0));
+  ATTN_ASSIGN_OR_RETURN(rope.high_freq_factor,
+                        scaling.Number("high_freq_factor", 0.0));
+  ATTN_ASSIGN_OR_RETURN(rope.original_context_length,
+                        scaling.Count("original_max_position_embeddings", 0));
+  if (!rope.factor || !rope.low_freq_factor || !rope.high_freq_factor ||
+      !rope.original_context_length) {
+    return hf.Refuse("rope_scaling",
+                     "want 'factor', 'low_freq_factor', 'high_freq_factor' "
+                     "and 'original_max_position_embeddings' for \"llama3\"");
+  }
+  return {};
+}
+
+// The attention's dims: heads, K/V heads, head width, context, RoPE and
+// the window.
+Status ReadAttention(const HfConfig& hf, const DecoderVariant& v,
+                     SideConfig& c) {
+  AttentionDims& d = c.dims;
+  ATTN_ASSIGN_OR_RETURN(d.num_heads, hf.Count("num_attention_heads", 0));
+  if (!d.num_heads) {
+    return InvalidArgument(Quoted(hf.path) +
+                           " has no 'num_attention_heads', want the number "
+                           "of query heads");
+  }
+  c.heads_key = "num_attention_heads";
+  ATTN_ASSIGN_OR_RETURN(d.num_kv_heads,
+                        hf.Count("num_key_value_heads", d.num_heads));
+  ATTN_ASSIGN_OR_RETURN(c.head_dim, hf.Count("head_dim", v.default_head_dim));
+  ATTN_ASSIGN_OR_RETURN(d.context_length,
+                        hf.Count("max_position_embeddings", v.default_context));
+  ATTN_ASSIGN_OR_RETURN(d.rope.theta, hf.Number("rope_theta", 10000.0));
+  ATTN_RETURN_IF_ERROR(ReadRopeScaling(hf, d.rope));
+  if (v.sliding_window) {
+    ATTN_ASSIGN_OR_RETURN(d.sliding_window, hf.Count("sliding_window", 0));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<SideConfig> ReadDecoderConfig(const std::string& weights_path,
+                                     const DecoderVariant& v) {
+  ATTN_ASSIGN_OR_RETURN(const HfConfig hf, ReadConfigBeside(weights_path));
+  if (hf.path.empty()) {
+    return InvalidArgument("the Hugging Face " + std::string(v.architecture) +
+                           " weights " + Quoted(weights_path) +
+                           " have no config.json beside them");
+  }
+  ATTN_RETURN_IF_ERROR(CheckComputesLlama(hf, v));
+  SideConfig c;
+  c.path = hf.path;
+  ATTN_RETURN_IF_ERROR(ReadAttention(hf, v, c));
+  ATTN_ASSIGN_OR_RETURN(c.norm_eps, hf.Number("rms_norm_eps", 1e-6));
+  if (hf.Has("tie_word_embeddings") || v.tied_by_default) {
+    ATTN_ASSIGN_OR_RETURN(const bool tied,
+                          hf.Bool("tie_word_embeddings", v.tied_by_default));
+    c.tie_word_embeddings = tied ? 1 : 0;
+  }
+  for (auto [size, key] :
+       {std::make_pair(&c.layers, "num_hidden_layers"),
+        std::make_pair(&c.emb_dim, "hidden_size"),
+        std::make_pair(&c.vocab_size, "vocab_size"),
+        std::make_pair(&c.hidden_dim, "intermediate_size")}) {
+    size->key = key;
+    ATTN_ASSIGN_OR_RETURN(size->value, hf.Count(key, 0));
+  }
+  ATTN_ASSIGN_OR_RETURN(const bool attention_bias,
+                        hf.Bool("attention_bias", false));
+  ATTN_ASSIGN_OR_RETURN(const bool mlp_bias, hf.Bool("mlp_bias", false));
+  c.qkv_bias = {v.qkv_bias ? "model_type" : "attention_bias",
+                v.qkv_bias || attention_bias};
+  c.out_bias = {"attention_bias", !v.qkv_bias && attention_bias};
+  c.mlp_bias = {"mlp_bias", mlp_bias};
+  return c;
 }
 
 }  // namespace attn::lm

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attn/status.hpp"
+#include "engine/models/lm_family.h"
 #include "nlohmann/json.hpp"
 
 namespace attn::lm {
@@ -38,6 +39,27 @@ struct HfConfig {
 // config.json in the folder of `weights_path`; HfConfig::path empty when
 // the folder has none.
 Result<HfConfig> ReadConfigBeside(const std::string& weights_path);
+
+// What a Llama-like model type's config.json may say, as Hugging Face
+// reads it.
+struct DecoderVariant {
+  const char* model_type;
+  const char* architecture;
+  int64_t default_context;       // max_position_embeddings when absent
+  int64_t default_head_dim = 0;  // when absent; 0: hidden_size / heads
+  // hidden_act's only value; null: the family checks its own key.
+  const char* activation = "silu";
+  bool qkv_bias = false;         // Qwen2: always; the others: attention_bias
+  bool sliding_window = false;   // read (Mistral); else refused when set
+  bool tied_by_default = false;  // tie_word_embeddings when absent
+};
+
+// The side config of the weights at `weights_path`, from the config.json
+// beside them (required): sizes, attention dims (RoPE with llama3 scaling
+// or none, the window), norm epsilon, head tying and the biases it implies.
+// Refuses, naming the key, what Hugging Face would compute otherwise.
+Result<SideConfig> ReadDecoderConfig(const std::string& weights_path,
+                                     const DecoderVariant& variant);
 
 }  // namespace attn::lm
 

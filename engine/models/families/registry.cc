@@ -60,9 +60,9 @@ Result<graph::GraphDef> RepeatBlock(graph::GraphDef model,
 
 const std::vector<const Family*>& Families() {
   // The book's Llama after its GPTModel: both name the embedding tok_emb.
-  static const std::vector<const Family*> families = {&BookGpt(),   &HfGpt2(),
-                                                      &BookLlama(), &HfLlama(),
-                                                      &HfMistral(), &HfQwen2()};
+  static const std::vector<const Family*> families = {
+      &BookGpt(),   &HfGpt2(),  &BookLlama(), &HfLlama(),
+      &HfMistral(), &HfQwen2(), &HfGemma()};
   return families;
 }
 

@@ -1,0 +1,119 @@
+// Hugging Face's GemmaForCausalLM (Gemma 1): Llama's names and block, but
+// RMSNorm scaling by 1 + w, a GeGLU feed-forward (tanh GELU), token
+// embeddings multiplied by sqrt(hidden_size) in the checkpoint's dtype, and
+// the head tied to the embedding.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "engine/io/json_limits.h"
+#include "engine/models/families/hf_config.h"
+#include "engine/models/lm_family.h"
+
+namespace attn::lm {
+namespace {
+
+constexpr DecoderVariant kGemma = {"gemma", "GemmaForCausalLM",
+                                   8192,    256,
+                                   nullptr,  // hidden_activation, below
+                                   false,   false,
+                                   true};
+
+// `x` rounded to nearest even in `torch_dtype`, as torch.tensor(x, dtype)
+// stores it.
+Result<float> InDType(double x, const HfConfig& hf) {
+  ATTN_ASSIGN_OR_RETURN(const std::string dtype,
+                        hf.String("torch_dtype", "float32"));
+  const auto f = static_cast<float>(x);
+  if (dtype == "float32") return f;
+  if (dtype == "float16") return static_cast<float>(static_cast<_Float16>(f));
+  if (dtype != "bfloat16") {
+    return hf.Refuse("torch_dtype",
+                     "want \"float32\", \"bfloat16\" or "
+                     "\"float16\"");
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  float rounded;
+  std::memcpy(&rounded, &bits, sizeof(rounded));
+  return rounded;
+}
+
+// Hugging Face's Gemma takes hidden_activation (null: the tanh GELU, and
+// hidden_act is then ignored) and refuses Gemma 2's soft-capping keys here.
+Status CheckComputesGemma(const HfConfig& hf) {
+  ATTN_RETURN_IF_ERROR(hf.Expect("hidden_activation", {"gelu_pytorch_tanh"},
+                                 "the tanh GELU of Gemma's GeGLU"));
+  if (!hf.Has("hidden_activation")) {
+    ATTN_RETURN_IF_ERROR(hf.Expect("hidden_act", {"gelu", "gelu_pytorch_tanh"},
+                                   "Gemma's GeGLU"));
+  }
+  for (const char* key :
+       {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if (hf.Has(key)) return hf.Refuse(key, "want null (Gemma 1 has none)");
+  }
+  return {};
+}
+
+Result<SideConfig> ReadGemmaConfig(const std::string& path) {
+  ATTN_ASSIGN_OR_RETURN(SideConfig c, ReadDecoderConfig(path, kGemma));
+  ATTN_ASSIGN_OR_RETURN(const HfConfig hf, ReadConfigBeside(path));
+  ATTN_RETURN_IF_ERROR(CheckComputesGemma(hf));
+  if (!c.emb_dim.value) {
+    return InvalidArgument(Quoted(c.path) +
+                           " has no 'hidden_size', want the "
+                           "width Gemma scales its embeddings by");
+  }
+  ATTN_ASSIGN_OR_RETURN(
+      c.embedding_scale,
+      InDType(std::sqrt(static_cast<double>(c.emb_dim.value)), hf));
+  return c;
+}
+
+// Gemma scales each norm by 1 + w, read so at load (in fp32, as Hugging
+// Face's GemmaRMSNorm).
+constexpr Form kOne = Form::kOnePlus;
+
+}  // namespace
+
+Result<graph::GraphDef> GemmaProgram(const LmConfig& c) {
+  return GatedProgram(c, graph::Op::kGelu);
+}
+
+const Family& HfGemma() {
+  static const Family family = {
+      "hf-gemma",
+      "Hugging Face Gemma",
+      LmArchitecture::kLlama,
+      ByRole({
+          {Role::kTokEmb, {"embed_tokens.weight"}},
+          {Role::kNorm1Scale, {"layers.{i}.input_layernorm.weight", kOne}},
+          {Role::kQuery, {"layers.{i}.self_attn.q_proj.weight"}},
+          {Role::kKey, {"layers.{i}.self_attn.k_proj.weight"}},
+          {Role::kValue, {"layers.{i}.self_attn.v_proj.weight"}},
+          {Role::kQueryBias, {"layers.{i}.self_attn.q_proj.bias"}},
+          {Role::kKeyBias, {"layers.{i}.self_attn.k_proj.bias"}},
+          {Role::kValueBias, {"layers.{i}.self_attn.v_proj.bias"}},
+          {Role::kOut, {"layers.{i}.self_attn.o_proj.weight"}},
+          {Role::kOutBias, {"layers.{i}.self_attn.o_proj.bias"}},
+          {Role::kNorm2Scale,
+           {"layers.{i}.post_attention_layernorm.weight", kOne}},
+          {Role::kUp, {"layers.{i}.mlp.gate_proj.weight"}},  // GELU'd: fc1
+          {Role::kGate, {"layers.{i}.mlp.up_proj.weight"}},  // fc2
+          {Role::kDown, {"layers.{i}.mlp.down_proj.weight"}},
+          {Role::kFinalScale, {"norm.weight", kOne}},
+          {Role::kHead, {"lm_head.weight"}},
+      }),
+      {"layers.{i}.self_attn.rotary_emb.inv_freq"},
+      {"model."},
+      nullptr,
+      ReadGemmaConfig,
+      " or 'num_attention_heads' in the config.json beside it",
+      GemmaProgram,
+      kGemma.model_type};
+  return family;
+}
+
+}  // namespace attn::lm
