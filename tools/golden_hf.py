@@ -62,6 +62,15 @@ HF_CASES = {
         {"b": 2, "T": 12, "lengths": [12, 8], "store": torch.bfloat16, "tied": True},
         "Gemma 1: vocab 88, hidden 48, 2 heads of head_dim 32 (64 != 48 / 2) sharing 1 K/V head (MQA), GeGLU "
         "intermediate 96, RMSNorm x (1 + w), embeddings x sqrt(48) in bf16, tied, BF16; prompts of 12 and 8"),
+    "hf_phi3_fused": (
+        {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "vocab_size": 76, "hidden_size": 32,
+         "intermediate_size": 56, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "max_position_embeddings": 32, "original_max_position_embeddings": 32, "rms_norm_eps": 1e-5,
+         "rope_theta": 10000.0, "rope_scaling": None, "sliding_window": 6, "tie_word_embeddings": False,
+         "hidden_act": "silu"},
+        {"b": 2, "T": 13, "lengths": [13, 9], "store": torch.float16, "fused": True},
+        "Phi-3: vocab 76, hidden 32, 4 heads, 2 K/V heads, qkv_proj and gate_up_proj fused as published, "
+        "intermediate 56, sliding_window 6, 2 layers, own lm_head, F16; prompts of 13 and 9"),
     "hf_mistral_window": (
         {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "vocab_size": 72, "hidden_size": 32,
          "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -105,7 +114,7 @@ def hf_forward(t, ids, c, dtype):
     t = {k: v.to(dtype) for k, v in t.items()}
     H, KV, hd = dims(c)
     eps, T = c.get("rms_norm_eps", 1e-6), ids.shape[0]
-    window = c.get("sliding_window") if c["model_type"] == "mistral" else None
+    window = c.get("sliding_window") if c["model_type"] in ("mistral", "phi3") else None
 
     def rms(x, n):  # GemmaRMSNorm scales by 1 + w
         return (1 + t[n] if gemma else t[n]) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
@@ -195,10 +204,10 @@ def greedy(t, prompt, c, dtype):
 
 
 def book_reference(t, ids, c):
-    """The book's Llama reference (make_golden.reference_llama) on the same weights, for the models
-    it can express (no biases, head_dim = hidden / heads, no window): float64 logits, else None."""
+    """The book's Llama reference (make_golden.reference_llama) on the same weights, for the Llama
+    models it can express (no biases, head_dim = hidden / heads): float64 logits, else None."""
     H, KV, hd = dims(c)
-    if any(biases(c).values()) or hd * H != c["hidden_size"] or c["model_type"] == "mistral":
+    if any(biases(c).values()) or hd * H != c["hidden_size"] or c["model_type"] != "llama":
         return None
     names = {"model.embed_tokens.weight": "tok_emb.weight", "model.norm.weight": "final_norm.weight",
              "lm_head.weight": "out_head.weight"}
@@ -236,6 +245,22 @@ def hf_io(name, t, c, ids, lengths):
             return None
         logits[r, :n], tokens[r] = y, out
     return logits, tokens
+
+
+def fuse_phi3(t):
+    """Phi-3's names: q, k, v rows stacked in qkv_proj, gate and up rows in gate_up_proj."""
+    fused = {}
+    for k, v in t.items():
+        if ".self_attn.q_proj." in k:
+            p = k.split("self_attn.")[0]
+            fused[p + "self_attn.qkv_proj.weight"] = torch.cat(
+                [t[p + f"self_attn.{n}_proj.weight"] for n in "qkv"])
+        elif ".mlp.gate_proj." in k:
+            p = k.split("mlp.")[0]
+            fused[p + "mlp.gate_up_proj.weight"] = torch.cat([t[p + "mlp.gate_proj.weight"], t[p + "mlp.up_proj.weight"]])
+        elif not any(f".{n}." in k for n in ("k_proj", "v_proj", "up_proj")):
+            fused[k] = v
+    return dict(sorted(fused.items()))
 
 
 def write_shards(d, tensors, shards):
@@ -277,14 +302,15 @@ def write_hf_cases(out):
         config = {**c, "torch_dtype": DTYPE_NAMES[opts.get("store", torch.float32)], "bos_token_id": 1,
                   "eos_token_id": 2}
         (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        stored = fuse_phi3(t) if opts.get("fused") else t
         if opts.get("shards"):
-            write_shards(d, t, opts["shards"])
+            write_shards(d, stored, opts["shards"])
         else:
-            mg.save_safetensors(d / "model.safetensors", t, {"format": "pt"})
+            mg.save_safetensors(d / "model.safetensors", stored, {"format": "pt"})
         logits, tokens = io
         io_tensors = {"input_ids": ids, "lengths": torch.tensor(lengths, dtype=torch.int64),
                       "logits": logits, "tokens": tokens}
         mg.save_safetensors(d / "io.safetensors", io_tensors,
                             {"tolerance": mg.LM_TOLERANCE, "max_new_tokens": str(mg.LM_NEW_TOKENS),
                              "description": description})
-        print(f"lm/{name}: {len(t)} tensors max|logits|={logits.abs().max().item():.4g} tokens {tokens.tolist()}")
+        print(f"lm/{name}: {len(stored)} tensors max|logits|={logits.abs().max().item():.4g} tokens {tokens.tolist()}")

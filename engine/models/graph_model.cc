@@ -375,6 +375,8 @@ class Binder {
                                        " wants input " + Quoted(in) + " of"));
         break;
       }
+      case Op::kSwiGlu:
+        return InferHalf(in, out, who);
       case Op::kAdd:
       case Op::kMul:
         if (Width(node.inputs[1]) >= 0) {
@@ -399,6 +401,23 @@ class Binder {
     }
     if (Width(out) >= 0) {
       return Unify(in, Width(out), who + "output " + Quoted(out) + " has");
+    }
+    return {};
+  }
+
+  // A SwiGLU's output is half as wide as its input, which must be even.
+  Status InferHalf(const std::string& in, const std::string& out,
+                   const std::string& who) {
+    if (Width(in) >= 0 && Width(in) % 2 != 0) {
+      return InvalidArgument(who + "input " + Quoted(in) + " has width " +
+                             std::to_string(Width(in)) +
+                             ", want an even width (gate and up halves)");
+    }
+    if (Width(in) >= 0) {
+      return Unify(out, Width(in) / 2, who + "half of input " + Quoted(in));
+    }
+    if (Width(out) >= 0) {
+      return Unify(in, 2 * Width(out), who + "twice output " + Quoted(out));
     }
     return {};
   }

@@ -118,7 +118,8 @@ Result<graph::GraphDef> RepeatBlock(graph::GraphDef model,
 
 // The programs of the book's GPTModel (and GPT-2's) and of its Llama; a
 // Llama block whose feed-forward gates with `activation` (kSilu: Llama's,
-// kGelu: Gemma's GeGLU), its embedding scaled by config.embedding_scale.
+// kGelu: Gemma's GeGLU, kSwiGlu: Phi-3's fused gate_up), its embedding
+// scaled by config.embedding_scale.
 Result<graph::GraphDef> GptProgram(const LmConfig& config);
 Result<graph::GraphDef> LlamaProgram(const LmConfig& config);
 Result<graph::GraphDef> GatedProgram(const LmConfig& config,
@@ -138,6 +139,7 @@ const Family& HfLlama();
 const Family& HfMistral();
 const Family& HfQwen2();
 const Family& HfGemma();
+const Family& HfPhi3();
 
 }  // namespace attn::lm
 

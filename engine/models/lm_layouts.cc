@@ -280,10 +280,14 @@ Status ReadSizes(const WeightFiles& file, const FileLayout& layout,
         Quoted(file.path()) + " has no transformer block: " + "tensor " +
         Quoted(layout.Name(Role::kNorm1Scale, 0)) + " is missing");
   }
-  c.hidden_dim = MatrixRows(RoleShape(file, layout, Role::kUp, 0));
+  // Phi-3's fused gate_up has both halves' rows.
+  const bool fused = layout.family->tensors[size_t(Role::kGateUp)].name;
+  const Role first = fused ? Role::kGateUp : Role::kUp;
+  c.hidden_dim =
+      MatrixRows(RoleShape(file, layout, first, 0)) / (fused ? 2 : 1);
   if (c.hidden_dim == 0) {
-    return InvalidArgument("tensor " + Quoted(layout.Name(Role::kUp, 0)) +
-                           " of " + Quoted(file.path()) +
+    return InvalidArgument("tensor " + Quoted(layout.Name(first, 0)) + " of " +
+                           Quoted(file.path()) +
                            " is missing or not a matrix: the feed-forward "
                            "block's first weight");
   }

@@ -147,6 +147,40 @@ Result<ops::Linear> TiedHead(ModelData& m) {
                     m.num_threads);
 }
 
+// An attention's tensors as read, which MhaWeights points into.
+struct AttentionTensors {
+  std::vector<float> qkv, q, k, v, qb, kb, vb, out, out_bias;
+};
+
+// q, k and v (q_rows, kv and kv rows of `in`) and their biases: three
+// tensors, or Phi-3's one, which `mw` then points into as it is.
+Status ReadProjections(const WeightSource& w, int64_t l, bool bias,
+                       int64_t q_rows, int64_t kv, int64_t in,
+                       AttentionTensors& t, MhaWeights& mw) {
+  if (w.has(Role::kQkv, l)) {
+    ATTN_ASSIGN_OR_RETURN(t.qkv, w.fetch(Role::kQkv, l, q_rows + 2 * kv, in));
+    mw.w_query = t.qkv.data();
+    mw.w_key = mw.w_query + q_rows * in;
+    mw.w_value = mw.w_key + kv * in;
+  } else {
+    ATTN_ASSIGN_OR_RETURN(t.q, w.fetch(Role::kQuery, l, q_rows, in));
+    ATTN_ASSIGN_OR_RETURN(t.k, w.fetch(Role::kKey, l, kv, in));
+    ATTN_ASSIGN_OR_RETURN(t.v, w.fetch(Role::kValue, l, kv, in));
+    mw.w_query = t.q.data();
+    mw.w_key = t.k.data();
+    mw.w_value = t.v.data();
+  }
+  if (bias) {
+    ATTN_ASSIGN_OR_RETURN(t.qb, w.fetch(Role::kQueryBias, l, q_rows, 0));
+    ATTN_ASSIGN_OR_RETURN(t.kb, w.fetch(Role::kKeyBias, l, kv, 0));
+    ATTN_ASSIGN_OR_RETURN(t.vb, w.fetch(Role::kValueBias, l, kv, 0));
+    mw.b_query = t.qb.data();
+    mw.b_key = t.kb.data();
+    mw.b_value = t.vb.data();
+  }
+  return {};
+}
+
 Result<std::shared_ptr<const MhaModel>> MakeAttention(
     const LmConfig& c, const WeightSource& w, int64_t l,
     const MhaOptions& options) {
@@ -162,30 +196,15 @@ Result<std::shared_ptr<const MhaModel>> MakeAttention(
   mc.qkv_bias = c.qkv_bias;
   mc.rope = c.rope;
   mc.sliding_window = c.sliding_window;
-  std::vector<float> q, k, v, qb, kb, vb, out, out_bias;
-  ATTN_ASSIGN_OR_RETURN(q, w.fetch(Role::kQuery, l, q_rows, e));
-  ATTN_ASSIGN_OR_RETURN(k, w.fetch(Role::kKey, l, kv, e));
-  ATTN_ASSIGN_OR_RETURN(v, w.fetch(Role::kValue, l, kv, e));
-  ATTN_ASSIGN_OR_RETURN(out, w.fetch(Role::kOut, l, e, q_rows));
-  if (c.qkv_bias) {
-    ATTN_ASSIGN_OR_RETURN(qb, w.fetch(Role::kQueryBias, l, q_rows, 0));
-    ATTN_ASSIGN_OR_RETURN(kb, w.fetch(Role::kKeyBias, l, kv, 0));
-    ATTN_ASSIGN_OR_RETURN(vb, w.fetch(Role::kValueBias, l, kv, 0));
-  }
-  if (w.has(Role::kOutBias, l)) {
-    ATTN_ASSIGN_OR_RETURN(out_bias, w.fetch(Role::kOutBias, l, e, 0));
-  }
+  AttentionTensors t;
   MhaWeights mw;
-  mw.w_query = q.data();
-  mw.w_key = k.data();
-  mw.w_value = v.data();
-  mw.w_out = out.data();
-  if (c.qkv_bias) {
-    mw.b_query = qb.data();
-    mw.b_key = kb.data();
-    mw.b_value = vb.data();
+  ATTN_RETURN_IF_ERROR(ReadProjections(w, l, c.qkv_bias, q_rows, kv, e, t, mw));
+  ATTN_ASSIGN_OR_RETURN(t.out, w.fetch(Role::kOut, l, e, q_rows));
+  mw.w_out = t.out.data();
+  if (w.has(Role::kOutBias, l)) {
+    ATTN_ASSIGN_OR_RETURN(t.out_bias, w.fetch(Role::kOutBias, l, e, 0));
+    mw.b_out = t.out_bias.data();
   }
-  mw.b_out = out_bias.empty() ? nullptr : out_bias.data();
   return MhaModel::Create(mc, mw, options);
 }
 
@@ -199,9 +218,16 @@ Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
   ATTN_ASSIGN_OR_RETURN(layer.attention, MakeAttention(c, w, l, options));
   ATTN_ASSIGN_OR_RETURN(
       layer.norm2, MakeNorm(w, Role::kNorm2Scale, Role::kNorm2Shift, l, e));
-  ATTN_ASSIGN_OR_RETURN(layer.up, MakeLinear(w, Role::kUp, Role::kUpBias, l, e,
-                                             h, dtype, options.num_threads));
-  if (c.architecture == LmArchitecture::kLlama) {
+  if (w.has(Role::kGateUp, l)) {  // Phi-3: one [2h, e], no gate
+    ATTN_ASSIGN_OR_RETURN(
+        layer.up, MakeLinear(w, Role::kGateUp, std::nullopt, l, e, 2 * h, dtype,
+                             options.num_threads));
+  } else {
+    ATTN_ASSIGN_OR_RETURN(
+        layer.up, MakeLinear(w, Role::kUp, Role::kUpBias, l, e, h, dtype,
+                             options.num_threads));
+  }
+  if (c.architecture == LmArchitecture::kLlama && !w.has(Role::kGateUp, l)) {
     ATTN_ASSIGN_OR_RETURN(
         layer.gate, MakeLinear(w, Role::kGate, Role::kGateBias, l, e, h, dtype,
                                options.num_threads));
@@ -270,6 +296,8 @@ WeightSource RandomWeights(const LmConfig& c, uint64_t seed) {
       case Role::kGate:
         return c.architecture == LmArchitecture::kLlama;
       case Role::kGateBias:
+      case Role::kQkv:
+      case Role::kGateUp:
         return false;
       case Role::kQueryBias:
       case Role::kKeyBias:

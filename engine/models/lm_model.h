@@ -31,8 +31,9 @@ struct Norm {
 struct Layer {
   Norm norm1, norm2;
   std::shared_ptr<const MhaModel> attention;
-  // GPT-2: up, GELU, down. Llama: down(silu(up(x)) * gate(x)). Each has
-  // its packed copy and panels (the model decodes).
+  // GPT-2: up, GELU, down. Llama: down(silu(up(x)) * gate(x)). Phi-3: up
+  // is its fused gate_up, [silu'd rows; rows], and there is no gate. Each
+  // has its packed copy and panels (the model decodes).
   ops::Linear up, gate, down;
 };
 
@@ -49,6 +50,7 @@ enum class Role {
   kQueryBias,
   kKeyBias,
   kValueBias,
+  kQkv,  // q, k and v stacked in one [out, in] (Phi-3's qkv_proj)
   kOut,
   kOutBias,
   kNorm2Scale,
@@ -57,6 +59,7 @@ enum class Role {
   kUpBias,
   kGate,
   kGateBias,
+  kGateUp,  // gate and up stacked in one [2 hidden, in] (Phi-3's)
   kDown,
   kDownBias,
   kFinalScale,

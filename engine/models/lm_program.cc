@@ -77,6 +77,8 @@ std::vector<int64_t> Widths(const ModelData& m) {
     const NodeBinding& b = m.bound.layers[0][step.node];
     if (step.op == Op::kLinear) {
       widths[step.dst] = b.linear->out();
+    } else if (step.op == Op::kSwiGlu) {
+      widths[step.dst] = widths[step.src] / 2;
     } else if (step.src >= 0 && step.op != Op::kEmbedding &&
                step.op != Op::kPositionEmbedding) {
       widths[step.dst] = widths[step.src];

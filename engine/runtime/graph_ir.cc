@@ -51,6 +51,7 @@ const std::vector<OpSpec>& Specs() {
       {Op::kSilu, "silu", 1, {}, {}, {}},
       {Op::kAdd, "add", 2, {}, {}, {}},
       {Op::kMul, "mul", 2, {}, {}, {}},
+      {Op::kSwiGlu, "swiglu", 1, {}, {}, {}},
       {Op::kDropout, "dropout", 1, {}, {}, {"p"}},
       {Op::kEmbedding, "embedding", 1, {"weight"}, {}, {}},
       {Op::kPositionEmbedding, "position_embedding", 1, {"weight"}, {}, {}},

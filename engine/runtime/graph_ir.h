@@ -27,6 +27,7 @@ enum class Op {
   kSilu,
   kAdd,
   kMul,
+  kSwiGlu,  // [R, 2n] -> [R, n]: silu(first half) * second half (Phi-3)
   kDropout,
   kEmbedding,          // token ids [b, T] -> rows of `weight` [vocab, e]
   kPositionEmbedding,  // + row p of `weight` [context, e] at position p

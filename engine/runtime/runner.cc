@@ -263,6 +263,18 @@ void Runner::RunEmbedding(size_t layer, size_t k, const RunRows& rows,
   }
 }
 
+// Each row's silu(gate) * up, gate and up the halves of its [2 width] row:
+// Phi-3's fused gate_up_proj read as it is.
+void Runner::RunSwiGlu(const float* src, float* dst, size_t rows,
+                       size_t width) const {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* gate = src + r * 2 * width;
+    float* y = dst + r * width;
+    kernels::Silu(gate, y, width, 1);
+    kernels::Mul(y, gate + width, y, width, 1);
+  }
+}
+
 // The kept rows of each gathered tensor, in order, into its copy, which
 // the later steps read.
 void Runner::GatherKept(const int64_t* kept,
@@ -336,6 +348,9 @@ Status Runner::Run(size_t layer, const RunRows& rows, const float* input,
         break;
       case Op::kMul:
         kernels::Mul(at(s.src), at(s.src2), at(s.dst), count, run_threads_);
+        break;
+      case Op::kSwiGlu:
+        RunSwiGlu(at(s.src), at(s.dst), R, width);
         break;
       case Op::kEmbedding:
       case Op::kPositionEmbedding:

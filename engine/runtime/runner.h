@@ -158,6 +158,7 @@ class Runner {
                  const float* residual) const;
   void RunEmbedding(size_t layer, size_t k, const RunRows& rows,
                     const float* src, float* dst) const;
+  void RunSwiGlu(const float* src, float* dst, size_t rows, size_t width) const;
   void GatherKept(const int64_t* kept, std::vector<float*>& tensors) const;
 
   BoundProgram bound_;

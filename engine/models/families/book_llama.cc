@@ -1,6 +1,9 @@
 // The book's Llama 3.2 (chapter 5 of its bonus material): nn.Linear weights
 // as [out, in], RMSNorm, RoPE, a SiLU-gated feed-forward (fc1 up, fc2 gate,
 // fc3 down).
+#include <utility>
+#include <vector>
+
 #include "engine/models/lm_family.h"
 
 namespace attn::lm {
@@ -10,31 +13,51 @@ Result<graph::GraphDef> LlamaProgram(const LmConfig& c) {
   return GatedProgram(c, graph::Op::kSilu);
 }
 
+namespace {
+
+// The feed-forward from x_norm2 to ff_out: down(act(fc1) * fc2), or with
+// kSwiGlu Phi-3's down(swiglu(fc1)), fc1 its fused gate_up.
+std::vector<graph::Node> FeedForward(graph::Op activation) {
+  using graph::Op;
+  std::vector<graph::Node> nodes = {
+      ProgramNode("ff.fc1", Op::kLinear, {"x_norm2"}, "ff_gate",
+                  {{"weight", {"ff.fc1.weight"}}})};
+  if (activation == Op::kSwiGlu) {
+    nodes.push_back(
+        ProgramNode("ff.swiglu", Op::kSwiGlu, {"ff_gate"}, "ff_hidden"));
+  } else {
+    nodes.push_back(ProgramNode(activation == Op::kSilu ? "ff.silu" : "ff.gelu",
+                                activation, {"ff_gate"}, "ff_act"));
+    nodes.push_back(ProgramNode("ff.fc2", Op::kLinear, {"x_norm2"}, "ff_up",
+                                {{"weight", {"ff.fc2.weight"}}}));
+    nodes.push_back(
+        ProgramNode("ff.mul", Op::kMul, {"ff_act", "ff_up"}, "ff_hidden"));
+  }
+  nodes.push_back(ProgramNode("ff.fc3", Op::kLinear, {"ff_hidden"}, "ff_out",
+                              {{"weight", {"ff.fc3.weight"}}}));
+  return nodes;
+}
+
+}  // namespace
+
 Result<graph::GraphDef> GatedProgram(const LmConfig& c, graph::Op activation) {
   using graph::Op;
   const auto eps = static_cast<float>(c.norm_eps);
-  graph::GraphDef block = ProgramGraph(
-      "x", "y",
-      {ProgramNode("norm1", Op::kRmsNorm, {"x"}, "x_norm1",
-                   {{"weight", {"norm1.weight"}}}, eps),
-       ProgramNode("att", Op::kMha, {"x_norm1"}, "att_out",
-                   {{"W_query.weight", {"att.W_query.weight"}},
-                    {"W_key.weight", {"att.W_key.weight"}},
-                    {"W_value.weight", {"att.W_value.weight"}},
-                    {"out_proj.weight", {"att.out_proj.weight"}}}),
-       ProgramNode("residual1", Op::kAdd, {"x", "att_out"}, "x1"),
-       ProgramNode("norm2", Op::kRmsNorm, {"x1"}, "x_norm2",
-                   {{"weight", {"norm2.weight"}}}, eps),
-       ProgramNode("ff.fc1", Op::kLinear, {"x_norm2"}, "ff_gate",
-                   {{"weight", {"ff.fc1.weight"}}}),
-       ProgramNode(activation == Op::kSilu ? "ff.silu" : "ff.gelu", activation,
-                   {"ff_gate"}, "ff_act"),
-       ProgramNode("ff.fc2", Op::kLinear, {"x_norm2"}, "ff_up",
-                   {{"weight", {"ff.fc2.weight"}}}),
-       ProgramNode("ff.mul", Op::kMul, {"ff_act", "ff_up"}, "ff_hidden"),
-       ProgramNode("ff.fc3", Op::kLinear, {"ff_hidden"}, "ff_out",
-                   {{"weight", {"ff.fc3.weight"}}}),
-       ProgramNode("residual2", Op::kAdd, {"x1", "ff_out"}, "y")});
+  std::vector<graph::Node> nodes = {
+      ProgramNode("norm1", Op::kRmsNorm, {"x"}, "x_norm1",
+                  {{"weight", {"norm1.weight"}}}, eps),
+      ProgramNode("att", Op::kMha, {"x_norm1"}, "att_out",
+                  {{"W_query.weight", {"att.W_query.weight"}},
+                   {"W_key.weight", {"att.W_key.weight"}},
+                   {"W_value.weight", {"att.W_value.weight"}},
+                   {"out_proj.weight", {"att.out_proj.weight"}}}),
+      ProgramNode("residual1", Op::kAdd, {"x", "att_out"}, "x1"),
+      ProgramNode("norm2", Op::kRmsNorm, {"x1"}, "x_norm2",
+                  {{"weight", {"norm2.weight"}}}, eps)};
+  for (graph::Node& node : FeedForward(activation)) {
+    nodes.push_back(std::move(node));
+  }
+  nodes.push_back(ProgramNode("residual2", Op::kAdd, {"x1", "ff_out"}, "y"));
   graph::Node embedding = ProgramNode("tok_emb", Op::kEmbedding, {"input_ids"},
                                       "x0", {{"weight", {"tok_emb.weight"}}});
   if (c.embedding_scale != 0.0f) embedding.scale = c.embedding_scale;
@@ -46,7 +69,8 @@ Result<graph::GraphDef> GatedProgram(const LmConfig& c, graph::Op activation) {
                    {{"weight", {"final_norm.weight"}}}, eps),
        ProgramNode("out_head", Op::kLinear, {"x_norm"}, "logits",
                    {{"weight", {"out_head.weight", "tok_emb.weight"}}})});
-  return RepeatBlock(std::move(model), std::move(block), c);
+  return RepeatBlock(std::move(model), ProgramGraph("x", "y", std::move(nodes)),
+                     c);
 }
 
 const Family& BookLlama() {

@@ -62,7 +62,7 @@ const std::vector<const Family*>& Families() {
   // The book's Llama after its GPTModel: both name the embedding tok_emb.
   static const std::vector<const Family*> families = {
       &BookGpt(),   &HfGpt2(),  &BookLlama(), &HfLlama(),
-      &HfMistral(), &HfQwen2(), &HfGemma()};
+      &HfMistral(), &HfQwen2(), &HfGemma(),   &HfPhi3()};
   return families;
 }
 
