@@ -38,7 +38,7 @@ std::vector<fs::path> CaseDirs(const fs::path& root) {
   std::vector<fs::path> dirs;
   if (!fs::is_directory(root)) return dirs;
   for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
-    if (fs::exists(entry.path() / "model.safetensors")) {
+    if (fs::exists(entry.path() / "io.safetensors")) {
       dirs.push_back(entry.path());
     }
   }
@@ -64,7 +64,9 @@ struct GoldenCase {
 GoldenCase ReadCase(const fs::path& dir) {
   GoldenCase c;
   c.dir = dir;
-  c.model = (dir / "model.safetensors").string();
+  // A sharded case's weights file is its index.
+  const fs::path index = dir / "model.safetensors.index.json";
+  c.model = (fs::exists(index) ? index : dir / "model.safetensors").string();
   c.io = (dir / "io.safetensors").string();
   Result<SafetensorsFile> io = SafetensorsFile::Open(c.io);
   EXPECT_TRUE(io.ok()) << io.status().message();
@@ -100,15 +102,20 @@ class LmCliTest : public ::testing::Test {
             std::string(std::istreambuf_iterator<char>(in), {})};
   }
 
+  // `model`: a weights file (--weights) or a folder (--model).
+  static std::string ModelFlag(const std::string& model) {
+    return (fs::is_directory(model) ? "--model " : "--weights ") + model;
+  }
+
   Outcome Run(const std::string& model, const std::string& input,
               const std::string& extra = "") {
-    return Attn("run --weights " + model + " --input " + input + " --output " +
+    return Attn("run " + ModelFlag(model) + " --input " + input + " --output " +
                 output_ + " " + extra);
   }
 
   Outcome Generate(const std::string& model, const std::string& input,
                    int64_t max_new_tokens, const std::string& extra = "") {
-    return Attn("generate --weights " + model + " --input " + input +
+    return Attn("generate " + ModelFlag(model) + " --input " + input +
                 " --output " + output_ + " --max-new-tokens " +
                 std::to_string(max_new_tokens) + " " + extra);
   }
@@ -170,6 +177,7 @@ TEST_F(LmCliTest, GoldenCasesExist) {
   EXPECT_FALSE(CaseDirs(kLmGolden / "bad").empty()) << kLmGolden / "bad";
 }
 
+// At 1 thread through the weights file, at 2 through the folder.
 TEST_F(LmCliTest, RunMatchesGoldenLogitsAtOneAndTwoThreads) {
   for (const fs::path& dir : CaseDirs(kLmGolden)) {
     SCOPED_TRACE(dir.string());
@@ -178,7 +186,8 @@ TEST_F(LmCliTest, RunMatchesGoldenLogitsAtOneAndTwoThreads) {
     std::vector<float> at_one_thread;
     for (int threads : {1, 2}) {
       const Outcome outcome =
-          Run(golden.model, golden.io, "--threads " + std::to_string(threads));
+          Run(threads == 1 ? golden.model : dir.string(), golden.io,
+              "--threads " + std::to_string(threads));
       ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
       const std::vector<float> logits = TakeLogits();
       ASSERT_EQ(logits.size(), golden.logits.size());
@@ -199,9 +208,9 @@ TEST_F(LmCliTest, GenerateMatchesGoldenGreedyTokensAtOneAndTwoThreads) {
     SCOPED_TRACE(dir.string());
     const GoldenCase golden = ReadCase(dir);
     for (int threads : {1, 2}) {
-      const Outcome outcome =
-          Generate(golden.model, golden.io, golden.max_new_tokens,
-                   "--threads " + std::to_string(threads));
+      const Outcome outcome = Generate(
+          threads == 1 ? golden.model : dir.string(), golden.io,
+          golden.max_new_tokens, "--threads " + std::to_string(threads));
       ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
       EXPECT_EQ(TakeTokens(), golden.tokens) << "at " << threads << " threads";
     }
@@ -230,6 +239,36 @@ TEST_F(LmCliTest, RunAndGenerateTakeDtypeBf16) {
       Generate(golden.model, golden.io, golden.max_new_tokens, "--dtype bf16");
   ASSERT_EQ(generate.exit_code, 0) << generate.stderr_text;
   EXPECT_EQ(TakeTokens().size(), golden.tokens.size());
+}
+
+// Three broken folders: a model type nothing runs, a shard gone, a tensor
+// against config.json.
+TEST_F(LmCliTest, BrokenFoldersAreRefusedInOneLine) {
+  const auto copy = [&](const std::string& name, const std::string& as) {
+    const fs::path to = dir_ / as;
+    fs::copy(kLmGolden / name, to);
+    return to;
+  };
+  const auto rewrite = [](const fs::path& config, const std::string& from,
+                          const std::string& to) {
+    std::ifstream in(config);
+    std::string text(std::istreambuf_iterator<char>(in), {});
+    text.replace(text.find(from), from.size(), to);
+    std::ofstream(config) << text;
+  };
+  const fs::path type = copy("hf_llama_plain", "type");
+  rewrite(type / "config.json", "\"llama\"", "\"llama4\"");
+  const fs::path shard = copy("hf_mistral_window", "shard");
+  fs::remove(shard / "model-00003-of-00003.safetensors");
+  const fs::path width = copy("hf_qwen2", "width");
+  rewrite(width / "config.json", "\"intermediate_size\": 96",
+          "\"intermediate_size\": 128");
+  for (const fs::path& dir : {type, shard, width}) {
+    SCOPED_TRACE(dir.string());
+    const std::string io = (dir / "io.safetensors").string();
+    ExpectRefused(Run(dir.string(), io));
+    ExpectRefused(Generate(dir.string(), io, 1));
+  }
 }
 
 TEST_F(LmCliTest, BadCasesAreRefusedByRunAndGenerate) {

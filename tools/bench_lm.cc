@@ -32,6 +32,9 @@ struct ModelArgs {
   int rounds = 1;
 };
 
+// --model's name for seeded random weights at GPT-2 124M's sizes.
+constexpr char kGpt2Small[] = "gpt2-124m";
+
 // GPT-2 124M: the size of the book's chapter-5 model and of the peers.
 LmConfig Gpt2Small() {
   LmConfig c;
@@ -120,9 +123,10 @@ Result<Point> Measure(const DTypeModel& m, const ModelArgs& args,
   return point;
 }
 
+// `source`: kGpt2Small, a weights file or a folder.
 Result<std::shared_ptr<const LanguageModel>> MakeModel(
-    const std::string& weights, const LmOptions& options) {
-  if (!weights.empty()) return LanguageModel::Load(weights, options);
+    const std::string& source, const LmOptions& options) {
+  if (source != kGpt2Small) return LanguageModel::Load(source, options);
   return LanguageModel::Random(Gpt2Small(), 1234, options);
 }
 
@@ -220,7 +224,7 @@ Status CheckSequenceFits(const ModelArgs& args, int64_t context) {
 }
 
 int Run(const ModelArgs& args, const BenchFlags& flags) {
-  if (flags.weights.empty()) {  // the random model's context, before its load
+  if (ModelName(args, flags) == kGpt2Small) {  // before the random model loads
     const Status fits = CheckSequenceFits(args, Gpt2Small().context_length);
     if (!fits.ok()) return Fail(fits.message());
   }
@@ -245,7 +249,7 @@ int Run(const ModelArgs& args, const BenchFlags& flags) {
       ShowProgress("loading %s (%s) ...", ModelName(args, flags).c_str(),
                    DTypeName(dtype));
       Result<std::shared_ptr<const LanguageModel>> model =
-          MakeModel(flags.weights, options);
+          MakeModel(ModelName(args, flags), options);
       EndProgress();
       if (!model.ok()) return Fail(model.status().message());
       models.push_back({dtype, *std::move(model)});
@@ -269,8 +273,9 @@ std::function<ModelBench()> AddModelBenchOptions(CLI::App& bench) {
   bench
       .add_option("--model", args->model,
                   "time a whole model's prefill and decode: gpt2-124m "
-                  "(seeded random weights at GPT-2 124M's sizes)")
-      ->check(CLI::IsMember({"gpt2-124m"}));
+                  "(seeded random weights at GPT-2 124M's sizes) or a "
+                  "model's folder as Hugging Face publishes it")
+      ->check(FilePath());
   bench.add_option("--prompt", args->prompt, "model: prompt tokens")
       ->check(IntegerIn(1))
       ->capture_default_str();

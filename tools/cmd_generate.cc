@@ -258,7 +258,14 @@ int GenerateText(const GenerateArgs& args) {
   return 0;
 }
 
-int Generate(const GenerateArgs& args) {
+int Generate(GenerateArgs args) {
+  if (const int rc = WeightsGiven(args.weights)) return rc;
+  // A folder's own tokenizer, where --prompt asks for one.
+  std::error_code error;
+  if (args.tokenizer.empty() && !args.prompt.empty() &&
+      std::filesystem::is_directory(args.weights, error)) {
+    args.tokenizer = args.weights;
+  }
   if (args.input.empty() && args.tokenizer.empty()) {
     // A usage error, as a missing required flag is.
     return Usage(
@@ -331,11 +338,9 @@ Command AddGenerateCommand(CLI::App& app) {
       "generate",
       "Generate tokens after prompts with a whole language model (greedy, or "
       "sampled with top-k, temperature and top-p)");
-  command
-      ->add_option("--weights", args->weights,
-                   "whole model: book GPT, Hugging Face GPT-2 or book Llama "
-                   "3.2 safetensors")
-      ->required();
+  AddWeightsOrModel(command, args->weights,
+                    "whole model: book GPT or Llama, or Hugging Face's "
+                    "safetensors (or index) with config.json beside it");
   AddPromptFlags(command, *args);
   command
       ->add_option("--max-new-tokens", args->max_new_tokens,

@@ -198,6 +198,7 @@ bool WantsWholeModel(const RunArgs& args) {
 }
 
 int Run(const RunArgs& args) {
+  if (const int rc = WeightsGiven(args.weights)) return rc;
   if (const int rc = CheckConfigFile(args.config)) return rc;
   InstallInterruptHandlers();
   // Where the output goes is checked before any work, written after it.
@@ -216,12 +217,11 @@ Command AddRunCommand(CLI::App& app) {
       "run",
       "Run the chapter-3 MultiHeadAttention, a graph or a whole language "
       "model on a safetensors input");
-  run_cmd
-      ->add_option("--weights", run.weights,
-                   "safetensors file with PyTorch's state_dict names: an "
-                   "MHA, a graph's weights or a whole model (book GPT, "
-                   "Hugging Face GPT-2, book Llama 3.2)")
-      ->required();
+  AddWeightsOrModel(run_cmd, run.weights,
+                    "safetensors file with PyTorch's state_dict names: an "
+                    "MHA, a graph's weights or a whole model (book GPT or "
+                    "Llama, Hugging Face's with config.json beside it), or "
+                    "a model's model.safetensors.index.json");
   run_cmd
       ->add_option("--input", run.input,
                    "safetensors file holding the input [b, T, d_in] "

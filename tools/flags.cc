@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "tools/cli.h"
+
 namespace attn::cli {
 namespace {
 
@@ -107,6 +109,24 @@ CLI::Validator FilePath() {
         return text.empty() ? "got '', want a file path" : "";
       },
       "FILE");
+}
+
+void AddWeightsOrModel(CLI::App* command, std::string& weights,
+                       const std::string& weights_help) {
+  CLI::Option* file = command->add_option("--weights", weights, weights_help)
+                          ->check(FilePath());
+  CLI::Option* folder =
+      command
+          ->add_option("--model", weights,
+                       "a model's folder as Hugging Face publishes it: "
+                       "config.json beside model.safetensors, or shards "
+                       "and model.safetensors.index.json")
+          ->check(FilePath());
+  file->excludes(folder);
+}
+
+int WeightsGiven(const std::string& weights) {
+  return weights.empty() ? Usage("--weights FILE or --model DIR: want one") : 0;
 }
 
 CLI::Validator ByteSize() {

@@ -43,6 +43,14 @@ CLI::Validator DTypeFlag();
 // What --dtype calls `dtype`: "f32" or "bf16".
 const char* DTypeName(DType dtype);
 
+// --weights FILE and --model DIR, either into `weights` (one of them; the
+// command checks one was given with WeightsGiven): a model's folder as
+// Hugging Face publishes it loads as its weights file does.
+void AddWeightsOrModel(CLI::App* command, std::string& weights,
+                       const std::string& weights_help);
+// A usage error (2) when neither --weights nor --model was given; 0 else.
+int WeightsGiven(const std::string& weights);
+
 // The attention variant's flags (--kv-heads, --rope-theta and its scaling,
 // --sliding-window) of `attn run` and `attn bench`: each overrides the
 // file's metadata of the same name.
