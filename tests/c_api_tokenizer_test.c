@@ -148,20 +148,19 @@ static void TestSentencePiece(const attn_tokenizer* t) {
   const char* step = NULL;
   attn_decode_stream* stream = NULL;
   EXPECT(strcmp(attn_tokenizer_kind(t), "sentencepiece-bpe") == 0);
-  EXPECT_STATUS(ATTN_OK,
-                attn_tokenizer_encode_special(t, "hi \xe4\xb8\xad", 6, 1,
-                                              ids, 8, &count),
-                "");
+  EXPECT_STATUS(
+      ATTN_OK,
+      attn_tokenizer_encode_special(t, "hi \xe4\xb8\xad", 6, 1, ids, 8, &count),
+      "");
   EXPECT(count == 6);
   for (i = 0; i < 6 && i < count; ++i) EXPECT(ids[i] == want[i]);
   EXPECT_STATUS(ATTN_OK,
                 attn_tokenizer_encode(t, "hi \xe4\xb8\xad", 6, ids, 8, &count),
                 "");
   EXPECT(count == 5 && ids[0] == 7);
-  EXPECT_STATUS(ATTN_OK,
-                attn_tokenizer_decode_text(t, want, 6, text, sizeof text,
-                                           &length),
-                "");
+  EXPECT_STATUS(
+      ATTN_OK,
+      attn_tokenizer_decode_text(t, want, 6, text, sizeof text, &length), "");
   EXPECT(length == 10 && memcmp(text, "<s> hi \xe4\xb8\xad", 10) == 0);
   EXPECT(attn_tokenizer_bos_id(t) == 1 && attn_tokenizer_add_bos(t) == 1);
   EXPECT(attn_tokenizer_add_eos(t) == 0);
