@@ -444,6 +444,28 @@ Status ReadMerge(const Reader& r, const Json& merge, size_t rank,
   return {};
 }
 
+// Which characters some token holds right before a "▁" (hf_impl.h).
+void FindGluedBeforeSpace(const Json& vocab, HfTokenizer::Impl* impl) {
+  if (impl->byte_level) return;
+  const std::string_view space = "\xe2\x96\x81";
+  for (const auto& [token, id] : vocab.items()) {
+    for (size_t at = token.find(space, 1); at != std::string::npos;
+         at = token.find(space, at + 1)) {
+      size_t begin = at - 1;
+      while (begin > 0 &&
+             (static_cast<unsigned char>(token[begin]) & 0xC0) == 0x80)
+        --begin;
+      const std::string glued = token.substr(begin, at - begin);
+      if (glued != space && std::find(impl->glued_before_space.begin(),
+                                      impl->glued_before_space.end(), glued) ==
+                                impl->glued_before_space.end()) {
+        impl->glued_before_space.push_back(glued);
+      }
+    }
+  }
+  impl->split_words = impl->vocab.Find(space) >= 0;
+}
+
 // continuing_subword_prefix, end_of_word_suffix and dropout: none.
 Status CheckUnsupportedBpeOptions(const Reader& r, const Json& model) {
   for (const char* name : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -480,6 +502,7 @@ Status ReadModel(const Reader& r, const Json& root, LoadBudget* budget,
   ATTN_RETURN_IF_ERROR(budget->Check(r.path(), "its model's tables", need));
   budget->held += need;
   ATTN_RETURN_IF_ERROR(ReadVocab(r, vocab ? *vocab : Json(), impl));
+  FindGluedBeforeSpace(*vocab, impl);
   impl->merges.Reserve(merges->size());
   for (size_t i = 0; i < merges->size(); ++i) {
     ATTN_RETURN_IF_ERROR(ReadMerge(r, (*merges)[i], i, impl));

@@ -125,6 +125,11 @@ struct HfTokenizer::Impl {
   std::array<int32_t, 256> unit_ids{};
   std::array<int32_t, 256> byte_fallback_ids{};  // <0xNN>; -1: none
   bool byte_fallback = false, ignore_merges = false, fuse_unk = false;
+  // SentencePiece vocabularies: a "▁" after a character outside this set
+  // starts a word no merge can cross (no token holds that character and
+  // "▁" in a row), so long pieces are merged word by word, and cached.
+  bool split_words = false;
+  std::vector<std::string> glued_before_space;
   int32_t unk_id = -1;
 
   std::vector<AddedToken> added;

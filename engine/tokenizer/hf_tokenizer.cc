@@ -511,6 +511,28 @@ void EncodePiece(const HfTokenizer::Impl& impl, std::string_view piece,
   }
 }
 
+// A SentencePiece piece word by word where no merge can cross (split_words
+// in hf_impl.h): before each "▁" that follows a character not glued to it.
+void EncodeWords(const HfTokenizer::Impl& impl, std::string_view piece,
+                 Workspace* ws, std::vector<int64_t>* out) {
+  constexpr std::string_view kSpace = "\xe2\x96\x81";
+  size_t begin = 0;
+  for (size_t at = piece.find(kSpace, 1); at != std::string_view::npos;
+       at = piece.find(kSpace, at + kSpace.size())) {
+    const std::string_view before = piece.substr(0, at);
+    const size_t last = LastCharStart(before, at);
+    const std::string_view glued = before.substr(last);
+    if (glued == kSpace || std::find(impl.glued_before_space.begin(),
+                                     impl.glued_before_space.end(),
+                                     glued) != impl.glued_before_space.end()) {
+      continue;
+    }
+    EncodePiece(impl, piece.substr(begin, at - begin), ws, out);
+    begin = at;
+  }
+  EncodePiece(impl, piece.substr(begin), ws, out);
+}
+
 // One normalized stretch of text between added tokens: pre-tokenized, each
 // piece through the model.
 Status EncodeNormalized(const HfTokenizer::Impl& impl, std::string_view text,
@@ -525,7 +547,12 @@ Status EncodeNormalized(const HfTokenizer::Impl& impl, std::string_view text,
     ws->pieces.swap(ws->next);
   }
   for (const Piece& piece : ws->pieces) {
-    if (!piece.text.empty()) EncodePiece(impl, piece.text, ws, out);
+    if (piece.text.empty()) continue;
+    if (impl.split_words && !impl.ignore_merges) {
+      EncodeWords(impl, piece.text, ws, out);
+    } else {
+      EncodePiece(impl, piece.text, ws, out);
+    }
   }
   return {};
 }
