@@ -185,7 +185,7 @@ bool VocabReader::parse_error(std::size_t, const std::string&,
   // left open: cut to a line.
   const std::string reason =
       tag_end == std::string::npos ? message : message.substr(tag_end + 2);
-  return Fail("is not valid JSON: " + Quote(reason, 160));
+  return Fail("is not valid JSON: " + Clip(reason, 160));
 }
 
 bool VocabReader::NotAnId() {

@@ -55,24 +55,6 @@ size_t InvalidRun(std::string_view s, size_t i) {
   return n;
 }
 
-// `text` with control bytes and bytes outside valid UTF-8 escaped, so that
-// a message stays one line of UTF-8; cut after `max_bytes` (tokens, lines
-// and pieces can be long) on a character boundary, "..." marking the cut.
-std::string Clip(std::string_view text, size_t max_bytes) {
-  std::string out;
-  size_t i = 0;
-  for (size_t len = 0; i < text.size(); i += len) {
-    const char32_t cp = DecodeUtf8(text, i, &len);
-    if (i + len > max_bytes) break;
-    if (cp == kInvalidCodePoint || cp < 0x20 || cp == 0x7F) {
-      out += "\\x" + Hex(static_cast<unsigned char>(text[i]));
-    } else {
-      out.append(text, i, len);
-    }
-  }
-  return i < text.size() ? out + "..." : out;
-}
-
 struct FdCloser {
   int fd;
   ~FdCloser() { close(fd); }
@@ -167,6 +149,21 @@ int CharByte(char32_t cp) {
     return bytes;
   }();
   return cp < table.size() ? table[cp] : -1;
+}
+
+std::string Clip(std::string_view text, size_t max_bytes) {
+  std::string out;
+  size_t i = 0;
+  for (size_t len = 0; i < text.size(); i += len) {
+    const char32_t cp = DecodeUtf8(text, i, &len);
+    if (i + len > max_bytes) break;
+    if (cp == kInvalidCodePoint || cp < 0x20 || cp == 0x7F) {
+      out += "\\x" + Hex(static_cast<unsigned char>(text[i]));
+    } else {
+      out.append(text, i, len);
+    }
+  }
+  return i < text.size() ? out + "..." : out;
 }
 
 std::string Hex(unsigned char byte) {

@@ -48,6 +48,10 @@ int CharByte(char32_t cp);
 // Two lower-case hex digits.
 std::string Hex(unsigned char byte);
 
+// `text` with control bytes and bytes outside valid UTF-8 escaped as \xNN,
+// cut after `max_bytes` on a character boundary with "...": one line.
+std::string Clip(std::string_view text, size_t max_bytes);
+
 // `text` in single quotes for a one-line message: control bytes and bytes
 // outside valid UTF-8 escaped as \xNN, cut after `max_bytes` with "...".
 std::string Quote(std::string_view text, size_t max_bytes = SIZE_MAX);
