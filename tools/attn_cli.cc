@@ -1,7 +1,7 @@
 // attn: main() of the command-line front end. The subcommands (run, bench,
-// info, soak, tune, generate) register from their cmd_*.cc; this parses,
-// runs the one chosen and makes every error one line on stderr. Public API
-// only.
+// info, soak, tune, generate, tokenize) register from their cmd_*.cc; this
+// parses, runs the one chosen and makes every error one line on stderr. Public
+// API only.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
       "Run 'attn help COMMAND' or 'attn COMMAND --help' for a command's "
       "flags.");
   const std::vector<Command> commands = {
-      AddRunCommand(app),  AddBenchCommand(app), AddInfoCommand(app),
-      AddSoakCommand(app), AddTuneCommand(app),  AddGenerateCommand(app)};
+      AddRunCommand(app),     AddBenchCommand(app), AddInfoCommand(app),
+      AddSoakCommand(app),    AddTuneCommand(app),  AddGenerateCommand(app),
+      AddTokenizeCommand(app)};
   std::vector<char*> args = WithHelpWord(argc, argv, commands);
   try {
     app.parse(static_cast<int>(args.size()), args.data());

@@ -42,6 +42,7 @@ Command AddInfoCommand(CLI::App& app);
 Command AddTuneCommand(CLI::App& app);
 Command AddSoakCommand(CLI::App& app);
 Command AddGenerateCommand(CLI::App& app);
+Command AddTokenizeCommand(CLI::App& app);
 
 }  // namespace attn::cli
 

@@ -837,13 +837,21 @@ void attn_tokenizer_destroy(attn_tokenizer* tokenizer) { delete tokenizer; }
 attn_status attn_tokenizer_encode(const attn_tokenizer* tokenizer,
                                   const char* text, size_t length, int64_t* ids,
                                   size_t capacity, size_t* count) {
+  return attn_tokenizer_encode_special(tokenizer, text, length, 0, ids,
+                                       capacity, count);
+}
+
+attn_status attn_tokenizer_encode_special(const attn_tokenizer* tokenizer,
+                                          const char* text, size_t length,
+                                          int add_special_tokens, int64_t* ids,
+                                          size_t capacity, size_t* count) {
   return Guard([&] {
     if (!tokenizer) return NullArgument("tokenizer");
     if (!count) return NullArgument("count");
     *count = 0;
     if (!text && length > 0) return NullArgument("text");
     auto encoded = tokenizer->tokenizer->Encode(
-        std::string_view(text ? text : "", length));
+        std::string_view(text ? text : "", length), add_special_tokens != 0);
     if (!encoded.ok()) return Check(encoded.status());
     *count = encoded->size();
     return CopyOut(encoded->data(), encoded->size(), ids, capacity, "ids");
@@ -867,5 +875,103 @@ attn_status attn_tokenizer_decode(const attn_tokenizer* tokenizer, int64_t id,
 int64_t attn_tokenizer_vocab_size(const attn_tokenizer* tokenizer) {
   return tokenizer ? tokenizer->tokenizer->vocab_size() : -1;
 }
+
+attn_status attn_tokenizer_decode_text(const attn_tokenizer* tokenizer,
+                                       const int64_t* ids, size_t count,
+                                       char* text, size_t capacity,
+                                       size_t* length) {
+  return Guard([&] {
+    if (!tokenizer) return NullArgument("tokenizer");
+    if (!length) return NullArgument("length");
+    *length = 0;
+    if (!ids && count > 0) return NullArgument("ids");
+    auto decoded = tokenizer->tokenizer->DecodeText(
+        std::vector<int64_t>(ids, ids + count));
+    if (!decoded.ok()) return Check(decoded.status());
+    *length = decoded->size();
+    return CopyOut(decoded->data(), decoded->size(), text, capacity, "text");
+  });
+}
+
+const char* attn_tokenizer_kind(const attn_tokenizer* tokenizer) {
+  return tokenizer ? tokenizer->tokenizer->kind() : nullptr;
+}
+
+int64_t attn_tokenizer_bos_id(const attn_tokenizer* tokenizer) {
+  return tokenizer ? tokenizer->tokenizer->bos_id() : -1;
+}
+
+attn_status attn_tokenizer_eos_ids(const attn_tokenizer* tokenizer,
+                                   int64_t* ids, size_t capacity,
+                                   size_t* count) {
+  return Guard([&] {
+    if (!tokenizer) return NullArgument("tokenizer");
+    if (!count) return NullArgument("count");
+    const std::vector<int64_t>& eos = tokenizer->tokenizer->eos_ids();
+    *count = eos.size();
+    return CopyOut(eos.data(), eos.size(), ids, capacity, "ids");
+  });
+}
+
+int attn_tokenizer_add_bos(const attn_tokenizer* tokenizer) {
+  return tokenizer && tokenizer->tokenizer->add_bos() ? 1 : 0;
+}
+
+int attn_tokenizer_add_eos(const attn_tokenizer* tokenizer) {
+  return tokenizer && tokenizer->tokenizer->add_eos() ? 1 : 0;
+}
+
+const char* attn_tokenizer_chat_template(const attn_tokenizer* tokenizer) {
+  return tokenizer ? tokenizer->tokenizer->chat_template().c_str() : nullptr;
+}
+
+struct attn_decode_stream {
+  attn::DecodeStream stream;
+  std::string text;  // the last step's, handed out until the next call
+};
+
+attn_status attn_decode_stream_create(const attn_tokenizer* tokenizer,
+                                      attn_decode_stream** stream) {
+  return Guard([&] {
+    if (!stream) return NullArgument("stream");
+    *stream = nullptr;
+    if (!tokenizer) return NullArgument("tokenizer");
+    *stream = new attn_decode_stream{attn::DecodeStream(tokenizer->tokenizer),
+                                     std::string()};
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_decode_stream_next(attn_decode_stream* stream, int64_t id,
+                                    const char** text, size_t* length) {
+  return Guard([&] {
+    if (!stream) return NullArgument("stream");
+    if (!text) return NullArgument("text");
+    if (!length) return NullArgument("length");
+    *text = "";
+    *length = 0;
+    auto added = stream->stream.Next(id);
+    if (!added.ok()) return Check(added.status());
+    stream->text = std::move(added).value();
+    *text = stream->text.data();
+    *length = stream->text.size();
+    return ATTN_OK;
+  });
+}
+
+attn_status attn_decode_stream_finish(attn_decode_stream* stream,
+                                      const char** text, size_t* length) {
+  return Guard([&] {
+    if (!stream) return NullArgument("stream");
+    if (!text) return NullArgument("text");
+    if (!length) return NullArgument("length");
+    stream->text = stream->stream.Finish();
+    *text = stream->text.data();
+    *length = stream->text.size();
+    return ATTN_OK;
+  });
+}
+
+void attn_decode_stream_destroy(attn_decode_stream* stream) { delete stream; }
 
 }  // extern "C"

@@ -1,6 +1,7 @@
 // GPT-2's byte-level BPE (see gpt2_bpe.h), after OpenAI's encoder.py. The
-// pre-tokenization regex is a hand-written scanner over code points, since
-// no regex library with \p{L} is among our dependencies.
+// pre-tokenization regex is a hand-written scanner over code points: this
+// one fixed pattern needs no regex engine (tokenizer.json's patterns run on
+// Oniguruma, in hf_tokenizer.cc).
 #include "engine/tokenizer/gpt2_bpe.h"
 
 #include <fcntl.h>
@@ -11,24 +12,16 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <functional>
-#include <iterator>
-#include <queue>
-#include <tuple>
 #include <utility>
 
 #include "attn/attn.hpp"
+#include "engine/tokenizer/bpe_merge.h"
+#include "engine/tokenizer/text_util.h"
 #include "nlohmann/json.hpp"
 
 namespace attn::tokenizer {
 namespace {
 
-struct CodePointRange {
-  char32_t first, last;
-};
-#include "engine/tokenizer/unicode_ranges.inc"
-
-constexpr uint64_t kMaxFileBytes = uint64_t{64} << 20;
 // What loading holds, measured: a token costs about 145 bytes in the two
 // tables (id -> token, token -> id) and their buckets, plus two copies of
 // a token longer than 15 bytes (its length and about 24); a merge about 64
@@ -37,58 +30,18 @@ constexpr uint64_t kMaxFileBytes = uint64_t{64} << 20;
 // bytes by the text's, and a merge takes a line.
 constexpr uint64_t kBytesPerToken = 192 + 2 * 24;
 constexpr uint64_t kBytesPerMerge = 64;
-constexpr int64_t kMaxId = int64_t{1} << 24;  // a model's vocabulary at most
-constexpr char32_t kInvalid = 0xFFFFFFFF;     // a byte outside valid UTF-8
+constexpr char32_t kInvalid = kInvalidCodePoint;
 
 // ---------------------------------------------------------------------------
 // Code points and the pattern's classes.
 
 enum class Class { kLetter, kNumber, kSpace, kOther };
 
-template <size_t N>
-bool InRanges(const CodePointRange (&ranges)[N], char32_t cp) {
-  const auto* it =
-      std::upper_bound(ranges, ranges + N, cp,
-                       [](char32_t c, const auto& r) { return c < r.first; });
-  return it != ranges && cp <= std::prev(it)->last;
-}
-
 Class Classify(char32_t cp) {
-  if (InRanges(kLetterRanges, cp)) return Class::kLetter;
-  if (InRanges(kNumberRanges, cp)) return Class::kNumber;
-  if (InRanges(kSpaceRanges, cp)) return Class::kSpace;
+  if (IsLetter(cp)) return Class::kLetter;
+  if (IsNumber(cp)) return Class::kNumber;
+  if (IsSpace(cp)) return Class::kSpace;
   return Class::kOther;  // also kInvalid: above every range
-}
-
-// The code point starting at s[i] and its length in *len; kInvalid with
-// length 1 where no valid sequence starts (overlong forms, surrogates and
-// values above U+10FFFF included), so that every byte belongs to some piece.
-char32_t DecodeUtf8(std::string_view s, size_t i, size_t* len) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  *len = 1;
-  if (b0 < 0x80) return b0;
-  size_t extra;
-  char32_t cp, min;
-  if ((b0 & 0xE0) == 0xC0) {
-    extra = 1, cp = b0 & 0x1F, min = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    extra = 2, cp = b0 & 0x0F, min = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    extra = 3, cp = b0 & 0x07, min = 0x10000;
-  } else {
-    return kInvalid;
-  }
-  if (s.size() - i <= extra) return kInvalid;
-  for (size_t k = 1; k <= extra; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) return kInvalid;
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-    return kInvalid;
-  }
-  *len = extra + 1;
-  return cp;
 }
 
 struct CodePoint {
@@ -157,148 +110,10 @@ size_t MatchPiece(const std::vector<CodePoint>& cps, size_t i) {
   return MatchSpaces(cps, i);
 }
 
-// ---------------------------------------------------------------------------
-// GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other
-// 68 for U+0100 onwards in byte order, so that no token holds a space or a
-// control character.
-
-char32_t ByteChar(int byte) {
-  static const std::array<char32_t, 256> table = [] {
-    std::array<char32_t, 256> chars{};
-    char32_t next = 0x100;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable =
-          (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-      chars[b] = printable ? static_cast<char32_t>(b) : next++;
-    }
-    return chars;
-  }();
-  return table[byte];
-}
-
-// The byte GPT-2's table maps to `cp`, or -1.
-int CharByte(char32_t cp) {
-  static const std::array<int16_t, 0x144> table = [] {
-    std::array<int16_t, 0x144> bytes;
-    bytes.fill(-1);
-    for (int b = 0; b < 256; ++b) bytes[ByteChar(b)] = static_cast<int16_t>(b);
-    return bytes;
-  }();
-  return cp < table.size() ? table[cp] : -1;
-}
-
 std::string EncodeUtf8(char32_t cp) {
-  if (cp < 0x80) return std::string(1, static_cast<char>(cp));
-  // ByteChar's characters are all below U+0800: two bytes.
-  return {static_cast<char>(0xC0 | (cp >> 6)),
-          static_cast<char>(0x80 | (cp & 0x3F))};
-}
-
-// ---------------------------------------------------------------------------
-// Reading the files.
-
-// Two hex digits.
-std::string Hex(unsigned char byte) {
-  static const char kDigits[] = "0123456789abcdef";
-  return {kDigits[byte >> 4], kDigits[byte & 0xF]};
-}
-
-// `text` with control bytes and bytes outside valid UTF-8 escaped, so that
-// a message stays one line of UTF-8; cut after `max_bytes` (tokens, lines
-// and pieces can be long) on a character boundary, "..." marking the cut.
-std::string Clip(std::string_view text, size_t max_bytes) {
   std::string out;
-  size_t i = 0;
-  for (size_t len = 0; i < text.size(); i += len) {
-    const char32_t cp = DecodeUtf8(text, i, &len);
-    if (i + len > max_bytes) break;
-    if (cp == kInvalid || cp < 0x20 || cp == 0x7F) {
-      out += "\\x" + Hex(static_cast<unsigned char>(text[i]));
-    } else {
-      out.append(text, i, len);
-    }
-  }
-  return i < text.size() ? out + "..." : out;
-}
-
-}  // namespace
-
-std::string Quote(std::string_view text, size_t max_bytes) {
-  return "'" + Clip(text, max_bytes) + "'";
-}
-
-namespace {
-
-// Quote() for file contents and text to encode.
-std::string QuoteText(std::string_view text) {
-  constexpr size_t kMaxBytes = 40;
-  return Quote(text, kMaxBytes);
-}
-
-struct FdCloser {
-  int fd;
-  ~FdCloser() { close(fd); }
-};
-
-// The memory a tokenizer loads under: `held` bytes so far (the caller's,
-// then the texts and tables read), against `cap`.
-struct LoadBudget {
-  uint64_t cap = 0, held = 0;
-
-  // `what` of `path` needing `need` more bytes must fit beside `held`.
-  Status Check(const std::string& path, const std::string& what,
-               uint64_t need) const {
-    if (need <= cap && held <= cap - need) return {};
-    return OutOfMemory(
-        Quote(path) + " (" + what + ") needs " + std::to_string(need) +
-        " bytes to load beside " + std::to_string(held) +
-        " held, over the memory limit of " + std::to_string(cap) +
-        " bytes (raise it with --max-memory or "
-        "TokenizerOptions::max_memory_bytes)");
-  }
-};
-
-// The whole of `path`, a regular file of at most kMaxFileBytes whose bytes
-// fit `budget`. Opening never blocks (a FIFO is refused, not waited on) and
-// reading stops at the cap (a file growing under us cannot exhaust memory).
-Result<std::string> ReadSmallFile(const std::string& path,
-                                  const LoadBudget& budget) {
-  const std::string what = Quote(path);
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return IoError(what + " cannot be opened: " + strerror(errno));
-  const FdCloser closer{fd};
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return IoError(what +
-                   " is not a regular file (a directory, FIFO or device)");
-  }
-  const std::string limit = "the limit of " + std::to_string(kMaxFileBytes);
-  if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
-    return InvalidArgument(what + " is " + std::to_string(st.st_size) +
-                           " bytes, over " + limit);
-  }
-  const auto size = static_cast<uint64_t>(st.st_size);
-  ATTN_RETURN_IF_ERROR(
-      budget.Check(path, std::to_string(size) + " bytes of text", size));
-  std::string text;
-  text.reserve(size);  // one block of the size checked, not doublings
-  char chunk[1 << 16];
-  for (;;) {
-    const ssize_t n = read(fd, chunk, sizeof(chunk));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return IoError(what + " cannot be read: " + strerror(errno));
-    if (n == 0) return text;
-    if (text.size() + static_cast<size_t>(n) > size) {
-      // Grown since fstat: its new bytes must fit too.
-      ATTN_RETURN_IF_ERROR(budget.Check(path, "grown while being read",
-                                        text.size() + static_cast<size_t>(n)));
-    }
-    if (text.size() + static_cast<size_t>(n) > kMaxFileBytes) {
-      return InvalidArgument(what + " grew over " + limit +
-                             " bytes while being read");
-    }
-    text.append(chunk, static_cast<size_t>(n));
-  }
+  AppendUtf8(cp, &out);
+  return out;
 }
 
 struct Vocab {
@@ -406,102 +221,6 @@ Result<Vocab> ParseVocab(const std::string& text, const std::string& path) {
     return InvalidArgument(Quote(path) + " has no tokens");
   }
   return std::move(reader.vocab);
-}
-
-uint64_t PairKey(int32_t a, int32_t b) {
-  return (uint64_t{static_cast<uint32_t>(a)} << 32) | static_cast<uint32_t>(b);
-}
-
-// ---------------------------------------------------------------------------
-// BPE merging.
-
-constexpr size_t kNone = SIZE_MAX;
-
-// A piece's symbols, joined in place. Node i keeps index i, its place in the
-// piece, so that pairs of equal rank can be taken left to right.
-class SymbolList {
- public:
-  explicit SymbolList(std::vector<int32_t> ids)
-      : ids_(std::move(ids)), prev_(ids_.size()), next_(ids_.size()) {
-    for (size_t i = 0; i < ids_.size(); ++i) {
-      prev_[i] = i > 0 ? i - 1 : kNone;
-      next_[i] = i + 1 < ids_.size() ? i + 1 : kNone;
-    }
-  }
-  size_t size() const { return ids_.size(); }
-  int32_t id(size_t i) const { return ids_[i]; }
-  size_t prev(size_t i) const { return prev_[i]; }
-  size_t next(size_t i) const { return next_[i]; }
-  // Whether node i (not joined away) holds `left`, and `right` follows it.
-  bool Holds(size_t i, int32_t left, int32_t right) const {
-    return ids_[i] == left && next_[i] != kNone && ids_[next_[i]] == right;
-  }
-  // Node i becomes `merged`, taking in the node after it (left as -1).
-  void Join(size_t i, int32_t merged) {
-    const size_t gone = next_[i];
-    ids_[i] = merged;
-    ids_[gone] = -1;
-    next_[i] = next_[gone];
-    if (next_[i] != kNone) prev_[next_[i]] = i;
-  }
-  std::vector<int64_t> Ids() const {
-    std::vector<int64_t> ids;
-    for (const int32_t id : ids_) {
-      if (id >= 0) ids.push_back(id);
-    }
-    return ids;
-  }
-
- private:
-  std::vector<int32_t> ids_;
-  std::vector<size_t> prev_, next_;
-};
-
-// A ranked pair: `left` at node `pos`, `right` after it when it was found.
-struct Candidate {
-  int64_t rank;
-  size_t pos;
-  int32_t left, right, merged;
-  bool operator>(const Candidate& o) const {
-    return std::tie(rank, pos) > std::tie(o.rank, o.pos);
-  }
-};
-
-// encoder.py's bpe(), in O(n log n) rather than its O(n^2) (a long prompt
-// without spaces is one piece): while some adjacent pair has a rank, join
-// every occurrence of the lowest-ranked one, left to right without overlap.
-// The pairs a step makes wait until it ends, as in encoder.py, where they
-// only count from the next step; entries that joins have made stale are
-// skipped. `rule(left, right)` gives a pair's Merge, or nullptr.
-template <class Rule>
-std::vector<int64_t> JoinPairs(std::vector<int32_t> symbols, const Rule& rule) {
-  SymbolList list(std::move(symbols));
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
-  const auto push = [&](size_t pos) {
-    if (pos == kNone || list.next(pos) == kNone) return;
-    const int32_t left = list.id(pos), right = list.id(list.next(pos));
-    if (const auto* merge = rule(left, right)) {
-      heap.push({merge->rank, pos, left, right, merge->merged});
-    }
-  };
-  for (size_t i = 0; i < list.size(); ++i) push(i);
-  std::vector<size_t> joined;
-  while (!heap.empty()) {
-    // A rank names one pair, so this step joins that pair only.
-    const int64_t rank = heap.top().rank;
-    joined.clear();
-    for (; !heap.empty() && heap.top().rank == rank; heap.pop()) {
-      const Candidate& c = heap.top();
-      if (!list.Holds(c.pos, c.left, c.right)) continue;
-      list.Join(c.pos, c.merged);
-      joined.push_back(c.pos);
-    }
-    for (const size_t pos : joined) {
-      push(list.prev(pos));
-      push(pos);
-    }
-  }
-  return list.Ids();
 }
 
 }  // namespace
@@ -632,11 +351,11 @@ uint64_t Gpt2Tokenizer::memory_bytes() const {
   // Nodes as kBytesPerToken and kBytesPerMerge measure them, a long
   // token's own copy, and the buckets.
   uint64_t bytes =
-      (tokens_.bucket_count() + merges_.bucket_count()) * sizeof(void*);
+      tokens_.bucket_count() * sizeof(void*) + merges_.memory_bytes();
   for (const auto& [id, token] : tokens_) {
     bytes += kBytesPerToken / 2 + (token.size() > 15 ? token.capacity() : 0);
   }
-  return bytes + merges_.size() * kBytesPerMerge;
+  return bytes;
 }
 
 // Ranks count merge lines from 0. Blank lines name no pair and are skipped,
@@ -646,7 +365,8 @@ Result<Gpt2Tokenizer::Merges> Gpt2Tokenizer::ParseMerges(
     std::string_view text, const std::string& path,
     const std::unordered_map<std::string, int32_t>& ids) {
   Merges merges;
-  int64_t rank = 0, line_number = 0;
+  int32_t rank = 0;
+  int64_t line_number = 0;
   for (size_t begin = 0; begin < text.size();) {
     const size_t end = std::min(text.find('\n', begin), text.size());
     std::string_view line = text.substr(begin, end - begin);
@@ -669,8 +389,7 @@ Result<Gpt2Tokenizer::Merges> Gpt2Tokenizer::ParseMerges(
                              merge.status().message());
     }
     // A pair listed twice keeps the later rank, as encoder.py's dict does.
-    merges.insert_or_assign(PairKey(merge->first, merge->second),
-                            Merge{rank++, merge->merged});
+    merges.Set(merge->first, merge->second, rank++, merge->merged);
   }
   return merges;
 }
@@ -701,11 +420,9 @@ Result<std::vector<int64_t>> Gpt2Tokenizer::EncodePiece(
     }
     symbols.push_back(byte_ids_[byte]);
   }
-  return JoinPairs(std::move(symbols),
-                   [this](int32_t left, int32_t right) -> const Merge* {
-                     const auto it = merges_.find(PairKey(left, right));
-                     return it == merges_.end() ? nullptr : &it->second;
-                   });
+  BpeScratch scratch;
+  JoinPairs(merges_, &symbols, &scratch);
+  return std::vector<int64_t>(symbols.begin(), symbols.end());
 }
 
 Result<std::string> Gpt2Tokenizer::Decode(int64_t id) const {

@@ -13,12 +13,10 @@
 #include <vector>
 
 #include "attn/status.hpp"
+#include "engine/tokenizer/bpe_merge.h"
+#include "engine/tokenizer/text_util.h"
 
 namespace attn::tokenizer {
-
-// `text` in single quotes for a one-line message: control bytes and bytes
-// outside valid UTF-8 escaped as \xNN, cut after `max_bytes` with "...".
-std::string Quote(std::string_view text, size_t max_bytes = SIZE_MAX);
 
 // The pieces GPT-2's pre-tokenization pattern
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
@@ -67,12 +65,7 @@ class Gpt2Tokenizer {
   uint64_t memory_bytes() const;
 
  private:
-  struct Merge {
-    int64_t rank;
-    int32_t merged;  // the id of the two tokens joined
-  };
-  // Keyed by the pair's ids, first in the high half.
-  using Merges = std::unordered_map<uint64_t, Merge>;
+  using Merges = BpeMerges;
   // Each id's token; ids may have gaps, so a map: one id near 2^24 must
   // not cost 2^24 strings.
   using Tokens = std::unordered_map<int32_t, std::string>;

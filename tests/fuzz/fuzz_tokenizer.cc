@@ -1,8 +1,9 @@
-// libFuzzer target: attn::Tokenizer::Load on arbitrary vocab.json and
-// merges.txt (fuzz_tokenizer.h's format), then, when it loads, Encode of a
-// few fixed texts and of the input's own bytes, and Decode of every id they
-// give: each refusal is one non-empty line, each id is below vocab_size and
-// decodes.
+// libFuzzer target: attn::Tokenizer::Load on arbitrary tokenizer.json, or
+// vocab.json and merges.txt (fuzz_tokenizer.h's format), then, when it
+// loads, Encode (with and without special tokens) of a few fixed texts and
+// of the input's own bytes, Decode of every id they give and DecodeText of
+// them all: each refusal is one non-empty line, each id is below
+// vocab_size and decodes.
 #include "tests/fuzz/fuzz_tokenizer.h"
 
 #include <cstddef>
@@ -25,12 +26,16 @@ void CheckRefusal(const attn::Status& status) {
 }
 
 void EncodeAndDecode(const attn::Tokenizer& tokenizer, std::string_view text) {
-  const auto ids = tokenizer.Encode(text);
-  if (!ids.ok()) return CheckRefusal(ids.status());
-  for (const int64_t id : *ids) {
-    if (id < 0 || id >= tokenizer.vocab_size()) std::abort();
-    const auto bytes = tokenizer.Decode(id);
-    if (!bytes.ok()) CheckRefusal(bytes.status());
+  for (const bool special : {false, true}) {
+    const auto ids = tokenizer.Encode(text, special);
+    if (!ids.ok()) return CheckRefusal(ids.status());
+    for (const int64_t id : *ids) {
+      if (id < 0 || id >= tokenizer.vocab_size()) std::abort();
+      const auto bytes = tokenizer.Decode(id);
+      if (!bytes.ok()) CheckRefusal(bytes.status());
+    }
+    const auto decoded = tokenizer.DecodeText(*ids);
+    if (!decoded.ok()) CheckRefusal(decoded.status());
   }
 }
 

@@ -489,8 +489,9 @@ ATTN_API void attn_sampler_destroy(attn_sampler* sampler);
 /* Text to token ids and back (attn/tokenizer.hpp). */
 typedef struct attn_tokenizer attn_tokenizer;
 
-/* The tokenizer files in folder `dir` (today GPT-2's BPE: vocab.json and
- * merges.txt, or encoder.json and vocab.bpe), what loading holds capped at
+/* The tokenizer files in folder `dir` (Hugging Face's tokenizer.json with
+ * tokenizer_config.json, or GPT-2's vocab.json and merges.txt, or
+ * encoder.json and vocab.bpe), what loading holds capped at
  * max_memory_bytes (0: the default cap). Immutable: one tokenizer may serve
  * any number of threads. Release with attn_tokenizer_destroy; on failure
  * *tokenizer is set to NULL. */
@@ -519,6 +520,74 @@ ATTN_API attn_status attn_tokenizer_decode(const attn_tokenizer* tokenizer,
 
 /* One past the largest id, or -1 for a NULL tokenizer. */
 ATTN_API int64_t attn_tokenizer_vocab_size(const attn_tokenizer* tokenizer);
+
+/* As attn_tokenizer_encode (which is add_special_tokens 0), with
+ * add_special_tokens nonzero adding the post-processor's tokens (a BOS,
+ * say) as Hugging Face's default encode does. */
+ATTN_API attn_status attn_tokenizer_encode_special(
+    const attn_tokenizer* tokenizer, const char* text, size_t length,
+    int add_special_tokens, int64_t* ids, size_t capacity, size_t* count);
+
+/* The text of ids[0, count) as Hugging Face's decode (special tokens kept,
+ * SentencePiece's leading space stripped, bytes that are not UTF-8 as
+ * U+FFFD) into text[0, capacity), not NUL-terminated, its length into
+ * *length; a NULL text with capacity 0, or too small a capacity, as for
+ * encode. */
+ATTN_API attn_status attn_tokenizer_decode_text(
+    const attn_tokenizer* tokenizer, const int64_t* ids, size_t count,
+    char* text, size_t capacity, size_t* length);
+
+/* "gpt2-bpe", "byte-level-bpe" or "sentencepiece-bpe"; NULL for a NULL
+ * tokenizer. */
+ATTN_API const char* attn_tokenizer_kind(const attn_tokenizer* tokenizer);
+
+/* The BOS token's id (tokenizer_config.json's bos_token), -1 when there is
+ * none or for a NULL tokenizer. */
+ATTN_API int64_t attn_tokenizer_bos_id(const attn_tokenizer* tokenizer);
+
+/* The ids that end generation (eos_token's, then generation_config.json's
+ * eos_token_id) into ids[0, capacity) and their number into *count;
+ * capacities as for encode. */
+ATTN_API attn_status attn_tokenizer_eos_ids(const attn_tokenizer* tokenizer,
+                                            int64_t* ids, size_t capacity,
+                                            size_t* count);
+
+/* Whether a prompt wants a BOS (EOS) added: add_bos_token (add_eos_token)
+ * of tokenizer_config.json, else whether the post-processor adds it; 0 for
+ * a NULL tokenizer. */
+ATTN_API int attn_tokenizer_add_bos(const attn_tokenizer* tokenizer);
+ATTN_API int attn_tokenizer_add_eos(const attn_tokenizer* tokenizer);
+
+/* tokenizer_config.json's chat template (its "default" one), NUL-terminated
+ * and owned by the tokenizer; "" when there is none, NULL for a NULL
+ * tokenizer. */
+ATTN_API const char* attn_tokenizer_chat_template(
+    const attn_tokenizer* tokenizer);
+
+/* Text as generated ids arrive (attn::DecodeStream): each step gives the
+ * text one id adds, holding back while it ends inside a UTF-8 character,
+ * so that the steps join to exactly attn_tokenizer_decode_text of all ids.
+ * One stream per sequence; it keeps its tokenizer alive. */
+typedef struct attn_decode_stream attn_decode_stream;
+
+ATTN_API attn_status attn_decode_stream_create(const attn_tokenizer* tokenizer,
+                                               attn_decode_stream** stream);
+
+/* The text `id` adds into *text (not NUL-terminated; length 0 while a
+ * character is unfinished), owned by the stream and valid until its next
+ * call. An unknown id fails and leaves the stream as it was. */
+ATTN_API attn_status attn_decode_stream_next(attn_decode_stream* stream,
+                                             int64_t id, const char** text,
+                                             size_t* length);
+
+/* What is held back (an unfinished character as U+FFFD), as for next; the
+ * stream then starts afresh. */
+ATTN_API attn_status attn_decode_stream_finish(attn_decode_stream* stream,
+                                               const char** text,
+                                               size_t* length);
+
+/* Releases the stream. NULL is a no-op. */
+ATTN_API void attn_decode_stream_destroy(attn_decode_stream* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */
