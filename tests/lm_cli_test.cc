@@ -271,6 +271,23 @@ TEST_F(LmCliTest, BrokenFoldersAreRefusedInOneLine) {
   }
 }
 
+TEST_F(LmCliTest, InfoDescribesAFolder) {
+  const std::string out = (dir_ / "info.txt").string();
+  const Outcome outcome =
+      Attn("info --model " + (kLmGolden / "hf_gemma_mqa").string(), out);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+  std::ifstream in(out);
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  for (const char* line :
+       {"family: hf-gemma\n",
+        "sizes: 2 layers, width 48, 2 heads of 32 (1 K/V heads), feed-forward "
+        "96, vocabulary 88, context 24\n",
+        "head: tied to the embedding\n", "weights: BF16, "}) {
+    EXPECT_NE(text.find(line), std::string::npos) << text;
+  }
+  ExpectRefused(Attn("info --model " + (dir_ / "absent").string()));
+}
+
 TEST_F(LmCliTest, BadCasesAreRefusedByRunAndGenerate) {
   for (const fs::path& dir : CaseDirs(kLmGolden / "bad")) {
     SCOPED_TRACE(dir.string());

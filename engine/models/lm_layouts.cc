@@ -485,6 +485,22 @@ Status ResolveDims(const WeightFiles& file, const FileLayout& layout,
   return {};
 }
 
+// The dtype and count of the file's weights (buffers left out).
+void CountStored(const WeightFiles& file, const FileLayout& layout,
+                 LmConfig& c) {
+  const auto& buffers = layout.family->buffers;
+  for (const TensorInfo* t : file.tensors()) {
+    const bool buffer =
+        std::any_of(buffers.begin(), buffers.end(), [&](const char* b) {
+          return b && MatchLayer(layout.BufferName(b), t->name);
+        });
+    if (buffer) continue;
+    if (c.file_dtype.empty()) c.file_dtype = t->dtype;
+    if (c.file_dtype != t->dtype) c.file_dtype = "mixed";
+    c.file_parameters += static_cast<int64_t>(t->num_elements);
+  }
+}
+
 // What only one family has: GPT-2's positions bound the context; Llama
 // needs a context length and RoPE.
 Status CheckFamily(const WeightFiles& file, const FileLayout& layout,
@@ -595,6 +611,7 @@ Result<FileModel> OpenModelFile(const std::string& path,
                : eps            ? eps
                : hf.norm_eps    ? hf.norm_eps
                                 : 1e-5;
+  CountStored(*file, layout, c);
   model.weights = FileWeights(std::move(file), layout);
   return model;
 }

@@ -352,6 +352,12 @@ Result<std::shared_ptr<const LanguageModel>> LanguageModel::Load(
       new LanguageModel(std::move(impl)));
 }
 
+Result<LmConfig> LanguageModel::ReadConfig(const std::string& path,
+                                           const LmOptions& options) {
+  ATTN_ASSIGN_OR_RETURN(lm::FileModel file, lm::OpenModelFile(path, options));
+  return std::move(file.config);
+}
+
 Result<std::shared_ptr<const LanguageModel>> LanguageModel::Random(
     const LmConfig& config, uint64_t seed, const LmOptions& options) {
   LmConfig c = config;

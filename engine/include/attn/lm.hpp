@@ -41,6 +41,10 @@ struct LmConfig {
   // Gemma: token embeddings are multiplied by this (sqrt(emb_dim) in the
   // checkpoint's dtype); 0: not scaled.
   float embedding_scale = 0.0f;
+  // The file's: its weights' dtype ("F32", "BF16", "F16", "mixed") and
+  // their count; empty and 0 for seeded weights.
+  std::string file_dtype;
+  int64_t file_parameters = 0;
   bool qkv_bias = false;
   bool tied_head = false;  // the head is the token embedding
   double norm_eps = 1e-5;
@@ -73,6 +77,10 @@ class ATTN_API LanguageModel {
   // vocabulary follow from the tensors. F32, F16 and BF16 files.
   static Result<std::shared_ptr<const LanguageModel>> Load(
       const std::string& path, const LmOptions& options = {});
+  // The configuration Load gives `path`, read and checked without reading
+  // the weights (for `attn info`).
+  static Result<LmConfig> ReadConfig(const std::string& path,
+                                     const LmOptions& options = {});
   // A model of `config`'s sizes with seeded random weights (benchmarks);
   // config.layout is ignored.
   static Result<std::shared_ptr<const LanguageModel>> Random(
