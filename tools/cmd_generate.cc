@@ -28,6 +28,8 @@ struct GenerateArgs {
   std::string tokenizer, prompt;  // text mode, instead of input and output
   int64_t max_new_tokens = 0;
   int64_t stop_token = kNoStopToken;
+  // Text mode: the tokenizer's end-of-sequence ids also stop a row.
+  std::vector<int64_t> eos_ids;
   SamplingOptions sampling;
   LmModelFlags model;
 };
@@ -119,7 +121,8 @@ class Generation {
       const int64_t row = rows_[i];
       int64_t* out = tokens_.data() + row * n;
       out[step] = samplers_[row].Sample(batch_->logits(i), vocab);
-      if (out[step] == args_.stop_token) {
+      if (out[step] == args_.stop_token ||
+          std::count(args_.eos_ids.begin(), args_.eos_ids.end(), out[step])) {
         std::fill(out + step, out + n, args_.stop_token);
         ATTN_RETURN_IF_ERROR(batch_->Remove(requests_[i].sequence));
         continue;
@@ -189,7 +192,8 @@ int GenerateFromFile(const GenerateArgs& args) {
 // The prompt's tokens as a batch of one row.
 Result<Prompts> EncodePrompt(const Tokenizer& tokenizer,
                              const std::string& text) {
-  Result<std::vector<int64_t>> ids = tokenizer.Encode(text);
+  // As Hugging Face's tokenizer(text): with the BOS a model wants.
+  Result<std::vector<int64_t>> ids = tokenizer.Encode(text, true);
   if (!ids.ok()) return InvalidArgument("--prompt: " + ids.status().message());
   Prompts prompts;
   prompts.batch = 1;
@@ -210,11 +214,11 @@ Status Print(const std::string& bytes) {
   return {};
 }
 
-// Token `id`'s bytes on stdout. A model may have more ids than the
-// tokenizer (a vocabulary padded to a round size): one it lacks is named.
-Status PrintToken(const Tokenizer& tokenizer, const std::string& dir,
-                  int64_t id) {
-  const Result<std::string> text = tokenizer.Decode(id);
+// The text token `id` adds on stdout (none while it ends inside a UTF-8
+// character). A model may have more ids than the tokenizer (a vocabulary
+// padded to a round size): one it lacks is named.
+Status PrintToken(DecodeStream& stream, const std::string& dir, int64_t id) {
+  const Result<std::string> text = stream.Next(id);
   if (!text.ok()) {
     return InvalidArgument("the model chose token " + std::to_string(id) +
                            ", which --tokenizer '" + dir +
@@ -226,7 +230,7 @@ Status PrintToken(const Tokenizer& tokenizer, const std::string& dir,
 // --tokenizer DIR --prompt TEXT: each new token's text on stdout as it is
 // chosen, then a newline. The tokenizer loads beside the model, in the
 // one memory budget with it and the generation.
-int GenerateText(const GenerateArgs& args) {
+int GenerateText(GenerateArgs args) {
   auto model = PrepareModel(args);
   if (!model.ok()) return Fail(model.status().message());
   TokenizerOptions options;
@@ -248,11 +252,13 @@ int GenerateText(const GenerateArgs& args) {
   const Status fits =
       CheckPrompts(*prompts, "--prompt", **model, args.max_new_tokens);
   if (!fits.ok()) return Fail(fits.message());
+  args.eos_ids = (*tokenizer)->eos_ids();
   Generation generation(*model, *prompts, args, (*tokenizer)->memory_bytes());
+  DecodeStream stream(*tokenizer);
   auto tokens = generation.Run([&](int64_t, int64_t id) {
-    return PrintToken(**tokenizer, args.tokenizer, id);
+    return PrintToken(stream, args.tokenizer, id);
   });
-  const Status ended = Print("\n");
+  const Status ended = Print(stream.Finish() + "\n");
   if (!tokens.ok()) return Fail(tokens.status().message());
   if (!ended.ok()) return Fail(ended.message());
   return 0;
