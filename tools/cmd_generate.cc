@@ -275,8 +275,8 @@ int Generate(GenerateArgs args) {
   if (args.input.empty() && args.tokenizer.empty()) {
     // A usage error, as a missing required flag is.
     return Usage(
-        "no prompts: want --input FILE --output FILE, or --tokenizer DIR "
-        "--prompt TEXT");
+        "no prompts: want --input FILE --output FILE, or --prompt TEXT with "
+        "--model DIR or --tokenizer DIR");
   }
   if (!args.tokenizer.empty() && args.prompt.empty()) {
     return Fail("--prompt is empty, want some text");  // before any load
@@ -304,31 +304,10 @@ void AddPromptFlags(CLI::App* command, GenerateArgs& args) {
       "and vocab.bpe), for --prompt");
   input->needs(output)->excludes(prompt);
   output->needs(input);
-  prompt->needs(tokenizer);
   tokenizer->needs(prompt);
 }
 
-void AddSamplingFlags(CLI::App* command, GenerateArgs& args) {
-  command
-      ->add_option("--temperature", args.sampling.temperature,
-                   "sample at this temperature (default 0: greedy, the "
-                   "largest logit, the lowest id on ties)")
-      ->check(NonNegativeNumber());
-  command
-      ->add_option("--top-k", args.sampling.top_k,
-                   "sample among the k largest logits (with ties to the "
-                   "k-th); 0: all")
-      ->check(IntegerIn(0));
-  command
-      ->add_option("--top-p", args.sampling.top_p,
-                   "then among the most probable tokens whose probabilities "
-                   "sum to at least P (nucleus); 1: all")
-      ->check(Probability());
-  command
-      ->add_option("--seed", args.sampling.seed,
-                   "seed of the samplers' generators, one stream per row "
-                   "(default 0)")
-      ->check(Unsigned64());
+void AddStopFlag(CLI::App* command, GenerateArgs& args) {
   command
       ->add_option("--stop-token", args.stop_token,
                    "a row that emits this token stops; the rest of its "
@@ -353,7 +332,8 @@ Command AddGenerateCommand(CLI::App& app) {
                    "N: tokens to generate after each prompt")
       ->required()
       ->check(IntegerIn(1));
-  AddSamplingFlags(command, *args);
+  AddSamplingFlags(command, args->sampling);
+  AddStopFlag(command, *args);
   args->model.AddTo(command);
   return {command, [args] { return Generate(*args); }};
 }

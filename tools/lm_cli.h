@@ -29,6 +29,9 @@ struct LmModelFlags {
   void AddTo(CLI::App* command);
 };
 
+// --temperature, --top-k, --top-p and --seed into `sampling`.
+void AddSamplingFlags(CLI::App* command, SamplingOptions& sampling);
+
 Result<std::shared_ptr<const LanguageModel>> LoadLanguageModel(
     const std::string& weights, const LmModelFlags& flags);
 

@@ -52,6 +52,29 @@ Result<std::shared_ptr<const LanguageModel>> LoadLanguageModel(
   return LanguageModel::Load(weights, options);
 }
 
+void AddSamplingFlags(CLI::App* command, SamplingOptions& sampling) {
+  command
+      ->add_option("--temperature", sampling.temperature,
+                   "sample at this temperature (default 0: greedy, the "
+                   "largest logit, the lowest id on ties)")
+      ->check(NonNegativeNumber());
+  command
+      ->add_option("--top-k", sampling.top_k,
+                   "sample among the k largest logits (with ties to the "
+                   "k-th); 0: all")
+      ->check(IntegerIn(0));
+  command
+      ->add_option("--top-p", sampling.top_p,
+                   "then among the most probable tokens whose probabilities "
+                   "sum to at least P (nucleus); 1: all")
+      ->check(Probability());
+  command
+      ->add_option("--seed", sampling.seed,
+                   "seed of the samplers' generators, one stream per row "
+                   "(default 0)")
+      ->check(Unsigned64());
+}
+
 int64_t Prompts::longest() const {
   return lengths.empty() ? 0
                          : *std::max_element(lengths.begin(), lengths.end());
