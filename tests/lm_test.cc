@@ -350,6 +350,29 @@ INSTANTIATE_TEST_SUITE_P(CacheLayouts, BatchForkTest,
 // removed and forked in, checked against a set of the free slots over a
 // few thousand operations on a batch of 512; a full batch refuses Add and
 // Fork, and Remove refuses a slot that is not live.
+// A truncated sequence continues as if the dropped tokens were never run:
+// the prompt's last tokens run again give PyTorch's logits.
+TEST(BatchTest, TruncatedSequenceContinuesFromItsPrefix) {
+  for (const std::string name : {"llama_gqa", "hf_phi3_fused"}) {
+    SCOPED_TRACE(name);
+    const Case c = ReadCase(name);
+    auto batch = NewBatch(Load(name, 1), 1);
+    ASSERT_NE(batch, nullptr);
+    const int64_t seq = *batch->Add(), n = c.lengths[0];
+    Batch::Request all = {seq, c.prompt(0), n, false};
+    ASSERT_TRUE(batch->Step(&all, 1).ok());
+    EXPECT_FALSE(batch->Truncate(seq, n + 1).ok());
+    ASSERT_TRUE(batch->Truncate(seq, n - 3).ok());
+    EXPECT_EQ(batch->length(seq), n - 3);
+    Batch::Request tail = {seq, c.prompt(0) + n - 3, 3, false};
+    ASSERT_TRUE(batch->Step(&tail, 1).ok());
+    const float* want = c.logits.data() + (n - 1) * c.vocab;
+    for (int64_t v = 0; v < c.vocab; ++v) {
+      ASSERT_NEAR(batch->logits(0)[v], want[v], c.tolerance) << "logit " << v;
+    }
+  }
+}
+
 TEST(BatchTest, AddTakesTheLowestFreeSlotAfterAnyRemovals) {
   auto batch = NewBatch(Load("gpt_book_1l", 1), 512);
   ASSERT_NE(batch, nullptr);

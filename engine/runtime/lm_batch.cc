@@ -358,6 +358,9 @@ Status Batch::Remove(int64_t sequence) {
 Result<int64_t> Batch::Fork(int64_t sequence) {
   return impl_->cache->Fork(sequence);
 }
+Status Batch::Truncate(int64_t sequence, int64_t length) {
+  return impl_->cache->Truncate(sequence, length);
+}
 int64_t Batch::length(int64_t sequence) const {
   return impl_->cache->length(sequence);
 }

@@ -142,6 +142,10 @@ class ATTN_API Batch {
   // A new sequence holding a copy of `sequence`'s tokens and caches (for
   // parallel sampling); its id.
   Result<int64_t> Fork(int64_t sequence);
+  // Keeps `sequence`'s first `length` tokens (0 <= length <= its length):
+  // the next step continues from there (a conversation whose new prompt
+  // shares only a prefix with what the cache holds).
+  Status Truncate(int64_t sequence, int64_t length);
   // Tokens `sequence` holds; -1 when it is not a live sequence.
   int64_t length(int64_t sequence) const;
   int64_t max_sequences() const;
