@@ -1,0 +1,574 @@
+#include "engine/tokenizer/jinja_value.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace attn::jinja {
+
+const Value* Dict::Find(std::string_view key) const {
+  for (const auto& [k, v] : items) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+void Dict::Set(const std::string& key, Value value) {
+  for (auto& [k, v] : items) {
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  }
+  items.emplace_back(key, std::move(value));
+}
+
+Value Value::Undefined(std::string what) {
+  Value v;
+  v.string_ = std::make_shared<const std::string>(std::move(what));
+  return v;
+}
+
+Value Value::None() {
+  Value v;
+  v.type_ = Type::kNone;
+  return v;
+}
+
+Value Value::Bool(bool b) {
+  Value v;
+  v.type_ = Type::kBool;
+  v.bool_ = b;
+  v.int_ = b ? 1 : 0;
+  return v;
+}
+
+Value Value::Int(int64_t i) {
+  Value v;
+  v.type_ = Type::kInt;
+  v.int_ = i;
+  return v;
+}
+
+Value Value::Float(double f) {
+  Value v;
+  v.type_ = Type::kFloat;
+  v.float_ = f;
+  return v;
+}
+
+Value Value::String(std::string s) {
+  Value v;
+  v.type_ = Type::kString;
+  v.string_ = std::make_shared<const std::string>(std::move(s));
+  return v;
+}
+
+Value Value::MakeList(List items, Type type) {
+  Value v;
+  v.type_ = type;
+  v.list_ = std::make_shared<List>(std::move(items));
+  return v;
+}
+
+Value Value::MakeDict(Dict dict, Type type) {
+  Value v;
+  v.type_ = type;
+  v.dict_ = std::make_shared<Dict>(std::move(dict));
+  return v;
+}
+
+Value Value::Function(std::string name,
+                      std::function<Result<Value>(CallArgs&)> call) {
+  Value v;
+  v.type_ = Type::kCallable;
+  v.callable_ = std::make_shared<const Callable>(
+      Callable{std::move(name), std::move(call)});
+  return v;
+}
+
+Value Value::FromJson(const nlohmann::ordered_json& json) {
+  using Kind = nlohmann::ordered_json::value_t;
+  switch (json.type()) {
+    case Kind::null:
+      return None();
+    case Kind::boolean:
+      return Bool(json.get<bool>());
+    case Kind::number_integer:
+      return Int(json.get<int64_t>());
+    case Kind::number_unsigned: {
+      const uint64_t u = json.get<uint64_t>();
+      if (u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return Int(static_cast<int64_t>(u));
+      }
+      return Float(static_cast<double>(u));
+    }
+    case Kind::number_float:
+      return Float(json.get<double>());
+    case Kind::string:
+      return String(json.get<std::string>());
+    case Kind::array: {
+      List items;
+      items.reserve(json.size());
+      for (const auto& item : json) items.push_back(FromJson(item));
+      return MakeList(std::move(items));
+    }
+    case Kind::object: {
+      Dict dict;
+      for (const auto& [key, item] : json.items()) {
+        dict.items.emplace_back(key, FromJson(item));
+      }
+      return MakeDict(std::move(dict));
+    }
+    default:  // binary and discarded values have no Python counterpart
+      return None();
+  }
+}
+
+bool Value::is_number() const {
+  return type_ == Type::kBool || type_ == Type::kInt || type_ == Type::kFloat;
+}
+
+double Value::as_double() const {
+  return type_ == Type::kFloat ? float_ : static_cast<double>(int_);
+}
+
+bool Value::Truthy() const {
+  switch (type_) {
+    case Type::kUndefined:
+    case Type::kNone:
+      return false;
+    case Type::kBool:
+    case Type::kInt:
+      return int_ != 0;
+    case Type::kFloat:
+      return float_ != 0;
+    case Type::kString:
+      return !string_->empty();
+    case Type::kList:
+    case Type::kTuple:
+      return !list_->empty();
+    case Type::kDict:
+      return !dict_->items.empty();
+    default:
+      return true;
+  }
+}
+
+namespace {
+
+std::string SequenceRepr(const List& items, bool tuple) {
+  std::string out = tuple ? "(" : "[";
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += items[i].PyRepr();
+  }
+  if (tuple && items.size() == 1) out += ",";
+  out += tuple ? ")" : "]";
+  return out;
+}
+
+std::string DictRepr(const Dict& dict) {
+  std::string out = "{";
+  for (size_t i = 0; i < dict.items.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += PyStringRepr(dict.items[i].first) + ": " +
+           dict.items[i].second.PyRepr();
+  }
+  return out + "}";
+}
+
+}  // namespace
+
+std::string Value::PyStr() const {
+  switch (type_) {
+    case Type::kUndefined:
+      return "";
+    case Type::kString:
+      return *string_;
+    default:
+      return PyRepr();
+  }
+}
+
+std::string Value::PyRepr() const {
+  switch (type_) {
+    case Type::kUndefined:
+      return "";
+    case Type::kNone:
+      return "None";
+    case Type::kBool:
+      return bool_ ? "True" : "False";
+    case Type::kInt:
+      return std::to_string(int_);
+    case Type::kFloat:
+      return PyFloatRepr(float_);
+    case Type::kString:
+      return PyStringRepr(*string_);
+    case Type::kList:
+    case Type::kTuple:
+      return SequenceRepr(*list_, type_ == Type::kTuple);
+    case Type::kDict:
+      return DictRepr(*dict_);
+    case Type::kNamespace:
+      return "<Namespace " + DictRepr(*dict_) + ">";
+    case Type::kCallable:
+      return "<function " + callable_->name + ">";
+  }
+  return "";
+}
+
+bool Value::Equals(const Value& other) const {
+  if (is_number() && other.is_number()) {
+    if (type_ == Type::kFloat || other.type_ == Type::kFloat) {
+      return as_double() == other.as_double();
+    }
+    return int_ == other.int_;
+  }
+  if (type_ != other.type_) return false;
+  switch (type_) {
+    case Type::kUndefined:
+    case Type::kNone:
+      return true;
+    case Type::kString:
+      return *string_ == *other.string_;
+    case Type::kList:
+    case Type::kTuple: {
+      if (list_->size() != other.list_->size()) return false;
+      for (size_t i = 0; i < list_->size(); ++i) {
+        if (!(*list_)[i].Equals((*other.list_)[i])) return false;
+      }
+      return true;
+    }
+    case Type::kDict: {
+      if (dict_->items.size() != other.dict_->items.size()) return false;
+      for (const auto& [key, value] : dict_->items) {
+        const Value* match = other.dict_->Find(key);
+        if (match == nullptr || !value.Equals(*match)) return false;
+      }
+      return true;
+    }
+    case Type::kNamespace:
+      return dict_ == other.dict_;
+    case Type::kCallable:
+      return callable_ == other.callable_;
+    default:
+      return false;
+  }
+}
+
+std::string Value::TypeName() const {
+  static constexpr const char* kNames[] = {
+      "Undefined", "NoneType", "bool", "int",       "float",   "str",
+      "list",      "tuple",    "dict", "Namespace", "function"};
+  return kNames[static_cast<int>(type_)];
+}
+
+namespace {
+
+// Formats `value` in Python's style from its shortest round-trip digits.
+std::string FormatShortest(double value) {
+  char buf[40];
+  int precision = 1;
+  for (; precision < 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*e", precision - 1, value);
+    if (std::strtod(buf, nullptr) == value) break;
+  }
+  std::snprintf(buf, sizeof buf, "%.*e", precision - 1, value);
+  const std::string text = buf;
+  const size_t e = text.find('e');
+  const bool negative = text[0] == '-';
+  std::string digits;
+  for (size_t i = negative ? 1 : 0; i < e; ++i) {
+    if (text[i] != '.') digits += text[i];
+  }
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  const int exponent = std::atoi(text.c_str() + e + 1);
+  std::string out = negative ? "-" : "";
+  if (exponent < -4 || exponent >= 16) {
+    out += digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char exp[16];
+    std::snprintf(exp, sizeof exp, "e%c%02d", exponent < 0 ? '-' : '+',
+                  std::abs(exponent));
+    return out + exp;
+  }
+  if (exponent < 0) {
+    return out + "0." + std::string(-exponent - 1, '0') + digits;
+  }
+  const size_t int_len = static_cast<size_t>(exponent) + 1;
+  if (digits.size() <= int_len) {
+    return out + digits + std::string(int_len - digits.size(), '0') + ".0";
+  }
+  return out + digits.substr(0, int_len) + "." + digits.substr(int_len);
+}
+
+}  // namespace
+
+std::string PyFloatRepr(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
+  if (value == 0) return std::signbit(value) ? "-0.0" : "0.0";
+  return FormatShortest(value);
+}
+
+namespace {
+
+// Decodes the code point at `pos` (advancing it); invalid bytes decode as
+// themselves, one at a time.
+uint32_t DecodeAt(std::string_view text, size_t* pos) {
+  const auto byte = [&](size_t i) {
+    return static_cast<unsigned char>(text[i]);
+  };
+  const unsigned char lead = byte(*pos);
+  int length = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+  if (lead >= 0x80 && (lead < 0xC2 || lead > 0xF4)) length = 1;
+  if (*pos + length > text.size()) length = 1;
+  uint32_t cp = length == 1 ? lead : lead & (0x7F >> length);
+  for (int i = 1; i < length; ++i) {
+    if ((byte(*pos + i) & 0xC0) != 0x80) {
+      *pos += 1;
+      return lead;
+    }
+    cp = (cp << 6) | (byte(*pos + i) & 0x3F);
+  }
+  *pos += length;
+  return cp;
+}
+
+bool IsPySpace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) ||
+         cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+// Python's str.isprintable() for the common non-printable classes: control
+// and format characters, separators other than space, private use.
+bool IsPyPrintable(uint32_t cp) {
+  if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) return false;
+  if (cp != 0x20 && IsPySpace(cp)) return false;
+  if ((cp >= 0x200B && cp <= 0x200F) || (cp >= 0x202A && cp <= 0x202E) ||
+      (cp >= 0x2060 && cp <= 0x2064) || cp == 0xFEFF) {
+    return false;
+  }
+  return !(cp >= 0xE000 && cp <= 0xF8FF) && cp <= 0x10FFFF;
+}
+
+std::string EscapeCodePoint(uint32_t cp) {
+  char buf[12];
+  if (cp < 0x100) {
+    std::snprintf(buf, sizeof buf, "\\x%02x", cp);
+  } else if (cp < 0x10000) {
+    std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+  } else {
+    std::snprintf(buf, sizeof buf, "\\U%08x", cp);
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string PyStringRepr(std::string_view text) {
+  const bool has_single = text.find('\'') != std::string_view::npos;
+  const bool has_double = text.find('"') != std::string_view::npos;
+  const char quote = has_single && !has_double ? '"' : '\'';
+  std::string out(1, quote);
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t start = pos;
+    const uint32_t cp = DecodeAt(text, &pos);
+    if (cp == static_cast<uint32_t>(quote) || cp == '\\') {
+      out += '\\';
+      out += static_cast<char>(cp);
+    } else if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (!IsPyPrintable(cp)) {
+      out += EscapeCodePoint(cp);
+    } else {
+      out.append(text.substr(start, pos - start));
+    }
+  }
+  out += quote;
+  return out;
+}
+
+std::vector<size_t> CodePointOffsets(std::string_view text) {
+  std::vector<size_t> offsets;
+  for (size_t pos = 0; pos < text.size();) {
+    offsets.push_back(pos);
+    DecodeAt(text, &pos);
+  }
+  return offsets;
+}
+
+size_t PySpaceAt(std::string_view text, size_t pos) {
+  size_t next = pos;
+  const uint32_t cp = DecodeAt(text, &next);
+  return IsPySpace(cp) ? next - pos : 0;
+}
+
+std::string PyStrip(std::string_view text, const std::string* chars, bool left,
+                    bool right) {
+  const std::vector<size_t> offsets = CodePointOffsets(text);
+  const auto strippable = [&](size_t i) {
+    const size_t end = i + 1 < offsets.size() ? offsets[i + 1] : text.size();
+    const std::string_view cp = text.substr(offsets[i], end - offsets[i]);
+    if (chars == nullptr) return PySpaceAt(cp, 0) > 0;
+    return chars->find(cp) != std::string::npos;
+  };
+  size_t begin = 0;
+  size_t end = offsets.size();
+  while (left && begin < end && strippable(begin)) ++begin;
+  while (right && end > begin && strippable(end - 1)) --end;
+  const size_t from = begin < offsets.size() ? offsets[begin] : text.size();
+  const size_t to = end < offsets.size() ? offsets[end] : text.size();
+  return std::string(text.substr(from, to - from));
+}
+
+namespace {
+
+std::string JsonString(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonFloat(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value < 0 ? "-Infinity" : "Infinity";
+  return PyFloatRepr(value);
+}
+
+Status DumpJson(const Value& value, int indent, int level, std::string* out);
+
+// Separators as json.dumps picks them: ", " and ": " without an indent;
+// "," plus a newline and the next level's indent with one.
+void JsonBreak(int indent, int level, bool first, std::string* out) {
+  if (!first) *out += indent < 0 ? ", " : ",";
+  if (indent >= 0) {
+    *out += '\n';
+    out->append(static_cast<size_t>(indent) * level, ' ');
+  }
+}
+
+Status DumpJsonContainer(const Value& value, int indent, int level,
+                         std::string* out) {
+  const bool is_dict = value.is_mapping();
+  const size_t size = is_dict ? value.dict().items.size() : value.list().size();
+  if (size == 0) {
+    *out += is_dict ? "{}" : "[]";
+    return {};
+  }
+  *out += is_dict ? '{' : '[';
+  for (size_t i = 0; i < size; ++i) {
+    JsonBreak(indent, level + 1, i == 0, out);
+    if (is_dict) {
+      *out += JsonString(value.dict().items[i].first) + ": ";
+    }
+    const Value& item =
+        is_dict ? value.dict().items[i].second : value.list()[i];
+    ATTN_RETURN_IF_ERROR(DumpJson(item, indent, level + 1, out));
+  }
+  if (indent >= 0) {
+    *out += '\n';
+    out->append(static_cast<size_t>(indent) * level, ' ');
+  }
+  *out += is_dict ? '}' : ']';
+  return {};
+}
+
+Status DumpJson(const Value& value, int indent, int level, std::string* out) {
+  if (level > 512) return InvalidArgument("tojson: nested too deeply");
+  switch (value.type()) {
+    case Value::Type::kNone:
+      *out += "null";
+      return {};
+    case Value::Type::kBool:
+      *out += value.as_bool() ? "true" : "false";
+      return {};
+    case Value::Type::kInt:
+      *out += std::to_string(value.as_int());
+      return {};
+    case Value::Type::kFloat:
+      *out += JsonFloat(value.as_double());
+      return {};
+    case Value::Type::kString:
+      *out += JsonString(value.str());
+      return {};
+    case Value::Type::kList:
+    case Value::Type::kTuple:
+    case Value::Type::kDict:
+      return DumpJsonContainer(value, indent, level, out);
+    default:
+      return InvalidArgument("tojson: Object of type " + value.TypeName() +
+                             " is not JSON serializable");
+  }
+}
+
+}  // namespace
+
+Result<std::string> ToJson(const Value& value, int indent) {
+  std::string out;
+  ATTN_RETURN_IF_ERROR(DumpJson(value, indent, 0, &out));
+  return out;
+}
+
+Result<bool> LessThan(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.type() == Value::Type::kFloat || b.type() == Value::Type::kFloat) {
+      return a.as_double() < b.as_double();
+    }
+    return a.as_int() < b.as_int();
+  }
+  if (a.is_string() && b.is_string()) return a.str() < b.str();
+  if (a.type() == b.type() && a.is_sequence()) {
+    const List& x = a.list();
+    const List& y = b.list();
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (x[i].Equals(y[i])) continue;
+      return LessThan(x[i], y[i]);
+    }
+    return x.size() < y.size();
+  }
+  return InvalidArgument("'<' not supported between instances of '" +
+                         a.TypeName() + "' and '" + b.TypeName() + "'");
+}
+
+}  // namespace attn::jinja

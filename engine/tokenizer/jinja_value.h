@@ -1,0 +1,137 @@
+// The values a chat template computes with, and Python's view of them:
+// Jinja2 runs on Python objects, so truthiness, equality, str() and repr()
+// follow Python's rules here to render exactly as Hugging Face does.
+#ifndef ATTN_ENGINE_TOKENIZER_JINJA_VALUE_H_
+#define ATTN_ENGINE_TOKENIZER_JINJA_VALUE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "attn/status.hpp"
+
+namespace attn::jinja {
+
+class Value;
+using List = std::vector<Value>;
+// Python's dict with string keys, in insertion order (json.dumps keeps it).
+struct Dict {
+  std::vector<std::pair<std::string, Value>> items;
+  const Value* Find(std::string_view key) const;
+  void Set(const std::string& key, Value value);
+};
+// Arguments of a call: positional, then keyword in the order written.
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+};
+struct Callable {
+  std::string name;
+  std::function<Result<Value>(CallArgs&)> call;
+};
+
+class Value {
+ public:
+  enum class Type {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kTuple,
+    kDict,
+    kNamespace,
+    kCallable,
+  };
+
+  Value() = default;  // undefined
+  static Value Undefined(std::string what);
+  static Value None();
+  static Value Bool(bool b);
+  static Value Int(int64_t i);
+  static Value Float(double f);
+  static Value String(std::string s);
+  static Value MakeList(List items, Type type = Type::kList);
+  static Value MakeDict(Dict dict, Type type = Type::kDict);
+  static Value Function(std::string name,
+                        std::function<Result<Value>(CallArgs&)> call);
+  static Value FromJson(const nlohmann::ordered_json& json);
+
+  Type type() const { return type_; }
+  bool is_undefined() const { return type_ == Type::kUndefined; }
+  bool is_none() const { return type_ == Type::kNone; }
+  bool is_string() const { return type_ == Type::kString; }
+  bool is_number() const;     // bool, int or float, as Python's numbers.Number
+  bool is_sequence() const {  // list or tuple
+    return type_ == Type::kList || type_ == Type::kTuple;
+  }
+  bool is_mapping() const { return type_ == Type::kDict; }
+  bool is_object() const {  // dict or namespace: has attributes by name
+    return type_ == Type::kDict || type_ == Type::kNamespace;
+  }
+
+  bool as_bool() const { return bool_; }
+  int64_t as_int() const { return int_; }  // bool and int
+  double as_double() const;                // bool, int and float
+  const std::string& str() const { return *string_; }
+  // Undefined: what was looked up, for the message when it is used.
+  const std::string& undefined_what() const { return *string_; }
+  const List& list() const { return *list_; }
+  List& mutable_list() { return *list_; }
+  const Dict& dict() const { return *dict_; }
+  Dict& mutable_dict() { return *dict_; }
+  const Callable& callable() const { return *callable_; }
+
+  // Python's bool(), str(), repr() and ==.
+  bool Truthy() const;
+  std::string PyStr() const;
+  std::string PyRepr() const;
+  bool Equals(const Value& other) const;
+  // Python's type name, for messages: 'str', 'int', 'dict'...
+  std::string TypeName() const;
+
+ private:
+  Type type_ = Type::kUndefined;
+  bool bool_ = false;
+  int64_t int_ = 0;
+  double float_ = 0;
+  std::shared_ptr<const std::string> string_;
+  std::shared_ptr<List> list_;
+  std::shared_ptr<Dict> dict_;
+  std::shared_ptr<const Callable> callable_;
+};
+
+// Python's repr(float): the shortest digits that read back, fixed notation
+// for exponents in [-4, 16), "1e+16" style outside; "inf", "nan".
+std::string PyFloatRepr(double value);
+// Python's repr(str): single quotes unless only double quotes avoid
+// escapes; non-printable characters as \xNN, \uNNNN.
+std::string PyStringRepr(std::string_view text);
+
+// json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=False), as
+// transformers' tojson filter calls it; indent < 0 means None.
+Result<std::string> ToJson(const Value& value, int indent);
+
+// Python's < for the types it orders: numbers, strings, sequences.
+Result<bool> LessThan(const Value& a, const Value& b);
+
+// UTF-8 helpers: the byte offset of each code point of `text`, and Python's
+// str.isspace() for the code point starting at `pos` (0 when it is not
+// whitespace, else its length in bytes).
+std::vector<size_t> CodePointOffsets(std::string_view text);
+size_t PySpaceAt(std::string_view text, size_t pos);
+// Python's str.strip/lstrip/rstrip: whitespace when `chars` is null, else
+// any code point of *chars.
+std::string PyStrip(std::string_view text, const std::string* chars, bool left,
+                    bool right);
+
+}  // namespace attn::jinja
+
+#endif  // ATTN_ENGINE_TOKENIZER_JINJA_VALUE_H_
