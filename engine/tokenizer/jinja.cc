@@ -11,9 +11,9 @@ namespace attn::tokenizer {
 Result<std::string> RenderChatTemplate(std::string_view chat_template,
                                        const nlohmann::ordered_json& variables,
                                        const ChatTemplateLimits& limits) {
-  if (!variables.is_object()) {
+  if (!variables.is_object() && !variables.is_null()) {
     return InvalidArgument(
-        "chat template variables must be a JSON object, "
+        "chat template variables must be a JSON object (or null), "
         "got " +
         std::string(variables.type_name()));
   }

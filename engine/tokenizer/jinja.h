@@ -31,7 +31,7 @@ struct ChatTemplateLimits {
 
 // Renders `chat_template` with `variables`: messages (a JSON array of
 // {"role", "content", ...}), add_generation_prompt, bos_token, eos_token and
-// any others the template reads (tools, date_string...). As
+// any others the template reads (tools, date_string...), or null for none. As
 // apply_chat_template, add_generation_prompt defaults to false and tools
 // and documents to none. Objects keep their key order (tojson prints it),
 // so build `variables` as an ordered_json; a plain json converts, sorted.

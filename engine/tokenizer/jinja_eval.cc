@@ -187,6 +187,7 @@ Status Renderer::ExecFor(const Stmt& stmt, Scope* scope) {
   ATTN_ASSIGN_OR_RETURN(const Value iterable, Eval(*stmt.expr, scope));
   auto all = Iterate(iterable);
   if (!all.ok()) return At(*stmt.expr, all.status());
+  ATTN_RETURN_IF_ERROR(budget_.Charge(all->size()));
   List items;
   for (const Value& item : *all) {
     if (stmt.filter != nullptr) {
@@ -198,6 +199,7 @@ Status Renderer::ExecFor(const Stmt& stmt, Scope* scope) {
     items.push_back(item);
   }
   for (size_t i = 0; i < items.size(); ++i) {
+    ATTN_RETURN_IF_ERROR(budget_.Charge(1));
     Scope iteration(scope);
     iteration.Set("loop", LoopObject(items, i));
     ATTN_RETURN_IF_ERROR(Assign(stmt, stmt.targets, items[i], &iteration));

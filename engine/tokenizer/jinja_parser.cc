@@ -184,9 +184,8 @@ Status Parser::ParseBody(std::initializer_list<std::string_view> end_tags,
         ATTN_RETURN_IF_ERROR(ParseStatement(body));
         break;
       }
-      case Token::Kind::kEnd:
-        if (end_tags.size() == 0) return {};
-        return Unexpected("{% " + std::string(*end_tags.begin()) + " %}");
+      case Token::Kind::kEnd:  // ParseClosedBody names the open block
+        return {};
       default:
         return Unexpected("template text or a tag");
     }
@@ -229,6 +228,8 @@ Status Parser::ParseStatement(Body* body) {
     ATTN_RETURN_IF_ERROR(
         ParseClosedBody("generation", at, {"endgeneration"}, body, &end));
     return ExpectBlockEnd();
+  } else if (tag.rfind("end", 0) == 0 || tag == "elif" || tag == "else") {
+    return ErrorAt(at, "unexpected {% " + tag + " %}");
   } else {
     return ErrorAt(at, "unsupported tag '" + tag + "'");
   }
@@ -465,7 +466,8 @@ Result<ExprPtr> Parser::ParseBinaryLevel(int level) {
   const auto& ops = kLevels[static_cast<size_t>(level)];
   while (Peek().kind == Token::Kind::kOperator &&
          std::find(ops.begin(), ops.end(), Peek().text) != ops.end()) {
-    auto node = MakeExpr(Expr::Kind::kBinary, Peek().at, Next().text);
+    const Position at = Peek().at;
+    auto node = MakeExpr(Expr::Kind::kBinary, at, Next().text);
     ATTN_ASSIGN_OR_RETURN(ExprPtr right, ParseBinaryLevel(level + 1));
     node->args.push_back(std::move(left));
     node->args.push_back(std::move(right));
@@ -479,7 +481,8 @@ Result<ExprPtr> Parser::ParseUnary(bool with_filter) {
   ATTN_RETURN_IF_ERROR(CheckDepth());
   ExprPtr node;
   if (IsOp("-") || IsOp("+")) {
-    node = MakeExpr(Expr::Kind::kUnary, Peek().at, Next().text);
+    const Position at = Peek().at;
+    node = MakeExpr(Expr::Kind::kUnary, at, Next().text);
     ATTN_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
     node->args.push_back(std::move(operand));
   } else {
@@ -592,7 +595,7 @@ Result<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
     } else if (IsOp("[")) {
       ATTN_ASSIGN_OR_RETURN(node, ParseSubscript(std::move(node)));
     } else if (IsOp("(")) {
-      auto call = MakeExpr(Expr::Kind::kCall, Peek().at);
+      auto call = MakeExpr(Expr::Kind::kCall, node->at);
       call->args.push_back(std::move(node));
       ATTN_RETURN_IF_ERROR(ParseCallArgs(call.get()));
       node = std::move(call);
