@@ -125,25 +125,44 @@ Result<Value> Default(Budget&, const Value& value, const CallArgs& args) {
   return fallback != nullptr ? *fallback : Value::String("");
 }
 
-// transformers' tojson: json.dumps(x, ensure_ascii=False, indent=indent).
+// transformers' tojson(x, ensure_ascii=False, indent=None, separators=None,
+// sort_keys=False), which calls json.dumps with them.
 Result<Value> ToJsonFilter(Budget& budget, const Value& value,
                            const CallArgs& args) {
-  if (!args.positional.empty()) {
-    return InvalidArgument("tojson: pass indent by name");
-  }
-  int indent = -1;
+  static constexpr std::string_view kParams[] = {"ensure_ascii", "indent",
+                                                 "separators", "sort_keys"};
   for (const auto& [key, arg] : args.keyword) {
-    if (key != "indent") {
-      return InvalidArgument("tojson: unsupported argument '" + key + "'");
+    if (std::find(std::begin(kParams), std::end(kParams), key) ==
+        std::end(kParams)) {
+      return InvalidArgument("tojson: unexpected argument '" + key + "'");
     }
-    if (arg.type() == Value::Type::kInt && arg.as_int() >= 0 &&
-        arg.as_int() <= 64) {
-      indent = static_cast<int>(arg.as_int());
-    } else if (!arg.is_none()) {
+  }
+  ATTN_RETURN_IF_ERROR(CheckArgCount(args, 4, "tojson"));
+  JsonStyle style;
+  const Value* ensure_ascii = FindArg(args, 0, "ensure_ascii");
+  const Value* indent = FindArg(args, 1, "indent");
+  const Value* separators = FindArg(args, 2, "separators");
+  const Value* sort_keys = FindArg(args, 3, "sort_keys");
+  style.ensure_ascii = ensure_ascii != nullptr && ensure_ascii->Truthy();
+  style.sort_keys = sort_keys != nullptr && sort_keys->Truthy();
+  if (indent != nullptr && !indent->is_none()) {
+    if (indent->type() != Value::Type::kInt || indent->as_int() < 0 ||
+        indent->as_int() > 64) {
       return InvalidArgument("tojson: indent must be an integer in [0, 64]");
     }
+    style.indent = static_cast<int>(indent->as_int());
+    style.item_separator = ",";
   }
-  ATTN_ASSIGN_OR_RETURN(std::string json, ToJson(value, indent));
+  if (separators != nullptr && !separators->is_none()) {
+    if (!separators->is_sequence() || separators->list().size() != 2 ||
+        !separators->list()[0].is_string() ||
+        !separators->list()[1].is_string()) {
+      return InvalidArgument("tojson: separators must be two strings");
+    }
+    style.item_separator = separators->list()[0].str();
+    style.key_separator = separators->list()[1].str();
+  }
+  ATTN_ASSIGN_OR_RETURN(std::string json, ToJson(value, style));
   return MakeString(budget, std::move(json));
 }
 

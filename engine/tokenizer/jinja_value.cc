@@ -1,5 +1,6 @@
 #include "engine/tokenizer/jinja_value.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -432,39 +433,32 @@ std::string PyStrip(std::string_view text, const std::string* chars, bool left,
 
 namespace {
 
-std::string JsonString(std::string_view text) {
+// json.dumps' string escapes; with ensure_ascii, everything outside
+// printable ASCII as \uXXXX (UTF-16 surrogate pairs above U+FFFF).
+std::string JsonString(std::string_view text, bool ensure_ascii) {
   std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t start = pos;
+    const uint32_t cp = DecodeAt(text, &pos);
+    static constexpr std::pair<uint32_t, const char*> kShort[] = {
+        {'"', "\\\""}, {'\\', "\\\\"}, {'\n', "\\n"}, {'\r', "\\r"},
+        {'\t', "\\t"}, {'\b', "\\b"},  {'\f', "\\f"}};
+    const auto* found =
+        std::find_if(std::begin(kShort), std::end(kShort),
+                     [cp](const auto& e) { return e.first == cp; });
+    char buf[16];
+    if (found != std::end(kShort)) {
+      out += found->second;
+    } else if (cp < 0x20 || (ensure_ascii && cp > 0x7E && cp < 0x10000)) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+      out += buf;
+    } else if (ensure_ascii && cp >= 0x10000) {
+      const uint32_t v = cp - 0x10000;
+      std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", 0xD800 + (v >> 10),
+                    0xDC00 + (v & 0x3FF));
+      out += buf;
+    } else {
+      out.append(text.substr(start, pos - start));
     }
   }
   return out + "\"";
@@ -476,19 +470,21 @@ std::string JsonFloat(double value) {
   return PyFloatRepr(value);
 }
 
-Status DumpJson(const Value& value, int indent, int level, std::string* out);
+Status DumpJson(const Value& value, const JsonStyle& style, int level,
+                std::string* out);
 
-// Separators as json.dumps picks them: ", " and ": " without an indent;
-// "," plus a newline and the next level's indent with one.
-void JsonBreak(int indent, int level, bool first, std::string* out) {
-  if (!first) *out += indent < 0 ? ", " : ",";
-  if (indent >= 0) {
+// Before an item: the item separator after the first, then with an indent
+// a newline and the level's indentation.
+void JsonBreak(const JsonStyle& style, int level, bool first,
+               std::string* out) {
+  if (!first) *out += style.item_separator;
+  if (style.indent >= 0) {
     *out += '\n';
-    out->append(static_cast<size_t>(indent) * level, ' ');
+    out->append(static_cast<size_t>(style.indent) * level, ' ');
   }
 }
 
-Status DumpJsonContainer(const Value& value, int indent, int level,
+Status DumpJsonContainer(const Value& value, const JsonStyle& style, int level,
                          std::string* out) {
   const bool is_dict = value.is_mapping();
   const size_t size = is_dict ? value.dict().items.size() : value.list().size();
@@ -496,25 +492,32 @@ Status DumpJsonContainer(const Value& value, int indent, int level,
     *out += is_dict ? "{}" : "[]";
     return {};
   }
+  std::vector<size_t> order(size);
+  for (size_t i = 0; i < size; ++i) order[i] = i;
+  if (is_dict && style.sort_keys) {
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return value.dict().items[a].first < value.dict().items[b].first;
+    });
+  }
   *out += is_dict ? '{' : '[';
   for (size_t i = 0; i < size; ++i) {
-    JsonBreak(indent, level + 1, i == 0, out);
+    JsonBreak(style, level + 1, i == 0, out);
     if (is_dict) {
-      *out += JsonString(value.dict().items[i].first) + ": ";
+      *out +=
+          JsonString(value.dict().items[order[i]].first, style.ensure_ascii) +
+          style.key_separator;
     }
     const Value& item =
-        is_dict ? value.dict().items[i].second : value.list()[i];
-    ATTN_RETURN_IF_ERROR(DumpJson(item, indent, level + 1, out));
+        is_dict ? value.dict().items[order[i]].second : value.list()[i];
+    ATTN_RETURN_IF_ERROR(DumpJson(item, style, level + 1, out));
   }
-  if (indent >= 0) {
-    *out += '\n';
-    out->append(static_cast<size_t>(indent) * level, ' ');
-  }
+  JsonBreak(style, level, true, out);
   *out += is_dict ? '}' : ']';
   return {};
 }
 
-Status DumpJson(const Value& value, int indent, int level, std::string* out) {
+Status DumpJson(const Value& value, const JsonStyle& style, int level,
+                std::string* out) {
   if (level > 512) return InvalidArgument("tojson: nested too deeply");
   switch (value.type()) {
     case Value::Type::kNone:
@@ -530,12 +533,12 @@ Status DumpJson(const Value& value, int indent, int level, std::string* out) {
       *out += JsonFloat(value.as_double());
       return {};
     case Value::Type::kString:
-      *out += JsonString(value.str());
+      *out += JsonString(value.str(), style.ensure_ascii);
       return {};
     case Value::Type::kList:
     case Value::Type::kTuple:
     case Value::Type::kDict:
-      return DumpJsonContainer(value, indent, level, out);
+      return DumpJsonContainer(value, style, level, out);
     default:
       return InvalidArgument("tojson: Object of type " + value.TypeName() +
                              " is not JSON serializable");
@@ -544,9 +547,9 @@ Status DumpJson(const Value& value, int indent, int level, std::string* out) {
 
 }  // namespace
 
-Result<std::string> ToJson(const Value& value, int indent) {
+Result<std::string> ToJson(const Value& value, const JsonStyle& style) {
   std::string out;
-  ATTN_RETURN_IF_ERROR(DumpJson(value, indent, 0, &out));
+  ATTN_RETURN_IF_ERROR(DumpJson(value, style, 0, &out));
   return out;
 }
 

@@ -115,9 +115,16 @@ std::string PyFloatRepr(double value);
 // escapes; non-printable characters as \xNN, \uNNNN.
 std::string PyStringRepr(std::string_view text);
 
-// json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=False), as
-// transformers' tojson filter calls it; indent < 0 means None.
-Result<std::string> ToJson(const Value& value, int indent);
+// json.dumps' options, defaulted as transformers' tojson filter sets them.
+struct JsonStyle {
+  int indent = -1;  // None: one line
+  bool ensure_ascii = false;
+  bool sort_keys = false;
+  std::string item_separator = ", ";  // "," when indented
+  std::string key_separator = ": ";
+};
+// json.dumps(value, **style).
+Result<std::string> ToJson(const Value& value, const JsonStyle& style);
 
 // Python's < for the types it orders: numbers, strings, sequences.
 Result<bool> LessThan(const Value& a, const Value& b);
