@@ -93,6 +93,22 @@ TEST(ChatTemplateGoldenTest, EveryTemplateAndConversationMatchesJinja2) {
   EXPECT_GE(errors, 10);
 }
 
+// The chat-template fuzzer's seeds render, as the fuzzer checks its inputs.
+TEST(ChatTemplateGoldenTest, FuzzSeedsRenderOrAreRefusedInOneLine) {
+  const Json conversations = ReadJson(kChatDir + "/conversations.json");
+  const std::string seeds =
+      std::string(ATTN_SOURCE_DIR) + "/tests/fuzz/corpus/fuzz_chat_template/";
+  for (const char* name : {"llama3.1", "qwen3", "gemma3", "mistral-v0.3"}) {
+    std::string source;
+    ASSERT_TRUE(ReadFile(seeds + name, &source)) << name;
+    Json variables = conversations[1]["variables"];
+    variables["bos_token"] = "<s>";
+    variables["eos_token"] = "</s>";
+    const auto rendered = RenderChatTemplate(source, variables);
+    EXPECT_TRUE(rendered.ok()) << name << ": " << rendered.status().message();
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Each construct, against what Jinja2 3.1 prints (set up as the goldens).
 
@@ -390,6 +406,24 @@ TEST(ChatTemplateTest, RecursionIsBounded) {
       RenderError("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")
           .find("macro calls nested deeper than 64"),
       std::string::npos);
+}
+
+TEST(ChatTemplateTest, ValueNestingIsBoundedAndAcyclic) {
+  EXPECT_NE(RenderError("{% set ns = namespace(x=[]) %}{% for i in "
+                        "range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                        "{{ ns.x }}")
+                .find("nested deeper than 200"),
+            std::string::npos);
+  EXPECT_NE(RenderError("{% set ns = namespace() %}{% set ns.me = [ns] %}"
+                        "{{ ns }}")
+                .find("a namespace stored in a namespace"),
+            std::string::npos);
+  Json deep = Json::array();
+  for (int i = 0; i < 1000; ++i) deep = Json::array({deep});
+  const auto rendered = RenderChatTemplate("{{ x }}", Json{{"x", deep}});
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_NE(rendered.status().message().find("nest deeper than 200"),
+            std::string::npos);
 }
 
 TEST(ChatTemplateTest, OutputSizeIsBounded) {

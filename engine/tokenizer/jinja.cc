@@ -8,6 +8,20 @@
 
 namespace attn::tokenizer {
 
+namespace {
+
+// Whether `json` nests at most `levels` arrays and objects deep.
+bool NestsAtMost(const nlohmann::ordered_json& json, int levels) {
+  if (!json.is_structured()) return true;
+  if (levels == 0) return false;
+  for (const auto& item : json) {
+    if (!NestsAtMost(item, levels - 1)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<std::string> RenderChatTemplate(std::string_view chat_template,
                                        const nlohmann::ordered_json& variables,
                                        const ChatTemplateLimits& limits) {
@@ -16,6 +30,10 @@ Result<std::string> RenderChatTemplate(std::string_view chat_template,
         "chat template variables must be a JSON object (or null), "
         "got " +
         std::string(variables.type_name()));
+  }
+  if (!NestsAtMost(variables, jinja::kMaxValueDepth)) {
+    return InvalidArgument("chat template variables nest deeper than " +
+                           std::to_string(jinja::kMaxValueDepth) + " levels");
   }
   ATTN_ASSIGN_OR_RETURN(const auto tokens, jinja::Tokenize(chat_template));
   jinja::ParseLimits parse_limits;

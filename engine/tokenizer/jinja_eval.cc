@@ -243,6 +243,15 @@ Status Renderer::ExecSet(const Stmt& stmt, Scope* scope) {
                                 " '" + stmt.targets[0] +
                                 "': only on a namespace()");
   }
+  // Namespaces are the only values that change, so these two keep every
+  // value acyclic and its nesting bounded.
+  if (value.ContainsNamespace()) {
+    return ErrorAt(stmt.at, "unsupported: a namespace stored in a namespace");
+  }
+  if (value.depth() >= kMaxValueDepth) {
+    return ErrorAt(stmt.at, "a value nested deeper than " +
+                                std::to_string(kMaxValueDepth) + " levels");
+  }
   Value shared = *target;  // namespaces share their dict between copies
   shared.mutable_dict().Set(stmt.attribute, value);
   return {};

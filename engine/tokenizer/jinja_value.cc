@@ -69,6 +69,8 @@ Value Value::String(std::string s) {
 Value Value::MakeList(List items, Type type) {
   Value v;
   v.type_ = type;
+  for (const Value& item : items) v.depth_ = std::max(v.depth_, item.depth_);
+  ++v.depth_;
   v.list_ = std::make_shared<List>(std::move(items));
   return v;
 }
@@ -76,6 +78,10 @@ Value Value::MakeList(List items, Type type) {
 Value Value::MakeDict(Dict dict, Type type) {
   Value v;
   v.type_ = type;
+  for (const auto& item : dict.items) {
+    v.depth_ = std::max(v.depth_, item.second.depth_);
+  }
+  ++v.depth_;
   v.dict_ = std::make_shared<Dict>(std::move(dict));
   return v;
 }
@@ -124,6 +130,23 @@ Value Value::FromJson(const nlohmann::ordered_json& json) {
     }
     default:  // binary and discarded values have no Python counterpart
       return None();
+  }
+}
+
+bool Value::ContainsNamespace() const {
+  switch (type_) {
+    case Type::kNamespace:
+      return true;
+    case Type::kList:
+    case Type::kTuple:
+      return std::any_of(list_->begin(), list_->end(),
+                         [](const Value& v) { return v.ContainsNamespace(); });
+    case Type::kDict:
+      return std::any_of(
+          dict_->items.begin(), dict_->items.end(),
+          [](const auto& item) { return item.second.ContainsNamespace(); });
+    default:
+      return false;
   }
 }
 

@@ -17,6 +17,10 @@
 
 namespace attn::jinja {
 
+// How deeply values may nest: printing, comparing and json.dumps recurse
+// (Python itself stops near 1000).
+constexpr int kMaxValueDepth = 200;
+
 class Value;
 using List = std::vector<Value>;
 // Python's dict with string keys, in insertion order (json.dumps keeps it).
@@ -77,6 +81,12 @@ class Value {
     return type_ == Type::kDict || type_ == Type::kNamespace;
   }
 
+  // Levels of lists, tuples and dicts, 0 for a scalar; as the value was
+  // made (a namespace's attributes change after).
+  int depth() const { return depth_; }
+  // Whether a namespace is this value or inside it.
+  bool ContainsNamespace() const;
+
   bool as_bool() const { return bool_; }
   int64_t as_int() const { return int_; }  // bool and int
   double as_double() const;                // bool, int and float
@@ -99,6 +109,7 @@ class Value {
 
  private:
   Type type_ = Type::kUndefined;
+  int depth_ = 0;
   bool bool_ = false;
   int64_t int_ = 0;
   double float_ = 0;
