@@ -267,6 +267,26 @@ y)j"},
                 {R"j({{ messages|selectattr('role', 'equalto', 'user')|list }}|{{ messages|rejectattr('role', 'eq', 'user')|map(attribute='content')|list }}|{{ [0, 1, 2]|select|list }}|{{ [1, 2, 3]|reject('odd')|list }}|{{ ['a', 'B']|map('upper')|join }})j", R"j([{'role': 'user', 'content': 'hi'}]|['yo']|[1, 2]|[2]|AB)j"},
                 {R"j({{ [{'a': {'b': 1}}, {}]|map(attribute='a.b', default='n')|list }}|{{ [{'a': 0}, {'a': 2}, {}]|selectattr('a')|list }})j",
                  R"j([1, 'n']|[{'a': 2}])j"},
+                // Filters such as map and select return generators, as in
+                // Jinja2:
+                // always true, one pass; dict views and ranges print as
+                // Python's.
+                {R"j({{ 'y' if messages|selectattr('role', 'equalto', 'system') else 'n' }})j",
+                 R"j(y)j"},
+                {R"j({% set g = messages|map(attribute='role') %}{{ g|join(',') }}|{{ g|join(',') }}|{{ g|list }})j",
+                 R"j(user,assistant||[])j"},
+                {R"j({% set g = messages|map(attribute='role') %}{{ g|first }}|{{ g|list }})j",
+                 R"j(user|['assistant'])j"},
+                {R"j({{ 'y' if [] else 'n' }}{{ 'y' if []|reverse else 'n' }}{{ 'y' if {}.items() else 'n' }}{{ 'y' if range(0) else 'n' }})j",
+                 R"j(nynn)j"},
+                {R"j({{ d.items() }}|{{ range(3) }}|{{ range(5, 0, -2) }}|{{ range(5)[1] }}|{{ d.keys()[0] }}|{{ (messages|map(attribute='role'))[0] }})j",
+                 R"j(dict_items([('b', 1), ('a', [1, 2.5, None, True, "x'y"])])|range(0, 3)|range(5, 0, -2)|1||)j"},
+                {R"j({{ 'user' in messages|map(attribute='role') }}|{{ d.items()|last }}|{{ messages|selectattr('role') is sequence }}|{{ d.items() is sequence }}|{{ range(2) is sequence }}|{{ messages|selectattr('role') is iterable }})j",
+                 R"j(True|('a', [1, 2.5, None, True, "x'y"])|False|False|True|True)j"},
+                {R"j({{ range(2) == range(2) }}|{{ d|dictsort }}|{{ {'b': 'Y', 'a': 'x'}|dictsort(by='value', reverse=true) }})j",
+                 R"j(True|[('a', [1, 2.5, None, True, "x'y"]), ('b', 1)]|[('b', 'Y'), ('a', 'x')])j"},
+                {R"j({{ none|selectattr('type')|list }}{{ none|map('upper')|list }}{{ 0|reject|list }})j",
+                 R"j([][][])j"},
                 {R"j({{ x is defined }} {{ x is undefined }} {{ none is none }} {{ 'a' is string }} {{ d is mapping }} {{ d is iterable }} {{ 1 is number }} {{ true is number }} {{ true is boolean }} {{ 1 is integer }} {{ 1.0 is float }} {{ true is true }} {{ 0 is false }})j",
                  R"j(False True True True True True True True True True True True False)j"},
                 {R"j({{ [] is sequence }} {{ 'a' is sequence }} {{ 3 is odd }} {{ 6 is divisibleby 3 }} {{ 'a' is equalto 'a' }} {{ 2 is gt 1 }} {{ 1 is in [1] }} {{ 'ab' is lower }} {{ range is callable }} {{ x is not defined }})j",
@@ -377,6 +397,16 @@ TEST(ChatTemplateTest, RuntimeErrorsNameTheirPlace) {
       {"{{ d|tojson(sorted=true) }}", "unexpected argument 'sorted'"},
       {"{{ 9223372036854775807 + 1 }}", "integer overflow"},
       {"{% for a, b in [1] %}{% endfor %}", "cannot unpack"},
+      {"{{ messages|map(attribute='role')|length }}",
+       "object of type 'generator' has no len()"},
+      {"{{ messages|map(attribute='role')|tojson }}",
+       "Object of type generator is not JSON serializable"},
+      {"{{ d.keys()|tojson }}",
+       "Object of type dict_keys is not JSON serializable"},
+      {"{{ messages|map(attribute='role')|last }}",
+       "'generator' object is not reversible"},
+      {"{{ messages|map(attribute='role') }}",
+       "1:1: unsupported: printing a generator"},
   };
   for (const auto& [source, expected] : kFailing) {
     const std::string message = RenderError(source);

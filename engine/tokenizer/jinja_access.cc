@@ -248,7 +248,7 @@ Result<Value> DictMethod(const Value& dict, const std::string& name,
           Value::MakeList({Value::String(key), value}, Value::Type::kTuple));
     }
   }
-  return Value::MakeList(std::move(out));
+  return Value::View("dict_" + name, std::move(out));
 }
 
 bool IsStringMethod(const std::string& name) {
@@ -321,7 +321,7 @@ Value GetItem(Budget& budget, const Value& object, const Value& key) {
   const bool int_key =
       key.type() == Value::Type::kInt || key.type() == Value::Type::kBool;
   size_t index = 0;
-  if (int_key && object.is_sequence() &&
+  if (int_key && (object.is_sequence() || object.is_range()) &&
       ResolveIndex(key.as_int(), object.list().size(), &index)) {
     return object.list()[index];
   }
@@ -408,6 +408,10 @@ Result<Value> GetSlice(const Value& object, const Value* start,
     return Value::String(std::move(out));
   }
   if (object.is_undefined()) return InvalidArgument(object.undefined_what());
+  if (object.is_iterator()) {  // Jinja2's getitem makes the TypeError undefined
+    return Value::Undefined("'" + object.TypeName() +
+                            "' object is not subscriptable");
+  }
   return InvalidArgument("'" + object.TypeName() +
                          "' object is not subscriptable");
 }
@@ -419,6 +423,9 @@ Result<List> Iterate(const Value& value) {
     case Value::Type::kList:
     case Value::Type::kTuple:
       return value.list();
+    case Value::Type::kGenerator:
+    case Value::Type::kView:
+      return value.Drain();
     case Value::Type::kDict: {
       List keys;
       for (const auto& item : value.dict().items) {

@@ -54,6 +54,7 @@ Result<Value> Length(Budget&, const Value& value, const CallArgs&) {
           static_cast<int64_t>(CodePointOffsets(value.str()).size()));
     case Value::Type::kList:
     case Value::Type::kTuple:
+    case Value::Type::kView:
       return Value::Int(static_cast<int64_t>(value.list().size()));
     case Value::Type::kDict:
       return Value::Int(static_cast<int64_t>(value.dict().items.size()));
@@ -257,6 +258,7 @@ Result<Value> Join(Budget& budget, const Value& value, const CallArgs& args) {
 }
 
 Result<Value> First(Budget&, const Value& value, const CallArgs&) {
+  if (value.type() == Value::Type::kGenerator) return value.Next();
   ATTN_ASSIGN_OR_RETURN(const List items, Iterate(value));
   if (items.empty())
     return Value::Undefined("No first item, sequence was empty.");
@@ -264,16 +266,24 @@ Result<Value> First(Budget&, const Value& value, const CallArgs&) {
 }
 
 Result<Value> Last(Budget&, const Value& value, const CallArgs&) {
+  if (value.type() == Value::Type::kGenerator) {
+    return InvalidArgument("'generator' object is not reversible");
+  }
   ATTN_ASSIGN_OR_RETURN(const List items, Iterate(value));
   if (items.empty())
     return Value::Undefined("No last item, sequence was empty.");
   return items.back();
 }
 
+// A string reversed; a generator into a list reversed; anything else as
+// Python's reversed(), an iterator.
 Result<Value> Reverse(Budget&, const Value& value, const CallArgs&) {
   ATTN_ASSIGN_OR_RETURN(List items, Iterate(value));
   std::reverse(items.begin(), items.end());
-  if (!value.is_string()) return Value::MakeList(std::move(items));
+  if (value.type() == Value::Type::kGenerator) {
+    return Value::MakeList(std::move(items));
+  }
+  if (!value.is_string()) return Value::Generator(std::move(items));
   std::string out;
   for (const Value& c : items) out += c.str();
   return Value::String(std::move(out));
@@ -288,7 +298,7 @@ Result<Value> Replace(Budget& budget, const Value& value,
 }
 
 Result<Value> Items(Budget& budget, const Value& value, const CallArgs&) {
-  if (value.is_undefined()) return Value::MakeList({});
+  if (value.is_undefined()) return Value::Generator({});
   if (!value.is_mapping()) {
     return InvalidArgument(
         "items: can only get item pairs from a mapping, "
@@ -297,13 +307,58 @@ Result<Value> Items(Budget& budget, const Value& value, const CallArgs&) {
   }
   const Value function = GetAttribute(budget, value, "items");
   CallArgs none;
-  return function.callable().call(none);
+  ATTN_ASSIGN_OR_RETURN(const Value view, function.callable().call(none));
+  return Value::Generator(view.list());
+}
+
+// dictsort(case_sensitive=False, by='key', reverse=False): the (key, value)
+// pairs sorted, strings compared lowercased unless case_sensitive.
+Result<Value> DictSort(Budget& budget, const Value& value,
+                       const CallArgs& args) {
+  ATTN_RETURN_IF_ERROR(CheckArgCount(args, 3, "dictsort"));
+  if (!value.is_mapping()) {
+    return InvalidArgument("dictsort: wants a dict, got " + value.TypeName());
+  }
+  const Value* case_sensitive = FindArg(args, 0, "case_sensitive");
+  const Value* by = FindArg(args, 1, "by");
+  const Value* reverse = FindArg(args, 2, "reverse");
+  const bool by_value =
+      by != nullptr && by->is_string() && by->str() == "value";
+  if (by != nullptr && !(by->is_string() && (by->str() == "key" || by_value))) {
+    return InvalidArgument("dictsort: by must be 'key' or 'value'");
+  }
+  const bool fold = case_sensitive == nullptr || !case_sensitive->Truthy();
+  std::vector<std::pair<Value, Value>> keyed;  // sort key, (key, value)
+  for (const auto& [key, item] : value.dict().items) {
+    Value sort_key = by_value ? item : Value::String(key);
+    if (fold && sort_key.is_string()) {
+      ATTN_ASSIGN_OR_RETURN(sort_key, Lower(budget, sort_key, CallArgs{}));
+    }
+    keyed.emplace_back(
+        std::move(sort_key),
+        Value::MakeList({Value::String(key), item}, Value::Type::kTuple));
+  }
+  Status failed;
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [&](const auto& a, const auto& b) {
+                     auto less = LessThan(a.first, b.first);
+                     if (!less.ok() && failed.ok()) failed = less.status();
+                     return less.ok() && *less;
+                   });
+  ATTN_RETURN_IF_ERROR(failed);
+  List pairs;
+  for (auto& entry : keyed) pairs.push_back(std::move(entry.second));
+  if (reverse != nullptr && reverse->Truthy()) {
+    std::reverse(pairs.begin(), pairs.end());
+  }
+  return Value::MakeList(std::move(pairs));
 }
 
 // select, reject, selectattr, rejectattr: the items whose (attribute's)
 // test result is `keep`; without a test, their truthiness.
 Result<Value> SelectItems(Budget& budget, const Value& value,
                           const CallArgs& args, bool by_attribute, bool keep) {
+  if (!value.Truthy()) return Value::Generator({});  // Jinja2: `if seq:`
   ATTN_ASSIGN_OR_RETURN(const List items, Iterate(value));
   size_t next = 0;
   std::string attribute;
@@ -331,7 +386,7 @@ Result<Value> SelectItems(Budget& budget, const Value& value,
     }
     if (passed == keep) out.push_back(item);
   }
-  return Value::MakeList(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 Result<Value> Select(Budget& b, const Value& v, const CallArgs& a) {
@@ -349,6 +404,7 @@ Result<Value> RejectAttr(Budget& b, const Value& v, const CallArgs& a) {
 
 // map(attribute="x", default=d) or map("filter", args...).
 Result<Value> Map(Budget& budget, const Value& value, const CallArgs& args) {
+  if (!value.Truthy()) return Value::Generator({});  // Jinja2: `if value:`
   ATTN_ASSIGN_OR_RETURN(const List items, Iterate(value));
   const Value* attribute = FindArg(args, SIZE_MAX, "attribute");
   const Value* fallback = FindArg(args, SIZE_MAX, "default");
@@ -359,7 +415,7 @@ Result<Value> Map(Budget& budget, const Value& value, const CallArgs& args) {
       if (mapped.is_undefined() && fallback != nullptr) mapped = *fallback;
       out.push_back(std::move(mapped));
     }
-    return Value::MakeList(std::move(out));
+    return Value::Generator(std::move(out));
   }
   if (args.positional.empty()) return InvalidArgument("map: no filter given");
   const std::string filter = args.positional[0].PyStr();
@@ -375,7 +431,7 @@ Result<Value> Map(Budget& budget, const Value& value, const CallArgs& args) {
                           ApplyFilter(budget, filter, item, filter_args));
     out.push_back(std::move(mapped));
   }
-  return Value::MakeList(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 // unique(case_sensitive=False, attribute=None): first occurrences, strings
@@ -401,7 +457,7 @@ Result<Value> Unique(Budget& budget, const Value& value, const CallArgs& args) {
     seen.push_back(std::move(key));
     out.push_back(item);
   }
-  return Value::MakeList(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 Result<Value> Identity(Budget&, const Value& value, const CallArgs&) {
@@ -414,6 +470,7 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
       {"count", Length},
       {"d", Default},
       {"default", Default},
+      {"dictsort", DictSort},
       {"first", First},
       {"float", FloatFilter},
       {"int", IntFilter},
@@ -506,8 +563,9 @@ bool TypeTest(const std::string& name, const Value& v, bool* result) {
     return true;
   }
   if (name == "iterable" || name == "sequence") {
+    const bool iterable = name == "iterable" ? v.is_iterator() : v.is_range();
     *result = t == T::kUndefined || t == T::kString || v.is_sequence() ||
-              t == T::kDict;
+              t == T::kDict || iterable;
     return true;
   }
   return false;
@@ -590,6 +648,12 @@ Result<bool> Contains(const Value& container, const Value& item) {
     case Value::Type::kTuple:
       return std::any_of(container.list().begin(), container.list().end(),
                          [&](const Value& x) { return x.Equals(item); });
+    case Value::Type::kGenerator:
+    case Value::Type::kView: {
+      const List items = container.Drain();
+      return std::any_of(items.begin(), items.end(),
+                         [&](const Value& x) { return x.Equals(item); });
+    }
     case Value::Type::kDict:
       return item.is_string() && container.dict().Find(item.str()) != nullptr;
     default:
@@ -622,7 +686,10 @@ Result<Value> Range(CallArgs& args) {
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
     items.push_back(Value::Int(i));
   }
-  return Value::MakeList(std::move(items));
+  std::string repr =
+      "range(" + std::to_string(start) + ", " + std::to_string(stop);
+  if (step != 1) repr += ", " + std::to_string(step);
+  return Value::View(repr + ")", std::move(items));
 }
 
 // namespace(dict?, key=value...) and dict(key=value...).

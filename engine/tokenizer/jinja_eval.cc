@@ -124,8 +124,10 @@ Status Renderer::ExecStmt(const Stmt& stmt, Scope* scope, Flow* flow) {
       return Write(stmt.text);
     case Stmt::Kind::kOutput: {
       ATTN_ASSIGN_OR_RETURN(const Value value, Eval(*stmt.expr, scope));
-      if (value.type() == Value::Type::kCallable) {
-        return ErrorAt(stmt.at, "cannot print a function; call it");
+      if (value.type() == Value::Type::kCallable ||
+          value.type() == Value::Type::kGenerator) {
+        return ErrorAt(stmt.at, "unsupported: printing a " + value.TypeName() +
+                                    " (Jinja2 prints its address)");
       }
       return Write(value.PyStr());
     }
@@ -219,7 +221,7 @@ Status Renderer::Assign(const Stmt& stmt,
     scope->Set(targets[0], value);
     return {};
   }
-  if (!value.is_sequence() && !value.is_string()) {
+  if (!value.is_sequence() && !value.is_string() && !value.is_iterator()) {
     return ErrorAt(stmt.at, "cannot unpack a " + value.TypeName() + " into " +
                                 std::to_string(targets.size()) + " names");
   }

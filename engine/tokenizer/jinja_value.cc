@@ -86,6 +86,34 @@ Value Value::MakeDict(Dict dict, Type type) {
   return v;
 }
 
+Value Value::Generator(List items) {
+  Value v = MakeList(std::move(items));
+  v.type_ = Type::kGenerator;
+  v.position_ = std::make_shared<size_t>(0);
+  return v;
+}
+
+Value Value::View(std::string name, List items) {
+  Value v = MakeList(std::move(items));
+  v.type_ = Type::kView;
+  v.string_ = std::make_shared<const std::string>(std::move(name));
+  return v;
+}
+
+List Value::Drain() const {
+  if (type_ != Type::kGenerator) return *list_;
+  List rest(list_->begin() + static_cast<ptrdiff_t>(*position_), list_->end());
+  *position_ = list_->size();
+  return rest;
+}
+
+Value Value::Next() const {
+  if (*position_ == list_->size()) {
+    return Undefined("No first item, sequence was empty.");
+  }
+  return (*list_)[(*position_)++];
+}
+
 Value Value::Function(std::string name,
                       std::function<Result<Value>(CallArgs&)> call) {
   Value v;
@@ -139,6 +167,8 @@ bool Value::ContainsNamespace() const {
       return true;
     case Type::kList:
     case Type::kTuple:
+    case Type::kGenerator:
+    case Type::kView:
       return std::any_of(list_->begin(), list_->end(),
                          [](const Value& v) { return v.ContainsNamespace(); });
     case Type::kDict:
@@ -175,7 +205,9 @@ bool Value::Truthy() const {
       return !list_->empty();
     case Type::kDict:
       return !dict_->items.empty();
-    default:
+    case Type::kView:
+      return !list_->empty();
+    default:  // a generator is true even when empty, as in Python
       return true;
   }
 }
@@ -239,6 +271,11 @@ std::string Value::PyRepr() const {
       return "<Namespace " + DictRepr(*dict_) + ">";
     case Type::kCallable:
       return "<function " + callable_->name + ">";
+    case Type::kGenerator:
+      return "<generator object>";  // Python adds its address
+    case Type::kView:
+      if (is_range()) return *string_;
+      return *string_ + "(" + SequenceRepr(*list_, false) + ")";
   }
   return "";
 }
@@ -277,6 +314,11 @@ bool Value::Equals(const Value& other) const {
       return dict_ == other.dict_;
     case Type::kCallable:
       return callable_ == other.callable_;
+    case Type::kGenerator:
+      return position_ == other.position_;
+    case Type::kView:
+      return *string_ == *other.string_ &&
+             MakeList(*list_).Equals(MakeList(*other.list_));
     default:
       return false;
   }
@@ -284,8 +326,11 @@ bool Value::Equals(const Value& other) const {
 
 std::string Value::TypeName() const {
   static constexpr const char* kNames[] = {
-      "Undefined", "NoneType", "bool", "int",       "float",   "str",
-      "list",      "tuple",    "dict", "Namespace", "function"};
+      "Undefined", "NoneType", "bool", "int",       "float",    "str",
+      "list",      "tuple",    "dict", "Namespace", "function", "generator"};
+  if (type_ == Type::kView) {
+    return is_range() ? "range" : *string_;
+  }
   return kNames[static_cast<int>(type_)];
 }
 

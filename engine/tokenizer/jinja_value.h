@@ -53,6 +53,8 @@ class Value {
     kDict,
     kNamespace,
     kCallable,
+    kGenerator,  // what filters such as map and select return: one pass
+    kView,       // dict.items(), keys(), values() and range(): re-iterable
   };
 
   Value() = default;  // undefined
@@ -64,6 +66,9 @@ class Value {
   static Value String(std::string s);
   static Value MakeList(List items, Type type = Type::kList);
   static Value MakeDict(Dict dict, Type type = Type::kDict);
+  static Value Generator(List items);
+  // `name` is "dict_items", "dict_keys", "dict_values", or a range's repr.
+  static Value View(std::string name, List items);
   static Value Function(std::string name,
                         std::function<Result<Value>(CallArgs&)> call);
   static Value FromJson(const nlohmann::ordered_json& json);
@@ -80,6 +85,12 @@ class Value {
   bool is_object() const {  // dict or namespace: has attributes by name
     return type_ == Type::kDict || type_ == Type::kNamespace;
   }
+  bool is_iterator() const {  // generator or view
+    return type_ == Type::kGenerator || type_ == Type::kView;
+  }
+  bool is_range() const {
+    return type_ == Type::kView && string_->rfind("range(", 0) == 0;
+  }
 
   // Levels of lists, tuples and dicts, 0 for a scalar; as the value was
   // made (a namespace's attributes change after).
@@ -93,7 +104,13 @@ class Value {
   const std::string& str() const { return *string_; }
   // Undefined: what was looked up, for the message when it is used.
   const std::string& undefined_what() const { return *string_; }
+  // A list, tuple or view's items; a generator's, whether consumed or not.
   const List& list() const { return *list_; }
+  // The items iterating gives: a generator's that are left, which it then
+  // no longer has (Python's generators run once).
+  List Drain() const;
+  // A generator's next item, or undefined when none is left.
+  Value Next() const;
   List& mutable_list() { return *list_; }
   const Dict& dict() const { return *dict_; }
   Dict& mutable_dict() { return *dict_; }
@@ -117,6 +134,7 @@ class Value {
   std::shared_ptr<List> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<const Callable> callable_;
+  std::shared_ptr<size_t> position_;  // a generator's next item
 };
 
 // Python's repr(float): the shortest digits that read back, fixed notation
