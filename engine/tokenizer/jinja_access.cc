@@ -263,11 +263,27 @@ bool IsDictMethod(const std::string& name) {
   return name == "get" || name == "items" || name == "keys" || name == "values";
 }
 
+// Markup's methods return Markup and escape their arguments; the ones
+// without arguments are kept, the others refused rather than not escaped.
+Result<Value> MarkupMethod(Budget& budget, const Value& markup,
+                           const std::string& name, const CallArgs& args) {
+  ATTN_ASSIGN_OR_RETURN(Value result,
+                        StringMethod(budget, markup.str(), name, args));
+  if (name == "startswith" || name == "endswith") return result;
+  if (!args.positional.empty() || !args.keyword.empty() ||
+      !result.is_string()) {
+    return InvalidArgument("unsupported: str." + name +
+                           "() with arguments on a |safe string");
+  }
+  return Value::Markup(result.str());
+}
+
 Value BoundMethod(Budget& budget, const Value& object,
                   const std::string& name) {
   return Value::Function(
       object.TypeName() + "." + name,
       [&budget, object, name](CallArgs& args) -> Result<Value> {
+        if (object.is_markup()) return MarkupMethod(budget, object, name, args);
         if (object.is_string()) {
           return StringMethod(budget, object.str(), name, args);
         }
@@ -330,8 +346,10 @@ Value GetItem(Budget& budget, const Value& object, const Value& key) {
     if (ResolveIndex(key.as_int(), offsets.size(), &index)) {
       const size_t end =
           index + 1 < offsets.size() ? offsets[index + 1] : object.str().size();
-      return Value::String(
-          object.str().substr(offsets[index], end - offsets[index]));
+      std::string text =
+          object.str().substr(offsets[index], end - offsets[index]);
+      return object.is_markup() ? Value::Markup(std::move(text))
+                                : Value::String(std::move(text));
     }
   }
   return Value::Undefined("'" + object.TypeName() + " object' has no item " +
@@ -405,7 +423,8 @@ Result<Value> GetSlice(const Value& object, const Value* start,
       const size_t end = i + 1 < offsets.size() ? offsets[i + 1] : text.size();
       out.append(text, offsets[i], end - offsets[i]);
     }
-    return Value::String(std::move(out));
+    return object.is_markup() ? Value::Markup(std::move(out))
+                              : Value::String(std::move(out));
   }
   if (object.is_undefined()) return InvalidArgument(object.undefined_what());
   if (object.is_iterator()) {  // Jinja2's getitem makes the TypeError undefined

@@ -245,6 +245,9 @@ Result<Value> Join(Budget& budget, const Value& value, const CallArgs& args) {
   const Value* separator = FindArg(args, 0, "d");
   const Value* attribute = FindArg(args, 1, "attribute");
   ATTN_ASSIGN_OR_RETURN(const List items, Iterate(value));
+  if (separator != nullptr && separator->is_markup()) {
+    return InvalidArgument("unsupported: join with a |safe separator");
+  }
   const std::string sep = separator != nullptr ? separator->PyStr() : "";
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -460,8 +463,9 @@ Result<Value> Unique(Budget& budget, const Value& value, const CallArgs& args) {
   return Value::Generator(std::move(out));
 }
 
-Result<Value> Identity(Budget&, const Value& value, const CallArgs&) {
-  return value;
+Result<Value> Safe(Budget&, const Value& value, const CallArgs&) {
+  if (value.is_markup()) return value;
+  return Value::Markup(value.PyStr());
 }
 
 const std::map<std::string, FilterFn, std::less<>>& Filters() {
@@ -485,7 +489,7 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
       {"rejectattr", RejectAttr},
       {"replace", Replace},
       {"reverse", Reverse},
-      {"safe", Identity},
+      {"safe", Safe},
       {"select", Select},
       {"selectattr", SelectAttr},
       {"string", StringFilter},
@@ -511,7 +515,16 @@ Result<Value> ApplyFilter(Budget& budget, const std::string& name,
   if (filter == Filters().end()) {
     return InvalidArgument("unknown filter '" + name + "'");
   }
-  return filter->second(budget, operand, args);
+  ATTN_ASSIGN_OR_RETURN(Value result, filter->second(budget, operand, args));
+  // Filters that hand a Markup's own methods on keep it Markup.
+  static constexpr std::string_view kKeepMarkup[] = {
+      "capitalize", "lower", "string", "title", "trim", "upper"};
+  if (operand.is_markup() && result.is_string() &&
+      std::find(std::begin(kKeepMarkup), std::end(kKeepMarkup), name) !=
+          std::end(kKeepMarkup)) {
+    return Value::Markup(result.str());
+  }
+  return result;
 }
 
 namespace {

@@ -508,6 +508,14 @@ Result<Value> Renderer::EvalBinary(const Expr& expr, Scope* scope) {
 }
 
 Result<Value> Renderer::Add(const Value& a, const Value& b) {
+  if (a.is_string() && b.is_string() && (a.is_markup() || b.is_markup())) {
+    const auto escaped = [](const Value& v) {
+      return v.is_markup() ? v.str() : HtmlEscape(v.str());
+    };
+    std::string text = escaped(a) + escaped(b);
+    ATTN_RETURN_IF_ERROR(budget_.CheckSize(text.size()));
+    return Value::Markup(std::move(text));
+  }
   if (a.is_string() && b.is_string()) {
     ATTN_RETURN_IF_ERROR(budget_.CheckSize(a.str().size() + b.str().size()));
     ATTN_RETURN_IF_ERROR(
@@ -539,7 +547,8 @@ Result<Value> Renderer::Repeat(const Value& sequence, const Value& count) {
   if (sequence.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += sequence.str();
-    return Value::String(std::move(out));
+    return sequence.is_markup() ? Value::Markup(std::move(out))
+                                : Value::String(std::move(out));
   }
   List items;
   for (int64_t i = 0; i < n; ++i) {

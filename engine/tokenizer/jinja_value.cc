@@ -66,6 +66,12 @@ Value Value::String(std::string s) {
   return v;
 }
 
+Value Value::Markup(std::string s) {
+  Value v = String(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
 Value Value::MakeList(List items, Type type) {
   Value v;
   v.type_ = type;
@@ -438,6 +444,32 @@ std::string EscapeCodePoint(uint32_t cp) {
 }
 
 }  // namespace
+
+std::string HtmlEscape(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
 
 std::string PyStringRepr(std::string_view text) {
   const bool has_single = text.find('\'') != std::string_view::npos;

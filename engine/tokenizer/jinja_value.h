@@ -64,6 +64,9 @@ class Value {
   static Value Int(int64_t i);
   static Value Float(double f);
   static Value String(std::string s);
+  // A string marked safe (Jinja2's Markup, from |safe): `+` HTML-escapes
+  // the plain string on its other side.
+  static Value Markup(std::string s);
   static Value MakeList(List items, Type type = Type::kList);
   static Value MakeDict(Dict dict, Type type = Type::kDict);
   static Value Generator(List items);
@@ -77,6 +80,7 @@ class Value {
   bool is_undefined() const { return type_ == Type::kUndefined; }
   bool is_none() const { return type_ == Type::kNone; }
   bool is_string() const { return type_ == Type::kString; }
+  bool is_markup() const { return markup_; }
   bool is_number() const;     // bool, int or float, as Python's numbers.Number
   bool is_sequence() const {  // list or tuple
     return type_ == Type::kList || type_ == Type::kTuple;
@@ -127,6 +131,7 @@ class Value {
  private:
   Type type_ = Type::kUndefined;
   int depth_ = 0;
+  bool markup_ = false;
   bool bool_ = false;
   int64_t int_ = 0;
   double float_ = 0;
@@ -140,6 +145,8 @@ class Value {
 // Python's repr(float): the shortest digits that read back, fixed notation
 // for exponents in [-4, 16), "1e+16" style outside; "inf", "nan".
 std::string PyFloatRepr(double value);
+// markupsafe's escape(): & < > " ' as HTML entities.
+std::string HtmlEscape(std::string_view text);
 // Python's repr(str): single quotes unless only double quotes avoid
 // escapes; non-printable characters as \xNN, \uNNNN.
 std::string PyStringRepr(std::string_view text);
