@@ -57,7 +57,7 @@ Json VariablesFor(const Json& tmpl, const Json& conversation) {
 TEST(ChatTemplateGoldenTest, EveryTemplateAndConversationMatchesJinja2) {
   const Json templates = ReadJson(kChatDir + "/templates.json");
   const Json conversations = ReadJson(kChatDir + "/conversations.json");
-  ASSERT_GE(templates.size(), 12u);
+  ASSERT_GE(templates.size(), 20u);
   int outputs = 0;
   int errors = 0;
   for (const Json& tmpl : templates) {
@@ -89,8 +89,8 @@ TEST(ChatTemplateGoldenTest, EveryTemplateAndConversationMatchesJinja2) {
       }
     }
   }
-  EXPECT_GE(outputs, 90);
-  EXPECT_GE(errors, 10);
+  EXPECT_GE(outputs, 140);  // every case has a golden, as listed
+  EXPECT_GE(errors, 30);
 }
 
 // The chat-template fuzzer's seeds render, as the fuzzer checks its inputs.
