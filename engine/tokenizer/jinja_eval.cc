@@ -39,16 +39,17 @@ class Scope {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
-// Prefixes a builtin's message with the place that failed; messages that
-// already carry one pass through.
-Status At(const Expr& expr, const Status& status) {
+// Prefixes a message with the place that failed, keeping its code;
+// messages that already carry one pass through.
+Status Locate(Position at, const Status& status) {
   if (status.ok() || status.message().rfind("chat template ", 0) == 0) {
     return status;
   }
-  if (status.code() == StatusCode::kOutOfMemory) {
-    return {status.code(), ErrorAt(expr.at, status.message()).message()};
-  }
-  return ErrorAt(expr.at, status.message());
+  return {status.code(), ErrorAt(at, status.message()).message()};
+}
+
+Status At(const Expr& expr, const Status& status) {
+  return Locate(expr.at, status);
 }
 
 Result<Value> At(const Expr& expr, Result<Value> result) {
@@ -111,7 +112,7 @@ class Renderer {
 
 Status Renderer::Exec(const Body& body, Scope* scope, Flow* flow) {
   for (const auto& stmt : body) {
-    ATTN_RETURN_IF_ERROR(ExecStmt(*stmt, scope, flow));
+    ATTN_RETURN_IF_ERROR(Locate(stmt->at, ExecStmt(*stmt, scope, flow)));
     if (*flow != Flow::kNormal) return {};
   }
   return {};

@@ -333,8 +333,11 @@ Status Lexer::LexExpressionToken(std::vector<char>* brackets) {
     return {};
   }
   char shown[8];
-  std::snprintf(shown, sizeof shown, c >= 0x20 && c < 0x7F ? "'%c'" : "0x%02x",
-                static_cast<unsigned char>(c));
+  if (c >= 0x20 && c < 0x7F) {
+    std::snprintf(shown, sizeof shown, "'%c'", c);
+  } else {
+    std::snprintf(shown, sizeof shown, "0x%02x", static_cast<unsigned char>(c));
+  }
   return ErrorAt(At(pos_), std::string("unexpected character ") + shown);
 }
 

@@ -115,7 +115,6 @@ class Value {
   List Drain() const;
   // A generator's next item, or undefined when none is left.
   Value Next() const;
-  List& mutable_list() { return *list_; }
   const Dict& dict() const { return *dict_; }
   Dict& mutable_dict() { return *dict_; }
   const Callable& callable() const { return *callable_; }
