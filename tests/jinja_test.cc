@@ -373,6 +373,7 @@ TEST(ChatTemplateTest, SyntaxOutsideTheSubsetIsRefusedWhereItIs) {
       {"{% for x in y recursive %}{% endfor %}", "1:15: unsupported"},
       {"{{ 1 < 2 < 3 }}", "1:10: unsupported: chained comparison"},
       {"{% raw %}abc", "1:1: unclosed {% raw %}"},
+      {"{{ 99999999999999999999 }}", "1:4: unsupported: an integer literal"},
   };
   for (const auto& [source, expected] : kRefused) {
     const std::string message = RenderError(source);

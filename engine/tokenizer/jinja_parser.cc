@@ -522,8 +522,10 @@ Result<ExprPtr> Parser::ParsePrimary() {
     const std::string& digits = Next().text;
     errno = 0;
     const long long parsed = std::strtoll(digits.c_str(), nullptr, 10);
-    if (token.kind == Token::Kind::kFloat || errno == ERANGE) {
+    if (token.kind == Token::Kind::kFloat) {
       literal->literal = Value::Float(std::strtod(digits.c_str(), nullptr));
+    } else if (errno == ERANGE) {  // Python's ints have no bound; ours do
+      return ErrorAt(at, "unsupported: an integer literal beyond 64 bits");
     } else {
       literal->literal = Value::Int(parsed);
     }
