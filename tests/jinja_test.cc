@@ -334,6 +334,13 @@ TEST(ChatTemplateTest, KeysKeepTheirOrderInToJson) {
             R"("d", "parameters": {"z": 1, "a": 2}}})");
 }
 
+TEST(ChatTemplateTest, PlainJsonVariablesConvertWithTheirKeysSorted) {
+  const nlohmann::json variables = {{"d", {{"b", 1}, {"a", 2}}}};
+  const auto rendered = RenderChatTemplate("{{ d|tojson }}", variables);
+  ASSERT_TRUE(rendered.ok()) << rendered.status().message();
+  EXPECT_EQ(*rendered, R"({"a": 2, "b": 1})");
+}
+
 TEST(ChatTemplateTest, StrftimeNowUsesTheInjectedClock) {
   ChatTemplateLimits limits;
   limits.now = [] { return std::time_t{1721995200}; };  // 26 Jul 2024 12:00Z
