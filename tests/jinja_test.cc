@@ -142,95 +142,91 @@ struct Case {
 };
 
 // Every expectation is Jinja2's output for the same source and Variables().
-const Case
-    kCases
-        [] =
-            {
-                {R"j({{ 'a\tb\n\x41\u00e9' }})j",
-                 R"j(a	b
+const Case kCases[] = {
+    {R"j({{ 'a\tb\n\x41\u00e9' }})j",
+     R"j(a	b
 Aé)j"},
-                {R"j({{ "it's" }}|{{ 'say "hi"' }})j", R"j(it's|say "hi")j"},
-                {R"j({{ 42 }}|{{ 1_000 }}|{{ 2.50 }}|{{ 1e3 }}|{{ 0.1 + 0.2 }}|{{ 1e-5 }}|{{ 1/3 }})j",
-                 R"j(42|1000|2.5|1000.0|0.30000000000000004|1e-05|0.3333333333333333)j"},
-                {R"j({{ none }}|{{ true }}|{{ False }}|{{ undefined_name }}|)j",
-                 R"j(None|True|False||)j"},
-                {R"j({{ [1, 'a', none, true, 1.5] }}|{{ (1,) }}|{{ ('a', 2) }}|{{ {'k': "it's", 'n': [none]} }})j",
-                 R"j([1, 'a', None, True, 1.5]|(1,)|('a', 2)|{'k': "it's", 'n': [None]})j"},
-                {R"j({{ d }}|{{ d.a }}|{{ d['b'] }}|{{ d.missing }}|{{ d.a[1] }}|{{ d.a[-1] }}|{{ d.a[9] }})j",
-                 R"j({'b': 1, 'a': [1, 2.5, None, True, "x'y"]}|[1, 2.5, None, True, "x'y"]|1||2.5|x'y|)j"},
-                {R"j({{ ['\xa0é\u200b\n', '\\'] }})j",
-                 R"j(['\xa0é\u200b\n', '\\'])j"},
-                {R"j({{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 3 * 'ab' }} {{ [1] * 3 }} {{ 1 + 2.0 }} {{ true + 1 }})j",
-                 R"j(3 -4 2 -2 3.5 1024 0.5 ababab [1, 1, 1] 3.0 2)j"},
-                {R"j({{ 'a' ~ 1 ~ none ~ [1] }}|{{ 'a' + 'b' }}|{{ [1] + [2] }}|{{ -(3) }}|{{ +2 }})j",
-                 R"j(a1None[1]|ab|[1, 2]|-3|2)j"},
-                {R"j({{ 1 == 1.0 }} {{ true == 1 }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }} {{ 2 >= 2 }} {{ 'a' != 'a' }} {{ {'a': 1} == {'a': 1} }} {{ (1, 2) == [1, 2] }})j",
-                 R"j(True True True True True False True False)j"},
-                {R"j({{ 'ell' in 'hello' }} {{ 2 in [1, 2] }} {{ 'b' in d }} {{ 'z' not in d }} {{ 'x' in undefined_name }})j",
-                 R"j(True True True True False)j"},
-                {R"j({{ 0 or 'x' }}|{{ 1 and 'y' }}|{{ not [] }}|{{ none or [] }}|{{ 'a' if false }}|{{ 'a' if 0 else 'b' }})j",
-                 R"j(x|y|True|[]||b)j"},
-                {R"j({{ -2 ** 2 }}|{{ 1 + 2 * 3 - 4 / 2 }}|{{ 'a' ~ 1 * 2 }}|{{ not 1 == 2 }}|{{ 2 ** 3 ** 2 }})j",
-                 R"j(4|5.0|a2|True|64)j"},
-                {R"j({{ messages[1:] }}|{{ 'hello'[1:3] }}|{{ 'hello'[::-1] }}|{{ [1,2,3,4,5][::2] }}|{{ [1,2,3][-2:] }}|{{ 'héllo'[1] }}|{{ [1,2,3][5:] }})j",
-                 R"j([{'role': 'assistant', 'content': 'yo'}]|el|olleh|[1, 3, 5]|[2, 3]|é|[])j"},
-                {R"j({% if false %}a{% elif 0 %}b{% elif 'x' %}c{% else %}d{% endif %})j",
-                 R"j(c)j"},
-                {R"j({% for m in messages %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}:{{ m.role }};{% endfor %})j",
-                 R"j(1021TrueFalse2:user;2110FalseTrue2:assistant;)j"},
-                {R"j({% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{% for k in d %}{{ k }}{% endfor %}|{% for c in 'hé' %}[{{ c }}]{% endfor %})j",
-                 R"j(b=1;a=[1, 2.5, None, True, "x'y"];|ba|[h][é])j"},
-                {R"j({% for x in [] %}a{% else %}empty{% endfor %}|{% for x in [1, 2, 3, 4] if x is even %}{{ x }}/{{ loop.length }} {% endfor %})j",
-                 R"j(empty|2/2 4/2 )j"},
-                {R"j({% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %})j",
-                 R"j(0134)j"},
-                {R"j({% for x in range(3) %}{{ loop.previtem }}-{{ loop.nextitem }},{% endfor %}|{{ range(5, 0, -2)|list }})j",
-                 R"j(-1,0-2,1-,|[5, 3, 1])j"},
-                {R"j({% set x = 0 %}{% for i in [1, 2] %}[{{ x }}]{% set x = i %}{% endfor %}{{ x }})j",
-                 R"j([0][0]0)j"},
-                {R"j({% set ns = namespace(count=0, seen=[]) %}{% for i in range(3) %}{% set ns.count = ns.count + i %}{% endfor %}{{ ns.count }})j",
-                 R"j(3)j"},
-                {R"j({% set a, b = 1, 2 %}{{ a }}{{ b }}{% set t = (3, 4) %}{{ t }})j",
-                 R"j(12(3, 4))j"},
-                {R"j({% set block %}  x {{ 1 + 1 }}
+    {R"j({{ "it's" }}|{{ 'say "hi"' }})j", R"j(it's|say "hi")j"},
+    {R"j({{ 42 }}|{{ 1_000 }}|{{ 2.50 }}|{{ 1e3 }}|{{ 0.1 + 0.2 }}|{{ 1e-5 }}|{{ 1/3 }})j",
+     R"j(42|1000|2.5|1000.0|0.30000000000000004|1e-05|0.3333333333333333)j"},
+    {R"j({{ none }}|{{ true }}|{{ False }}|{{ undefined_name }}|)j",
+     R"j(None|True|False||)j"},
+    {R"j({{ [1, 'a', none, true, 1.5] }}|{{ (1,) }}|{{ ('a', 2) }}|{{ {'k': "it's", 'n': [none]} }})j",
+     R"j([1, 'a', None, True, 1.5]|(1,)|('a', 2)|{'k': "it's", 'n': [None]})j"},
+    {R"j({{ d }}|{{ d.a }}|{{ d['b'] }}|{{ d.missing }}|{{ d.a[1] }}|{{ d.a[-1] }}|{{ d.a[9] }})j",
+     R"j({'b': 1, 'a': [1, 2.5, None, True, "x'y"]}|[1, 2.5, None, True, "x'y"]|1||2.5|x'y|)j"},
+    {R"j({{ ['\xa0é\u200b\n', '\\'] }})j", R"j(['\xa0é\u200b\n', '\\'])j"},
+    {R"j({{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 3 * 'ab' }} {{ [1] * 3 }} {{ 1 + 2.0 }} {{ true + 1 }})j",
+     R"j(3 -4 2 -2 3.5 1024 0.5 ababab [1, 1, 1] 3.0 2)j"},
+    {R"j({{ 'a' ~ 1 ~ none ~ [1] }}|{{ 'a' + 'b' }}|{{ [1] + [2] }}|{{ -(3) }}|{{ +2 }})j",
+     R"j(a1None[1]|ab|[1, 2]|-3|2)j"},
+    {R"j({{ 1 == 1.0 }} {{ true == 1 }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }} {{ 2 >= 2 }} {{ 'a' != 'a' }} {{ {'a': 1} == {'a': 1} }} {{ (1, 2) == [1, 2] }})j",
+     R"j(True True True True True False True False)j"},
+    {R"j({{ 'ell' in 'hello' }} {{ 2 in [1, 2] }} {{ 'b' in d }} {{ 'z' not in d }} {{ 'x' in undefined_name }})j",
+     R"j(True True True True False)j"},
+    {R"j({{ 0 or 'x' }}|{{ 1 and 'y' }}|{{ not [] }}|{{ none or [] }}|{{ 'a' if false }}|{{ 'a' if 0 else 'b' }})j",
+     R"j(x|y|True|[]||b)j"},
+    {R"j({{ -2 ** 2 }}|{{ 1 + 2 * 3 - 4 / 2 }}|{{ 'a' ~ 1 * 2 }}|{{ not 1 == 2 }}|{{ 2 ** 3 ** 2 }})j",
+     R"j(4|5.0|a2|True|64)j"},
+    {R"j({{ messages[1:] }}|{{ 'hello'[1:3] }}|{{ 'hello'[::-1] }}|{{ [1,2,3,4,5][::2] }}|{{ [1,2,3][-2:] }}|{{ 'héllo'[1] }}|{{ [1,2,3][5:] }})j",
+     R"j([{'role': 'assistant', 'content': 'yo'}]|el|olleh|[1, 3, 5]|[2, 3]|é|[])j"},
+    {R"j({% if false %}a{% elif 0 %}b{% elif 'x' %}c{% else %}d{% endif %})j",
+     R"j(c)j"},
+    {R"j({% for m in messages %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}:{{ m.role }};{% endfor %})j",
+     R"j(1021TrueFalse2:user;2110FalseTrue2:assistant;)j"},
+    {R"j({% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{% for k in d %}{{ k }}{% endfor %}|{% for c in 'hé' %}[{{ c }}]{% endfor %})j",
+     R"j(b=1;a=[1, 2.5, None, True, "x'y"];|ba|[h][é])j"},
+    {R"j({% for x in [] %}a{% else %}empty{% endfor %}|{% for x in [1, 2, 3, 4] if x is even %}{{ x }}/{{ loop.length }} {% endfor %})j",
+     R"j(empty|2/2 4/2 )j"},
+    {R"j({% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %})j",
+     R"j(0134)j"},
+    {R"j({% for x in range(3) %}{{ loop.previtem }}-{{ loop.nextitem }},{% endfor %}|{{ range(5, 0, -2)|list }})j",
+     R"j(-1,0-2,1-,|[5, 3, 1])j"},
+    {R"j({% set x = 0 %}{% for i in [1, 2] %}[{{ x }}]{% set x = i %}{% endfor %}{{ x }})j",
+     R"j([0][0]0)j"},
+    {R"j({% set ns = namespace(count=0, seen=[]) %}{% for i in range(3) %}{% set ns.count = ns.count + i %}{% endfor %}{{ ns.count }})j",
+     R"j(3)j"},
+    {R"j({% set a, b = 1, 2 %}{{ a }}{{ b }}{% set t = (3, 4) %}{{ t }})j",
+     R"j(12(3, 4))j"},
+    {R"j({% set block %}  x {{ 1 + 1 }}
 {% endset %}[{{ block }}])j",
-                 R"j([  x 2
+     R"j([  x 2
 ])j"},
-                {R"j({% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Bob') }} {{ greet('Al', punct='?') }} {{ greet(name='Cy') }})j",
-                 R"j(Hi Bob! Hi Al? Hi Cy!)j"},
-                {R"j({# comment #}a{#- trimmed -#}   b{% raw %}{{ not }}{% if %}{% endraw %}c)j",
-                 R"j(ab{{ not }}{% if %}c)j"},
-                {R"j({% generation %}gen{% endgeneration %})j", R"j(gen)j"},
-                {R"j(<ul>
+    {R"j({% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Bob') }} {{ greet('Al', punct='?') }} {{ greet(name='Cy') }})j",
+     R"j(Hi Bob! Hi Al? Hi Cy!)j"},
+    {R"j({# comment #}a{#- trimmed -#}   b{% raw %}{{ not }}{% if %}{% endraw %}c)j",
+     R"j(ab{{ not }}{% if %}c)j"},
+    {R"j({% generation %}gen{% endgeneration %})j", R"j(gen)j"},
+    {R"j(<ul>
   {% for x in [1, 2] %}
     <li>{{ x }}</li>
   {% endfor %}
 </ul>
 )j",
-                 R"j(<ul>
+     R"j(<ul>
     <li>1</li>
     <li>2</li>
 </ul>)j"},
-                {R"j(a  {%- if true -%}  b  {%- endif -%}  c
+    {R"j(a  {%- if true -%}  b  {%- endif -%}  c
 {{- ' d ' -}}
  e)j",
-                 R"j(abc d e)j"},
-                {R"j(a
+     R"j(abc d e)j"},
+    {R"j(a
   {%+ if true %}b{% endif %}
   {#- c #}
 {{ 'x' }}  
   {% if true +%}
 y{% endif %})j",
-                 R"j(a
+     R"j(a
   bx  
 
 y)j"},
-                {R"j({{ s|trim }}|{{ s|length }}|{{ s|upper }}|{{ s|lower }}|{{ 'hello wORLD-foo (bar'|title }}|{{ "they're"|title }}|{{ 'hELLO'|capitalize }})j",
-                 R"j(Hello World|15|  HELLO WORLD  |  hello world  |Hello World-Foo (Bar|They're|Hello)j"},
-                {R"j({{ x|default('d') }}|{{ none|default('d') }}|{{ ''|default('d', true) }}|{{ x|d('e') }}|{{ 0|default(5, boolean=true) }})j",
-                 R"j(d|None|d|e|5)j"},
-                {R"j({{ d|tojson }}|{{ d|tojson(indent=2) }}|{{ 'é"\n'|tojson }}|{{ [1.0, 1e20, -0.0]|tojson }}|{{ {}|tojson(indent=2) }})j",
-                 R"j({"b": 1, "a": [1, 2.5, null, true, "x'y"]}|{
+    {R"j({{ s|trim }}|{{ s|length }}|{{ s|upper }}|{{ s|lower }}|{{ 'hello wORLD-foo (bar'|title }}|{{ "they're"|title }}|{{ 'hELLO'|capitalize }})j",
+     R"j(Hello World|15|  HELLO WORLD  |  hello world  |Hello World-Foo (Bar|They're|Hello)j"},
+    {R"j({{ x|default('d') }}|{{ none|default('d') }}|{{ ''|default('d', true) }}|{{ x|d('e') }}|{{ 0|default(5, boolean=true) }})j",
+     R"j(d|None|d|e|5)j"},
+    {R"j({{ d|tojson }}|{{ d|tojson(indent=2) }}|{{ 'é"\n'|tojson }}|{{ [1.0, 1e20, -0.0]|tojson }}|{{ {}|tojson(indent=2) }})j",
+     R"j({"b": 1, "a": [1, 2.5, null, true, "x'y"]}|{
   "b": 1,
   "a": [
     1,
@@ -240,15 +236,15 @@ y)j"},
     "x'y"
   ]
 }|"é\"\n"|[1.0, 1e+20, -0.0]|{})j"},
-                {R"j({{ d|tojson(separators=(',', ':')) }}|{{ d|tojson(sort_keys=true) }}|{{ 'é😀\x7f'|tojson(ensure_ascii=true) }}|{{ [1, {'k': []}]|tojson(indent=0) }})j",
-                 R"j({"b":1,"a":[1,2.5,null,true,"x'y"]}|{"a": [1, 2.5, null, true, "x'y"], "b": 1}|"\u00e9\ud83d\ude00\u007f"|[
+    {R"j({{ d|tojson(separators=(',', ':')) }}|{{ d|tojson(sort_keys=true) }}|{{ 'é😀\x7f'|tojson(ensure_ascii=true) }}|{{ [1, {'k': []}]|tojson(indent=0) }})j",
+     R"j({"b":1,"a":[1,2.5,null,true,"x'y"]}|{"a": [1, 2.5, null, true, "x'y"], "b": 1}|"\u00e9\ud83d\ude00\u007f"|[
 1,
 {
 "k": []
 }
 ])j"},
-                {R"j({{ d|tojson(true, 1, none, true) }})j",
-                 R"j({
+    {R"j({{ d|tojson(true, 1, none, true) }})j",
+     R"j({
  "a": [
   1,
   2.5,
@@ -258,54 +254,58 @@ y)j"},
  ],
  "b": 1
 })j"},
-                {R"j({{ 3|string }}{{ none|string }}|{{ '42'|int + 1 }}|{{ ' 7 '|int }}|{{ 'x'|int }}|{{ 3.9|int }}|{{ '2.5'|int }}|{{ '2.5'|float }}|{{ 2|float }})j",
-                 R"j(3None|43|7|0|3|2|2.5|2.0)j"},
-                {R"j({{ 'ab'|list }}|{{ d|list }}|{{ [1, 'a']|join(', ') }}|{{ messages|join(',', attribute='role') }}|{{ [3, 1]|first }}{{ [3, 1]|last }}|{{ 'abc'|reverse }}|{{ [1, 2]|reverse|list }})j",
-                 R"j(['a', 'b']|['b', 'a']|1, a|user,assistant|31|cba|[2, 1])j"},
-                {R"j({{ 'aXbX'|replace('X', '-') }}|{{ 'aaa'|replace('a', 'b', 2) }}|{{ d|items|list }}|{{ [1, 2, 1, 'A', 'a']|unique|list }}|{{ 'abc'|count }})j",
-                 R"j(a-b-|bba|[('b', 1), ('a', [1, 2.5, None, True, "x'y"])]|[1, 2, 'A']|3)j"},
-                {R"j({{ messages|selectattr('role', 'equalto', 'user')|list }}|{{ messages|rejectattr('role', 'eq', 'user')|map(attribute='content')|list }}|{{ [0, 1, 2]|select|list }}|{{ [1, 2, 3]|reject('odd')|list }}|{{ ['a', 'B']|map('upper')|join }})j", R"j([{'role': 'user', 'content': 'hi'}]|['yo']|[1, 2]|[2]|AB)j"},
-                {R"j({{ [{'a': {'b': 1}}, {}]|map(attribute='a.b', default='n')|list }}|{{ [{'a': 0}, {'a': 2}, {}]|selectattr('a')|list }})j",
-                 R"j([1, 'n']|[{'a': 2}])j"},
-                // Filters such as map and select return generators, as in
-                // Jinja2:
-                // always true, one pass; dict views and ranges print as
-                // Python's.
-                {R"j({{ 'y' if messages|selectattr('role', 'equalto', 'system') else 'n' }})j",
-                 R"j(y)j"},
-                {R"j({% set g = messages|map(attribute='role') %}{{ g|join(',') }}|{{ g|join(',') }}|{{ g|list }})j",
-                 R"j(user,assistant||[])j"},
-                {R"j({% set g = messages|map(attribute='role') %}{{ g|first }}|{{ g|list }})j",
-                 R"j(user|['assistant'])j"},
-                {R"j({{ 'y' if [] else 'n' }}{{ 'y' if []|reverse else 'n' }}{{ 'y' if {}.items() else 'n' }}{{ 'y' if range(0) else 'n' }})j",
-                 R"j(nynn)j"},
-                {R"j({{ d.items() }}|{{ range(3) }}|{{ range(5, 0, -2) }}|{{ range(5)[1] }}|{{ d.keys()[0] }}|{{ (messages|map(attribute='role'))[0] }})j",
-                 R"j(dict_items([('b', 1), ('a', [1, 2.5, None, True, "x'y"])])|range(0, 3)|range(5, 0, -2)|1||)j"},
-                {R"j({{ 'user' in messages|map(attribute='role') }}|{{ d.items()|last }}|{{ messages|selectattr('role') is sequence }}|{{ d.items() is sequence }}|{{ range(2) is sequence }}|{{ messages|selectattr('role') is iterable }})j",
-                 R"j(True|('a', [1, 2.5, None, True, "x'y"])|False|False|True|True)j"},
-                {R"j({{ range(2) == range(2) }}|{{ d|dictsort }}|{{ {'b': 'Y', 'a': 'x'}|dictsort(by='value', reverse=true) }})j",
-                 R"j(True|[('a', [1, 2.5, None, True, "x'y"]), ('b', 1)]|[('b', 'Y'), ('a', 'x')])j"},
-                {R"j({{ none|selectattr('type')|list }}{{ none|map('upper')|list }}{{ 0|reject|list }})j",
-                 R"j([][][])j"},
-                // |safe makes Markup, and Markup + str escapes the str.
-                {R"j({{ ("<a>"|safe) ~ "<b>" }}|{{ "x"|safe + "<b>'&" }}|{{ "<b>" + "x"|safe }}|{{ (" <x> "|safe|trim) + "<" }}|{{ ("a"|safe).upper() + "<" }})j",
-                 R"j(<a><b>|x&lt;b&gt;&#39;&amp;|&lt;b&gt;x|<x>&lt;|A&lt;)j"},
-                {R"j({{ ("a"|safe) * 2 + "<" }}|{{ ("a"|safe)|replace("a", "<") + "<" }}|{{ ("ab"|safe)[0] + "<" }}|{{ 1|safe + "<" }}|{{ ("a"|safe) + ("<"|safe) }}|{{ ("a"|safe) == "a" }})j",
-                 R"j(aa&lt;|<<|a&lt;|1&lt;|a<|True)j"},
-                {R"j({{ x is defined }} {{ x is undefined }} {{ none is none }} {{ 'a' is string }} {{ d is mapping }} {{ d is iterable }} {{ 1 is number }} {{ true is number }} {{ true is boolean }} {{ 1 is integer }} {{ 1.0 is float }} {{ true is true }} {{ 0 is false }})j",
-                 R"j(False True True True True True True True True True True True False)j"},
-                {R"j({{ [] is sequence }} {{ 'a' is sequence }} {{ 3 is odd }} {{ 6 is divisibleby 3 }} {{ 'a' is equalto 'a' }} {{ 2 is gt 1 }} {{ 1 is in [1] }} {{ 'ab' is lower }} {{ range is callable }} {{ x is not defined }})j",
-                 R"j(True True True True True True True True True True)j"},
-                {R"j({{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxaxx'.strip('x') }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a b c'.split(' ', 1) }})j",
-                 R"j(Hello World|Hello World  |  Hello World|a|['a', 'b', '', 'c']|['a', 'b']|['a', 'b c'])j"},
-                {R"j({{ s.startswith('  He') }} {{ s.endswith(('x', '  ')) }} {{ 'aa'.replace('a', 'b') }} {{ 'ab'.upper() }} {{ 'AB'.lower() }} {{ "they're here".title() }} {{ 'hELLO'.capitalize() }} {{ '-'.join(['a', 'b']) }})j",
-                 R"j(True True bb AB ab They'Re Here Hello a-b)j"},
-                {R"j({{ d.get('b') }} {{ d.get('z') }} {{ d.get('z', 7) }} {{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }})j",
-                 R"j(1 None 7 ['b', 'a'] [1, [1, 2.5, None, True, "x'y"]] [('b', 1), ('a', [1, 2.5, None, True, "x'y"])])j"},
-                {R"j({{ messages[0]['role'] }}|{{ messages[0].content }}|{{ (messages|last).role }}|{{ messages|length }}|{{ messages[-1]['content']|upper }})j",
-                 R"j(user|hi|assistant|2|YO)j"},
-                {R"j({% set ns = namespace(d={'a': 1}) %}{{ ns.d.a }}|{{ dict(a=1, b='x') }}|{{ namespace(x=1).x }})j",
-                 R"j(1|{'a': 1, 'b': 'x'}|1)j"},
+    {R"j({{ 3|string }}{{ none|string }}|{{ '42'|int + 1 }}|{{ ' 7 '|int }}|{{ 'x'|int }}|{{ 3.9|int }}|{{ '2.5'|int }}|{{ '2.5'|float }}|{{ 2|float }})j",
+     R"j(3None|43|7|0|3|2|2.5|2.0)j"},
+    {R"j({{ 'ab'|list }}|{{ d|list }}|{{ [1, 'a']|join(', ') }}|{{ messages|join(',', attribute='role') }}|{{ [3, 1]|first }}{{ [3, 1]|last }}|{{ 'abc'|reverse }}|{{ [1, 2]|reverse|list }})j",
+     R"j(['a', 'b']|['b', 'a']|1, a|user,assistant|31|cba|[2, 1])j"},
+    {R"j({{ 'aXbX'|replace('X', '-') }}|{{ 'aaa'|replace('a', 'b', 2) }}|{{ d|items|list }}|{{ [1, 2, 1, 'A', 'a']|unique|list }}|{{ 'abc'|count }})j",
+     R"j(a-b-|bba|[('b', 1), ('a', [1, 2.5, None, True, "x'y"])]|[1, 2, 'A']|3)j"},
+    {R"j({{ messages|selectattr('role', 'equalto', 'user')|list }}|{{ messages|rejectattr('role', 'eq', 'user')|map(attribute='content')|list }}|{{ [0, 1, 2]|select|list }}|{{ [1, 2, 3]|reject('odd')|list }}|{{ ['a', 'B']|map('upper')|join }})j",
+     R"j([{'role': 'user', 'content': 'hi'}]|['yo']|[1, 2]|[2]|AB)j"},
+    {R"j({{ [{'a': {'b': 1}}, {}]|map(attribute='a.b', default='n')|list }}|{{ [{'a': 0}, {'a': 2}, {}]|selectattr('a')|list }})j",
+     R"j([1, 'n']|[{'a': 2}])j"},
+    // Filters such as map and select return generators, as in
+    // Jinja2:
+    // always true, one pass; dict views and ranges print as
+    // Python's.
+    {R"j({{ 'y' if messages|selectattr('role', 'equalto', 'system') else 'n' }})j",
+     R"j(y)j"},
+    {R"j({% set g = messages|map(attribute='role') %}{{ g|join(',') }}|{{ g|join(',') }}|{{ g|list }})j",
+     R"j(user,assistant||[])j"},
+    {R"j({% set g = messages|map(attribute='role') %}{{ g|first }}|{{ g|list }})j",
+     R"j(user|['assistant'])j"},
+    {R"j({{ 'y' if [] else 'n' }}{{ 'y' if []|reverse else 'n' }}{{ 'y' if {}.items() else 'n' }}{{ 'y' if range(0) else 'n' }})j",
+     R"j(nynn)j"},
+    {R"j({{ d.items() }}|{{ range(3) }}|{{ range(5, 0, -2) }}|{{ range(5)[1] }}|{{ d.keys()[0] }}|{{ (messages|map(attribute='role'))[0] }})j",
+     R"j(dict_items([('b', 1), ('a', [1, 2.5, None, True, "x'y"])])|range(0, 3)|range(5, 0, -2)|1||)j"},
+    {R"j({{ 'user' in messages|map(attribute='role') }}|{{ d.items()|last }}|{{ messages|selectattr('role') is sequence }}|{{ d.items() is sequence }}|{{ range(2) is sequence }}|{{ messages|selectattr('role') is iterable }})j",
+     R"j(True|('a', [1, 2.5, None, True, "x'y"])|False|False|True|True)j"},
+    {R"j({{ range(2) == range(2) }}|{{ d|dictsort }}|{{ {'b': 'Y', 'a': 'x'}|dictsort(by='value', reverse=true) }})j",
+     R"j(True|[('a', [1, 2.5, None, True, "x'y"]), ('b', 1)]|[('b', 'Y'), ('a', 'x')])j"},
+    {R"j({{ none|selectattr('type')|list }}{{ none|map('upper')|list }}{{ 0|reject|list }})j",
+     R"j([][][])j"},
+    {R"j({{ 3.0 is even }}|{{ 4.0 is even }}|{{ -3 is odd }}|{{ 7.5 is divisibleby 2.5 }}|{{ true is odd }}|{{ [1, 'x'] is lower }}|{{ 1 is upper }})j", R"j(False|True|True|True|True|True|False)j"},
+    {R"j({{ 'héllo wörld ß'|upper }}|{{ 'ÉCOLE Жук'|lower }}|{{ 'éa ßx'.title() }}|{{ 'ébc DÉF'|capitalize }}|{{ 'ñu-éa (ö'|title }}|{{ ' Hé ' is upper }}|{{ 'é' is lower }})j",
+     R"j(HÉLLO WÖRLD SS|école жук|Éa Ssx|Ébc déf|Ñu-Éa (Ö|False|True)j"},
+    // |safe makes Markup, and Markup + str escapes the str.
+    {R"j({{ ("<a>"|safe) ~ "<b>" }}|{{ "x"|safe + "<b>'&" }}|{{ "<b>" + "x"|safe }}|{{ (" <x> "|safe|trim) + "<" }}|{{ ("a"|safe).upper() + "<" }})j",
+     R"j(<a><b>|x&lt;b&gt;&#39;&amp;|&lt;b&gt;x|<x>&lt;|A&lt;)j"},
+    {R"j({{ ("a"|safe) * 2 + "<" }}|{{ ("a"|safe)|replace("a", "<") + "<" }}|{{ ("ab"|safe)[0] + "<" }}|{{ 1|safe + "<" }}|{{ ("a"|safe) + ("<"|safe) }}|{{ ("a"|safe) == "a" }})j",
+     R"j(aa&lt;|<<|a&lt;|1&lt;|a<|True)j"},
+    {R"j({{ x is defined }} {{ x is undefined }} {{ none is none }} {{ 'a' is string }} {{ d is mapping }} {{ d is iterable }} {{ 1 is number }} {{ true is number }} {{ true is boolean }} {{ 1 is integer }} {{ 1.0 is float }} {{ true is true }} {{ 0 is false }})j",
+     R"j(False True True True True True True True True True True True False)j"},
+    {R"j({{ [] is sequence }} {{ 'a' is sequence }} {{ 3 is odd }} {{ 6 is divisibleby 3 }} {{ 'a' is equalto 'a' }} {{ 2 is gt 1 }} {{ 1 is in [1] }} {{ 'ab' is lower }} {{ range is callable }} {{ x is not defined }})j",
+     R"j(True True True True True True True True True True)j"},
+    {R"j({{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxaxx'.strip('x') }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a b c'.split(' ', 1) }})j",
+     R"j(Hello World|Hello World  |  Hello World|a|['a', 'b', '', 'c']|['a', 'b']|['a', 'b c'])j"},
+    {R"j({{ s.startswith('  He') }} {{ s.endswith(('x', '  ')) }} {{ 'aa'.replace('a', 'b') }} {{ 'ab'.upper() }} {{ 'AB'.lower() }} {{ "they're here".title() }} {{ 'hELLO'.capitalize() }} {{ '-'.join(['a', 'b']) }})j",
+     R"j(True True bb AB ab They'Re Here Hello a-b)j"},
+    {R"j({{ d.get('b') }} {{ d.get('z') }} {{ d.get('z', 7) }} {{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }})j",
+     R"j(1 None 7 ['b', 'a'] [1, [1, 2.5, None, True, "x'y"]] [('b', 1), ('a', [1, 2.5, None, True, "x'y"])])j"},
+    {R"j({{ messages[0]['role'] }}|{{ messages[0].content }}|{{ (messages|last).role }}|{{ messages|length }}|{{ messages[-1]['content']|upper }})j",
+     R"j(user|hi|assistant|2|YO)j"},
+    {R"j({% set ns = namespace(d={'a': 1}) %}{{ ns.d.a }}|{{ dict(a=1, b='x') }}|{{ namespace(x=1).x }})j",
+     R"j(1|{'a': 1, 'b': 'x'}|1)j"},
 };
 
 TEST(ChatTemplateTest, ConstructsRenderAsJinja2) {
@@ -407,6 +407,8 @@ TEST(ChatTemplateTest, RuntimeErrorsNameTheirPlace) {
       {"{{ range(1000000)|length }}", "range too big"},
       {"{{ undefined_fn() }}", "'undefined_fn' is undefined"},
       {"{{ 1 in 2 }}", "argument of type 'int' is not iterable"},
+      {"{{ nothing|int }}", "'nothing' is undefined"},
+      {"{{ {} in d }}", "unhashable type: 'dict'"},
       {"{{ d|tojson(sorted=true) }}", "unexpected argument 'sorted'"},
       {"{{ 9223372036854775807 + 1 }}", "integer overflow"},
       {"{% for a, b in [1] %}{% endfor %}", "cannot unpack"},

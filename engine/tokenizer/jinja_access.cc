@@ -37,32 +37,6 @@ Result<std::string> StringArg(const Value* value, const std::string& method) {
   return value->str();
 }
 
-std::string AsciiMap(std::string text, int (*map)(int)) {
-  for (char& c : text) {
-    if (static_cast<unsigned char>(c) < 0x80) c = static_cast<char>(map(c));
-  }
-  return text;
-}
-
-// Python's str.title() for ASCII letters: each run of letters starts upper
-// and goes on lower.
-std::string PyTitle(std::string text) {
-  bool in_word = false;
-  for (char& c : text) {
-    const bool letter = std::isalpha(static_cast<unsigned char>(c)) != 0;
-    if (letter)
-      c = static_cast<char>(in_word ? std::tolower(c) : std::toupper(c));
-    in_word = letter;
-  }
-  return text;
-}
-
-std::string PyCapitalize(const std::string& text) {
-  std::string out = AsciiMap(text, [](int c) { return std::tolower(c); });
-  if (!out.empty()) out[0] = static_cast<char>(std::toupper(out[0]));
-  return out;
-}
-
 // Python's str.split(sep, maxsplit); no sep splits on runs of whitespace.
 List PySplit(const std::string& text, const std::string* sep,
              int64_t maxsplit) {
@@ -218,10 +192,11 @@ Result<Value> StringMethod(Budget& budget, const std::string& text,
     return Value::String(std::move(out));
   }
   ATTN_RETURN_IF_ERROR(CheckArgCount(args, 0, name));
-  if (name == "upper") return Value::String(AsciiMap(text, std::toupper));
-  if (name == "lower") return Value::String(AsciiMap(text, std::tolower));
-  if (name == "title") return Value::String(PyTitle(text));
-  return Value::String(PyCapitalize(text));  // capitalize
+  const CaseChange change = name == "upper"   ? CaseChange::kUpper
+                            : name == "lower" ? CaseChange::kLower
+                            : name == "title" ? CaseChange::kTitle
+                                              : CaseChange::kCapitalize;
+  return Value::String(PyChangeCase(text, change));
 }
 
 Result<Value> DictMethod(const Value& dict, const std::string& name,

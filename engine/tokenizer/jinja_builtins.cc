@@ -82,26 +82,9 @@ Result<Value> Capitalize(Budget& b, const Value& v, const CallArgs&) {
   return CaseFilter(b, v, "capitalize");
 }
 
-// Jinja2's title filter: words begin after "-", whitespace or an opening
-// bracket; each starts upper and goes on lower.
 Result<Value> Title(Budget&, const Value& value, const CallArgs&) {
-  ATTN_ASSIGN_OR_RETURN(std::string text, TextOf(value, "title"));
-  bool word_start = true;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const size_t space = PySpaceAt(text, i);
-    const char c = text[i];
-    if (space > 0 || std::string_view("-({[<").find(c) != std::string::npos) {
-      word_start = true;
-      if (space > 1) i += space - 1;
-      continue;
-    }
-    if (static_cast<unsigned char>(c) < 0x80) {
-      text[i] =
-          static_cast<char>(word_start ? std::toupper(c) : std::tolower(c));
-    }
-    word_start = false;
-  }
-  return Value::String(std::move(text));
+  ATTN_ASSIGN_OR_RETURN(const std::string text, TextOf(value, "title"));
+  return Value::String(PyChangeCase(text, CaseChange::kJinjaTitle));
 }
 
 Result<Value> Trim(Budget&, const Value& value, const CallArgs& args) {
@@ -190,6 +173,7 @@ bool ParseNumber(const std::string& text, bool integer, double* out) {
 }
 
 Result<Value> IntFilter(Budget&, const Value& value, const CallArgs& args) {
+  if (value.is_undefined()) return InvalidArgument(value.undefined_what());
   const Value* fallback = FindArg(args, 0, "default");
   if (value.type() == Value::Type::kInt) return value;
   if (value.type() == Value::Type::kBool) return Value::Int(value.as_int());
@@ -208,6 +192,7 @@ Result<Value> IntFilter(Budget&, const Value& value, const CallArgs& args) {
 }
 
 Result<Value> FloatFilter(Budget&, const Value& value, const CallArgs& args) {
+  if (value.is_undefined()) return InvalidArgument(value.undefined_what());
   const Value* fallback = FindArg(args, 0, "default");
   if (value.is_number()) return Value::Float(value.as_double());
   double number = 0;
@@ -541,11 +526,28 @@ Result<bool> Compare(const std::string& op, const Value& a, const Value& b) {
   return !less;  // <= is not b < a; >= is not a < b
 }
 
-Result<int64_t> IntegerOf(const Value& value, const char* test) {
+// Python's a % b for numbers (the sign of b), as a double.
+Result<double> PyModulo(const Value& a, const Value& b) {
+  if (!a.is_number() || !b.is_number()) {
+    return InvalidArgument("unsupported operand types for %: '" + a.TypeName() +
+                           "' and '" + b.TypeName() + "'");
+  }
+  if (b.as_double() == 0) return InvalidArgument("modulo by zero");
+  if (a.type() != Value::Type::kFloat && b.type() != Value::Type::kFloat) {
+    const int64_t y = b.as_int();
+    const int64_t m = y == -1 ? 0 : a.as_int() % y;
+    return static_cast<double>(m != 0 && (m < 0) != (y < 0) ? m + y : m);
+  }
+  double m = std::fmod(a.as_double(), b.as_double());
+  if (m != 0 && (m < 0) != (b.as_double() < 0)) m += b.as_double();
+  return m;
+}
+
+Result<int64_t> IntegerOf(const Value& value, const char* what) {
   if (value.type() == Value::Type::kInt || value.type() == Value::Type::kBool) {
     return value.as_int();
   }
-  return InvalidArgument(std::string(test) + ": wants an integer, got " +
+  return InvalidArgument(std::string(what) + ": wants an integer, got " +
                          value.TypeName());
 }
 
@@ -622,24 +624,16 @@ Result<bool> ApplyTest(const std::string& name, const Value& operand,
   if (comparison != ComparisonTests().end()) {
     return Compare(comparison->second, operand, *arg);
   }
-  if (name == "odd" || name == "even") {
-    ATTN_ASSIGN_OR_RETURN(const int64_t n, IntegerOf(operand, name.c_str()));
-    return (n % 2 != 0) == (name == "odd");
+  if (name == "odd" || name == "even") {  // value % 2 == 1 (or 0)
+    ATTN_ASSIGN_OR_RETURN(const double m, PyModulo(operand, Value::Int(2)));
+    return m == (name == "odd" ? 1 : 0);
   }
   if (name == "divisibleby") {
-    ATTN_ASSIGN_OR_RETURN(const int64_t n, IntegerOf(operand, "divisibleby"));
-    ATTN_ASSIGN_OR_RETURN(const int64_t d, IntegerOf(*arg, "divisibleby"));
-    if (d == 0) return InvalidArgument("divisibleby: division by zero");
-    return n % d == 0;
+    ATTN_ASSIGN_OR_RETURN(const double m, PyModulo(operand, *arg));
+    return m == 0;
   }
-  if (name == "lower" || name == "upper") {
-    if (!operand.is_string()) return false;
-    const std::string& s = operand.str();
-    const bool any_cased = std::any_of(s.begin(), s.end(), ::isalpha);
-    const bool other_case = std::any_of(s.begin(), s.end(), [&](char c) {
-      return name == "lower" ? std::isupper(c) != 0 : std::islower(c) != 0;
-    });
-    return any_cased && !other_case;
+  if (name == "lower" || name == "upper") {  // str(value).islower()
+    return PyIsCase(operand.PyStr(), name == "upper");
   }
   if (name == "in") return Contains(*arg, operand);
   return InvalidArgument("unknown test '" + name + "'");
@@ -668,6 +662,12 @@ Result<bool> Contains(const Value& container, const Value& item) {
                          [&](const Value& x) { return x.Equals(item); });
     }
     case Value::Type::kDict:
+      if (item.is_sequence() && item.type() != Value::Type::kTuple) {
+        return InvalidArgument("unhashable type: '" + item.TypeName() + "'");
+      }
+      if (item.is_object() || item.is_iterator()) {
+        return InvalidArgument("unhashable type: '" + item.TypeName() + "'");
+      }
       return item.is_string() && container.dict().Find(item.str()) != nullptr;
     default:
       return InvalidArgument("argument of type '" + container.TypeName() +

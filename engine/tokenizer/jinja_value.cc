@@ -1,5 +1,8 @@
 #include "engine/tokenizer/jinja_value.h"
 
+#include <locale.h>
+#include <wctype.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -444,6 +447,96 @@ std::string EscapeCodePoint(uint32_t cp) {
 }
 
 }  // namespace
+
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    *out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *out += static_cast<char>(0xC0 | (cp >> 6));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *out += static_cast<char>(0xE0 | (cp >> 12));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    *out += static_cast<char>(0xF0 | (cp >> 18));
+    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+namespace {
+
+// Case mapping by code point, independent of the process's locale; ASCII
+// only where C.UTF-8 is missing.
+locale_t Utf8Locale() {
+  static const locale_t locale =
+      newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(nullptr));
+  return locale;
+}
+uint32_t ToUpper(uint32_t cp) {
+  if (Utf8Locale() != nullptr) return towupper_l(cp, Utf8Locale());
+  return cp >= 'a' && cp <= 'z' ? cp - 32 : cp;
+}
+uint32_t ToLower(uint32_t cp) {
+  if (Utf8Locale() != nullptr) return towlower_l(cp, Utf8Locale());
+  return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp;
+}
+bool IsCased(uint32_t cp) {
+  if (ToUpper(cp) != cp || ToLower(cp) != cp) return true;
+  return Utf8Locale() != nullptr &&
+         (iswlower_l(cp, Utf8Locale()) || iswupper_l(cp, Utf8Locale()));
+}
+
+// The upper case of `cp` at the start of a word (title) or anywhere.
+void AppendUpper(uint32_t cp, bool title, std::string* out) {
+  if (cp == 0xDF) {  // no one-letter upper case: Python gives SS (Ss)
+    *out += title ? "Ss" : "SS";
+    return;
+  }
+  AppendUtf8(ToUpper(cp), out);
+}
+
+bool IsJinjaWordBreak(uint32_t cp) {
+  return IsPySpace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' ||
+         cp == '<';
+}
+
+}  // namespace
+
+std::string PyChangeCase(std::string_view text, CaseChange change) {
+  std::string out;
+  bool first = true;
+  bool word_start = true;  // title: the previous one was not cased
+  for (size_t pos = 0; pos < text.size();) {
+    const uint32_t cp = DecodeAt(text, &pos);
+    bool upper = change == CaseChange::kUpper;
+    if (change == CaseChange::kCapitalize) upper = first;
+    if (change == CaseChange::kTitle || change == CaseChange::kJinjaTitle) {
+      upper = word_start;
+      word_start =
+          change == CaseChange::kTitle ? !IsCased(cp) : IsJinjaWordBreak(cp);
+    }
+    if (upper) {
+      AppendUpper(cp, change != CaseChange::kUpper, &out);
+    } else {
+      AppendUtf8(ToLower(cp), &out);
+    }
+    first = false;
+  }
+  return out;
+}
+
+bool PyIsCase(std::string_view text, bool upper) {
+  bool cased = false;
+  for (size_t pos = 0; pos < text.size();) {
+    const uint32_t cp = DecodeAt(text, &pos);
+    if ((upper ? ToUpper(cp) : ToLower(cp)) != cp) return false;
+    cased |= IsCased(cp);
+  }
+  return cased;
+}
 
 std::string HtmlEscape(std::string_view text) {
   std::string out;

@@ -164,6 +164,16 @@ Result<std::string> ToJson(const Value& value, const JsonStyle& style);
 // Python's < for the types it orders: numbers, strings, sequences.
 Result<bool> LessThan(const Value& a, const Value& b);
 
+// Python's str.upper(), lower(), title(), capitalize(), and Jinja2's title
+// filter (words start after "-", whitespace or an opening bracket), with
+// Unicode's simple case mappings (glibc's C.UTF-8) plus "ß" to "SS".
+enum class CaseChange { kUpper, kLower, kTitle, kCapitalize, kJinjaTitle };
+std::string PyChangeCase(std::string_view text, CaseChange change);
+// Python's str.isupper() (or islower()): some cased character, none of the
+// other case.
+bool PyIsCase(std::string_view text, bool upper);
+void AppendUtf8(uint32_t cp, std::string* out);
+
 // UTF-8 helpers: the byte offset of each code point of `text`, and Python's
 // str.isspace() for the code point starting at `pos` (0 when it is not
 // whitespace, else its length in bytes).
