@@ -13,7 +13,7 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] &&
-  targets=(fuzz_safetensors fuzz_run fuzz_graph fuzz_tokenizer)
+  targets=(fuzz_safetensors fuzz_run fuzz_graph fuzz_tokenizer fuzz_chat_template)
 build="${ATTN_FUZZ_BUILD:-build-fuzz}"
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
@@ -40,6 +40,7 @@ fuzz() {  # fuzz TARGET: runs it, its log in $build/TARGET.log
   mkdir -p "$work"
   case $t in
     fuzz_safetensors | fuzz_run) dict=(-dict=tests/fuzz/safetensors.dict) ;;
+    fuzz_chat_template) dict=(-dict=tests/fuzz/jinja.dict) ;;
   esac
   "$build/bin/$t" "$work" "tests/fuzz/corpus/$t" "${dict[@]}" \
     -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
