@@ -167,6 +167,20 @@ static void TestSentencePiece(const attn_tokenizer* t) {
   EXPECT_STATUS(ATTN_OK, attn_tokenizer_eos_ids(t, ids, 8, &count), "");
   EXPECT(count == 2 && ids[0] == 2 && ids[1] == 5);
   EXPECT(strcmp(attn_tokenizer_chat_template(t), "{{ messages }}") == 0);
+  { /* The template prints the messages as Python's repr, as Jinja2 does. */
+    char chat[64];
+    const char* repr = "[{'role': 'user', 'content': 'hi'}]";
+    EXPECT_STATUS(ATTN_OK,
+                  attn_tokenizer_apply_chat_template(
+                      t, "[{\"role\": \"user\", \"content\": \"hi\"}]", 1, NULL,
+                      chat, sizeof chat, &length),
+                  "");
+    EXPECT(length == strlen(repr) && memcmp(chat, repr, length) == 0);
+    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                  attn_tokenizer_apply_chat_template(
+                      t, "{\"role\": 1}", 1, NULL, chat, sizeof chat, &length),
+                  "the messages is a JSON object, want a JSON array");
+  }
   EXPECT_STATUS(ATTN_OK, attn_decode_stream_create(t, &stream), "");
   for (i = 0; stream && i < 5; ++i) {
     EXPECT_STATUS(ATTN_OK,

@@ -259,6 +259,67 @@ TEST(HfTokenizerTest, NfcComposesBeforeTheModel) {
   EXPECT_EQ(*t->Encode("a\xff"), (Ids{'a', 0xff}));
 }
 
+// SmolLM2's ChatML template, through the tokenizer: the rendered prompt,
+// the variables passed beside the messages, and one-line refusals.
+TEST(HfTokenizerTest, ChatTemplateRendersTheConversation) {
+  const TempDir dir;
+  const Json config = {
+      {"chat_template",
+       "{% for message in messages %}{% if loop.first and messages[0]['role'] "
+       "!= 'system' %}{{ '<|im_start|>system\nYou are " +
+           std::string("{{") +
+           "name}}.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + "
+           "message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+           "'\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+           "'<|im_start|>assistant\n' }}{% endif %}"}};
+  const auto t = LoadJson(dir, ByteLevelJson(kPattern, {}), config);
+  ASSERT_NE(t, nullptr);
+  const std::string messages = R"([{"role": "user", "content": "Hi"}])";
+  EXPECT_EQ(*t->ApplyChatTemplate(messages, true),
+            "<|im_start|>system\nYou are {{name}}.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(
+      *t->ApplyChatTemplate(
+          R"([{"role": "system", "content": "S"}, {"role": "user",
+                    "content": "Hi"}])",
+          false),
+      "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  EXPECT_EQ(t->ApplyChatTemplate("[1", true).status().message(),
+            "the messages is not valid JSON, want a JSON array");
+  EXPECT_EQ(t->ApplyChatTemplate(messages, true, "[]").status().message(),
+            "the variables is a JSON array, want a JSON object");
+  const TempDir plain;
+  const auto none = LoadJson(plain, ByteLevelJson(kPattern, {}));
+  ASSERT_NE(none, nullptr);
+  EXPECT_NE(none->ApplyChatTemplate(messages, true)
+                .status()
+                .message()
+                .find("the tokenizer has no chat_template"),
+            std::string::npos);
+}
+
+// raise_exception's message reaches the caller, with the template's place.
+TEST(HfTokenizerTest, ChatTemplateErrorsNameTheirPlace) {
+  const TempDir dir;
+  const Json config = {
+      {"chat_template",
+       "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversation "
+       "roles must start with user') }}{% endif %}ok"}};
+  const auto t = LoadJson(dir, ByteLevelJson(kPattern, {}), config);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(*t->ApplyChatTemplate(R"([{"role": "user", "content": ""}])", true),
+            "ok");
+  const std::string message =
+      t->ApplyChatTemplate(R"([{"role": "assistant", "content": ""}])", true)
+          .status()
+          .message();
+  EXPECT_NE(message.find("raise_exception: Conversation roles must start with "
+                         "user"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("1:"), std::string::npos) << message;
+}
+
 TEST(HfTokenizerTest, TokenizerJsonWinsOverVocabJson) {
   TempDir dir;
   dir.Write("vocab.json", R"({"a": 0})");

@@ -87,9 +87,9 @@ int main(int argc, char** argv) {
       "Run 'attn help COMMAND' or 'attn COMMAND --help' for a command's "
       "flags.");
   const std::vector<Command> commands = {
-      AddRunCommand(app),     AddBenchCommand(app), AddInfoCommand(app),
-      AddSoakCommand(app),    AddTuneCommand(app),  AddGenerateCommand(app),
-      AddTokenizeCommand(app)};
+      AddRunCommand(app),      AddBenchCommand(app), AddInfoCommand(app),
+      AddSoakCommand(app),     AddTuneCommand(app),  AddGenerateCommand(app),
+      AddTokenizeCommand(app), AddChatCommand(app)};
   std::vector<char*> args = WithHelpWord(argc, argv, commands);
   try {
     app.parse(static_cast<int>(args.size()), args.data());

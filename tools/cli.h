@@ -43,6 +43,7 @@ Command AddTuneCommand(CLI::App& app);
 Command AddSoakCommand(CLI::App& app);
 Command AddGenerateCommand(CLI::App& app);
 Command AddTokenizeCommand(CLI::App& app);
+Command AddChatCommand(CLI::App& app);
 
 }  // namespace attn::cli
 

@@ -18,7 +18,7 @@ namespace attn::cli {
 namespace {
 
 struct TokenizeArgs {
-  std::string tokenizer, text, file, jsonl;
+  std::string tokenizer, text, file, jsonl, messages;
   bool decode = false, no_special = false, info = false;
 };
 
@@ -105,15 +105,29 @@ int PrintInfo(const Tokenizer& tokenizer) {
   return PrintLine(JsonLine(info));
 }
 
+// --messages: the conversation through the chat template with the
+// generation prompt, its ids (the template writes the special tokens).
+int EncodeMessages(const Tokenizer& tokenizer, const std::string& path) {
+  const Result<std::string> body = ReadFile(path, "--messages");
+  if (!body.ok()) return Fail(body.status().message());
+  const Result<std::string> prompt = tokenizer.ApplyChatTemplate(*body, true);
+  if (!prompt.ok()) {
+    return Fail("--messages '" + path + "': " + prompt.status().message());
+  }
+  const Result<std::vector<int64_t>> ids = tokenizer.Encode(*prompt, false);
+  return ids.ok() ? PrintLine(JsonLine(*ids)) : Fail(ids.status().message());
+}
+
 int Tokenize(const TokenizeArgs& args) {
-  const int inputs =
-      !args.text.empty() + !args.file.empty() + !args.jsonl.empty();
+  const int inputs = !args.text.empty() + !args.file.empty() +
+                     !args.jsonl.empty() + !args.messages.empty();
   if (inputs != 1 && !(args.info && inputs == 0)) {
-    return Usage("want one of --text, --file or --jsonl");
+    return Usage("want one of --text, --file, --jsonl or --messages");
   }
   const auto tokenizer = Tokenizer::Load(args.tokenizer);
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
   if (args.info) return PrintInfo(**tokenizer);
+  if (!args.messages.empty()) return EncodeMessages(**tokenizer, args.messages);
   if (!args.text.empty()) {
     const Result<std::string> out =
         Convert(**tokenizer, args, args.text, "--text");
@@ -156,10 +170,18 @@ Command AddTokenizeCommand(CLI::App& app) {
                        "(with --decode: "
                        "lines of id arrays, out {\"text\": ...})")
           ->check(FilePath());
-  text->excludes(file)->excludes(jsonl);
-  file->excludes(jsonl);
+  CLI::Option* messages =
+      command
+          ->add_option("--messages", args->messages,
+                       "a JSON array of {\"role\", \"content\"}: its ids "
+                       "through the chat template, with the generation prompt")
+          ->check(FilePath());
+  text->excludes(file)->excludes(jsonl)->excludes(messages);
+  file->excludes(jsonl)->excludes(messages);
+  jsonl->excludes(messages);
   CLI::Option* decode = command->add_flag("--decode", args->decode,
                                           "input ids, output their text");
+  decode->excludes(messages);
   command
       ->add_flag("--no-special", args->no_special,
                  "do not add the post-processor's special tokens (BOS...); "

@@ -893,6 +893,26 @@ attn_status attn_tokenizer_decode_text(const attn_tokenizer* tokenizer,
   });
 }
 
+attn_status attn_tokenizer_apply_chat_template(const attn_tokenizer* tokenizer,
+                                               const char* messages_json,
+                                               int add_generation_prompt,
+                                               const char* variables_json,
+                                               char* text, size_t capacity,
+                                               size_t* length) {
+  return Guard([&] {
+    if (!tokenizer) return NullArgument("tokenizer");
+    if (!messages_json) return NullArgument("messages_json");
+    if (!length) return NullArgument("length");
+    *length = 0;
+    auto rendered = tokenizer->tokenizer->ApplyChatTemplate(
+        messages_json, add_generation_prompt != 0,
+        variables_json ? variables_json : "");
+    if (!rendered.ok()) return Check(rendered.status());
+    *length = rendered->size();
+    return CopyOut(rendered->data(), rendered->size(), text, capacity, "text");
+  });
+}
+
 const char* attn_tokenizer_kind(const attn_tokenizer* tokenizer) {
   return tokenizer ? tokenizer->tokenizer->kind() : nullptr;
 }

@@ -9,6 +9,7 @@
 
 #include "engine/tokenizer/gpt2_bpe.h"
 #include "engine/tokenizer/hf_tokenizer.h"
+#include "engine/tokenizer/jinja.h"
 #include "engine/tokenizer/text_util.h"
 
 namespace attn {
@@ -98,6 +99,48 @@ bool Tokenizer::add_bos() const { return impl_->special().add_bos; }
 bool Tokenizer::add_eos() const { return impl_->special().add_eos; }
 const std::string& Tokenizer::chat_template() const {
   return impl_->special().chat_template;
+}
+
+namespace {
+
+// `text` as a JSON value of type `want` ("array" or "object"), its keys in
+// their written order (tojson prints them so).
+Result<nlohmann::ordered_json> ParseChatJson(std::string_view text,
+                                             const char* what,
+                                             const char* want) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(
+      text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || j.type_name() != std::string(want)) {
+    return InvalidArgument(std::string(what) + " is " +
+                           (j.is_discarded()
+                                ? std::string("not valid JSON")
+                                : "a JSON " + std::string(j.type_name())) +
+                           ", want a JSON " + want);
+  }
+  return j;
+}
+
+}  // namespace
+
+Result<std::string> Tokenizer::ApplyChatTemplate(
+    std::string_view messages_json, bool add_generation_prompt,
+    std::string_view variables_json) const {
+  if (chat_template().empty()) {
+    return InvalidArgument(
+        "the tokenizer has no chat_template (tokenizer_config.json): want a "
+        "chat model's");
+  }
+  nlohmann::ordered_json variables = nlohmann::ordered_json::object();
+  if (!variables_json.empty()) {
+    ATTN_ASSIGN_OR_RETURN(
+        variables, ParseChatJson(variables_json, "the variables", "object"));
+  }
+  ATTN_ASSIGN_OR_RETURN(variables["messages"],
+                        ParseChatJson(messages_json, "the messages", "array"));
+  variables["add_generation_prompt"] = add_generation_prompt;
+  variables["bos_token"] = bos_token();
+  variables["eos_token"] = eos_token();
+  return tokenizer::RenderChatTemplate(chat_template(), variables);
 }
 
 // ---------------------------------------------------------------------------

@@ -564,6 +564,18 @@ ATTN_API int attn_tokenizer_add_eos(const attn_tokenizer* tokenizer);
 ATTN_API const char* attn_tokenizer_chat_template(
     const attn_tokenizer* tokenizer);
 
+/* The prompt text of a conversation through the chat template, as Hugging
+ * Face's apply_chat_template renders it (attn::Tokenizer::
+ * ApplyChatTemplate): messages_json a NUL-terminated JSON array of
+ * {"role", "content"}, variables_json a JSON object of further variables or
+ * NULL. Into text[0, capacity), not NUL-terminated, its length into
+ * *length; a NULL text with capacity 0, or too small a capacity, as for
+ * encode. */
+ATTN_API attn_status attn_tokenizer_apply_chat_template(
+    const attn_tokenizer* tokenizer, const char* messages_json,
+    int add_generation_prompt, const char* variables_json, char* text,
+    size_t capacity, size_t* length);
+
 /* Text as generated ids arrive (attn::DecodeStream): each step gives the
  * text one id adds, holding back while it ends inside a UTF-8 character,
  * so that the steps join to exactly attn_tokenizer_decode_text of all ids.

@@ -86,6 +86,19 @@ class ATTN_API Tokenizer {
   bool add_eos() const;
   // The Jinja chat template as written (the "default" one of a list).
   const std::string& chat_template() const;
+  // The prompt text of a conversation, rendered through chat_template()
+  // exactly as Hugging Face's apply_chat_template(messages, tokenize=False,
+  // add_generation_prompt=...) renders it: `messages_json` a JSON array of
+  // {"role", "content", ...}; `variables_json` an object of further
+  // variables the template reads ("tools", "date_string",
+  // "enable_thinking"...), or empty. bos_token and eos_token are the
+  // tokenizer's. Encode the result without special tokens: the template
+  // writes them. Fails in one line: no chat template, JSON that is not an
+  // array (object), or the template's own error (raise_exception's message,
+  // a construct outside the supported subset, with its line:column).
+  Result<std::string> ApplyChatTemplate(
+      std::string_view messages_json, bool add_generation_prompt,
+      std::string_view variables_json = "") const;
 
  private:
   struct ATTN_NO_EXPORT Impl;
