@@ -135,6 +135,9 @@ const std::vector<const Family*>& Families();
 const Family& BookGpt();
 const Family& HfGpt2();
 const Family& BookLlama();
+// Hugging Face Llama's names (under "model.", but the head).
+NameMap HfLlamaNames();
+
 const Family& HfLlama();
 const Family& HfMistral();
 const Family& HfQwen2();

@@ -72,9 +72,18 @@ Result<SideConfig> ReadGemmaConfig(const std::string& path) {
   return c;
 }
 
-// Gemma scales each norm by 1 + w, read so at load (in fp32, as Hugging
-// Face's GemmaRMSNorm).
-constexpr Form kOne = Form::kOnePlus;
+// Llama's names, each norm read as 1 + w (Gemma scales by it: in fp32, as
+// Hugging Face's GemmaRMSNorm); Gemma has no feed-forward biases.
+NameMap GemmaNames() {
+  NameMap names = HfLlamaNames();
+  for (Role norm : {Role::kNorm1Scale, Role::kNorm2Scale, Role::kFinalScale}) {
+    names[static_cast<size_t>(norm)].form = Form::kOnePlus;
+  }
+  for (Role bias : {Role::kUpBias, Role::kGateBias, Role::kDownBias}) {
+    names[static_cast<size_t>(bias)] = {};
+  }
+  return names;
+}
 
 }  // namespace
 
@@ -87,25 +96,7 @@ const Family& HfGemma() {
       "hf-gemma",
       "Hugging Face Gemma",
       LmArchitecture::kLlama,
-      ByRole({
-          {Role::kTokEmb, {"embed_tokens.weight"}},
-          {Role::kNorm1Scale, {"layers.{i}.input_layernorm.weight", kOne}},
-          {Role::kQuery, {"layers.{i}.self_attn.q_proj.weight"}},
-          {Role::kKey, {"layers.{i}.self_attn.k_proj.weight"}},
-          {Role::kValue, {"layers.{i}.self_attn.v_proj.weight"}},
-          {Role::kQueryBias, {"layers.{i}.self_attn.q_proj.bias"}},
-          {Role::kKeyBias, {"layers.{i}.self_attn.k_proj.bias"}},
-          {Role::kValueBias, {"layers.{i}.self_attn.v_proj.bias"}},
-          {Role::kOut, {"layers.{i}.self_attn.o_proj.weight"}},
-          {Role::kOutBias, {"layers.{i}.self_attn.o_proj.bias"}},
-          {Role::kNorm2Scale,
-           {"layers.{i}.post_attention_layernorm.weight", kOne}},
-          {Role::kUp, {"layers.{i}.mlp.gate_proj.weight"}},  // GELU'd: fc1
-          {Role::kGate, {"layers.{i}.mlp.up_proj.weight"}},  // fc2
-          {Role::kDown, {"layers.{i}.mlp.down_proj.weight"}},
-          {Role::kFinalScale, {"norm.weight", kOne}},
-          {Role::kHead, {"lm_head.weight"}},
-      }),
+      GemmaNames(),
       {"layers.{i}.self_attn.rotary_emb.inv_freq"},
       {"model."},
       nullptr,

@@ -28,8 +28,10 @@ Result<SideConfig> ReadQwen2Config(const std::string& path) {
   return ReadDecoderConfig(path, kQwen2);
 }
 
+}  // namespace
+
 // The names every variant shares.
-NameMap LlamaNames() {
+NameMap HfLlamaNames() {
   return ByRole({
       {Role::kTokEmb, {"embed_tokens.weight"}},
       {Role::kNorm1Scale, {"layers.{i}.input_layernorm.weight"}},
@@ -53,13 +55,15 @@ NameMap LlamaNames() {
   });
 }
 
+namespace {
+
 Family LlamaLike(const char* name, const char* what,
                  const DecoderVariant& variant,
                  Result<SideConfig> (*read)(const std::string&)) {
   return {name,
           what,
           LmArchitecture::kLlama,
-          LlamaNames(),
+          HfLlamaNames(),
           {"layers.{i}.self_attn.rotary_emb.inv_freq"},
           {"model."},
           nullptr,
