@@ -143,6 +143,43 @@ TEST(HfCheckpoint, WhatHuggingFaceComputesOtherwiseIsRefused) {
              "'rms_norm_eps' is \"small\", want a positive number");
 }
 
+// Keys left out take transformers' defaults for the model type.
+TEST(HfCheckpoint, AbsentKeysTakeHuggingFacesDefaults) {
+  const auto config_of = [](const std::string& name, const char* key,
+                            const json& value) {
+    const std::string dir = CopyCase(name, "defaults");
+    json config = ReadJson(dir + "/config.json");
+    if (value.is_string() && value == "absent") {
+      config.erase(key);
+    } else {
+      config[key] = value;
+    }
+    WriteJson(dir + "/config.json", config);
+    auto c = LanguageModel::ReadConfig(dir);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return c.ok() ? *c : LmConfig{};
+  };
+  // MistralConfig's window is 4096 unless config.json says null.
+  EXPECT_EQ(
+      config_of("hf_mistral_window", "sliding_window", "absent").sliding_window,
+      4096);
+  EXPECT_EQ(
+      config_of("hf_mistral_window", "sliding_window", nullptr).sliding_window,
+      0);
+  // Phi3Config's rms_norm_eps is 1e-5, the others' 1e-6.
+  EXPECT_EQ(config_of("hf_phi3_fused", "rms_norm_eps", "absent").norm_eps,
+            1e-5);
+  EXPECT_EQ(config_of("hf_qwen2", "rms_norm_eps", "absent").norm_eps, 1e-6);
+  EXPECT_EQ(
+      config_of("hf_phi3_fused", "sliding_window", "absent").sliding_window, 0);
+}
+
+TEST(HfCheckpoint, ABookFileIgnoresAConfigJsonBesideIt) {
+  const std::string dir = CopyCase("llama_gqa", "book");
+  std::ofstream(dir + "/config.json") << "not json at all";
+  EXPECT_EQ(LoadError(dir + "/model.safetensors"), "loaded");
+}
+
 TEST(HfCheckpoint, ConfigThatContradictsTheTensorsIsRefused) {
   const std::string llama = "hf_llama_plain";
   EXPECT_HAS(WithConfig(llama, "hidden_size", 64),
@@ -165,6 +202,9 @@ TEST(HfCheckpoint, ConfigThatContradictsTheTensorsIsRefused) {
              "tensor 'model.layers.0.self_attn.q_proj.weight' in");
   EXPECT_HAS(WithConfig("hf_llama_scaled_shards", "head_dim", 8),
              "is [64, 48], want [32, 48]");
+  EXPECT_HAS(WithConfig(llama, "num_attention_heads", int64_t{1} << 32),
+             "'num_attention_heads' is 4294967296, want a positive integer "
+             "up to 16777216");
   EXPECT_HAS(WithConfig(llama, "num_key_value_heads", 3),
              "num_kv_heads is 3 (from 'num_key_value_heads' of");
 }
@@ -194,6 +234,13 @@ TEST(HfCheckpoint, BrokenShardsAreRefused) {
     j["weight_map"]["extra"] = "model-00004-of-00003.safetensors";
     WriteJson(dir + index, j);
     EXPECT_HAS(LoadError(dir), "' is in both '");
+  }
+  {  // a shard name with a backslash
+    const std::string dir = CopyCase(name, "backslash");
+    json j = ReadJson(dir + index);
+    j["weight_map"]["model.norm.weight"] = "..\\model.safetensors";
+    WriteJson(dir + index, j);
+    EXPECT_HAS(LoadError(dir), "want a file name in the index's folder");
   }
   {  // a shard name that leaves the folder
     const std::string dir = CopyCase(name, "escape");

@@ -284,8 +284,12 @@ TEST(HfTokenizerTest, ChatTemplateRendersTheConversation) {
                     "content": "Hi"}])",
           false),
       "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
-  EXPECT_EQ(t->ApplyChatTemplate("[1", true).status().message(),
-            "the messages is not valid JSON, want a JSON array");
+  EXPECT_EQ(t->ApplyChatTemplate("[1", true)
+                .status()
+                .message()
+                .find("the messages is not valid JSON: parse error at line 1, "
+                      "column 3"),
+            0u);
   EXPECT_EQ(t->ApplyChatTemplate(messages, true, "[]").status().message(),
             "the variables is a JSON array, want a JSON object");
   const TempDir plain;

@@ -3,7 +3,6 @@
 // conversation's KV cache is kept between turns: a turn runs only the
 // tokens its rendered prompt adds to what the cache holds.
 #include <algorithm>
-#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -22,9 +21,14 @@
 namespace attn::cli {
 namespace {
 
+// The default --ctx-size: a model's full context would reserve its whole
+// cache up front (8 GiB for Llama 3.2 1B's 131072).
+constexpr int64_t kDefaultContext = 4096;
+
 struct ChatArgs {
   std::string model, system;
   int64_t max_new_tokens = 512;
+  int64_t context = 0;  // 0: the model's, at most kDefaultContext
   SamplingOptions sampling;
   LmModelFlags flags;
 };
@@ -43,7 +47,22 @@ class Conversation {
                              "' has no chat_template in its "
                              "tokenizer_config.json: want a chat model");
     }
-    ATTN_ASSIGN_OR_RETURN(c->batch_, Batch::Create(Model::Of(c->model_), {1}));
+    if (c->tokenizer_->vocab_size() > c->vocab()) {
+      return InvalidArgument("--model '" + args.model +
+                             "': its tokenizer has more ids than the "
+                             "model's vocabulary of " +
+                             std::to_string(c->vocab()));
+    }
+    const int64_t model_context = c->model_->config().context_length;
+    c->context_ =
+        args.context ? args.context : std::min(model_context, kDefaultContext);
+    if (c->context_ > model_context) {
+      return InvalidArgument("--ctx-size " + std::to_string(c->context_) +
+                             " exceeds the model's context length " +
+                             std::to_string(model_context));
+    }
+    ATTN_ASSIGN_OR_RETURN(
+        c->batch_, Batch::Create(Model::Of(c->model_), {1, c->context_}));
     ATTN_ASSIGN_OR_RETURN(c->sequence_, c->batch_->Add());
     ATTN_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(args.sampling));
     c->sampler_.emplace(std::move(sampler));
@@ -54,9 +73,13 @@ class Conversation {
   // One user turn: the reply streamed to stdout, then a newline.
   Status Turn(const std::string& text) {
     Append("user", text);
+    // Bytes that are not UTF-8 reach the template as U+FFFD.
     ATTN_ASSIGN_OR_RETURN(
         const std::string prompt,
-        tokenizer_->ApplyChatTemplate(messages_.dump(), true));
+        tokenizer_->ApplyChatTemplate(
+            messages_.dump(-1, ' ', false,
+                           nlohmann::ordered_json::error_handler_t::replace),
+            true));
     ATTN_ASSIGN_OR_RETURN(const std::vector<int64_t> ids,
                           tokenizer_->Encode(prompt, false));
     ATTN_RETURN_IF_ERROR(Feed(ids));
@@ -67,16 +90,13 @@ class Conversation {
       const int64_t id = sampler_->Sample(batch_->logits(0), vocab());
       if (std::count(eos.begin(), eos.end(), id)) break;
       ATTN_ASSIGN_OR_RETURN(const std::string piece, stream.Next(id));
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
+      ATTN_RETURN_IF_ERROR(PrintText(piece));
       reply.push_back(id);
       if (n + 1 == args_.max_new_tokens) break;
       ATTN_RETURN_IF_ERROR(Step(&reply.back(), 1));
       cached_.push_back(id);
     }
-    const std::string rest = stream.Finish() + "\n";
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
-    std::fflush(stdout);
+    ATTN_RETURN_IF_ERROR(PrintText(stream.Finish() + "\n"));
     ATTN_ASSIGN_OR_RETURN(const std::string said,
                           tokenizer_->DecodeText(reply));
     Append("assistant", said);
@@ -95,22 +115,24 @@ class Conversation {
   // Runs the tokens of `ids` past the longest prefix the cache already
   // holds (at least the last, whose logits the reply starts from).
   Status Feed(const std::vector<int64_t>& ids) {
+    if (ids.empty()) {
+      return InvalidArgument("the chat template rendered no text");
+    }
+    // The reply's last token is never fed back.
+    if (static_cast<int64_t>(ids.size()) + args_.max_new_tokens - 1 >
+        context_) {
+      return InvalidArgument(
+          "the conversation is " + std::to_string(ids.size()) +
+          " tokens, and a reply of up to --max-new-tokens " +
+          std::to_string(args_.max_new_tokens) + " would pass --ctx-size " +
+          std::to_string(context_));
+    }
     size_t same = 0;
     while (same < cached_.size() && same < ids.size() &&
            cached_[same] == ids[same]) {
       ++same;
     }
     same = std::min(same, ids.size() - 1);
-    if (static_cast<int64_t>(ids.size()) + args_.max_new_tokens >
-        model_->config().context_length) {
-      return InvalidArgument("the conversation is " +
-                             std::to_string(ids.size()) +
-                             " tokens, and a reply of up to --max-new-tokens " +
-                             std::to_string(args_.max_new_tokens) +
-                             " would pass the context "
-                             "length " +
-                             std::to_string(model_->config().context_length));
-    }
     ATTN_RETURN_IF_ERROR(batch_->Truncate(sequence_, int64_t(same)));
     cached_.assign(ids.begin(), ids.begin() + same);
     ATTN_RETURN_IF_ERROR(Step(ids.data() + same, ids.size() - same));
@@ -128,7 +150,7 @@ class Conversation {
   std::shared_ptr<const LanguageModel> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<Batch> batch_;
-  int64_t sequence_ = 0;
+  int64_t sequence_ = 0, context_ = 0;
   std::optional<Sampler> sampler_;
   nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
   std::vector<int64_t> cached_;  // the tokens the cache holds
@@ -139,7 +161,8 @@ int Chat(const ChatArgs& args) {
   if (!conversation.ok()) return Fail(conversation.status().message());
   std::string line;
   while (std::getline(std::cin, line)) {
-    if (line.empty()) continue;
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const Status s = (*conversation)->Turn(line);
     if (!s.ok()) return Fail(s.message());
   }
@@ -164,6 +187,12 @@ Command AddChatCommand(CLI::App& app) {
   command
       ->add_option("--max-new-tokens", args->max_new_tokens,
                    "most tokens a reply may have (default 512)")
+      ->check(IntegerIn(1));
+  command
+      ->add_option("--ctx-size", args->context,
+                   "tokens the conversation's KV cache holds, reserved at "
+                   "start (default: the model's context length, at most "
+                   "4096)")
       ->check(IntegerIn(1));
   AddSamplingFlags(command, args->sampling);
   args->flags.AddTo(command);

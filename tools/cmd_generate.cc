@@ -203,17 +203,6 @@ Result<Prompts> EncodePrompt(const Tokenizer& tokenizer,
   return prompts;
 }
 
-// Writes `bytes` to stdout at once, for a reader watching; a full disk or a
-// closed pipe stops the run (with SIGPIPE ignored, it would go on unread).
-Status Print(const std::string& bytes) {
-  if (std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size() ||
-      std::fflush(stdout) != 0) {
-    return IoError(std::string("cannot write the text to stdout: ") +
-                   std::strerror(errno));
-  }
-  return {};
-}
-
 // The text token `id` adds on stdout (none while it ends inside a UTF-8
 // character). A model may have more ids than the tokenizer (a vocabulary
 // padded to a round size): one it lacks is named.
@@ -224,7 +213,7 @@ Status PrintToken(DecodeStream& stream, const std::string& dir, int64_t id) {
                            ", which --tokenizer '" + dir +
                            "' cannot show: " + text.status().message());
   }
-  return Print(*text);
+  return PrintText(*text);
 }
 
 // --tokenizer DIR --prompt TEXT: each new token's text on stdout as it is
@@ -258,7 +247,7 @@ int GenerateText(GenerateArgs args) {
   auto tokens = generation.Run([&](int64_t, int64_t id) {
     return PrintToken(stream, args.tokenizer, id);
   });
-  const Status ended = Print(stream.Finish() + "\n");
+  const Status ended = PrintText(stream.Finish() + "\n");
   if (!tokens.ok()) return Fail(tokens.status().message());
   if (!ended.ok()) return Fail(ended.message());
   return 0;

@@ -29,6 +29,11 @@ struct LmModelFlags {
   void AddTo(CLI::App* command);
 };
 
+// Writes `bytes` to stdout at once, for a reader watching; a full disk or a
+// closed pipe is an error (with SIGPIPE ignored, the run would go on
+// unread).
+Status PrintText(const std::string& bytes);
+
 // --temperature, --top-k, --top-p and --seed into `sampling`.
 void AddSamplingFlags(CLI::App* command, SamplingOptions& sampling);
 

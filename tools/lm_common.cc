@@ -1,6 +1,9 @@
 // What `attn run` on a whole model and `attn generate` share: loading the
 // model from the flags, and reading and checking the prompts.
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -73,6 +76,15 @@ void AddSamplingFlags(CLI::App* command, SamplingOptions& sampling) {
                    "seed of the samplers' generators, one stream per row "
                    "(default 0)")
       ->check(Unsigned64());
+}
+
+Status PrintText(const std::string& bytes) {
+  if (std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size() ||
+      std::fflush(stdout) != 0) {
+    return IoError(std::string("cannot write the text to stdout: ") +
+                   std::strerror(errno));
+  }
+  return {};
 }
 
 int64_t Prompts::longest() const {

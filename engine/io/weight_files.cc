@@ -2,8 +2,8 @@
 // tensors.
 #include "engine/io/weight_files.h"
 
-#include <algorithm>
 #include <filesystem>
+#include <set>
 #include <utility>
 
 #include "engine/io/json_limits.h"
@@ -14,6 +14,7 @@ namespace {
 
 constexpr uint64_t kMaxIndexBytes = 64u << 20;
 constexpr int kMaxIndexDepth = 8;
+constexpr size_t kMaxShards = 4096;  // each holds a file open
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
@@ -26,7 +27,8 @@ std::string FolderOf(const std::string& path) {
 }
 
 // An index's weight_map: tensor name -> shard file name, each a plain file
-// name in the index's folder (never a path that leaves it).
+// name in the index's folder: no '/', '\\' or NUL, not "." or ".." (a
+// symlink there is followed: Hugging Face's cache links its blobs so).
 Result<WeightFiles::WeightMap> ReadWeightMap(const std::string& path) {
   ATTN_ASSIGN_OR_RETURN(
       const std::string text,
@@ -41,10 +43,10 @@ Result<WeightFiles::WeightMap> ReadWeightMap(const std::string& path) {
   }
   WeightFiles::WeightMap weight_map;
   for (const auto& [name, shard] : j["weight_map"].items()) {
-    const bool plain =
-        shard.is_string() && !shard.get<std::string>().empty() &&
-        shard.get<std::string>().find('/') == std::string::npos &&
-        shard != "." && shard != "..";
+    const bool plain = shard.is_string() && !shard.get<std::string>().empty() &&
+                       shard.get<std::string>().find_first_of(
+                           std::string("/\\\0", 3)) == std::string::npos &&
+                       shard != "." && shard != "..";
     if (!plain) {
       return InvalidArgument(Quoted(path) + ": 'weight_map' gives tensor " +
                              Quoted(name) + " the shard " + shard.dump() +
@@ -99,12 +101,12 @@ Result<WeightFiles> WeightFiles::Open(const std::string& path,
     return Of(std::make_shared<const SafetensorsFile>(std::move(file)));
   }
   ATTN_ASSIGN_OR_RETURN(const auto weight_map, ReadWeightMap(path));
-  std::vector<std::string> shard_names;
-  for (const auto& [tensor, shard] : weight_map) {
-    if (std::find(shard_names.begin(), shard_names.end(), shard) ==
-        shard_names.end()) {
-      shard_names.push_back(shard);
-    }
+  std::set<std::string> shard_names;
+  for (const auto& [tensor, shard] : weight_map) shard_names.insert(shard);
+  if (shard_names.size() > kMaxShards) {
+    return InvalidArgument(
+        Quoted(path) + " names " + std::to_string(shard_names.size()) +
+        " shards, want at most " + std::to_string(kMaxShards));
   }
   for (const std::string& shard : shard_names) {
     const std::string shard_path = FolderOf(path) + shard;

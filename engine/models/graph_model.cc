@@ -94,6 +94,15 @@ class GraphWeights {
       FillUnset(lm_options, graph_dims);
       ATTN_ASSIGN_OR_RETURN(weights.model_,
                             lm::OpenModelFile(path, lm_options));
+      // Their norms, embeddings and feed-forward are not the book's blocks'
+      // (1 + w, a scale, GeGLU; fused halves): a graph would run another
+      // model on their weights.
+      const std::string& family = weights.model_->config.layout;
+      if (family == "hf-gemma" || family == "hf-phi3") {
+        return InvalidArgument(Quoted(path) + " is a " + family +
+                               " model, which no graph runs: load it without "
+                               "--graph");
+      }
       weights.translate_ = layout.rfind("book-", 0) != 0;
     }
     return weights;

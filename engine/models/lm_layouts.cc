@@ -361,6 +361,14 @@ Status ReadRoles(const WeightFiles& file, FileLayout& layout, LmConfig& c) {
   return {};
 }
 
+// Whether `name` is a buffer the layout names (a state dict's, unread).
+bool IsBuffer(const FileLayout& layout, const std::string& name) {
+  const auto& buffers = layout.family->buffers;
+  return std::any_of(buffers.begin(), buffers.end(), [&](const char* b) {
+    return b && MatchLayer(layout.BufferName(b), name);
+  });
+}
+
 // Every tensor of the file is one the model reads or a buffer of its
 // layout: a misnamed one (a head under another prefix, a bias the layout
 // has no role for, block "01") would otherwise be dropped without a word.
@@ -374,13 +382,8 @@ Status CheckNoStrayTensors(const WeightFiles& file, const FileLayout& layout,
       read.insert(layout.Name(static_cast<Role>(r), i));
     }
   }
-  const auto& buffers = layout.family->buffers;
   for (const TensorInfo* t : file.tensors()) {
-    const bool buffer =
-        std::any_of(buffers.begin(), buffers.end(), [&](const char* b) {
-          return b && MatchLayer(layout.BufferName(b), t->name);
-        });
-    if (!read.count(t->name) && !buffer) {
+    if (!read.count(t->name) && !IsBuffer(layout, t->name)) {
       return InvalidArgument(
           "tensor " + Quoted(t->name) + " in " + Quoted(file.FileOf(t->name)) +
           " is not part of layout " + layout.family->name + " (" +
@@ -412,7 +415,9 @@ Status CheckSideSizes(const SideConfig& side, const FileLayout& layout,
       {side.mlp_bias, Role::kGateBias},
       {side.mlp_bias, Role::kDownBias}};
   for (const auto& [flag, role] : biases) {
-    if (flag.key && flag.value != layout.has[static_cast<size_t>(role)]) {
+    const bool named = layout.family->tensors[static_cast<size_t>(role)].name;
+    if (flag.key && named &&
+        flag.value != layout.has[static_cast<size_t>(role)]) {
       return InvalidArgument(
           Quoted(side.path) + ": " + Quoted(flag.key) + " says " +
           (flag.value ? "there is " : "there is no ") +
@@ -488,13 +493,8 @@ Status ResolveDims(const WeightFiles& file, const FileLayout& layout,
 // The dtype and count of the file's weights (buffers left out).
 void CountStored(const WeightFiles& file, const FileLayout& layout,
                  LmConfig& c) {
-  const auto& buffers = layout.family->buffers;
   for (const TensorInfo* t : file.tensors()) {
-    const bool buffer =
-        std::any_of(buffers.begin(), buffers.end(), [&](const char* b) {
-          return b && MatchLayer(layout.BufferName(b), t->name);
-        });
-    if (buffer) continue;
+    if (IsBuffer(layout, t->name)) continue;
     if (c.file_dtype.empty()) c.file_dtype = t->dtype;
     if (c.file_dtype != t->dtype) c.file_dtype = "mixed";
     c.file_parameters += static_cast<int64_t>(t->num_elements);
@@ -577,9 +577,14 @@ Result<FileModel> OpenModelFile(const std::string& path,
   ATTN_ASSIGN_OR_RETURN(WeightFiles opened,
                         WeightFiles::Open(path, options.max_memory_bytes));
   auto file = std::make_shared<const WeightFiles>(std::move(opened));
-  ATTN_ASSIGN_OR_RETURN(const std::string model_type,
-                        ModelTypeBeside(file->path()));
-  FileLayout layout = FindLayout(*file, model_type);
+  // By the names first: config.json says which Hugging Face model it is,
+  // and is no concern of the book's files.
+  FileLayout layout = FindLayout(*file, "");
+  if (layout.family && layout.family->model_type) {
+    ATTN_ASSIGN_OR_RETURN(const std::string model_type,
+                          ModelTypeBeside(file->path()));
+    layout = FindLayout(*file, model_type);
+  }
   if (!layout.family) {
     std::string wanted;
     for (const Family* family : Families()) {

@@ -45,14 +45,16 @@ Status CheckSizes(const LmConfig& c) {
                              Str(value) + ", want 1.." + Str(kMaxSize));
     }
   }
-  if (c.head_dim == 0) {  // heads that split emb_dim, which they do not
+  if (c.head_dim == 0 && c.emb_dim % c.num_heads != 0) {
     return InvalidArgument("model emb_dim " + Str(c.emb_dim) +
                            " is not divisible by num_heads " +
-                           Str(c.num_heads));
+                           Str(c.num_heads) + " (give head_dim)");
   }
-  if (c.head_dim < 0 || c.head_dim > kMaxSize) {
+  if (c.head_dim < 0 || c.head_dim > kMaxSize ||
+      c.head_dim * c.num_heads > kMaxSize) {
     return InvalidArgument("model head_dim is " + Str(c.head_dim) +
-                           ", want 1.." + Str(kMaxSize));
+                           ", want 1.." + Str(kMaxSize / c.num_heads) +
+                           " for " + Str(c.num_heads) + " heads");
   }
   if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0) {
     return InvalidArgument("model num_kv_heads is " + Str(c.num_kv_heads) +
@@ -355,6 +357,7 @@ Result<std::shared_ptr<const LanguageModel>> LanguageModel::Load(
 Result<LmConfig> LanguageModel::ReadConfig(const std::string& path,
                                            const LmOptions& options) {
   ATTN_ASSIGN_OR_RETURN(lm::FileModel file, lm::OpenModelFile(path, options));
+  ATTN_RETURN_IF_ERROR(lm::CheckSizes(file.config));
   return std::move(file.config);
 }
 

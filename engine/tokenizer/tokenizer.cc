@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "engine/io/json_limits.h"
 #include "engine/tokenizer/gpt2_bpe.h"
 #include "engine/tokenizer/hf_tokenizer.h"
 #include "engine/tokenizer/jinja.h"
@@ -108,13 +109,14 @@ namespace {
 Result<nlohmann::ordered_json> ParseChatJson(std::string_view text,
                                              const char* what,
                                              const char* want) {
+  // The engine's checks of untrusted JSON (validity, depth) first.
+  constexpr size_t kMaxDepth = 64;
+  ATTN_RETURN_IF_ERROR(
+      ParseCheckedJson(std::string(text), kMaxDepth, what).status());
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(
       text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || j.type_name() != std::string(want)) {
-    return InvalidArgument(std::string(what) + " is " +
-                           (j.is_discarded()
-                                ? std::string("not valid JSON")
-                                : "a JSON " + std::string(j.type_name())) +
+  if (j.type_name() != std::string(want)) {
+    return InvalidArgument(std::string(what) + " is a JSON " + j.type_name() +
                            ", want a JSON " + want);
   }
   return j;
@@ -138,8 +140,10 @@ Result<std::string> Tokenizer::ApplyChatTemplate(
   ATTN_ASSIGN_OR_RETURN(variables["messages"],
                         ParseChatJson(messages_json, "the messages", "array"));
   variables["add_generation_prompt"] = add_generation_prompt;
-  variables["bos_token"] = bos_token();
-  variables["eos_token"] = eos_token();
+  // The tokenizer's special tokens, unless the caller gives its own (as
+  // apply_chat_template's keyword arguments override them).
+  if (!variables.contains("bos_token")) variables["bos_token"] = bos_token();
+  if (!variables.contains("eos_token")) variables["eos_token"] = eos_token();
   return tokenizer::RenderChatTemplate(chat_template(), variables);
 }
 

@@ -45,9 +45,13 @@ Status HfConfig::Refuse(const char* key, const std::string& want) const {
 }
 
 Result<int64_t> HfConfig::Count(const char* key, int64_t fallback) const {
+  // Sizes past 2^24 are no model's, and their products would overflow.
+  constexpr int64_t kMaxCount = int64_t{1} << 24;
   if (!Has(key)) return fallback;
-  if (!json[key].is_number_integer() || json[key].get<int64_t>() <= 0) {
-    return Refuse(key, "want a positive integer");
+  if (!json[key].is_number_integer() || json[key].get<int64_t>() <= 0 ||
+      json[key].get<int64_t>() > kMaxCount) {
+    return Refuse(key,
+                  "want a positive integer up to " + std::to_string(kMaxCount));
   }
   return json[key].get<int64_t>();
 }
@@ -104,7 +108,7 @@ Status CheckComputesLlama(const HfConfig& hf, const DecoderVariant& v) {
   if (v.qkv_bias) {  // Qwen2's layers past max_window_layers slide
     ATTN_RETURN_IF_ERROR(hf.Expect("use_sliding_window", {false},
                                    "one attention for every layer"));
-  } else if (!v.sliding_window && hf.Has("sliding_window")) {
+  } else if (v.default_window < 0 && hf.Has("sliding_window")) {
     return hf.Refuse("sliding_window", "want null (" +
                                            std::string(v.architecture) +
                                            " attends to the whole context)");
@@ -118,11 +122,11 @@ Status ReadRopeScaling(const HfConfig& hf, RopeConfig& rope) {
   const nlohmann::json& s = hf.json["rope_scaling"];
   const char* type_key =
       s.is_object() && s.contains("rope_type") ? "rope_type" : "type";
-  if (!s.is_object() || !s.contains(type_key) || s[type_key] == "default") {
-    if (s.is_object() && s.contains(type_key)) return {};
+  if (!s.is_object() || !s.contains(type_key)) {
     return hf.Refuse("rope_scaling",
                      "want null or an object with 'rope_type' \"llama3\"");
   }
+  if (s[type_key] == "default") return {};
   if (s[type_key] != "llama3") {
     return hf.Refuse("rope_scaling",
                      "want 'rope_type' \"llama3\" or null "
@@ -164,8 +168,11 @@ Status ReadAttention(const HfConfig& hf, const DecoderVariant& v,
                         hf.Count("max_position_embeddings", v.default_context));
   ATTN_ASSIGN_OR_RETURN(d.rope.theta, hf.Number("rope_theta", 10000.0));
   ATTN_RETURN_IF_ERROR(ReadRopeScaling(hf, d.rope));
-  if (v.sliding_window) {
-    ATTN_ASSIGN_OR_RETURN(d.sliding_window, hf.Count("sliding_window", 0));
+  if (v.default_window >= 0) {  // an explicit null is no window
+    ATTN_ASSIGN_OR_RETURN(
+        d.sliding_window,
+        hf.Count("sliding_window",
+                 hf.json.contains("sliding_window") ? 0 : v.default_window));
   }
   return {};
 }
@@ -184,7 +191,8 @@ Result<SideConfig> ReadDecoderConfig(const std::string& weights_path,
   SideConfig c;
   c.path = hf.path;
   ATTN_RETURN_IF_ERROR(ReadAttention(hf, v, c));
-  ATTN_ASSIGN_OR_RETURN(c.norm_eps, hf.Number("rms_norm_eps", 1e-6));
+  ATTN_ASSIGN_OR_RETURN(c.norm_eps,
+                        hf.Number("rms_norm_eps", v.default_norm_eps));
   if (hf.Has("tie_word_embeddings") || v.tied_by_default) {
     ATTN_ASSIGN_OR_RETURN(const bool tied,
                           hf.Bool("tie_word_embeddings", v.tied_by_default));

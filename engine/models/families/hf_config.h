@@ -22,8 +22,8 @@ struct HfConfig {
     return json.contains(key) && !json[key].is_null();
   }
   // The key's value when present and not null, else `fallback`; an error
-  // when it has another type (counts: positive integers; numbers: positive
-  // finite).
+  // when it has another type (counts: positive integers up to 2^24;
+  // numbers: positive finite).
   Result<int64_t> Count(const char* key, int64_t fallback) const;
   Result<double> Number(const char* key, double fallback) const;
   Result<bool> Bool(const char* key, bool fallback) const;
@@ -45,12 +45,15 @@ Result<HfConfig> ReadConfigBeside(const std::string& weights_path);
 struct DecoderVariant {
   const char* model_type;
   const char* architecture;
-  int64_t default_context;       // max_position_embeddings when absent
-  int64_t default_head_dim = 0;  // when absent; 0: hidden_size / heads
+  int64_t default_context;         // max_position_embeddings when absent
+  double default_norm_eps = 1e-6;  // rms_norm_eps when absent
+  int64_t default_head_dim = 0;    // when absent; 0: hidden_size / heads
   // hidden_act's only value; null: the family checks its own key.
   const char* activation = "silu";
-  bool qkv_bias = false;         // Qwen2: always; the others: attention_bias
-  bool sliding_window = false;   // read (Mistral); else refused when set
+  bool qkv_bias = false;  // Qwen2: always; the others: attention_bias
+  // sliding_window when the key is absent (Mistral's 4096; null: none);
+  // -1: the model type has none, and a window is refused.
+  int64_t default_window = -1;
   bool tied_by_default = false;  // tie_word_embeddings when absent
 };
 

@@ -14,24 +14,28 @@
 namespace attn::lm {
 namespace {
 
-constexpr DecoderVariant kGemma = {"gemma", "GemmaForCausalLM",
-                                   8192,    256,
-                                   nullptr,  // hidden_activation, below
-                                   false,   false,
-                                   true};
+// GemmaConfig's defaults: context 8192, head_dim 256, tied.
+constexpr DecoderVariant kGemma = {"gemma",
+                                   "GemmaForCausalLM",
+                                   8192,
+                                   1e-6,
+                                   256,
+                                   /*activation=*/nullptr,  // below
+                                   /*qkv_bias=*/false,
+                                   /*default_window=*/-1,
+                                   /*tied_by_default=*/true};
 
-// `x` rounded to nearest even in `torch_dtype`, as torch.tensor(x, dtype)
-// stores it.
+// `x` rounded to nearest even in the checkpoint's dtype (config.json's
+// dtype or torch_dtype), as torch.tensor(x, dtype) stores it.
 Result<float> InDType(double x, const HfConfig& hf) {
-  ATTN_ASSIGN_OR_RETURN(const std::string dtype,
-                        hf.String("torch_dtype", "float32"));
+  // Newer transformers write "dtype" where older ones wrote "torch_dtype".
+  const char* key = hf.Has("dtype") ? "dtype" : "torch_dtype";
+  ATTN_ASSIGN_OR_RETURN(const std::string dtype, hf.String(key, "float32"));
   const auto f = static_cast<float>(x);
   if (dtype == "float32") return f;
   if (dtype == "float16") return static_cast<float>(static_cast<_Float16>(f));
   if (dtype != "bfloat16") {
-    return hf.Refuse("torch_dtype",
-                     "want \"float32\", \"bfloat16\" or "
-                     "\"float16\"");
+    return hf.Refuse(key, "want \"float32\", \"bfloat16\" or \"float16\"");
   }
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));

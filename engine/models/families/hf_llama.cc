@@ -12,11 +12,19 @@
 namespace attn::lm {
 namespace {
 
+// Each with transformers' defaults (LlamaConfig, MistralConfig, ...): the
+// context, rms_norm_eps, head_dim, hidden_act, q/k/v biases, window.
 constexpr DecoderVariant kLlama = {"llama", "LlamaForCausalLM", 2048};
-constexpr DecoderVariant kMistral = {
-    "mistral", "MistralForCausalLM", 4096 * 32, 0, "silu", false, true};
-constexpr DecoderVariant kQwen2 = {
-    "qwen2", "Qwen2ForCausalLM", 32768, 0, "silu", true};
+constexpr DecoderVariant kMistral = {"mistral",
+                                     "MistralForCausalLM",
+                                     4096 * 32,
+                                     1e-6,
+                                     0,
+                                     "silu",
+                                     /*qkv_bias=*/false,
+                                     /*default_window=*/4096};
+constexpr DecoderVariant kQwen2 = {"qwen2", "Qwen2ForCausalLM", 32768, 1e-6, 0,
+                                   "silu",  /*qkv_bias=*/true};
 
 Result<SideConfig> ReadLlamaConfig(const std::string& path) {
   return ReadDecoderConfig(path, kLlama);

@@ -9,8 +9,15 @@
 namespace attn::lm {
 namespace {
 
-constexpr DecoderVariant kPhi3 = {
-    "phi3", "Phi3ForCausalLM", 4096, 0, "silu", false, true};
+// Phi3Config's defaults: rms_norm_eps 1e-5, no window unless given.
+constexpr DecoderVariant kPhi3 = {"phi3",
+                                  "Phi3ForCausalLM",
+                                  4096,
+                                  1e-5,
+                                  0,
+                                  "silu",
+                                  /*qkv_bias=*/false,
+                                  /*default_window=*/0};
 
 Result<SideConfig> ReadPhi3Config(const std::string& path) {
   return ReadDecoderConfig(path, kPhi3);
