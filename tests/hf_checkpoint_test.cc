@@ -13,6 +13,7 @@
 #include "attn/lm.hpp"
 #include "attn/safetensors.hpp"
 #include "nlohmann/json.hpp"
+#include "tests/temp_dir.h"
 
 namespace attn {
 namespace {
@@ -22,9 +23,11 @@ using nlohmann::json;
 
 const std::string kLmDir = std::string(ATTN_SOURCE_DIR) + "/tests/golden/lm/";
 
-// A copy of golden folder `name` in a fresh temporary folder `copy`.
+// A copy of golden folder `name` in a fresh folder `copy` of this
+// process's own temporary folder (ctest runs the tests side by side).
 std::string CopyCase(const std::string& name, const std::string& copy) {
-  const std::string dir = ::testing::TempDir() + "/hf_" + copy;
+  static const test::TempDir scratch;
+  const std::string dir = scratch.Path(copy);
   fs::remove_all(dir);
   fs::copy(kLmDir + name, dir);
   return dir;

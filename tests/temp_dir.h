@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -19,9 +20,9 @@ class TempDir {
     std::string pattern = std::string(base ? base : "/tmp") + "/attn.XXXXXX";
     path_ = mkdtemp(pattern.data()) ? pattern : "";
   }
-  ~TempDir() {
-    for (const std::string& name : Files()) unlink(Path(name).c_str());
-    rmdir(path_.c_str());
+  ~TempDir() {  // with what the test made in it, folders too
+    std::error_code error;
+    if (!path_.empty()) std::filesystem::remove_all(path_, error);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
