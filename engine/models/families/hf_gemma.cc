@@ -4,7 +4,6 @@
 // the head tied to the embedding.
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 #include "engine/io/json_limits.h"
@@ -25,24 +24,26 @@ constexpr DecoderVariant kGemma = {"gemma",
                                    /*default_window=*/-1,
                                    /*tied_by_default=*/true};
 
-// `x` rounded to nearest even in the checkpoint's dtype (config.json's
-// dtype or torch_dtype), as torch.tensor(x, dtype) stores it.
+// `x` (a normal number, as sqrt(hidden_size) is in every dtype here) rounded
+// to the nearest of `bits` significant bits, ties to even.
+double RoundToBits(double x, int bits) {
+  int exponent = 0;
+  const double mantissa = std::frexp(x, &exponent);  // in [0.5, 1)
+  return std::ldexp(std::nearbyint(std::ldexp(mantissa, bits)),
+                    exponent - bits);
+}
+
+// `x` in the checkpoint's dtype (config.json's dtype or torch_dtype), as
+// torch.tensor(x, dtype) stores it: float32, float16 (11 significant bits)
+// or bfloat16 (8), rounded to nearest even.
 Result<float> InDType(double x, const HfConfig& hf) {
   // Newer transformers write "dtype" where older ones wrote "torch_dtype".
   const char* key = hf.Has("dtype") ? "dtype" : "torch_dtype";
   ATTN_ASSIGN_OR_RETURN(const std::string dtype, hf.String(key, "float32"));
-  const auto f = static_cast<float>(x);
-  if (dtype == "float32") return f;
-  if (dtype == "float16") return static_cast<float>(static_cast<_Float16>(f));
-  if (dtype != "bfloat16") {
-    return hf.Refuse(key, "want \"float32\", \"bfloat16\" or \"float16\"");
-  }
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
-  float rounded;
-  std::memcpy(&rounded, &bits, sizeof(rounded));
-  return rounded;
+  if (dtype == "float32") return static_cast<float>(x);
+  if (dtype == "float16") return static_cast<float>(RoundToBits(x, 11));
+  if (dtype == "bfloat16") return static_cast<float>(RoundToBits(x, 8));
+  return hf.Refuse(key, "want \"float32\", \"bfloat16\" or \"float16\"");
 }
 
 // Hugging Face's Gemma takes hidden_activation (null: the tanh GELU, and
