@@ -14,8 +14,9 @@
 #include "tools/cli.h"
 
 namespace attn::cli {
-// The CLI's error printer, silenced: errors are the expected outcome here.
+// The CLI's error printers, silenced: errors are the expected outcome here.
 int Fail(const std::string&) { return kExitError; }
+int Usage(const std::string&) { return kExitUsage; }
 // --config is never given here.
 int CheckConfigFile(const std::string&) { return kExitUsage; }
 }  // namespace attn::cli
