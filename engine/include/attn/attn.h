@@ -533,9 +533,11 @@ ATTN_API attn_status attn_tokenizer_encode_special(
  * U+FFFD) into text[0, capacity), not NUL-terminated, its length into
  * *length; a NULL text with capacity 0, or too small a capacity, as for
  * encode. */
-ATTN_API attn_status attn_tokenizer_decode_text(
-    const attn_tokenizer* tokenizer, const int64_t* ids, size_t count,
-    char* text, size_t capacity, size_t* length);
+ATTN_API attn_status attn_tokenizer_decode_text(const attn_tokenizer* tokenizer,
+                                                const int64_t* ids,
+                                                size_t count, char* text,
+                                                size_t capacity,
+                                                size_t* length);
 
 /* "gpt2-bpe", "byte-level-bpe" or "sentencepiece-bpe"; NULL for a NULL
  * tokenizer. */
