@@ -101,6 +101,18 @@ int32_t AddedTokenMatcher::LongestAt(std::string_view text, size_t at,
 
 namespace {
 
+// The end of the run of valid UTF-8 that starts at `begin`: a byte that
+// starts no valid sequence stops it (the NFC and the regex take valid text;
+// such a byte passes through as itself).
+size_t ValidUtf8End(std::string_view text, size_t begin) {
+  size_t end = begin, len = 0;
+  while (end < text.size() &&
+         DecodeUtf8(text, end, &len) != kInvalidCodePoint) {
+    end += len;
+  }
+  return end;
+}
+
 // ---------------------------------------------------------------------------
 // Normalizers.
 
@@ -113,13 +125,8 @@ void AppendNfc(std::string_view text, std::string* out) {
     out->append(text);
     return;
   }
-  size_t len;
   for (size_t i = 0; i < text.size();) {
-    size_t end = i;
-    while (end < text.size() &&
-           DecodeUtf8(text, end, &len) != kInvalidCodePoint) {
-      end += len;
-    }
+    const size_t end = ValidUtf8End(text, i);
     if (end > i) {
       utf8proc_uint8_t* composed = nullptr;
       const utf8proc_ssize_t n = utf8proc_map(
@@ -134,8 +141,8 @@ void AppendNfc(std::string_view text, std::string* out) {
       }
       std::free(composed);
     }
-    if (end < text.size()) out->push_back(text[end++]);
-    i = end;
+    if (end < text.size()) out->push_back(text[end]);
+    i = end < text.size() ? end + 1 : end;
   }
 }
 
@@ -277,13 +284,8 @@ Status FindMatches(const PreTokenizerStep& step, std::string_view text,
   found->clear();
   out->clear();
   if (step.regex) {
-    size_t len;
     for (size_t i = 0; i < text.size();) {
-      size_t end = i;
-      while (end < text.size() &&
-             DecodeUtf8(text, end, &len) != kInvalidCodePoint) {
-        end += len;
-      }
+      const size_t end = ValidUtf8End(text, i);
       const size_t before = found->size();
       ATTN_RETURN_IF_ERROR(step.regex->FindAll(text.substr(i, end - i), found));
       for (size_t k = before; k < found->size(); ++k) {
