@@ -19,6 +19,8 @@ build="${ATTN_FUZZ_BUILD:-build-fuzz}"
 if [ ! -f "$build/CMakeCache.txt" ]; then
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_BUILD_FUZZERS=ON \
+    "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
     -DATTN_BUILD_TESTS=OFF -DATTN_BUILD_BENCHMARKS=OFF -DATTN_BUILD_TOOLS=OFF \
     >/dev/null
 fi
