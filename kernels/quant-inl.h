@@ -622,23 +622,20 @@ HWY_INLINE void StoreDequantized(D d, hn::Vec<D> v, hwy::bfloat16_t* out) {
              reinterpret_cast<uint16_t*>(out));
 }
 
-// One llama.cpp block (its bytes) dequantized to out[0, 32): q * d or
-// (q - 8) * d, exact in fp32.
+// llama.cpp's qs (QuantQsBytes(t) bytes) dequantized with `scale` to
+// out[0, 32): q * d or (q - 8) * d, exact in fp32.
 template <class D, typename TOut>
-HWY_INLINE void DequantizeBlock(D d, QuantType t, const uint8_t* block,
-                                TOut* out) {
-  uint16_t d16;
-  std::memcpy(&d16, block, 2);
-  const auto scale = hn::Set(d, F32FromF16(d16));
+HWY_INLINE void DequantizeQs(D d, QuantType t, const uint8_t* qs, float scale,
+                             TOut* out) {
+  const auto vscale = hn::Set(d, scale);
   const hn::RebindToSigned<D> di;
-  const uint8_t* qs = block + 2;
   const size_t N = hn::Lanes(d);
   if (t == QuantType::kQ8_0) {
     const hn::Rebind<int8_t, D> d8;
     for (size_t i = 0; i < kQuantBlock; i += N) {
       const auto q = hn::PromoteTo(
           di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(qs) + i));
-      StoreDequantized(d, hn::Mul(hn::ConvertTo(d, q), scale), out + i);
+      StoreDequantized(d, hn::Mul(hn::ConvertTo(d, q), vscale), out + i);
     }
     return;
   }
@@ -651,14 +648,107 @@ HWY_INLINE void DequantizeBlock(D d, QuantType t, const uint8_t* block,
                             hn::Set(di, 8));
     const auto hi =
         hn::Sub(hn::BitCast(di, hn::ShiftRight<4>(pair)), hn::Set(di, 8));
-    StoreDequantized(d, hn::Mul(hn::ConvertTo(d, lo), scale), out + i);
-    StoreDequantized(d, hn::Mul(hn::ConvertTo(d, hi), scale), out + kHalf + i);
+    StoreDequantized(d, hn::Mul(hn::ConvertTo(d, lo), vscale), out + i);
+    StoreDequantized(d, hn::Mul(hn::ConvertTo(d, hi), vscale), out + kHalf + i);
   }
 }
 
+// One tile's 16 rows of qs, row by row (llama.cpp's bytes), and their 16
+// scales widened: what DequantizeRows takes them from.
+struct TileRows {
+  alignas(32) uint8_t qs[kQuantGroupRows][kQuantBlock];
+  float scales[kQuantGroupRows];
+};
+
+#if ATTN_QUANT_MADDUBS
+
+// Stores the 8 rows of 8 32-bit lanes of v[0, 8) transposed: lane l of
+// every v[c], in order of c, to out[l] (32 bytes each).
+HWY_INLINE void StoreTransposed8x8(const __m256i (&v)[8], uint8_t (*out)[32]) {
+  __m256i t[8], u[8];
+  for (size_t i = 0; i < 8; i += 2) {  // pairs of lanes of two vectors
+    t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (size_t i = 0; i < 8; i += 4) {  // quads of lanes of four
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (size_t l = 0; l < 4; ++l) {  // u[l]: lanes l and l + 4 of v[0, 4)
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out[l]),
+                       _mm256_permute2x128_si256(u[l], u[l + 4], 0x20));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out[l + 4]),
+                       _mm256_permute2x128_si256(u[l], u[l + 4], 0x31));
+  }
+}
+
+// Stores the 8 rows of 4 32-bit lanes of v[0, 4) transposed to out[l] (16
+// bytes each).
+HWY_INLINE void StoreTransposed4x8(const __m256i (&v)[4], uint8_t (*out)[32]) {
+  const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]);
+  const __m256i t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]);
+  const __m256i t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+  const __m256i u[4] = {
+      _mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+      _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+  for (size_t l = 0; l < 4; ++l) {  // u[l]: lanes l and l + 4
+    _mm_store_si128(reinterpret_cast<__m128i*>(out[l]),
+                    _mm256_castsi256_si128(u[l]));
+    _mm_store_si128(reinterpret_cast<__m128i*>(out[l + 4]),
+                    _mm256_extracti128_si256(u[l], 1));
+  }
+}
+
+// A tile's rows by transposing its chunks: 8 rows at a time, from the
+// chunks' halves (lanes 8h to 8h + 8).
+HWY_INLINE void LoadTileRows(QuantType t, const uint8_t* tile,
+                             const uint8_t* scales, TileRows* rows) {
+  const __m256i offset =
+      _mm256_set1_epi8(static_cast<char>(QuantByteOffset(t)));
+  for (size_t h = 0; h < 2; ++h) {
+    const auto half = [&](size_t c) {
+      return _mm256_xor_si256(
+          offset, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                      tile + c * kQuantChunkBytes + h * 32)));
+    };
+    if (t == QuantType::kQ8_0) {
+      const __m256i v[8] = {half(0), half(1), half(2), half(3),
+                            half(4), half(5), half(6), half(7)};
+      StoreTransposed8x8(v, rows->qs + 8 * h);
+    } else {
+      const __m256i v[4] = {half(0), half(1), half(2), half(3)};
+      StoreTransposed4x8(v, rows->qs + 8 * h);
+    }
+    _mm256_storeu_ps(rows->scales + 8 * h,
+                     _mm256_cvtph_ps(_mm_loadu_si128(
+                         reinterpret_cast<const __m128i*>(scales) + h)));
+  }
+}
+
+#else
+
+// A tile's rows, byte by byte.
+HWY_INLINE void LoadTileRows(QuantType t, const uint8_t* tile,
+                             const uint8_t* scales, TileRows* rows) {
+  for (size_t lane = 0; lane < kQuantGroupRows; ++lane) {
+    for (size_t i = 0; i < QuantQsBytes(t); ++i) {
+      rows->qs[lane][i] = tile[i / kQuantLaneBytes * kQuantChunkBytes +
+                               lane * kQuantLaneBytes + i % kQuantLaneBytes] ^
+                          QuantByteOffset(t);
+    }
+    uint16_t d16;
+    std::memcpy(&d16, scales + lane * 2, 2);
+    rows->scales[lane] = F32FromF16(d16);
+  }
+}
+
+#endif  // ATTN_QUANT_MADDUBS
+
 // Rows [j0, j1) of packed weights [n, k] into out [j1 - j0, k]: group by
-// group, block by block, so that a tile's lines stay in L1 while its rows
-// take their blocks from them.
+// group, tile by tile, each transposed into rows once for all its rows.
 template <typename TOut>
 HWY_INLINE void DequantizeRows(QuantType t, const uint8_t* packed, size_t k,
                                size_t j0, size_t j1, TOut* out) {
@@ -668,10 +758,13 @@ HWY_INLINE void DequantizeRows(QuantType t, const uint8_t* packed, size_t k,
     const size_t first = std::max(j0, g * kQuantGroupRows);
     const size_t last = std::min(j1, (g + 1) * kQuantGroupRows);
     for (size_t b = 0; b < QuantBlocksPerRow(k); ++b) {
+      TileRows rows;
+      LoadTileRows(t, QuantTileAt(t, group, b), QuantScalesAt(t, group, b),
+                   &rows);
       for (size_t j = first; j < last; ++j) {
-        uint8_t block[sizeof(BlockQ8_0)];
-        GatherBlock(t, group, b, j - g * kQuantGroupRows, block);
-        DequantizeBlock(d, t, block, out + (j - j0) * k + b * kQuantBlock);
+        const size_t lane = j - g * kQuantGroupRows;
+        DequantizeQs(d, t, rows.qs[lane], rows.scales[lane],
+                     out + (j - j0) * k + b * kQuantBlock);
       }
     }
   }
