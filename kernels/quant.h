@@ -67,6 +67,8 @@ void UnpackQuantRows(QuantType t, const void* packed, size_t n, size_t k,
                      void* row_blocks);
 
 // Bytes of the scratch QuantRowsLinear quantizes x into (any alignment).
+// It grows with rows and k: one sized for the most of each serves every
+// call with fewer.
 size_t QuantRowsLinearScratchBytes(size_t rows, size_t k);
 
 // y[r, j] = bias[j] + sum over blocks b in order of (dw[j, b] * dx[r, b]) *
