@@ -24,4 +24,16 @@ bool IsIntelCpu() {
 #endif
 }
 
+bool HasAvx512Vnni() {
+#if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
+  static const bool vnni = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni") != 0;
+  }();
+  return vnni;
+#else
+  return false;
+#endif
+}
+
 }  // namespace attn::kernels

@@ -1,5 +1,5 @@
 // What kernels tune by besides the instruction set (which Highway picks):
-// the CPU's maker, and a prefetch hint.
+// the CPU's maker, AVX-512 VNNI, and a prefetch hint.
 #ifndef ATTN_KERNELS_CPU_H_
 #define ATTN_KERNELS_CPU_H_
 
@@ -11,6 +11,11 @@ namespace attn::kernels {
 // Whether cpuid names Intel as this CPU's vendor. Where the best prefetch
 // differs between Intel's cores and AMD's, kernels choose by this.
 bool IsIntelCpu();
+
+// Whether this CPU runs AVX-512 VNNI (vpdpbusd), checked once. Highway
+// 1.0.3 dispatches Zen 4 and Zen 5 to its AVX3 target, which does not
+// imply it, so the quantized kernels ask here.
+bool HasAvx512Vnni();
 
 // Hints that the cache line at p (which may lie past an array: only an
 // address, never read) will be read soon, into L2. Always inlined, as

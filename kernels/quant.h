@@ -1,0 +1,98 @@
+// Weights quantized as llama.cpp's q8_0 and q4_0 blocks: their reference
+// quantizers, the decode kernel QuantRowsLinear (few rows of fp32 x times
+// a packed quantized W, on int8 dot products), and the dequantization that
+// feeds prefill's oneDNN matmuls. Packed layout in quant_layout.h,
+// per-target bodies in quant-inl.h, dispatch and threads in quant.cc.
+#ifndef ATTN_KERNELS_QUANT_H_
+#define ATTN_KERNELS_QUANT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hwy/base.h"
+#include "kernels/rows_linear.h"  // kRowsLinearMaxRows
+
+namespace attn::kernels {
+
+enum class QuantType { kQ8_0, kQ4_0 };
+
+// Weights per block, along the input dimension k (a multiple of it).
+constexpr size_t kQuantBlock = 32;
+
+// llama.cpp's blocks (ggml-common.h), bit for bit. d: IEEE fp16 bits.
+// q8_0: w[j] = qs[j] * d.
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQuantBlock];
+};
+static_assert(sizeof(BlockQ8_0) == 34, "llama.cpp's block_q8_0");
+// q4_0: w[j] = ((qs[j] & 15) - 8) * d and w[j + 16] = ((qs[j] >> 4) - 8) * d
+// for j < 16.
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[kQuantBlock / 2];
+};
+static_assert(sizeof(BlockQ4_0) == 18, "llama.cpp's block_q4_0");
+
+// Bytes of one block: 34 or 18.
+size_t QuantBlockBytes(QuantType t);
+
+// fp32 to IEEE fp16 bits, rounded to nearest even as F16C's vcvtps2ph and
+// GGML_FP32_TO_FP16: overflow to inf, subnormals kept, NaN stays NaN
+// (quiet, its payload's top bits kept).
+uint16_t F16FromF32(float f);
+// Exact (NaNs quiet, as F16C's).
+float F32FromF16(uint16_t h);
+
+// The reference quantizers, bit for bit llama.cpp's quantize_row_q8_0_ref
+// and quantize_row_q4_0_ref on finite x: k a multiple of kQuantBlock,
+// `blocks` gets k / 32 blocks of type t (llama.cpp's row layout).
+// Dispatched to SIMD; every target gives the same bits.
+void QuantizeRow(QuantType t, const float* x, size_t k, void* blocks);
+// y[0, k) from k / 32 blocks: q * d or (q - 8) * d, exact in fp32.
+void DequantizeRow(QuantType t, const void* blocks, size_t k, float* y);
+
+// Weights W [n, k] as n rows of k / 32 blocks (llama.cpp's layout) packed
+// for QuantRowsLinear: groups of 16 output rows, each group's fp16 scales
+// apart from its quants, the quants of one block index of the 16 rows side
+// by side as the int8 dot products read them, q8_0 stored unsigned (+128)
+// (quant_layout.h has the bytes). It holds exactly the blocks: no fp32
+// copy, and UnpackQuantRows gives them back. Rows past n in the last group
+// are zero weights. 64-byte aligned `packed` reads fastest.
+size_t QuantPackedBytes(QuantType t, size_t n, size_t k);
+void PackQuantRows(QuantType t, const void* row_blocks, size_t n, size_t k,
+                   void* packed, int num_threads);
+// The inverse, for writing files.
+void UnpackQuantRows(QuantType t, const void* packed, size_t n, size_t k,
+                     void* row_blocks);
+
+// Bytes of the scratch QuantRowsLinear quantizes x into (any alignment).
+// It grows with rows and k: one sized for the most of each serves every
+// call with fewer.
+size_t QuantRowsLinearScratchBytes(size_t rows, size_t k);
+
+// y[r, j] = bias[j] + sum over blocks b in order of (dw[j, b] * dx[r, b]) *
+// isum[r, j, b], for r < rows <= kRowsLinearMaxRows and j < n: x [rows, k] and
+// y [rows, n] dense fp32, W packed by PackQuantRows, bias [n] or null. Each row
+// of x is quantized per block as quantize_row_q8_0_ref does (llama.cpp's
+// activations): dx its fp16 scale widened, isum the exact int32 dot of the
+// block's int8 quants with W's (q4_0: q - 8). The sum runs in fp32 (fused
+// multiply-adds on AVX2 and AVX-512) from zero, the bias added last; each
+// output is computed by one thread in one fixed order, so every bit of y is
+// the same for every num_threads on one CPU.
+void QuantRowsLinear(QuantType t, const float* x, size_t rows, size_t k,
+                     const void* packed, const float* bias, size_t n, float* y,
+                     void* scratch, int num_threads);
+
+// Rows [j0, j1) of W (j0 <= j1 <= n, any alignment) from the packed form
+// into dense out [j1 - j0, k]: fp32 exactly, or bf16 rounded to nearest
+// even from it (for prefill's oneDNN matmuls).
+void DequantizePacked(QuantType t, const void* packed, size_t n, size_t k,
+                      size_t j0, size_t j1, hwy::bfloat16_t* out,
+                      int num_threads);
+void DequantizePacked(QuantType t, const void* packed, size_t n, size_t k,
+                      size_t j0, size_t j1, float* out, int num_threads);
+
+}  // namespace attn::kernels
+
+#endif  // ATTN_KERNELS_QUANT_H_
