@@ -157,6 +157,23 @@ void QuantizeRow(QuantType t, const float* x, size_t k, void* blocks) {
   HWY_DYNAMIC_DISPATCH(QuantizeRowT)(t, x, k, blocks);
 }
 
+size_t QuantRowsBytes(QuantType t, size_t n, size_t k) {
+  return n * QuantBlocksPerRow(k) * QuantBlockBytes(t);
+}
+
+void QuantizeRows(QuantType t, const float* x, size_t n, size_t k, void* blocks,
+                  int num_threads) {
+  HWY_DASSERT(k % kQuantBlock == 0);
+  const size_t row_bytes = QuantRowsBytes(t, 1, k);
+  auto* out = static_cast<uint8_t*>(blocks);
+  const auto rows = static_cast<int64_t>(n);
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto i = static_cast<size_t>(r);
+    HWY_DYNAMIC_DISPATCH(QuantizeRowT)(t, x + i * k, k, out + i * row_bytes);
+  }
+}
+
 void DequantizeRow(QuantType t, const void* blocks, size_t k, float* y) {
   HWY_DASSERT(k % kQuantBlock == 0);
   constexpr size_t kHalf = kQuantBlock / 2;

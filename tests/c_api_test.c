@@ -419,8 +419,9 @@ static void TestCreateFromMemoryRefusals(void) {
   options.dtype = (attn_dtype)99;
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_model_create_mha(&config, &weights, &options, &model),
-                "attn_model_options.dtype is 99, want ATTN_DTYPE_F32 (0) or "
-                "ATTN_DTYPE_BF16 (1)");
+                "attn_model_options.dtype is 99, want ATTN_DTYPE_F32 (0), "
+                "ATTN_DTYPE_BF16 (1), ATTN_DTYPE_Q8_0 (2) or ATTN_DTYPE_Q4_0 "
+                "(3)");
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_model_load(biased, NULL, &options, &model),
                 "attn_model_options.dtype is 99");
@@ -441,6 +442,13 @@ static void TestCreateFromMemoryRefusals(void) {
   EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
                 attn_model_create_mha(&config, &weights, &options, &model),
                 "attn_model_options.dtype is 7, want ATTN_DTYPE_F32 (0)");
+  /* Quantized dtypes are language models' alone. */
+  options.dtype = ATTN_DTYPE_Q4_0;
+  EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                attn_model_create_mha(&config, &weights, &options, &model),
+                "dtype q4_0 quantizes a language model's linears; an MHA model "
+                "takes f32 or bf16");
+  EXPECT(model == NULL);
   options.dtype = ATTN_DTYPE_BF16; /* runs where the CPU has AVX512_BF16 */
   {
     const attn_status bf16 =

@@ -335,13 +335,16 @@ TEST_F(CliTest, DtypeTakesItsNamesAlone) {
                                kBook + " --output " + output_ +
                                " --max-new-tokens 1 ";
   const std::pair<std::string, std::string> cases[] = {
-      {run + "--dtype f16", "--dtype: got 'f16', want f32 or bf16"},
-      {run + "--dtype 1", "--dtype: got '1', want f32 or bf16"},
+      {run + "--dtype f16", "--dtype: got 'f16', want f32, bf16, q8_0 or q4_0"},
+      {run + "--dtype 1", "--dtype: got '1', want f32, bf16, q8_0 or q4_0"},
       {run + "--dtype f32,bf16", "--dtype: got 'f32,bf16'"},
-      {generate + "--dtype 0", "--dtype: got '0', want f32 or bf16"},
+      {generate + "--dtype 0",
+       "--dtype: got '0', want f32, bf16, q8_0 or q4_0"},
       {generate + "--dtype BF16", "--dtype: got 'BF16'"},
-      {"tune --dtype fp32", "--dtype: got 'fp32', want f32 or bf16"},
-      {"bench --dtype f32,f16", "--dtype: got 'f16', want f32 or bf16"},
+      {"tune --dtype fp32",
+       "--dtype: got 'fp32', want f32, bf16, q8_0 or q4_0"},
+      {"bench --dtype f32,f16",
+       "--dtype: got 'f16', want f32, bf16, q8_0 or q4_0"},
       {"bench --model gpt2-124m --dtype 1", "--dtype: got '1'"},
       {"bench --dtype f32,bf16,f32", "--dtype: got 'f32' twice"},
       {"bench --model gpt2-124m --dtype bf16,bf16",

@@ -54,11 +54,16 @@ LmConfig Gpt2Small() {
 // block's matrices and the head (not the embeddings, of which it reads a row).
 double DecodeWeightBytes(const LmConfig& c, DType dtype) {
   const double e = double(c.emb_dim), h = double(c.hidden_dim);
-  const double kv = double(c.num_kv_heads) * (e / double(c.num_heads));
+  const double d = c.head_dim ? double(c.head_dim) : e / double(c.num_heads);
+  const double q = double(c.num_heads) * d, kv = double(c.num_kv_heads) * d;
   const double ff = (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
-  const double block = e * (e + 2 * kv) + e * e + ff;
-  return (double(c.num_layers) * block + double(c.vocab_size) * e) *
-         (dtype == DType::kBF16 ? 2 : 4);
+  const double block = e * (q + 2 * kv) + q * e + ff;
+  // Bytes a weight: llama.cpp's blocks of 32 hold a 2-byte scale each.
+  const double per_weight = dtype == DType::kQ8_0   ? 34.0 / 32
+                            : dtype == DType::kQ4_0 ? 18.0 / 32
+                            : dtype == DType::kBF16 ? 2
+                                                    : 4;
+  return (double(c.num_layers) * block + double(c.vocab_size) * e) * per_weight;
 }
 
 using Clock = std::chrono::steady_clock;

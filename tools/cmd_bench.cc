@@ -162,7 +162,8 @@ Command AddBenchCommand(CLI::App& app) {
   bench_cmd
       ->add_option("--dtype", bench.dtypes,
                    "matmul precisions to measure: f32 (default), bf16, or "
-                   "both as f32,bf16 (--model: in turns)")
+                   "both as f32,bf16 (--model: in turns, also q8_0 and "
+                   "q4_0)")
       ->delimiter(',')
       ->transform(DTypeFlag());
   bench_cmd

@@ -258,7 +258,8 @@ Command AddRunCommand(CLI::App& app) {
       ->capture_default_str();
   run_cmd
       ->add_option("--dtype", run.dtype,
-                   "matmul precision: f32 (default) or bf16")
+                   "matmul precision: f32 (default) or bf16; language "
+                   "models also q8_0 or q4_0 (quantized at load)")
       ->transform(DTypeFlag());
   run_cmd
       ->add_option("--max-memory", run.max_memory,

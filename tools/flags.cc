@@ -154,19 +154,29 @@ CLI::Validator ByteSize() {
 CLI::Validator DTypeFlag() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        for (const DType dtype : {DType::kF32, DType::kBF16}) {
+        for (const DType dtype :
+             {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
           if (text == DTypeName(dtype)) {
             text = std::to_string(static_cast<int>(dtype));
             return "";
           }
         }
-        return Got(text) + "want f32 or bf16";
+        return Got(text) + "want f32, bf16, q8_0 or q4_0";
       },
-      "f32|bf16");
+      "f32|bf16|q8_0|q4_0");
 }
 
 const char* DTypeName(DType dtype) {
-  return dtype == DType::kBF16 ? "bf16" : "f32";
+  switch (dtype) {
+    case DType::kBF16:
+      return "bf16";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
+    default:
+      return "f32";
+  }
 }
 
 void AttentionFlags::AddTo(CLI::App* command) {

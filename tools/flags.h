@@ -35,12 +35,13 @@ CLI::Validator FilePath();
 // CLI::AsSizeValue, which takes a leading '-' as a number and wraps it.
 CLI::Validator ByteSize();
 
-// --dtype's values, f32 or bf16, each turned into the DType it names for
+// --dtype's values, f32, bf16, q8_0 or q4_0 (language models only: the
+// engine refuses them for others), each turned into the DType it names for
 // CLI11 to store (a DType, or a list of them); anything else, the enum's
 // integers included, is refused with one line.
 CLI::Validator DTypeFlag();
 
-// What --dtype calls `dtype`: "f32" or "bf16".
+// What --dtype calls `dtype`: "f32", "bf16", "q8_0" or "q4_0".
 const char* DTypeName(DType dtype);
 
 // --weights FILE and --model DIR, either into `weights` (one of them; the

@@ -104,11 +104,17 @@ def biases(c):
     return {"qkv": qwen2 or attention, "o": not qwen2 and attention, "mlp": c.get("mlp_bias", False)}
 
 
-def hf_forward(t, ids, c, dtype):
+def plain_linear(x, w, b):
+    y = x @ w.T
+    return y if b is None else y + b
+
+
+def hf_forward(t, ids, c, dtype, linear=plain_linear):
     """Hugging Face's forward of one prompt ids [T] at `dtype` from named tensors t: logits [T, V].
     RMSNorm as LlamaRMSNorm, RoPE rotate-half with inv_freq in float32 (llama3-scaled when asked) and
     angles in `dtype`'s precision at least float32, GQA by repeat_kv, the causal mask narrowed to
-    i - W < j <= i by a sliding window W, SiLU-gated MLP, lm_head or the tied embedding."""
+    i - W < j <= i by a sliding window W, SiLU-gated MLP, lm_head or the tied embedding. Every
+    linear, the head's too, is linear(x, weight, bias or None)."""
     gemma = c["model_type"] == "gemma"
     store = next(iter(t.values())).dtype
     t = {k: v.to(dtype) for k, v in t.items()}
@@ -120,8 +126,7 @@ def hf_forward(t, ids, c, dtype):
         return (1 + t[n] if gemma else t[n]) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
     def lin(x, n):
-        y = x @ t[n + ".weight"].T
-        return y + t[n + ".bias"] if n + ".bias" in t else y
+        return linear(x, t[n + ".weight"], t.get(n + ".bias"))
 
     inv_freq = mg.rope_inv_freq(hd, hf_rope(c)).to(dtype)
     angles = torch.arange(T, dtype=dtype)[:, None] * inv_freq[None, :]
@@ -151,7 +156,7 @@ def hf_forward(t, ids, c, dtype):
         m = act * lin(h, p + "mlp.up_proj")
         x = x + lin(m, p + "mlp.down_proj")
     head = t.get("lm_head.weight", t["model.embed_tokens.weight"])
-    return rms(x, "model.norm.weight") @ head.T
+    return linear(rms(x, "model.norm.weight"), head, None)
 
 
 def hf_tensors(c, opts, seed):
@@ -247,6 +252,61 @@ def hf_io(name, t, c, ids, lengths):
     return logits, tokens
 
 
+def f16(x):
+    """float32 through IEEE half (round to nearest even) and back, as GGML_FP32_TO_FP16."""
+    return x.to(torch.float16).to(torch.float32)
+
+
+def dequantized(w, kind):
+    """w [..., k] (float32) through llama.cpp's quantize_row_q8_0_ref or quantize_row_q4_0_ref and
+    back: the exact float32 values of the blocks."""
+    b = w.reshape(*w.shape[:-1], -1, 32)
+    if kind == "q8_0":
+        d = b.abs().amax(-1, keepdim=True) / 127
+        inv = torch.where(d != 0, 1 / d, torch.zeros_like(d))
+        v = b * inv
+        r = torch.trunc(v)  # roundf: halves away from zero (v - r is exact)
+        q = r + torch.sign(v) * ((v - r).abs() >= 0.5)
+    else:
+        top = b.gather(-1, b.abs().argmax(-1, keepdim=True))  # the first of largest magnitude
+        d = top / -8
+        inv = torch.where(d != 0, 1 / d, torch.zeros_like(d))
+        q = torch.clamp(torch.trunc(b * inv + 8.5), max=15) - 8  # (int8_t) truncates
+    return (q * f16(d)).reshape(w.shape)
+
+
+def quantized_linear(kind, activations):
+    """A linear on `kind`'s dequantized weights, in float64, its input as attn's paths take it:
+    "q8_0" quantized per block like a q8_0 weight (steps of a few rows), "bf16" rounded to bf16
+    with the weights (prompts on CPUs with native bf16), "f32" as it is (other CPUs' prompts)."""
+    def linear(x, w, b):
+        w = dequantized(w.float(), kind)
+        x = x.float()
+        if activations == "q8_0":
+            x = dequantized(x, "q8_0")
+        elif activations == "bf16":
+            w, x = w.bfloat16().float(), x.bfloat16().float()
+        y = x.double() @ w.double().T
+        return (y if b is None else y + b.double()).float()
+    return linear
+
+
+# The cases whose linears all take inputs in whole blocks of 32.
+QUANT_CASES = ("hf_qwen2", "hf_llama_tied_biases", "hf_mistral_window")
+
+
+def quant_io(t, c, prompt):
+    """For each of q8_0 and q4_0, the logits [T, V] of `prompt` through the quantized model: steps
+    (activations quantized, each row as its own token-by-token step gives it) and prompts in f32 and
+    in bf16. Every other op in float32 on the weights as stored."""
+    out = {}
+    for kind in ("q8_0", "q4_0"):
+        for path in ("q8_0", "f32", "bf16"):
+            name = f"{kind}.{'steps' if path == 'q8_0' else 'prompt_' + path}"
+            out[name] = hf_forward(t, prompt, c, torch.float32, quantized_linear(kind, path))
+    return out
+
+
 def fuse_phi3(t):
     """Phi-3's names: q, k, v rows stacked in qkv_proj, gate and up rows in gate_up_proj."""
     fused = {}
@@ -313,4 +373,9 @@ def write_hf_cases(out):
         mg.save_safetensors(d / "io.safetensors", io_tensors,
                             {"tolerance": mg.LM_TOLERANCE, "max_new_tokens": str(mg.LM_NEW_TOKENS),
                              "description": description})
+        if name in QUANT_CASES:
+            quant = quant_io(t, c, ids[0, :lengths[0]])
+            mg.save_safetensors(d / "quant.safetensors", quant,
+                                {"description": "logits of input_ids[0] quantized as q8_0 and q4_0: steps "
+                                 "(int8 activations) and prompts (f32 or bf16 activations)"})
         print(f"lm/{name}: {len(stored)} tensors max|logits|={logits.abs().max().item():.4g} tokens {tokens.tolist()}")

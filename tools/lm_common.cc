@@ -37,8 +37,10 @@ void LmModelFlags::AddTo(CLI::App* command) {
       ->transform(CLI::AsSizeValue(false));
   command
       ->add_option("--dtype", dtype,
-                   "the matrices' precision: f32 (default), or bf16 (CPUs "
-                   "with native bf16; half the bytes per decode step)")
+                   "the matrices' precision: f32 (default), bf16 (CPUs "
+                   "with native bf16; half the bytes per decode step), or "
+                   "q8_0 or q4_0 (quantized at load in llama.cpp's blocks: "
+                   "8.5 or 4.5 bits a weight)")
       ->transform(DTypeFlag());
 }
 

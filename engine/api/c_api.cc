@@ -158,14 +158,26 @@ attn_status ToDType(const char* what, const attn_dtype* field,
   static_assert(sizeof(attn_dtype) == sizeof(int32_t), "an int-sized enum");
   int32_t value = 0;
   std::memcpy(&value, field, sizeof(value));
-  if (value == ATTN_DTYPE_F32 || value == ATTN_DTYPE_BF16) {
-    *dtype = value == ATTN_DTYPE_F32 ? attn::DType::kF32 : attn::DType::kBF16;
-    return ATTN_OK;
+  switch (value) {
+    case ATTN_DTYPE_F32:
+      *dtype = attn::DType::kF32;
+      return ATTN_OK;
+    case ATTN_DTYPE_BF16:
+      *dtype = attn::DType::kBF16;
+      return ATTN_OK;
+    case ATTN_DTYPE_Q8_0:
+      *dtype = attn::DType::kQ8_0;
+      return ATTN_OK;
+    case ATTN_DTYPE_Q4_0:
+      *dtype = attn::DType::kQ4_0;
+      return ATTN_OK;
+    default:
+      return Fail(ATTN_INVALID_ARGUMENT,
+                  (std::string(what) + " is " + std::to_string(value) +
+                   ", want ATTN_DTYPE_F32 (0), ATTN_DTYPE_BF16 (1), "
+                   "ATTN_DTYPE_Q8_0 (2) or ATTN_DTYPE_Q4_0 (3)")
+                      .c_str());
   }
-  return Fail(ATTN_INVALID_ARGUMENT,
-              (std::string(what) + " is " + std::to_string(value) +
-               ", want ATTN_DTYPE_F32 (0) or ATTN_DTYPE_BF16 (1)")
-                  .c_str());
 }
 
 // The attention's variant: num_kv_heads to the rope fields.

@@ -207,6 +207,13 @@ Status CheckDTypeSupported(DType dtype) {
   return {};
 }
 
+Status CheckDenseDType(DType dtype, const char* model) {
+  if (dtype != DType::kQ8_0 && dtype != DType::kQ4_0) return {};
+  return InvalidArgument(
+      std::string("dtype ") + (dtype == DType::kQ8_0 ? "q8_0" : "q4_0") +
+      " quantizes a language model's linears; " + model + " takes f32 or bf16");
+}
+
 Status CheckAttentionVariant(const MhaConfig& c) {
   const std::string heads = std::to_string(c.num_heads);
   if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0) {

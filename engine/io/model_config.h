@@ -74,6 +74,10 @@ void KvHeadsFromRows(int64_t key_rows, const std::string& key_name,
 // Unsupported when this CPU cannot run `dtype` (bf16 needs AVX512_BF16).
 Status CheckDTypeSupported(DType dtype);
 
+// InvalidArgument for a quantized dtype: only language models hold
+// quantized linears. `model` names the kind refusing it ("an MHA model").
+Status CheckDenseDType(DType dtype, const char* model);
+
 // The attention variant of `c` (num_kv_heads, rope, sliding_window) is
 // valid for its heads; errors name the field.
 Status CheckAttentionVariant(const MhaConfig& c);

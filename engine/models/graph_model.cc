@@ -590,6 +590,7 @@ Status ResolveRunOptions(const GraphOptions& options,
                          graph::LoadedGraph& loaded) {
   ATTN_ASSIGN_OR_RETURN(loaded.num_threads, ResolveNumThreads(options));
   loaded.dtype = options.dtype;
+  ATTN_RETURN_IF_ERROR(CheckDenseDType(options.dtype, "a graph model"));
   ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
   loaded.max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
   return {};

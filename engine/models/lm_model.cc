@@ -73,23 +73,50 @@ Status CheckSizes(const LmConfig& c) {
   return {};
 }
 
+// Quantized dtypes take linears whose inputs are whole blocks.
+Status CheckQuantizable(const LmConfig& c, DType dtype) {
+  if (!ops::QuantTypeOf(dtype)) return {};
+  const auto block = static_cast<int64_t>(kernels::kQuantBlock);
+  const std::pair<const char*, int64_t> inputs[] = {
+      {"emb_dim", c.emb_dim},
+      {"num_heads x head_dim",
+       c.head_dim ? c.num_heads * c.head_dim : c.emb_dim},
+      {"hidden_dim", c.hidden_dim}};
+  for (const auto& [name, value] : inputs) {
+    if (value % block != 0) {
+      return InvalidArgument(std::string("model ") + name + " is " +
+                             Str(value) + ", want a multiple of " + Str(block) +
+                             " to quantize (blocks of " + Str(block) +
+                             " along each linear's input)");
+    }
+  }
+  return {};
+}
+
 // Bytes the model holds, about (panels pad each matrix to whole panels).
 // fp32: the linears' weights, packed copies and panels (a tied head's
 // weights are the embeddings); bf16: the same in bf16. The attention: its
 // fp32 weights and its decode layouts (an fp32 packed copy, panels in the
-// model's dtype).
+// model's dtype). Quantized: every linear's blocks (the head's too) and the
+// fp32 embeddings and norms.
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
   const uint64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
   const uint64_t ff =
       (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
   const uint64_t qkv = e * (q + 2 * kv), attention = qkv + q * e;
-  const bool bf16 = dtype == DType::kBF16;
-  const uint64_t layer =
-      (bf16 ? 10 : 12) * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
   const uint64_t embeddings =
       4 * v * e +
       4 * (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
+  if (const auto quant = ops::QuantTypeOf(dtype)) {  // the head: its own
+    const uint64_t blocks =
+        (c.num_layers * (attention + ff) + v * e) / kernels::kQuantBlock;
+    return AddSat(MulSat(blocks, kernels::QuantBlockBytes(*quant)),
+                  AddSat(embeddings, 4 * (4 * e + 2 * h) * c.num_layers));
+  }
+  const bool bf16 = dtype == DType::kBF16;
+  const uint64_t layer =
+      (bf16 ? 10 : 12) * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
   const uint64_t head = (bf16 ? 6 : c.tied_head ? 8 : 12) * v * e;
   return AddSat(MulSat(layer, c.num_layers), AddSat(embeddings, head));
 }
@@ -104,15 +131,33 @@ Result<Norm> MakeNorm(const WeightSource& w, Role scale, Role shift,
   return norm;
 }
 
-// A linear's weights held in `dtype`, with the layouts a decoding model
-// reads: a packed copy for long runs, panels for steps of a few rows.
+// A linear's weights with the layouts a decoding model reads: a packed copy
+// for long runs, panels for steps of a few rows; quantized ones none (long
+// runs dequantize them, into bf16 where the CPU has it).
 Result<ops::Linear> HoldLinear(ops::Weight weight, ops::Weight bias,
                                int num_threads) {
   ops::LinearLayouts layouts;
-  layouts.packed = {{weight.type(), 0}};
-  layouts.panels = weight.type();
+  if (weight.quant()) {
+    layouts.dequantized = kernels::HasNativeBF16() ? kernels::DataType::kBF16
+                                                   : kernels::DataType::kF32;
+  } else {
+    layouts.packed = {{weight.type(), 0}};
+    layouts.panels = weight.type();
+  }
   return ops::Linear::Create(std::move(weight), std::move(bias), layouts,
                              num_threads);
+}
+
+// `values` [out, in] held as `dtype` says: fp32, rounded to bf16, or
+// quantized. `what` names it in errors.
+Result<ops::Weight> HoldWeight(std::vector<float> values, int64_t out,
+                               int64_t in, DType dtype, int num_threads,
+                               const std::string& what) {
+  if (const auto quant = ops::QuantTypeOf(dtype)) {
+    return ops::Weight::Quantize(values.data(), out, in, *quant, num_threads,
+                                 what);
+  }
+  return ops::Weight::Hold(std::move(values), out, in, ops::ToDataType(dtype));
 }
 
 // `bias`: the role of its bias, used when the source has it.
@@ -131,14 +176,22 @@ Result<ops::Linear> MakeLinear(const WeightSource& w, Role weight,
                         w.fetch(weight, layer, out, in));
   ATTN_ASSIGN_OR_RETURN(
       ops::Weight held,
-      ops::Weight::Hold(std::move(values), out, in, ops::ToDataType(dtype)));
+      HoldWeight(std::move(values), out, in, dtype, num_threads, "a linear"));
   return HoldLinear(std::move(held), std::move(b), num_threads);
 }
 
 // The head reads the embeddings; in bf16 they are rounded alike, so that
-// both hold the same numbers.
+// both hold the same numbers; quantized, the head holds its own copy and the
+// embeddings stay as loaded.
 Result<ops::Linear> TiedHead(ModelData& m) {
   const int64_t e = m.config.emb_dim, v = m.config.vocab_size;
+  if (const auto quant = ops::QuantTypeOf(m.dtype)) {
+    ATTN_ASSIGN_OR_RETURN(
+        ops::Weight held,
+        ops::Weight::Quantize(m.tok_emb.data(), v, e, *quant, m.num_threads,
+                              "the tied head"));
+    return HoldLinear(std::move(held), {}, m.num_threads);
+  }
   if (m.dtype == DType::kBF16) {
     ATTN_ASSIGN_OR_RETURN(std::vector<hwy::bfloat16_t> low,
                           ops::RoundToBf16(m.tok_emb));
@@ -244,6 +297,7 @@ Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
 Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
              ModelData& m) {
   ATTN_RETURN_IF_ERROR(CheckSizes(c));
+  ATTN_RETURN_IF_ERROR(CheckQuantizable(c, options.dtype));
   // bf16 prompts run oneDNN's bf16 matmuls.
   ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
   m.config = c;

@@ -131,6 +131,7 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
         std::string("qkv_bias is ") + (c.qkv_bias ? "true" : "false") +
         " but the q/k/v biases are " + (qkv_biases ? "given" : "absent"));
   }
+  ATTN_RETURN_IF_ERROR(CheckDenseDType(options.dtype, "an MHA model"));
   ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
   if (c.rope.theta != 0.0 && options.dtype != DType::kF32) {
     return Unsupported("rotary embeddings run in fp32 only; use dtype f32");
@@ -367,10 +368,57 @@ Result<uint64_t> LayoutBytes(int64_t rows, int64_t in, bool bias,
   return bytes;
 }
 
+// The attention's projections quantized (a language model's q8_0 or q4_0),
+// which only decoders read: their fp32 weights are then dropped.
+Status QuantizeMhaLinears(MhaModelData& m, kernels::QuantType quant) {
+  const MhaConfig& c = m.config;
+  const int64_t qkv_rows = c.d_out + 2 * KvDim(c);
+  const uint64_t bytes =
+      kernels::QuantPackedBytes(quant, static_cast<size_t>(qkv_rows),
+                                static_cast<size_t>(c.d_in)) +
+      kernels::QuantPackedBytes(quant, static_cast<size_t>(OutDim(c)),
+                                static_cast<size_t>(c.d_out));
+  ATTN_RETURN_IF_ERROR(CheckMemory("the model's quantized weights",
+                                   AddSat(WeightBytes(c), bytes),
+                                   m.max_memory_bytes));
+  ops::LinearLayouts layouts;
+  layouts.dequantized =
+      kernels::HasNativeBF16() ? DataType::kBF16 : DataType::kF32;
+  ATTN_ASSIGN_OR_RETURN(
+      ops::Weight qkv,
+      ops::Weight::Quantize(m.w_qkv.data(), qkv_rows, c.d_in, quant,
+                            m.num_threads, "the attention's q, k and v"));
+  ATTN_ASSIGN_OR_RETURN(
+      ops::Weight out,
+      ops::Weight::Quantize(m.w_out.data(), OutDim(c), c.d_out, quant,
+                            m.num_threads, "the attention's out_proj"));
+  ops::Weight qkv_bias;
+  if (c.qkv_bias) qkv_bias = ops::Weight::Borrow(m.b_qkv.data(), qkv_rows, 1);
+  ATTN_ASSIGN_OR_RETURN(
+      m.qkv, ops::Linear::Create(std::move(qkv), std::move(qkv_bias), layouts,
+                                 m.num_threads));
+  ATTN_ASSIGN_OR_RETURN(
+      m.out,
+      ops::Linear::Create(std::move(out),
+                          ops::Weight::Borrow(m.b_out.data(), OutDim(c), 1),
+                          layouts, m.num_threads));
+  std::vector<float>().swap(m.w_qkv);
+  std::vector<float>().swap(m.w_out);
+  m.decode = true;
+  return {};
+}
+
 }  // namespace
 
 Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode) {
   const ThreadScope threads(m.num_threads);
+  if (const auto quant = ops::QuantTypeOf(m.step_weights)) {
+    if (sessions || !decode) {
+      return InvalidArgument(
+          "quantized attention weights serve decoders only (sessions off)");
+    }
+    return QuantizeMhaLinears(m, *quant);
+  }
   const MhaConfig& c = m.config;
   const int64_t qkv_rows = c.d_out + 2 * KvDim(c);
   ops::LinearLayouts qkv_layouts, out_layouts;
@@ -400,7 +448,9 @@ Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode) {
 }
 
 uint64_t MhaModelBytes(const MhaModelData& m) {
-  return AddSat(WeightBytes(m.config), m.qkv.bytes() + m.out.bytes());
+  const size_t floats =
+      m.w_qkv.size() + m.b_qkv.size() + m.w_out.size() + m.b_out.size();
+  return AddSat(floats * sizeof(float), m.qkv.bytes() + m.out.bytes());
 }
 
 Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,

@@ -17,23 +17,6 @@ using kernels::DataType;
 using kernels::MatMul;
 using kernels::Operand;
 
-namespace {
-
-// x [rows, in] -> y [rows, out] = x W^T + b by kernels::RowsLinear on the
-// linear's panels, up to kRowsLinearMaxRows rows at a time.
-void ProjectRows(const ops::Linear& linear, const float* x, size_t rows,
-                 float* y, int threads) {
-  const auto in = static_cast<size_t>(linear.in());
-  const auto out = static_cast<size_t>(linear.out());
-  for (size_t r = 0; r < rows; r += kernels::kRowsLinearMaxRows) {
-    linear.panels().Run(x + r * in,
-                        std::min(rows - r, kernels::kRowsLinearMaxRows),
-                        linear.bias(), y + r * out, threads);
-  }
-}
-
-}  // namespace
-
 Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
     const MhaModelData& m, DataType type, int64_t batch, int64_t seq_len,
     const KvView* cache, int num_threads, uint64_t held,
@@ -143,16 +126,25 @@ Status AttentionOp::Allocate(DataType type, uint64_t held,
   Workspace workspace;
   workspace.Add(&w_qkv_, qkv_plan_->own_packed_bytes());
   workspace.Add(&w_out_, out_plan_->own_packed_bytes());
-  buffer_bytes_[kInputLow] = qkv_plan_->lowered_input_bytes();
+  SizeProjectionBuffers();
   // With a cache kQkv holds the q plane, then the projection's rows.
   const auto heads =
       static_cast<size_t>(cache_ ? 2 * H_ + 2 * Hkv_ : H_ + 2 * Hkv_);
   buffer_bytes_[kQkv] = rows * heads * static_cast<size_t>(D_) * elem;
   buffer_bytes_[kContext] = rows * d_out * elem;
-  buffer_bytes_[kProjScratch] =
-      std::max(qkv_plan_->scratch_bytes(), out_plan_->scratch_bytes());
   buffer_bytes_[kCoreScratch] = core_->worker_scratch_bytes() * threads;
   return workspace.Allocate(what, held, m_->max_memory_bytes);
+}
+
+// The projections' buffers, used by one at a time: an input converted to the
+// matmul's type, and the scratch of the plans and of the out projection's
+// groups of kept rows.
+void AttentionOp::SizeProjectionBuffers() {
+  buffer_bytes_[kInputLow] = std::max(qkv_plan_->lowered_input_bytes(),
+                                      out_plan_->lowered_input_bytes());
+  buffer_bytes_[kProjScratch] =
+      std::max({qkv_plan_->scratch_bytes(), out_plan_->scratch_bytes(),
+                m_->out.FewRowsScratchBytes()});
 }
 
 // The weights the projections read that this op packs itself.
@@ -219,17 +211,18 @@ void AttentionOp::Forward(const float* x, const int64_t* cache_seqs, float* y,
     rows = keep->count;
   }
   // ctx: [rows, d_out] -> y: [rows, out_dim].
-  ProjectOut(ctx, rows, y, buffers[kProjScratch], threads.num_threads());
+  ProjectOut(ctx, rows, y, buffers[kInputLow], buffers[kProjScratch],
+             threads.num_threads());
 }
 
 // y = ctx W_out^T + b_out: the out Linear's plan for all the op's rows,
 // its panels for fewer (kept rows).
 void AttentionOp::ProjectOut(const float* ctx, size_t rows, float* y,
-                             void* scratch, int threads) const {
+                             void* lowered, void* scratch, int threads) const {
   if (rows == static_cast<size_t>(out_plan_->rows())) {
-    out_plan_->Run(m_->out, ctx, y, {nullptr, scratch, w_out_.data()}, threads);
+    out_plan_->Run(m_->out, ctx, y, {lowered, scratch, w_out_.data()}, threads);
   } else {
-    ProjectRows(m_->out, ctx, rows, y, threads);
+    m_->out.RunFewRows(ctx, rows, y, scratch, threads);
   }
 }
 
@@ -351,8 +344,7 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::CreateStep(
   ATTN_RETURN_IF_ERROR(op->MakePlans(DataType::kF32));
   op->buffer_bytes_[kQkv] = R * qkv_out * sizeof(float);
   op->buffer_bytes_[kContext] = R * d_out * sizeof(float);
-  op->buffer_bytes_[kProjScratch] =
-      std::max(op->qkv_plan_->scratch_bytes(), op->out_plan_->scratch_bytes());
+  op->SizeProjectionBuffers();
   op->buffer_bytes_[kCoreScratch] = R * static_cast<size_t>(op->H_) * Dp * 4;
   Workspace workspace;
   workspace.Add(&op->w_qkv_, op->qkv_plan_->own_packed_bytes());
@@ -380,7 +372,7 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   // x: [R, d_in] -> qkv: [R, (H + 2 Hkv) D], one fused projection, then
   // each row's q and k turned to its position.
   const auto R = static_cast<size_t>(batch_);
-  qkv_plan_->Run(m.qkv, x, qkv, {nullptr, scratch, w_qkv_.data()},
+  qkv_plan_->Run(m.qkv, x, qkv, {buffers[kInputLow], scratch, w_qkv_.data()},
                  threads.num_threads());
   if (rope_) {
     const auto D = static_cast<size_t>(D_);
@@ -415,7 +407,8 @@ void AttentionOp::Step(const float* x, const int64_t* seqs,
   }
   RunDecodeKernel(params, partials, max_partials, threads.num_threads());
   // ctx: [rows, d_out] -> y: [rows, out_dim].
-  ProjectOut(ctx, decode_rows_.size(), y, scratch, threads.num_threads());
+  ProjectOut(ctx, decode_rows_.size(), y, buffers[kInputLow], scratch,
+             threads.num_threads());
 }
 
 // Per (row, head, key chunk): softmax(q k^T / sqrt(D)) v over the row's

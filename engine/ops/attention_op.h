@@ -74,7 +74,8 @@ class AttentionOp {
   // rows, kContext, kProjScratch, and kCoreScratch its q rows zero-padded
   // for the decode kernel.
   enum Buffer {
-    kInputLow,     // bf16 only: x converted
+    kInputLow,     // x or the context converted for a projection's matmul
+                   // of another type (bf16)
     kQkv,          // the q, k, v planes (with a cache, q's and then the
                    // projection's rows; tiny: all)
     kContext,      // the core's output, heads merged
@@ -153,8 +154,9 @@ class AttentionOp {
   void Project(const float* x, const int64_t* cache_seqs,
                const Buffers& buffers) const;
   void ScatterQkv(const float* rows, const int64_t* cache_seqs, float* q) const;
-  void ProjectOut(const float* ctx, size_t rows, float* y, void* scratch,
-                  int threads) const;
+  void ProjectOut(const float* ctx, size_t rows, float* y, void* lowered,
+                  void* scratch, int threads) const;
+  void SizeProjectionBuffers();
   void RunDecodeKernel(const kernels::DecodeParams& params, float* partials,
                        size_t max_partials, int threads);
   Status MakeRope(size_t max_positions, uint64_t held, const std::string& what);

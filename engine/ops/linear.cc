@@ -45,13 +45,41 @@ Weight Weight::Borrow(const float* values, int64_t out, int64_t in) {
   return w;
 }
 
+Result<Weight> Weight::Quantize(const float* values, int64_t out, int64_t in,
+                                kernels::QuantType quant, int num_threads,
+                                const std::string& what) {
+  const char* name = quant == kernels::QuantType::kQ8_0 ? "q8_0" : "q4_0";
+  if (in % static_cast<int64_t>(kernels::kQuantBlock) != 0) {
+    return InvalidArgument(
+        what + " has rows of " + std::to_string(in) + ", want a multiple of " +
+        std::to_string(kernels::kQuantBlock) + " for " + name);
+  }
+  const auto n = static_cast<size_t>(out), k = static_cast<size_t>(in);
+  ATTN_ASSIGN_OR_RETURN(
+      AlignedBuffer blocks,
+      AlignedBuffer::Allocate(kernels::QuantRowsBytes(quant, n, k)));
+  kernels::QuantizeRows(quant, values, n, k, blocks.data(), num_threads);
+  Weight w;
+  w.out_ = out;
+  w.in_ = in;
+  w.quant_ = quant;
+  ATTN_ASSIGN_OR_RETURN(
+      w.quantized_,
+      AlignedBuffer::Allocate(kernels::QuantPackedBytes(quant, n, k)));
+  kernels::PackQuantRows(quant, blocks.data(), n, k, w.quantized_.data(),
+                         num_threads);
+  w.data_ = w.quantized_.data();
+  return w;
+}
+
 // W [out, in] row-major is W^T [in, out] with strides (1, in).
 kernels::Operand Weight::Transposed() const {
   return {{in_, out_}, {1, in_}, type_};
 }
 
 uint64_t Weight::bytes() const {
-  return f32_.size() * sizeof(float) + bf16_.size() * sizeof(hwy::bfloat16_t);
+  return f32_.size() * sizeof(float) + bf16_.size() * sizeof(hwy::bfloat16_t) +
+         quantized_.size();
 }
 
 Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w) {
@@ -113,6 +141,15 @@ LinearEpilogue FormOf(const PackedLayout& layout) {
   return form;
 }
 
+// Whether RowsLinear or QuantRowsLinear may run `rows` rows of
+// `epilogue`: fp32 x and y, no other type, form or post-op, GELU alone.
+bool RowsKernelMayRun(int64_t rows, const LinearEpilogue& epilogue) {
+  return epilogue.panels && !epilogue.type && epilogue.head_dim == 0 &&
+         rows <= static_cast<int64_t>(kernels::kRowsLinearMaxRows) &&
+         !epilogue.post.gelu_tanh && !epilogue.post.add_residual &&
+         epilogue.src == DataType::kF32 && epilogue.dst == DataType::kF32;
+}
+
 // RowsLinear's panels of `w` in `type`: its own, or bf16 from fp32 values
 // that are bf16 already (each converts exactly).
 Result<StepWeights> PackPanels(const Weight& w, DataType type,
@@ -135,6 +172,21 @@ Result<StepWeights> PackPanels(const Weight& w, DataType type,
   return StepWeights::Pack(low.data(), w.out(), w.in(), num_threads);
 }
 
+// Dequantizes a quantized linear's weight into the start of `scratch`, in
+// the type the plan's matmul reads.
+void DequantizeInto(const Weight& w, DataType type, void* scratch,
+                    int num_threads) {
+  const auto n = static_cast<size_t>(w.out()), k = static_cast<size_t>(w.in());
+  if (type == DataType::kBF16) {
+    kernels::DequantizePacked(*w.quant(), w.data(), n, k, 0, n,
+                              static_cast<hwy::bfloat16_t*>(scratch),
+                              num_threads);
+  } else {
+    kernels::DequantizePacked(*w.quant(), w.data(), n, k, 0, n,
+                              static_cast<float*>(scratch), num_threads);
+  }
+}
+
 }  // namespace
 
 Result<Linear> Linear::Create(Weight weight, Weight bias,
@@ -143,6 +195,13 @@ Result<Linear> Linear::Create(Weight weight, Weight bias,
   linear.weight_ = std::move(weight);
   linear.bias_ = std::move(bias);
   const Weight& w = linear.weight_;
+  if (w.quant()) {
+    if (!layouts.packed.empty() || layouts.panels) {
+      return InvalidArgument("a quantized linear takes no packed copies");
+    }
+    linear.compute_type_ = layouts.dequantized;
+    return linear;
+  }
   // The first copy of rows' type, else the weight's.
   const auto rows_copy =
       std::find_if(layouts.packed.begin(), layouts.packed.end(),
@@ -179,6 +238,28 @@ Result<uint64_t> Linear::PackedBytes(int64_t out, int64_t in, bool bias,
   return mm.packed_weights_bytes();
 }
 
+void Linear::RunFewRows(const float* x, size_t rows, float* y, void* scratch,
+                        int num_threads) const {
+  const auto k = static_cast<size_t>(in()), n = static_cast<size_t>(out());
+  for (size_t r = 0; r < rows; r += kernels::kRowsLinearMaxRows) {
+    const size_t group = std::min(rows - r, kernels::kRowsLinearMaxRows);
+    if (weight_.quant()) {
+      kernels::QuantRowsLinear(*weight_.quant(), x + r * k, group, k,
+                               weight_.data(), bias(), n, y + r * n, scratch,
+                               num_threads);
+    } else {
+      panels_.Run(x + r * k, group, bias(), y + r * n, num_threads);
+    }
+  }
+}
+
+size_t Linear::FewRowsScratchBytes() const {
+  return weight_.quant()
+             ? kernels::QuantRowsLinearScratchBytes(kernels::kRowsLinearMaxRows,
+                                                    static_cast<size_t>(in()))
+             : 0;
+}
+
 uint64_t Linear::bytes() const {
   uint64_t total = weight_.bytes() + bias_.bytes() + panels_.bytes();
   for (const Packed& copy : packed_) total += copy.data.size();
@@ -189,20 +270,16 @@ Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
                                       const LinearEpilogue& epilogue,
                                       LinearFallback fallback,
                                       int num_threads) {
+  if (like.weight().quant()) {
+    return CreateQuantized(like, rows, epilogue, num_threads);
+  }
   LinearPlan plan;
   plan.rows_ = rows;
   plan.in_ = like.in();
   plan.num_threads_ = num_threads;
   plan.epilogue_ = epilogue;
   plan.fallback_ = fallback;
-  // RowsLinear takes fp32 x and y, and applies GELU alone.
-  const bool rows_linear =
-      like.has_panels() && epilogue.panels && !epilogue.type &&
-      epilogue.head_dim == 0 &&
-      rows <= static_cast<int64_t>(kernels::kRowsLinearMaxRows) &&
-      !epilogue.post.gelu_tanh && !epilogue.post.add_residual &&
-      epilogue.src == DataType::kF32 && epilogue.dst == DataType::kF32;
-  if (rows_linear) return plan;
+  if (like.has_panels() && RowsKernelMayRun(rows, epilogue)) return plan;
   if (epilogue.gelu && epilogue.dst != DataType::kF32) {
     return InvalidArgument("a linear's GELU pass writes fp32 y only");
   }
@@ -229,6 +306,42 @@ Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
   return plan;
 }
 
+Result<LinearPlan> LinearPlan::CreateQuantized(const Linear& like, int64_t rows,
+                                               const LinearEpilogue& epilogue,
+                                               int num_threads) {
+  LinearPlan plan;
+  plan.rows_ = rows;
+  plan.in_ = like.in();
+  plan.num_threads_ = num_threads;
+  plan.epilogue_ = epilogue;
+  plan.quant_ = like.weight().quant();
+  if (epilogue.head_dim > 0) {
+    return InvalidArgument("a quantized linear writes rows, not head planes");
+  }
+  if (RowsKernelMayRun(rows, epilogue)) return plan;
+  const DataType type = epilogue.type.value_or(like.compute_type());
+  const size_t dequantized =
+      static_cast<size_t>(like.out() * like.in()) * kernels::SizeOf(type);
+  if (dequantized > kDequantizedMaxBytes) {
+    if (epilogue.src != DataType::kF32 || epilogue.dst != DataType::kF32) {
+      return InvalidArgument(
+          "a quantized linear too large to dequantize takes fp32 x and y");
+    }
+    return plan;  // QuantRowsLinear over groups of rows
+  }
+  constexpr size_t kAlign = 64;  // the matmul's scratch follows the copy
+  plan.dequantized_bytes_ = (dequantized + kAlign - 1) / kAlign * kAlign;
+  ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm,
+                        MakeMatMul(like, rows, epilogue, /*plain=*/true));
+  plan.matmul_.emplace(std::move(mm));
+  if (type != epilogue.src) {
+    ATTN_ASSIGN_OR_RETURN(
+        plan.to_bf16_,
+        kernels::Convert::Create(rows * like.in(), epilogue.src, type));
+  }
+  return plan;
+}
+
 size_t LinearPlan::lowered_input_bytes() const {
   if (!to_bf16_) return 0;
   return static_cast<size_t>(rows_) * static_cast<size_t>(in_) *
@@ -236,7 +349,13 @@ size_t LinearPlan::lowered_input_bytes() const {
 }
 
 size_t LinearPlan::scratch_bytes() const {
-  return matmul_ ? matmul_->scratch_bytes() * static_cast<size_t>(num_threads_)
+  if (quant_ && !matmul_) {
+    const auto rows =
+        std::min(static_cast<size_t>(rows_), kernels::kRowsLinearMaxRows);
+    return kernels::QuantRowsLinearScratchBytes(rows, static_cast<size_t>(in_));
+  }
+  return matmul_ ? dequantized_bytes_ + matmul_->scratch_bytes() *
+                                            static_cast<size_t>(num_threads_)
                  : 0;
 }
 
@@ -262,9 +381,29 @@ const void* LinearPlan::MatMulWeights(const Linear& linear,
                                              : buffers.own_packed;
 }
 
+void LinearPlan::RunQuantRows(const Linear& linear, const float* x, float* y,
+                              void* scratch, int num_threads,
+                              const float* residual) const {
+  const size_t count = static_cast<size_t>(rows_ * linear.out());
+  linear.RunFewRows(x, static_cast<size_t>(rows_), y, scratch, num_threads);
+  // The matmul's post-ops, in its order.
+  if (epilogue_.gelu || epilogue_.post.gelu_tanh) {
+    kernels::Gelu(y, y, count, num_threads);
+  }
+  if (epilogue_.post.add_residual) {
+    kernels::Add(y, residual, y, count, num_threads);
+  }
+}
+
 void LinearPlan::Run(const Linear& linear, const void* x, void* y,
                      const Buffers& buffers, int num_threads,
                      const void* residual) const {
+  if (!matmul_ && quant_) {
+    RunQuantRows(linear, static_cast<const float*>(x), static_cast<float*>(y),
+                 buffers.scratch, num_threads,
+                 static_cast<const float*>(residual));
+    return;
+  }
   if (!matmul_) {
     linear.panels().Run(static_cast<const float*>(x),
                         static_cast<size_t>(rows_), linear.bias(),
@@ -273,12 +412,20 @@ void LinearPlan::Run(const Linear& linear, const void* x, void* y,
                                        : kernels::RowsLinearActivation::kNone);
     return;
   }
+  const void* weights = MatMulWeights(linear, buffers);
+  void* scratch = buffers.scratch;
+  if (quant_) {
+    DequantizeInto(linear.weight(),
+                   epilogue_.type.value_or(linear.compute_type()), scratch,
+                   num_threads);
+    weights = scratch;
+    scratch = static_cast<char*>(scratch) + dequantized_bytes_;
+  }
   if (to_bf16_) {
     to_bf16_->Run(x, buffers.lowered_input);
     x = buffers.lowered_input;
   }
-  matmul_->Run(x, MatMulWeights(linear, buffers), linear.bias(), y,
-               buffers.scratch, num_threads, residual);
+  matmul_->Run(x, weights, linear.bias(), y, scratch, num_threads, residual);
   if (epilogue_.gelu) {
     auto* out = static_cast<float*>(y);
     kernels::Gelu(out, out, static_cast<size_t>(rows_ * linear.out()),

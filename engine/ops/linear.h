@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
@@ -18,18 +19,28 @@
 #include "engine/runtime/buffer.h"
 #include "hwy/base.h"
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
 #include "kernels/rows_linear.h"
 
 namespace attn::ops {
 
-// The kernels' type for a model dtype.
+// The kernels' type for a model dtype (a quantized one's activations:
+// fp32).
 inline kernels::DataType ToDataType(DType dtype) {
   return dtype == DType::kBF16 ? kernels::DataType::kBF16
                                : kernels::DataType::kF32;
 }
 
-// W [out, in], nn.Linear's layout, held in its type or borrowed; a bias is
-// one of [out, 1], fp32.
+// The block format of a quantized dtype; none for f32 and bf16.
+inline std::optional<kernels::QuantType> QuantTypeOf(DType dtype) {
+  if (dtype == DType::kQ8_0) return kernels::QuantType::kQ8_0;
+  if (dtype == DType::kQ4_0) return kernels::QuantType::kQ4_0;
+  return std::nullopt;
+}
+
+// W [out, in], nn.Linear's layout, held in its type or borrowed, or
+// quantized into blocks of 32 along `in` as the quantized kernels read them;
+// a bias is one of [out, 1], fp32.
 class Weight {
  public:
   Weight() = default;
@@ -45,13 +56,22 @@ class Weight {
   // Reads fp32 values held elsewhere (a tied head's embeddings), which
   // must outlive the weight.
   static Weight Borrow(const float* values, int64_t out, int64_t in);
+  // Quantizes `values` [out, in] into `quant`'s blocks as llama.cpp's
+  // reference quantizer does, packed by a team of `num_threads`; `in` a
+  // multiple of kernels::kQuantBlock (else InvalidArgument naming `what`).
+  static Result<Weight> Quantize(const float* values, int64_t out, int64_t in,
+                                 kernels::QuantType quant, int num_threads,
+                                 const std::string& what);
 
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }
+  // A quantized weight's: kF32, the type of what it stands for.
   kernels::DataType type() const { return type_; }
+  const std::optional<kernels::QuantType>& quant() const { return quant_; }
   const void* data() const { return data_; }
   bool empty() const { return data_ == nullptr; }
-  // W^T [in, out] over data(), as a matmul reads the plain values.
+  // W^T [in, out] over data(), as a matmul reads the plain values (not for
+  // quantized weights).
   kernels::Operand Transposed() const;
   // Bytes held (a borrowed weight's: none).
   uint64_t bytes() const;
@@ -62,6 +82,8 @@ class Weight {
   const void* data_ = nullptr;
   std::vector<float> f32_;
   std::vector<hwy::bfloat16_t> bf16_;
+  std::optional<kernels::QuantType> quant_;
+  AlignedBuffer quantized_;
 };
 
 // Rounds `w` to bf16 in place (to nearest even) and returns the bf16
@@ -87,6 +109,9 @@ struct LinearLayouts {
   // (the model decodes), in this type: the weight's own, or bf16 for fp32
   // weights already rounded to bf16 (so that both hold the same numbers).
   std::optional<kernels::DataType> panels;
+  // A quantized weight's only layout choice (it takes no packed copies or
+  // panels): the type longer runs dequantize it into for their matmul.
+  kernels::DataType dequantized = kernels::DataType::kF32;
 };
 
 class Linear {
@@ -114,6 +139,12 @@ class Linear {
   const float* bias() const { return static_cast<const float*>(bias_.data()); }
   bool has_panels() const { return panels_.bytes() > 0; }
   const StepWeights& panels() const { return panels_; }
+  // y [rows, out] = x [rows, in] W^T + b for any rows, in groups of
+  // kRowsLinearMaxRows on the panels or the quantized weight (which needs
+  // FewRowsScratchBytes() of `scratch`).
+  void RunFewRows(const float* x, size_t rows, float* y, void* scratch,
+                  int num_threads) const;
+  size_t FewRowsScratchBytes() const;
   // Bytes held: the weight, bias, packed copies and panels (not what they
   // borrow).
   uint64_t bytes() const;
@@ -162,6 +193,11 @@ enum class LinearFallback { kPlain, kOwnPacked };
 // tiles (kernels::Threading::kTeam) in the epilogue's type, on a packed
 // copy where the tiles read one, else on the fallback (kPlain: only for
 // weights held in that type). bf16 runs convert an fp32 x first.
+// Quantized weights: kernels::QuantRowsLinear on up to kRowsLinearMaxRows
+// rows when RowsLinear could run, else the weight dequantized into the
+// scratch and the matmul on it, or for a weight whose dequantized copy
+// would pass kDequantizedMaxBytes (a large vocabulary's head),
+// QuantRowsLinear over groups of rows.
 class LinearPlan {
  public:
   // The buffers of a Run, owned by the caller: a bf16 x converted, the
@@ -179,8 +215,12 @@ class LinearPlan {
   LinearPlan(LinearPlan&&) noexcept = default;
   LinearPlan& operator=(LinearPlan&&) noexcept = default;
 
+  // The most bytes a quantized weight's dequantized copy may take in the
+  // scratch of a run.
+  static constexpr size_t kDequantizedMaxBytes = size_t{64} << 20;
+
   int64_t rows() const { return rows_; }
-  bool uses_panels() const { return !matmul_; }
+  bool uses_panels() const { return !matmul_ && !quant_; }
   size_t lowered_input_bytes() const;
   size_t scratch_bytes() const;
   // Bytes of the copy kOwnPacked needs: 0 when the plan reads the linear's.
@@ -197,7 +237,16 @@ class LinearPlan {
 
  private:
   LinearPlan() = default;
+  static Result<LinearPlan> CreateQuantized(const Linear& like, int64_t rows,
+                                            const LinearEpilogue& epilogue,
+                                            int num_threads);
   const void* MatMulWeights(const Linear& linear, const Buffers& buffers) const;
+  void RunQuantized(const Linear& linear, const void* x, void* y,
+                    const Buffers& buffers, int num_threads,
+                    const void* residual) const;
+  void RunQuantRows(const Linear& linear, const float* x, float* y,
+                    void* scratch, int num_threads,
+                    const float* residual) const;
 
   int64_t rows_ = 0, in_ = 0;
   int num_threads_ = 1;
@@ -206,6 +255,10 @@ class LinearPlan {
   std::optional<kernels::MatMul> matmul_;  // none: RowsLinear
   std::optional<size_t> reads_packed_;     // the linear's copy it reads
   std::optional<kernels::Convert> to_bf16_;
+  // A quantized linear's format, and the bytes of its dequantized copy at
+  // the start of the scratch (0: QuantRowsLinear).
+  std::optional<kernels::QuantType> quant_;
+  size_t dequantized_bytes_ = 0;
 };
 
 }  // namespace attn::ops

@@ -53,8 +53,11 @@ typedef enum attn_status {
 /* The precision of the matmuls. */
 typedef enum attn_dtype {
   ATTN_DTYPE_F32 = 0, /* fp32 everywhere (the default) */
-  ATTN_DTYPE_BF16 = 1 /* bf16 matmuls with fp32 accumulation, softmax and
-                         norms in fp32; needs a CPU with AVX512_BF16 */
+  ATTN_DTYPE_BF16 = 1, /* bf16 matmuls with fp32 accumulation, softmax and
+                          norms in fp32; needs a CPU with AVX512_BF16 */
+  ATTN_DTYPE_Q8_0 = 2, /* language models: linears' weights in llama.cpp's
+                          8-bit blocks (see attn::DType) */
+  ATTN_DTYPE_Q4_0 = 3  /* language models: 4-bit blocks */
 } attn_dtype;
 
 /* How to load any model. Zero means "not set here": each is else the file's

@@ -17,6 +17,11 @@ namespace attn {
 enum class DType {
   kF32,   // fp32 everywhere (the default)
   kBF16,  // bf16 matmuls with fp32 accumulation; softmax in fp32
+  // Language models only (LmOptions): every linear's weights quantized at
+  // load into llama.cpp's blocks of 32 along the input with one fp16 scale
+  // each, 8-bit (q8_0, 8.5 bits a weight) or 4-bit (q4_0, 4.5 bits).
+  kQ8_0,
+  kQ4_0,
 };
 
 // Rotary position embeddings on q and k after the projection (Llama's, in

@@ -60,7 +60,13 @@ struct LmConfig {
 // tokens multiply the bf16 weights with fp32 activations in fp32; longer
 // ones run oneDNN's bf16 matmuls (activations rounded to bf16), except the
 // attention's, which stay fp32 on the rounded weights. Norms, biases and
-// the cache stay fp32.
+// the cache stay fp32. dtype kQ8_0 or kQ4_0 (any CPU; emb_dim, hidden_dim
+// and num_heads x head_dim multiples of 32) quantizes every linear at load
+// as llama.cpp's reference quantizers do (a tied head its own copy; the
+// embeddings, norms, biases and cache stay fp32): steps of up to 8 tokens
+// quantize the activations per block of 32 to int8 too (llama.cpp's q8_0)
+// and take int8 dot products; longer ones dequantize each weight into bf16
+// (fp32 on CPUs without native bf16) for oneDNN's matmuls.
 struct LmOptions : ModelOptions {
   double norm_eps = 0.0;
 };
