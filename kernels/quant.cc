@@ -109,6 +109,10 @@ void DequantizeSplit(Rows rows, QuantType t, const void* packed, size_t k,
 
 }  // namespace
 
+const char* QuantName(QuantType t) {
+  return t == QuantType::kQ8_0 ? "q8_0" : "q4_0";
+}
+
 size_t QuantBlockBytes(QuantType t) {
   return t == QuantType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
 }

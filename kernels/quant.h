@@ -34,6 +34,9 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18, "llama.cpp's block_q4_0");
 
+// "q8_0" or "q4_0", llama.cpp's names.
+const char* QuantName(QuantType t);
+
 // Bytes of one block: 34 or 18.
 size_t QuantBlockBytes(QuantType t);
 
@@ -68,7 +71,7 @@ void DequantizeRow(QuantType t, const void* blocks, size_t k, float* y);
 size_t QuantPackedBytes(QuantType t, size_t n, size_t k);
 void PackQuantRows(QuantType t, const void* row_blocks, size_t n, size_t k,
                    void* packed, int num_threads);
-// The inverse, for writing files.
+// The inverse: llama.cpp's row layout back from the packed form.
 void UnpackQuantRows(QuantType t, const void* packed, size_t n, size_t k,
                      void* row_blocks);
 

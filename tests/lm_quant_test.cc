@@ -159,6 +159,16 @@ TEST(LmQuantTest, ModelsThatCannotBeQuantizedAreRefused) {
                 "dtype q8_0 quantizes a language model's linears"),
             std::string::npos)
       << block.status().message();
+  // Quantized projections serve decoders alone.
+  mha.dtype = DType::kF32;
+  mha.step_weights = DType::kQ4_0;
+  const Result<std::shared_ptr<const MhaModel>> sessions = MhaModel::Load(
+      std::string(ATTN_SOURCE_DIR) + "/tests/golden/mha_book.safetensors",
+      mha);
+  ASSERT_FALSE(sessions.ok());
+  EXPECT_EQ(sessions.status().message(),
+            "MhaOptions::step_weights q4_0 needs sessions false and decode "
+            "true: quantized projections serve decoders only");
 }
 
 }  // namespace

@@ -109,9 +109,15 @@ uint64_t ModelBytes(const LmConfig& c, DType dtype) {
       4 * v * e +
       4 * (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
   if (const auto quant = ops::QuantTypeOf(dtype)) {  // the head: its own
+    const uint64_t block_bytes = kernels::QuantBlockBytes(*quant);
     const uint64_t blocks =
-        (c.num_layers * (attention + ff) + v * e) / kernels::kQuantBlock;
-    return AddSat(MulSat(blocks, kernels::QuantBlockBytes(*quant)),
+        AddSat(MulSat(c.num_layers, attention + ff), v * e) /
+        kernels::kQuantBlock;
+    // While one is quantized, the largest linear's fp32 values and blocks.
+    const uint64_t largest = std::max({v * e, 2 * e * h, qkv});
+    const uint64_t transient =
+        4 * largest + largest / kernels::kQuantBlock * block_bytes;
+    return AddSat(AddSat(MulSat(blocks, block_bytes), transient),
                   AddSat(embeddings, 4 * (4 * e + 2 * h) * c.num_layers));
   }
   const bool bf16 = dtype == DType::kBF16;
@@ -138,8 +144,7 @@ Result<ops::Linear> HoldLinear(ops::Weight weight, ops::Weight bias,
                                int num_threads) {
   ops::LinearLayouts layouts;
   if (weight.quant()) {
-    layouts.dequantized = kernels::HasNativeBF16() ? kernels::DataType::kBF16
-                                                   : kernels::DataType::kF32;
+    layouts.dequantized = ops::DequantizedType();
   } else {
     layouts.packed = {{weight.type(), 0}};
     layouts.panels = weight.type();

@@ -132,6 +132,13 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
         " but the q/k/v biases are " + (qkv_biases ? "given" : "absent"));
   }
   ATTN_RETURN_IF_ERROR(CheckDenseDType(options.dtype, "an MHA model"));
+  if (const auto quant = ops::QuantTypeOf(options.step_weights);
+      quant && (options.sessions || !options.decode)) {
+    return InvalidArgument(std::string("MhaOptions::step_weights ") +
+                           kernels::QuantName(*quant) +
+                           " needs sessions false and decode true: quantized "
+                           "projections serve decoders only");
+  }
   ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
   if (c.rope.theta != 0.0 && options.dtype != DType::kF32) {
     return Unsupported("rotary embeddings run in fp32 only; use dtype f32");
@@ -382,8 +389,7 @@ Status QuantizeMhaLinears(MhaModelData& m, kernels::QuantType quant) {
                                    AddSat(WeightBytes(c), bytes),
                                    m.max_memory_bytes));
   ops::LinearLayouts layouts;
-  layouts.dequantized =
-      kernels::HasNativeBF16() ? DataType::kBF16 : DataType::kF32;
+  layouts.dequantized = ops::DequantizedType();
   ATTN_ASSIGN_OR_RETURN(
       ops::Weight qkv,
       ops::Weight::Quantize(m.w_qkv.data(), qkv_rows, c.d_in, quant,
@@ -413,11 +419,7 @@ Status QuantizeMhaLinears(MhaModelData& m, kernels::QuantType quant) {
 Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode) {
   const ThreadScope threads(m.num_threads);
   if (const auto quant = ops::QuantTypeOf(m.step_weights)) {
-    if (sessions || !decode) {
-      return InvalidArgument(
-          "quantized attention weights serve decoders only (sessions off)");
-    }
-    return QuantizeMhaLinears(m, *quant);
+    return QuantizeMhaLinears(m, *quant);  // decoders only (Create checks)
   }
   const MhaConfig& c = m.config;
   const int64_t qkv_rows = c.d_out + 2 * KvDim(c);
@@ -457,6 +459,12 @@ Result<std::unique_ptr<AttentionOp>> PlanMhaRun(const MhaModelData& m,
                                                 int64_t batch, int64_t seq_len,
                                                 uint64_t held,
                                                 const std::string& what) {
+  if (const auto& quant = m.qkv.weight().quant()) {
+    return InvalidArgument(std::string("an MhaSession cannot run projections "
+                                       "quantized as ") +
+                           kernels::QuantName(*quant) +
+                           " (MhaOptions::step_weights); MhaDecoder can");
+  }
   ATTN_RETURN_IF_ERROR(CheckRunShape(m.config, batch, seq_len));
   ATTN_RETURN_IF_ERROR(CheckRunEstimate(m, batch, seq_len, what));
   const DataType low =

@@ -48,11 +48,11 @@ Weight Weight::Borrow(const float* values, int64_t out, int64_t in) {
 Result<Weight> Weight::Quantize(const float* values, int64_t out, int64_t in,
                                 kernels::QuantType quant, int num_threads,
                                 const std::string& what) {
-  const char* name = quant == kernels::QuantType::kQ8_0 ? "q8_0" : "q4_0";
   if (in % static_cast<int64_t>(kernels::kQuantBlock) != 0) {
-    return InvalidArgument(
-        what + " has rows of " + std::to_string(in) + ", want a multiple of " +
-        std::to_string(kernels::kQuantBlock) + " for " + name);
+    return InvalidArgument(what + " takes " + std::to_string(in) +
+                           " inputs, want a multiple of " +
+                           std::to_string(kernels::kQuantBlock) + " for " +
+                           kernels::QuantName(quant));
   }
   const auto n = static_cast<size_t>(out), k = static_cast<size_t>(in);
   ATTN_ASSIGN_OR_RETURN(
@@ -412,13 +412,12 @@ void LinearPlan::Run(const Linear& linear, const void* x, void* y,
                                        : kernels::RowsLinearActivation::kNone);
     return;
   }
-  const void* weights = MatMulWeights(linear, buffers);
   void* scratch = buffers.scratch;
+  const void* weights = quant_ ? scratch : MatMulWeights(linear, buffers);
   if (quant_) {
     DequantizeInto(linear.weight(),
                    epilogue_.type.value_or(linear.compute_type()), scratch,
                    num_threads);
-    weights = scratch;
     scratch = static_cast<char*>(scratch) + dequantized_bytes_;
   }
   if (to_bf16_) {

@@ -31,6 +31,13 @@ inline kernels::DataType ToDataType(DType dtype) {
                                : kernels::DataType::kF32;
 }
 
+// The type long runs of quantized weights dequantize them into: bf16 where
+// the CPU has it natively, else fp32.
+inline kernels::DataType DequantizedType() {
+  return kernels::HasNativeBF16() ? kernels::DataType::kBF16
+                                  : kernels::DataType::kF32;
+}
+
 // The block format of a quantized dtype; none for f32 and bf16.
 inline std::optional<kernels::QuantType> QuantTypeOf(DType dtype) {
   if (dtype == DType::kQ8_0) return kernels::QuantType::kQ8_0;
@@ -241,9 +248,6 @@ class LinearPlan {
                                             const LinearEpilogue& epilogue,
                                             int num_threads);
   const void* MatMulWeights(const Linear& linear, const Buffers& buffers) const;
-  void RunQuantized(const Linear& linear, const void* x, void* y,
-                    const Buffers& buffers, int num_threads,
-                    const void* residual) const;
   void RunQuantRows(const Linear& linear, const float* x, float* y,
                     void* scratch, int num_threads,
                     const float* residual) const;

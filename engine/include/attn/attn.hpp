@@ -101,7 +101,8 @@ struct MhaOptions : ModelOptions {
   // decoders' steps of up to 8 rows read them in bf16 (half the bytes per
   // token; kF32: in fp32); every other path reads the same values as fp32,
   // and the math stays fp32. Runs on any CPU. Language models set it for
-  // bf16 weights.
+  // bf16 weights. kQ8_0, kQ4_0: the projections quantized at load for
+  // decoders alone (sessions false, decode true), as LmOptions::dtype says.
   DType step_weights = DType::kF32;
   // Whether decoders may run on the model: it then also holds, from load,
   // the projections as decoders read them (fp32 packed for prompts, and
