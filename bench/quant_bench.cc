@@ -1,6 +1,6 @@
 // QuantRowsLinear (kernels/quant.h), the decode step's projections on q8_0
 // and q4_0 weights, on Llama 3.2 1B's and GPT-2's shapes at 1 and 8 rows and
-// 1 and 2 threads; and DequantizePacked to bf16, prefill's path to oneDNN.
+// 1 and 2 threads.
 // Decode reads every weight once per step, far more than the caches hold,
 // so each benchmark cycles through copies of its packed weights
 // (ATTN_QUANT_MIB in all, 1024 by default; the smoke test uses 8), and
@@ -11,7 +11,6 @@
 //   quant/<type>/k:<k>/n:<n>/rows:<r>/threads:<t>      one linear
 //   quant/<type>/llama-layer/rows:<r>/threads:<t>      q, k, v, o, gate, up
 //                                                      and down of one layer
-//   quant/<type>/dequant-bf16/k:2048/n:8192/threads:<t>
 //
 //   quant_bench --benchmark_repetitions=3 --benchmark_filter=llama
 #include <benchmark/benchmark.h>
@@ -149,23 +148,6 @@ void QuantLinearBench(benchmark::State& state, QuantType t,
   SetByteAndTokenRates(state, double(w.pass_bytes), double(rows));
 }
 
-// Prefill's dequantization of the packed gate projection to bf16.
-void DequantBench(benchmark::State& state, QuantType t, Linear l, int threads) {
-  const PackedPasses w = PackPasses(t, {l}, threads);
-  std::vector<hwy::bfloat16_t> out(l.n * l.k);
-  size_t copy = 0;
-  for (auto _ : state) {
-    const uint8_t* packed =
-        static_cast<const uint8_t*>(w.buffer.get()) + copy * w.pass_bytes;
-    kernels::DequantizePacked(t, packed, l.n, l.k, 0, l.n, out.data(), threads);
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-    copy = (copy + 1) % w.copies;
-  }
-  SetByteAndTokenRates(state, double(w.pass_bytes), 0.0);
-  state.counters.erase("tokens/s");
-}
-
 std::string Shape(Linear l) {
   return "k:" + std::to_string(l.k) + "/n:" + std::to_string(l.n);
 }
@@ -192,14 +174,6 @@ void Register(QuantType t, const char* type) {
             ->UseRealTime();
       }
     }
-    const Linear gate = {2048, 8192};
-    benchmark::RegisterBenchmark(
-        (prefix + "dequant-bf16/" + Shape(gate) + suffix).c_str(),
-        [t, gate, threads](benchmark::State& st) {
-          DequantBench(st, t, gate, threads);
-        })
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
   }
 }
 

@@ -42,16 +42,6 @@ void QuantGroupsT(QuantType t, const QuantGroupArgs& a, size_t first,
   }
 }
 
-// HWY_EXPORT takes no templates: one entry per output type.
-void DequantizeRowsF32T(QuantType t, const uint8_t* packed, size_t k, size_t j0,
-                        size_t j1, float* out) {
-  DequantizeRows(t, packed, k, j0, j1, out);
-}
-void DequantizeRowsBF16T(QuantType t, const uint8_t* packed, size_t k,
-                         size_t j0, size_t j1, hwy::bfloat16_t* out) {
-  DequantizeRows(t, packed, k, j0, j1, out);
-}
-
 }  // namespace attn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -61,8 +51,6 @@ namespace attn::kernels {
 HWY_EXPORT(QuantizeRowT);
 HWY_EXPORT(QuantizeActsT);
 HWY_EXPORT(QuantGroupsT);
-HWY_EXPORT(DequantizeRowsF32T);
-HWY_EXPORT(DequantizeRowsBF16T);
 
 namespace {
 
@@ -93,18 +81,6 @@ void PackGroup(QuantType t, const uint8_t* rows, size_t n, size_t k, size_t g,
       ScatterBlock(t, block, b, lane, group);
     }
   }
-}
-
-// Rows split in chunks of whole groups (from j0) where they are long enough.
-template <typename TOut, class Rows>
-void DequantizeSplit(Rows rows, QuantType t, const void* packed, size_t k,
-                     size_t j0, size_t j1, TOut* out, int num_threads) {
-  HWY_DASSERT(j0 <= j1);
-  ParallelForChunks(j1 - j0, k, kQuantGroupRows, num_threads,
-                    [&](size_t first, size_t count) {
-                      rows(t, static_cast<const uint8_t*>(packed), k,
-                           j0 + first, j0 + first + count, out + first * k);
-                    });
 }
 
 }  // namespace
@@ -249,22 +225,6 @@ void QuantRowsLinear(QuantType t, const float* x, size_t rows, size_t k,
   SplitUnits(
       QuantGroupCount(n), kMostGroupsPerRun, num_threads,
       [&](size_t first, size_t count) { groups(t, args, first, count); });
-}
-
-void DequantizePacked(QuantType t, const void* packed,
-                      [[maybe_unused]] size_t n, size_t k, size_t j0, size_t j1,
-                      hwy::bfloat16_t* out, int num_threads) {
-  HWY_DASSERT(j1 <= n);
-  DequantizeSplit(HWY_DYNAMIC_DISPATCH(DequantizeRowsBF16T), t, packed, k, j0,
-                  j1, out, num_threads);
-}
-
-void DequantizePacked(QuantType t, const void* packed,
-                      [[maybe_unused]] size_t n, size_t k, size_t j0, size_t j1,
-                      float* out, int num_threads) {
-  HWY_DASSERT(j1 <= n);
-  DequantizeSplit(HWY_DYNAMIC_DISPATCH(DequantizeRowsF32T), t, packed, k, j0,
-                  j1, out, num_threads);
 }
 
 }  // namespace attn::kernels

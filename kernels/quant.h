@@ -1,8 +1,8 @@
 // Weights quantized as llama.cpp's q8_0 and q4_0 blocks: their reference
-// quantizers, the decode kernel QuantRowsLinear (few rows of fp32 x times
-// a packed quantized W, on int8 dot products), and the dequantization that
-// feeds prefill's oneDNN matmuls. Packed layout in quant_layout.h,
-// per-target bodies in quant-inl.h, dispatch and threads in quant.cc.
+// quantizers and QuantRowsLinear (a few rows of fp32 x times a packed
+// quantized W, on int8 dot products), which prompts run over groups of
+// rows. Packed layout in quant_layout.h, per-target bodies in quant-inl.h,
+// dispatch and threads in quant.cc.
 #ifndef ATTN_KERNELS_QUANT_H_
 #define ATTN_KERNELS_QUANT_H_
 
@@ -83,24 +83,15 @@ size_t QuantRowsLinearScratchBytes(size_t rows, size_t k);
 // y[r, j] = bias[j] + sum over blocks b in order of (dw[j, b] * dx[r, b]) *
 // isum[r, j, b], for r < rows <= kRowsLinearMaxRows and j < n: x [rows, k] and
 // y [rows, n] dense fp32, W packed by PackQuantRows, bias [n] or null. Each row
-// of x is quantized per block as quantize_row_q8_0_ref does (llama.cpp's
-// activations): dx its fp16 scale widened, isum the exact int32 dot of the
-// block's int8 quants with W's (q4_0: q - 8). The sum runs in fp32 (fused
-// multiply-adds on AVX2 and AVX-512) from zero, the bias added last; each
-// output is computed by one thread in one fixed order, so every bit of y is
-// the same for every num_threads on one CPU.
+// of x is quantized per block as quantize_row_q8_0_ref does (the reference
+// of llama.cpp's activation quantizer): dx its fp16 scale widened, isum the
+// exact int32 dot of the block's int8 quants with W's (q4_0: q - 8). The sum
+// runs in fp32 (fused multiply-adds on AVX2 and AVX-512) from zero, the bias
+// added last; each output is computed by one thread in one fixed order, so
+// every bit of y is the same for every num_threads on one CPU.
 void QuantRowsLinear(QuantType t, const float* x, size_t rows, size_t k,
                      const void* packed, const float* bias, size_t n, float* y,
                      void* scratch, int num_threads);
-
-// Rows [j0, j1) of W (j0 <= j1 <= n, any alignment) from the packed form
-// into dense out [j1 - j0, k]: fp32 exactly, or bf16 rounded to nearest
-// even from it (for prefill's oneDNN matmuls).
-void DequantizePacked(QuantType t, const void* packed, size_t n, size_t k,
-                      size_t j0, size_t j1, hwy::bfloat16_t* out,
-                      int num_threads);
-void DequantizePacked(QuantType t, const void* packed, size_t n, size_t k,
-                      size_t j0, size_t j1, float* out, int num_threads);
 
 }  // namespace attn::kernels
 

@@ -1,9 +1,8 @@
 // Language models quantized at load (LmOptions::dtype q8_0 and q4_0),
-// black-box, against PyTorch on the dequantized weights
-// (tools/golden_hf.py's quant.safetensors): steps of one token quantize
-// their activations per block as llama.cpp's q8_0 does, prompts run oneDNN
-// on the weights dequantized into bf16 (CPUs with native bf16) or fp32;
-// each within the goldens' tolerance, the same bits at 1 and 2 threads.
+// black-box, against PyTorch on the dequantized weights with every
+// linear's input quantized per block as llama.cpp's q8_0 (tools/
+// golden_hf.py's quant.safetensors): token by token and whole prompts,
+// within the goldens' tolerance, the same bits at 1 and 2 threads.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -30,7 +29,8 @@ struct QuantDType {
 const QuantDType kQuantDTypes[] = {{DType::kQ8_0, "q8_0"},
                                    {DType::kQ4_0, "q4_0"}};
 
-// quant.safetensors' logits `what` of the case's first prompt: [n, vocab].
+// quant.safetensors' logits of the case's first prompt as `what` ("q8_0"
+// or "q4_0"): [n, vocab].
 std::vector<float> QuantLogits(const std::string& name,
                                const std::string& what) {
   Result<SafetensorsFile> file =
@@ -75,24 +75,20 @@ std::vector<float> OneStepLogits(
 using Run = std::vector<float> (*)(const std::shared_ptr<const LanguageModel>&,
                                    const Case&);
 
-// `run` of every quantized case at 1 and 2 threads against its golden
-// `what` ("steps", "prompt_bf16" or "prompt_f32"), within `tolerance` of
-// the largest logit.
-void ExpectGoldens(Run run, const std::string& what, double tolerance) {
+// `run` of every quantized case at 1 and 2 threads against its golden.
+void ExpectGoldens(Run run) {
   for (const char* name : kQuantCases) {
     const Case c = ReadCase(name);
     for (const QuantDType& q : kQuantDTypes) {
       const std::string label = std::string(name) + " " + q.name;
-      const std::vector<float> want =
-          QuantLogits(name, std::string(q.name) + "." + what);
+      const std::vector<float> want = QuantLogits(name, q.name);
       std::vector<float> first;
       for (const int threads : {1, 2}) {
         auto model = Load(name, threads, q.dtype);
         ASSERT_NE(model, nullptr) << label;
         const std::vector<float> got = run(model, c);
         ASSERT_EQ(got.size(), want.size()) << label;
-        test::ExpectAllClose(want, got.data(), tolerance * test::MaxAbs(want),
-                             label);
+        test::ExpectAllClose(want, got.data(), c.tolerance, label);
         if (first.empty()) first = got;
         EXPECT_EQ(first, got) << label << ": threads changed the bits";
       }
@@ -100,23 +96,11 @@ void ExpectGoldens(Run run, const std::string& what, double tolerance) {
   }
 }
 
-// The goldens' bound (io.safetensors' tolerance).
-constexpr double kTolerance = 1e-4;
+TEST(LmQuantTest, StepsMatchPyTorch) { ExpectGoldens(StepLogits); }
 
-TEST(LmQuantTest, StepsMatchPyTorchWithInt8Activations) {
-  ExpectGoldens(StepLogits, "steps", kTolerance);
-}
-
-// In bf16, an activation whose fp32 value differs from PyTorch's in the
-// last bit (another order of sums) may round to the next bf16 value, 0.4%
-// away: the bound is bf16's, as for bf16 models (lm_test).
-TEST(LmQuantTest, PromptsMatchPyTorchOnTheDequantizedWeights) {
-  if (GetRuntimeInfo().native_bf16) {
-    ExpectGoldens(OneStepLogits, "prompt_bf16", 2e-2);
-  } else {
-    ExpectGoldens(OneStepLogits, "prompt_f32", kTolerance);
-  }
-}
+// A prompt of more rows than a step's kernel takes at once (kernels::
+// kRowsLinearMaxRows) runs it over groups of rows: the same math.
+TEST(LmQuantTest, PromptsMatchPyTorch) { ExpectGoldens(OneStepLogits); }
 
 // Greedy decoding runs the quantized model end to end: the prompt in one
 // step, then one token at a time, each the argmax of the last.
@@ -163,8 +147,7 @@ TEST(LmQuantTest, ModelsThatCannotBeQuantizedAreRefused) {
   mha.dtype = DType::kF32;
   mha.step_weights = DType::kQ4_0;
   const Result<std::shared_ptr<const MhaModel>> sessions = MhaModel::Load(
-      std::string(ATTN_SOURCE_DIR) + "/tests/golden/mha_book.safetensors",
-      mha);
+      std::string(ATTN_SOURCE_DIR) + "/tests/golden/mha_book.safetensors", mha);
   ASSERT_FALSE(sessions.ok());
   EXPECT_EQ(sessions.status().message(),
             "MhaOptions::step_weights q4_0 needs sessions false and decode "

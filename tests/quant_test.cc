@@ -221,13 +221,6 @@ inline std::vector<uint8_t> Packed(QuantType t,
   return packed;
 }
 
-// f rounded to bf16's nearest, ties to even (f finite).
-inline uint16_t BF16NearestEven(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
-}
-
 }  // namespace attn::test
 #endif  // ATTN_TESTS_QUANT_REFERENCE_
 
@@ -459,38 +452,6 @@ void TestSaturationEdges() {
   }
 }
 
-// DequantizeRows gives DequantizeRow's values for any rows [j0, j1): fp32
-// exactly, bf16 rounded to nearest even.
-void TestDequantizeRowsMatchDequantizeRow() {
-  std::mt19937 rng(4);
-  const size_t k = 96, n = 50;
-  for (QuantType t : kTypes) {
-    const std::vector<uint8_t> blocks = test::RandomBlocks(rng, t, n, k);
-    const std::vector<uint8_t> packed = test::Packed(t, blocks, n, k);
-    std::vector<float> dense(n * k);
-    for (size_t j = 0; j < n; ++j) {
-      DequantizeRow(t, &blocks[j * k / 32 * QuantBlockBytes(t)], k,
-                    &dense[j * k]);
-    }
-    for (auto [j0, j1] : {std::pair<size_t, size_t>{0, n},
-                          {3, 17},
-                          {16, 33},
-                          {5, 6},
-                          {49, 50}}) {
-      std::vector<float> f32((j1 - j0) * k);
-      std::vector<hwy::bfloat16_t> bf16((j1 - j0) * k);
-      DequantizeRows(t, packed.data(), k, j0, j1, f32.data());
-      DequantizeRows(t, packed.data(), k, j0, j1, bf16.data());
-      for (size_t i = 0; i < f32.size(); ++i) {
-        ASSERT_EQ(dense[j0 * k + i], f32[i])
-            << "f32, rows " << j0 << "-" << j1 << " at " << i;
-        ASSERT_EQ(test::BF16NearestEven(dense[j0 * k + i]), bf16[i].bits)
-            << "bf16, rows " << j0 << "-" << j1 << " at " << i;
-      }
-    }
-  }
-}
-
 }  // namespace
 }  // namespace attn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -505,7 +466,6 @@ HWY_EXPORT_AND_TEST_P(QuantTest, TestQuantizeMatchesReference);
 HWY_EXPORT_AND_TEST_P(QuantTest, TestQuantizeActsMatchesReference);
 HWY_EXPORT_AND_TEST_P(QuantTest, TestGroupsMatchReference);
 HWY_EXPORT_AND_TEST_P(QuantTest, TestSaturationEdges);
-HWY_EXPORT_AND_TEST_P(QuantTest, TestDequantizeRowsMatchDequantizeRow);
 
 float Pow2(int e) { return std::ldexp(1.0f, e); }
 
@@ -642,29 +602,6 @@ TEST(QuantRowsLinearTest, SameBitsAtEveryThreadCount) {
                         many.data(), scratch.data() + 1, threads);
         EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
             << threads << " threads differ from 1, n " << n;
-      }
-    }
-  }
-}
-
-// The dispatched, threaded DequantizePacked: DequantizeRow's values.
-TEST(DequantizePackedTest, MatchesDequantizeRow) {
-  std::mt19937 rng(7);
-  const size_t n = 300, k = 512;
-  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_0}) {
-    const std::vector<uint8_t> blocks = test::RandomBlocks(rng, t, n, k);
-    const std::vector<uint8_t> packed = test::Packed(t, blocks, n, k);
-    const size_t j0 = 7, j1 = 291;
-    std::vector<float> f32((j1 - j0) * k);
-    std::vector<hwy::bfloat16_t> bf16((j1 - j0) * k);
-    DequantizePacked(t, packed.data(), n, k, j0, j1, f32.data(), 2);
-    DequantizePacked(t, packed.data(), n, k, j0, j1, bf16.data(), 3);
-    std::vector<float> row(k);
-    for (size_t j = j0; j < j1; ++j) {
-      DequantizeRow(t, &blocks[j * k / 32 * QuantBlockBytes(t)], k, row.data());
-      for (size_t i = 0; i < k; ++i) {
-        ASSERT_EQ(row[i], f32[(j - j0) * k + i]) << "row " << j << " at " << i;
-        ASSERT_EQ(test::BF16NearestEven(row[i]), bf16[(j - j0) * k + i].bits);
       }
     }
   }

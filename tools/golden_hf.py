@@ -275,18 +275,12 @@ def dequantized(w, kind):
     return (q * f16(d)).reshape(w.shape)
 
 
-def quantized_linear(kind, activations):
-    """A linear on `kind`'s dequantized weights, in float64, its input as attn's paths take it:
-    "q8_0" quantized per block like a q8_0 weight (steps of a few rows), "bf16" rounded to bf16
-    with the weights (prompts on CPUs with native bf16), "f32" as it is (other CPUs' prompts)."""
+def quantized_linear(kind):
+    """A linear as attn runs `kind`'s: PyTorch in float64 on the dequantized weights, each row of
+    its input quantized per block of 32 as q8_0 (llama.cpp's activations)."""
     def linear(x, w, b):
-        w = dequantized(w.float(), kind)
-        x = x.float()
-        if activations == "q8_0":
-            x = dequantized(x, "q8_0")
-        elif activations == "bf16":
-            w, x = w.bfloat16().float(), x.bfloat16().float()
-        y = x.double() @ w.double().T
+        x = dequantized(x.float(), "q8_0").double()
+        y = x @ dequantized(w.float(), kind).double().T
         return (y if b is None else y + b.double()).float()
     return linear
 
@@ -296,15 +290,10 @@ QUANT_CASES = ("hf_qwen2", "hf_llama_tied_biases", "hf_mistral_window")
 
 
 def quant_io(t, c, prompt):
-    """For each of q8_0 and q4_0, the logits [T, V] of `prompt` through the quantized model: steps
-    (activations quantized, each row as its own token-by-token step gives it) and prompts in f32 and
-    in bf16. Every other op in float32 on the weights as stored."""
-    out = {}
-    for kind in ("q8_0", "q4_0"):
-        for path in ("q8_0", "f32", "bf16"):
-            name = f"{kind}.{'steps' if path == 'q8_0' else 'prompt_' + path}"
-            out[name] = hf_forward(t, prompt, c, torch.float32, quantized_linear(kind, path))
-    return out
+    """The logits [T, V] of `prompt` through the model quantized as q8_0 and as q4_0 (a prompt in
+    one step and token by token alike: the activations are quantized row by row). Every other op
+    in float32 on the weights as stored."""
+    return {kind: hf_forward(t, prompt, c, torch.float32, quantized_linear(kind)) for kind in ("q8_0", "q4_0")}
 
 
 def fuse_phi3(t):
@@ -376,6 +365,6 @@ def write_hf_cases(out):
         if name in QUANT_CASES:
             quant = quant_io(t, c, ids[0, :lengths[0]])
             mg.save_safetensors(d / "quant.safetensors", quant,
-                                {"description": "logits of input_ids[0] quantized as q8_0 and q4_0: steps "
-                                 "(int8 activations) and prompts (f32 or bf16 activations)"})
+                                {"description": "logits of input_ids[0], the model quantized as q8_0 and "
+                                 "q4_0, activations as q8_0"})
         print(f"lm/{name}: {len(stored)} tensors max|logits|={logits.abs().max().item():.4g} tokens {tokens.tolist()}")

@@ -138,14 +138,11 @@ Result<Norm> MakeNorm(const WeightSource& w, Role scale, Role shift,
 }
 
 // A linear's weights with the layouts a decoding model reads: a packed copy
-// for long runs, panels for steps of a few rows; quantized ones none (long
-// runs dequantize them, into bf16 where the CPU has it).
+// for long runs, panels for steps of a few rows; quantized ones none.
 Result<ops::Linear> HoldLinear(ops::Weight weight, ops::Weight bias,
                                int num_threads) {
   ops::LinearLayouts layouts;
-  if (weight.quant()) {
-    layouts.dequantized = ops::DequantizedType();
-  } else {
+  if (!weight.quant()) {
     layouts.packed = {{weight.type(), 0}};
     layouts.panels = weight.type();
   }

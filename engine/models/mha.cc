@@ -388,8 +388,7 @@ Status QuantizeMhaLinears(MhaModelData& m, kernels::QuantType quant) {
   ATTN_RETURN_IF_ERROR(CheckMemory("the model's quantized weights",
                                    AddSat(WeightBytes(c), bytes),
                                    m.max_memory_bytes));
-  ops::LinearLayouts layouts;
-  layouts.dequantized = ops::DequantizedType();
+  const ops::LinearLayouts layouts;  // none: decoders read the blocks
   ATTN_ASSIGN_OR_RETURN(
       ops::Weight qkv,
       ops::Weight::Quantize(m.w_qkv.data(), qkv_rows, c.d_in, quant,

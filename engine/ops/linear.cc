@@ -141,8 +141,8 @@ LinearEpilogue FormOf(const PackedLayout& layout) {
   return form;
 }
 
-// Whether RowsLinear or QuantRowsLinear may run `rows` rows of
-// `epilogue`: fp32 x and y, no other type, form or post-op, GELU alone.
+// Whether RowsLinear may run `rows` rows of `epilogue`: fp32 x and y, no
+// other type, form or post-op, GELU alone.
 bool RowsKernelMayRun(int64_t rows, const LinearEpilogue& epilogue) {
   return epilogue.panels && !epilogue.type && epilogue.head_dim == 0 &&
          rows <= static_cast<int64_t>(kernels::kRowsLinearMaxRows) &&
@@ -172,21 +172,6 @@ Result<StepWeights> PackPanels(const Weight& w, DataType type,
   return StepWeights::Pack(low.data(), w.out(), w.in(), num_threads);
 }
 
-// Dequantizes a quantized linear's weight into the start of `scratch`, in
-// the type the plan's matmul reads.
-void DequantizeInto(const Weight& w, DataType type, void* scratch,
-                    int num_threads) {
-  const auto n = static_cast<size_t>(w.out()), k = static_cast<size_t>(w.in());
-  if (type == DataType::kBF16) {
-    kernels::DequantizePacked(*w.quant(), w.data(), n, k, 0, n,
-                              static_cast<hwy::bfloat16_t*>(scratch),
-                              num_threads);
-  } else {
-    kernels::DequantizePacked(*w.quant(), w.data(), n, k, 0, n,
-                              static_cast<float*>(scratch), num_threads);
-  }
-}
-
 }  // namespace
 
 Result<Linear> Linear::Create(Weight weight, Weight bias,
@@ -199,7 +184,6 @@ Result<Linear> Linear::Create(Weight weight, Weight bias,
     if (!layouts.packed.empty() || layouts.panels) {
       return InvalidArgument("a quantized linear takes no packed copies");
     }
-    linear.compute_type_ = layouts.dequantized;
     return linear;
   }
   // The first copy of rows' type, else the weight's.
@@ -309,36 +293,17 @@ Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
 Result<LinearPlan> LinearPlan::CreateQuantized(const Linear& like, int64_t rows,
                                                const LinearEpilogue& epilogue,
                                                int num_threads) {
+  if (epilogue.type || epilogue.head_dim > 0 ||
+      epilogue.src != DataType::kF32 || epilogue.dst != DataType::kF32) {
+    return InvalidArgument(
+        "a quantized linear runs fp32 rows, not another type or head planes");
+  }
   LinearPlan plan;
   plan.rows_ = rows;
   plan.in_ = like.in();
   plan.num_threads_ = num_threads;
   plan.epilogue_ = epilogue;
   plan.quant_ = like.weight().quant();
-  if (epilogue.head_dim > 0) {
-    return InvalidArgument("a quantized linear writes rows, not head planes");
-  }
-  if (RowsKernelMayRun(rows, epilogue)) return plan;
-  const DataType type = epilogue.type.value_or(like.compute_type());
-  const size_t dequantized =
-      static_cast<size_t>(like.out() * like.in()) * kernels::SizeOf(type);
-  if (dequantized > kDequantizedMaxBytes) {
-    if (epilogue.src != DataType::kF32 || epilogue.dst != DataType::kF32) {
-      return InvalidArgument(
-          "a quantized linear too large to dequantize takes fp32 x and y");
-    }
-    return plan;  // QuantRowsLinear over groups of rows
-  }
-  constexpr size_t kAlign = 64;  // the matmul's scratch follows the copy
-  plan.dequantized_bytes_ = (dequantized + kAlign - 1) / kAlign * kAlign;
-  ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm,
-                        MakeMatMul(like, rows, epilogue, /*plain=*/true));
-  plan.matmul_.emplace(std::move(mm));
-  if (type != epilogue.src) {
-    ATTN_ASSIGN_OR_RETURN(
-        plan.to_bf16_,
-        kernels::Convert::Create(rows * like.in(), epilogue.src, type));
-  }
   return plan;
 }
 
@@ -349,13 +314,12 @@ size_t LinearPlan::lowered_input_bytes() const {
 }
 
 size_t LinearPlan::scratch_bytes() const {
-  if (quant_ && !matmul_) {
+  if (quant_) {
     const auto rows =
         std::min(static_cast<size_t>(rows_), kernels::kRowsLinearMaxRows);
     return kernels::QuantRowsLinearScratchBytes(rows, static_cast<size_t>(in_));
   }
-  return matmul_ ? dequantized_bytes_ + matmul_->scratch_bytes() *
-                                            static_cast<size_t>(num_threads_)
+  return matmul_ ? matmul_->scratch_bytes() * static_cast<size_t>(num_threads_)
                  : 0;
 }
 
@@ -398,7 +362,7 @@ void LinearPlan::RunQuantRows(const Linear& linear, const float* x, float* y,
 void LinearPlan::Run(const Linear& linear, const void* x, void* y,
                      const Buffers& buffers, int num_threads,
                      const void* residual) const {
-  if (!matmul_ && quant_) {
+  if (quant_) {
     RunQuantRows(linear, static_cast<const float*>(x), static_cast<float*>(y),
                  buffers.scratch, num_threads,
                  static_cast<const float*>(residual));
@@ -412,19 +376,12 @@ void LinearPlan::Run(const Linear& linear, const void* x, void* y,
                                        : kernels::RowsLinearActivation::kNone);
     return;
   }
-  void* scratch = buffers.scratch;
-  const void* weights = quant_ ? scratch : MatMulWeights(linear, buffers);
-  if (quant_) {
-    DequantizeInto(linear.weight(),
-                   epilogue_.type.value_or(linear.compute_type()), scratch,
-                   num_threads);
-    scratch = static_cast<char*>(scratch) + dequantized_bytes_;
-  }
   if (to_bf16_) {
     to_bf16_->Run(x, buffers.lowered_input);
     x = buffers.lowered_input;
   }
-  matmul_->Run(x, weights, linear.bias(), y, scratch, num_threads, residual);
+  matmul_->Run(x, MatMulWeights(linear, buffers), linear.bias(), y,
+               buffers.scratch, num_threads, residual);
   if (epilogue_.gelu) {
     auto* out = static_cast<float*>(y);
     kernels::Gelu(out, out, static_cast<size_t>(rows_ * linear.out()),

@@ -63,10 +63,9 @@ struct LmConfig {
 // the cache stay fp32. dtype kQ8_0 or kQ4_0 (any CPU; emb_dim, hidden_dim
 // and num_heads x head_dim multiples of 32) quantizes every linear at load
 // as llama.cpp's reference quantizers do (a tied head its own copy; the
-// embeddings, norms, biases and cache stay fp32): steps of up to 8 tokens
-// quantize the activations per block of 32 to int8 too (llama.cpp's q8_0)
-// and take int8 dot products; longer ones dequantize each weight into bf16
-// (fp32 on CPUs without native bf16) for oneDNN's matmuls.
+// embeddings, norms, biases and cache stay fp32): every linear quantizes
+// its input per block of 32 to int8 too (llama.cpp's q8_0) and takes int8
+// dot products, in groups of 8 rows.
 struct LmOptions : ModelOptions {
   double norm_eps = 0.0;
 };
