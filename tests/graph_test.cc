@@ -32,6 +32,7 @@
 #include "kernels/matmul.h"
 #include "tests/avx2_only.h"
 #include "tests/hostile_files.h"
+#include "tests/temp_dir.h"
 #include "tests/test_util.h"
 
 namespace attn {
@@ -39,8 +40,11 @@ namespace {
 
 // A file in gtest's temporary directory private to this process: ctest runs
 // several of this binary's tests (and the AVX2-only rerun) at once.
+// A file in this process's own scratch folder, removed with what it holds
+// when the process exits.
 std::string TempPath(const std::string& name) {
-  return testing::TempDir() + std::to_string(getpid()) + "_" + name;
+  static const test::TempDir dir;
+  return dir.Path(name);
 }
 
 const std::string kGolden =
