@@ -103,19 +103,11 @@ DType MhaModel::dtype() const { return impl_->dtype; }
 int MhaModel::num_threads() const { return impl_->num_threads; }
 uint64_t MhaModel::memory_bytes() const { return MhaModelBytes(*impl_); }
 
-Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
-    const MhaConfig& config, const MhaWeights& w, const MhaOptions& options) {
-  auto impl = std::make_unique<Impl>();
-  MhaConfig& c = impl->config;
-  c = config;
-  if (options.num_heads != 0) c.num_heads = options.num_heads;
-  if (options.context_length != 0) c.context_length = options.context_length;
-  if (options.num_kv_heads != 0) c.num_kv_heads = options.num_kv_heads;
-  if (options.rope.theta != 0.0) c.rope = options.rope;
-  if (options.sliding_window != 0) c.sliding_window = options.sliding_window;
-  ATTN_RETURN_IF_ERROR(CheckDims(c));
-  if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
-  ATTN_RETURN_IF_ERROR(CheckAttentionVariant(c));
+namespace {
+
+// The weights `c` needs are all given, the q/k/v biases all or none as
+// qkv_bias says.
+Status CheckWeightsGiven(const MhaConfig& c, const MhaWeights& w) {
   if (!w.w_query || !w.w_key || !w.w_value || !w.w_out) {
     return InvalidArgument(
         "weights: W_query, W_key, W_value and out_proj weight are required");
@@ -131,6 +123,11 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
         std::string("qkv_bias is ") + (c.qkv_bias ? "true" : "false") +
         " but the q/k/v biases are " + (qkv_biases ? "given" : "absent"));
   }
+  return {};
+}
+
+// The dtype and step weights `options` ask for, on this CPU and for `c`.
+Status CheckDTypes(const MhaConfig& c, const MhaOptions& options) {
   ATTN_RETURN_IF_ERROR(CheckDenseDType(options.dtype, "an MHA model"));
   if (const auto quant = ops::QuantTypeOf(options.step_weights);
       quant && (options.sessions || !options.decode)) {
@@ -143,47 +140,69 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
   if (c.rope.theta != 0.0 && options.dtype != DType::kF32) {
     return Unsupported("rotary embeddings run in fp32 only; use dtype f32");
   }
-  impl->dtype = options.dtype;
-  Result<int> threads = ResolveNumThreads(options);
-  if (!threads.ok()) return threads.status();
-  impl->num_threads = *threads;
-  impl->max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
-  const bool bf16_steps = options.step_weights == DType::kBF16;
-  ATTN_RETURN_IF_ERROR(CheckMemory("the model's weights", WeightBytes(c),
-                                   impl->max_memory_bytes));
+  return {};
+}
 
+// Copies `w` into m's fp32 weights: [W_query; W_key; W_value], each [rows,
+// d_in], their biases likewise, out_proj and its bias (zeros when absent:
+// x + 0 == x, so the biased path's kernels and results serve Llama too).
+Status CopyWeights(const MhaWeights& w, MhaModelData& m) {
+  const MhaConfig& c = m.config;
   const auto in = static_cast<size_t>(c.d_in);
   const auto out = static_cast<size_t>(c.d_out);
   const auto kv = static_cast<size_t>(KvDim(c));
+  const auto proj = static_cast<size_t>(OutDim(c));
   try {
-    // [W_query; W_key; W_value], each [rows, d_in]; their biases likewise.
-    impl->w_qkv.resize((out + 2 * kv) * in);
-    float* rows = impl->w_qkv.data();
+    m.w_qkv.resize((out + 2 * kv) * in);
+    float* rows = m.w_qkv.data();
     std::memcpy(rows, w.w_query, out * in * sizeof(float));
     std::memcpy(rows + out * in, w.w_key, kv * in * sizeof(float));
     std::memcpy(rows + (out + kv) * in, w.w_value, kv * in * sizeof(float));
     if (c.qkv_bias) {
-      impl->b_qkv.resize(out + 2 * kv);
-      float* b = impl->b_qkv.data();
+      m.b_qkv.resize(out + 2 * kv);
+      float* b = m.b_qkv.data();
       std::memcpy(b, w.b_query, out * sizeof(float));
       std::memcpy(b + out, w.b_key, kv * sizeof(float));
       std::memcpy(b + out + kv, w.b_value, kv * sizeof(float));
     }
-    const auto proj = static_cast<size_t>(OutDim(c));
-    impl->w_out.assign(w.w_out, w.w_out + proj * out);
-    // No out_proj.bias (Llama) adds zeros: x + 0 == x, so the kernels and
-    // their results stay those of the biased path.
+    m.w_out.assign(w.w_out, w.w_out + proj * out);
     if (w.b_out) {
-      impl->b_out.assign(w.b_out, w.b_out + proj);
+      m.b_out.assign(w.b_out, w.b_out + proj);
     } else {
-      impl->b_out.assign(proj, 0.0f);
+      m.b_out.assign(proj, 0.0f);
     }
   } catch (const std::bad_alloc&) {
     return OutOfMemory("cannot allocate the weights (d_in " +
                        std::to_string(c.d_in) + ", d_out " +
                        std::to_string(c.d_out) + ")");
   }
-  if (bf16_steps) {  // the same numbers, so that steps read them exactly
+  return {};
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
+    const MhaConfig& config, const MhaWeights& w, const MhaOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  MhaConfig& c = impl->config;
+  c = config;
+  if (options.num_heads != 0) c.num_heads = options.num_heads;
+  if (options.context_length != 0) c.context_length = options.context_length;
+  if (options.num_kv_heads != 0) c.num_kv_heads = options.num_kv_heads;
+  if (options.rope.theta != 0.0) c.rope = options.rope;
+  if (options.sliding_window != 0) c.sliding_window = options.sliding_window;
+  ATTN_RETURN_IF_ERROR(CheckDims(c));
+  if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
+  ATTN_RETURN_IF_ERROR(CheckAttentionVariant(c));
+  ATTN_RETURN_IF_ERROR(CheckWeightsGiven(c, w));
+  ATTN_RETURN_IF_ERROR(CheckDTypes(c, options));
+  impl->dtype = options.dtype;
+  ATTN_ASSIGN_OR_RETURN(impl->num_threads, ResolveNumThreads(options));
+  impl->max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
+  ATTN_RETURN_IF_ERROR(CheckMemory("the model's weights", WeightBytes(c),
+                                   impl->max_memory_bytes));
+  ATTN_RETURN_IF_ERROR(CopyWeights(w, *impl));
+  if (options.step_weights == DType::kBF16) {  // steps read them exactly
     ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_qkv).status());
     ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_out).status());
   }

@@ -52,7 +52,7 @@ typedef enum attn_status {
 
 /* The precision of the matmuls. */
 typedef enum attn_dtype {
-  ATTN_DTYPE_F32 = 0, /* fp32 everywhere (the default) */
+  ATTN_DTYPE_F32 = 0,  /* fp32 everywhere (the default) */
   ATTN_DTYPE_BF16 = 1, /* bf16 matmuls with fp32 accumulation, softmax and
                           norms in fp32; needs a CPU with AVX512_BF16 */
   ATTN_DTYPE_Q8_0 = 2, /* language models: linears' weights in llama.cpp's
@@ -86,7 +86,7 @@ typedef struct attn_model_options {
                                 with ATTN_OUT_OF_MEMORY before anything is
                                 allocated. 0: half the physical memory (or
                                 of the cgroup's limit) */
-  attn_dtype dtype;          /* ATTN_DTYPE_F32 (0) or ATTN_DTYPE_BF16 */
+  attn_dtype dtype;          /* ATTN_DTYPE_F32 (0), _BF16, _Q8_0, _Q4_0 */
   const char* tuned_config;  /* a tuned file (attn tune --save) whose team size
                                 is the default when num_threads is 0 and
                                 ATTN_NUM_THREADS is unset; read at load. NULL
