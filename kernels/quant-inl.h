@@ -81,7 +81,10 @@ template <class D>
 HWY_INLINE int32_t QuantizeBlockQ8(D d, const float* x, uint16_t* d16,
                                    int8_t* qs) {
   const float scale = BlockAbsMax(d, x) / 127;
-  const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+  // A scale below 1/FLT_MAX has an infinite reciprocal, whose products the
+  // reference converts to int8 outside the range C defines: 0 on x86.
+  const float reciprocal = scale != 0.0f ? 1.0f / scale : 0.0f;
+  const float inv = std::isinf(reciprocal) ? 0.0f : reciprocal;
   *d16 = F16FromF32(scale);
   const hn::RebindToSigned<D> di;
   const hn::Rebind<int8_t, D> d8;
@@ -112,6 +115,10 @@ HWY_INLINE void QuantizeBlockQ4(D d, const float* x, BlockQ4_0* block) {
   const float scale = FirstOfLargestMagnitude(x, BlockAbsMax(d, x)) / -8;
   const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
   block->d = F16FromF32(scale);
+  if (std::isinf(inv)) {  // as in QuantizeBlockQ8: every quant 0 on x86
+    std::fill(block->qs, block->qs + kQuantBlock / 2, uint8_t{0});
+    return;
+  }
   const hn::RebindToSigned<D> di;
   const hn::Rebind<uint8_t, D> d8;
   const auto nibble = [&](const float* p) {

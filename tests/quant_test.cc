@@ -33,6 +33,14 @@ using kernels::BlockQ4_0;
 using kernels::BlockQ8_0;
 using kernels::QuantType;
 
+// The reference's float to int8 conversion where C leaves it undefined
+// (|v| >= 2^31, NaN: a block whose scale's reciprocal overflows) as x86's
+// cvttss2si gives it: INT_MIN, whose low byte is 0.
+inline int8_t X86ToInt8(float v) {
+  if (!(std::fabs(v) < 2147483648.0f)) return 0;
+  return static_cast<int8_t>(static_cast<int32_t>(v));
+}
+
 // llama.cpp's quantize_row_q8_0_ref (ggml/src/ggml-quants.c), transcribed.
 inline void ReferenceQuantizeQ8(const float* x, BlockQ8_0* y, size_t k) {
   const size_t nb = k / 32;
@@ -47,7 +55,7 @@ inline void ReferenceQuantizeQ8(const float* x, BlockQ8_0* y, size_t k) {
     y[i].d = kernels::F16FromF32(d);
     for (size_t j = 0; j < 32; ++j) {
       const float x0 = x[i * 32 + j] * id;
-      y[i].qs[j] = static_cast<int8_t>(std::roundf(x0));
+      y[i].qs[j] = X86ToInt8(std::roundf(x0));
     }
   }
 }
@@ -72,9 +80,9 @@ inline void ReferenceQuantizeQ4(const float* x, BlockQ4_0* y, size_t k) {
       const float x0 = x[i * qk + 0 + j] * id;
       const float x1 = x[i * qk + qk / 2 + j] * id;
       const auto xi0 = static_cast<uint8_t>(
-          std::min(15, static_cast<int>(static_cast<int8_t>(x0 + 8.5f))));
+          std::min(15, static_cast<int>(X86ToInt8(x0 + 8.5f))));
       const auto xi1 = static_cast<uint8_t>(
-          std::min(15, static_cast<int>(static_cast<int8_t>(x1 + 8.5f))));
+          std::min(15, static_cast<int>(X86ToInt8(x1 + 8.5f))));
       y[i].qs[j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
     }
   }
@@ -168,6 +176,9 @@ inline std::vector<float> EdgyRows(std::mt19937& rng, size_t rows, size_t k) {
   for (size_t b = 0; b < rows * k / 32; ++b) {
     float* p = &x[b * 32];
     switch (b % 7) {
+      case 0:  // every 14th block tiny: its scale's reciprocal overflows
+        for (size_t j = 0; b % 14 == 0 && j < 32; ++j) p[j] *= 1e-38f;
+        break;
       case 1:
         std::fill(p, p + 32, 0.0f);
         break;

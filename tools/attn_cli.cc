@@ -1,7 +1,7 @@
 // attn: main() of the command-line front end. The subcommands (run, bench,
-// info, soak, tune, generate, tokenize) register from their cmd_*.cc; this
-// parses, runs the one chosen and makes every error one line on stderr. Public
-// API only.
+// info, soak, tune, generate, tokenize, chat, quantize) register from their
+// cmd_*.cc; this parses, runs the one chosen and makes every error one line on
+// stderr. Public API only.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       AddRunCommand(app),      AddBenchCommand(app), AddInfoCommand(app),
       AddSoakCommand(app),     AddTuneCommand(app),  AddGenerateCommand(app),
-      AddTokenizeCommand(app), AddChatCommand(app)};
+      AddTokenizeCommand(app), AddChatCommand(app),  AddQuantizeCommand(app)};
   std::vector<char*> args = WithHelpWord(argc, argv, commands);
   try {
     app.parse(static_cast<int>(args.size()), args.data());

@@ -44,6 +44,7 @@ Command AddSoakCommand(CLI::App& app);
 Command AddGenerateCommand(CLI::App& app);
 Command AddTokenizeCommand(CLI::App& app);
 Command AddChatCommand(CLI::App& app);
+Command AddQuantizeCommand(CLI::App& app);
 
 }  // namespace attn::cli
 

@@ -166,19 +166,6 @@ CLI::Validator DTypeFlag() {
       "f32|bf16|q8_0|q4_0");
 }
 
-const char* DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kBF16:
-      return "bf16";
-    case DType::kQ8_0:
-      return "q8_0";
-    case DType::kQ4_0:
-      return "q4_0";
-    default:
-      return "f32";
-  }
-}
-
 void AttentionFlags::AddTo(CLI::App* command) {
   command
       ->add_option("--kv-heads", kv_heads,

@@ -41,9 +41,6 @@ CLI::Validator ByteSize();
 // integers included, is refused with one line.
 CLI::Validator DTypeFlag();
 
-// What --dtype calls `dtype`: "f32", "bf16", "q8_0" or "q4_0".
-const char* DTypeName(DType dtype);
-
 // --weights FILE and --model DIR, either into `weights` (one of them; the
 // command checks one was given with WeightsGiven): a model's folder as
 // Hugging Face publishes it loads as its weights file does.

@@ -207,11 +207,25 @@ Status CheckDTypeSupported(DType dtype) {
   return {};
 }
 
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return "bf16";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kF32:
+      break;
+  }
+  return "f32";
+}
+
 Status CheckDenseDType(DType dtype, const char* model) {
   if (dtype != DType::kQ8_0 && dtype != DType::kQ4_0) return {};
-  return InvalidArgument(
-      std::string("dtype ") + (dtype == DType::kQ8_0 ? "q8_0" : "q4_0") +
-      " quantizes a language model's linears; " + model + " takes f32 or bf16");
+  return InvalidArgument(std::string("dtype ") + DTypeName(dtype) +
+                         " quantizes a language model's linears; " + model +
+                         " takes f32 or bf16");
 }
 
 Status CheckAttentionVariant(const MhaConfig& c) {

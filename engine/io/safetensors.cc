@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "engine/io/json_limits.h"
+#include "engine/io/safetensors_writer.h"
 #include "engine/runtime/limits.h"
 #include "nlohmann/json.hpp"
 
@@ -343,15 +344,6 @@ Result<const TensorInfo*> FindInteger(const SafetensorsFile& file,
   return t;
 }
 
-// A tensor to write, of either element type, as bytes.
-struct RawTensor {
-  const std::string& name;
-  const std::vector<int64_t>& shape;
-  const void* data;
-  const char* dtype;
-  size_t element_size;
-};
-
 // Where the tensors' bytes lie in the file.
 struct DataSection {
   uint64_t begin = 0, size = 0;
@@ -596,6 +588,22 @@ Status SafetensorsFile::ReadF32(const std::string& name, float* out,
   return {};
 }
 
+Status SafetensorsFile::ReadBytes(const std::string& name, uint64_t offset,
+                                  size_t size, void* out) const {
+  const TensorInfo* t = Find(name);
+  const std::string tensor = "tensor " + Quoted(name);
+  if (!t) {
+    return InvalidArgument(tensor + " is missing from " + Quoted(impl_->path));
+  }
+  if (offset > t->size_bytes || size > t->size_bytes - offset) {
+    return InvalidArgument(tensor + " in " + Quoted(impl_->path) + " has " +
+                           std::to_string(t->size_bytes) + " bytes, want " +
+                           std::to_string(offset + size) + " or more");
+  }
+  return ReadAt(impl_->file, impl_->path, tensor, t->offset + offset, size,
+                out);
+}
+
 Result<std::vector<int64_t>> SafetensorsFile::ReadI64(
     const std::string& name) const {
   Result<const TensorInfo*> found = FindInteger(*this, name);
@@ -626,55 +634,21 @@ Result<std::vector<int64_t>> SafetensorsFile::ReadI64(
   return values;
 }
 
-namespace {
+struct SafetensorsWriter::Impl {
+  std::string path, tmp;
+  int fd = -1;
+  int error = 0;  // errno of the first failed call
+  uint64_t size = 0, written = 0;
 
-Status WriteRawTensors(const std::string& path,
-                       const std::vector<RawTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  json header = json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<uint64_t> sizes;  // bytes of each tensor
-  uint64_t offset = 0;
-  for (const RawTensor& t : tensors) {
-    const std::string tensor = "tensor " + Quoted(t.name);
-    if (t.name.empty() || t.name == "__metadata__" || header.contains(t.name)) {
-      return InvalidArgument(tensor +
-                             " cannot be written: want a unique, "
-                             "non-empty name other than __metadata__");
-    }
-    uint64_t count = 1;
-    for (int64_t dim : t.shape) {
-      const auto size = static_cast<uint64_t>(dim);
-      if (dim < 0 || (size != 0 && count > (uint64_t{1} << 60) / size)) {
-        return InvalidArgument(tensor + " has shape " + ShapeString(t.shape) +
-                               ", want non-negative sizes of sane product");
-      }
-      count *= size;
-    }
-    if (count != 0 && t.data == nullptr) {
-      return InvalidArgument(tensor + " has no data");
-    }
-    sizes.push_back(count * t.element_size);
-    header[t.name] = {{"dtype", t.dtype},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + sizes.back()}}};
-    offset += sizes.back();
+  ~Impl() {
+    if (fd >= 0) close(fd);
+    if (!tmp.empty()) unlink(tmp.c_str());
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // 8-aligned data section
-
-  std::string tmp;
-  const int fd = CreateBeside(path, &tmp);
-  if (fd < 0) {
-    return IoError("cannot create a temporary file beside " + Quoted(path) +
-                   ": " + std::strerror(errno));
-  }
-  int error = 0;  // errno of the first failing call
-  auto check = [&error](bool ok) {
+  bool Check(bool ok) {
     if (!ok && error == 0) error = errno ? errno : EIO;
     return ok && error == 0;
-  };
-  auto write_all = [fd](const void* p, size_t n) {
+  }
+  bool WriteAll(const void* p, size_t n) {
     const auto* c = static_cast<const char*>(p);
     while (n > 0) {
       const ssize_t w = write(fd, c, n);
@@ -684,26 +658,116 @@ Status WriteRawTensors(const std::string& path,
       n -= static_cast<size_t>(w);
     }
     return true;
-  };
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) {
-    len[i] = static_cast<unsigned char>(text.size() >> (8 * i));
   }
-  check(write_all(len, 8) && write_all(text.data(), text.size()));
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    check(write_all(tensors[i].data, sizes[i]));
-  }
-  check(fsync(fd) == 0);
-  check(close(fd) == 0);
-  if (!check(error == 0 && std::rename(tmp.c_str(), path.c_str()) == 0)) {
-    unlink(tmp.c_str());
+  Status Failed() const {
     return IoError("cannot write " + Quoted(path) + ": " +
                    std::strerror(error));
   }
-  return {};
+};
+
+SafetensorsWriter::SafetensorsWriter(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+SafetensorsWriter::SafetensorsWriter(SafetensorsWriter&&) noexcept = default;
+SafetensorsWriter& SafetensorsWriter::operator=(SafetensorsWriter&&) noexcept =
+    default;
+SafetensorsWriter::~SafetensorsWriter() = default;
+
+namespace {
+
+// The header of `tensors`, laid out one after another; their total bytes
+// into `size`.
+Result<std::string> HeaderOf(const std::vector<TensorSpec>& tensors,
+                             const std::map<std::string, std::string>& metadata,
+                             uint64_t* size) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const TensorSpec& t : tensors) {
+    const std::string tensor = "tensor " + Quoted(t.name);
+    if (t.name.empty() || t.name == "__metadata__" || header.contains(t.name)) {
+      return InvalidArgument(tensor +
+                             " cannot be written: want a unique, "
+                             "non-empty name other than __metadata__");
+    }
+    uint64_t bytes = DTypeSize(t.dtype);
+    if (bytes == 0) {
+      return InvalidArgument(tensor + " has dtype " + Quoted(t.dtype) +
+                             ", want one of safetensors' dtypes");
+    }
+    for (int64_t dim : t.shape) {
+      const auto n = static_cast<uint64_t>(dim);
+      if (dim < 0 || (n != 0 && bytes > (uint64_t{1} << 60) / n)) {
+        return InvalidArgument(tensor + " has shape " + ShapeString(t.shape) +
+                               ", want non-negative sizes of sane product");
+      }
+      bytes *= n;
+    }
+    header[t.name] = {{"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  *size = offset;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // 8-aligned data section
+  return text;
 }
 
 }  // namespace
+
+Result<SafetensorsWriter> SafetensorsWriter::Create(
+    const std::string& path, const std::vector<TensorSpec>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  ATTN_ASSIGN_OR_RETURN(const std::string header,
+                        HeaderOf(tensors, metadata, &impl->size));
+  impl->fd = CreateBeside(path, &impl->tmp);
+  if (impl->fd < 0) {
+    impl->tmp.clear();
+    return IoError("cannot create a temporary file beside " + Quoted(path) +
+                   ": " + std::strerror(errno));
+  }
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) {
+    len[i] = static_cast<unsigned char>(header.size() >> (8 * i));
+  }
+  if (!impl->Check(impl->WriteAll(len, 8) &&
+                   impl->WriteAll(header.data(), header.size()))) {
+    return impl->Failed();
+  }
+  return SafetensorsWriter(std::move(impl));
+}
+
+Status SafetensorsWriter::Append(const void* data, size_t size) {
+  Impl& w = *impl_;
+  if (size > w.size - w.written) {
+    return InvalidArgument(
+        "writing " + Quoted(w.path) + ": " + std::to_string(w.written + size) +
+        " bytes of tensor data, want " + std::to_string(w.size));
+  }
+  if (!w.Check(w.WriteAll(data, size))) return w.Failed();
+  w.written += size;
+  return {};
+}
+
+Status SafetensorsWriter::Finish() {
+  Impl& w = *impl_;
+  if (w.written != w.size) {
+    return InvalidArgument(
+        "writing " + Quoted(w.path) + ": " + std::to_string(w.written) +
+        " bytes of tensor data, want " + std::to_string(w.size));
+  }
+  w.Check(fsync(w.fd) == 0);
+  w.Check(close(w.fd) == 0);
+  w.fd = -1;
+  if (!w.Check(w.error == 0 &&
+               std::rename(w.tmp.c_str(), w.path.c_str()) == 0)) {
+    return w.Failed();
+  }
+  w.tmp.clear();
+  return {};
+}
 
 Status WriteSafetensors(const std::string& path,
                         const std::vector<F32Tensor>& tensors,
@@ -715,14 +779,31 @@ Status WriteSafetensors(const std::string& path,
                         const std::vector<F32Tensor>& f32_tensors,
                         const std::vector<I64Tensor>& i64_tensors,
                         const std::map<std::string, std::string>& metadata) {
-  std::vector<RawTensor> tensors;
+  std::vector<TensorSpec> specs;
+  std::vector<std::pair<const void*, size_t>> data;
+  auto add = [&](const std::string& name, const std::vector<int64_t>& shape,
+                 const void* values, const char* dtype, size_t element_size) {
+    specs.push_back({name, dtype, shape});
+    uint64_t count = 1;  // checked against overflow by Create
+    for (int64_t dim : shape) count *= static_cast<uint64_t>(dim);
+    data.emplace_back(values, count * element_size);
+  };
   for (const F32Tensor& t : f32_tensors) {
-    tensors.push_back({t.name, t.shape, t.data, "F32", sizeof(float)});
+    add(t.name, t.shape, t.data, "F32", sizeof(float));
   }
   for (const I64Tensor& t : i64_tensors) {
-    tensors.push_back({t.name, t.shape, t.data, "I64", sizeof(int64_t)});
+    add(t.name, t.shape, t.data, "I64", sizeof(int64_t));
   }
-  return WriteRawTensors(path, tensors, metadata);
+  ATTN_ASSIGN_OR_RETURN(SafetensorsWriter writer,
+                        SafetensorsWriter::Create(path, specs, metadata));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (data[i].second != 0 && data[i].first == nullptr) {
+      return InvalidArgument("tensor " + Quoted(specs[i].name) +
+                             " has no data");
+    }
+    ATTN_RETURN_IF_ERROR(writer.Append(data[i].first, data[i].second));
+  }
+  return writer.Finish();
 }
 
 }  // namespace attn

@@ -182,4 +182,14 @@ Result<std::vector<float>> WeightFiles::ReadF32(const std::string& name) const {
   return shards_[at->second.shard]->ReadF32(name);
 }
 
+Status WeightFiles::ReadBytes(const std::string& name, uint64_t offset,
+                              size_t size, void* out) const {
+  const auto at = by_name_.find(name);
+  if (at == by_name_.end()) {
+    return InvalidArgument("tensor " + Quoted(name) + " is not in " +
+                           Quoted(path_));
+  }
+  return shards_[at->second.shard]->ReadBytes(name, offset, size, out);
+}
+
 }  // namespace attn

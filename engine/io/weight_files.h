@@ -46,6 +46,9 @@ class WeightFiles {
   const SafetensorsFile& first() const { return *shards_.front(); }
   // As SafetensorsFile::ReadF32, from the shard holding `name`.
   Result<std::vector<float>> ReadF32(const std::string& name) const;
+  // As SafetensorsFile::ReadBytes, from the shard holding `name`.
+  Status ReadBytes(const std::string& name, uint64_t offset, size_t size,
+                   void* out) const;
 
  private:
   struct Entry {

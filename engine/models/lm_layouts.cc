@@ -18,6 +18,7 @@
 #include "attn/safetensors.hpp"
 #include "engine/io/json_limits.h"
 #include "engine/io/model_config.h"
+#include "engine/io/quantized_tensors.h"
 #include "engine/io/weight_files.h"
 #include "engine/models/families/hf_config.h"
 #include "engine/models/lm_family.h"
@@ -33,6 +34,8 @@ struct FileLayout {
   std::string prefix;
   // Which roles the model has, the same in every layer (ReadRoles).
   std::array<bool, kNumRoles> has{};
+  // A quantized file's linears' type.
+  std::optional<kernels::QuantType> quant;
 
   // The file's name for `role` in `layer`; empty when the layout has none.
   std::string Name(Role role, int64_t layer) const {
@@ -44,6 +47,8 @@ struct FileLayout {
     }
     return role == Role::kHead ? name : prefix + name;
   }
+  // Whether the file holds `role` as a quantized matrix.
+  bool Quantized(Role role) const { return quant && IsLinearWeight(role); }
   // The file's name for buffer `pattern` of the layout, "{i}" kept.
   std::string BufferName(const char* pattern) const { return prefix + pattern; }
   // What every block's names start with, e.g. "trf_blocks.".
@@ -64,7 +69,7 @@ FileLayout FindLayout(const WeightFiles& file, const std::string& model_type) {
     for (const char* prefix : family->prefixes) {
       if (!prefix || !file.Find(prefix + std::string(embedding))) continue;
       if (!family->recognises || family->recognises(file, prefix)) {
-        return {family, prefix};
+        return {family, prefix, {}, {}};
       }
     }
   }
@@ -153,14 +158,31 @@ std::optional<int64_t> MatchLayer(const std::string& pattern,
   return decimal ? std::optional<int64_t>(std::stoll(digits)) : std::nullopt;
 }
 
+// A quantized matrix's shape as `role` sees it: [out, in] whatever the
+// family's form (attn quantize writes every matrix so), a third of the rows
+// of GPT-2's c_attn; empty when its tensors do not make one.
+std::vector<int64_t> QuantizedRoleShape(const WeightFiles& file,
+                                        const FileLayout& layout, Role role,
+                                        const std::string& name) {
+  Result<std::vector<int64_t>> shape =
+      QuantizedShape(file, name, *layout.quant);
+  if (!shape.ok()) return {};
+  const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
+  if (t.form == Form::kThird) (*shape)[0] /= 3;
+  return *shape;
+}
+
 // The shape of the file's tensor for `role` in `layer` as the role sees it
 // (nn.Linear's [out, in], or [n]); empty when absent.
 std::vector<int64_t> RoleShape(const WeightFiles& file,
                                const FileLayout& layout, Role role,
                                int64_t layer) {
-  const TensorInfo* info = file.Find(layout.Name(role, layer));
+  const std::string name = layout.Name(role, layer);
+  const TensorInfo* info = file.Find(name);
   if (!info || info->shape.empty()) return {};
   const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
+  if (layout.Quantized(role))
+    return QuantizedRoleShape(file, layout, role, name);
   std::vector<int64_t> shape = info->shape;
   if ((t.form == Form::kTransposed || t.form == Form::kThird) &&
       shape.size() == 2) {
@@ -182,6 +204,28 @@ Status Missing(const WeightFiles& file, const FileLayout& layout,
                          layout.family->name + ")");
 }
 
+// Role `role`'s quantized [rows, cols] in `layer` as blocks: the tensor's
+// rows, or its part's (GPT-2's c_attn: q, k, v stacked).
+Result<AlignedBuffer> FetchBlocks(const WeightFiles& file,
+                                  const FileLayout& layout, Role role,
+                                  int64_t layer, int64_t rows, int64_t cols) {
+  const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
+  const std::string name = layout.Name(role, layer);
+  if (!file.Find(name)) return Missing(file, layout, name);
+  const int64_t parts = t.form == Form::kThird ? 3 : 1;
+  ATTN_ASSIGN_OR_RETURN(const std::vector<int64_t> shape,
+                        QuantizedShape(file, name, *layout.quant));
+  const std::vector<int64_t> want = {parts * rows, cols};
+  if (shape != want) {
+    return InvalidArgument("tensor " + Quoted(name) + " in " +
+                           Quoted(file.FileOf(name)) + " holds a " +
+                           kernels::QuantName(*layout.quant) + " matrix " +
+                           ShapeString(shape) + ", want " + ShapeString(want));
+  }
+  const int64_t first = t.form == Form::kThird ? t.part * rows : 0;
+  return ReadQuantizedRows(file, name, *layout.quant, first, rows, cols);
+}
+
 WeightSource FileWeights(std::shared_ptr<const WeightFiles> file,
                          FileLayout layout) {
   WeightSource source;
@@ -191,6 +235,13 @@ WeightSource FileWeights(std::shared_ptr<const WeightFiles> file,
   source.shape = [file, layout](Role role, int64_t layer) {
     return RoleShape(*file, layout, role, layer);
   };
+  if (layout.quant) {
+    source.quant = layout.quant;
+    source.fetch_blocks = [file, layout](Role role, int64_t layer, int64_t rows,
+                                         int64_t cols) {
+      return FetchBlocks(*file, layout, role, layer, rows, cols);
+    };
+  }
   // c_attn's q, k and v are read once: the last such tensor is kept.
   auto last = std::make_shared<std::pair<std::string, std::vector<float>>>();
   source.fetch = [file, layout, last](
@@ -200,6 +251,11 @@ WeightSource FileWeights(std::shared_ptr<const WeightFiles> file,
     const std::string name = layout.Name(role, layer);
     const TensorInfo* info = file->Find(name);
     if (!info) return Missing(*file, layout, name);
+    if (layout.Quantized(role)) {  // the engine reads it with fetch_blocks
+      return InvalidArgument("tensor " + Quoted(name) + " holds " +
+                             kernels::QuantName(*layout.quant) +
+                             " blocks, not values");
+    }
     std::vector<int64_t> want = FileShape(t, rows, cols);
     // A position table may be longer than the context used.
     if (role == Role::kPosEmb && info->shape.size() == 2 &&
@@ -260,6 +316,28 @@ std::string SomeNames(const WeightFiles& file) {
     names += (names.empty() ? "" : ", ") + Quoted(t->name);
   }
   return names.empty() ? "no tensors" : names;
+}
+
+// Tensors of a role in a model of `layers` blocks: one per block, or one.
+int64_t TensorsOf(const TensorName& t, int64_t layers) {
+  return std::string(t.name).find("{i}") != std::string::npos ? layers : 1;
+}
+
+// A quantized file's linears are each a whole matrix (QuantizedShape).
+Status CheckQuantized(const WeightFiles& file, const FileLayout& layout) {
+  if (!layout.quant) return {};
+  ATTN_ASSIGN_OR_RETURN(const int64_t layers, CountLayers(file, layout));
+  for (size_t r = 0; r < kNumRoles; ++r) {
+    const auto role = static_cast<Role>(r);
+    const TensorName& t = layout.family->tensors[r];
+    if (!t.name || !IsLinearWeight(role)) continue;
+    for (int64_t i = 0; i < TensorsOf(t, layers); ++i) {
+      const std::string name = layout.Name(role, i);
+      if (!file.Find(name)) continue;  // ReadRoles tells what is missing
+      ATTN_RETURN_IF_ERROR(QuantizedShape(file, name, *layout.quant).status());
+    }
+  }
+  return {};
 }
 
 // The sizes the tensors give: vocabulary, widths, layers, biases, head.
@@ -324,11 +402,6 @@ bool Optional(LmArchitecture architecture, Role role) {
   }
 }
 
-// Tensors of a role in a model of `layers` blocks: one per block, or one.
-int64_t TensorsOf(const TensorName& t, int64_t layers) {
-  return std::string(t.name).find("{i}") != std::string::npos ? layers : 1;
-}
-
 // Which roles the model has, once for all its layers: every required one,
 // each of whose tensors the file must hold, and an optional one when any
 // layer holds it (q, k and v biases together), so that a layer without it
@@ -379,7 +452,9 @@ Status CheckNoStrayTensors(const WeightFiles& file, const FileLayout& layout,
     if (!layout.has[r]) continue;
     const TensorName& t = layout.family->tensors[r];
     for (int64_t i = 0; i < TensorsOf(t, layers); ++i) {
-      read.insert(layout.Name(static_cast<Role>(r), i));
+      const std::string name = layout.Name(static_cast<Role>(r), i);
+      read.insert(name);
+      if (layout.Quantized(static_cast<Role>(r))) read.insert(ScaleName(name));
     }
   }
   for (const TensorInfo* t : file.tensors()) {
@@ -491,13 +566,21 @@ Status ResolveDims(const WeightFiles& file, const FileLayout& layout,
 }
 
 // The dtype and count of the file's weights (buffers left out).
+// A quantized file's: its type, and each matrix's weights (its quants'
+// elements, two a byte in q4_0; its scales none).
 void CountStored(const WeightFiles& file, const FileLayout& layout,
                  LmConfig& c) {
+  std::set<std::string> scales;
+  if (layout.quant) c.file_dtype = kernels::QuantName(*layout.quant);
   for (const TensorInfo* t : file.tensors()) {
-    if (IsBuffer(layout, t->name)) continue;
+    if (IsBuffer(layout, t->name) || scales.count(t->name)) continue;
+    const bool quantized = layout.quant && file.Find(ScaleName(t->name));
+    if (quantized) scales.insert(ScaleName(t->name));
     if (c.file_dtype.empty()) c.file_dtype = t->dtype;
-    if (c.file_dtype != t->dtype) c.file_dtype = "mixed";
-    c.file_parameters += static_cast<int64_t>(t->num_elements);
+    if (c.file_dtype != t->dtype && !layout.quant) c.file_dtype = "mixed";
+    const int64_t per_element =
+        quantized && layout.quant == kernels::QuantType::kQ4_0 ? 2 : 1;
+    c.file_parameters += static_cast<int64_t>(t->num_elements) * per_element;
   }
 }
 
@@ -557,7 +640,7 @@ std::optional<std::pair<Role, int64_t>> BookRole(LmArchitecture architecture,
 }
 
 std::string BookName(LmArchitecture architecture, Role role, int64_t layer) {
-  return FileLayout{&BookLayout(architecture), ""}.Name(role, layer);
+  return FileLayout{&BookLayout(architecture), "", {}, {}}.Name(role, layer);
 }
 
 const Family& FamilyOf(const LmConfig& config) {
@@ -595,10 +678,12 @@ Result<FileModel> OpenModelFile(const std::string& path,
     return InvalidArgument("unknown model layout in " + Quoted(path) +
                            ": found " + SomeNames(*file) + "; want " + wanted);
   }
+  ATTN_ASSIGN_OR_RETURN(layout.quant, ReadQuantization(*file));
   FileModel model;
   LmConfig& c = model.config;
   c.layout = layout.family->name;
   c.architecture = layout.family->architecture;
+  ATTN_RETURN_IF_ERROR(CheckQuantized(*file, layout));
   ATTN_RETURN_IF_ERROR(ReadSizes(*file, layout, c));
   ATTN_RETURN_IF_ERROR(ReadRoles(*file, layout, c));
   ATTN_RETURN_IF_ERROR(CheckNoStrayTensors(*file, layout, c.num_layers));
@@ -617,7 +702,11 @@ Result<FileModel> OpenModelFile(const std::string& path,
                : hf.norm_eps    ? hf.norm_eps
                                 : 1e-5;
   CountStored(*file, layout, c);
-  model.weights = FileWeights(std::move(file), layout);
+  model.weights = FileWeights(file, layout);
+  model.files = std::move(file);
+  model.name = [layout](Role role, int64_t layer) {
+    return layout.Name(role, layer);
+  };
   return model;
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/lm.hpp"
+#include "engine/io/json_limits.h"
 #include "engine/io/model_config.h"
 #include "engine/models/mha_model.h"
 #include "engine/models/model_access.h"
@@ -29,9 +31,29 @@
 namespace attn {
 namespace lm {
 
+bool IsLinearWeight(Role role) {
+  switch (role) {
+    case Role::kQuery:
+    case Role::kKey:
+    case Role::kValue:
+    case Role::kQkv:
+    case Role::kOut:
+    case Role::kUp:
+    case Role::kGate:
+    case Role::kGateUp:
+    case Role::kDown:
+    case Role::kHead:
+      return true;
+    default:
+      return false;
+  }
+}
+
 namespace {
 
 std::string Str(int64_t v) { return std::to_string(v); }
+
+}  // namespace
 
 Status CheckSizes(const LmConfig& c) {
   const std::pair<const char*, int64_t> sizes[] = {
@@ -92,6 +114,8 @@ Status CheckQuantizable(const LmConfig& c, DType dtype) {
   }
   return {};
 }
+
+namespace {
 
 // Bytes the model holds, about (panels pad each matrix to whole panels).
 // fp32: the linears' weights, packed copies and panels (a tied head's
@@ -162,6 +186,22 @@ Result<ops::Weight> HoldWeight(std::vector<float> values, int64_t out,
   return ops::Weight::Hold(std::move(values), out, in, ops::ToDataType(dtype));
 }
 
+// `role`'s weight [out, in] in `layer`, held as `dtype` says: a quantized
+// source's blocks as they are, other values as HoldWeight holds them.
+Result<ops::Weight> ReadWeight(const WeightSource& w, Role role, int64_t layer,
+                               int64_t out, int64_t in, DType dtype,
+                               int num_threads) {
+  if (w.quant) {
+    ATTN_ASSIGN_OR_RETURN(const AlignedBuffer blocks,
+                          w.fetch_blocks(role, layer, out, in));
+    return ops::Weight::FromBlocks(blocks.data(), out, in, *w.quant,
+                                   num_threads, "a linear");
+  }
+  ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
+                        w.fetch(role, layer, out, in));
+  return HoldWeight(std::move(values), out, in, dtype, num_threads, "a linear");
+}
+
 // `bias`: the role of its bias, used when the source has it.
 Result<ops::Linear> MakeLinear(const WeightSource& w, Role weight,
                                std::optional<Role> bias, int64_t layer,
@@ -174,11 +214,8 @@ Result<ops::Linear> MakeLinear(const WeightSource& w, Role weight,
     ATTN_ASSIGN_OR_RETURN(b, ops::Weight::Hold(std::move(values), out, 1,
                                                kernels::DataType::kF32));
   }
-  ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
-                        w.fetch(weight, layer, out, in));
-  ATTN_ASSIGN_OR_RETURN(
-      ops::Weight held,
-      HoldWeight(std::move(values), out, in, dtype, num_threads, "a linear"));
+  ATTN_ASSIGN_OR_RETURN(ops::Weight held, ReadWeight(w, weight, layer, out, in,
+                                                     dtype, num_threads));
   return HoldLinear(std::move(held), std::move(b), num_threads);
 }
 
@@ -209,11 +246,40 @@ struct AttentionTensors {
   std::vector<float> qkv, q, k, v, qb, kb, vb, out, out_bias;
 };
 
-// q, k and v (q_rows, kv and kv rows of `in`) and their biases: three
-// tensors, or Phi-3's one, which `mw` then points into as it is.
-Status ReadProjections(const WeightSource& w, int64_t l, bool bias,
-                       int64_t q_rows, int64_t kv, int64_t in,
-                       AttentionTensors& t, MhaWeights& mw) {
+// A quantized source's projections: [q; k; v] (one tensor, or three
+// stacked: a row's blocks are contiguous) and out_proj, as blocks.
+struct AttentionBlocks {
+  AlignedBuffer qkv, out;
+};
+
+Status ReadProjectionBlocks(const WeightSource& w, int64_t l, int64_t q_rows,
+                            int64_t kv, int64_t in, AttentionBlocks& b) {
+  if (w.has(Role::kQkv, l)) {
+    ATTN_ASSIGN_OR_RETURN(b.qkv,
+                          w.fetch_blocks(Role::kQkv, l, q_rows + 2 * kv, in));
+  } else {
+    const size_t row_bytes = static_cast<size_t>(in) / kernels::kQuantBlock *
+                             kernels::QuantBlockBytes(*w.quant);
+    ATTN_ASSIGN_OR_RETURN(
+        b.qkv, AlignedBuffer::Allocate(row_bytes * size_t(q_rows + 2 * kv)));
+    auto* at = static_cast<char*>(b.qkv.data());
+    for (const auto& [role, rows] : {std::pair{Role::kQuery, q_rows},
+                                     {Role::kKey, kv},
+                                     {Role::kValue, kv}}) {
+      ATTN_ASSIGN_OR_RETURN(const AlignedBuffer part,
+                            w.fetch_blocks(role, l, rows, in));
+      std::memcpy(at, part.data(), part.size());
+      at += part.size();
+    }
+  }
+  return {};
+}
+
+// q, k and v (q_rows, kv and kv rows of `in`): three tensors, or Phi-3's
+// one, which `mw` then points into as it is.
+Status ReadProjections(const WeightSource& w, int64_t l, int64_t q_rows,
+                       int64_t kv, int64_t in, AttentionTensors& t,
+                       MhaWeights& mw) {
   if (w.has(Role::kQkv, l)) {
     ATTN_ASSIGN_OR_RETURN(t.qkv, w.fetch(Role::kQkv, l, q_rows + 2 * kv, in));
     mw.w_query = t.qkv.data();
@@ -227,6 +293,12 @@ Status ReadProjections(const WeightSource& w, int64_t l, bool bias,
     mw.w_key = t.k.data();
     mw.w_value = t.v.data();
   }
+  return {};
+}
+
+// The q, k and v biases, with `bias`.
+Status ReadBiases(const WeightSource& w, int64_t l, bool bias, int64_t q_rows,
+                  int64_t kv, AttentionTensors& t, MhaWeights& mw) {
   if (bias) {
     ATTN_ASSIGN_OR_RETURN(t.qb, w.fetch(Role::kQueryBias, l, q_rows, 0));
     ATTN_ASSIGN_OR_RETURN(t.kb, w.fetch(Role::kKeyBias, l, kv, 0));
@@ -255,13 +327,25 @@ Result<std::shared_ptr<const MhaModel>> MakeAttention(
   mc.sliding_window = c.sliding_window;
   AttentionTensors t;
   MhaWeights mw;
-  ATTN_RETURN_IF_ERROR(ReadProjections(w, l, c.qkv_bias, q_rows, kv, e, t, mw));
-  ATTN_ASSIGN_OR_RETURN(t.out, w.fetch(Role::kOut, l, e, q_rows));
-  mw.w_out = t.out.data();
   if (w.has(Role::kOutBias, l)) {
     ATTN_ASSIGN_OR_RETURN(t.out_bias, w.fetch(Role::kOutBias, l, e, 0));
     mw.b_out = t.out_bias.data();
   }
+  if (w.quant) {
+    ATTN_RETURN_IF_ERROR(ReadBiases(w, l, c.qkv_bias, q_rows, kv, t, mw));
+    AttentionBlocks b;
+    ATTN_RETURN_IF_ERROR(ReadProjectionBlocks(w, l, q_rows, kv, e, b));
+    ATTN_ASSIGN_OR_RETURN(b.out, w.fetch_blocks(Role::kOut, l, e, q_rows));
+    return ModelAccess::CreateQuantizedMha(
+        mc,
+        {*w.quant, b.qkv.data(), b.out.data(), mw.b_query, mw.b_key, mw.b_value,
+         mw.b_out},
+        options);
+  }
+  ATTN_RETURN_IF_ERROR(ReadProjections(w, l, q_rows, kv, e, t, mw));
+  ATTN_RETURN_IF_ERROR(ReadBiases(w, l, c.qkv_bias, q_rows, kv, t, mw));
+  ATTN_ASSIGN_OR_RETURN(t.out, w.fetch(Role::kOut, l, e, q_rows));
+  mw.w_out = t.out.data();
   return MhaModel::Create(mc, mw, options);
 }
 
@@ -337,6 +421,24 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
   return BuildProgram(m);
 }
 
+// The options a file loads with: a quantized file runs in its own type,
+// which the default dtype (f32) stands for.
+Result<LmOptions> OptionsFor(const FileModel& file, const std::string& path,
+                             LmOptions options) {
+  const std::optional<kernels::QuantType> quant = file.weights.quant;
+  if (!quant) return options;
+  const DType own =
+      *quant == kernels::QuantType::kQ8_0 ? DType::kQ8_0 : DType::kQ4_0;
+  if (options.dtype != DType::kF32 && options.dtype != own) {
+    return InvalidArgument(Quoted(path) + " holds " + DTypeName(own) +
+                           " weights, which run as they are: dtype is " +
+                           DTypeName(options.dtype) + ", want " +
+                           DTypeName(own) + " or the default");
+  }
+  options.dtype = own;
+  return options;
+}
+
 // GPT-2's initialisation scale: weights uniform in +-1/sqrt(in) (nn.Linear's
 // bound), embeddings +-0.1, norms 1 and biases, shifts 0.
 WeightSource RandomWeights(const LmConfig& c, uint64_t seed) {
@@ -404,8 +506,10 @@ Result<std::shared_ptr<const LanguageModel>> LanguageModel::Load(
     const std::string& path, const LmOptions& options) {
   ATTN_ASSIGN_OR_RETURN(const lm::FileModel file,
                         lm::OpenModelFile(path, options));
+  ATTN_ASSIGN_OR_RETURN(const LmOptions resolved,
+                        lm::OptionsFor(file, path, options));
   auto impl = std::make_unique<Impl>();
-  ATTN_RETURN_IF_ERROR(lm::Build(file.config, file.weights, options, *impl));
+  ATTN_RETURN_IF_ERROR(lm::Build(file.config, file.weights, resolved, *impl));
   return std::shared_ptr<const LanguageModel>(
       new LanguageModel(std::move(impl)));
 }
@@ -439,6 +543,7 @@ bool LanguageModel::IsLanguageModelFile(const std::string& path,
 }
 
 const LmConfig& LanguageModel::config() const { return impl_->config; }
+DType LanguageModel::dtype() const { return impl_->dtype; }
 int LanguageModel::num_threads() const { return impl_->num_threads; }
 
 uint64_t LanguageModel::memory_bytes() const {

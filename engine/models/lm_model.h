@@ -77,13 +77,25 @@ struct WeightSource {
       fetch;
   std::function<bool(Role, int64_t)> has;
   std::function<std::vector<int64_t>(Role, int64_t)> shape;
+  // A quantized file's (attn quantize): every linear's weight is `quant`'s
+  // blocks, which `fetch_blocks` gives in llama.cpp's row layout, [rows,
+  // cols / 32] blocks, as stored; `fetch` then serves the rest.
+  std::optional<kernels::QuantType> quant;
+  std::function<Result<AlignedBuffer>(Role, int64_t, int64_t, int64_t)>
+      fetch_blocks;
 };
+
+// Whether `role` is a linear's weight: what a quantized model quantizes.
+bool IsLinearWeight(Role role);
 
 // A file's configuration (its layout, hyper-parameters and sizes, with
 // `options` applied) and its weights under the book's names.
 struct FileModel {
   LmConfig config;
   WeightSource weights;  // reads the file, which it keeps open
+  std::shared_ptr<const WeightFiles> files;
+  // The file's name of `role` in `layer`; empty when the layout has none.
+  std::function<std::string(Role, int64_t)> name;
 };
 
 // Tells the file's layout by its tensor names and reads its configuration
@@ -121,6 +133,12 @@ struct ModelData {
   BoundProgram bound;
   std::vector<int64_t> mha_layer;
 };
+
+// The sizes a model may have: each within the engine's limits, the heads
+// dividing the width; errors name the field.
+Status CheckSizes(const LmConfig& c);
+// Quantized dtypes take linears whose inputs are whole blocks.
+Status CheckQuantizable(const LmConfig& c, DType dtype);
 
 // Builds m's program from its family and binds it to m's weights, which
 // must be in place (lm_program.cc).

@@ -143,9 +143,37 @@ Status CheckDTypes(const MhaConfig& c, const MhaOptions& options) {
   return {};
 }
 
+// Copies the biases of `w` into m's: [b_query; b_key; b_value] with
+// qkv_bias, and out_proj's (zeros when absent: x + 0 == x, so the biased
+// path's kernels and results serve Llama too).
+void CopyBiases(const float* b_query, const float* b_key, const float* b_value,
+                const float* b_out, MhaModelData& m) {
+  const MhaConfig& c = m.config;
+  const auto out = static_cast<size_t>(c.d_out);
+  const auto kv = static_cast<size_t>(KvDim(c));
+  const auto proj = static_cast<size_t>(OutDim(c));
+  if (c.qkv_bias) {
+    m.b_qkv.resize(out + 2 * kv);
+    float* b = m.b_qkv.data();
+    std::memcpy(b, b_query, out * sizeof(float));
+    std::memcpy(b + out, b_key, kv * sizeof(float));
+    std::memcpy(b + out + kv, b_value, kv * sizeof(float));
+  }
+  if (b_out) {
+    m.b_out.assign(b_out, b_out + proj);
+  } else {
+    m.b_out.assign(proj, 0.0f);
+  }
+}
+
+Status OutOfMemoryForWeights(const MhaConfig& c) {
+  return OutOfMemory("cannot allocate the weights (d_in " +
+                     std::to_string(c.d_in) + ", d_out " +
+                     std::to_string(c.d_out) + ")");
+}
+
 // Copies `w` into m's fp32 weights: [W_query; W_key; W_value], each [rows,
-// d_in], their biases likewise, out_proj and its bias (zeros when absent:
-// x + 0 == x, so the biased path's kernels and results serve Llama too).
+// d_in], out_proj, and their biases.
 Status CopyWeights(const MhaWeights& w, MhaModelData& m) {
   const MhaConfig& c = m.config;
   const auto in = static_cast<size_t>(c.d_in);
@@ -158,33 +186,19 @@ Status CopyWeights(const MhaWeights& w, MhaModelData& m) {
     std::memcpy(rows, w.w_query, out * in * sizeof(float));
     std::memcpy(rows + out * in, w.w_key, kv * in * sizeof(float));
     std::memcpy(rows + (out + kv) * in, w.w_value, kv * in * sizeof(float));
-    if (c.qkv_bias) {
-      m.b_qkv.resize(out + 2 * kv);
-      float* b = m.b_qkv.data();
-      std::memcpy(b, w.b_query, out * sizeof(float));
-      std::memcpy(b + out, w.b_key, kv * sizeof(float));
-      std::memcpy(b + out + kv, w.b_value, kv * sizeof(float));
-    }
     m.w_out.assign(w.w_out, w.w_out + proj * out);
-    if (w.b_out) {
-      m.b_out.assign(w.b_out, w.b_out + proj);
-    } else {
-      m.b_out.assign(proj, 0.0f);
-    }
+    CopyBiases(w.b_query, w.b_key, w.b_value, w.b_out, m);
   } catch (const std::bad_alloc&) {
-    return OutOfMemory("cannot allocate the weights (d_in " +
-                       std::to_string(c.d_in) + ", d_out " +
-                       std::to_string(c.d_out) + ")");
+    return OutOfMemoryForWeights(c);
   }
   return {};
 }
 
-}  // namespace
-
-Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
-    const MhaConfig& config, const MhaWeights& w, const MhaOptions& options) {
-  auto impl = std::make_unique<Impl>();
-  MhaConfig& c = impl->config;
+// `m` for `config` with `options` applied and checked, weights not yet
+// held.
+Status InitModel(const MhaConfig& config, const MhaOptions& options,
+                 MhaModelData& m) {
+  MhaConfig& c = m.config;
   c = config;
   if (options.num_heads != 0) c.num_heads = options.num_heads;
   if (options.context_length != 0) c.context_length = options.context_length;
@@ -194,11 +208,22 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
   ATTN_RETURN_IF_ERROR(CheckDims(c));
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
   ATTN_RETURN_IF_ERROR(CheckAttentionVariant(c));
-  ATTN_RETURN_IF_ERROR(CheckWeightsGiven(c, w));
   ATTN_RETURN_IF_ERROR(CheckDTypes(c, options));
-  impl->dtype = options.dtype;
-  ATTN_ASSIGN_OR_RETURN(impl->num_threads, ResolveNumThreads(options));
-  impl->max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
+  m.dtype = options.dtype;
+  m.step_weights = options.step_weights;
+  ATTN_ASSIGN_OR_RETURN(m.num_threads, ResolveNumThreads(options));
+  m.max_memory_bytes = ResolveMaxMemory(options.max_memory_bytes);
+  return {};
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
+    const MhaConfig& config, const MhaWeights& w, const MhaOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  ATTN_RETURN_IF_ERROR(InitModel(config, options, *impl));
+  const MhaConfig& c = impl->config;
+  ATTN_RETURN_IF_ERROR(CheckWeightsGiven(c, w));
   ATTN_RETURN_IF_ERROR(CheckMemory("the model's weights", WeightBytes(c),
                                    impl->max_memory_bytes));
   ATTN_RETURN_IF_ERROR(CopyWeights(w, *impl));
@@ -206,7 +231,6 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
     ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_qkv).status());
     ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_out).status());
   }
-  impl->step_weights = options.step_weights;
   ATTN_RETURN_IF_ERROR(MakeMhaLinears(*impl, options.sessions, options.decode));
   return std::shared_ptr<const MhaModel>(new MhaModel(std::move(impl)));
 }
@@ -394,28 +418,20 @@ Result<uint64_t> LayoutBytes(int64_t rows, int64_t in, bool bias,
   return bytes;
 }
 
-// The attention's projections quantized (a language model's q8_0 or q4_0),
-// which only decoders read: their fp32 weights are then dropped.
-Status QuantizeMhaLinears(MhaModelData& m, kernels::QuantType quant) {
+// Bytes of the attention's projections held as `quant`'s packed blocks.
+uint64_t QuantizedBytes(const MhaConfig& c, kernels::QuantType quant) {
+  const auto in = static_cast<size_t>(c.d_in);
+  const auto out = static_cast<size_t>(c.d_out);
+  return kernels::QuantPackedBytes(quant, out + 2 * KvDim(c), in) +
+         kernels::QuantPackedBytes(quant, static_cast<size_t>(OutDim(c)), out);
+}
+
+// m.qkv and m.out over quantized weights (a language model's q8_0 or
+// q4_0), which only decoders read: the fp32 weights are then dropped.
+Status HoldQuantizedLinears(MhaModelData& m, ops::Weight qkv, ops::Weight out) {
   const MhaConfig& c = m.config;
   const int64_t qkv_rows = c.d_out + 2 * KvDim(c);
-  const uint64_t bytes =
-      kernels::QuantPackedBytes(quant, static_cast<size_t>(qkv_rows),
-                                static_cast<size_t>(c.d_in)) +
-      kernels::QuantPackedBytes(quant, static_cast<size_t>(OutDim(c)),
-                                static_cast<size_t>(c.d_out));
-  ATTN_RETURN_IF_ERROR(CheckMemory("the model's quantized weights",
-                                   AddSat(WeightBytes(c), bytes),
-                                   m.max_memory_bytes));
   const ops::LinearLayouts layouts;  // none: decoders read the blocks
-  ATTN_ASSIGN_OR_RETURN(
-      ops::Weight qkv,
-      ops::Weight::Quantize(m.w_qkv.data(), qkv_rows, c.d_in, quant,
-                            m.num_threads, "the attention's q, k and v"));
-  ATTN_ASSIGN_OR_RETURN(
-      ops::Weight out,
-      ops::Weight::Quantize(m.w_out.data(), OutDim(c), c.d_out, quant,
-                            m.num_threads, "the attention's out_proj"));
   ops::Weight qkv_bias;
   if (c.qkv_bias) qkv_bias = ops::Weight::Borrow(m.b_qkv.data(), qkv_rows, 1);
   ATTN_ASSIGN_OR_RETURN(
@@ -430,6 +446,22 @@ Status QuantizeMhaLinears(MhaModelData& m, kernels::QuantType quant) {
   std::vector<float>().swap(m.w_out);
   m.decode = true;
   return {};
+}
+
+Status QuantizeMhaLinears(MhaModelData& m, kernels::QuantType quant) {
+  const MhaConfig& c = m.config;
+  ATTN_RETURN_IF_ERROR(CheckMemory(
+      "the model's quantized weights",
+      AddSat(WeightBytes(c), QuantizedBytes(c, quant)), m.max_memory_bytes));
+  ATTN_ASSIGN_OR_RETURN(
+      ops::Weight qkv, ops::Weight::Quantize(
+                           m.w_qkv.data(), c.d_out + 2 * KvDim(c), c.d_in,
+                           quant, m.num_threads, "the attention's q, k and v"));
+  ATTN_ASSIGN_OR_RETURN(
+      ops::Weight out,
+      ops::Weight::Quantize(m.w_out.data(), OutDim(c), c.d_out, quant,
+                            m.num_threads, "the attention's out_proj"));
+  return HoldQuantizedLinears(m, std::move(qkv), std::move(out));
 }
 
 }  // namespace
@@ -465,6 +497,45 @@ Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode) {
                  m.num_threads));
   m.decode = decode;
   return {};
+}
+
+Result<std::shared_ptr<const MhaModel>> ModelAccess::CreateQuantizedMha(
+    const MhaConfig& config, const QuantizedMhaWeights& w,
+    const MhaOptions& options) {
+  auto impl = std::make_unique<MhaModel::Impl>();
+  ATTN_RETURN_IF_ERROR(InitModel(config, options, *impl));
+  const MhaConfig& c = impl->config;
+  if (ops::QuantTypeOf(options.step_weights) != w.quant) {
+    return InvalidArgument(
+        std::string("MhaOptions::step_weights must be the projections' ") +
+        kernels::QuantName(w.quant));
+  }
+  if ((w.b_query != nullptr) != c.qkv_bias) {
+    return InvalidArgument("qkv_bias and the q/k/v biases given disagree");
+  }
+  const auto floats = static_cast<uint64_t>(
+      (c.qkv_bias ? c.d_out + 2 * KvDim(c) : 0) + OutDim(c));
+  ATTN_RETURN_IF_ERROR(CheckMemory(
+      "the model's quantized weights",
+      AddSat(MulSat(floats, sizeof(float)), QuantizedBytes(c, w.quant)),
+      impl->max_memory_bytes));
+  try {
+    CopyBiases(w.b_query, w.b_key, w.b_value, w.b_out, *impl);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemoryForWeights(c);
+  }
+  const ThreadScope threads(impl->num_threads);
+  ATTN_ASSIGN_OR_RETURN(
+      ops::Weight qkv,
+      ops::Weight::FromBlocks(w.qkv, c.d_out + 2 * KvDim(c), c.d_in, w.quant,
+                              impl->num_threads, "the attention's q, k and v"));
+  ATTN_ASSIGN_OR_RETURN(
+      ops::Weight out,
+      ops::Weight::FromBlocks(w.out, OutDim(c), c.d_out, w.quant,
+                              impl->num_threads, "the attention's out_proj"));
+  ATTN_RETURN_IF_ERROR(
+      HoldQuantizedLinears(*impl, std::move(qkv), std::move(out)));
+  return std::shared_ptr<const MhaModel>(new MhaModel(std::move(impl)));
 }
 
 uint64_t MhaModelBytes(const MhaModelData& m) {

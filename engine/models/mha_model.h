@@ -60,6 +60,19 @@ uint64_t WeightBytes(const MhaConfig& c);
 // Makes `m.qkv` and `m.out` with the layouts sessions (with `sessions`) and
 // decoders (with `decode`) read, with the model's weights already held.
 Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode);
+// An attention's projections already quantized (a quantized file's), in
+// llama.cpp's row layout of blocks: [W_query; W_key; W_value] and out_proj,
+// with their fp32 biases as MhaWeights takes them.
+struct QuantizedMhaWeights {
+  kernels::QuantType quant = kernels::QuantType::kQ8_0;
+  const void* qkv = nullptr;
+  const void* out = nullptr;
+  const float* b_query = nullptr;
+  const float* b_key = nullptr;
+  const float* b_value = nullptr;
+  const float* b_out = nullptr;
+};
+// ModelAccess::CreateQuantizedMha makes a model of them.
 // Bytes the model holds: its weights and their packed copies.
 uint64_t MhaModelBytes(const MhaModelData& m);
 

@@ -4,6 +4,8 @@
 #ifndef ATTN_ENGINE_MODELS_MODEL_ACCESS_H_
 #define ATTN_ENGINE_MODELS_MODEL_ACCESS_H_
 
+#include <memory>
+
 #include "attn/attn.hpp"
 #include "attn/graph.hpp"
 #include "attn/lm.hpp"
@@ -11,6 +13,7 @@
 namespace attn {
 
 struct MhaModelData;
+struct QuantizedMhaWeights;
 namespace graph {
 struct LoadedGraph;
 }  // namespace graph
@@ -22,6 +25,13 @@ struct ModelAccess {
   static const MhaModelData& Of(const MhaModel& model);
   static const graph::LoadedGraph& Of(const GraphModel& model);
   static const lm::ModelData& Of(const LanguageModel& model);
+
+  // MhaModel::Create for projections already quantized (mha_model.h):
+  // options.step_weights is their type (sessions off, decode on); the
+  // blocks are packed as they are.
+  static Result<std::shared_ptr<const MhaModel>> CreateQuantizedMha(
+      const MhaConfig& config, const QuantizedMhaWeights& w,
+      const MhaOptions& options);
 };
 
 }  // namespace attn

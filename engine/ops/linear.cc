@@ -45,20 +45,36 @@ Weight Weight::Borrow(const float* values, int64_t out, int64_t in) {
   return w;
 }
 
+namespace {
+
+Status CheckWholeBlocks(int64_t in, kernels::QuantType quant,
+                        const std::string& what) {
+  if (in % static_cast<int64_t>(kernels::kQuantBlock) == 0) return {};
+  return InvalidArgument(what + " takes " + std::to_string(in) +
+                         " inputs, want a multiple of " +
+                         std::to_string(kernels::kQuantBlock) + " for " +
+                         kernels::QuantName(quant));
+}
+
+}  // namespace
+
 Result<Weight> Weight::Quantize(const float* values, int64_t out, int64_t in,
                                 kernels::QuantType quant, int num_threads,
                                 const std::string& what) {
-  if (in % static_cast<int64_t>(kernels::kQuantBlock) != 0) {
-    return InvalidArgument(what + " takes " + std::to_string(in) +
-                           " inputs, want a multiple of " +
-                           std::to_string(kernels::kQuantBlock) + " for " +
-                           kernels::QuantName(quant));
-  }
+  ATTN_RETURN_IF_ERROR(CheckWholeBlocks(in, quant, what));
   const auto n = static_cast<size_t>(out), k = static_cast<size_t>(in);
   ATTN_ASSIGN_OR_RETURN(
       AlignedBuffer blocks,
       AlignedBuffer::Allocate(kernels::QuantRowsBytes(quant, n, k)));
   kernels::QuantizeRows(quant, values, n, k, blocks.data(), num_threads);
+  return FromBlocks(blocks.data(), out, in, quant, num_threads, what);
+}
+
+Result<Weight> Weight::FromBlocks(const void* blocks, int64_t out, int64_t in,
+                                  kernels::QuantType quant, int num_threads,
+                                  const std::string& what) {
+  ATTN_RETURN_IF_ERROR(CheckWholeBlocks(in, quant, what));
+  const auto n = static_cast<size_t>(out), k = static_cast<size_t>(in);
   Weight w;
   w.out_ = out;
   w.in_ = in;
@@ -66,8 +82,7 @@ Result<Weight> Weight::Quantize(const float* values, int64_t out, int64_t in,
   ATTN_ASSIGN_OR_RETURN(
       w.quantized_,
       AlignedBuffer::Allocate(kernels::QuantPackedBytes(quant, n, k)));
-  kernels::PackQuantRows(quant, blocks.data(), n, k, w.quantized_.data(),
-                         num_threads);
+  kernels::PackQuantRows(quant, blocks, n, k, w.quantized_.data(), num_threads);
   w.data_ = w.quantized_.data();
   return w;
 }

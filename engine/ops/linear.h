@@ -62,6 +62,11 @@ class Weight {
   static Result<Weight> Quantize(const float* values, int64_t out, int64_t in,
                                  kernels::QuantType quant, int num_threads,
                                  const std::string& what);
+  // Packs `blocks` (out rows of in / 32 blocks of `quant`, llama.cpp's
+  // layout: a quantized file's) as Quantize packs the blocks it makes.
+  static Result<Weight> FromBlocks(const void* blocks, int64_t out, int64_t in,
+                                   kernels::QuantType quant, int num_threads,
+                                   const std::string& what);
 
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }

@@ -24,6 +24,9 @@ enum class DType {
   kQ4_0,
 };
 
+// "f32", "bf16", "q8_0" or "q4_0": the names the CLI's --dtype takes.
+ATTN_API const char* DTypeName(DType dtype);
+
 // Rotary position embeddings on q and k after the projection (Llama's, in
 // Hugging Face's rotate-half convention): for head_dim D, position p and
 // i < D/2, the angle p * theta^(-2i/D) rotates the pair (x[i], x[i + D/2]).

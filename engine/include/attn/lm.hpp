@@ -99,6 +99,8 @@ class ATTN_API LanguageModel {
 
   ~LanguageModel();
   const LmConfig& config() const;
+  // The type its linears hold: LmOptions::dtype, or a quantized file's own.
+  DType dtype() const;
   int num_threads() const;  // the resolved team size
   // Bytes the model holds: its weights and their packed copies, and while
   // a batch lives on it the attention's step copies (shared by every batch).
@@ -110,6 +112,20 @@ class ATTN_API LanguageModel {
   ATTN_NO_EXPORT explicit LanguageModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Writes the model at `path` (as LanguageModel::Load reads it) into the new
+// folder `output` with every linear's weight quantized to `dtype` (kQ8_0 or
+// kQ4_0) exactly as LmOptions::dtype quantizes at load, so that Load reads
+// the same blocks back and quantizes nothing (but a tied head's copy of the
+// embeddings): model.safetensors, each matrix's quants and fp16 scales
+// (engine/README.md has the format), every other tensor as stored, the
+// metadata naming the type and block size; the configuration, tokenizer and
+// license files beside `path` copied. One matrix is held at a time (within
+// options.max_memory_bytes); options also give the team size and what Load
+// takes. The folder appears whole or not at all; `output` must not exist.
+ATTN_API Status QuantizeModel(const std::string& path,
+                              const std::string& output, DType dtype,
+                              const LmOptions& options = {});
 
 struct BatchOptions {
   static constexpr int64_t kMaxSequences = int64_t{1} << 20;

@@ -65,6 +65,11 @@ class ATTN_API SafetensorsFile {
   // fails, naming the tensor and the file, when it is missing, of another
   // dtype, or no longer in the file.
   Result<std::vector<int64_t>> ReadI64(const std::string& name) const;
+  // Copies bytes [offset, offset + size) of tensor `name` as stored, any
+  // dtype, into `out`; fails, naming the tensor and the file, when it is
+  // missing, the range passes its end, or the file has shrunk.
+  Status ReadBytes(const std::string& name, uint64_t offset, size_t size,
+                   void* out) const;
 
  private:
   struct ATTN_NO_EXPORT Impl;

@@ -1,0 +1,76 @@
+// attn quantize: a model's folder rewritten with q8_0 or q4_0 linears
+// (attn::QuantizeModel), which then loads without quantizing.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "attn/lm.hpp"
+#include "tools/cli.h"
+#include "tools/flags.h"
+
+namespace attn::cli {
+namespace {
+
+struct QuantizeArgs {
+  std::string weights, output;
+  DType type = DType::kF32;  // set by --type, which is required
+  int threads = 0;
+  uint64_t max_memory = 0;
+};
+
+int Quantize(const QuantizeArgs& args) {
+  if (const int rc = WeightsGiven(args.weights)) return rc;
+  if (args.type != DType::kQ8_0 && args.type != DType::kQ4_0) {
+    return Usage(std::string("--type is ") + DTypeName(args.type) +
+                 ", want q8_0 or q4_0");
+  }
+  LmOptions options;
+  options.num_threads = args.threads;
+  options.max_memory_bytes = args.max_memory;
+  const auto start = std::chrono::steady_clock::now();
+  const Status s = QuantizeModel(args.weights, args.output, args.type, options);
+  if (!s.ok()) return Fail(s.message());
+  const std::chrono::duration<double> took =
+      std::chrono::steady_clock::now() - start;
+  std::fprintf(stderr, "attn: wrote %s (%s) in %.1f s\n", args.output.c_str(),
+               DTypeName(args.type), took.count());
+  return 0;
+}
+
+}  // namespace
+
+Command AddQuantizeCommand(CLI::App& app) {
+  auto args = std::make_shared<QuantizeArgs>();
+  CLI::App* command = app.add_subcommand(
+      "quantize",
+      "Write a model's folder with its linears in q8_0 or q4_0 blocks, which "
+      "loads without quantizing");
+  AddWeightsOrModel(command, args->weights,
+                    "the model to quantize (F32, F16 or BF16)");
+  command
+      ->add_option("--type", args->type,
+                   "q8_0 (8.5 bits a weight) or q4_0 (4.5 bits)")
+      ->required()
+      ->transform(DTypeFlag());
+  command
+      ->add_option("--output", args->output,
+                   "the new folder: model.safetensors and the configuration "
+                   "and tokenizer files copied (must not exist)")
+      ->required()
+      ->check(FilePath());
+  command
+      ->add_option("--threads", args->threads,
+                   "threads (default: ATTN_NUM_THREADS, then all cores this "
+                   "process may use)")
+      ->check(IntegerIn(1, kMaxThreads));
+  command
+      ->add_option("--max-memory", args->max_memory,
+                   "most memory quantizing may hold, e.g. 4G (default: half "
+                   "of the physical memory)")
+      ->check(ByteSize())
+      ->transform(CLI::AsSizeValue(false));
+  return {command, [args] { return Quantize(*args); }};
+}
+
+}  // namespace attn::cli
