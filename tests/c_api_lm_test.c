@@ -330,6 +330,48 @@ static void TestSlidingWindow(const Golden* g) {
   free(alone);
 }
 
+/* attn_model_quantize: the folder it writes loads to the very logits
+ * quantizing at load gives; writing over it, or to a type that is not
+ * quantized, is refused. */
+static void TestQuantize(const Golden* g) {
+  char dir[] = "/tmp/attn-c-quantize.XXXXXX", out[4096], file[4200];
+  const char* written[] = {"model.safetensors", "config.json"};
+  attn_model_options options = ATTN_MODEL_OPTIONS_INIT;
+  Golden quantized = *g; /* its model read from the new folder */
+  float* want = malloc(2 * (size_t)g->V * sizeof(float));
+  float* got = malloc(2 * (size_t)g->V * sizeof(float));
+  size_t i;
+  if (want && got && mkdtemp(dir)) {
+    snprintf(out, sizeof out, "%s/q4", dir);
+    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                  attn_model_quantize(g->model_path, out, ATTN_DTYPE_BF16,
+                                      NULL),
+                  "dtype bf16 is not a quantized type");
+    EXPECT_STATUS(
+        ATTN_OK,
+        attn_model_quantize(g->model_path, out, ATTN_DTYPE_Q4_0, NULL), "");
+    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
+                  attn_model_quantize(g->model_path, out, ATTN_DTYPE_Q4_0,
+                                      NULL),
+                  "exists; want a new folder's name");
+    options.dtype = ATTN_DTYPE_Q4_0;
+    snprintf(quantized.model_path, sizeof quantized.model_path, "%s", out);
+    if (LastLogits(g, &options, want, want + g->V) &&
+        LastLogits(&quantized, NULL, got, got + g->V)) {
+      EXPECT(memcmp(want, got, 2 * (size_t)g->V * sizeof(float)) == 0);
+    }
+    for (i = 0; i < sizeof written / sizeof *written; ++i) {
+      snprintf(file, sizeof file, "%s/%s", out, written[i]);
+      EXPECT(remove(file) == 0);
+    }
+    EXPECT(rmdir(out) == 0 && rmdir(dir) == 0);
+  } else {
+    EXPECT(!"logits and a scratch folder");
+  }
+  free(want);
+  free(got);
+}
+
 /* The source tree (main's argument), where tools/graphs/ lies. */
 static const char* source_dir = ".";
 
@@ -407,6 +449,7 @@ static void TestCase(const Golden* g) {
   TestSlotReuse(model, g);
   EXPECT_STATUS(ATTN_OK, attn_model_lm_info(model, &info), "");
   if (info.architecture == ATTN_LM_LLAMA) TestSlidingWindow(g);
+  if (strcmp(g->name, "hf_qwen2") == 0) TestQuantize(g);
   if (info.architecture == ATTN_LM_GPT2) TestGraphTokens(g);
   attn_model_destroy(model);
   printf("%s: checked %lld prompt(s), %lld greedy token(s) each\n", g->name,

@@ -241,6 +241,46 @@ TEST_F(LmCliTest, RunAndGenerateTakeDtypeBf16) {
   EXPECT_EQ(TakeTokens().size(), golden.tokens.size());
 }
 
+// attn quantize writes a folder that run and generate read in its own type,
+// to the logits and tokens of quantizing at load; info names the type. A
+// --type that is not quantized and an --output that exists are refused.
+TEST_F(LmCliTest, QuantizeWritesAFolderThatRunsAsQuantizedAtLoad) {
+  const GoldenCase golden = ReadCase(kLmGolden / "hf_qwen2");
+  const std::string out = (dir_ / "q4").string();
+  const std::string quantize = "quantize --model " + golden.dir.string() +
+                               " --type q4_0 --output " + out;
+  const Outcome wrote = Attn(quantize);
+  ASSERT_EQ(wrote.exit_code, 0) << wrote.stderr_text;
+  EXPECT_EQ(wrote.stderr_text.rfind("attn: wrote " + out + " (q4_0) in ", 0),
+            0u)
+      << wrote.stderr_text;
+  ASSERT_EQ(Run(golden.model, golden.io, "--dtype q4_0").exit_code, 0);
+  const std::vector<float> at_load = TakeLogits();
+  ASSERT_EQ(Run(out, golden.io, "--threads 2").exit_code, 0);
+  EXPECT_EQ(TakeLogits(), at_load);
+  ASSERT_EQ(Generate(golden.model, golden.io, 3, "--dtype q4_0").exit_code, 0);
+  const std::vector<int64_t> tokens = TakeTokens();
+  ASSERT_EQ(Generate(out, golden.io, 3).exit_code, 0);
+  EXPECT_EQ(TakeTokens(), tokens);
+  const std::string info = (dir_ / "info.txt").string();
+  ASSERT_EQ(Attn("info --model " + out, info).exit_code, 0);
+  std::ifstream in(info);
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  EXPECT_NE(text.find("weights: q4_0, "), std::string::npos) << text;
+  ExpectRefused(Run(out, golden.io, "--dtype bf16"));
+  const Outcome again = Attn(quantize);
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_EQ(again.stderr_text, "attn: error: output '" + out +
+                                   "' exists; want a new folder's name\n");
+  const Outcome f32 = Attn("quantize --model " + golden.dir.string() +
+                           " --type f32 --output " + out + "2");
+  EXPECT_EQ(f32.exit_code, 2);
+  EXPECT_EQ(f32.stderr_text,
+            "attn: usage error: --type is f32, want q8_0 or q4_0 (see "
+            "--help)\n");
+  EXPECT_FALSE(fs::exists(out + "2"));
+}
+
 // Three broken folders: a model type nothing runs, a shard gone, a tensor
 // against config.json.
 TEST_F(LmCliTest, BrokenFoldersAreRefusedInOneLine) {

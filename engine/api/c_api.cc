@@ -278,6 +278,25 @@ attn_status attn_model_load(const char* safetensors_path,
   });
 }
 
+attn_status attn_model_quantize(const char* path, const char* output,
+                                attn_dtype dtype,
+                                const attn_model_options* options) {
+  return Guard([&] {
+    if (!path) return NullArgument("path");
+    if (!output) return NullArgument("output");
+    attn::LoadOptions load;
+    if (attn_status s = ToOptions(options, &load); s != ATTN_OK) return s;
+    attn::DType type = attn::DType::kF32;
+    if (attn_status s = ToDType("dtype", &dtype, &type); s != ATTN_OK) {
+      return s;
+    }
+    attn::LmOptions lm;
+    static_cast<attn::ModelOptions&>(lm) = load;
+    lm.norm_eps = load.norm_eps;
+    return Check(attn::QuantizeModel(path, output, type, lm));
+  });
+}
+
 attn_status attn_model_create_mha(const attn_mha_config* config,
                                   const attn_mha_weights* weights,
                                   const attn_model_options* options,

@@ -135,6 +135,17 @@ ATTN_API attn_status attn_model_load(const char* safetensors_path,
                                      const attn_model_options* options,
                                      attn_model** model);
 
+/* Writes the language model at `path` (as attn_model_load reads it) into
+ * the new folder `output` with every linear's weight quantized to `dtype`
+ * (ATTN_DTYPE_Q8_0 or ATTN_DTYPE_Q4_0) as loading with that dtype does;
+ * attn_model_load then reads the folder without quantizing, in its own
+ * type (C++: attn::QuantizeModel). options may be NULL; its team size,
+ * memory cap and hyper-parameters apply, its dtype does not. The folder
+ * appears whole or not at all; `output` must not exist. */
+ATTN_API attn_status attn_model_quantize(const char* path, const char* output,
+                                         attn_dtype dtype,
+                                         const attn_model_options* options);
+
 /* The module's hyper-parameters, as the book's constructor takes them; for
  * attn_model_create_mha. struct_size as for attn_model_options. */
 typedef struct attn_mha_config {
