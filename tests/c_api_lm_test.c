@@ -343,17 +343,17 @@ static void TestQuantize(const Golden* g) {
   size_t i;
   if (want && got && mkdtemp(dir)) {
     snprintf(out, sizeof out, "%s/q4", dir);
-    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                  attn_model_quantize(g->model_path, out, ATTN_DTYPE_BF16,
-                                      NULL),
-                  "dtype bf16 is not a quantized type");
     EXPECT_STATUS(
-        ATTN_OK,
-        attn_model_quantize(g->model_path, out, ATTN_DTYPE_Q4_0, NULL), "");
-    EXPECT_STATUS(ATTN_INVALID_ARGUMENT,
-                  attn_model_quantize(g->model_path, out, ATTN_DTYPE_Q4_0,
-                                      NULL),
-                  "exists; want a new folder's name");
+        ATTN_INVALID_ARGUMENT,
+        attn_model_quantize(g->model_path, out, ATTN_DTYPE_BF16, NULL),
+        "dtype bf16 is not a quantized type");
+    EXPECT_STATUS(
+        ATTN_OK, attn_model_quantize(g->model_path, out, ATTN_DTYPE_Q4_0, NULL),
+        "");
+    EXPECT_STATUS(
+        ATTN_INVALID_ARGUMENT,
+        attn_model_quantize(g->model_path, out, ATTN_DTYPE_Q4_0, NULL),
+        "exists; want a new folder's name");
     options.dtype = ATTN_DTYPE_Q4_0;
     snprintf(quantized.model_path, sizeof quantized.model_path, "%s", out);
     if (LastLogits(g, &options, want, want + g->V) &&

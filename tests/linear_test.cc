@@ -37,10 +37,18 @@ Case MakeCase(DataType type, bool bias, bool panels, int threads) {
   Case c;
   c.w = test::RandomVector(rng, kIn * kOut, -0.2f, 0.2f);
   if (bias) c.b = test::RandomVector(rng, kOut, -1.0f, 1.0f);
-  std::vector<float> values = c.w;
-  if (type == DataType::kBF16) (void)ops::RoundToBf16(c.w).value();
+  StreamedVector<float> values(c.w.begin(), c.w.end());
+  if (type == DataType::kBF16) {
+    StreamedVector<float> rounded = values;
+    (void)ops::RoundToBf16(rounded).value();
+    c.w.assign(rounded.begin(), rounded.end());
+  }
   ops::Weight b;
-  if (bias) b = ops::Weight::Hold(c.b, kOut, 1, DataType::kF32).value();
+  if (bias) {
+    b = ops::Weight::Hold(StreamedVector<float>(c.b.begin(), c.b.end()), kOut,
+                          1, DataType::kF32)
+            .value();
+  }
   ops::LinearLayouts layouts;
   layouts.packed = {{type, 0}};
   if (panels) layouts.panels = type;
@@ -102,11 +110,11 @@ void ExpectMatchesReference(const Param& p) {
     const LinearPlan plan =
         LinearPlan::Create(c.linear, rows, epilogue, p.fallback, 2).value();
     EXPECT_EQ(plan.uses_panels(), p.panels && rows <= 8) << rows << " rows";
-    std::vector<float> seen = x;
+    StreamedVector<float> seen(x.begin(), x.end());
     if (p.type == DataType::kBF16 && !plan.uses_panels()) {
       (void)ops::RoundToBf16(seen).value();
     }
-    test::ExpectAllClose(Reference(c, seen, rows, p.gelu),
+    test::ExpectAllClose(Reference(c, {seen.begin(), seen.end()}, rows, p.gelu),
                          RunPlan(plan, c.linear, x, 2).data(), 2e-5,
                          std::to_string(rows) + " rows");
   }
@@ -218,7 +226,7 @@ TEST(LinearPlanTest, PlainFallbackNeedsWeightsInTheMatMulsType) {
   ops::LinearLayouts layouts;
   layouts.packed = {{DataType::kBF16, 0}};
   const Linear linear =
-      Linear::Create(ops::Weight::Hold(std::vector<float>(kIn * kOut, 0.5f),
+      Linear::Create(ops::Weight::Hold(StreamedVector<float>(kIn * kOut, 0.5f),
                                        kOut, kIn, DataType::kF32)
                          .value(),
                      {}, layouts, 1)

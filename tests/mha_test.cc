@@ -280,10 +280,10 @@ TEST(MhaTest, LongRunsShareTheModelsPackedWeights) {
     m->config.qkv_bias = true;
     m->num_threads = 2;
     m->max_memory_bytes = uint64_t{1} << 40;
-    m->w_qkv = w_qkv;
-    m->b_qkv = b_qkv;
-    m->w_out = w_out;
-    m->b_out = b_out;
+    m->w_qkv.assign(w_qkv.begin(), w_qkv.end());
+    m->b_qkv.assign(b_qkv.begin(), b_qkv.end());
+    m->w_out.assign(w_out.begin(), w_out.end());
+    m->b_out.assign(b_out.begin(), b_out.end());
   }
   ASSERT_TRUE(
       MakeMhaLinears(shared_model, /*sessions=*/true, /*decode=*/true).ok());

@@ -173,13 +173,14 @@ const std::string& WeightFiles::FileOf(const std::string& name) const {
   return at == by_name_.end() ? path_ : shards_[at->second.shard]->path();
 }
 
-Result<std::vector<float>> WeightFiles::ReadF32(const std::string& name) const {
+Result<StreamedVector<float>> WeightFiles::ReadF32(
+    const std::string& name) const {
   const auto at = by_name_.find(name);
   if (at == by_name_.end()) {
     return InvalidArgument("tensor " + Quoted(name) + " is not in " +
                            Quoted(path_));
   }
-  return shards_[at->second.shard]->ReadF32(name);
+  return ReadStreamed(*shards_[at->second.shard], name);
 }
 
 Status WeightFiles::ReadBytes(const std::string& name, uint64_t offset,
@@ -190,6 +191,20 @@ Status WeightFiles::ReadBytes(const std::string& name, uint64_t offset,
                            Quoted(path_));
   }
   return shards_[at->second.shard]->ReadBytes(name, offset, size, out);
+}
+
+Result<StreamedVector<float>> ReadStreamed(const SafetensorsFile& file,
+                                           const std::string& name) {
+  const TensorInfo* t = file.Find(name);
+  StreamedVector<float> values;
+  try {
+    values.resize(t ? t->num_elements : 0);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("cannot allocate " + std::to_string(t->num_elements) +
+                       " floats for tensor " + Quoted(name));
+  }
+  ATTN_RETURN_IF_ERROR(file.ReadF32(name, values.data(), values.size()));
+  return values;
 }
 
 }  // namespace attn

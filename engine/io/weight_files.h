@@ -13,6 +13,7 @@
 
 #include "attn/safetensors.hpp"
 #include "attn/status.hpp"
+#include "engine/runtime/huge_pages.h"
 
 namespace attn {
 
@@ -44,8 +45,9 @@ class WeightFiles {
   const std::string& FileOf(const std::string& name) const;
   // The first file: its metadata is the model's.
   const SafetensorsFile& first() const { return *shards_.front(); }
-  // As SafetensorsFile::ReadF32, from the shard holding `name`.
-  Result<std::vector<float>> ReadF32(const std::string& name) const;
+  // As SafetensorsFile::ReadF32, from the shard holding `name`, into a
+  // vector on huge pages.
+  Result<StreamedVector<float>> ReadF32(const std::string& name) const;
   // As SafetensorsFile::ReadBytes, from the shard holding `name`.
   Status ReadBytes(const std::string& name, uint64_t offset, size_t size,
                    void* out) const;
@@ -66,6 +68,10 @@ class WeightFiles {
   std::vector<const TensorInfo*> tensors_;
   std::unordered_map<std::string, Entry> by_name_;
 };
+
+// SafetensorsFile::ReadF32 into a vector on huge pages.
+Result<StreamedVector<float>> ReadStreamed(const SafetensorsFile& file,
+                                           const std::string& name);
 
 // Where a model folder keeps its weights: model.safetensors.index.json when
 // present, else model.safetensors; empty when it has neither.

@@ -132,9 +132,9 @@ class GraphWeights {
   }
 
   // Tensor `name`, which Find found, as float.
-  Result<std::vector<float>> ReadF32(const std::string& name) const {
+  Result<StreamedVector<float>> ReadF32(const std::string& name) const {
     read_.insert(name);
-    if (!translate_) return file_->ReadF32(name);
+    if (!translate_) return ReadStreamed(*file_, name);
     const std::vector<int64_t>& shape = Find(name)->shape;
     const auto role = lm::BookRole(model_->config.architecture, name);
     return model_->weights.fetch(role->first, role->second, shape[0],
@@ -223,7 +223,7 @@ class GraphWeights {
 class Binder {
  public:
   Binder(const GraphWeights& weights, const GraphOptions& options,
-         int num_threads, std::map<std::string, std::vector<float>>& tensors)
+         int num_threads, std::map<std::string, StreamedVector<float>>& tensors)
       : weights_(weights),
         options_(options),
         num_threads_(num_threads),
@@ -445,7 +445,7 @@ class Binder {
 
   // Copies weight `role` of `node` out as float, checking it has shape `want`.
   Status Read(const Node& node, const std::string& role,
-              const std::vector<int64_t>& want, std::vector<float>& out) {
+              const std::vector<int64_t>& want, StreamedVector<float>& out) {
     ATTN_ASSIGN_OR_RETURN(const TensorInfo* t, Check(node, role, want));
     ATTN_ASSIGN_OR_RETURN(out, weights_.ReadF32(t->name));
     return {};
@@ -458,7 +458,7 @@ class Binder {
     ATTN_ASSIGN_OR_RETURN(const TensorInfo* t, Check(node, role, want));
     auto it = tensors_.find(t->name);
     if (it == tensors_.end()) {
-      ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
+      ATTN_ASSIGN_OR_RETURN(StreamedVector<float> values,
                             weights_.ReadF32(t->name));
       it = tensors_.emplace(t->name, std::move(values)).first;
     }
@@ -530,7 +530,7 @@ class Binder {
       return Status(s.code(), node.Describe() + ": " + s.message());
     }
 
-    std::vector<float> wq, wk, wv, bq, bk, bv, wo, bo;
+    StreamedVector<float> wq, wk, wv, bq, bk, bv, wo, bo;
     const std::vector<int64_t> proj = {d_out, d_in};
     const std::vector<int64_t> kv_proj = {KvDim(config), d_in};
     ATTN_RETURN_IF_ERROR(Read(node, "W_query.weight", proj, wq));
@@ -573,7 +573,7 @@ class Binder {
   const GraphOptions& options_;
   const int num_threads_;
   std::string prefix_;
-  std::map<std::string, std::vector<float>>& tensors_;  // the model's
+  std::map<std::string, StreamedVector<float>>& tensors_;  // the model's
   std::map<std::string, int64_t> widths_;
   std::vector<std::string> newly_known_;  // widths set by the last Infer
 };

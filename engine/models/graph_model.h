@@ -15,6 +15,7 @@
 #include "engine/ops/linear.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/graph_ir.h"
+#include "engine/runtime/huge_pages.h"
 #include "engine/runtime/runner.h"
 #include "kernels/matmul.h"
 
@@ -44,7 +45,7 @@ struct LoadedGraph {
   bool token_input = false;  // an embedding reads the input
   // The weights the nodes point into, fp32, by name in the file: each read
   // once however many nodes name it (a tied head and its embedding).
-  std::map<std::string, std::vector<float>> tensors;
+  std::map<std::string, StreamedVector<float>> tensors;
   std::vector<int64_t> widths;                  // per program tensor
   std::vector<std::vector<NodeWeights>> layer;  // [layer][node]
   int num_threads = 1;

@@ -113,20 +113,21 @@ std::vector<int64_t> FileShape(const TensorName& t, int64_t rows,
 }
 
 // `values` in the file's form, as the role's [rows, cols] (or [rows]).
-std::vector<float> ToRoleForm(const TensorName& t, std::vector<float> values,
-                              int64_t rows, int64_t cols) {
+StreamedVector<float> ToRoleForm(const TensorName& t,
+                                 StreamedVector<float> values, int64_t rows,
+                                 int64_t cols) {
   if (t.form == Form::kOnePlus) {
     for (float& v : values) v = 1.0f + v;
   }
   if (t.form == Form::kPlain || t.form == Form::kOnePlus) return values;
   if (cols == 0) {  // a third of a [3 rows] bias
     const auto first = values.begin() + t.part * rows;
-    return std::vector<float>(first, first + rows);
+    return StreamedVector<float>(first, first + rows);
   }
   // [cols, width] with column offset `first`, transposed to [rows, cols].
   const int64_t width = t.form == Form::kThird ? 3 * rows : rows;
   const int64_t first = t.form == Form::kThird ? t.part * rows : 0;
-  std::vector<float> out(static_cast<size_t>(rows * cols));
+  StreamedVector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       out[r * cols + c] = values[c * width + first + r];
@@ -243,10 +244,10 @@ WeightSource FileWeights(std::shared_ptr<const WeightFiles> file,
     };
   }
   // c_attn's q, k and v are read once: the last such tensor is kept.
-  auto last = std::make_shared<std::pair<std::string, std::vector<float>>>();
+  auto last = std::make_shared<std::pair<std::string, StreamedVector<float>>>();
   source.fetch = [file, layout, last](
                      Role role, int64_t layer, int64_t rows,
-                     int64_t cols) -> Result<std::vector<float>> {
+                     int64_t cols) -> Result<StreamedVector<float>> {
     const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
     const std::string name = layout.Name(role, layer);
     const TensorInfo* info = file->Find(name);
@@ -270,7 +271,7 @@ WeightSource FileWeights(std::shared_ptr<const WeightFiles> file,
                ? ""
                : " (Conv1D: [in, out] for " + ShapeOf(rows, cols) + ")"));
     }
-    std::vector<float> values;
+    StreamedVector<float> values;
     if (t.form != Form::kThird) {
       ATTN_ASSIGN_OR_RETURN(values, file->ReadF32(name));
     } else {

@@ -176,7 +176,7 @@ Result<ops::Linear> HoldLinear(ops::Weight weight, ops::Weight bias,
 
 // `values` [out, in] held as `dtype` says: fp32, rounded to bf16, or
 // quantized. `what` names it in errors.
-Result<ops::Weight> HoldWeight(std::vector<float> values, int64_t out,
+Result<ops::Weight> HoldWeight(StreamedVector<float> values, int64_t out,
                                int64_t in, DType dtype, int num_threads,
                                const std::string& what) {
   if (const auto quant = ops::QuantTypeOf(dtype)) {
@@ -197,7 +197,7 @@ Result<ops::Weight> ReadWeight(const WeightSource& w, Role role, int64_t layer,
     return ops::Weight::FromBlocks(blocks.data(), out, in, *w.quant,
                                    num_threads, "a linear");
   }
-  ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
+  ATTN_ASSIGN_OR_RETURN(StreamedVector<float> values,
                         w.fetch(role, layer, out, in));
   return HoldWeight(std::move(values), out, in, dtype, num_threads, "a linear");
 }
@@ -209,7 +209,7 @@ Result<ops::Linear> MakeLinear(const WeightSource& w, Role weight,
                                int num_threads) {
   ops::Weight b;
   if (bias && w.has(*bias, layer)) {
-    ATTN_ASSIGN_OR_RETURN(std::vector<float> values,
+    ATTN_ASSIGN_OR_RETURN(StreamedVector<float> values,
                           w.fetch(*bias, layer, out, 0));
     ATTN_ASSIGN_OR_RETURN(b, ops::Weight::Hold(std::move(values), out, 1,
                                                kernels::DataType::kF32));
@@ -232,7 +232,7 @@ Result<ops::Linear> TiedHead(ModelData& m) {
     return HoldLinear(std::move(held), {}, m.num_threads);
   }
   if (m.dtype == DType::kBF16) {
-    ATTN_ASSIGN_OR_RETURN(std::vector<hwy::bfloat16_t> low,
+    ATTN_ASSIGN_OR_RETURN(StreamedVector<hwy::bfloat16_t> low,
                           ops::RoundToBf16(m.tok_emb));
     return HoldLinear(ops::Weight::Hold(std::move(low), v, e), {},
                       m.num_threads);
@@ -243,7 +243,7 @@ Result<ops::Linear> TiedHead(ModelData& m) {
 
 // An attention's tensors as read, which MhaWeights points into.
 struct AttentionTensors {
-  std::vector<float> qkv, q, k, v, qb, kb, vb, out, out_bias;
+  StreamedVector<float> qkv, q, k, v, qb, kb, vb, out, out_bias;
 };
 
 // A quantized source's projections: [q; k; v] (one tensor, or three
@@ -470,8 +470,8 @@ WeightSource RandomWeights(const LmConfig& c, uint64_t seed) {
     }
   };
   source.fetch = [seed](Role role, int64_t layer, int64_t rows,
-                        int64_t cols) -> Result<std::vector<float>> {
-    std::vector<float> values(static_cast<size_t>(rows * (cols ? cols : 1)));
+                        int64_t cols) -> Result<StreamedVector<float>> {
+    StreamedVector<float> values(static_cast<size_t>(rows * (cols ? cols : 1)));
     const bool norm = role == Role::kNorm1Scale || role == Role::kNorm2Scale ||
                       role == Role::kFinalScale;
     if (cols == 0) {  // biases and shifts 0, norm scales 1

@@ -25,7 +25,7 @@ namespace attn {
 namespace lm {
 
 struct Norm {
-  std::vector<float> scale, shift;  // shift: LayerNorm only
+  StreamedVector<float> scale, shift;  // shift: LayerNorm only
 };
 
 struct Layer {
@@ -73,7 +73,7 @@ enum class Role {
 // an optional one is there, `shape` its shape in that form (empty: absent;
 // a file's only, for the graph runner: seeded random weights leave it null).
 struct WeightSource {
-  std::function<Result<std::vector<float>>(Role, int64_t, int64_t, int64_t)>
+  std::function<Result<StreamedVector<float>>(Role, int64_t, int64_t, int64_t)>
       fetch;
   std::function<bool(Role, int64_t)> has;
   std::function<std::vector<int64_t>(Role, int64_t)> shape;
@@ -120,8 +120,8 @@ struct ModelData {
   // alike), the rest in fp32; see LmOptions.
   DType dtype = DType::kF32;
   int num_threads = 1;
-  uint64_t max_memory_bytes = 0;        // resolved: never 0
-  std::vector<float> tok_emb, pos_emb;  // [V, e], [context, e] (GPT-2)
+  uint64_t max_memory_bytes = 0;           // resolved: never 0
+  StreamedVector<float> tok_emb, pos_emb;  // [V, e], [context, e] (GPT-2)
   std::vector<Layer> layers;
   Norm final_norm;
   ops::Linear head;  // weight: tok_emb when tied

@@ -88,7 +88,7 @@ Status AppendMatrix(const FileModel& file, const Matrix& m,
   auto* at = static_cast<char*>(blocks.data());
   const int64_t rows = m.rows / static_cast<int64_t>(m.roles.size());
   for (const Role role : m.roles) {
-    ATTN_ASSIGN_OR_RETURN(const std::vector<float> values,
+    ATTN_ASSIGN_OR_RETURN(const StreamedVector<float> values,
                           file.weights.fetch(role, m.layer, rows, m.cols));
     kernels::QuantizeRows(quant, values.data(), static_cast<size_t>(rows), cols,
                           at, num_threads);

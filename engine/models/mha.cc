@@ -442,8 +442,8 @@ Status HoldQuantizedLinears(MhaModelData& m, ops::Weight qkv, ops::Weight out) {
       ops::Linear::Create(std::move(out),
                           ops::Weight::Borrow(m.b_out.data(), OutDim(c), 1),
                           layouts, m.num_threads));
-  std::vector<float>().swap(m.w_qkv);
-  std::vector<float>().swap(m.w_out);
+  StreamedVector<float>().swap(m.w_qkv);
+  StreamedVector<float>().swap(m.w_out);
   m.decode = true;
   return {};
 }

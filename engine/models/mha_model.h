@@ -9,6 +9,7 @@
 
 #include "attn/attn.hpp"
 #include "engine/ops/linear.h"
+#include "engine/runtime/huge_pages.h"
 #include "hwy/base.h"
 
 namespace attn {
@@ -24,7 +25,7 @@ struct MhaModelData {
   uint64_t max_memory_bytes = 0;  // resolved: never 0
   // W_query [d_out, d_in], W_key and W_value [KvDim, d_in] stacked; their
   // biases likewise (empty without qkv_bias). out_proj as in PyTorch.
-  std::vector<float> w_qkv, b_qkv, w_out, b_out;
+  StreamedVector<float> w_qkv, b_qkv, w_out, b_out;
   // MhaOptions::step_weights: with kBF16, w_qkv and w_out are rounded to
   // bf16 at load, and the decode panels are bf16.
   DType step_weights = DType::kF32;

@@ -11,10 +11,10 @@ namespace attn::ops {
 
 using kernels::DataType;
 
-Result<Weight> Weight::Hold(std::vector<float> values, int64_t out, int64_t in,
-                            DataType type) {
+Result<Weight> Weight::Hold(StreamedVector<float> values, int64_t out,
+                            int64_t in, DataType type) {
   if (type == DataType::kBF16) {
-    ATTN_ASSIGN_OR_RETURN(std::vector<hwy::bfloat16_t> low,
+    ATTN_ASSIGN_OR_RETURN(StreamedVector<hwy::bfloat16_t> low,
                           RoundToBf16(values));
     return Hold(std::move(low), out, in);
   }
@@ -26,7 +26,7 @@ Result<Weight> Weight::Hold(std::vector<float> values, int64_t out, int64_t in,
   return w;
 }
 
-Weight Weight::Hold(std::vector<hwy::bfloat16_t> values, int64_t out,
+Weight Weight::Hold(StreamedVector<hwy::bfloat16_t> values, int64_t out,
                     int64_t in) {
   Weight w;
   w.out_ = out;
@@ -97,7 +97,7 @@ uint64_t Weight::bytes() const {
          quantized_.size();
 }
 
-Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w) {
+Result<StreamedVector<hwy::bfloat16_t>> RoundToBf16(StreamedVector<float>& w) {
   const auto count = static_cast<int64_t>(w.size());
   ATTN_ASSIGN_OR_RETURN(
       const kernels::Convert down,
@@ -105,7 +105,7 @@ Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w) {
   ATTN_ASSIGN_OR_RETURN(
       const kernels::Convert up,
       kernels::Convert::Create(count, DataType::kBF16, DataType::kF32));
-  std::vector<hwy::bfloat16_t> low(w.size());
+  StreamedVector<hwy::bfloat16_t> low(w.size());
   down.Run(w.data(), low.data());
   up.Run(low.data(), w.data());
   return low;

@@ -17,6 +17,7 @@
 #include "attn/status.hpp"
 #include "engine/ops/step_weights.h"
 #include "engine/runtime/buffer.h"
+#include "engine/runtime/huge_pages.h"
 #include "hwy/base.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
@@ -49,9 +50,9 @@ class Weight {
 
   // Holds `values` in `type`: kF32 as they are, kBF16 rounded to nearest
   // even (the fp32 values are then dropped).
-  static Result<Weight> Hold(std::vector<float> values, int64_t out, int64_t in,
-                             kernels::DataType type);
-  static Weight Hold(std::vector<hwy::bfloat16_t> values, int64_t out,
+  static Result<Weight> Hold(StreamedVector<float> values, int64_t out,
+                             int64_t in, kernels::DataType type);
+  static Weight Hold(StreamedVector<hwy::bfloat16_t> values, int64_t out,
                      int64_t in);
   // Reads fp32 values held elsewhere (a tied head's embeddings), which
   // must outlive the weight.
@@ -85,15 +86,15 @@ class Weight {
   int64_t out_ = 0, in_ = 0;
   kernels::DataType type_ = kernels::DataType::kF32;
   const void* data_ = nullptr;
-  std::vector<float> f32_;
-  std::vector<hwy::bfloat16_t> bf16_;
+  StreamedVector<float> f32_;
+  StreamedVector<hwy::bfloat16_t> bf16_;
   std::optional<kernels::QuantType> quant_;
   AlignedBuffer quantized_;
 };
 
 // Rounds `w` to bf16 in place (to nearest even) and returns the bf16
 // values: both then hold the same numbers.
-Result<std::vector<hwy::bfloat16_t>> RoundToBf16(std::vector<float>& w);
+Result<StreamedVector<hwy::bfloat16_t>> RoundToBf16(StreamedVector<float>& w);
 
 // A copy of a weight packed for oneDNN's matmuls of kMatMulPackedRows rows
 // in `type` (the weight's own, or bf16 for a bf16 run of fp32 weights),

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <new>
+#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -55,6 +57,33 @@ inline void* AllocateStreamed(size_t bytes) {
   if (p != nullptr) AdviseHugePages(p, bytes);
   return p;
 }
+
+// std::allocator's counterpart for a model's vectors of weights:
+// AllocateStreamed's memory, so that they sit on huge pages too (on small
+// pages, filling one faults every 4 KiB: seconds a gigabyte under some
+// hypervisors).
+template <class T>
+struct StreamedAllocator {
+  using value_type = T;
+  StreamedAllocator() = default;
+  template <class U>
+  StreamedAllocator(const StreamedAllocator<U>&) noexcept {}  // NOLINT
+  T* allocate(size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
+    void* p = AllocateStreamed(n > 0 ? n * sizeof(T) : 1);
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) noexcept { std::free(p); }
+  friend bool operator==(const StreamedAllocator&, const StreamedAllocator&) {
+    return true;
+  }
+  friend bool operator!=(const StreamedAllocator&, const StreamedAllocator&) {
+    return false;
+  }
+};
+template <class T>
+using StreamedVector = std::vector<T, StreamedAllocator<T>>;
 
 }  // namespace attn
 
