@@ -86,7 +86,9 @@ typedef struct attn_model_options {
                                 with ATTN_OUT_OF_MEMORY before anything is
                                 allocated. 0: half the physical memory (or
                                 of the cgroup's limit) */
-  attn_dtype dtype;          /* ATTN_DTYPE_F32 (0), _BF16, _Q8_0, _Q4_0 */
+  attn_dtype dtype;          /* ATTN_DTYPE_F32 (0), _BF16, _Q8_0, _Q4_0; a
+                                quantized folder (attn_model_quantize) runs
+                                in its own type, which 0 stands for */
   const char* tuned_config;  /* a tuned file (attn tune --save) whose team size
                                 is the default when num_threads is 0 and
                                 ATTN_NUM_THREADS is unset; read at load. NULL

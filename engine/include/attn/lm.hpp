@@ -65,7 +65,8 @@ struct LmConfig {
 // as llama.cpp's reference quantizers do (a tied head its own copy; the
 // embeddings, norms, biases and cache stay fp32): every linear quantizes
 // its input per block of 32 to int8 too (llama.cpp's q8_0) and takes int8
-// dot products, in groups of 8 rows.
+// dot products, in groups of 8 rows. A quantized folder (QuantizeModel)
+// runs in its own type, which dtype kF32 (the default) stands for.
 struct LmOptions : ModelOptions {
   double norm_eps = 0.0;
 };
