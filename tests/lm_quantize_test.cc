@@ -14,16 +14,21 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/attn.hpp"
 #include "attn/lm.hpp"
+#include "attn/model.hpp"
+#include "attn/safetensors.hpp"
 #include "nlohmann/json.hpp"
 #include "tests/lm_golden.h"
 #include "tests/temp_dir.h"
+#include "tests/test_util.h"
 
 namespace attn {
 namespace {
@@ -122,6 +127,82 @@ TEST_F(QuantizeTest, WrittenFoldersLoadTheBlocksQuantizingAtLoadMakes) {
       EXPECT_EQ(
           0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
     }
+  }
+}
+
+// A Phi-3 folder in two shards (fused qkv_proj and gate_up_proj, an untied
+// head) with seeded weights and sizes in whole blocks.
+std::string WritePhi3Shards(const test::TempDir& dir) {
+  const int64_t e = 32, h = 64, v = 64, qkv = (4 + 2 * 2) * 8;
+  using Tensors = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+  const Tensors shards[] = {
+      {{"model.embed_tokens.weight", {v, e}},
+       {"model.layers.0.input_layernorm.weight", {e}},
+       {"model.layers.0.self_attn.qkv_proj.weight", {qkv, e}},
+       {"model.layers.0.self_attn.o_proj.weight", {e, e}}},
+      {{"model.layers.0.post_attention_layernorm.weight", {e}},
+       {"model.layers.0.mlp.gate_up_proj.weight", {2 * h, e}},
+       {"model.layers.0.mlp.down_proj.weight", {e, h}},
+       {"model.norm.weight", {e}},
+       {"lm_head.weight", {v, e}}}};
+  std::mt19937 rng(7);
+  json index = {{"metadata", json::object()}, {"weight_map", json::object()}};
+  for (int s = 0; s < 2; ++s) {
+    const std::string file =
+        "model-0000" + std::to_string(s + 1) + "-of-00002.safetensors";
+    std::vector<std::vector<float>> values;
+    std::vector<F32Tensor> tensors;
+    for (const auto& [name, shape] : shards[s]) {
+      const bool matrix = shape.size() == 2;
+      const auto n = static_cast<size_t>(shape[0] * (matrix ? shape[1] : 1));
+      values.push_back(matrix ? test::RandomVector(rng, n, -0.2f, 0.2f)
+                              : std::vector<float>(n, 1.0f));
+      index["weight_map"][name] = file;
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+      tensors.push_back(
+          {shards[s][i].first, shards[s][i].second, values[i].data()});
+    }
+    EXPECT_TRUE(WriteSafetensors(dir.Path(file), tensors).ok());
+  }
+  dir.Write("model.safetensors.index.json", index.dump());
+  json config = json::parse(ReadBytes(kLmDir + "hf_phi3_fused/config.json"));
+  config["vocab_size"] = v;
+  config["intermediate_size"] = h;
+  config["num_hidden_layers"] = 1;
+  dir.Write("config.json", config.dump());
+  return dir.path();
+}
+
+// The fused projections of a sharded Phi-3 folder are written and read as
+// one matrix each, to the same logits as quantizing at load.
+TEST_F(QuantizeTest, ShardedFusedFoldersRoundTrip) {
+  test::TempDir phi3;
+  const std::string source = WritePhi3Shards(phi3);
+  const std::vector<int64_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+  for (const DType dtype : kTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const std::string out = dir_.Path(std::string("phi3-") + DTypeName(dtype));
+    ASSERT_TRUE(QuantizeModel(source, out, dtype).ok());
+    Result<SafetensorsFile> file =
+        SafetensorsFile::Open(out + "/model.safetensors");
+    ASSERT_TRUE(file.ok());
+    const TensorInfo* scales =
+        file->Find("model.layers.0.self_attn.qkv_proj.weight_scale");
+    ASSERT_NE(scales, nullptr);
+    EXPECT_EQ(scales->shape, (std::vector<int64_t>{64, 1}));
+    std::vector<float> logits[2];
+    int i = 0;
+    for (const auto& model :
+         {MustLoad(source, dtype, 1), MustLoad(out, DType::kF32, 2)}) {
+      ASSERT_TRUE(model);
+      auto batch = NewBatch(model, 1);
+      ASSERT_TRUE(batch && batch->Add().ok());
+      const Batch::Request r{0, prompt.data(), int64_t(prompt.size()), false};
+      ASSERT_TRUE(batch->Step(&r, 1).ok());
+      logits[i++].assign(batch->logits(0), batch->logits(0) + 64);
+    }
+    EXPECT_EQ(logits[0], logits[1]);
   }
 }
 
@@ -279,6 +360,47 @@ TEST_F(QuantizeTest, TamperedFilesAreRefusedNamingWhatIsWrong) {
          }),
          "tensors '" + up + "' (I8 [96, 32]) and '" + up +
              "_scale' (F16 [1, 96]) in '");
+  // A whole matrix of another shape than the model's.
+  const std::string o = "model.layers.1.self_attn.o_proj.weight";
+  const std::string reshaped = error([&](json& h) {
+    h[o]["shape"] = {16, 64};
+    h[o + "_scale"]["shape"] = {16, 2};
+  });
+  starts(reshaped, "tensor '" + o + "' in '");
+  EXPECT_NE(reshaped.find("' holds a q8_0 matrix [16, 64], want [32, 32]"),
+            std::string::npos)
+      << reshaped;
+  starts(error([](json& h) { h["__metadata__"].erase("quantization"); }),
+         "metadata 'quantization_block_size' of '");
+}
+
+// A graph reads fp32 tensors: a quantized folder under --graph is refused.
+TEST_F(QuantizeTest, GraphsRefuseQuantizedFolders) {
+  const std::string q8 = Quantize("hf_qwen2", DType::kQ8_0);
+  const std::string weights = q8 + "/model.safetensors";
+  Result<std::shared_ptr<const Model>> model =
+      Model::Load({weights, std::string(ATTN_SOURCE_DIR) +
+                                "/tools/graphs/llama_model.json"});
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().message(),
+            "'" + weights +
+                "' holds q8_0 weights, which no graph runs: load it "
+                "without --graph");
+}
+
+// A source whose later matrix is not the model's shape is refused before
+// anything is written.
+TEST_F(QuantizeTest, MisshapenSourcesAreRefusedBeforeWriting) {
+  const std::string o = "model.layers.1.self_attn.o_proj.weight";
+  const std::string source =
+      Retouch(kLmDir + "hf_qwen2", [&](json& h) { h[o]["shape"] = {1024}; });
+  const std::string out = dir_.Path("out");
+  const Status s = QuantizeModel(source, out, DType::kQ4_0);
+  EXPECT_EQ(s.message().substr(0, 10 + o.size()), "tensor '" + o + "' ")
+      << s.message();
+  EXPECT_NE(s.message().find(" is [1024], want [32, 32]"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(dir_.Files(), std::vector<std::string>{"retouched1"});
 }
 
 }  // namespace

@@ -257,7 +257,8 @@ int Run(const ModelArgs& args, const BenchFlags& flags) {
           MakeModel(ModelName(args, flags), options);
       EndProgress();
       if (!model.ok()) return Fail(model.status().message());
-      models.push_back({dtype, *std::move(model)});
+      // A quantized folder runs in its own type whatever --dtype said.
+      models.push_back({(*model)->dtype(), *std::move(model)});
     }
     const Status fits =
         CheckSequenceFits(args, models.front().model->config().context_length);

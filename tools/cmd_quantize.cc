@@ -8,6 +8,7 @@
 #include "attn/lm.hpp"
 #include "tools/cli.h"
 #include "tools/flags.h"
+#include "tools/lm_cli.h"
 
 namespace attn::cli {
 namespace {
@@ -15,8 +16,7 @@ namespace {
 struct QuantizeArgs {
   std::string weights, output;
   DType type = DType::kF32;  // set by --type, which is required
-  int threads = 0;
-  uint64_t max_memory = 0;
+  LmModelFlags model;        // what reading the model takes
 };
 
 int Quantize(const QuantizeArgs& args) {
@@ -25,11 +25,9 @@ int Quantize(const QuantizeArgs& args) {
     return Usage(std::string("--type is ") + DTypeName(args.type) +
                  ", want q8_0 or q4_0");
   }
-  LmOptions options;
-  options.num_threads = args.threads;
-  options.max_memory_bytes = args.max_memory;
   const auto start = std::chrono::steady_clock::now();
-  const Status s = QuantizeModel(args.weights, args.output, args.type, options);
+  const Status s =
+      QuantizeModel(args.weights, args.output, args.type, args.model.Options());
   if (!s.ok()) return Fail(s.message());
   const std::chrono::duration<double> took =
       std::chrono::steady_clock::now() - start;
@@ -59,17 +57,7 @@ Command AddQuantizeCommand(CLI::App& app) {
                    "and tokenizer files copied (must not exist)")
       ->required()
       ->check(FilePath());
-  command
-      ->add_option("--threads", args->threads,
-                   "threads (default: ATTN_NUM_THREADS, then all cores this "
-                   "process may use)")
-      ->check(IntegerIn(1, kMaxThreads));
-  command
-      ->add_option("--max-memory", args->max_memory,
-                   "most memory quantizing may hold, e.g. 4G (default: half "
-                   "of the physical memory)")
-      ->check(ByteSize())
-      ->transform(CLI::AsSizeValue(false));
+  args->model.AddLoadFlags(command);
   return {command, [args] { return Quantize(*args); }};
 }
 

@@ -24,9 +24,13 @@ struct LmModelFlags {
   AttentionFlags attention;
   DType dtype = DType::kF32;  // attn run's --dtype
   std::string tuned_config;   // attn run's --config
-  // Adds --heads, --context-length, the attention flags, --threads,
-  // --max-memory and --dtype (attn generate; attn run has its own).
+  // Adds --heads, --context-length, the attention flags, --threads and
+  // --max-memory (attn quantize), and AddTo --dtype too (attn generate;
+  // attn run has its own).
+  void AddLoadFlags(CLI::App* command);
   void AddTo(CLI::App* command);
+  // The options LanguageModel::Load takes from them.
+  LmOptions Options() const;
 };
 
 // Writes `bytes` to stdout at once, for a reader watching; a full disk or a

@@ -12,7 +12,7 @@
 
 namespace attn::cli {
 
-void LmModelFlags::AddTo(CLI::App* command) {
+void LmModelFlags::AddLoadFlags(CLI::App* command) {
   command
       ->add_option("--heads", heads,
                    "attention heads (default: metadata num_heads, then "
@@ -35,6 +35,10 @@ void LmModelFlags::AddTo(CLI::App* command) {
                    "for, e.g. 512M, 4G (default: half of the physical memory)")
       ->check(ByteSize())
       ->transform(CLI::AsSizeValue(false));
+}
+
+void LmModelFlags::AddTo(CLI::App* command) {
+  AddLoadFlags(command);
   command
       ->add_option("--dtype", dtype,
                    "the matrices' precision: f32 (default), bf16 (CPUs "
@@ -44,17 +48,21 @@ void LmModelFlags::AddTo(CLI::App* command) {
       ->transform(DTypeFlag());
 }
 
+LmOptions LmModelFlags::Options() const {
+  LmOptions options;
+  options.num_heads = heads;
+  options.context_length = context_length;
+  options.num_threads = threads;
+  options.max_memory_bytes = max_memory;
+  options.dtype = dtype;
+  options.tuned_config = tuned_config;
+  attention.ApplyTo(options);
+  return options;
+}
+
 Result<std::shared_ptr<const LanguageModel>> LoadLanguageModel(
     const std::string& weights, const LmModelFlags& flags) {
-  LmOptions options;
-  options.num_heads = flags.heads;
-  options.context_length = flags.context_length;
-  options.num_threads = flags.threads;
-  options.max_memory_bytes = flags.max_memory;
-  options.dtype = flags.dtype;
-  options.tuned_config = flags.tuned_config;
-  flags.attention.ApplyTo(options);
-  return LanguageModel::Load(weights, options);
+  return LanguageModel::Load(weights, flags.Options());
 }
 
 void AddSamplingFlags(CLI::App* command, SamplingOptions& sampling) {

@@ -14,7 +14,7 @@ namespace {
 using kernels::QuantType;
 
 constexpr int64_t kBlock = static_cast<int64_t>(kernels::kQuantBlock);
-// Rows read or written at a time: a few MiB of blocks at the widest.
+// Blocks read or written at a time (whole rows of them): a few MiB.
 constexpr int64_t kChunkBlocks = int64_t{1} << 17;
 
 // Bytes of one block's quants (its scale apart): 32 or 16.

@@ -32,6 +32,7 @@ std::map<std::string, std::string> QuantizationMetadata(kernels::QuantType t);
 Result<std::optional<kernels::QuantType>> ReadQuantization(
     const WeightFiles& file);
 
+// The name of the scales of quantized matrix `name`: name + "_scale".
 std::string ScaleName(const std::string& name);
 // The two tensors quantized matrix `name` [rows, cols] is written as.
 std::vector<TensorSpec> QuantizedSpecs(const std::string& name,

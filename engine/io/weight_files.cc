@@ -196,9 +196,12 @@ Status WeightFiles::ReadBytes(const std::string& name, uint64_t offset,
 Result<StreamedVector<float>> ReadStreamed(const SafetensorsFile& file,
                                            const std::string& name) {
   const TensorInfo* t = file.Find(name);
+  // Not a float tensor: nothing to hold, ReadF32 names the dtype.
+  const bool floats =
+      t && (t->dtype == "F32" || t->dtype == "F16" || t->dtype == "BF16");
   StreamedVector<float> values;
   try {
-    values.resize(t ? t->num_elements : 0);
+    values.resize(floats ? t->num_elements : 0);
   } catch (const std::bad_alloc&) {
     return OutOfMemory("cannot allocate " + std::to_string(t->num_elements) +
                        " floats for tensor " + Quoted(name));

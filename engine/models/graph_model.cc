@@ -103,6 +103,13 @@ class GraphWeights {
                                " model, which no graph runs: load it without "
                                "--graph");
       }
+      // Graphs read fp32 tensors; a quantized folder's linears are blocks.
+      if (const auto quant = weights.model_->weights.quant) {
+        return InvalidArgument(Quoted(path) + " holds " +
+                               kernels::QuantName(*quant) +
+                               " weights, which no graph runs: load it "
+                               "without --graph");
+      }
       weights.translate_ = layout.rfind("book-", 0) != 0;
     }
     return weights;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <memory>
+#include <new>
 #include <optional>
 #include <set>
 #include <string>
@@ -112,21 +113,16 @@ std::vector<int64_t> FileShape(const TensorName& t, int64_t rows,
   return cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows};
 }
 
-// `values` in the file's form, as the role's [rows, cols] (or [rows]).
-StreamedVector<float> ToRoleForm(const TensorName& t,
-                                 StreamedVector<float> values, int64_t rows,
+// Columns [first, first + rows) of `values` [cols, width] (Conv1D's [in,
+// out]) as nn.Linear's [rows, cols]; with cols 0, values [first, first +
+// rows) of a vector (a third of c_attn's bias).
+StreamedVector<float> Transposed(const StreamedVector<float>& values,
+                                 int64_t width, int64_t first, int64_t rows,
                                  int64_t cols) {
-  if (t.form == Form::kOnePlus) {
-    for (float& v : values) v = 1.0f + v;
+  if (cols == 0) {
+    const auto begin = values.begin() + first;
+    return StreamedVector<float>(begin, begin + rows);
   }
-  if (t.form == Form::kPlain || t.form == Form::kOnePlus) return values;
-  if (cols == 0) {  // a third of a [3 rows] bias
-    const auto first = values.begin() + t.part * rows;
-    return StreamedVector<float>(first, first + rows);
-  }
-  // [cols, width] with column offset `first`, transposed to [rows, cols].
-  const int64_t width = t.form == Form::kThird ? 3 * rows : rows;
-  const int64_t first = t.form == Form::kThird ? t.part * rows : 0;
   StreamedVector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
@@ -159,20 +155,6 @@ std::optional<int64_t> MatchLayer(const std::string& pattern,
   return decimal ? std::optional<int64_t>(std::stoll(digits)) : std::nullopt;
 }
 
-// A quantized matrix's shape as `role` sees it: [out, in] whatever the
-// family's form (attn quantize writes every matrix so), a third of the rows
-// of GPT-2's c_attn; empty when its tensors do not make one.
-std::vector<int64_t> QuantizedRoleShape(const WeightFiles& file,
-                                        const FileLayout& layout, Role role,
-                                        const std::string& name) {
-  Result<std::vector<int64_t>> shape =
-      QuantizedShape(file, name, *layout.quant);
-  if (!shape.ok()) return {};
-  const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
-  if (t.form == Form::kThird) (*shape)[0] /= 3;
-  return *shape;
-}
-
 // The shape of the file's tensor for `role` in `layer` as the role sees it
 // (nn.Linear's [out, in], or [n]); empty when absent.
 std::vector<int64_t> RoleShape(const WeightFiles& file,
@@ -182,11 +164,14 @@ std::vector<int64_t> RoleShape(const WeightFiles& file,
   const TensorInfo* info = file.Find(name);
   if (!info || info->shape.empty()) return {};
   const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
-  if (layout.Quantized(role))
-    return QuantizedRoleShape(file, layout, role, name);
   std::vector<int64_t> shape = info->shape;
-  if ((t.form == Form::kTransposed || t.form == Form::kThird) &&
-      shape.size() == 2) {
+  if (layout.Quantized(role)) {  // [out, in] whatever the family's form
+    Result<std::vector<int64_t>> blocks =
+        QuantizedShape(file, name, *layout.quant);
+    if (!blocks.ok()) return {};
+    shape = *blocks;
+  } else if ((t.form == Form::kTransposed || t.form == Form::kThird) &&
+             shape.size() == 2) {
     std::swap(shape[0], shape[1]);
   }
   if (t.form == Form::kThird) shape[0] /= 3;
@@ -203,6 +188,33 @@ Status Missing(const WeightFiles& file, const FileLayout& layout,
   return InvalidArgument("tensor " + Quoted(name) + " is missing from " +
                          Quoted(file.path()) + " (layout " +
                          layout.family->name + ")");
+}
+
+// Tensor `name`, which holds `t`'s role, as that role's [rows, cols] (or
+// [rows]). GPT-2's c_attn, whose thirds are q, k and v, is read once and
+// kept in `last` for the next two.
+Result<StreamedVector<float>> InRoleForm(
+    const WeightFiles& file, const TensorName& t, const std::string& name,
+    int64_t rows, int64_t cols,
+    std::pair<std::string, StreamedVector<float>>& last) {
+  if (t.form == Form::kThird) {
+    if (last.first != name) {
+      last.first.clear();
+      ATTN_ASSIGN_OR_RETURN(last.second, file.ReadF32(name));
+      last.first = name;
+    }
+    return Transposed(last.second, 3 * rows, t.part * rows, rows, cols);
+  }
+  ATTN_ASSIGN_OR_RETURN(StreamedVector<float> values, file.ReadF32(name));
+  if (t.form == Form::kTransposed) {
+    return Transposed(values, rows, 0, rows, cols);
+  }
+  // A position table may hold more rows than the context uses.
+  values.resize(static_cast<size_t>(rows * (cols ? cols : 1)));
+  if (t.form == Form::kOnePlus) {
+    for (float& v : values) v = 1.0f + v;
+  }
+  return values;
 }
 
 // Role `role`'s quantized [rows, cols] in `layer` as blocks: the tensor's
@@ -271,19 +283,12 @@ WeightSource FileWeights(std::shared_ptr<const WeightFiles> file,
                ? ""
                : " (Conv1D: [in, out] for " + ShapeOf(rows, cols) + ")"));
     }
-    StreamedVector<float> values;
-    if (t.form != Form::kThird) {
-      ATTN_ASSIGN_OR_RETURN(values, file->ReadF32(name));
-    } else {
-      if (last->first != name) {
-        ATTN_ASSIGN_OR_RETURN(last->second, file->ReadF32(name));
-        last->first = name;
-      }
-      values = last->second;
+    try {
+      return InRoleForm(*file, t, name, rows, cols, *last);
+    } catch (const std::bad_alloc&) {
+      return OutOfMemory("cannot allocate the values of tensor " +
+                         Quoted(name));
     }
-    values.resize(static_cast<size_t>(rows * (cols ? cols : 1)) *
-                  (t.form == Form::kThird ? 3 : 1));
-    return ToRoleForm(t, std::move(values), rows, cols);
   };
   return source;
 }

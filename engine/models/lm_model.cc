@@ -49,6 +49,30 @@ bool IsLinearWeight(Role role) {
   }
 }
 
+std::pair<int64_t, int64_t> LinearShape(const LmConfig& c, Role role) {
+  const int64_t e = c.emb_dim, h = c.hidden_dim;
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  switch (role) {
+    case Role::kQuery:
+      return {q, e};
+    case Role::kKey:
+    case Role::kValue:
+      return {kv, e};
+    case Role::kQkv:
+      return {q + 2 * kv, e};
+    case Role::kOut:
+      return {e, q};
+    case Role::kGateUp:
+      return {2 * h, e};
+    case Role::kDown:
+      return {e, h};
+    case Role::kHead:
+      return {c.vocab_size, e};
+    default:  // kUp, kGate
+      return {h, e};
+  }
+}
+
 namespace {
 
 std::string Str(int64_t v) { return std::to_string(v); }
@@ -258,8 +282,8 @@ Status ReadProjectionBlocks(const WeightSource& w, int64_t l, int64_t q_rows,
     ATTN_ASSIGN_OR_RETURN(b.qkv,
                           w.fetch_blocks(Role::kQkv, l, q_rows + 2 * kv, in));
   } else {
-    const size_t row_bytes = static_cast<size_t>(in) / kernels::kQuantBlock *
-                             kernels::QuantBlockBytes(*w.quant);
+    const size_t row_bytes =
+        kernels::QuantRowsBytes(*w.quant, 1, static_cast<size_t>(in));
     ATTN_ASSIGN_OR_RETURN(
         b.qkv, AlignedBuffer::Allocate(row_bytes * size_t(q_rows + 2 * kv)));
     auto* at = static_cast<char*>(b.qkv.data());
@@ -427,8 +451,7 @@ Result<LmOptions> OptionsFor(const FileModel& file, const std::string& path,
                              LmOptions options) {
   const std::optional<kernels::QuantType> quant = file.weights.quant;
   if (!quant) return options;
-  const DType own =
-      *quant == kernels::QuantType::kQ8_0 ? DType::kQ8_0 : DType::kQ4_0;
+  const DType own = ops::DTypeOf(*quant);
   if (options.dtype != DType::kF32 && options.dtype != own) {
     return InvalidArgument(Quoted(path) + " holds " + DTypeName(own) +
                            " weights, which run as they are: dtype is " +
@@ -471,7 +494,13 @@ WeightSource RandomWeights(const LmConfig& c, uint64_t seed) {
   };
   source.fetch = [seed](Role role, int64_t layer, int64_t rows,
                         int64_t cols) -> Result<StreamedVector<float>> {
-    StreamedVector<float> values(static_cast<size_t>(rows * (cols ? cols : 1)));
+    StreamedVector<float> values;
+    try {
+      values.resize(static_cast<size_t>(rows * (cols ? cols : 1)));
+    } catch (const std::bad_alloc&) {
+      return OutOfMemory("cannot allocate " + std::to_string(rows) +
+                         " rows of seeded weights");
+    }
     const bool norm = role == Role::kNorm1Scale || role == Role::kNorm2Scale ||
                       role == Role::kFinalScale;
     if (cols == 0) {  // biases and shifts 0, norm scales 1

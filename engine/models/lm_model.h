@@ -87,6 +87,8 @@ struct WeightSource {
 
 // Whether `role` is a linear's weight: what a quantized model quantizes.
 bool IsLinearWeight(Role role);
+// The [out, in] of linear weight `role` in a model of `c` (sizes checked).
+std::pair<int64_t, int64_t> LinearShape(const LmConfig& c, Role role);
 
 // A file's configuration (its layout, hyper-parameters and sizes, with
 // `options` applied) and its weights under the book's names.

@@ -1,12 +1,15 @@
 // QuantizeModel (attn/lm.hpp): a model's file rewritten with its linears in
 // q8_0 or q4_0 blocks (engine/io/quantized_tensors.h), one matrix at a
 // time, into a folder that appears whole or not at all.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -40,6 +43,7 @@ constexpr const char* kSideFiles[] = {"config.json",
                                       "added_tokens.json",
                                       "vocab.json",
                                       "merges.txt",
+                                      "tokenizer.model",
                                       "chat_template.jinja",
                                       "chat_template.json",
                                       "LICENSE",
@@ -64,13 +68,13 @@ std::map<std::string, Matrix> MatricesOf(const FileModel& file) {
     const auto role = static_cast<Role>(r);
     if (!IsLinearWeight(role) || !file.weights.has(role, 0)) continue;
     const int64_t layers = role == Role::kHead ? 1 : file.config.num_layers;
+    const auto [out, in] = LinearShape(file.config, role);
     for (int64_t l = 0; l < layers; ++l) {
-      const std::vector<int64_t> shape = file.weights.shape(role, l);
       Matrix& m = matrices[file.name(role, l)];
-      m.roles.push_back(role);
+      m.roles.push_back(role);  // in Role's order: c_attn's q, k, v
       m.layer = l;
-      m.rows += shape[0];
-      m.cols = shape[1];
+      m.rows += out;
+      m.cols = in;
     }
   }
   return matrices;
@@ -141,13 +145,14 @@ Status WriteWeights(const FileModel& file, kernels::QuantType quant,
   return out.Finish();
 }
 
-// The most one matrix holds while it is quantized: its values and blocks.
+// The most one matrix holds while it is quantized: its values as read and
+// in nn.Linear's form (a Conv1D's are transposed), and its blocks.
 uint64_t PeakBytes(const FileModel& file, kernels::QuantType quant) {
   uint64_t peak = kCopyChunk;
   for (const auto& [name, m] : MatricesOf(file)) {
     const auto rows = static_cast<uint64_t>(m.rows);
     const auto cols = static_cast<uint64_t>(m.cols);
-    peak = std::max(peak, AddSat(MulSat(rows, cols * sizeof(float)),
+    peak = std::max(peak, AddSat(MulSat(rows, cols * 2 * sizeof(float)),
                                  kernels::QuantRowsBytes(quant, rows, cols)));
   }
   return peak;
@@ -174,7 +179,12 @@ Status CopySideFiles(const std::string& from, const std::string& to) {
   return {};
 }
 
-// A folder made beside `output`, removed again unless kept.
+Status OutputExists(const std::string& output) {
+  return InvalidArgument("output " + Quoted(output) +
+                         " exists; want a new folder's name");
+}
+
+// A folder made beside `output`, removed again unless moved there.
 class PartialFolder {
  public:
   // Named for this process, made as mkdir makes one (the umask applies).
@@ -198,21 +208,17 @@ class PartialFolder {
     if (!path_.empty()) fs::remove_all(path_, ignored);
   }
   const std::string& path() const { return path_; }
-  // Renames it to `output`, which must not exist.
+  // Renames it to `output`, which must not exist (not even empty, nor made
+  // meanwhile: the rename does not replace).
   Status MoveTo(const std::string& output) {
-    std::error_code ec;
-    if (fs::exists(output, ec)) return Exists(output);
-    fs::rename(path_, output, ec);
-    if (ec) {
+    if (renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, output.c_str(),
+                  RENAME_NOREPLACE) != 0) {
+      if (errno == EEXIST) return OutputExists(output);
       return IoError("cannot rename " + Quoted(path_) + " to " +
-                     Quoted(output) + ": " + ec.message());
+                     Quoted(output) + ": " + std::strerror(errno));
     }
     path_.clear();
     return {};
-  }
-  static Status Exists(const std::string& output) {
-    return InvalidArgument("output " + Quoted(output) +
-                           " exists; want a new folder's name");
   }
 
  private:
@@ -231,9 +237,10 @@ Status QuantizeModel(const std::string& path, const std::string& output,
                            " is not a quantized type: want q8_0 or q4_0");
   }
   std::error_code ec;
-  if (std::filesystem::exists(output, ec)) {
-    return lm::PartialFolder::Exists(output);
+  if (output.empty()) {
+    return InvalidArgument("output is empty; want a new folder's name");
   }
+  if (std::filesystem::exists(output, ec)) return lm::OutputExists(output);
   ATTN_ASSIGN_OR_RETURN(const lm::FileModel file,
                         lm::OpenModelFile(path, options));
   if (file.weights.quant) {

@@ -510,7 +510,9 @@ Result<std::shared_ptr<const MhaModel>> ModelAccess::CreateQuantizedMha(
         std::string("MhaOptions::step_weights must be the projections' ") +
         kernels::QuantName(w.quant));
   }
-  if ((w.b_query != nullptr) != c.qkv_bias) {
+  const int biases =
+      (w.b_query != nullptr) + (w.b_key != nullptr) + (w.b_value != nullptr);
+  if (biases != (c.qkv_bias ? 3 : 0)) {
     return InvalidArgument("qkv_bias and the q/k/v biases given disagree");
   }
   const auto floats = static_cast<uint64_t>(

@@ -105,7 +105,13 @@ Result<StreamedVector<hwy::bfloat16_t>> RoundToBf16(StreamedVector<float>& w) {
   ATTN_ASSIGN_OR_RETURN(
       const kernels::Convert up,
       kernels::Convert::Create(count, DataType::kBF16, DataType::kF32));
-  StreamedVector<hwy::bfloat16_t> low(w.size());
+  StreamedVector<hwy::bfloat16_t> low;
+  try {
+    low.resize(w.size());
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("cannot allocate " + std::to_string(w.size()) +
+                       " bf16 weights");
+  }
   down.Run(w.data(), low.data());
   up.Run(low.data(), w.data());
   return low;

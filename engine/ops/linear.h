@@ -38,6 +38,10 @@ inline std::optional<kernels::QuantType> QuantTypeOf(DType dtype) {
   if (dtype == DType::kQ4_0) return kernels::QuantType::kQ4_0;
   return std::nullopt;
 }
+// Its inverse.
+inline DType DTypeOf(kernels::QuantType quant) {
+  return quant == kernels::QuantType::kQ8_0 ? DType::kQ8_0 : DType::kQ4_0;
+}
 
 // W [out, in], nn.Linear's layout, held in its type or borrowed, or
 // quantized into blocks of 32 along `in` as the quantized kernels read them;

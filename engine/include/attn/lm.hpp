@@ -41,8 +41,9 @@ struct LmConfig {
   // Gemma: token embeddings are multiplied by this (sqrt(emb_dim) in the
   // checkpoint's dtype); 0: not scaled.
   float embedding_scale = 0.0f;
-  // The file's: its weights' dtype ("F32", "BF16", "F16", "mixed") and
-  // their count; empty and 0 for seeded weights.
+  // The file's: its weights' dtype ("F32", "BF16", "F16", "mixed", or a
+  // quantized folder's "q8_0" or "q4_0") and their count; empty and 0 for
+  // seeded weights.
   std::string file_dtype;
   int64_t file_parameters = 0;
   bool qkv_bias = false;
