@@ -268,6 +268,10 @@ TEST_F(LmCliTest, QuantizeWritesAFolderThatRunsAsQuantizedAtLoad) {
   const std::string text(std::istreambuf_iterator<char>(in), {});
   EXPECT_NE(text.find("weights: q4_0, "), std::string::npos) << text;
   ExpectRefused(Run(out, golden.io, "--dtype bf16"));
+  // A folder cut short (a copy stopped early) is refused, not run.
+  const fs::path weights = fs::path(out) / "model.safetensors";
+  fs::resize_file(weights, fs::file_size(weights) - 100);
+  ExpectRefused(Run(out, golden.io));
   const Outcome again = Attn(quantize);
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_EQ(again.stderr_text, "attn: error: output '" + out +
