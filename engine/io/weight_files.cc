@@ -173,24 +173,26 @@ const std::string& WeightFiles::FileOf(const std::string& name) const {
   return at == by_name_.end() ? path_ : shards_[at->second.shard]->path();
 }
 
-Result<StreamedVector<float>> WeightFiles::ReadF32(
+Result<const SafetensorsFile*> WeightFiles::ShardOf(
     const std::string& name) const {
   const auto at = by_name_.find(name);
   if (at == by_name_.end()) {
     return InvalidArgument("tensor " + Quoted(name) + " is not in " +
                            Quoted(path_));
   }
-  return ReadStreamed(*shards_[at->second.shard], name);
+  return shards_[at->second.shard].get();
+}
+
+Result<StreamedVector<float>> WeightFiles::ReadF32(
+    const std::string& name) const {
+  ATTN_ASSIGN_OR_RETURN(const SafetensorsFile* shard, ShardOf(name));
+  return ReadStreamed(*shard, name);
 }
 
 Status WeightFiles::ReadBytes(const std::string& name, uint64_t offset,
                               size_t size, void* out) const {
-  const auto at = by_name_.find(name);
-  if (at == by_name_.end()) {
-    return InvalidArgument("tensor " + Quoted(name) + " is not in " +
-                           Quoted(path_));
-  }
-  return shards_[at->second.shard]->ReadBytes(name, offset, size, out);
+  ATTN_ASSIGN_OR_RETURN(const SafetensorsFile* shard, ShardOf(name));
+  return shard->ReadBytes(name, offset, size, out);
 }
 
 Result<StreamedVector<float>> ReadStreamed(const SafetensorsFile& file,

@@ -57,6 +57,8 @@ class WeightFiles {
     const TensorInfo* info;
     size_t shard;
   };
+  // The shard holding `name`, or an error naming it.
+  Result<const SafetensorsFile*> ShardOf(const std::string& name) const;
   // Adds shard `s`'s tensors, each in no shard before it.
   Status Index(size_t s);
   // Each tensor is in the shard the index places it in, and the index

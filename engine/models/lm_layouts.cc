@@ -571,17 +571,21 @@ Status ResolveDims(const WeightFiles& file, const FileLayout& layout,
   return {};
 }
 
-// The dtype and count of the file's weights (buffers left out).
-// A quantized file's: its type, and each matrix's weights (its quants'
+// The dtype and count of the file's weights (buffers left out). A
+// quantized file's: its type, and each matrix's weights (its quants'
 // elements, two a byte in q4_0; its scales none).
 void CountStored(const WeightFiles& file, const FileLayout& layout,
                  LmConfig& c) {
-  std::set<std::string> scales;
+  std::set<std::string> scales;  // of the quantized matrices
+  for (const TensorInfo* t : file.tensors()) {
+    if (layout.quant && file.Find(ScaleName(t->name))) {
+      scales.insert(ScaleName(t->name));
+    }
+  }
   if (layout.quant) c.file_dtype = kernels::QuantName(*layout.quant);
   for (const TensorInfo* t : file.tensors()) {
     if (IsBuffer(layout, t->name) || scales.count(t->name)) continue;
-    const bool quantized = layout.quant && file.Find(ScaleName(t->name));
-    if (quantized) scales.insert(ScaleName(t->name));
+    const bool quantized = scales.count(ScaleName(t->name)) > 0;
     if (c.file_dtype.empty()) c.file_dtype = t->dtype;
     if (c.file_dtype != t->dtype && !layout.quant) c.file_dtype = "mixed";
     const int64_t per_element =

@@ -226,11 +226,12 @@ Result<ops::Weight> ReadWeight(const WeightSource& w, Role role, int64_t layer,
   return HoldWeight(std::move(values), out, in, dtype, num_threads, "a linear");
 }
 
-// `bias`: the role of its bias, used when the source has it.
-Result<ops::Linear> MakeLinear(const WeightSource& w, Role weight,
-                               std::optional<Role> bias, int64_t layer,
-                               int64_t in, int64_t out, DType dtype,
-                               int num_threads) {
+// Linear `weight` of a model of `c` (its shape LinearShape's); `bias`: the
+// role of its bias, used when the source has it.
+Result<ops::Linear> MakeLinear(const WeightSource& w, const LmConfig& c,
+                               Role weight, std::optional<Role> bias,
+                               int64_t layer, DType dtype, int num_threads) {
+  const auto [out, in] = LinearShape(c, weight);
   ops::Weight b;
   if (bias && w.has(*bias, layer)) {
     ATTN_ASSIGN_OR_RETURN(StreamedVector<float> values,
@@ -355,8 +356,8 @@ Result<std::shared_ptr<const MhaModel>> MakeAttention(
     ATTN_ASSIGN_OR_RETURN(t.out_bias, w.fetch(Role::kOutBias, l, e, 0));
     mw.b_out = t.out_bias.data();
   }
+  ATTN_RETURN_IF_ERROR(ReadBiases(w, l, c.qkv_bias, q_rows, kv, t, mw));
   if (w.quant) {
-    ATTN_RETURN_IF_ERROR(ReadBiases(w, l, c.qkv_bias, q_rows, kv, t, mw));
     AttentionBlocks b;
     ATTN_RETURN_IF_ERROR(ReadProjectionBlocks(w, l, q_rows, kv, e, b));
     ATTN_ASSIGN_OR_RETURN(b.out, w.fetch_blocks(Role::kOut, l, e, q_rows));
@@ -367,7 +368,6 @@ Result<std::shared_ptr<const MhaModel>> MakeAttention(
         options);
   }
   ATTN_RETURN_IF_ERROR(ReadProjections(w, l, q_rows, kv, e, t, mw));
-  ATTN_RETURN_IF_ERROR(ReadBiases(w, l, c.qkv_bias, q_rows, kv, t, mw));
   ATTN_ASSIGN_OR_RETURN(t.out, w.fetch(Role::kOut, l, e, q_rows));
   mw.w_out = t.out.data();
   return MhaModel::Create(mc, mw, options);
@@ -375,7 +375,7 @@ Result<std::shared_ptr<const MhaModel>> MakeAttention(
 
 Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
                         const MhaOptions& options) {
-  const int64_t e = c.emb_dim, h = c.hidden_dim;
+  const int64_t e = c.emb_dim;
   const DType dtype = options.step_weights;  // the attention's and the rest's
   Layer layer;
   ATTN_ASSIGN_OR_RETURN(
@@ -385,21 +385,20 @@ Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,
       layer.norm2, MakeNorm(w, Role::kNorm2Scale, Role::kNorm2Shift, l, e));
   if (w.has(Role::kGateUp, l)) {  // Phi-3: one [2h, e], no gate
     ATTN_ASSIGN_OR_RETURN(
-        layer.up, MakeLinear(w, Role::kGateUp, std::nullopt, l, e, 2 * h, dtype,
+        layer.up, MakeLinear(w, c, Role::kGateUp, std::nullopt, l, dtype,
                              options.num_threads));
   } else {
-    ATTN_ASSIGN_OR_RETURN(
-        layer.up, MakeLinear(w, Role::kUp, Role::kUpBias, l, e, h, dtype,
-                             options.num_threads));
+    ATTN_ASSIGN_OR_RETURN(layer.up, MakeLinear(w, c, Role::kUp, Role::kUpBias,
+                                               l, dtype, options.num_threads));
   }
   if (c.architecture == LmArchitecture::kLlama && !w.has(Role::kGateUp, l)) {
     ATTN_ASSIGN_OR_RETURN(
-        layer.gate, MakeLinear(w, Role::kGate, Role::kGateBias, l, e, h, dtype,
+        layer.gate, MakeLinear(w, c, Role::kGate, Role::kGateBias, l, dtype,
                                options.num_threads));
   }
-  ATTN_ASSIGN_OR_RETURN(
-      layer.down, MakeLinear(w, Role::kDown, Role::kDownBias, l, h, e, dtype,
-                             options.num_threads));
+  ATTN_ASSIGN_OR_RETURN(layer.down,
+                        MakeLinear(w, c, Role::kDown, Role::kDownBias, l, dtype,
+                                   options.num_threads));
   return layer;
 }
 
@@ -438,9 +437,8 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
   if (c.tied_head) {
     ATTN_ASSIGN_OR_RETURN(m.head, TiedHead(m));
   } else {
-    ATTN_ASSIGN_OR_RETURN(
-        m.head, MakeLinear(w, Role::kHead, std::nullopt, 0, e, c.vocab_size,
-                           m.dtype, m.num_threads));
+    ATTN_ASSIGN_OR_RETURN(m.head, MakeLinear(w, c, Role::kHead, std::nullopt, 0,
+                                             m.dtype, m.num_threads));
   }
   return BuildProgram(m);
 }
