@@ -1,5 +1,5 @@
 // attn: main() of the command-line front end. The subcommands (run, bench,
-// info, soak, tune, generate, tokenize, chat, quantize) register from their
+// info, soak, tune, generate, tokenize, chat, quantize, serve) register from their
 // cmd_*.cc; this parses, runs the one chosen and makes every error one line on
 // stderr. Public API only.
 #include <algorithm>
@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       AddRunCommand(app),      AddBenchCommand(app), AddInfoCommand(app),
       AddSoakCommand(app),     AddTuneCommand(app),  AddGenerateCommand(app),
-      AddTokenizeCommand(app), AddChatCommand(app),  AddQuantizeCommand(app)};
+      AddTokenizeCommand(app), AddChatCommand(app),  AddQuantizeCommand(app),
+      AddServeCommand(app)};
   std::vector<char*> args = WithHelpWord(argc, argv, commands);
   try {
     app.parse(static_cast<int>(args.size()), args.data());

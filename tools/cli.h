@@ -45,6 +45,7 @@ Command AddGenerateCommand(CLI::App& app);
 Command AddTokenizeCommand(CLI::App& app);
 Command AddChatCommand(CLI::App& app);
 Command AddQuantizeCommand(CLI::App& app);
+Command AddServeCommand(CLI::App& app);
 
 }  // namespace attn::cli
 

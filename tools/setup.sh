@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev
           libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-          nlohmann-json3-dev libonig-dev libutf8proc-dev)
+          nlohmann-json3-dev libonig-dev libutf8proc-dev libcpp-httplib-dev)
 
 install_deps() {
   local missing=()

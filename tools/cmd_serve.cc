@@ -1,0 +1,212 @@
+// attn serve: an OpenAI-compatible HTTP server over one model's folder.
+// The port opens first (/health says 503 while the model loads), then one
+// scheduler thread runs every request as a sequence of one Batch. SIGTERM
+// or SIGINT: stop accepting, let requests in flight finish within
+// --timeout, end the rest with an error, exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "attn/lm.hpp"
+#include "attn/tokenizer.hpp"
+#include "tools/cli.h"
+#include "tools/flags.h"
+#include "tools/lm_cli.h"
+#include "tools/serve_http.h"
+#include "tools/serve_scheduler.h"
+
+namespace attn::cli {
+namespace {
+
+// As attn chat: a model's full context would reserve every sequence's
+// whole cache up front.
+constexpr int64_t kDefaultContext = 4096;
+
+struct ServeArgs {
+  std::string model, alias, api_key, api_key_file;
+  serve::HttpOptions http;
+  serve::SchedulerOptions scheduler;
+  int64_t timeout = 30;
+  uint64_t max_body = 16u << 20;
+  LmModelFlags flags;
+};
+
+Result<std::string> ReadKeyFile(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return InvalidArgument("--api-key-file '" + path +
+                           "': not a readable regular file");
+  }
+  std::ifstream in(path);
+  std::string key;
+  std::getline(in, key);
+  while (!key.empty() && (key.back() == '\r' || key.back() == ' ')) {
+    key.pop_back();
+  }
+  if (key.empty()) {
+    return InvalidArgument("--api-key-file '" + path +
+                           "': its first line is empty, want the key");
+  }
+  return key;
+}
+
+// Blocks SIGTERM and SIGINT in every thread (the ones started after this
+// inherit the mask) so that one thread can wait for them.
+sigset_t BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that left is a failed write
+  return set;
+}
+
+int Serve(ServeArgs& args) {
+  if (!args.api_key.empty() && !args.api_key_file.empty()) {
+    return Usage("--api-key and --api-key-file: give one");
+  }
+  if (!args.api_key_file.empty()) {
+    Result<std::string> key = ReadKeyFile(args.api_key_file);
+    if (!key.ok()) return Fail(key.status().message());
+    args.http.api_key = *key;
+  } else {
+    args.http.api_key = args.api_key;
+  }
+  args.http.max_body_bytes = args.max_body;
+  args.http.read_timeout = std::chrono::seconds(args.timeout);
+  // A connection holds a thread while its request waits or streams: room
+  // for every running and queued one, and for /health and /metrics.
+  args.http.threads =
+      static_cast<int>(args.scheduler.parallel + args.scheduler.max_queue + 16);
+  const sigset_t signals = BlockStopSignals();
+
+  serve::HttpFrontEnd front(args.http);
+  Result<int> port = front.Listen();
+  if (!port.ok()) return Fail(port.status().message());
+  std::fprintf(stderr, "attn serve: listening on http://%s:%d, loading %s\n",
+               args.http.host.c_str(), *port, args.model.c_str());
+
+  auto model = LoadLanguageModel(args.model, args.flags);
+  if (!model.ok()) return Fail(model.status().message());
+  TokenizerOptions options;
+  options.max_memory_bytes = args.flags.max_memory;
+  options.held_bytes = (*model)->memory_bytes();
+  auto tokenizer = Tokenizer::Load(args.model, options);
+  if (!tokenizer.ok()) return Fail(tokenizer.status().message());
+  const int64_t vocab = (*model)->config().vocab_size;
+  if ((*tokenizer)->vocab_size() > vocab) {
+    return Fail("--model '" + args.model + "': its tokenizer has ids up to " +
+                std::to_string((*tokenizer)->vocab_size() - 1) +
+                ", past the model's vocabulary of " + std::to_string(vocab));
+  }
+  const int64_t model_context = (*model)->config().context_length;
+  int64_t& context = args.scheduler.context;
+  if (context == 0) context = std::min(model_context, kDefaultContext);
+  if (context > model_context) {
+    return Fail("--ctx-size " + std::to_string(context) +
+                " exceeds the model's context length " +
+                std::to_string(model_context));
+  }
+  auto scheduler = serve::Scheduler::Start(*model, *tokenizer, args.scheduler,
+                                           &front.metrics());
+  if (!scheduler.ok()) return Fail(scheduler.status().message());
+
+  serve::ServedModel served;
+  served.id = args.alias.empty()
+                  ? std::filesystem::path(args.model).filename().string()
+                  : args.alias;
+  if (served.id.empty()) served.id = "model";
+  served.context = context;
+  served.parallel = args.scheduler.parallel;
+  front.Ready(*tokenizer, scheduler->get(), served);
+  std::fprintf(stderr,
+               "attn serve: ready: model '%s', %lld sequences of %lld "
+               "tokens\n",
+               served.id.c_str(),
+               static_cast<long long>(args.scheduler.parallel),
+               static_cast<long long>(context));
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "attn serve: stopping (%s)\n",
+               signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+  front.Stop();
+  (*scheduler)->Stop(serve::Clock::now() + std::chrono::seconds(args.timeout));
+  front.Wait();
+  return 0;
+}
+
+}  // namespace
+
+Command AddServeCommand(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* command = app.add_subcommand(
+      "serve",
+      "Serve a model's folder over HTTP with OpenAI's API "
+      "(/v1/chat/completions, /v1/completions), batching every request");
+  command
+      ->add_option("--model", args->model,
+                   "a model's folder as Hugging Face publishes it, with its "
+                   "tokenizer (a quantized folder too)")
+      ->required()
+      ->check(FilePath());
+  command->add_option("--alias", args->alias,
+                      "the model's name in the API (default: the folder's "
+                      "name)");
+  command->add_option("--host", args->http.host,
+                      "address to listen on (default 127.0.0.1; 0.0.0.0 for "
+                      "every interface)");
+  command
+      ->add_option("--port", args->http.port,
+                   "port (default 8080; 0: any free one, printed)")
+      ->check(IntegerIn(0, 65535));
+  command
+      ->add_option("--parallel", args->scheduler.parallel,
+                   "sequences decoded at once; a request's n choices take n "
+                   "(default 4)")
+      ->check(IntegerIn(1, 4096));
+  command
+      ->add_option("--max-queue", args->scheduler.max_queue,
+                   "requests that wait for a sequence; beyond, 429 (default "
+                   "64)")
+      ->check(IntegerIn(0, 65536));
+  command
+      ->add_option("--ctx-size", args->scheduler.context,
+                   "tokens each sequence holds, prompt and reply, reserved "
+                   "at start (default: the model's context, at most 4096)")
+      ->check(IntegerIn(2));
+  command
+      ->add_option("--prefill-chunk", args->scheduler.prefill_chunk,
+                   "most prompt tokens one step runs, so that running "
+                   "streams keep getting tokens (default 256)")
+      ->check(IntegerIn(1, 1 << 20));
+  command->add_option("--api-key", args->api_key,
+                      "every route but /health needs 'Authorization: Bearer "
+                      "KEY'");
+  command
+      ->add_option("--api-key-file", args->api_key_file,
+                   "as --api-key, the key read from the file's first line "
+                   "(kept out of the process list)")
+      ->check(FilePath());
+  command
+      ->add_option("--max-body-bytes", args->max_body,
+                   "largest request body, e.g. 1M (default 16M); beyond, 413")
+      ->check(ByteSize())
+      ->transform(CLI::AsSizeValue(false));
+  command
+      ->add_option("--timeout", args->timeout,
+                   "seconds a client may take to send a request (then 408), "
+                   "and that SIGTERM gives requests in flight (default 30)")
+      ->check(IntegerIn(1, 86400));
+  args->flags.AddTo(command);
+  return {command, [args] { return Serve(*args); }};
+}
+
+}  // namespace attn::cli
