@@ -61,6 +61,11 @@ void Metrics::CountTokens(int64_t prompt, int64_t generated) {
   generated_tokens_ += static_cast<uint64_t>(generated);
 }
 
+void Metrics::CountReused(int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reused_tokens_ += static_cast<uint64_t>(tokens);
+}
+
 void Metrics::ObserveFirstToken(double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   first_token_.Observe(seconds);
@@ -94,6 +99,10 @@ std::string Metrics::Text() const {
   }
   Help(&out, "attn_prompt_tokens_total", "counter", "Prompt tokens admitted.");
   Line(&out, "attn_prompt_tokens_total", static_cast<double>(prompt_tokens_));
+  Help(&out, "attn_prefix_reused_tokens_total", "counter",
+       "Prompt tokens found in the KV cache, not computed again.");
+  Line(&out, "attn_prefix_reused_tokens_total",
+       static_cast<double>(reused_tokens_));
   Help(&out, "attn_generated_tokens_total", "counter", "Tokens sampled.");
   Line(&out, "attn_generated_tokens_total",
        static_cast<double>(generated_tokens_));

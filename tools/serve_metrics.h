@@ -31,6 +31,8 @@ class Metrics {
   Metrics();
   void CountRequest(const std::string& route, int status);
   void CountTokens(int64_t prompt, int64_t generated);
+  // Prompt tokens a request found in a kept or running sequence's cache.
+  void CountReused(int64_t tokens);
   void ObserveFirstToken(double seconds);
   void ObserveTokenGap(double seconds);
   // The scheduler's state after each step.
@@ -41,7 +43,7 @@ class Metrics {
  private:
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
-  uint64_t prompt_tokens_ = 0, generated_tokens_ = 0;
+  uint64_t prompt_tokens_ = 0, generated_tokens_ = 0, reused_tokens_ = 0;
   int64_t queued_ = 0, running_ = 0, cache_tokens_ = 0, cache_capacity_ = 0;
   uint64_t cache_bytes_ = 0;
   Histogram first_token_, token_gap_;

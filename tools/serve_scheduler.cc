@@ -321,6 +321,7 @@ void Scheduler::Admit(Pending& pending) {
   }
   SlotOf(*sequence).tokens.resize(static_cast<size_t>(keep));
   metrics_->CountTokens(size, 0);
+  metrics_->CountReused(keep);
   reserved_ += pending.request.n - 1;
   auto active = std::make_unique<Active>();
   active->job = std::move(pending.job);
