@@ -66,7 +66,7 @@ inline void WriteChatTokenizer(const std::string& dir) {
 }
 
 // A Qwen2 model of vocabulary kChatVocab, hidden 32, 2 layers, seeded weights.
-inline Status WriteChatModel(const std::string& dir) {
+inline Status WriteChatModel(const std::string& dir, int64_t context = 512) {
   const int64_t e = 32, inter = 64, heads = 4, kv = 2, hd = 8;
   WriteText(dir + "/config.json", Json{{"model_type", "qwen2"},
                                        {"architectures", {"Qwen2ForCausalLM"}},
@@ -76,7 +76,7 @@ inline Status WriteChatModel(const std::string& dir) {
                                        {"num_hidden_layers", 2},
                                        {"num_attention_heads", heads},
                                        {"num_key_value_heads", kv},
-                                       {"max_position_embeddings", 512},
+                                       {"max_position_embeddings", context},
                                        {"tie_word_embeddings", true}}
                                       .dump());
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
@@ -114,10 +114,10 @@ inline Status WriteChatModel(const std::string& dir) {
   return WriteSafetensors(dir + "/model.safetensors", tensors);
 }
 
-// Both, into the existing folder `dir`.
-inline Status WriteChatFolder(const std::string& dir) {
+// Both, into the existing folder `dir`; `context` positions.
+inline Status WriteChatFolder(const std::string& dir, int64_t context = 512) {
   WriteChatTokenizer(dir);
-  return WriteChatModel(dir);
+  return WriteChatModel(dir, context);
 }
 
 }  // namespace attn::test

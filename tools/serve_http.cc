@@ -251,8 +251,7 @@ void HttpFrontEnd::Impl::Generate(Endpoint endpoint,
   }
   for (const Event& e : events) {
     if (e.kind == Event::Kind::kError) {
-      return Reply(res, {e.error == "cancelled" ? 499 : 503, e.error,
-                         "server_error", "", ""});
+      return Reply(res, {503, e.error, "server_error", "", ""});
     }
     running->builder->Add(e);
   }

@@ -75,7 +75,7 @@ bool Job::Take(std::deque<Event>* out, std::chrono::milliseconds timeout) {
 }
 
 int64_t Job::completion_tokens() const {
-  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mutex_));
+  std::lock_guard<std::mutex> lock(mutex_);
   return completion_tokens_;
 }
 
@@ -267,11 +267,11 @@ Result<int64_t> Scheduler::NewSequence(int64_t source,
   return sequence;
 }
 
-Scheduler::Slot& Scheduler::SlotOf(int64_t sequence) {
+Scheduler::Slot* Scheduler::SlotOf(int64_t sequence) {
   for (Slot& slot : slots_) {
-    if (slot.sequence == sequence) return slot;
+    if (slot.sequence == sequence) return &slot;
   }
-  return slots_.front();  // unreachable: every sequence has its slot
+  return nullptr;
 }
 
 // Gives `pending` a sequence whose cache holds the longest prefix of its
@@ -319,7 +319,7 @@ void Scheduler::Admit(Pending& pending) {
                       true);
     return;
   }
-  SlotOf(*sequence).tokens.resize(static_cast<size_t>(keep));
+  SlotOf(*sequence)->tokens.resize(static_cast<size_t>(keep));
   metrics_->CountTokens(size, 0);
   metrics_->CountReused(keep);
   reserved_ += pending.request.n - 1;
@@ -365,10 +365,12 @@ Status Scheduler::RunStep() {
   for (size_t i = 0; i < requests.size(); ++i) {
     Owner& owner = owners[i];
     Active& active = *owner.active;
-    std::vector<int64_t>& cached = SlotOf(requests[i].sequence).tokens;
+    // A job that failed earlier in this loop may have freed (and a fork
+    // evicted) its sequences.
+    if (active.over) continue;
+    std::vector<int64_t>& cached = SlotOf(requests[i].sequence)->tokens;
     cached.insert(cached.end(), requests[i].tokens,
                   requests[i].tokens + requests[i].count);
-    if (active.over) continue;
     if (owner.choice >= 0) {
       Sample(active, active.choices[size_t(owner.choice)], batch_->logits(i));
       continue;
@@ -395,7 +397,7 @@ void Scheduler::StartChoices(Active& active, const float* logits) {
     if (i > 0) {
       --reserved_;
       Result<int64_t> fork =
-          NewSequence(active.sequence, SlotOf(active.sequence).tokens);
+          NewSequence(active.sequence, SlotOf(active.sequence)->tokens);
       if (!fork.ok()) {
         reserved_ -= request.n - 1 - i;
         return FailJob(active, "the engine failed: " + fork.status().message());
@@ -421,7 +423,9 @@ void Scheduler::Sample(Active& active, Choice& choice, const float* logits) {
   }
   const Clock::time_point now = Clock::now();
   if (choice.generated == 0) {
-    metrics_->ObserveFirstToken(Seconds(now - active.submitted));
+    if (choice.index == 0) {
+      metrics_->ObserveFirstToken(Seconds(now - active.submitted));
+    }
   } else {
     metrics_->ObserveTokenGap(Seconds(now - choice.last_token));
   }
@@ -504,9 +508,10 @@ void Scheduler::FailJob(Active& active, const std::string& error) {
 }
 
 void Scheduler::Release(int64_t sequence) {
-  Slot& slot = SlotOf(sequence);
-  slot.owned = false;
-  slot.last_used = ++clock_;
+  if (Slot* slot = SlotOf(sequence)) {
+    slot->owned = false;
+    slot->last_used = ++clock_;
+  }
 }
 
 void Scheduler::DropCancelled() {

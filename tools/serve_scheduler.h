@@ -72,7 +72,7 @@ class Job {
   void Push(Event event, bool last = false);
   void AddCompletionTokens(int64_t count);
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<Event> events_;
   bool over_ = false;
@@ -126,7 +126,7 @@ class Scheduler {
   void Admit(Pending& pending);
   Status MakeRoom();
   Result<int64_t> NewSequence(int64_t source, std::vector<int64_t> tokens);
-  Slot& SlotOf(int64_t sequence);
+  Slot* SlotOf(int64_t sequence);  // null once evicted
   int64_t FreeSlots() const;
   Status RunStep();
   void StartChoices(Active& active, const float* logits);

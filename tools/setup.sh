@@ -2,7 +2,9 @@
 # One entry point for a fresh Debian 12 machine: installs what is missing,
 # builds, and runs the main job or the tests.
 #   tools/setup.sh bench       deps + release build + `attn bench` on the grid
-#   tools/setup.sh test        deps + release build + every test (ctest)
+#   tools/setup.sh test        deps + release build + every test (ctest, then
+#                              tests/serve/run.sh: attn serve with curl, the
+#                              OpenAI client, load and HAProxy)
 #   tools/setup.sh test-asan   deps + ASan/UBSan build + every test
 #   tools/setup.sh fuzz [S]    deps + clang + the libFuzzer targets, S s at once (60)
 #   tools/setup.sh deps        only install the Debian packages
@@ -52,6 +54,15 @@ sanitized_targets_off() {
 
 case "${1:-}" in
   deps) install_deps ;;
+  test)
+    # The server's client-side tests: Node.js (Debian's, unless one is
+    # installed), curl and HAProxy.
+    PACKAGES+=(curl haproxy)
+    command -v npm >/dev/null || PACKAGES+=(nodejs npm)
+    install_deps
+    build build
+    ctest --test-dir build --output-on-failure -j"$(nproc)"
+    tests/serve/run.sh build ;;
   fuzz)
     PACKAGES+=(clang-14 libclang-rt-14-dev libomp-14-dev)
     install_deps
@@ -60,10 +71,6 @@ case "${1:-}" in
     install_deps
     build build
     build/bin/attn bench ;;
-  test)
-    install_deps
-    build build
-    ctest --test-dir build --output-on-failure -j"$(nproc)" ;;
   test-asan)
     install_deps
     # -O1 and line tables: all a sanitizer's reports need, and half the

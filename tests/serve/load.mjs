@@ -7,7 +7,11 @@
 //
 //   node load.mjs --url http://127.0.0.1:8080 [--clients 64] [--requests 2000]
 //                 [--key KEY] [--seed 1] [--max-tokens 48] [--prompt-words 60]
-//                 [--deadline 60] [--tolerate N]
+//                 [--deadline 60] [--tolerate N] [--fixed] [--stream SHARE]
+//
+// --fixed: every request the same prompt of --prompt-words words and
+// --max-tokens greedy tokens, streamed (the side-by-side benchmark of
+// bench/README.md drives attn serve and llama-server with it).
 //
 // Outcomes: "ok"; "http_429", "http_503" (documented, retry later);
 // "http_502" (a balancer's: the replica died), "cut" (a stream that ended
@@ -27,6 +31,7 @@ const { values: opt } = parseArgs({
     deadline: { type: "string", default: "60" },
     tolerate: { type: "string", default: "0" },
     stream: { type: "string", default: "0.75" },
+    fixed: { type: "boolean", default: false },
   },
 });
 const total = Number(opt.requests);
@@ -44,12 +49,14 @@ const random = () => {  // xorshift32: the same mix for the same seed
 };
 const words = ["the", "cat", "sat", "on", "a", "mat", "and", "then", "ran",
                "far", "away", "from", "home", "über", "naïve", "日本"];
-const plan = Array.from({ length: total }, () => ({
-  prompt: Array.from({ length: 1 + Math.floor(random() * promptWords) },
-                     () => words[Math.floor(random() * words.length)]).join(" "),
-  max_tokens: 1 + Math.floor(random() * maxTokens),
-  stream: random() < streamShare,
-}));
+const sentence = (n) => Array.from({ length: n },
+                                    () => words[Math.floor(random() * words.length)]).join(" ");
+const fixedPrompt = sentence(promptWords);
+const plan = Array.from({ length: total }, () => opt.fixed
+  ? { prompt: fixedPrompt, max_tokens: maxTokens, stream: true, temperature: 0 }
+  : { prompt: sentence(1 + Math.floor(random() * promptWords)),
+      max_tokens: 1 + Math.floor(random() * maxTokens),
+      stream: random() < streamShare, temperature: 0.8 });
 
 const headers = { "Content-Type": "application/json" };
 if (opt.key) headers.Authorization = `Bearer ${opt.key}`;
@@ -64,7 +71,7 @@ async function one(p) {
   const res = await fetch(`${opt.url}/v1/completions`, {
     method: "POST", headers,
     body: JSON.stringify({ prompt: p.prompt, max_tokens: p.max_tokens,
-                           temperature: 0.8, stream: p.stream,
+                           temperature: p.temperature, stream: p.stream,
                            ...(p.stream ? { stream_options: { include_usage: true } } : {}) }),
     signal: AbortSignal.timeout(Number(opt.deadline) * 1000),
   });
@@ -79,7 +86,7 @@ async function one(p) {
   }
   const decoder = new TextDecoder();
   let buffer = "";
-  let first = 0, last = 0, tokens = 0, done = false, failed = false;
+  let first = 0, last = 0, tokens = 0, chunks = 0, done = false, failed = false;
   for await (const bytes of res.body) {
     buffer += decoder.decode(bytes, { stream: true });
     let cut;
@@ -92,7 +99,8 @@ async function one(p) {
       const chunk = JSON.parse(data);
       if (chunk.error) { failed = true; continue; }
       if (chunk.usage) tokens = chunk.usage.completion_tokens;
-      if (chunk.choices?.length) {
+      if (chunk.choices?.length && chunk.choices[0].text) {
+        ++chunks;
         const now = performance.now();
         if (!first) first = now;
         last = now;
@@ -100,6 +108,7 @@ async function one(p) {
     }
   }
   if (!done || failed) return count("cut");
+  tokens ||= chunks;  // a server that sends no usage: a chunk a token
   generated += tokens;
   if (first) firstToken.push(first - start);
   if (tokens > 1) perToken.push((last - first) / (tokens - 1));
