@@ -91,9 +91,9 @@ class Server {
     c.set_read_timeout(30, 0);
     return c;
   }
-  // Sends SIGTERM; the exit status once it ended.
-  int Terminate() {
-    kill(pid_, SIGTERM);
+  void Signal(int number) const { kill(pid_, number); }
+  // The exit status once it ended.
+  int Wait() {
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
@@ -469,6 +469,11 @@ TEST_F(ServeTest, RefusalsNameTheField) {
   const Json long_prompt = {{"prompt", std::vector<int64_t>(600, 65)}};
   std::vector<Case> all = cases;
   all.push_back({"/v1/completions", long_prompt.dump(), 400, "prompt"});
+  // Nesting deep enough to overflow a recursive printer or copier.
+  const std::string deep = std::string(5000, '[') + std::string(5000, ']');
+  all.push_back({"/v1/completions", deep, 400, ""});
+  all.push_back(
+      {"/v1/chat/completions", "{\"messages\": " + deep + "}", 400, ""});
   for (const Case& c : all) {
     auto res =
         server_->Client().Post(c.path.c_str(), c.body, "application/json");
@@ -529,10 +534,11 @@ TEST_F(ServeTest, AClientThatLeavesMidStreamFreesItsSequence) {
   Server server(LongFolder(*scratch_), {"--ctx-size", "8192"}, *scratch_);
   ASSERT_NE(server.port(), 0) << server.err();
   const int fd = Connect(server.port());
-  const std::string body =
-      Json{{"prompt", "Leaving"}, {"max_tokens", 8000}, {"temperature", 0},
-           {"stream", true}}
-          .dump();
+  const std::string body = Json{
+      {"prompt", "Leaving"},
+      {"max_tokens", 8000},
+      {"temperature", 0},
+      {"stream", true}}.dump();
   const std::string request =
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
       "Content-Type: application/json\r\n"
@@ -658,27 +664,45 @@ TEST_F(ServeTest, AFullQueueAnswers429) {
 }
 
 TEST_F(ServeTest, SigtermFinishesRequestsInFlightThenExits) {
-  Server stopping(dir_->path(), {"--timeout", "20"}, *scratch_);
+  Server stopping(LongFolder(*scratch_),
+                  {"--timeout", "20", "--ctx-size", "8192"}, *scratch_);
   ASSERT_NE(stopping.port(), 0) << stopping.err();
-  Reply reply;
-  std::thread client([&] {
-    reply = Post(
+  Reply whole, streamed;
+  std::thread plain([&] {
+    whole = Post(
         stopping, "/v1/completions",
-        {{"prompt", "last words"}, {"max_tokens", 200}, {"temperature", 0}});
+        {{"prompt", "last words"}, {"max_tokens", 3000}, {"temperature", 0}});
   });
-  // Wait until it runs, then stop the server.
-  for (int i = 0; i < 200 && Metric(stopping, "attn_running_sequences") != 1;
+  std::thread stream([&] {
+    streamed = Post(stopping, "/v1/completions",
+                    {{"prompt", "a stream"},
+                     {"max_tokens", 3000},
+                     {"temperature", 0},
+                     {"stream", true}});
+  });
+  for (int i = 0; i < 500 && Metric(stopping, "attn_running_sequences") != 2;
        ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  EXPECT_EQ(stopping.Terminate(), 0) << stopping.err();
-  client.join();
-  EXPECT_EQ(reply.status, 200) << reply.text;
-  const std::string reason = reply.body["choices"][0]["finish_reason"];
-  EXPECT_TRUE(reason == "length" || reason == "stop") << reason;
-  if (reason == "length") {
-    EXPECT_EQ(reply.body["usage"]["completion_tokens"], 200);
-  }
+  ASSERT_EQ(Metric(stopping, "attn_running_sequences"), 2);
+  stopping.Signal(SIGTERM);
+  // Draining: the balancer's check and new requests are refused.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto health = stopping.Client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(Post(stopping, "/v1/completions", {{"prompt", "late"}}).status,
+            503);
+  plain.join();
+  stream.join();
+  EXPECT_EQ(stopping.Wait(), 0) << stopping.err();
+  EXPECT_EQ(whole.status, 200) << whole.text;
+  EXPECT_EQ(whole.body["usage"]["completion_tokens"], 3000);
+  bool done = false;
+  const std::vector<Json> events = Events(streamed.text, &done);
+  EXPECT_TRUE(done) << "the stream was cut";
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
   EXPECT_FALSE(stopping.Client().Get("/health"));  // no longer listening
 }
 

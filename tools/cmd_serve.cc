@@ -7,11 +7,15 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "attn/lm.hpp"
 #include "attn/tokenizer.hpp"
@@ -27,6 +31,8 @@ namespace {
 // As attn chat: a model's full context would reserve every sequence's
 // whole cache up front.
 constexpr int64_t kDefaultContext = 4096;
+// Running and queued requests at most: each holds a connection thread.
+constexpr int64_t kMaxWaiting = 1024;
 
 struct ServeArgs {
   std::string model, alias, api_key, api_key_file;
@@ -56,17 +62,53 @@ Result<std::string> ReadKeyFile(const std::string& path) {
   return key;
 }
 
-// Blocks SIGTERM and SIGINT in every thread (the ones started after this
-// inherit the mask) so that one thread can wait for them.
-sigset_t BlockStopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a client that left is a failed write
-  return set;
-}
+// SIGTERM and SIGINT, blocked in every thread (the ones started after
+// this inherit the mask) and taken by one: the first during the load ends
+// the process at once (nothing is in flight), after it starts the drain; a
+// second one ends the drain at once.
+class StopSignals {
+ public:
+  StopSignals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a client that left is a failed write
+    thread_ = std::thread([this] { Watch(); });
+    thread_.detach();  // it ends with the process
+  }
+  void Ready() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready_ = true;
+  }
+  // Waits for the first signal; its name.
+  const char* Wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    arrived_.wait(lock, [&] { return signal_ != 0; });
+    return signal_ == SIGTERM ? "SIGTERM" : "SIGINT";
+  }
+
+ private:
+  void Watch() {
+    int number = 0;
+    sigwait(&set_, &number);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!ready_) std::_Exit(0);
+      signal_ = number;
+    }
+    arrived_.notify_all();
+    sigwait(&set_, &number);
+    std::fprintf(stderr, "attn serve: a second signal: stopping now\n");
+    std::_Exit(1);
+  }
+  sigset_t set_;
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  bool ready_ = false;
+  int signal_ = 0;
+  std::thread thread_;
+};
 
 int Serve(ServeArgs& args) {
   if (!args.api_key.empty() && !args.api_key_file.empty()) {
@@ -83,9 +125,15 @@ int Serve(ServeArgs& args) {
   args.http.read_timeout = std::chrono::seconds(args.timeout);
   // A connection holds a thread while its request waits or streams: room
   // for every running and queued one, and for /health and /metrics.
+  if (args.scheduler.parallel + args.scheduler.max_queue > kMaxWaiting) {
+    return Usage("--parallel " + std::to_string(args.scheduler.parallel) +
+                 " + --max-queue " + std::to_string(args.scheduler.max_queue) +
+                 ": at most " + std::to_string(kMaxWaiting) +
+                 " (each running or waiting request holds a thread)");
+  }
   args.http.threads =
       static_cast<int>(args.scheduler.parallel + args.scheduler.max_queue + 16);
-  const sigset_t signals = BlockStopSignals();
+  StopSignals signals;
 
   serve::HttpFrontEnd front(args.http);
   Result<int> port = front.Listen();
@@ -125,6 +173,7 @@ int Serve(ServeArgs& args) {
   if (served.id.empty()) served.id = "model";
   served.context = context;
   served.parallel = args.scheduler.parallel;
+  signals.Ready();
   front.Ready(*tokenizer, scheduler->get(), served);
   std::fprintf(stderr,
                "attn serve: ready: model '%s', %lld sequences of %lld "
@@ -133,13 +182,16 @@ int Serve(ServeArgs& args) {
                static_cast<long long>(args.scheduler.parallel),
                static_cast<long long>(context));
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  std::fprintf(stderr, "attn serve: stopping (%s)\n",
-               signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
-  front.Stop();
-  (*scheduler)->Stop(serve::Clock::now() + std::chrono::seconds(args.timeout));
-  front.Wait();
+  std::fprintf(stderr, "attn serve: stopping (%s)\n", signals.Wait());
+  // New requests get 503 and /health turns 503; those running finish
+  // within --timeout or end with an error; then their replies are written
+  // out and the port closes.
+  const serve::Clock::time_point deadline =
+      serve::Clock::now() + std::chrono::seconds(args.timeout);
+  front.Refuse();
+  (*scheduler)->Stop(deadline);
+  front.WaitIdle(deadline + std::chrono::seconds(1));
+  front.Close();
   return 0;
 }
 

@@ -17,7 +17,11 @@ ApiError Invalid(const std::string& param, const std::string& message) {
   return {400, param + ": " + message, "invalid_request_error", param, ""};
 }
 
+// A value for an error message: scalars as JSON, short; containers by
+// kind and size (never printed whole).
 std::string Shown(const Json& value) {
+  if (value.is_array()) return "a list of " + std::to_string(value.size());
+  if (value.is_object()) return "an object";
   std::string text = Dump(value);
   if (text.size() > 60) text = text.substr(0, 57) + "...";
   return text;
@@ -482,7 +486,7 @@ std::string ResponseBuilder::TokenText(int64_t id) const {
 }
 
 Json ResponseBuilder::LogprobsJson(const std::vector<TokenLogprob>& tokens,
-                                   size_t text_offset) const {
+                                   const std::vector<size_t>& offsets) const {
   if (!request_.logprobs) return Json();
   if (request_.endpoint == Endpoint::kChat) {
     auto entry = [&](int64_t id, double logprob) {
@@ -506,15 +510,13 @@ Json ResponseBuilder::LogprobsJson(const std::vector<TokenLogprob>& tokens,
               {"token_logprobs", Json::array()},
               {"top_logprobs", Json::array()},
               {"text_offset", Json::array()}};
-  for (const TokenLogprob& t : tokens) {
-    const std::string text = TokenText(t.id);
-    out["tokens"].push_back(text);
-    out["token_logprobs"].push_back(t.logprob);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    out["tokens"].push_back(TokenText(tokens[i].id));
+    out["token_logprobs"].push_back(tokens[i].logprob);
     Json top = Json::object();
-    for (const auto& [id, lp] : t.top) top[TokenText(id)] = lp;
+    for (const auto& [id, lp] : tokens[i].top) top[TokenText(id)] = lp;
     out["top_logprobs"].push_back(top);
-    out["text_offset"].push_back(text_offset);
-    text_offset += text.size();
+    out["text_offset"].push_back(offsets[i]);
   }
   return out;
 }
@@ -531,7 +533,8 @@ std::string ResponseBuilder::Chunk(const Event& event) {
     out += "data: " + Dump(chunk) + "\n\n";
   };
   if (event.kind == Event::Kind::kError) {
-    return "data: " + ErrorBody({500, event.error, "server_error", "", ""}) +
+    return "data: " +
+           ErrorBody({event.status, event.error, "server_error", "", ""}) +
            "\n\n";
   }
   if (chat && !started_[size_t(event.choice)]) {
@@ -545,7 +548,9 @@ std::string ResponseBuilder::Chunk(const Event& event) {
     if (event.text.empty() && event.logprobs.empty()) return out;
     choice[chat ? "delta" : "text"] =
         chat ? Json{{"content", event.text}} : Json(event.text);
-    choice["logprobs"] = LogprobsJson(event.logprobs, seen.text.size());
+    choice["logprobs"] = LogprobsJson(
+        event.logprobs,
+        std::vector<size_t>(event.logprobs.size(), seen.text.size()));
     choice["finish_reason"] = nullptr;
     seen.text += event.text;
   } else {
@@ -579,6 +584,7 @@ std::string ResponseBuilder::StreamEnd(int64_t prompt_tokens,
 void ResponseBuilder::Add(const Event& event) {
   ChoiceText& c = choices_[size_t(event.choice)];
   if (event.kind == Event::Kind::kText) {
+    c.offsets.insert(c.offsets.end(), event.logprobs.size(), c.text.size());
     c.text += event.text;
     c.logprobs.insert(c.logprobs.end(), event.logprobs.begin(),
                       event.logprobs.end());
@@ -600,7 +606,7 @@ Json ResponseBuilder::Whole(int64_t prompt_tokens,
     } else {
       choice["text"] = c.text;
     }
-    choice["logprobs"] = LogprobsJson(c.logprobs, 0);
+    choice["logprobs"] = LogprobsJson(c.logprobs, c.offsets);
     choice["finish_reason"] = c.finish_reason;
     out["choices"].push_back(std::move(choice));
   }

@@ -68,10 +68,12 @@ class ResponseBuilder {
   struct ChoiceText {
     std::string text, finish_reason;
     std::vector<TokenLogprob> logprobs;
+    std::vector<size_t> offsets;  // where each token's text begins in text
   };
   Json Envelope(const char* object) const;
+  // `offsets`: where each token's text begins in the choice's text as sent.
   Json LogprobsJson(const std::vector<TokenLogprob>& tokens,
-                    size_t text_offset) const;
+                    const std::vector<size_t>& offsets) const;
   std::string TokenText(int64_t id) const;
 
   const ParsedRequest& request_;

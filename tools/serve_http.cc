@@ -14,6 +14,7 @@ enum class State { kLoading, kReady, kStopping };
 // keeps the connection, and a client that left is noticed.
 constexpr std::chrono::milliseconds kKeepAlive{1000};
 constexpr std::chrono::milliseconds kPoll{100};
+constexpr int kMaxJsonDepth = 64;
 
 void Reply(httplib::Response& res, const ApiError& error) {
   res.status = error.status;
@@ -70,14 +71,22 @@ struct HttpFrontEnd::Impl {
   Metrics metrics;
   std::thread listener;
   std::atomic<State> state{State::kLoading};
+  std::atomic<int> in_flight{0};  // generation requests not yet answered
   std::shared_ptr<const Tokenizer> tokenizer;
   Scheduler* scheduler = nullptr;
   ServedModel model;
   int64_t created = 0;
 };
 
-// A generation request in flight: what its response is built from.
+// A generation request in flight: what its response is built from. It
+// counts as in flight until its reply (or stream) is written out and the
+// last holder lets go.
 struct Running {
+  explicit Running(std::atomic<int>* counter) : in_flight(counter) {
+    ++*in_flight;
+  }
+  ~Running() { --*in_flight; }
+  std::atomic<int>* in_flight;
   ParsedRequest request;
   std::unique_ptr<ResponseBuilder> builder;
   std::shared_ptr<Job> job;
@@ -89,10 +98,7 @@ HttpFrontEnd::HttpFrontEnd(const HttpOptions& options)
   impl_->Routes();
 }
 
-HttpFrontEnd::~HttpFrontEnd() {
-  Stop();
-  Wait();
-}
+HttpFrontEnd::~HttpFrontEnd() { Close(); }
 
 Metrics& HttpFrontEnd::metrics() { return impl_->metrics; }
 
@@ -118,6 +124,10 @@ Result<int> HttpFrontEnd::Listen() {
                            "machine's address, or a privileged port)");
   }
   s.listener = std::thread([&s] { s.server.listen_after_bind(); });
+  // Until it runs, stop() would not stop it.
+  while (!s.server.is_running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return port;
 }
 
@@ -134,12 +144,19 @@ void HttpFrontEnd::Ready(std::shared_ptr<const Tokenizer> tokenizer,
   s.state = State::kReady;
 }
 
-void HttpFrontEnd::Stop() {
-  impl_->state = State::kStopping;
-  impl_->server.stop();
+void HttpFrontEnd::Refuse() { impl_->state = State::kStopping; }
+
+void HttpFrontEnd::WaitIdle(Clock::time_point deadline) {
+  while (impl_->in_flight.load() > 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
-void HttpFrontEnd::Wait() {
+void HttpFrontEnd::Close() {
+  // A chunked reply stops at its next chunk once the server stops: only
+  // after the streams are written out.
+  impl_->state = State::kStopping;
+  impl_->server.stop();
   if (impl_->listener.joinable()) impl_->listener.join();
 }
 
@@ -209,8 +226,21 @@ bool HttpFrontEnd::Impl::ReadBody(const httplib::Request& req,
     res.set_header("Connection", "close");
     return false;
   }
+  // Printing or copying a value recurses once per level: deeper nesting
+  // than any request needs is refused while parsing.
+  struct TooDeep {};
+  const auto depth_limit = [](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxJsonDepth) throw TooDeep{};
+    return true;
+  };
   try {
-    *body = Json::parse(text);
+    *body = Json::parse(text, depth_limit);
+  } catch (const TooDeep&) {
+    Reply(res, {400,
+                "the body nests deeper than " + std::to_string(kMaxJsonDepth) +
+                    " levels",
+                "invalid_request_error", "", ""});
+    return false;
   } catch (const Json::parse_error& e) {
     Reply(res, {400,
                 "the body is not JSON (or not UTF-8) at byte " +
@@ -227,7 +257,7 @@ void HttpFrontEnd::Impl::Generate(Endpoint endpoint,
                                   const httplib::ContentReader& reader) {
   Json body;
   if (!ReadBody(req, res, reader, &body)) return;
-  auto running = std::make_shared<Running>();
+  auto running = std::make_shared<Running>(&in_flight);
   if (auto error = ParseRequest(endpoint, body, model, &running->request)) {
     return Reply(res, *error);
   }
@@ -251,7 +281,7 @@ void HttpFrontEnd::Impl::Generate(Endpoint endpoint,
   }
   for (const Event& e : events) {
     if (e.kind == Event::Kind::kError) {
-      return Reply(res, {503, e.error, "server_error", "", ""});
+      return Reply(res, {e.status, e.error, "server_error", "", ""});
     }
     running->builder->Add(e);
   }

@@ -36,11 +36,14 @@ class HttpFrontEnd {
   // The model is loaded: generation routes go to `scheduler`.
   void Ready(std::shared_ptr<const Tokenizer> tokenizer, Scheduler* scheduler,
              const ServedModel& model);
-  // Stops accepting connections; /health says 503 to a balancer still
-  // asking. Requests in flight go on until Wait returns.
-  void Stop();
-  // Returns once every connection's thread has ended.
-  void Wait();
+  // From now on /health and every new request answer 503, so that a
+  // balancer sends no more; requests in flight go on.
+  void Refuse();
+  // Waits until no generation request is in flight (their replies and
+  // streams written out), or until `deadline`.
+  void WaitIdle(Clock::time_point deadline);
+  // Closes the port and returns once every connection's thread has ended.
+  void Close();
   Metrics& metrics();
 
  private:

@@ -14,6 +14,10 @@ namespace {
 // K/V rows costs far less than computing them, but the copy is of the
 // whole sequence.
 constexpr int64_t kMinForkPrefix = 32;
+// An idle sequence is taken over for a prompt sharing at least this many
+// tokens with it (chat templates share a few header tokens between
+// unrelated conversations).
+constexpr int64_t kMinIdlePrefix = 16;
 
 size_t CommonPrefix(const std::vector<int64_t>& a,
                     const std::vector<int64_t>& b) {
@@ -193,9 +197,14 @@ void Scheduler::Stop(Clock::time_point deadline) {
     refused.swap(queue_);
   }
   for (Pending& p : refused) {
-    p.job->Push(
-        {Event::Kind::kError, 0, {}, {}, {}, "the server is shutting down"},
-        true);
+    p.job->Push({Event::Kind::kError,
+                 0,
+                 {},
+                 {},
+                 {},
+                 "the server is shutting down",
+                 503},
+                true);
   }
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();
@@ -216,6 +225,11 @@ void Scheduler::Loop() {
         return stopping_ || !queue_.empty() || !active_.empty();
       });
       if (stopping_ && (active_.empty() || Clock::now() >= deadline_)) break;
+      // A client that left while waiting gives its place up.
+      queue_.erase(
+          std::remove_if(queue_.begin(), queue_.end(),
+                         [](const Pending& p) { return p.job->cancelled(); }),
+          queue_.end());
       int64_t free = FreeSlots();
       while (!queue_.empty() && queue_.front().request.n <= free) {
         free -= queue_.front().request.n;
@@ -228,12 +242,13 @@ void Scheduler::Loop() {
     }
     DropCancelled();
     const Status status = RunStep();
-    if (!status.ok()) FailAll("the engine failed: " + status.message());
+    if (!status.ok()) FailAll("the engine failed: " + status.message(), 500);
     PublishGauges();
   }
   FailAll(
       "the server is shutting down: the request did not finish within "
-      "--timeout");
+      "--timeout",
+      503);
   PublishGauges();
 }
 
@@ -293,7 +308,9 @@ void Scheduler::Admit(Pending& pending) {
   }
   int64_t keep = 0;
   Result<int64_t> sequence = int64_t{0};
-  if (idle && idle_match >= running_match) {
+  // A short match is not worth another conversation's cache: a fresh
+  // sequence (or the least recently used idle one) is taken instead.
+  if (idle && idle_match >= running_match && idle_match >= kMinIdlePrefix) {
     idle->owned = true;
     keep = idle_match;
     sequence = idle->sequence;
@@ -411,11 +428,20 @@ void Scheduler::StartChoices(Active& active, const float* logits) {
     active.choices.emplace_back(i, sequence, std::move(*sampler), tokenizer_);
     ++active.open;
   }
-  for (Choice& c : active.choices) Sample(active, c, first.data());
+  for (Choice& c : active.choices) {
+    if (active.over) break;  // a choice failed the job
+    Sample(active, c, first.data());
+  }
+}
+
+// Ids past the tokenizer's (a model's padded vocabulary) have no text:
+// they are never sampled.
+int64_t Scheduler::SamplingVocab() const {
+  return std::min(model_->config().vocab_size, tokenizer_->vocab_size());
 }
 
 void Scheduler::Sample(Active& active, Choice& choice, const float* logits) {
-  const int64_t vocab = model_->config().vocab_size;
+  const int64_t vocab = SamplingVocab();
   const int64_t id = choice.sampler.Sample(logits, vocab);
   TokenLogprob logprob;
   if (active.request.top_logprobs >= 0) {
@@ -477,6 +503,7 @@ void Scheduler::Emit(Active& active, Choice& choice, int64_t id,
 // last choice.
 void Scheduler::Finish(Active& active, Choice& choice,
                        const std::string& reason, bool flush) {
+  if (choice.done) return;
   if (flush) {
     const std::string rest = choice.held + choice.stream.Finish();
     if (!rest.empty()) {
@@ -493,7 +520,7 @@ void Scheduler::Finish(Active& active, Choice& choice,
 }
 
 // Ends the whole job with `error`, its sequences freed.
-void Scheduler::FailJob(Active& active, const std::string& error) {
+void Scheduler::FailJob(Active& active, const std::string& error, int status) {
   if (active.choices.empty()) {
     Release(active.sequence);
     reserved_ -= active.request.n - 1;
@@ -504,7 +531,7 @@ void Scheduler::FailJob(Active& active, const std::string& error) {
   }
   active.open = 0;
   active.over = true;
-  active.job->Push({Event::Kind::kError, 0, {}, {}, {}, error}, true);
+  active.job->Push({Event::Kind::kError, 0, {}, {}, {}, error, status}, true);
 }
 
 void Scheduler::Release(int64_t sequence) {
@@ -527,8 +554,8 @@ void Scheduler::RemoveOver() {
                 active_.end());
 }
 
-void Scheduler::FailAll(const std::string& error) {
-  for (auto& active : active_) FailJob(*active, error);
+void Scheduler::FailAll(const std::string& error, int status) {
+  for (auto& active : active_) FailJob(*active, error, status);
   active_.clear();
 }
 

@@ -52,6 +52,7 @@ struct Event {
   std::vector<TokenLogprob> logprobs;  // kText: the tokens sampled
   std::string finish_reason;           // kFinish: "stop" or "length"
   std::string error;                   // kError: why the request ended
+  int status = 500;  // kError: the HTTP status (503: shutting down)
 };
 
 // One request as its HTTP thread sees it: events arrive in order, each
@@ -129,16 +130,17 @@ class Scheduler {
   Slot* SlotOf(int64_t sequence);  // null once evicted
   int64_t FreeSlots() const;
   Status RunStep();
+  int64_t SamplingVocab() const;
   void StartChoices(Active& active, const float* logits);
   void Sample(Active& active, Choice& choice, const float* logits);
   void Emit(Active& active, Choice& choice, int64_t id, TokenLogprob logprob);
   void Finish(Active& active, Choice& choice, const std::string& reason,
               bool flush);
-  void FailJob(Active& active, const std::string& error);
+  void FailJob(Active& active, const std::string& error, int status = 500);
   void Release(int64_t sequence);
   void DropCancelled();
   void RemoveOver();
-  void FailAll(const std::string& error);
+  void FailAll(const std::string& error, int status);
   void PublishGauges();
 
   std::shared_ptr<const LanguageModel> model_;
