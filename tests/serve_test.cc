@@ -15,9 +15,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -64,14 +64,15 @@ class Server {
       execv(ATTN_CLI, argv.data());
       _exit(127);
     }
-    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    const std::string listening = "listening on http://127.0.0.1:";
     for (int i = 0; i < 500 && port_ == 0; ++i) {
-      std::smatch m;
       const std::string text = ReadAll(err_);
-      if (std::regex_search(text, m, listening))
-        port_ = std::stoi(m[1]);
-      else
+      const size_t at = text.find(listening);
+      if (at != std::string::npos) {
+        port_ = std::atoi(text.c_str() + at + listening.size());
+      } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     }
     for (int i = 0; i < 500 && port_ != 0; ++i) {
       auto res = Client().Get("/health");
@@ -170,9 +171,11 @@ bool ReadUntil(int fd, const std::string& text) {
 double Metric(const Server& server, const std::string& name) {
   auto res = server.Client().Get("/metrics");
   if (!res) return -1;
-  std::smatch m;
-  const std::regex line("\n" + name + " ([0-9.e+-]+)");
-  return std::regex_search(res->body, m, line) ? std::stod(m[1]) : -1;
+  const std::string line = "\n" + name + " ";
+  const size_t at = res->body.find(line);
+  return at == std::string::npos
+             ? -1
+             : std::strtod(res->body.c_str() + at + line.size(), nullptr);
 }
 
 class ServeTest : public ::testing::Test {
@@ -503,8 +506,18 @@ TEST_F(ServeTest, RefusalsNameTheField) {
 }
 
 TEST_F(ServeTest, MetricsArePrometheusText) {
-  Post(*server_, "/v1/completions", {{"prompt", "m"}, {"max_tokens", 2}});
+  Post(*server_, "/v1/completions",
+       {{"prompt", "m"}, {"max_tokens", 2}, {"temperature", 0}});
+  // A request is counted once its reply is written, a moment after the
+  // client has it.
+  const std::string counted =
+      "attn_requests_total{route=\"/v1/completions\",status=\"200\"}";
   auto res = server_->Client().Get("/metrics");
+  for (int i = 0;
+       i < 100 && res && res->body.find(counted) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    res = server_->Client().Get("/metrics");
+  }
   ASSERT_TRUE(res);
   for (const char* name :
        {"attn_requests_total{route=\"/v1/completions\",status=\"200\"}",

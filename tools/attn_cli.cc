@@ -1,7 +1,7 @@
 // attn: main() of the command-line front end. The subcommands (run, bench,
-// info, soak, tune, generate, tokenize, chat, quantize, serve) register from their
-// cmd_*.cc; this parses, runs the one chosen and makes every error one line on
-// stderr. Public API only.
+// info, soak, tune, generate, tokenize, chat, quantize, serve) register from
+// their cmd_*.cc; this parses, runs the one chosen and makes every error one
+// line on stderr. Public API only.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

@@ -21,14 +21,10 @@
 namespace attn::cli {
 namespace {
 
-// The default --ctx-size: a model's full context would reserve its whole
-// cache up front (8 GiB for Llama 3.2 1B's 131072).
-constexpr int64_t kDefaultContext = 4096;
-
 struct ChatArgs {
   std::string model, system;
   int64_t max_new_tokens = 512;
-  int64_t context = 0;  // 0: the model's, at most kDefaultContext
+  int64_t context = 0;  // 0: ContextSize's default
   SamplingOptions sampling;
   LmModelFlags flags;
 };
@@ -38,29 +34,15 @@ class Conversation {
   static Result<std::unique_ptr<Conversation>> Start(const ChatArgs& args) {
     auto c = std::unique_ptr<Conversation>(new Conversation(args));
     ATTN_ASSIGN_OR_RETURN(c->model_, LoadLanguageModel(args.model, args.flags));
-    TokenizerOptions options;
-    options.max_memory_bytes = args.flags.max_memory;
-    options.held_bytes = c->model_->memory_bytes();
-    ATTN_ASSIGN_OR_RETURN(c->tokenizer_, Tokenizer::Load(args.model, options));
+    ATTN_ASSIGN_OR_RETURN(c->tokenizer_,
+                          LoadTokenizerFor(*c->model_, args.model, "--model",
+                                           args.flags.max_memory));
     if (c->tokenizer_->chat_template().empty()) {
       return InvalidArgument("--model '" + args.model +
                              "' has no chat_template in its "
                              "tokenizer_config.json: want a chat model");
     }
-    if (c->tokenizer_->vocab_size() > c->vocab()) {
-      return InvalidArgument("--model '" + args.model +
-                             "': its tokenizer has more ids than the "
-                             "model's vocabulary of " +
-                             std::to_string(c->vocab()));
-    }
-    const int64_t model_context = c->model_->config().context_length;
-    c->context_ =
-        args.context ? args.context : std::min(model_context, kDefaultContext);
-    if (c->context_ > model_context) {
-      return InvalidArgument("--ctx-size " + std::to_string(c->context_) +
-                             " exceeds the model's context length " +
-                             std::to_string(model_context));
-    }
+    ATTN_ASSIGN_OR_RETURN(c->context_, ContextSize(args.context, *c->model_));
     ATTN_ASSIGN_OR_RETURN(
         c->batch_, Batch::Create(Model::Of(c->model_), {1, c->context_}));
     ATTN_ASSIGN_OR_RETURN(c->sequence_, c->batch_->Add());

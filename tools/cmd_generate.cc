@@ -222,20 +222,9 @@ Status PrintToken(DecodeStream& stream, const std::string& dir, int64_t id) {
 int GenerateText(GenerateArgs args) {
   auto model = PrepareModel(args);
   if (!model.ok()) return Fail(model.status().message());
-  TokenizerOptions options;
-  options.max_memory_bytes = args.model.max_memory;
-  options.held_bytes = (*model)->memory_bytes();
-  auto tokenizer = Tokenizer::Load(args.tokenizer, options);
+  auto tokenizer = LoadTokenizerFor(**model, args.tokenizer, "--tokenizer",
+                                    args.model.max_memory);
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
-  // A prompt's ids must be the model's: a larger vocabulary is another
-  // model's.
-  const int64_t vocab = (*model)->config().vocab_size;
-  if ((*tokenizer)->vocab_size() > vocab) {
-    return Fail("--tokenizer '" + args.tokenizer + "' has token ids up to " +
-                std::to_string((*tokenizer)->vocab_size() - 1) +
-                ", but the model's vocabulary has " + std::to_string(vocab) +
-                ": want the model's own tokenizer");
-  }
   auto prompts = EncodePrompt(**tokenizer, args.prompt);
   if (!prompts.ok()) return Fail(prompts.status().message());
   const Status fits =

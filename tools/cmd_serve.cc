@@ -28,9 +28,6 @@
 namespace attn::cli {
 namespace {
 
-// As attn chat: a model's full context would reserve every sequence's
-// whole cache up front.
-constexpr int64_t kDefaultContext = 4096;
 // Running and queued requests at most: each holds a connection thread.
 constexpr int64_t kMaxWaiting = 1024;
 
@@ -143,25 +140,12 @@ int Serve(ServeArgs& args) {
 
   auto model = LoadLanguageModel(args.model, args.flags);
   if (!model.ok()) return Fail(model.status().message());
-  TokenizerOptions options;
-  options.max_memory_bytes = args.flags.max_memory;
-  options.held_bytes = (*model)->memory_bytes();
-  auto tokenizer = Tokenizer::Load(args.model, options);
+  auto tokenizer =
+      LoadTokenizerFor(**model, args.model, "--model", args.flags.max_memory);
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
-  const int64_t vocab = (*model)->config().vocab_size;
-  if ((*tokenizer)->vocab_size() > vocab) {
-    return Fail("--model '" + args.model + "': its tokenizer has ids up to " +
-                std::to_string((*tokenizer)->vocab_size() - 1) +
-                ", past the model's vocabulary of " + std::to_string(vocab));
-  }
-  const int64_t model_context = (*model)->config().context_length;
-  int64_t& context = args.scheduler.context;
-  if (context == 0) context = std::min(model_context, kDefaultContext);
-  if (context > model_context) {
-    return Fail("--ctx-size " + std::to_string(context) +
-                " exceeds the model's context length " +
-                std::to_string(model_context));
-  }
+  auto context = ContextSize(args.scheduler.context, **model);
+  if (!context.ok()) return Fail(context.status().message());
+  args.scheduler.context = *context;
   auto scheduler = serve::Scheduler::Start(*model, *tokenizer, args.scheduler,
                                            &front.metrics());
   if (!scheduler.ok()) return Fail(scheduler.status().message());
@@ -171,7 +155,7 @@ int Serve(ServeArgs& args) {
                   ? std::filesystem::path(args.model).filename().string()
                   : args.alias;
   if (served.id.empty()) served.id = "model";
-  served.context = context;
+  served.context = *context;
   served.parallel = args.scheduler.parallel;
   signals.Ready();
   front.Ready(*tokenizer, scheduler->get(), served);
@@ -180,7 +164,7 @@ int Serve(ServeArgs& args) {
                "tokens\n",
                served.id.c_str(),
                static_cast<long long>(args.scheduler.parallel),
-               static_cast<long long>(context));
+               static_cast<long long>(*context));
 
   std::fprintf(stderr, "attn serve: stopping (%s)\n", signals.Wait());
   // New requests get 503 and /health turns 503; those running finish

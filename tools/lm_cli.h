@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attn/lm.hpp"
+#include "attn/tokenizer.hpp"
 #include "tools/cli.h"
 #include "tools/flags.h"
 
@@ -43,6 +44,18 @@ void AddSamplingFlags(CLI::App* command, SamplingOptions& sampling);
 
 Result<std::shared_ptr<const LanguageModel>> LoadLanguageModel(
     const std::string& weights, const LmModelFlags& flags);
+
+// The tokenizer in folder `dir` (named by `flag` in errors), loaded in one
+// memory budget with `model` (max_memory, 0: the default): its ids must be
+// the model's, so it may not have more than the model's vocabulary.
+Result<std::shared_ptr<const Tokenizer>> LoadTokenizerFor(
+    const LanguageModel& model, const std::string& dir, const std::string& flag,
+    uint64_t max_memory);
+
+// --ctx-size of attn chat and attn serve: `requested`, or 0 for the model's
+// context length at most 4096 (its whole context would reserve every
+// cache's gigabytes up front); past the model's, refused.
+Result<int64_t> ContextSize(int64_t requested, const LanguageModel& model);
 
 // The prompts of an input file: `input_ids` [batch, width] (I64 or I32),
 // right-padded rows when `lengths` [batch] (I64 or I32) says so.

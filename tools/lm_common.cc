@@ -65,6 +65,37 @@ Result<std::shared_ptr<const LanguageModel>> LoadLanguageModel(
   return LanguageModel::Load(weights, flags.Options());
 }
 
+Result<std::shared_ptr<const Tokenizer>> LoadTokenizerFor(
+    const LanguageModel& model, const std::string& dir, const std::string& flag,
+    uint64_t max_memory) {
+  TokenizerOptions options;
+  options.max_memory_bytes = max_memory;
+  options.held_bytes = model.memory_bytes();
+  ATTN_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tokenizer,
+                        Tokenizer::Load(dir, options));
+  const int64_t vocab = model.config().vocab_size;
+  if (tokenizer->vocab_size() > vocab) {
+    return InvalidArgument(
+        flag + " '" + dir + "': its tokenizer has token ids up to " +
+        std::to_string(tokenizer->vocab_size() - 1) +
+        ", past the model's vocabulary of " + std::to_string(vocab) +
+        ": want the model's own tokenizer");
+  }
+  return tokenizer;
+}
+
+Result<int64_t> ContextSize(int64_t requested, const LanguageModel& model) {
+  constexpr int64_t kDefaultContext = 4096;
+  const int64_t context_length = model.config().context_length;
+  if (requested == 0) return std::min(context_length, kDefaultContext);
+  if (requested > context_length) {
+    return InvalidArgument("--ctx-size " + std::to_string(requested) +
+                           " exceeds the model's context length " +
+                           std::to_string(context_length));
+  }
+  return requested;
+}
+
 void AddSamplingFlags(CLI::App* command, SamplingOptions& sampling) {
   command
       ->add_option("--temperature", sampling.temperature,
