@@ -108,7 +108,6 @@ class Scheduler {
   // left end with an error. Returns once the thread has stopped.
   void Stop(Clock::time_point deadline);
 
-
  private:
   struct Slot;
   struct Choice;
