@@ -1,7 +1,7 @@
 // Language models quantized at load (LmOptions::dtype q8_0 and q4_0),
 // black-box, against PyTorch on the dequantized weights with every
 // linear's input quantized per block as llama.cpp's q8_0 (tools/
-// golden_hf.py's quant.safetensors): token by token and whole prompts,
+// make_golden.py's quant.safetensors): token by token and whole prompts,
 // within the goldens' tolerance, the same bits at 1 and 2 threads.
 #include <gtest/gtest.h>
 
@@ -18,9 +18,11 @@
 namespace attn {
 namespace {
 
-// The golden cases whose linears take whole blocks of 32 inputs.
-const char* const kQuantCases[] = {"hf_qwen2", "hf_llama_tied_biases",
-                                   "hf_mistral_window"};
+// The golden cases whose linears take whole blocks of 32 inputs: GPT-2's
+// Conv1D weights ([in, out]) with an own head and a tied one, and the
+// Llama-style families.
+const char* const kQuantCases[] = {"hf_gpt2", "hf_gpt2_tied", "hf_qwen2",
+                                   "hf_llama_tied_biases", "hf_mistral_window"};
 
 struct QuantDType {
   DType dtype;

@@ -252,39 +252,6 @@ def hf_io(name, t, c, ids, lengths):
     return logits, tokens
 
 
-def f16(x):
-    """float32 through IEEE half (round to nearest even) and back, as GGML_FP32_TO_FP16."""
-    return x.to(torch.float16).to(torch.float32)
-
-
-def dequantized(w, kind):
-    """w [..., k] (float32) through llama.cpp's quantize_row_q8_0_ref or quantize_row_q4_0_ref and
-    back: the exact float32 values of the blocks."""
-    b = w.reshape(*w.shape[:-1], -1, 32)
-    if kind == "q8_0":
-        d = b.abs().amax(-1, keepdim=True) / 127
-        inv = torch.where(d != 0, 1 / d, torch.zeros_like(d))
-        v = b * inv
-        r = torch.trunc(v)  # roundf: halves away from zero (v - r is exact)
-        q = r + torch.sign(v) * ((v - r).abs() >= 0.5)
-    else:
-        top = b.gather(-1, b.abs().argmax(-1, keepdim=True))  # the first of largest magnitude
-        d = top / -8
-        inv = torch.where(d != 0, 1 / d, torch.zeros_like(d))
-        q = torch.clamp(torch.trunc(b * inv + 8.5), max=15) - 8  # (int8_t) truncates
-    return (q * f16(d)).reshape(w.shape)
-
-
-def quantized_linear(kind):
-    """A linear as attn runs `kind`'s: PyTorch in float64 on the dequantized weights, each row of
-    its input quantized per block of 32 as q8_0 (llama.cpp's activations)."""
-    def linear(x, w, b):
-        x = dequantized(x.float(), "q8_0").double()
-        y = x @ dequantized(w.float(), kind).double().T
-        return (y if b is None else y + b.double()).float()
-    return linear
-
-
 # The cases whose linears all take inputs in whole blocks of 32.
 QUANT_CASES = ("hf_qwen2", "hf_llama_tied_biases", "hf_mistral_window")
 
@@ -293,7 +260,7 @@ def quant_io(t, c, prompt):
     """The logits [T, V] of `prompt` through the model quantized as q8_0 and as q4_0 (a prompt in
     one step and token by token alike: the activations are quantized row by row). Every other op
     in float32 on the weights as stored."""
-    return {kind: hf_forward(t, prompt, c, torch.float32, quantized_linear(kind)) for kind in ("q8_0", "q4_0")}
+    return {kind: hf_forward(t, prompt, c, torch.float32, mg.quantized_linear(kind)) for kind in mg.QUANT_KINDS}
 
 
 def fuse_phi3(t):
@@ -363,8 +330,5 @@ def write_hf_cases(out):
                             {"tolerance": mg.LM_TOLERANCE, "max_new_tokens": str(mg.LM_NEW_TOKENS),
                              "description": description})
         if name in QUANT_CASES:
-            quant = quant_io(t, c, ids[0, :lengths[0]])
-            mg.save_safetensors(d / "quant.safetensors", quant,
-                                {"description": "logits of input_ids[0], the model quantized as q8_0 and "
-                                 "q4_0, activations as q8_0"})
+            mg.write_quant_io(d, quant_io(t, c, ids[0, :lengths[0]]))
         print(f"lm/{name}: {len(stored)} tensors max|logits|={logits.abs().max().item():.4g} tokens {tokens.tolist()}")

@@ -76,7 +76,11 @@ DIR/lm/<case>/ are whole language models (see LM_CASES), each a directory holdin
     lowest id on ties) run N = max_new_tokens steps on each row's own prompt; metadata
     tolerance (pass: max|logits - expected| <= tolerance * max|expected logits|),
     max_new_tokens, description.  Every case is checked against a float64 copy and an
-    independent float64 forward; greedy steps keep a clear gap between the best two logits.
+    independent float64 forward; greedy steps keep a clear gap between the best two logits;
+  * quant.safetensors (hf_gpt2, hf_gpt2_tied and golden_hf.QUANT_CASES): logits F32 "q8_0"
+    and "q4_0" [T, V] of the first prompt with every linear's weights (the tied head's too)
+    through llama.cpp's quantize_row_q8_0_ref / q4_0_ref and back, and each linear's input
+    row through q8_0, the rest in float32 (quantized_linear).
 DIR/lm/bad/<case>/ hold a model.safetensors and an io.safetensors (input_ids only) that the
 engine must refuse, io metadata expect_error="true" and error_hint: token_out_of_range (an
 id == vocab_size), too_long (a prompt longer than context_length) and unknown_layout
@@ -854,9 +858,12 @@ def gpt2_config(cfg, tied):
             "vocab_size": cfg["vocab_size"], "layer_norm_epsilon": 1e-5, "tie_word_embeddings": tied}
 
 
-def reference_gpt2(t, ids, n_head, eps=1e-5):
-    """An independent float64 forward of one prompt ids [T] from GPT-2 named tensors: logits [T, V]."""
-    t = {k: v.double() for k, v in t.items()}
+def reference_gpt2(t, ids, n_head, eps=1e-5, dtype=torch.float64, linear=None):
+    """An independent forward of one prompt ids [T] from GPT-2 named tensors, in float64 unless told
+    otherwise: logits [T, V]. linear(x, w [n, k], b or None) runs every linear, x @ w.T + b by
+    default."""
+    t = {k: v.to(dtype) for k, v in t.items()}
+    linear = linear or (lambda x, w, b: x @ w.T if b is None else x @ w.T + b)
     T = ids.shape[0]
     x = t["wte.weight"][ids] + t["wpe.weight"][:T]
     e, hd = x.shape[-1], x.shape[-1] // n_head
@@ -865,8 +872,8 @@ def reference_gpt2(t, ids, n_head, eps=1e-5):
         mu = x.mean(-1, keepdim=True)
         return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps) * t[n + ".weight"] + t[n + ".bias"]
 
-    def conv1d(x, n):
-        return x @ t[n + ".weight"] + t[n + ".bias"]
+    def conv1d(x, n):  # Conv1D's weight is [k, n]
+        return linear(x, t[n + ".weight"].T, t[n + ".bias"])
 
     future = torch.arange(T)[None, :] > torch.arange(T)[:, None]
     i = 0
@@ -879,7 +886,51 @@ def reference_gpt2(t, ids, n_head, eps=1e-5):
         m = 0.5 * m * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (m + 0.044715 * m ** 3)))
         x = x + conv1d(m, h + "mlp.c_proj")
         i += 1
-    return ln(x, "ln_f") @ t.get("lm_head.weight", t["wte.weight"]).T
+    return linear(ln(x, "ln_f"), t.get("lm_head.weight", t["wte.weight"]), None)
+
+
+def f16(x):
+    """float32 through IEEE half (round to nearest even) and back, as GGML_FP32_TO_FP16."""
+    return x.to(torch.float16).to(torch.float32)
+
+
+def dequantized(w, kind):
+    """w [..., k] (float32) through llama.cpp's quantize_row_q8_0_ref or quantize_row_q4_0_ref and
+    back: the exact float32 values of the blocks."""
+    b = w.reshape(*w.shape[:-1], -1, 32)
+    if kind == "q8_0":
+        d = b.abs().amax(-1, keepdim=True) / 127
+        inv = torch.where(d != 0, 1 / d, torch.zeros_like(d))
+        v = b * inv
+        r = torch.trunc(v)  # roundf: halves away from zero (v - r is exact)
+        q = r + torch.sign(v) * ((v - r).abs() >= 0.5)
+    else:
+        top = b.gather(-1, b.abs().argmax(-1, keepdim=True))  # the first of largest magnitude
+        d = top / -8
+        inv = torch.where(d != 0, 1 / d, torch.zeros_like(d))
+        q = torch.clamp(torch.trunc(b * inv + 8.5), max=15) - 8  # (int8_t) truncates
+    return (q * f16(d)).reshape(w.shape)
+
+
+def quantized_linear(kind):
+    """A linear as attn runs `kind`'s: PyTorch in float64 on the dequantized weights, each row of
+    its input quantized per block of 32 as q8_0 (llama.cpp's activations)."""
+    def linear(x, w, b):
+        x = dequantized(x.float(), "q8_0").double()
+        y = x @ dequantized(w.float(), kind).double().T
+        return (y if b is None else y + b.double()).float()
+    return linear
+
+
+QUANT_KINDS = ("q8_0", "q4_0")
+# The GPT-2 twins that quant.safetensors is written for: an own head and a tied one.
+GPT2_QUANT_CASES = ("hf_gpt2", "hf_gpt2_tied")
+
+
+def write_quant_io(d, logits):
+    save_safetensors(d / "quant.safetensors", logits,
+                     {"description": "logits of input_ids[0], the model quantized as q8_0 and q4_0, "
+                      "activations as q8_0"})
 
 
 def reference_llama(state, ids, cfg, eps=1e-5):
@@ -995,6 +1046,10 @@ def write_lm_cases(out):
                 hf = {k if k == "lm_head.weight" else "transformer." + k: v for k, v in hf.items()}
             write_lm_case(out / twin, hf, {"format": "pt"}, ids, lengths, *io[twin if tied else name],
                           HF_DESCRIPTIONS[twin], gpt2_config(cfg, tied))
+            if twin in GPT2_QUANT_CASES:
+                write_quant_io(out / twin, {kind: reference_gpt2(hf, ids[0, :lengths[0]], cfg["n_heads"],
+                                                                 dtype=torch.float32, linear=quantized_linear(kind))
+                                            for kind in QUANT_KINDS})
             print(f"lm/{twin}: {len(hf)} tensors max|logits|={io[twin if tied else name][0].abs().max().item():.4g}")
     write_lm_bad_cases(out / "bad")
 
