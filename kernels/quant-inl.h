@@ -134,12 +134,25 @@ HWY_INLINE void QuantizeBlockQ4(D d, const float* x, BlockQ4_0* block) {
   }
 }
 
-// QuantizeRow's body: k / 32 blocks of type t.
+// Whether every value of one block is finite.
 template <class D>
-HWY_INLINE void QuantizeRowBlocks(D d, QuantType t, const float* x, size_t k,
+HWY_INLINE bool BlockFinite(D d, const float* x) {
+  auto finite = hn::IsFinite(hn::LoadU(d, x));
+  for (size_t i = hn::Lanes(d); i < kQuantBlock; i += hn::Lanes(d)) {
+    finite = hn::And(finite, hn::IsFinite(hn::LoadU(d, x + i)));
+  }
+  return hn::AllTrue(d, finite);
+}
+
+// QuantizeRow's body: k / 32 blocks of type t; false if some x is not
+// finite.
+template <class D>
+HWY_INLINE bool QuantizeRowBlocks(D d, QuantType t, const float* x, size_t k,
                                   void* blocks) {
+  bool finite = true;
   for (size_t b = 0; b < QuantBlocksPerRow(k); ++b) {
     const float* xb = x + b * kQuantBlock;
+    finite = BlockFinite(d, xb) && finite;
     if (t == QuantType::kQ8_0) {
       BlockQ8_0* block = static_cast<BlockQ8_0*>(blocks) + b;
       QuantizeBlockQ8(d, xb, &block->d, block->qs);
@@ -147,6 +160,7 @@ HWY_INLINE void QuantizeRowBlocks(D d, QuantType t, const float* x, size_t k,
       QuantizeBlockQ4(d, xb, static_cast<BlockQ4_0*>(blocks) + b);
     }
   }
+  return finite;
 }
 
 // x [rows, k] quantized for QuantRowsLinear on weights of type t.

@@ -5,6 +5,7 @@
 // round x * id before adding 8.5 as llama.cpp's C does.
 #include "kernels/quant.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -20,8 +21,8 @@
 HWY_BEFORE_NAMESPACE();
 namespace attn::kernels::HWY_NAMESPACE {
 
-void QuantizeRowT(QuantType t, const float* x, size_t k, void* blocks) {
-  QuantizeRowBlocks(hn::ScalableTag<float>(), t, x, k, blocks);
+bool QuantizeRowT(QuantType t, const float* x, size_t k, void* blocks) {
+  return QuantizeRowBlocks(hn::ScalableTag<float>(), t, x, k, blocks);
 }
 
 void QuantizeActsT(QuantType t, const float* x, size_t rows, size_t k,
@@ -132,26 +133,33 @@ float F32FromF16(uint16_t h) {
   return f;
 }
 
-void QuantizeRow(QuantType t, const float* x, size_t k, void* blocks) {
+bool QuantizeRow(QuantType t, const float* x, size_t k, void* blocks) {
   HWY_DASSERT(k % kQuantBlock == 0);
-  HWY_DYNAMIC_DISPATCH(QuantizeRowT)(t, x, k, blocks);
+  return HWY_DYNAMIC_DISPATCH(QuantizeRowT)(t, x, k, blocks);
 }
 
 size_t QuantRowsBytes(QuantType t, size_t n, size_t k) {
   return n * QuantBlocksPerRow(k) * QuantBlockBytes(t);
 }
 
-void QuantizeRows(QuantType t, const float* x, size_t n, size_t k, void* blocks,
-                  int num_threads) {
+size_t QuantizeRows(QuantType t, const float* x, size_t n, size_t k,
+                    void* blocks, int num_threads) {
   HWY_DASSERT(k % kQuantBlock == 0);
   const size_t row_bytes = QuantRowsBytes(t, 1, k);
   auto* out = static_cast<uint8_t*>(blocks);
   const auto rows = static_cast<int64_t>(n);
-#pragma omp parallel for num_threads(num_threads) schedule(static)
+  int64_t first_not_finite = rows;
+#pragma omp parallel for num_threads(num_threads) schedule(static) \
+    reduction(min                                                  \
+              : first_not_finite)
   for (int64_t r = 0; r < rows; ++r) {
     const auto i = static_cast<size_t>(r);
-    HWY_DYNAMIC_DISPATCH(QuantizeRowT)(t, x + i * k, k, out + i * row_bytes);
+    if (!HWY_DYNAMIC_DISPATCH(QuantizeRowT)(t, x + i * k, k,
+                                            out + i * row_bytes)) {
+      first_not_finite = std::min(first_not_finite, r);
+    }
   }
+  return static_cast<size_t>(first_not_finite);
 }
 
 void DequantizeRow(QuantType t, const void* blocks, size_t k, float* y) {

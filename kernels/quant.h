@@ -50,14 +50,16 @@ float F32FromF16(uint16_t h);
 // The reference quantizers, bit for bit llama.cpp's quantize_row_q8_0_ref
 // and quantize_row_q4_0_ref on finite x: k a multiple of kQuantBlock,
 // `blocks` gets k / 32 blocks of type t (llama.cpp's row layout).
-// Dispatched to SIMD; every target gives the same bits.
-void QuantizeRow(QuantType t, const float* x, size_t k, void* blocks);
+// Dispatched to SIMD; every target gives the same bits. Returns false when
+// some x is NaN or infinite; the blocks then mean nothing.
+bool QuantizeRow(QuantType t, const float* x, size_t k, void* blocks);
 // Bytes of n rows of k / 32 blocks in llama.cpp's row layout.
 size_t QuantRowsBytes(QuantType t, size_t n, size_t k);
 // QuantizeRow on each row of x [n, k] into n rows of blocks, by a team of
-// num_threads (the blocks do not depend on it).
-void QuantizeRows(QuantType t, const float* x, size_t n, size_t k, void* blocks,
-                  int num_threads);
+// num_threads (the blocks do not depend on it). Returns the first row
+// holding a value that is not finite, or n.
+size_t QuantizeRows(QuantType t, const float* x, size_t n, size_t k,
+                    void* blocks, int num_threads);
 // y[0, k) from k / 32 blocks: q * d or (q - 8) * d, exact in fp32.
 void DequantizeRow(QuantType t, const void* blocks, size_t k, float* y);
 

@@ -280,7 +280,7 @@ TEST_F(LmCliTest, QuantizeWritesAFolderThatRunsAsQuantizedAtLoad) {
                            " --type f32 --output " + out + "2");
   EXPECT_EQ(f32.exit_code, 2);
   EXPECT_EQ(f32.stderr_text,
-            "attn: usage error: --type is f32, want q8_0 or q4_0 (see "
+            "attn: usage error: --type: got 'f32', want q8_0 or q4_0 (see "
             "--help)\n");
   EXPECT_FALSE(fs::exists(out + "2"));
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -42,6 +43,11 @@ const char* const kCases[] = {"hf_qwen2",          "hf_llama_tied_biases",
                               "hf_mistral_window", "hf_gpt2",
                               "gpt_book_1l",       "llama_gqa"};
 const DType kTypes[] = {DType::kQ8_0, DType::kQ4_0};
+
+std::vector<std::string> Sorted(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -89,6 +95,24 @@ class QuantizeTest : public ::testing::Test {
     EXPECT_EQ(mkdir(folder.c_str(), 0777), 0);
     std::ofstream(folder + "/model.safetensors", std::ios::binary)
         << out << text << bytes.substr(8 + length);
+    std::ofstream(folder + "/config.json", std::ios::binary)
+        << ReadBytes(from + "/config.json");
+    return folder;
+  }
+  // `from`'s folder with the first value of tensor `name` (BF16) set to
+  // `bits`, as a new folder beside it (config.json copied).
+  std::string WithValue(const std::string& from, const std::string& name,
+                        uint16_t bits) {
+    std::string bytes = ReadBytes(from + "/model.safetensors");
+    uint64_t length = 0;
+    std::memcpy(&length, bytes.data(), 8);
+    const json tensor = json::parse(bytes.substr(8, length))[name];
+    EXPECT_EQ(tensor["dtype"], "BF16");
+    const auto at = 8 + length + tensor["data_offsets"][0].get<uint64_t>();
+    std::memcpy(&bytes[at], &bits, 2);
+    const std::string folder = dir_.Path("valued" + std::to_string(++made_));
+    EXPECT_EQ(mkdir(folder.c_str(), 0777), 0);
+    std::ofstream(folder + "/model.safetensors", std::ios::binary) << bytes;
     std::ofstream(folder + "/config.json", std::ios::binary)
         << ReadBytes(from + "/config.json");
     return folder;
@@ -308,6 +332,53 @@ TEST_F(QuantizeTest, BadRequestsAreRefusedAndLeaveNothing) {
   EXPECT_EQ(QuantizeModel(kLmDir + "hf_qwen2", q4, DType::kQ8_0).message(),
             "output '" + q4 + "' exists; want a new folder's name");
   EXPECT_EQ(dir_.Files(), std::vector<std::string>{"hf_qwen2-q4_0"});
+}
+
+// NaN or an infinity in a weight has no block to stand for it: quantizing
+// it, at load or into a folder, is refused naming the tensor, and nothing
+// is written. Unquantized, the model loads (and NaN runs through).
+TEST_F(QuantizeTest, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  const std::string q = "model.layers.1.self_attn.q_proj.weight";
+  const std::string want = "'" + q +
+                           "' holds a value that is not finite (NaN or "
+                           "infinity): quantizing needs finite weights";
+  for (const uint16_t bits : {uint16_t{0x7FC0}, uint16_t{0xFF80}}) {
+    SCOPED_TRACE(bits);
+    const std::string folder = WithValue(kLmDir + "hf_qwen2", q, bits);
+    for (const DType dtype : kTypes) {
+      const std::string out = dir_.Path("out");
+      EXPECT_EQ(QuantizeModel(folder, out, dtype).message(), want);
+      EXPECT_EQ(LoadError(folder, dtype), want);
+    }
+    EXPECT_EQ(LoadError(folder), "loaded");
+  }
+  EXPECT_EQ(Sorted(dir_.Files()),
+            (std::vector<std::string>{"valued1", "valued2"}));
+}
+
+// A caller's stop ends the write between tensors: kCancelled, and the
+// partial folder is gone.
+TEST_F(QuantizeTest, StopEndsTheWriteAndLeavesNothing) {
+  int asked = 0;
+  const Status s =
+      QuantizeModel(kLmDir + "hf_qwen2", dir_.Path("out"), DType::kQ8_0, {},
+                    [&] { return ++asked == 3; });
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.message();
+  EXPECT_EQ(asked, 3);
+  EXPECT_EQ(dir_.Files(), std::vector<std::string>{});
+}
+
+// The output is named as mkdir takes a name: a trailing slash is the
+// folder's, and a name of 250 bytes (the longest is 255) is written.
+TEST_F(QuantizeTest, OutputNamesAsMkdirTakesThem) {
+  EXPECT_TRUE(
+      QuantizeModel(kLmDir + "hf_qwen2", dir_.Path("new/"), DType::kQ4_0).ok());
+  const std::string long_name(250, 'o');
+  const Status s =
+      QuantizeModel(kLmDir + "hf_qwen2", dir_.Path(long_name), DType::kQ4_0);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Sorted(dir_.Files()), (std::vector<std::string>{"new", long_name}));
+  EXPECT_EQ(LoadError(dir_.Path("new")), "loaded");
 }
 
 // A quantized folder runs in its own type: the default dtype stands for it,

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <utility>
 #include <vector>
@@ -291,13 +292,40 @@ void TestQuantizeMatchesReference() {
       std::vector<uint8_t> blocks(expected.size());
       const size_t per_row = expected.size() / 4;
       for (size_t r = 0; r < 4; ++r) {
-        QuantizeRowBlocks(hn::ScalableTag<float>(), t, &x[r * k], k,
-                          &blocks[r * per_row]);
+        ASSERT_TRUE(QuantizeRowBlocks(hn::ScalableTag<float>(), t, &x[r * k], k,
+                                      &blocks[r * per_row]));
       }
       for (size_t i = 0; i < blocks.size(); ++i) {
         ASSERT_EQ(expected[i], blocks[i])
             << "type " << int(t) << " k " << k << " byte " << i << " of block "
             << i / QuantBlockBytes(t);
+      }
+    }
+  }
+}
+
+// QuantizeRowBlocks answers false for a row holding NaN or an infinity at
+// any position, whatever the other values, and true for the largest and
+// smallest finite values.
+void TestQuantizeTellsNonFinite() {
+  const float kNotFinite[] = {std::numeric_limits<float>::quiet_NaN(),
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity()};
+  constexpr size_t k = 96;
+  std::vector<uint8_t> blocks(k / kQuantBlock * sizeof(BlockQ8_0));
+  for (QuantType t : kTypes) {
+    std::vector<float> x(k, 0.5f);
+    x[7] = std::numeric_limits<float>::max();
+    x[8] = -std::numeric_limits<float>::denorm_min();
+    ASSERT_TRUE(QuantizeRowBlocks(hn::ScalableTag<float>(), t, x.data(), k,
+                                  blocks.data()));
+    for (const float bad : kNotFinite) {
+      for (size_t at : {size_t{0}, size_t{31}, size_t{32}, k - 1}) {
+        std::vector<float> y = x;
+        y[at] = bad;
+        EXPECT_FALSE(QuantizeRowBlocks(hn::ScalableTag<float>(), t, y.data(), k,
+                                       blocks.data()))
+            << "type " << int(t) << " value " << bad << " at " << at;
       }
     }
   }
@@ -474,6 +502,7 @@ namespace {
 HWY_BEFORE_TEST(QuantTest);
 HWY_EXPORT_AND_TEST_P(QuantTest, TestF16MatchesF16C);
 HWY_EXPORT_AND_TEST_P(QuantTest, TestQuantizeMatchesReference);
+HWY_EXPORT_AND_TEST_P(QuantTest, TestQuantizeTellsNonFinite);
 HWY_EXPORT_AND_TEST_P(QuantTest, TestQuantizeActsMatchesReference);
 HWY_EXPORT_AND_TEST_P(QuantTest, TestGroupsMatchReference);
 HWY_EXPORT_AND_TEST_P(QuantTest, TestSaturationEdges);
@@ -560,6 +589,26 @@ TEST(QuantizeRowTest, HandWorkedBlocks) {
 
 // Unpack gives back the blocks packed, whatever the buffer held before;
 // and the bytes lie where quant_layout.h says.
+// QuantizeRows answers the first row holding NaN or an infinity, or n, at
+// every team size.
+TEST(QuantizeRowTest, RowsTellTheFirstThatIsNotFinite) {
+  constexpr size_t n = 9, k = 64;
+  std::vector<float> x(n * k, 0.25f);
+  std::vector<uint8_t> blocks(QuantRowsBytes(QuantType::kQ8_0, n, k));
+  for (const int threads : {1, 2, 3}) {
+    EXPECT_EQ(
+        QuantizeRows(QuantType::kQ4_0, x.data(), n, k, blocks.data(), threads),
+        n);
+  }
+  x[7 * k + 40] = std::numeric_limits<float>::quiet_NaN();
+  x[5 * k + 3] = -std::numeric_limits<float>::infinity();
+  for (const int threads : {1, 2, 3}) {
+    EXPECT_EQ(
+        QuantizeRows(QuantType::kQ8_0, x.data(), n, k, blocks.data(), threads),
+        5u);
+  }
+}
+
 TEST(QuantPackTest, RoundTripAndLayout) {
   std::mt19937 rng(5);
   for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_0}) {

@@ -222,12 +222,7 @@ void EnsureAlternateSignalStack() {
 
 // WriteOutput with the signals held.
 Status WriteHoldingSignals(const std::string& path, const FileWriter& write) {
-  g_writing.store(1);
-  DieIfPending();
-  const Status status = WriteOutput(path, write);
-  g_writing.store(0);
-  DieIfPending();
-  return status;
+  return RunHoldingSignals([&] { return WriteOutput(path, write); });
 }
 
 // `text` as the file at `path`, a name of ours (staged), created anew so
@@ -284,6 +279,17 @@ void InstallInterruptHandlers() {
   }
   std::signal(SIGXFSZ, SIG_IGN);
 }
+
+Status RunHoldingSignals(const std::function<Status()>& work) {
+  g_writing.store(1);
+  DieIfPending();
+  const Status status = work();
+  g_writing.store(0);
+  DieIfPending();
+  return status;
+}
+
+bool InterruptPending() { return g_pending.load() != 0; }
 
 Status WriteOutputAtomically(const std::string& path,
                              const std::vector<F32Tensor>& tensors,

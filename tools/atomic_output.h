@@ -5,6 +5,7 @@
 #ifndef ATTN_TOOLS_ATOMIC_OUTPUT_H_
 #define ATTN_TOOLS_ATOMIC_OUTPUT_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,6 +40,14 @@ Status CheckOutputPath(const std::string& path);
 // `text` (a JSON file, say) to `path`, as WriteOutputAtomically writes its
 // tensors.
 Status WriteTextAtomically(const std::string& path, const std::string& text);
+
+// Runs `work`, which writes an output of its own and removes it when it
+// fails, with the signals held as during the writes above; `work` should
+// end early once InterruptPending(). A held signal then ends the process.
+Status RunHoldingSignals(const std::function<Status()>& work);
+
+// Whether a signal arrived while held.
+bool InterruptPending();
 
 }  // namespace attn::cli
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attn/lm.hpp"
+#include "tools/atomic_output.h"
 #include "tools/cli.h"
 #include "tools/flags.h"
 #include "tools/lm_cli.h"
@@ -15,19 +16,18 @@ namespace {
 
 struct QuantizeArgs {
   std::string weights, output;
-  DType type = DType::kF32;  // set by --type, which is required
-  LmModelFlags model;        // what reading the model takes
+  DType type = DType::kQ8_0;  // set by --type, which is required
+  LmModelFlags model;         // what reading the model takes
 };
 
 int Quantize(const QuantizeArgs& args) {
   if (const int rc = WeightsGiven(args.weights)) return rc;
-  if (args.type != DType::kQ8_0 && args.type != DType::kQ4_0) {
-    return Usage(std::string("--type is ") + DTypeName(args.type) +
-                 ", want q8_0 or q4_0");
-  }
+  InstallInterruptHandlers();
   const auto start = std::chrono::steady_clock::now();
-  const Status s =
-      QuantizeModel(args.weights, args.output, args.type, args.model.Options());
+  const Status s = RunHoldingSignals([&] {
+    return QuantizeModel(args.weights, args.output, args.type,
+                         args.model.Options(), InterruptPending);
+  });
   if (!s.ok()) return Fail(s.message());
   const std::chrono::duration<double> took =
       std::chrono::steady_clock::now() - start;
@@ -50,7 +50,7 @@ Command AddQuantizeCommand(CLI::App& app) {
       ->add_option("--type", args->type,
                    "q8_0 (8.5 bits a weight) or q4_0 (4.5 bits)")
       ->required()
-      ->transform(DTypeFlag());
+      ->transform(DTypeFlag({DType::kQ8_0, DType::kQ4_0}));
   command
       ->add_option("--output", args->output,
                    "the new folder: model.safetensors and the configuration "

@@ -151,19 +151,27 @@ CLI::Validator ByteSize() {
       "SIZE");
 }
 
-CLI::Validator DTypeFlag() {
+CLI::Validator DTypeFlag(std::vector<DType> allowed) {
+  std::string names, wanted;
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    const char* name = DTypeName(allowed[i]);
+    names += (i > 0 ? "|" : "") + std::string(name);
+    wanted += (i == 0                   ? ""
+               : i + 1 < allowed.size() ? ", "
+                                        : " or ") +
+              std::string(name);
+  }
   return CLI::Validator(
-      [](std::string& text) -> std::string {
-        for (const DType dtype :
-             {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+      [allowed, wanted](std::string& text) -> std::string {
+        for (const DType dtype : allowed) {
           if (text == DTypeName(dtype)) {
             text = std::to_string(static_cast<int>(dtype));
             return "";
           }
         }
-        return Got(text) + "want f32, bf16, q8_0 or q4_0";
+        return Got(text) + "want " + wanted;
       },
-      "f32|bf16|q8_0|q4_0");
+      names);
 }
 
 void AttentionFlags::AddTo(CLI::App* command) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "attn/attn.hpp"
@@ -36,10 +37,12 @@ CLI::Validator FilePath();
 CLI::Validator ByteSize();
 
 // --dtype's values, f32, bf16, q8_0 or q4_0 (language models only: the
-// engine refuses them for others), each turned into the DType it names for
-// CLI11 to store (a DType, or a list of them); anything else, the enum's
-// integers included, is refused with one line.
-CLI::Validator DTypeFlag();
+// engine refuses them for others) or those of `allowed`, each turned into
+// the DType it names for CLI11 to store (a DType, or a list of them);
+// anything else, the enum's integers included, is refused with one line.
+CLI::Validator DTypeFlag(std::vector<DType> allowed = {
+                             DType::kF32, DType::kBF16, DType::kQ8_0,
+                             DType::kQ4_0});
 
 // --weights FILE and --model DIR, either into `weights` (one of them; the
 // command checks one was given with WeightsGiven): a model's folder as

@@ -66,6 +66,7 @@ attn_status ToC(attn::StatusCode code) {
     case attn::StatusCode::kOutOfMemory:
       return ATTN_OUT_OF_MEMORY;
     case attn::StatusCode::kInternal:
+    case attn::StatusCode::kCancelled:  // no C call takes a stop
       return ATTN_INTERNAL;
   }
   return ATTN_INTERNAL;

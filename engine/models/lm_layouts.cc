@@ -714,7 +714,7 @@ Result<FileModel> OpenModelFile(const std::string& path,
   CountStored(*file, layout, c);
   model.weights = FileWeights(file, layout);
   model.files = std::move(file);
-  model.name = [layout](Role role, int64_t layer) {
+  model.weights.name = [layout](Role role, int64_t layer) {
     return layout.Name(role, layer);
   };
   return model;

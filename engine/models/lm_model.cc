@@ -210,6 +210,12 @@ Result<ops::Weight> HoldWeight(StreamedVector<float> values, int64_t out,
   return ops::Weight::Hold(std::move(values), out, in, ops::ToDataType(dtype));
 }
 
+// What errors call `role`'s weight in `layer`: its tensor's quoted name.
+std::string WeightName(const WeightSource& w, Role role, int64_t layer) {
+  const std::string name = w.name ? w.name(role, layer) : "";
+  return name.empty() ? "a linear" : Quoted(name);
+}
+
 // `role`'s weight [out, in] in `layer`, held as `dtype` says: a quantized
 // source's blocks as they are, other values as HoldWeight holds them.
 Result<ops::Weight> ReadWeight(const WeightSource& w, Role role, int64_t layer,
@@ -219,11 +225,12 @@ Result<ops::Weight> ReadWeight(const WeightSource& w, Role role, int64_t layer,
     ATTN_ASSIGN_OR_RETURN(const AlignedBuffer blocks,
                           w.fetch_blocks(role, layer, out, in));
     return ops::Weight::FromBlocks(blocks.data(), out, in, *w.quant,
-                                   num_threads, "a linear");
+                                   num_threads, WeightName(w, role, layer));
   }
   ATTN_ASSIGN_OR_RETURN(StreamedVector<float> values,
                         w.fetch(role, layer, out, in));
-  return HoldWeight(std::move(values), out, in, dtype, num_threads, "a linear");
+  return HoldWeight(std::move(values), out, in, dtype, num_threads,
+                    WeightName(w, role, layer));
 }
 
 // Linear `weight` of a model of `c` (its shape LinearShape's); `bias`: the
@@ -321,6 +328,27 @@ Status ReadProjections(const WeightSource& w, int64_t l, int64_t q_rows,
   return {};
 }
 
+// Names the first of layer l's projections `t` that holds NaN or an
+// infinity, which quantizing them refused without its name; else OK.
+Status CheckFiniteToQuantize(const WeightSource& w, int64_t l,
+                             const AttentionTensors& t) {
+  const std::pair<Role, const StreamedVector<float>*> projections[] = {
+      {Role::kQkv, &t.qkv},
+      {Role::kQuery, &t.q},
+      {Role::kKey, &t.k},
+      {Role::kValue, &t.v},
+      {Role::kOut, &t.out}};
+  for (const auto& [role, values] : projections) {
+    const float* v = values->data();
+    if (std::all_of(v, v + values->size(),
+                    [](float x) { return std::isfinite(x); })) {
+      continue;
+    }
+    return ops::NotFiniteToQuantize(WeightName(w, role, l));
+  }
+  return {};
+}
+
 // The q, k and v biases, with `bias`.
 Status ReadBiases(const WeightSource& w, int64_t l, bool bias, int64_t q_rows,
                   int64_t kv, AttentionTensors& t, MhaWeights& mw) {
@@ -370,7 +398,12 @@ Result<std::shared_ptr<const MhaModel>> MakeAttention(
   ATTN_RETURN_IF_ERROR(ReadProjections(w, l, q_rows, kv, e, t, mw));
   ATTN_ASSIGN_OR_RETURN(t.out, w.fetch(Role::kOut, l, e, q_rows));
   mw.w_out = t.out.data();
-  return MhaModel::Create(mc, mw, options);
+  Result<std::shared_ptr<const MhaModel>> attention =
+      MhaModel::Create(mc, mw, options);
+  if (!attention.ok() && ops::QuantTypeOf(options.step_weights)) {
+    ATTN_RETURN_IF_ERROR(CheckFiniteToQuantize(w, l, t));
+  }
+  return attention;
 }
 
 Result<Layer> MakeLayer(const LmConfig& c, const WeightSource& w, int64_t l,

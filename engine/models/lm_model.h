@@ -83,6 +83,9 @@ struct WeightSource {
   std::optional<kernels::QuantType> quant;
   std::function<Result<AlignedBuffer>(Role, int64_t, int64_t, int64_t)>
       fetch_blocks;
+  // A file's name of `role` in `layer` (empty when its layout has none);
+  // unset for weights of no file.
+  std::function<std::string(Role, int64_t)> name;
 };
 
 // Whether `role` is a linear's weight: what a quantized model quantizes.
@@ -96,8 +99,6 @@ struct FileModel {
   LmConfig config;
   WeightSource weights;  // reads the file, which it keeps open
   std::shared_ptr<const WeightFiles> files;
-  // The file's name of `role` in `layer`; empty when the layout has none.
-  std::function<std::string(Role, int64_t)> name;
 };
 
 // Tells the file's layout by its tensor names and reads its configuration

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <system_error>
@@ -70,7 +71,7 @@ std::map<std::string, Matrix> MatricesOf(const FileModel& file) {
     const int64_t layers = role == Role::kHead ? 1 : file.config.num_layers;
     const auto [out, in] = LinearShape(file.config, role);
     for (int64_t l = 0; l < layers; ++l) {
-      Matrix& m = matrices[file.name(role, l)];
+      Matrix& m = matrices[file.weights.name(role, l)];
       m.roles.push_back(role);  // in Role's order: c_attn's q, k, v
       m.layer = l;
       m.rows += out;
@@ -94,17 +95,26 @@ Status AppendMatrix(const FileModel& file, const Matrix& m,
   for (const Role role : m.roles) {
     ATTN_ASSIGN_OR_RETURN(const StreamedVector<float> values,
                           file.weights.fetch(role, m.layer, rows, m.cols));
-    kernels::QuantizeRows(quant, values.data(), static_cast<size_t>(rows), cols,
-                          at, num_threads);
+    if (kernels::QuantizeRows(quant, values.data(), static_cast<size_t>(rows),
+                              cols, at,
+                              num_threads) < static_cast<size_t>(rows)) {
+      return ops::NotFiniteToQuantize(Quoted(file.weights.name(role, m.layer)));
+    }
     at += row_bytes * static_cast<size_t>(rows);
   }
   return AppendQuantized(out, quant, blocks.data(), m.rows, m.cols);
 }
 
-// Tensor `t` of `files` as stored, a chunk at a time.
+// What QuantizeModel returns once `stop` asks it to.
+Status Stopped() { return Cancelled("quantizing stopped: asked to"); }
+
+// Tensor `t` of `files` as stored, a chunk at a time, asking `stop` before
+// each.
 Status AppendCopy(const WeightFiles& files, const TensorInfo& t,
-                  std::vector<char>& chunk, SafetensorsWriter& out) {
+                  const std::function<bool()>& stop, std::vector<char>& chunk,
+                  SafetensorsWriter& out) {
   for (size_t done = 0; done < t.size_bytes;) {
+    if (stop && stop()) return Stopped();
     const size_t n = std::min(kCopyChunk, t.size_bytes - done);
     chunk.resize(n);
     ATTN_RETURN_IF_ERROR(files.ReadBytes(t.name, done, n, chunk.data()));
@@ -115,7 +125,8 @@ Status AppendCopy(const WeightFiles& files, const TensorInfo& t,
 }
 
 Status WriteWeights(const FileModel& file, kernels::QuantType quant,
-                    int num_threads, const std::string& path) {
+                    int num_threads, const std::function<bool()>& stop,
+                    const std::string& path) {
   const std::map<std::string, Matrix> matrices = MatricesOf(file);
   std::vector<TensorSpec> specs;
   for (const TensorInfo* t : file.files->tensors()) {
@@ -137,9 +148,10 @@ Status WriteWeights(const FileModel& file, kernels::QuantType quant,
   std::vector<char> chunk;
   for (const TensorInfo* t : file.files->tensors()) {
     const auto m = matrices.find(t->name);
+    if (stop && stop()) return Stopped();
     ATTN_RETURN_IF_ERROR(
         m == matrices.end()
-            ? AppendCopy(*file.files, *t, chunk, out)
+            ? AppendCopy(*file.files, *t, stop, chunk, out)
             : AppendMatrix(file, m->second, quant, num_threads, out));
   }
   return out.Finish();
@@ -188,9 +200,13 @@ Status OutputExists(const std::string& output) {
 class PartialFolder {
  public:
   // Named for this process, made as mkdir makes one (the umask applies).
+  // The name keeps 32 bytes of output's at most: a name has at most 255.
   static Result<PartialFolder> Create(const std::string& output) {
+    const fs::path out(output);
+    const std::string base = out.filename().string().substr(0, 32);
     for (int attempt = 0;; ++attempt) {
-      std::string path = output + ".partial-" + std::to_string(getpid()) + "-" +
+      std::string path = (out.parent_path() / base).string() + ".partial-" +
+                         std::to_string(getpid()) + "-" +
                          std::to_string(attempt);
       if (mkdir(path.c_str(), 0777) == 0) return PartialFolder(std::move(path));
       if (errno != EEXIST || attempt == 100) {
@@ -229,17 +245,21 @@ class PartialFolder {
 }  // namespace
 }  // namespace lm
 
-Status QuantizeModel(const std::string& path, const std::string& output,
-                     DType dtype, const LmOptions& options) {
+Status QuantizeModel(const std::string& path, const std::string& output_name,
+                     DType dtype, const LmOptions& options,
+                     const std::function<bool()>& stop) {
   const std::optional<kernels::QuantType> quant = ops::QuantTypeOf(dtype);
   if (!quant) {
     return InvalidArgument(std::string("dtype ") + DTypeName(dtype) +
                            " is not a quantized type: want q8_0 or q4_0");
   }
   std::error_code ec;
-  if (output.empty()) {
+  if (output_name.empty()) {
     return InvalidArgument("output is empty; want a new folder's name");
   }
+  // "new/" names the folder "new", as mkdir takes it.
+  std::string output = output_name;
+  while (output.size() > 1 && output.back() == '/') output.pop_back();
   if (std::filesystem::exists(output, ec)) return lm::OutputExists(output);
   ATTN_ASSIGN_OR_RETURN(const lm::FileModel file,
                         lm::OpenModelFile(path, options));
@@ -257,7 +277,7 @@ Status QuantizeModel(const std::string& path, const std::string& output,
                                    ResolveMaxMemory(options.max_memory_bytes)));
   ATTN_ASSIGN_OR_RETURN(lm::PartialFolder partial,
                         lm::PartialFolder::Create(output));
-  ATTN_RETURN_IF_ERROR(lm::WriteWeights(file, *quant, num_threads,
+  ATTN_RETURN_IF_ERROR(lm::WriteWeights(file, *quant, num_threads, stop,
                                         partial.path() + "/model.safetensors"));
   ATTN_RETURN_IF_ERROR(
       lm::CopySideFiles(lm::FolderOf(file.files->path()), partial.path()));

@@ -58,6 +58,12 @@ Status CheckWholeBlocks(int64_t in, kernels::QuantType quant,
 
 }  // namespace
 
+Status NotFiniteToQuantize(const std::string& what) {
+  return InvalidArgument(what +
+                         " holds a value that is not finite (NaN or "
+                         "infinity): quantizing needs finite weights");
+}
+
 Result<Weight> Weight::Quantize(const float* values, int64_t out, int64_t in,
                                 kernels::QuantType quant, int num_threads,
                                 const std::string& what) {
@@ -66,7 +72,10 @@ Result<Weight> Weight::Quantize(const float* values, int64_t out, int64_t in,
   ATTN_ASSIGN_OR_RETURN(
       AlignedBuffer blocks,
       AlignedBuffer::Allocate(kernels::QuantRowsBytes(quant, n, k)));
-  kernels::QuantizeRows(quant, values, n, k, blocks.data(), num_threads);
+  if (kernels::QuantizeRows(quant, values, n, k, blocks.data(), num_threads) <
+      n) {
+    return NotFiniteToQuantize(what);
+  }
   return FromBlocks(blocks.data(), out, in, quant, num_threads, what);
 }
 

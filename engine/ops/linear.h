@@ -43,6 +43,10 @@ inline DType DTypeOf(kernels::QuantType quant) {
   return quant == kernels::QuantType::kQ8_0 ? DType::kQ8_0 : DType::kQ4_0;
 }
 
+// The error for weights `what` (a quoted tensor name, say) holding NaN or
+// infinity, which no quantized block represents.
+Status NotFiniteToQuantize(const std::string& what);
+
 // W [out, in], nn.Linear's layout, held in its type or borrowed, or
 // quantized into blocks of 32 along `in` as the quantized kernels read them;
 // a bias is one of [out, 1], fp32.
@@ -63,7 +67,8 @@ class Weight {
   static Weight Borrow(const float* values, int64_t out, int64_t in);
   // Quantizes `values` [out, in] into `quant`'s blocks as llama.cpp's
   // reference quantizer does, packed by a team of `num_threads`; `in` a
-  // multiple of kernels::kQuantBlock (else InvalidArgument naming `what`).
+  // multiple of kernels::kQuantBlock and every value finite (else
+  // InvalidArgument naming `what`).
   static Result<Weight> Quantize(const float* values, int64_t out, int64_t in,
                                  kernels::QuantType quant, int num_threads,
                                  const std::string& what);

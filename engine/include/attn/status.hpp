@@ -18,6 +18,7 @@ enum class StatusCode {
   kUnsupported,
   kOutOfMemory,
   kInternal,
+  kCancelled,  // the caller asked the call to stop (QuantizeModel's stop)
 };
 
 // A code and a one-line message naming what was wrong, what was received and
@@ -51,6 +52,9 @@ inline Status OutOfMemory(std::string message) {
 }
 inline Status Internal(std::string message) {
   return {StatusCode::kInternal, std::move(message)};
+}
+inline Status Cancelled(std::string message) {
+  return {StatusCode::kCancelled, std::move(message)};
 }
 
 // A value or the Status that explains why there is none. Reading the value
