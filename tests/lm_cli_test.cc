@@ -919,17 +919,21 @@ TEST_F(LmCliTest, BenchModelRefusesBadRounds) {
 }
 
 // A prompt and steps past the model's context are refused by naming both
-// flags, however large (their sum would overflow).
+// flags, however large (their sum would overflow), with nothing on stdout
+// (not even the table's header).
 TEST_F(LmCliTest, BenchModelRefusesPromptAndStepsPastTheContext) {
   const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
+  const std::string table = (dir_ / "table.txt").string();
   for (const std::string sizes :
        {"--prompt 10 --steps 10", "--prompt 16 --steps 1",
         "--prompt 9223372036854775807 --steps 9223372036854775807"}) {
     SCOPED_TRACE(sizes);
     const Outcome outcome =
         Attn("bench --model gpt2-124m --threads 1 --weights " + c.model + " " +
-             sizes);
+                 sizes,
+             table);
     EXPECT_EQ(outcome.exit_code, 1) << outcome.stderr_text;
+    EXPECT_EQ(fs::file_size(table), 0u);
     const std::string& log = outcome.stderr_text;
     const std::string last = log.substr(log.rfind('\n', log.size() - 2) + 1);
     EXPECT_NE(last.find("--prompt"), std::string::npos) << log;

@@ -237,11 +237,9 @@ int Run(const ModelArgs& args, const BenchFlags& flags) {
   if (thread_counts.empty()) thread_counts = {0};
   std::vector<int64_t> batches = flags.batches;
   if (batches.empty()) batches = {1, 8};
-  if (!flags.json) {
-    std::printf("%-10s %5s %7s %5s %10s %11s %11s %10s %9s %8s\n", "model",
-                "dtype", "threads", "batch", "prefill_ms", "prefill_t/s",
-                "decode_ms", "decode_t/s", "weight_GB/s", "peak_MB");
-  }
+  // The table's header comes with its first row: a refused model prints
+  // nothing on stdout.
+  bool header = flags.json;
   for (const int threads : thread_counts) {
     ResetPeakRss();
     std::vector<DTypeModel> models;
@@ -265,6 +263,12 @@ int Run(const ModelArgs& args, const BenchFlags& flags) {
     if (!fits.ok()) return Fail(fits.message());
     Result<std::vector<Point>> points = MeasureInTurns(models, args, batches);
     if (!points.ok()) return Fail(points.status().message());
+    if (!header) {
+      std::printf("%-10s %5s %7s %5s %10s %11s %11s %10s %9s %8s\n", "model",
+                  "dtype", "threads", "batch", "prefill_ms", "prefill_t/s",
+                  "decode_ms", "decode_t/s", "weight_GB/s", "peak_MB");
+      header = true;
+    }
     for (const Point& point : *points) {
       PrintPoint(args, flags, models.front().model->config(), point);
     }
