@@ -152,7 +152,10 @@ HWY_INLINE bool QuantizeRowBlocks(D d, QuantType t, const float* x, size_t k,
   bool finite = true;
   for (size_t b = 0; b < QuantBlocksPerRow(k); ++b) {
     const float* xb = x + b * kQuantBlock;
-    finite = BlockFinite(d, xb) && finite;
+    if (!BlockFinite(d, xb)) {  // converting NaN to int is undefined
+      finite = false;
+      continue;
+    }
     if (t == QuantType::kQ8_0) {
       BlockQ8_0* block = static_cast<BlockQ8_0*>(blocks) + b;
       QuantizeBlockQ8(d, xb, &block->d, block->qs);

@@ -338,34 +338,40 @@ TEST_F(QuantizeTest, BadRequestsAreRefusedAndLeaveNothing) {
 // it, at load or into a folder, is refused naming the tensor, and nothing
 // is written. Unquantized, the model loads (and NaN runs through).
 TEST_F(QuantizeTest, NonFiniteWeightsAreRefusedNamingTheTensor) {
-  const std::string q = "model.layers.1.self_attn.q_proj.weight";
-  const std::string want = "'" + q +
-                           "' holds a value that is not finite (NaN or "
-                           "infinity): quantizing needs finite weights";
-  for (const uint16_t bits : {uint16_t{0x7FC0}, uint16_t{0xFF80}}) {
-    SCOPED_TRACE(bits);
-    const std::string folder = WithValue(kLmDir + "hf_qwen2", q, bits);
-    for (const DType dtype : kTypes) {
-      const std::string out = dir_.Path("out");
-      EXPECT_EQ(QuantizeModel(folder, out, dtype).message(), want);
-      EXPECT_EQ(LoadError(folder, dtype), want);
+  // An attention projection and a feed-forward weight: two paths at load.
+  for (const std::string name : {"model.layers.1.self_attn.q_proj.weight",
+                                 "model.layers.0.mlp.down_proj.weight"}) {
+    const std::string want = "'" + name +
+                             "' holds a value that is not finite (NaN or "
+                             "infinity): quantizing needs finite weights";
+    for (const uint16_t bits : {uint16_t{0x7FC0}, uint16_t{0xFF80}}) {
+      SCOPED_TRACE(name + " " + std::to_string(bits));
+      const std::string folder = WithValue(kLmDir + "hf_qwen2", name, bits);
+      for (const DType dtype : kTypes) {
+        const std::string out = dir_.Path("out");
+        EXPECT_EQ(QuantizeModel(folder, out, dtype).message(), want);
+        EXPECT_EQ(LoadError(folder, dtype), want);
+      }
+      EXPECT_EQ(LoadError(folder), "loaded");
     }
-    EXPECT_EQ(LoadError(folder), "loaded");
   }
-  EXPECT_EQ(Sorted(dir_.Files()),
-            (std::vector<std::string>{"valued1", "valued2"}));
+  EXPECT_EQ(
+      Sorted(dir_.Files()),
+      (std::vector<std::string>{"valued1", "valued2", "valued3", "valued4"}));
 }
 
 // A caller's stop ends the write between tensors: kCancelled, and the
 // partial folder is gone.
 TEST_F(QuantizeTest, StopEndsTheWriteAndLeavesNothing) {
-  int asked = 0;
-  const Status s =
-      QuantizeModel(kLmDir + "hf_qwen2", dir_.Path("out"), DType::kQ8_0, {},
-                    [&] { return ++asked == 3; });
-  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.message();
-  EXPECT_EQ(asked, 3);
-  EXPECT_EQ(dir_.Files(), std::vector<std::string>{});
+  for (const int at : {1, 3}) {
+    int asked = 0;
+    const Status s =
+        QuantizeModel(kLmDir + "hf_qwen2", dir_.Path("out"), DType::kQ8_0, {},
+                      [&] { return ++asked == at; });
+    EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.message();
+    EXPECT_EQ(asked, at);  // asked no more once it said stop
+    EXPECT_EQ(dir_.Files(), std::vector<std::string>{});
+  }
 }
 
 // The output is named as mkdir takes a name: a trailing slash is the

@@ -587,8 +587,6 @@ TEST(QuantizeRowTest, HandWorkedBlocks) {
   EXPECT_EQ(0x88, b4.qs[7]);
 }
 
-// Unpack gives back the blocks packed, whatever the buffer held before;
-// and the bytes lie where quant_layout.h says.
 // QuantizeRows answers the first row holding NaN or an infinity, or n, at
 // every team size.
 TEST(QuantizeRowTest, RowsTellTheFirstThatIsNotFinite) {
@@ -609,6 +607,8 @@ TEST(QuantizeRowTest, RowsTellTheFirstThatIsNotFinite) {
   }
 }
 
+// Unpack gives back the blocks packed, whatever the buffer held before;
+// and the bytes lie where quant_layout.h says.
 TEST(QuantPackTest, RoundTripAndLayout) {
   std::mt19937 rng(5);
   for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_0}) {

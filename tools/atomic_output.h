@@ -44,6 +44,7 @@ Status WriteTextAtomically(const std::string& path, const std::string& text);
 // Runs `work`, which writes an output of its own and removes it when it
 // fails, with the signals held as during the writes above; `work` should
 // end early once InterruptPending(). A held signal then ends the process.
+// Not nested: `work` writes through none of the functions above.
 Status RunHoldingSignals(const std::function<Status()>& work);
 
 // Whether a signal arrived while held.

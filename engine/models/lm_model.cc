@@ -400,7 +400,9 @@ Result<std::shared_ptr<const MhaModel>> MakeAttention(
   mw.w_out = t.out.data();
   Result<std::shared_ptr<const MhaModel>> attention =
       MhaModel::Create(mc, mw, options);
-  if (!attention.ok() && ops::QuantTypeOf(options.step_weights)) {
+  if (!attention.ok() &&
+      attention.status().code() == StatusCode::kInvalidArgument &&
+      ops::QuantTypeOf(options.step_weights)) {
     ATTN_RETURN_IF_ERROR(CheckFiniteToQuantize(w, l, t));
   }
   return attention;

@@ -281,6 +281,9 @@ Status QuantizeModel(const std::string& path, const std::string& output_name,
                                         partial.path() + "/model.safetensors"));
   ATTN_RETURN_IF_ERROR(
       lm::CopySideFiles(lm::FolderOf(file.files->path()), partial.path()));
+  // Once more after the weights' fsync, which may take long: a stop asked
+  // meanwhile leaves nothing.
+  if (stop && stop()) return lm::Stopped();
   return partial.MoveTo(output);
 }
 

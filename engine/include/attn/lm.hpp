@@ -126,9 +126,10 @@ class ATTN_API LanguageModel {
 // license files beside `path` copied. One matrix is held at a time (within
 // options.max_memory_bytes); options also give the team size and what Load
 // takes. The folder appears whole or not at all; `output` must not exist.
-// `stop`, if given, is asked between tensors and between 16 MiB of a copied
-// one: once it returns true the call removes what it wrote and returns
-// kCancelled (the CLI stops this way on Ctrl-C).
+// `stop`, if given, is asked on the calling thread between tensors, between
+// 16 MiB of a copied one and before the folder is renamed into place: once
+// it returns true the call removes what it wrote and returns kCancelled (the
+// CLI stops this way on Ctrl-C).
 ATTN_API Status QuantizeModel(const std::string& path,
                               const std::string& output, DType dtype,
                               const LmOptions& options = {},
