@@ -66,7 +66,7 @@ reply=$(curl -sf "${auth[@]}" "$url/v1/chat/completions" \
 echo "$reply" | grep -q '"finish_reason":"length"' || fail "chat: $reply"
 echo "$reply" | grep -q '"completion_tokens":5' || fail "chat usage: $reply"
 stream=$(curl -sfN "${auth[@]}" "$url/v1/completions" \
-  -d '{"prompt": "Hi", "max_tokens": 4, "stream": true, "n": 2}')
+  -d '{"prompt": "Hi", "max_tokens": 4, "stream": true, "n": 2, "temperature": 0}')
 [ "$(echo "$stream" | grep -c '"finish_reason":"length"')" -eq 2 ] \
   || fail "stream of n=2: $stream"
 echo "$stream" | tail -2 | grep -q '^data: \[DONE\]$' || fail "no [DONE]: $stream"
