@@ -149,9 +149,10 @@ size_t QuantizeRows(QuantType t, const float* x, size_t n, size_t k,
   auto* out = static_cast<uint8_t*>(blocks);
   const auto rows = static_cast<int64_t>(n);
   int64_t first_not_finite = rows;
+  // clang-format off
 #pragma omp parallel for num_threads(num_threads) schedule(static) \
-    reduction(min                                                  \
-              : first_not_finite)
+    reduction(min : first_not_finite)
+  // clang-format on
   for (int64_t r = 0; r < rows; ++r) {
     const auto i = static_cast<size_t>(r);
     if (!HWY_DYNAMIC_DISPATCH(QuantizeRowT)(t, x + i * k, k,

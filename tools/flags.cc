@@ -154,12 +154,10 @@ CLI::Validator ByteSize() {
 CLI::Validator DTypeFlag(std::vector<DType> allowed) {
   std::string names, wanted;
   for (size_t i = 0; i < allowed.size(); ++i) {
-    const char* name = DTypeName(allowed[i]);
-    names += (i > 0 ? "|" : "") + std::string(name);
-    wanted += (i == 0                   ? ""
-               : i + 1 < allowed.size() ? ", "
-                                        : " or ") +
-              std::string(name);
+    const std::string name = DTypeName(allowed[i]);
+    const bool last = i + 1 == allowed.size();
+    names += (i == 0 ? "" : "|") + name;
+    wanted += (i == 0 ? "" : last ? " or " : ", ") + name;
   }
   return CLI::Validator(
       [allowed, wanted](std::string& text) -> std::string {

@@ -36,10 +36,11 @@ CLI::Validator FilePath();
 // CLI::AsSizeValue, which takes a leading '-' as a number and wraps it.
 CLI::Validator ByteSize();
 
-// --dtype's values, f32, bf16, q8_0 or q4_0 (language models only: the
-// engine refuses them for others) or those of `allowed`, each turned into
-// the DType it names for CLI11 to store (a DType, or a list of them);
-// anything else, the enum's integers included, is refused with one line.
+// A flag's dtypes, by default --dtype's f32, bf16, q8_0 or q4_0 (language
+// models only: the engine refuses them for others): each name of `allowed`
+// turned into the DType it names for CLI11 to store (a DType, or a list of
+// them); anything else, the enum's integers included, is refused with one
+// line.
 CLI::Validator DTypeFlag(std::vector<DType> allowed = {
                              DType::kF32, DType::kBF16, DType::kQ8_0,
                              DType::kQ4_0});
