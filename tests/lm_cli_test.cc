@@ -869,6 +869,25 @@ TEST_F(LmCliTest, BenchModelReportsEveryBatchOnce) {
   }
 }
 
+// decode_kv_gb_s counts the cache a step reads: Mistral's window of 4 caps
+// the 4, 5 and 6 positions after a prompt of 3 at 4; 2 sequences x 2
+// layers x K and V x 2 K/V heads of 8 x 4 positions x 4 bytes.
+TEST_F(LmCliTest, BenchModelCountsTheCacheAStepReads) {
+  const std::string out = (dir_ / "bench.jsonl").string();
+  const Outcome outcome =
+      Attn("bench --model " + (kLmGolden / "hf_mistral_window").string() +
+               " --prompt 3 --steps 3 --batch 2 --threads 1 --json",
+           out);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+  std::ifstream in(out);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const nlohmann::json j = nlohmann::json::parse(line);
+  const double bytes = j.at("decode_kv_gb_s").get<double>() *
+                       j.at("decode_ms_per_step").get<double>() * 1e6;
+  EXPECT_NEAR(bytes, 2 * 2 * 2 * 2 * 8 * 4 * 4, 1e-6);
+}
+
 // --dtype f32,bf16: every (dtype, batch) point once, each with its dtype and
 // its weights counted at its bytes, measured in turns: the last point's
 // first round comes before the first point's last.

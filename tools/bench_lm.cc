@@ -66,6 +66,26 @@ double DecodeWeightBytes(const LmConfig& c, DType dtype) {
   return (double(c.num_layers) * block + double(c.vocab_size) * e) * per_weight;
 }
 
+// Bytes of the KV cache a decode step of `batch` sequences reads, averaged
+// over `steps` steps after a prompt of `prompt` tokens: each step attends to
+// every cached position (the window's, with a sliding window), K and V of
+// every layer, in fp32 whatever the weights' dtype.
+double DecodeKvBytes(const LmConfig& c, int64_t batch, int64_t prompt,
+                     int64_t steps) {
+  const double d =
+      c.head_dim ? double(c.head_dim) : double(c.emb_dim) / double(c.num_heads);
+  const double kv_heads = double(c.num_kv_heads ? c.num_kv_heads : c.num_heads);
+  double positions = 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t cached = prompt + i + 1;
+    positions += double(
+        c.sliding_window > 0 ? std::min(cached, c.sliding_window) : cached);
+  }
+  const double mean = steps > 0 ? positions / double(steps) : 0.0;
+  return double(batch) * double(c.num_layers) * 2 * kv_heads * d * mean *
+         sizeof(float);
+}
+
 using Clock = std::chrono::steady_clock;
 
 double MsSince(Clock::time_point t0) {
@@ -189,6 +209,9 @@ void PrintPoint(const ModelArgs& args, const BenchFlags& flags,
   const double decode_tok_s = double(p.batch) / p.decode_ms_per_step * 1e3;
   const double weights_gb_s =
       DecodeWeightBytes(config, p.dtype) / p.decode_ms_per_step / 1e6;
+  const double kv_gb_s =
+      DecodeKvBytes(config, p.batch, args.prompt, args.steps) /
+      p.decode_ms_per_step / 1e6;
   const double peak_mb = double(PeakRssBytes()) / (1 << 20);
   const std::string& name = ModelName(args, flags);
   if (json) {
@@ -204,13 +227,15 @@ void PrintPoint(const ModelArgs& args, const BenchFlags& flags,
                                  {"decode_ms_per_step", p.decode_ms_per_step},
                                  {"decode_tok_s", decode_tok_s},
                                  {"decode_weights_gb_s", weights_gb_s},
+                                 {"decode_kv_gb_s", kv_gb_s},
                                  {"peak_rss_mb", peak_mb}};
     std::printf("%s\n", JsonLine(line).c_str());
   } else {
-    std::printf("%-10s %5s %7d %5ld %10.1f %11.0f %11.2f %10.1f %9.1f %8.0f\n",
-                name.c_str(), DTypeName(p.dtype), p.threads, long(p.batch),
-                p.prefill_ms, prefill_tok_s, p.decode_ms_per_step, decode_tok_s,
-                weights_gb_s, peak_mb);
+    std::printf(
+        "%-10s %5s %7d %5ld %10.1f %11.0f %11.2f %10.1f %11.1f %8.1f %8.0f\n",
+        name.c_str(), DTypeName(p.dtype), p.threads, long(p.batch),
+        p.prefill_ms, prefill_tok_s, p.decode_ms_per_step, decode_tok_s,
+        weights_gb_s, kv_gb_s, peak_mb);
   }
   std::fflush(stdout);
 }
@@ -264,9 +289,10 @@ int Run(const ModelArgs& args, const BenchFlags& flags) {
     Result<std::vector<Point>> points = MeasureInTurns(models, args, batches);
     if (!points.ok()) return Fail(points.status().message());
     if (!header) {
-      std::printf("%-10s %5s %7s %5s %10s %11s %11s %10s %9s %8s\n", "model",
-                  "dtype", "threads", "batch", "prefill_ms", "prefill_t/s",
-                  "decode_ms", "decode_t/s", "weight_GB/s", "peak_MB");
+      std::printf("%-10s %5s %7s %5s %10s %11s %11s %10s %11s %8s %8s\n",
+                  "model", "dtype", "threads", "batch", "prefill_ms",
+                  "prefill_t/s", "decode_ms", "decode_t/s", "weight_GB/s",
+                  "kv_GB/s", "peak_MB");
       header = true;
     }
     for (const Point& point : *points) {

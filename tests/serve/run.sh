@@ -23,6 +23,11 @@ trap cleanup EXIT
 
 fail() { echo "serve test: FAIL: $*" >&2; exit 1; }
 
+for tool in node npm curl haproxy; do
+  command -v "$tool" >/dev/null ||
+    fail "'$tool' is not installed (tools/setup.sh test installs it)"
+done
+
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
