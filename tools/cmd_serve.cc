@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -138,7 +139,22 @@ int Serve(ServeArgs& args) {
   std::fprintf(stderr, "attn serve: listening on http://%s:%d, loading %s\n",
                args.http.host.c_str(), *port, args.model.c_str());
 
-  auto model = LoadLanguageModel(args.model, args.flags);
+  // Loaded on a thread of its own, whose OpenMP team ends with it: libgomp
+  // gives every thread that starts parallel regions a team of its own, and
+  // while the teams' threads outnumber the cores their waits between
+  // regions sleep at once instead of spinning, which slowed each decode
+  // step on 2 cores 1.8x.
+  Result<std::shared_ptr<const LanguageModel>> model =
+      InvalidArgument("not loaded");
+  std::exception_ptr thrown;  // for attn_cli's last resorts, as on main
+  std::thread([&] {
+    try {
+      model = LoadLanguageModel(args.model, args.flags);
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+  }).join();
+  if (thrown) std::rethrow_exception(thrown);
   if (!model.ok()) return Fail(model.status().message());
   auto tokenizer =
       LoadTokenizerFor(**model, args.model, "--model", args.flags.max_memory);
