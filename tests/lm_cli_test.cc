@@ -102,6 +102,21 @@ class LmCliTest : public ::testing::Test {
             std::string(std::istreambuf_iterator<char>(in), {})};
   }
 
+  // The first line `attn bench ARGS --json` prints; null (the failure
+  // reported) when it prints none.
+  nlohmann::json BenchFirstLine(const std::string& args) {
+    const std::string out = (dir_ / "bench.jsonl").string();
+    const Outcome outcome = Attn("bench " + args + " --json", out);
+    EXPECT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+    std::ifstream in(out);
+    std::string line;
+    if (!std::getline(in, line)) {
+      ADD_FAILURE() << "no output from attn bench " << args;
+      return nullptr;
+    }
+    return nlohmann::json::parse(line);
+  }
+
   // `model`: a weights file (--weights) or a folder (--model).
   static std::string ModelFlag(const std::string& model) {
     return (fs::is_directory(model) ? "--model " : "--weights ") + model;
@@ -806,20 +821,13 @@ TEST_F(LmCliTest, BenchModelJsonTakesAnyFileName) {
   const GoldenCase c = ReadCase(kLmGolden / "gpt_book_1l");
   const fs::path odd = dir_ / "mod\xe9l.safetensors";
   fs::copy_file(c.model, odd);
-  const std::string out = (dir_ / "bench.jsonl").string();
-  const Outcome outcome =
-      Attn("bench --model gpt2-124m --weights '" + odd.string() +
-               "' --prompt 3 --steps 2 --batch 1 "
-               "--rounds 1 --threads 1 --json",
-           out);
-  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
-  std::ifstream in(out);
-  std::string line;
-  ASSERT_TRUE(std::getline(in, line));
-  const nlohmann::json j = nlohmann::json::parse(line);
+  const nlohmann::json j =
+      BenchFirstLine("--model gpt2-124m --weights '" + odd.string() +
+                     "' --prompt 3 --steps 2 --batch 1 --rounds 1 --threads 1");
+  ASSERT_FALSE(j.is_null());
   EXPECT_NE(j["model"].get<std::string>().find("mod\xef\xbf\xbdl"),
             std::string::npos)
-      << line;
+      << j;
 }
 
 // attn bench --model on a golden file: one JSON line per batch size, with
@@ -873,16 +881,10 @@ TEST_F(LmCliTest, BenchModelReportsEveryBatchOnce) {
 // the 4, 5 and 6 positions after a prompt of 3 at 4; 2 sequences x 2
 // layers x K and V x 2 K/V heads of 8 x 4 positions x 4 bytes.
 TEST_F(LmCliTest, BenchModelCountsTheCacheAStepReads) {
-  const std::string out = (dir_ / "bench.jsonl").string();
-  const Outcome outcome =
-      Attn("bench --model " + (kLmGolden / "hf_mistral_window").string() +
-               " --prompt 3 --steps 3 --batch 2 --threads 1 --json",
-           out);
-  ASSERT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
-  std::ifstream in(out);
-  std::string line;
-  ASSERT_TRUE(std::getline(in, line));
-  const nlohmann::json j = nlohmann::json::parse(line);
+  const nlohmann::json j =
+      BenchFirstLine("--model " + (kLmGolden / "hf_mistral_window").string() +
+                     " --prompt 3 --steps 3 --batch 2 --threads 1");
+  ASSERT_FALSE(j.is_null());
   const double bytes = j.at("decode_kv_gb_s").get<double>() *
                        j.at("decode_ms_per_step").get<double>() * 1e6;
   EXPECT_NEAR(bytes, 2 * 2 * 2 * 2 * 8 * 4 * 4, 1e-6);
