@@ -201,6 +201,12 @@ Result<std::vector<Point>> MeasureInTurns(const std::vector<DTypeModel>& models,
   return medians;
 }
 
+// The table's first column: as wide as the model's name (a folder's path
+// may be long), at least 10.
+int NameWidth(const std::string& name) {
+  return static_cast<int>(std::max<size_t>(10, name.size()));
+}
+
 void PrintPoint(const ModelArgs& args, const BenchFlags& flags,
                 const LmConfig& config, const Point& p) {
   const bool json = flags.json;
@@ -232,10 +238,10 @@ void PrintPoint(const ModelArgs& args, const BenchFlags& flags,
     std::printf("%s\n", JsonLine(line).c_str());
   } else {
     std::printf(
-        "%-10s %5s %7d %5ld %10.1f %11.0f %11.2f %10.1f %11.1f %8.1f %8.0f\n",
-        name.c_str(), DTypeName(p.dtype), p.threads, long(p.batch),
-        p.prefill_ms, prefill_tok_s, p.decode_ms_per_step, decode_tok_s,
-        weights_gb_s, kv_gb_s, peak_mb);
+        "%-*s %5s %7d %5ld %10.1f %11.0f %11.2f %10.1f %11.1f %8.1f %8.0f\n",
+        NameWidth(name), name.c_str(), DTypeName(p.dtype), p.threads,
+        long(p.batch), p.prefill_ms, prefill_tok_s, p.decode_ms_per_step,
+        decode_tok_s, weights_gb_s, kv_gb_s, peak_mb);
   }
   std::fflush(stdout);
 }
@@ -289,10 +295,10 @@ int Run(const ModelArgs& args, const BenchFlags& flags) {
     Result<std::vector<Point>> points = MeasureInTurns(models, args, batches);
     if (!points.ok()) return Fail(points.status().message());
     if (!header) {
-      std::printf("%-10s %5s %7s %5s %10s %11s %11s %10s %11s %8s %8s\n",
-                  "model", "dtype", "threads", "batch", "prefill_ms",
-                  "prefill_t/s", "decode_ms", "decode_t/s", "weight_GB/s",
-                  "kv_GB/s", "peak_MB");
+      std::printf("%-*s %5s %7s %5s %10s %11s %11s %10s %11s %8s %8s\n",
+                  NameWidth(ModelName(args, flags)), "model", "dtype",
+                  "threads", "batch", "prefill_ms", "prefill_t/s", "decode_ms",
+                  "decode_t/s", "weight_GB/s", "kv_GB/s", "peak_MB");
       header = true;
     }
     for (const Point& point : *points) {
