@@ -845,9 +845,10 @@ TEST_F(LmCliTest, BenchModelReportsEveryBatchOnce) {
   std::vector<int64_t> batches;
   for (std::string line; std::getline(in, line);) {
     const nlohmann::json j = nlohmann::json::parse(line);
-    for (const char* key : {"model", "threads", "batch", "prompt", "steps",
-                            "prefill_ms", "prefill_tok_s", "decode_ms_per_step",
-                            "decode_tok_s", "peak_rss_mb"}) {
+    for (const char* key :
+         {"model", "threads", "batch", "prompt", "steps", "prefill_ms",
+          "prefill_tok_s", "decode_ms_per_step", "decode_tok_s",
+          "decode_weights_gb_s", "decode_kv_gb_s", "peak_rss_mb"}) {
       EXPECT_TRUE(j.contains(key)) << key << " in " << line;
     }
     const auto batch = j["batch"].get<int64_t>();
@@ -877,17 +878,30 @@ TEST_F(LmCliTest, BenchModelReportsEveryBatchOnce) {
   }
 }
 
-// decode_kv_gb_s counts the cache a step reads: Mistral's window of 4 caps
-// the 4, 5 and 6 positions after a prompt of 3 at 4; 2 sequences x 2
-// layers x K and V x 2 K/V heads of 8 x 4 positions x 4 bytes.
+// decode_kv_gb_s counts the cache a step reads, averaged over the steps:
+// the book's 1-layer GPT (2 heads of 16) after a prompt of 3 attends to 4
+// and 5 positions; Mistral's window of 4 caps 4, 5 and 6 at 4 (2 sequences
+// x 2 layers x 2 K/V heads of 8). K and V, 4 bytes a value.
 TEST_F(LmCliTest, BenchModelCountsTheCacheAStepReads) {
-  const nlohmann::json j =
-      BenchFirstLine("--model " + (kLmGolden / "hf_mistral_window").string() +
-                     " --prompt 3 --steps 3 --batch 2 --threads 1");
-  ASSERT_FALSE(j.is_null());
-  const double bytes = j.at("decode_kv_gb_s").get<double>() *
-                       j.at("decode_ms_per_step").get<double>() * 1e6;
-  EXPECT_NEAR(bytes, 2 * 2 * 2 * 2 * 8 * 4 * 4, 1e-6);
+  const GoldenCase gpt = ReadCase(kLmGolden / "gpt_book_1l");
+  const struct {
+    std::string args;
+    double bytes;
+  } cases[] = {
+      {"--model gpt2-124m --weights " + gpt.model +
+           " --prompt 3 --steps 2 --batch 1",
+       1 * 1 * 2 * 32 * 4.5 * 4},
+      {"--model " + (kLmGolden / "hf_mistral_window").string() +
+           " --prompt 3 --steps 3 --batch 2",
+       2 * 2 * 2 * 2 * 8 * 4 * 4},
+  };
+  for (const auto& c : cases) {
+    const nlohmann::json j = BenchFirstLine(c.args + " --threads 1");
+    ASSERT_FALSE(j.is_null()) << c.args;
+    const double bytes = j.at("decode_kv_gb_s").get<double>() *
+                         j.at("decode_ms_per_step").get<double>() * 1e6;
+    EXPECT_NEAR(bytes, c.bytes, 1e-6 * c.bytes) << c.args;
+  }
 }
 
 // --dtype f32,bf16: every (dtype, batch) point once, each with its dtype and

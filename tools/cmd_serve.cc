@@ -142,11 +142,11 @@ int Serve(ServeArgs& args) {
   // Loaded on a thread of its own, whose OpenMP team ends with it: libgomp
   // gives every thread that starts parallel regions a team of its own, and
   // while the teams' threads outnumber the cores their waits between
-  // regions sleep at once instead of spinning, which slowed each decode
-  // step on 2 cores 1.8x.
+  // regions spin only briefly, then sleep, which slowed each decode step on
+  // 2 cores 1.8x.
   Result<std::shared_ptr<const LanguageModel>> model =
       InvalidArgument("not loaded");
-  std::exception_ptr thrown;  // for attn_cli's last resorts, as on main
+  std::exception_ptr thrown;  // rethrown here, to attn_cli's last resorts
   std::thread([&] {
     try {
       model = LoadLanguageModel(args.model, args.flags);

@@ -23,7 +23,7 @@ trap cleanup EXIT
 
 fail() { echo "serve test: FAIL: $*" >&2; exit 1; }
 
-for tool in node npm curl haproxy; do
+for tool in node npm curl haproxy python3; do
   command -v "$tool" >/dev/null ||
     fail "'$tool' is not installed (tools/setup.sh test installs it)"
 done
