@@ -108,19 +108,62 @@ class StopSignals {
   std::thread thread_;
 };
 
+// The key --api-key or --api-key-file gives (empty: none).
+Result<std::string> ApiKey(const ServeArgs& args) {
+  if (args.api_key_file.empty()) return args.api_key;
+  return ReadKeyFile(args.api_key_file);
+}
+
+// The model, loaded on a thread of its own whose OpenMP team ends with it:
+// libgomp gives every thread that starts parallel regions a team of its
+// own, and while the teams' threads outnumber the cores their waits between
+// regions spin only briefly, then sleep, which slowed each decode step on 2
+// cores 1.8x. An exception is rethrown here, to attn_cli's last resorts.
+Result<std::shared_ptr<const LanguageModel>> LoadOnItsOwnThread(
+    const ServeArgs& args) {
+  Result<std::shared_ptr<const LanguageModel>> model =
+      InvalidArgument("not loaded");
+  std::exception_ptr thrown;
+  std::thread([&] {
+    try {
+      model = LoadLanguageModel(args.model, args.flags);
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+  }).join();
+  if (thrown) std::rethrow_exception(thrown);
+  return model;
+}
+
+// What the API says of the model: --alias, else the folder's name.
+serve::ServedModel Described(const ServeArgs& args) {
+  serve::ServedModel served;
+  served.id = args.alias.empty()
+                  ? std::filesystem::path(args.model).filename().string()
+                  : args.alias;
+  if (served.id.empty()) served.id = "model";
+  served.context = args.scheduler.context;
+  served.parallel = args.scheduler.parallel;
+  return served;
+}
+
+// New requests get 503 and /health turns 503; those running finish within
+// --timeout or end with an error; then their replies are written out and
+// the port closes.
+void Drain(serve::HttpFrontEnd& front, serve::Scheduler& scheduler,
+           int64_t timeout) {
+  const serve::Clock::time_point deadline =
+      serve::Clock::now() + std::chrono::seconds(timeout);
+  front.Refuse();
+  scheduler.Stop(deadline);
+  front.WaitIdle(deadline + std::chrono::seconds(1));
+  front.Close();
+}
+
 int Serve(ServeArgs& args) {
   if (!args.api_key.empty() && !args.api_key_file.empty()) {
     return Usage("--api-key and --api-key-file: give one");
   }
-  if (!args.api_key_file.empty()) {
-    Result<std::string> key = ReadKeyFile(args.api_key_file);
-    if (!key.ok()) return Fail(key.status().message());
-    args.http.api_key = *key;
-  } else {
-    args.http.api_key = args.api_key;
-  }
-  args.http.max_body_bytes = args.max_body;
-  args.http.read_timeout = std::chrono::seconds(args.timeout);
   // A connection holds a thread while its request waits or streams: room
   // for every running and queued one, and for /health and /metrics.
   if (args.scheduler.parallel + args.scheduler.max_queue > kMaxWaiting) {
@@ -129,6 +172,11 @@ int Serve(ServeArgs& args) {
                  ": at most " + std::to_string(kMaxWaiting) +
                  " (each running or waiting request holds a thread)");
   }
+  Result<std::string> key = ApiKey(args);
+  if (!key.ok()) return Fail(key.status().message());
+  args.http.api_key = *key;
+  args.http.max_body_bytes = args.max_body;
+  args.http.read_timeout = std::chrono::seconds(args.timeout);
   args.http.threads =
       static_cast<int>(args.scheduler.parallel + args.scheduler.max_queue + 16);
   StopSignals signals;
@@ -139,22 +187,7 @@ int Serve(ServeArgs& args) {
   std::fprintf(stderr, "attn serve: listening on http://%s:%d, loading %s\n",
                args.http.host.c_str(), *port, args.model.c_str());
 
-  // Loaded on a thread of its own, whose OpenMP team ends with it: libgomp
-  // gives every thread that starts parallel regions a team of its own, and
-  // while the teams' threads outnumber the cores their waits between
-  // regions spin only briefly, then sleep, which slowed each decode step on
-  // 2 cores 1.8x.
-  Result<std::shared_ptr<const LanguageModel>> model =
-      InvalidArgument("not loaded");
-  std::exception_ptr thrown;  // rethrown here, to attn_cli's last resorts
-  std::thread([&] {
-    try {
-      model = LoadLanguageModel(args.model, args.flags);
-    } catch (...) {
-      thrown = std::current_exception();
-    }
-  }).join();
-  if (thrown) std::rethrow_exception(thrown);
+  auto model = LoadOnItsOwnThread(args);
   if (!model.ok()) return Fail(model.status().message());
   auto tokenizer =
       LoadTokenizerFor(**model, args.model, "--model", args.flags.max_memory);
@@ -166,32 +199,17 @@ int Serve(ServeArgs& args) {
                                            &front.metrics());
   if (!scheduler.ok()) return Fail(scheduler.status().message());
 
-  serve::ServedModel served;
-  served.id = args.alias.empty()
-                  ? std::filesystem::path(args.model).filename().string()
-                  : args.alias;
-  if (served.id.empty()) served.id = "model";
-  served.context = *context;
-  served.parallel = args.scheduler.parallel;
+  const serve::ServedModel served = Described(args);
   signals.Ready();
   front.Ready(*tokenizer, scheduler->get(), served);
   std::fprintf(stderr,
                "attn serve: ready: model '%s', %lld sequences of %lld "
                "tokens\n",
-               served.id.c_str(),
-               static_cast<long long>(args.scheduler.parallel),
-               static_cast<long long>(*context));
+               served.id.c_str(), static_cast<long long>(served.parallel),
+               static_cast<long long>(served.context));
 
   std::fprintf(stderr, "attn serve: stopping (%s)\n", signals.Wait());
-  // New requests get 503 and /health turns 503; those running finish
-  // within --timeout or end with an error; then their replies are written
-  // out and the port closes.
-  const serve::Clock::time_point deadline =
-      serve::Clock::now() + std::chrono::seconds(args.timeout);
-  front.Refuse();
-  (*scheduler)->Stop(deadline);
-  front.WaitIdle(deadline + std::chrono::seconds(1));
-  front.Close();
+  Drain(front, **scheduler, args.timeout);
   return 0;
 }
 
