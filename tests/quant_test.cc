@@ -397,7 +397,8 @@ HWY_NOINLINE std::vector<float> Linear(QuantDot dot, QuantType t,
 }
 
 // Every kernel against the reference at rows 1 to 8, n around the group
-// and its tails, with and without bias; the kernels summing with FMAs
+// and its tails (229: 15 groups, every count of groups side by side, the
+// last partial), with and without bias; the kernels summing with FMAs
 // (vpmaddubsw, vpdpbusd) give the same bits, their isums being exact.
 void TestGroupsMatchReference() {
   std::mt19937 rng(3);
@@ -405,7 +406,7 @@ void TestGroupsMatchReference() {
   for (QuantType t : kTypes) {
     for (size_t k : {size_t{32}, size_t{64}, size_t{96}, size_t{512}}) {
       for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17},
-                       size_t{33}, size_t{100}}) {
+                       size_t{33}, size_t{100}, size_t{229}}) {
         const std::vector<float> wf = test::EdgyRows(rng, n, k);
         const std::vector<uint8_t> blocks =
             test::ReferenceBlocks(t, wf.data(), n, k);
