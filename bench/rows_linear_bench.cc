@@ -11,7 +11,8 @@
 //       a decode step's 49: per layer qkv (768 -> 2304), attention out
 //       (768 -> 768), MLP up (768 -> 3072) and down (3072 -> 768), then the
 //       head (768 -> 50257); once with each RowsLinearPrefetch choice
-//       (every-tile, many-fmas). The single linears use this CPU's choice.
+//       (every-tile, many-fmas, side-panels). The single linears use this
+//       CPU's choice.
 //   rows_linear/<dtype>/k:768/n:3072/gelu:<g>/rows:<r>/threads:<t>
 //       the MLP up projection with GELU: `fused` as RowsLinear writes y,
 //       `after` as a kernels::Gelu pass over y.
@@ -169,6 +170,8 @@ void Register(const char* dtype) {
                        kernels::RowsLinearPrefetch::kEveryTile});
       cases.push_back({"gpt2-step/prefetch:many-fmas", step,
                        kernels::RowsLinearPrefetch::kManyFmasPerLine});
+      cases.push_back({"gpt2-step/prefetch:side-panels", step,
+                       kernels::RowsLinearPrefetch::kSidePanels});
       for (const Case& c : cases) {
         const std::string full =
             std::string("rows_linear/") + dtype + "/" + c.name + suffix;

@@ -241,16 +241,6 @@ inline void PortableGroup(QuantType t, const QuantGroupArgs& a, size_t g) {
 constexpr size_t kQuantPrefetchMinRows = 2;
 constexpr size_t kQuantPrefetchBytes = 8192;
 
-// Groups a kernel of `rows` rows reads side by side, each a stream of its
-// own (a power of 2): one stream a thread leaves memory idle between the
-// core's requests. A thread of an Ice Lake Xeon read q4_0 weights at one row
-// 35% faster from 8 streams than from 1, as fast as a plain sum of floats
-// does from 8; q8_0 20% faster; at 2 rows (4 streams) 5-10% faster. More
-// rows compute longer on each byte and gain less.
-constexpr size_t QuantGroupsSideBySide(size_t rows) {
-  return rows == 1 ? 8 : rows == 2 ? 4 : rows <= 4 ? 2 : 1;
-}
-
 // Prefetches the lines kQuantPrefetchBytes past a tile into L2.
 HWY_INLINE void PrefetchAhead(QuantType t, const uint8_t* tile) {
   for (size_t c = 0; c < QuantTileChunks(t); ++c) {

@@ -232,7 +232,8 @@ void QuantRowsLinear(QuantType t, const float* x, size_t rows, size_t k,
                             n,
                             y};
   SplitUnits(
-      QuantGroupCount(n), kMostGroupsPerRun, num_threads,
+      QuantGroupCount(n), static_cast<uint32_t>(QuantGroupsSideBySide(rows)),
+      kMostGroupsPerRun, num_threads,
       [&](size_t first, size_t count) { groups(t, args, first, count); });
 }
 

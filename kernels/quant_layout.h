@@ -41,6 +41,17 @@ inline size_t QuantGroupCount(size_t n) {
 }
 inline size_t QuantBlocksPerRow(size_t k) { return k / kQuantBlock; }
 
+// Groups a kernel of `rows` rows reads side by side, each a stream of its
+// own (a power of 2), and the fewest a thread takes at a time while its
+// share has that many left (SplitUnits): one stream a thread leaves memory
+// idle between the core's requests. A thread of an Ice Lake Xeon read q4_0
+// weights at one row 35% faster from 8 streams than from 1, as fast as a
+// plain sum of floats does from 8; q8_0 20% faster; at 2 rows (4 streams)
+// 5-10% faster. More rows compute longer on each byte and gain less.
+constexpr size_t QuantGroupsSideBySide(size_t rows) {
+  return rows == 1 ? 8 : rows == 2 ? 4 : rows <= 4 ? 2 : 1;
+}
+
 // Bytes of one block's quants (qs): 32 or 16.
 constexpr size_t QuantQsBytes(QuantType t) {
   return t == QuantType::kQ8_0 ? kQuantBlock : kQuantBlock / 2;

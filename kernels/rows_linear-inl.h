@@ -217,7 +217,7 @@ HWY_INLINE void RowsLinearItem(D d, const float* x, size_t k, const TW* item,
                                size_t panels, const float* bias, size_t columns,
                                float* y, size_t ldy,
                                RowsLinearPrefetch prefetch) {
-  if (prefetch == RowsLinearPrefetch::kEveryTile) {
+  if (prefetch != RowsLinearPrefetch::kManyFmasPerLine) {
     constexpr uintptr_t kBytes =
         PrefetchBytes<TW>(RowsLinearPrefetch::kEveryTile);
     return RowsLinearItemT<kRows, kBytes>(d, x, k, item, panels, bias, columns,
@@ -271,6 +271,39 @@ HWY_INLINE void RowsLinearColumns(D d, const float* x, size_t rows, size_t k,
   }
 }
 
+// Panels of fp32 weights a one-row tile of target D reads side by side:
+// as many as its accumulators hold, kRowsLinearSidePanels at most.
+template <class D>
+constexpr size_t SidePanels() {
+  return std::clamp<size_t>(kTileAccumulators / PanelVectors<D>(), 1,
+                            kRowsLinearSidePanels);
+}
+
+// One row of y (from its column 0) by fp32 panels [first, first + count) (units
+// of one panel), kPanels side by side in one tile, each its own stream, while
+// that many are left, then half as many (RowsLinearPrefetch::kSidePanels).
+template <size_t kPanels, class D>
+HWY_INLINE void RowsLinearSidePanels(D d, const float* x, size_t k,
+                                     const float* packed, const float* bias,
+                                     size_t n, size_t first, size_t count,
+                                     float* y) {
+  const RowsLinearItemStrides at = RowsLinearStrides<float>(1, k);
+  size_t p = 0;
+  for (; p + kPanels <= count; p += kPanels) {
+    const size_t j = (first + p) * kRowsLinearPanel;
+    RowsLinearTile<1, kPanels, 0>(d, x, k, packed + j * k, at,
+                                  bias ? bias + j : nullptr,
+                                  std::min(kPanels * kRowsLinearPanel, n - j),
+                                  y + p * kRowsLinearPanel, 0);
+  }
+  if constexpr (kPanels > 1) {
+    if (p < count) {
+      RowsLinearSidePanels<kPanels / 2>(d, x, k, packed, bias, n, first + p,
+                                        count - p, y + p * kRowsLinearPanel);
+    }
+  }
+}
+
 // Units [first, first + count) of y [rows, n], count * unit <=
 // kRowsLinearGroupColumns, through one buffer on the stack, then
 // `activation` on the way to y.
@@ -286,9 +319,18 @@ HWY_INLINE void RowsLinearGroup(const float* x, size_t rows, size_t k,
   HWY_ALIGN float buffer[kRowsLinearGroupColumns * kRowsLinearMaxRows];
   const size_t ldb = count * kUnit;
   const size_t j0 = first * kUnit;
-  for (size_t i = 0; i < count; ++i) {
-    RowsLinearColumns(hn::ScalableTag<float>(), x, rows, k, packed, bias, n,
-                      j0 + i * kUnit, buffer + i * kUnit, ldb, prefetch);
+  const hn::ScalableTag<float> d;
+  bool side_panels = false;
+  if constexpr (std::is_same_v<TW, float>) {
+    side_panels = rows == 1 && prefetch == RowsLinearPrefetch::kSidePanels;
+    if (side_panels) {
+      RowsLinearSidePanels<SidePanels<decltype(d)>()>(d, x, k, packed, bias, n,
+                                                      first, count, buffer);
+    }
+  }
+  for (size_t i = 0; i < count && !side_panels; ++i) {
+    RowsLinearColumns(d, x, rows, k, packed, bias, n, j0 + i * kUnit,
+                      buffer + i * kUnit, ldb, prefetch);
   }
   const size_t width = std::min(n, j0 + ldb) - j0;
   for (size_t r = 0; r < rows; ++r) {

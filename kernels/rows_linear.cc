@@ -113,7 +113,10 @@ void Split(GroupFn group, const float* x, size_t rows, size_t k,
            RowsLinearPrefetch prefetch) {
   constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
   const size_t units = (n + kUnit - 1) / kUnit;
-  SplitUnits(units, GroupUnits<TW>(), num_threads,
+  const bool side_panels = std::is_same_v<TW, float> && rows == 1 &&
+                           prefetch == RowsLinearPrefetch::kSidePanels;
+  const uint32_t least = side_panels ? kRowsLinearSidePanels : 1;
+  SplitUnits(units, least, GroupUnits<TW>(), num_threads,
              [&](size_t first, size_t count) {
                group(x, rows, k, packed, bias, n, y, first, count, activation,
                      prefetch);
@@ -124,7 +127,7 @@ void Split(GroupFn group, const float* x, size_t rows, size_t k,
 
 RowsLinearPrefetch RowsLinearPrefetchOfThisCpu() {
   static const RowsLinearPrefetch prefetch =
-      IsIntelCpu() ? RowsLinearPrefetch::kEveryTile
+      IsIntelCpu() ? RowsLinearPrefetch::kSidePanels
                    : RowsLinearPrefetch::kManyFmasPerLine;
   return prefetch;
 }

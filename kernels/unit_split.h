@@ -26,27 +26,29 @@ class alignas(64) UnitRange {
   void Reset(uint32_t front, uint32_t back) {
     span_.store(uint64_t{front} << 32 | back, std::memory_order_relaxed);
   }
-  // From the front (the owner's), a quarter of the units left, at least one
-  // and at most `most`, so that the last go one by one; or the last unit
-  // (another thread's, once done with its own share): [*first, *first +
-  // *count); false when none is left.
-  bool TakeFront(uint32_t most, uint32_t* first, uint32_t* count) {
-    return Take(true, most, first, count);
+  // From the front (the owner's), a quarter of the units left, at least
+  // `least` (or all that is left) and at most `most`, so that the last go
+  // `least` at a time; or the last unit (another thread's, once done with
+  // its own share): [*first, *first + *count); false when none is left.
+  bool TakeFront(uint32_t least, uint32_t most, uint32_t* first,
+                 uint32_t* count) {
+    return Take(true, least, most, first, count);
   }
   bool TakeBack(uint32_t* unit) {
     uint32_t count;
-    return Take(false, 1, unit, &count);
+    return Take(false, 1, 1, unit, &count);
   }
 
  private:
-  bool Take(bool front_end, uint32_t most, uint32_t* first, uint32_t* count) {
+  bool Take(bool front_end, uint32_t least, uint32_t most, uint32_t* first,
+            uint32_t* count) {
     uint64_t span = span_.load(std::memory_order_relaxed);
     for (;;) {
       const auto front = static_cast<uint32_t>(span >> 32);
       const auto back = static_cast<uint32_t>(span);
       if (front >= back) return false;
       const uint32_t taken =
-          std::min(most, std::max<uint32_t>(1, (back - front) / 4));
+          std::min(back - front, std::clamp((back - front) / 4, least, most));
       const uint64_t rest =
           front_end ? span + (uint64_t{taken} << 32) : span - taken;
       if (span_.compare_exchange_weak(span, rest, std::memory_order_relaxed)) {
@@ -60,16 +62,18 @@ class alignas(64) UnitRange {
 };
 
 // Calls run(first, count) over units [0, units), count <= most: one
-// contiguous share per thread, which its owner reads front to back as one
-// stream, in runs of a quarter of what is left of it (1 to `most`); a
-// thread done with its share takes units one by one from the backs of the
-// others'. A core the host slows keeps the others waiting at the barrier
-// for at most one run, one unit once its share is nearly done (fixed
+// contiguous share per thread, which its owner reads front to back, in runs
+// of a quarter of what is left of it (`least` to `most`, a kernel's
+// streams side by side); a thread done with its share takes units one by
+// one from the backs of the others'. A core the host slows keeps the
+// others waiting at the barrier for at most one run, `least` units once its
+// share is nearly done (fixed
 // quarters of a share, of RowsLinear's two-panel units, left GPT-2's
 // batch-1 step at 2 threads on a Zen 5 with 0.35-0.54 ms of one thread idle
 // a step). One thread, or one unit, runs on the caller in runs of `most`.
 template <class Run>
-void SplitUnits(size_t units, uint32_t most, int num_threads, const Run& run) {
+void SplitUnits(size_t units, uint32_t least, uint32_t most, int num_threads,
+                const Run& run) {
   const size_t shares =
       num_threads > 1 ? std::min(static_cast<size_t>(num_threads), units) : 1;
   if (shares <= 1) {
@@ -91,7 +95,9 @@ void SplitUnits(size_t units, uint32_t most, int num_threads, const Run& run) {
     // others take them from the back.
     const auto self = static_cast<size_t>(omp_get_thread_num());
     uint32_t first, count;
-    while (ranges[self].TakeFront(most, &first, &count)) run(first, count);
+    while (ranges[self].TakeFront(least, most, &first, &count)) {
+      run(first, count);
+    }
     for (size_t i = 1; i < shares; ++i) {
       UnitRange& other = ranges[(self + i) % shares];
       while (other.TakeBack(&first)) run(first, 1);

@@ -263,13 +263,16 @@ void ExpectGroupWritesActivatedColumns(const std::vector<TW>& w,
          {RowsLinearActivation::kNone, RowsLinearActivation::kGelu}) {
       const auto& expected =
           activation == RowsLinearActivation::kGelu ? gelu : plain;
-      std::vector<float> y(rows * n, -7.0f);
-      RowsLinearGroup(x.data(), rows, k, packed.data(), bias.data(), n,
-                      y.data(), 1, units - 1, activation,
-                      RowsLinearPrefetch::kManyFmasPerLine);
-      for (size_t i = 0; i < y.size(); ++i) {
-        ASSERT_EQ(i % n < kUnit ? -7.0f : expected[i], y[i])
-            << rows << " rows, column " << i % n;
+      for (auto prefetch : {RowsLinearPrefetch::kManyFmasPerLine,
+                            RowsLinearPrefetch::kSidePanels}) {
+        std::vector<float> y(rows * n, -7.0f);
+        RowsLinearGroup(x.data(), rows, k, packed.data(), bias.data(), n,
+                        y.data(), 1, units - 1, activation, prefetch);
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_EQ(i % n < kUnit ? -7.0f : expected[i], y[i])
+              << rows << " rows, column " << i % n << ", prefetch "
+              << int(prefetch);
+        }
       }
     }
     std::vector<double> reference =
@@ -280,11 +283,15 @@ void ExpectGroupWritesActivatedColumns(const std::vector<TW>& w,
 }
 
 void TestRowsLinearGroupWritesActivatedColumns() {
-  // 150 columns of 40: outputs over about [-8, 8], where GELU bends.
-  ForF32AndBF16Weights(11, 150, 40,
-                       [](const auto& w, const auto& wf, size_t k) {
-                         ExpectGroupWritesActivatedColumns(w, wf, k);
-                       });
+  // 150 columns of 40: outputs over about [-8, 8], where GELU bends. 487
+  // columns: 15 fp32 panels after the first, which one row reads 8, 4, 2
+  // and 1 side by side (kSidePanels), the last partial.
+  for (size_t n : {size_t{150}, size_t{487}}) {
+    ForF32AndBF16Weights(11, n, 40,
+                         [](const auto& w, const auto& wf, size_t k) {
+                           ExpectGroupWritesActivatedColumns(w, wf, k);
+                         });
+  }
 }
 
 }  // namespace
