@@ -9,8 +9,10 @@
 // against batch 1 is the gain of reading each weight once for all rows.
 //
 //   quant/<type>/k:<k>/n:<n>/rows:<r>/threads:<t>      one linear
-//   quant/<type>/llama-layer/rows:<r>/threads:<t>      q, k, v, o, gate, up
-//                                                      and down of one layer
+//   quant/<type>/llama-layer/reading:<g>/rows:<r>/threads:<t>
+//       q, k, v, o, gate, up and down of one layer, read group-by-group
+//       and side-by-side (QuantReading); the single linears read as this
+//       CPU's choice.
 //
 //   quant_bench --benchmark_repetitions=3 --benchmark_filter=llama
 #include <benchmark/benchmark.h>
@@ -120,7 +122,7 @@ void SetByteAndTokenRates(benchmark::State& state, double bytes, double rows) {
 
 void QuantLinearBench(benchmark::State& state, QuantType t,
                       const std::vector<Linear>& linears, size_t rows,
-                      int threads) {
+                      int threads, kernels::QuantReading reading) {
   const PackedPasses w = PackPasses(t, linears, threads);
   size_t max_k = 0, max_n = 0;
   for (const Linear& l : linears) {
@@ -138,7 +140,7 @@ void QuantLinearBench(benchmark::State& state, QuantType t,
         static_cast<const uint8_t*>(w.buffer.get()) + copy * w.pass_bytes;
     for (const Linear& l : linears) {
       kernels::QuantRowsLinear(t, x.data(), rows, l.k, packed, bias.data(), l.n,
-                               y.data(), scratch.data(), threads);
+                               y.data(), scratch.data(), threads, reading);
       packed += kernels::QuantPackedBytes(t, l.n, l.k);
     }
     benchmark::DoNotOptimize(y.data());
@@ -157,18 +159,27 @@ void Register(QuantType t, const char* type) {
   for (int threads : {1, 2}) {
     const std::string suffix = "/threads:" + std::to_string(threads);
     for (size_t rows : {size_t{1}, size_t{8}}) {
-      std::vector<std::pair<std::string, std::vector<Linear>>> cases;
+      struct Case {
+        std::string name;
+        std::vector<Linear> linears;
+        kernels::QuantReading reading = kernels::QuantReadingOfThisCpu();
+      };
+      std::vector<Case> cases;
       for (const Linear& l : kLlamaShapes) cases.push_back({Shape(l), {l}});
       for (const Linear& l : kGpt2Shapes) cases.push_back({Shape(l), {l}});
-      cases.push_back(
-          {"llama-layer", {std::begin(kLlamaLayer), std::end(kLlamaLayer)}});
-      for (const auto& [name, linears] : cases) {
+      const std::vector<Linear> layer(std::begin(kLlamaLayer),
+                                      std::end(kLlamaLayer));
+      cases.push_back({"llama-layer/reading:group-by-group", layer,
+                       kernels::QuantReading::kGroupByGroup});
+      cases.push_back({"llama-layer/reading:side-by-side", layer,
+                       kernels::QuantReading::kSideBySide});
+      for (const Case& c : cases) {
         const std::string full =
-            prefix + name + "/rows:" + std::to_string(rows) + suffix;
+            prefix + c.name + "/rows:" + std::to_string(rows) + suffix;
         benchmark::RegisterBenchmark(
             full.c_str(),
-            [t, linears = linears, rows, threads](benchmark::State& st) {
-              QuantLinearBench(st, t, linears, rows, threads);
+            [t, c, rows, threads](benchmark::State& st) {
+              QuantLinearBench(st, t, c.linears, rows, threads, c.reading);
             })
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();

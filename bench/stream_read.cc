@@ -7,7 +7,7 @@
 // with a Highway kernel chosen at run time (the project builds without
 // -march), as one stream or as 8 equal pieces side by side: one stream a
 // thread leaves memory idle between the core's requests on some CPUs (an
-// Ice Lake Xeon reads 12-13 GB/s a thread from one, 15-16 from 8), so the
+// Ice Lake Xeon reads 12-13 GB/s a thread from one, 14-16 from 8), so the
 // floor is the faster of the two. Independent vector accumulators let the
 // loops vectorise without reassociation flags; the order of the sum does
 // not matter here. The array is touched before timing, by the widest team,

@@ -423,7 +423,7 @@ HWY_INLINE void MaddubsTile(const QuantGroupArgs& a, size_t g, size_t row,
 }
 
 // Group g of kRows rows, in tiles of kMaddubsTileRows: the first streams
-// the group from memory (prefetching as VnniGroup), the others read it
+// the group from memory (prefetching as VnniBlock), the others read it
 // from L1 or L2.
 template <size_t kRows, QuantType kType>
 HWY_INLINE void MaddubsGroup(const QuantGroupArgs& a, size_t g) {
@@ -561,10 +561,9 @@ ATTN_QUANT_VNNI_ATTR HWY_INLINE void VnniGroupsSideBySide(
   (VnniStore(a, g + Gs, acc[Gs], rows), ...);
 }
 
-// Groups [first, first + count): one call into VNNI code per run, kSide
-// groups side by side while that many are left, then half as many.
-template <size_t kRows, QuantType kType,
-          size_t kSide = QuantGroupsSideBySide(kRows)>
+// Groups [first, first + count), kSide side by side while that many are
+// left, then half as many.
+template <size_t kRows, QuantType kType, size_t kSide>
 ATTN_QUANT_VNNI_ATTR HWY_NOINLINE void VnniGroups(const QuantGroupArgs& a,
                                                   size_t first, size_t count) {
   const size_t end = first + count;
@@ -587,7 +586,11 @@ HWY_INLINE void QuantGroupsOf(const QuantGroupArgs& a, size_t first,
                               size_t count) {
   if constexpr (kDot == QuantDot::kVnni) {
 #if ATTN_QUANT_VNNI
-    VnniGroups<kRows, kType>(a, first, count);
+    if (a.reading == QuantReading::kSideBySide) {
+      VnniGroups<kRows, kType, QuantGroupsSideBySide(kRows)>(a, first, count);
+    } else {
+      VnniGroups<kRows, kType, 1>(a, first, count);
+    }
 #else
     HWY_ABORT("VNNI kernels are not compiled for this target");
 #endif

@@ -66,6 +66,8 @@ uint32_t ShiftRoundedEven(uint32_t v, uint32_t shift) {
 // Groups of 16 columns a thread takes at most at a time (SplitUnits): 512
 // columns, as RowsLinear's groups.
 constexpr uint32_t kMostGroupsPerRun = 32;
+static_assert(QuantGroupsSideBySide(1) <= kMostGroupsPerRun,
+              "a run holds the groups read side by side");
 
 // Group g of llama.cpp's row blocks into the packed layout; rows past n
 // are blocks of zero bytes (scale 0: zero weights).
@@ -217,9 +219,15 @@ size_t QuantRowsLinearScratchBytes(size_t rows, size_t k) {
 
 // x is quantized on the caller before the team starts (8 rows of k = 8192
 // take microseconds); the groups then split as RowsLinear's units.
+QuantReading QuantReadingOfThisCpu() {
+  static const QuantReading reading =
+      IsIntelCpu() ? QuantReading::kSideBySide : QuantReading::kGroupByGroup;
+  return reading;
+}
+
 void QuantRowsLinear(QuantType t, const float* x, size_t rows, size_t k,
                      const void* packed, const float* bias, size_t n, float* y,
-                     void* scratch, int num_threads) {
+                     void* scratch, int num_threads, QuantReading reading) {
   HWY_DASSERT(rows >= 1 && rows <= kRowsLinearMaxRows);
   HWY_DASSERT(k % kQuantBlock == 0);
   HWY_DYNAMIC_DISPATCH(QuantizeActsT)(t, x, rows, k, scratch);
@@ -230,11 +238,14 @@ void QuantRowsLinear(QuantType t, const float* x, size_t rows, size_t k,
                             static_cast<const uint8_t*>(packed),
                             bias,
                             n,
-                            y};
-  SplitUnits(
-      QuantGroupCount(n), static_cast<uint32_t>(QuantGroupsSideBySide(rows)),
-      kMostGroupsPerRun, num_threads,
-      [&](size_t first, size_t count) { groups(t, args, first, count); });
+                            y,
+                            reading};
+  const size_t least =
+      reading == QuantReading::kSideBySide ? QuantGroupsSideBySide(rows) : 1;
+  SplitUnits(QuantGroupCount(n), static_cast<uint32_t>(least),
+             kMostGroupsPerRun, num_threads, [&](size_t first, size_t count) {
+               groups(t, args, first, count);
+             });
 }
 
 }  // namespace attn::kernels

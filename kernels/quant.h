@@ -77,6 +77,24 @@ void PackQuantRows(QuantType t, const void* row_blocks, size_t n, size_t k,
 void UnpackQuantRows(QuantType t, const void* packed, size_t n, size_t k,
                      void* row_blocks);
 
+// How QuantRowsLinear's threads read their groups of 16 columns at a few
+// rows. No choice changes a bit of the result, only how fast W streams.
+enum class QuantReading {
+  // Group after group: one stream a thread.
+  kGroupByGroup,
+  // QuantGroupsSideBySide(rows) groups block by block, each its own stream
+  // (the VNNI kernels; the others go group by group). A thread of an Ice
+  // Lake Xeon (lscpu family 6 model 106) read q4_0 weights at one row
+  // 9-11 GB/s group by group and 14-15 side by side, q8_0 11-12 and 14-15.
+  kSideBySide,
+};
+
+// This CPU's choice: kSideBySide on Intel's. AMD's read group by group
+// until measured (quant_bench's llama-layer runs both): on Zen 4 and Zen 5
+// two streams where one would do read slower (rows_linear.h,
+// quant_layout.h).
+QuantReading QuantReadingOfThisCpu();
+
 // Bytes of the scratch QuantRowsLinear quantizes x into (any alignment).
 // It grows with rows and k: one sized for the most of each serves every
 // call with fewer.
@@ -90,10 +108,11 @@ size_t QuantRowsLinearScratchBytes(size_t rows, size_t k);
 // exact int32 dot of the block's int8 quants with W's (q4_0: q - 8). The sum
 // runs in fp32 (fused multiply-adds on AVX2 and AVX-512) from zero, the bias
 // added last; each output is computed by one thread in one fixed order, so
-// every bit of y is the same for every num_threads on one CPU.
+// every bit of y is the same for every num_threads and reading on one CPU.
 void QuantRowsLinear(QuantType t, const float* x, size_t rows, size_t k,
                      const void* packed, const float* bias, size_t n, float* y,
-                     void* scratch, int num_threads);
+                     void* scratch, int num_threads,
+                     QuantReading reading = QuantReadingOfThisCpu());
 
 }  // namespace attn::kernels
 

@@ -41,13 +41,11 @@ inline size_t QuantGroupCount(size_t n) {
 }
 inline size_t QuantBlocksPerRow(size_t k) { return k / kQuantBlock; }
 
-// Groups a kernel of `rows` rows reads side by side, each a stream of its
-// own (a power of 2), and the fewest a thread takes at a time while its
-// share has that many left (SplitUnits): one stream a thread leaves memory
-// idle between the core's requests. A thread of an Ice Lake Xeon read q4_0
-// weights at one row 35% faster from 8 streams than from 1, as fast as a
-// plain sum of floats does from 8; q8_0 20% faster; at 2 rows (4 streams)
-// 5-10% faster. More rows compute longer on each byte and gain less.
+// Groups a kernel of `rows` rows reads side by side (QuantReading::
+// kSideBySide; a power of 2), and the fewest a thread takes at a time while
+// its share has that many left (SplitUnits). At 2 rows 4 read 5-10% faster
+// than 1 on an Ice Lake Xeon; more rows compute longer on each byte and
+// gain less.
 constexpr size_t QuantGroupsSideBySide(size_t rows) {
   return rows == 1 ? 8 : rows == 2 ? 4 : rows <= 4 ? 2 : 1;
 }
@@ -163,6 +161,7 @@ struct QuantGroupArgs {
   const float* bias;  // or null
   size_t n;
   float* y;  // [rows, n]
+  QuantReading reading;
 };
 
 }  // namespace attn::kernels

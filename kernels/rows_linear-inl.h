@@ -29,9 +29,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 // How far ahead of the panel row being read the tiles prefetch: about the
 // bytes one core reads in one to two memory latencies. A GPT-2 step's
 // weights at 8 rows on Zen 5: 25-29 ms f32 and 20-26 bf16 with no
-// prefetch, 22-25 and 13 at 8 KiB ahead. On the Xeon of
-// RowsLinearPrefetch, fp32 at 8 rows streams 13% faster 2 KiB ahead (once
-// the outputs land in one buffer, RowsLinearGroup), bf16 30% slower.
+// prefetch, 22-25 and 13 at 8 KiB ahead. On the AMX Xeon of
+// RowsLinearPrefetch::kEveryTile, fp32 at 8 rows streams 13% faster 2 KiB ahead
+// (once the outputs land in one buffer, RowsLinearGroup), bf16 30% slower.
 template <typename TW>
 constexpr uintptr_t PrefetchBytes(RowsLinearPrefetch prefetch) {
   return prefetch == RowsLinearPrefetch::kEveryTile && sizeof(TW) == 4 ? 2048
@@ -149,7 +149,7 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
   if constexpr (std::is_same_v<TW, hwy::bfloat16_t>) {
     // Unrolled: fewer instructions per weight let the core run further
     // ahead; the bf16 decode step of GPT-2 at 1 row ran 8-11% faster on
-    // the Xeon of RowsLinearPrefetch (fp32: no faster).
+    // the AMX Xeon of RowsLinearPrefetch::kEveryTile (fp32: no faster).
     HWY_UNROLL(4)
     for (size_t i = 0; i < k; ++i) {
       RowsLinearTileStep<kRows, kPanels, kPrefetchBytes>(d, x, k, panel, at, i,
@@ -304,6 +304,27 @@ HWY_INLINE void RowsLinearSidePanels(D d, const float* x, size_t k,
   }
 }
 
+// Units [first, first + count) of y [rows, n] into buffer [rows, ldb]:
+// panels side by side (RowsLinearReadsSidePanels), else unit by unit.
+template <typename TW>
+HWY_INLINE void RowsLinearUnits(const float* x, size_t rows, size_t k,
+                                const TW* packed, const float* bias, size_t n,
+                                size_t first, size_t count, float* buffer,
+                                size_t ldb, RowsLinearPrefetch prefetch) {
+  const hn::ScalableTag<float> d;
+  if constexpr (std::is_same_v<TW, float>) {
+    if (RowsLinearReadsSidePanels<TW>(rows, prefetch)) {
+      return RowsLinearSidePanels<SidePanels<decltype(d)>()>(
+          d, x, k, packed, bias, n, first, count, buffer);
+    }
+  }
+  constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
+  for (size_t i = 0; i < count; ++i) {
+    RowsLinearColumns(d, x, rows, k, packed, bias, n, (first + i) * kUnit,
+                      buffer + i * kUnit, ldb, prefetch);
+  }
+}
+
 // Units [first, first + count) of y [rows, n], count * unit <=
 // kRowsLinearGroupColumns, through one buffer on the stack, then
 // `activation` on the way to y.
@@ -319,19 +340,8 @@ HWY_INLINE void RowsLinearGroup(const float* x, size_t rows, size_t k,
   HWY_ALIGN float buffer[kRowsLinearGroupColumns * kRowsLinearMaxRows];
   const size_t ldb = count * kUnit;
   const size_t j0 = first * kUnit;
-  const hn::ScalableTag<float> d;
-  bool side_panels = false;
-  if constexpr (std::is_same_v<TW, float>) {
-    side_panels = rows == 1 && prefetch == RowsLinearPrefetch::kSidePanels;
-    if (side_panels) {
-      RowsLinearSidePanels<SidePanels<decltype(d)>()>(d, x, k, packed, bias, n,
-                                                      first, count, buffer);
-    }
-  }
-  for (size_t i = 0; i < count && !side_panels; ++i) {
-    RowsLinearColumns(d, x, rows, k, packed, bias, n, j0 + i * kUnit,
-                      buffer + i * kUnit, ldb, prefetch);
-  }
+  RowsLinearUnits(x, rows, k, packed, bias, n, first, count, buffer, ldb,
+                  prefetch);
   const size_t width = std::min(n, j0 + ldb) - j0;
   for (size_t r = 0; r < rows; ++r) {
     const float* from = buffer + r * ldb;

@@ -103,6 +103,8 @@ template <typename TW>
 constexpr uint32_t GroupUnits() {
   return kRowsLinearGroupColumns / RowsLinearUnitColumns<TW>();
 }
+static_assert(kRowsLinearSidePanels <= GroupUnits<float>(),
+              "a group holds the panels read side by side");
 
 // Units (RowsLinearUnitColumns) split over the team by SplitUnits, in
 // groups of at most GroupUnits, each computed by `group`.
@@ -113,10 +115,9 @@ void Split(GroupFn group, const float* x, size_t rows, size_t k,
            RowsLinearPrefetch prefetch) {
   constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
   const size_t units = (n + kUnit - 1) / kUnit;
-  const bool side_panels = std::is_same_v<TW, float> && rows == 1 &&
-                           prefetch == RowsLinearPrefetch::kSidePanels;
-  const uint32_t least = side_panels ? kRowsLinearSidePanels : 1;
-  SplitUnits(units, least, GroupUnits<TW>(), num_threads,
+  const size_t least =
+      RowsLinearReadsSidePanels<TW>(rows, prefetch) ? kRowsLinearSidePanels : 1;
+  SplitUnits(units, static_cast<uint32_t>(least), GroupUnits<TW>(), num_threads,
              [&](size_t first, size_t count) {
                group(x, rows, k, packed, bias, n, y, first, count, activation,
                      prefetch);

@@ -52,10 +52,11 @@ inline size_t RowsLinearItemPanels(size_t n, size_t j0) {
 // packed + j0 * k: panel q at q * panel, its row i at i * row after that.
 // `panels`: RowsLinearItemPanels.
 // - fp32: panel after panel, every tile of one panel, so that a thread's
-//   share of units is one stream: a GPT-2 step's weights at 1 row on one
-//   thread of a Zen 4 read 6-14% faster than with both panels in one tile
-//   (two streams). Row by row would make 5-8 rows, whose accumulators for
-//   two panels do not fit, read every other 128 bytes: 30% slower.
+//   share of units is one stream (but RowsLinearPrefetch::kSidePanels): a
+//   GPT-2 step's weights at 1 row on one thread of a Zen 4 read 6-14%
+//   faster than with both panels in one tile (two streams). Row by row would
+//   make 5-8 rows, whose accumulators for two panels do not fit, read every
+//   other 128 bytes: 30% slower.
 // - bf16: row by row, both panels' 64-byte rows of each i side by side, so
 //   that a tile of both panels reads one stream: a GPT-2 decode step at
 //   batch 1 on one thread of a Zen 4, 6-13% faster than two streams.
@@ -87,8 +88,9 @@ void PackRowsLinear(const float* w, size_t n, size_t k, float* packed,
 void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,
                     hwy::bfloat16_t* packed, int num_threads);
 
-// Which tiles prefetch the weights a few KiB ahead of their reads. Neither
-// choice changes a bit of the result, only how fast W streams.
+// Which tiles prefetch the weights a few KiB ahead of their reads, and
+// whether one row reads several panels at once. No choice changes a bit of
+// the result, only how fast W streams.
 enum class RowsLinearPrefetch {
   // Only tiles of many FMAs per cache line of weights (6 or more: fp32 from
   // 6 rows, bf16 from 3). With fewer, AMD's Zen 4 and Zen 5 keep enough
@@ -100,11 +102,12 @@ enum class RowsLinearPrefetch {
   // read 15% faster at 1 row (fp32; bf16 2-8%), and fp32 13% faster at 8
   // rows 2 KiB ahead than 8 KiB.
   kEveryTile,
-  // As kEveryTile, but one row of fp32 weights reads kRowsLinearSidePanels
-  // panels side by side (as many as the target's accumulators hold), each
-  // its own stream, and prefetches nothing: on an Ice Lake Xeon (family 6
-  // model 106) a GPT-2 step's weights on one thread read 10-20% faster
-  // than from one panel at a time, prefetching 2 KiB ahead.
+  // As kEveryTile, but one row of fp32 weights reads up to
+  // kRowsLinearSidePanels panels side by side (as many as the target's
+  // accumulators hold: 8 on AVX-512, 2 on AVX2), each its own stream, and
+  // prefetches nothing: on an Ice Lake Xeon (family 6 model 106) a GPT-2
+  // step's weights on one thread read 10-20% faster than from one panel at
+  // a time, prefetching 2 KiB ahead or not. Not measured on the AMX Xeon.
   kSidePanels,
 };
 
@@ -112,6 +115,14 @@ enum class RowsLinearPrefetch {
 // and the fewest units a thread takes at a time while its share has that
 // many left (SplitUnits).
 constexpr size_t kRowsLinearSidePanels = 8;
+
+// Whether rows of TW weights read as kSidePanels says, panels side by side.
+template <typename TW>
+constexpr bool RowsLinearReadsSidePanels(size_t rows,
+                                         RowsLinearPrefetch prefetch) {
+  return std::is_same_v<TW, float> && rows == 1 &&
+         prefetch == RowsLinearPrefetch::kSidePanels;
+}
 
 // This CPU's choice: kSidePanels on Intel's, else kManyFmasPerLine.
 RowsLinearPrefetch RowsLinearPrefetchOfThisCpu();
@@ -127,10 +138,10 @@ enum class RowsLinearActivation {
 
 // The most columns a thread computes into one buffer on its stack before
 // one copy (with the activation) spreads them over y's rows. Tiles storing
-// straight into y touch a page per row for every panel: on the Xeon of
-// RowsLinearPrefetch, 8 rows then streamed their weights 13-15% slower
-// than through the buffer (the L2 prefetcher's streams seem to lose track
-// of the weights). 512 columns of 8 rows: 16 KiB.
+// straight into y touch a page per row for every panel: on the AMX Xeon of
+// RowsLinearPrefetch::kEveryTile, 8 rows then streamed their weights 13-15%
+// slower than through the buffer (the L2 prefetcher's streams seem to lose
+// track of the weights). 512 columns of 8 rows: 16 KiB.
 constexpr size_t kRowsLinearGroupColumns = 8 * kRowsLinearColumns;
 
 // y[r, j] = act(bias[j] + sum_i x[r, i] * w[j, i]) for r < rows <= 8,

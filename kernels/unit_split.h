@@ -1,7 +1,7 @@
 // The split of a decode kernel's units of columns over an OpenMP team, shared
 // by RowsLinear and QuantRowsLinear: one contiguous share per thread, read
-// front to back as one stream, and units taken from the backs of the others'
-// shares once a thread's own is done. Which thread computes a unit never
+// front to back, and units taken from the backs of the others' shares once a
+// thread's own is done. Which thread computes a unit never
 // changes its bits.
 #ifndef ATTN_KERNELS_UNIT_SPLIT_H_
 #define ATTN_KERNELS_UNIT_SPLIT_H_
@@ -67,10 +67,10 @@ class alignas(64) UnitRange {
 // streams side by side); a thread done with its share takes units one by
 // one from the backs of the others'. A core the host slows keeps the
 // others waiting at the barrier for at most one run, `least` units once its
-// share is nearly done (fixed
-// quarters of a share, of RowsLinear's two-panel units, left GPT-2's
-// batch-1 step at 2 threads on a Zen 5 with 0.35-0.54 ms of one thread idle
-// a step). One thread, or one unit, runs on the caller in runs of `most`.
+// share is nearly done (fixed quarters of a share, of RowsLinear's
+// two-panel units, left GPT-2's batch-1 step at 2 threads on a Zen 5 with
+// 0.35-0.54 ms of one thread idle a step). One thread, or one unit, runs on
+// the caller in runs of `most`. 1 <= least <= most.
 template <class Run>
 void SplitUnits(size_t units, uint32_t least, uint32_t most, int num_threads,
                 const Run& run) {
@@ -82,7 +82,7 @@ void SplitUnits(size_t units, uint32_t least, uint32_t most, int num_threads,
     }
     return;
   }
-  HWY_DASSERT(units <= UINT32_MAX);
+  HWY_DASSERT(units <= UINT32_MAX && least >= 1 && least <= most);
   std::unique_ptr<UnitRange[]> ranges(new UnitRange[shares]);
   for (size_t t = 0; t < shares; ++t) {
     ranges[t].Reset(static_cast<uint32_t>(units * t / shares),

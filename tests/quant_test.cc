@@ -369,18 +369,20 @@ std::vector<QuantDot> DotsOfThisTarget() {
   return dots;
 }
 
-// Every group of y on `dot`, out of line: QuantGroups is inlined, and each
-// call site would compile all its kernels again.
-HWY_NOINLINE std::vector<float> Linear(QuantDot dot, QuantType t,
-                                       const std::vector<float>& x, size_t rows,
-                                       size_t k,
+// Every group of y on `dot`, read as `reading` says, out of line:
+// QuantGroups is inlined, and each call site would compile all its kernels
+// again.
+HWY_NOINLINE std::vector<float> Linear(QuantDot dot, QuantReading reading,
+                                       QuantType t, const std::vector<float>& x,
+                                       size_t rows, size_t k,
                                        const std::vector<uint8_t>& packed,
                                        const float* bias, size_t n) {
   std::vector<uint8_t> scratch(QuantActsBytes(rows, k));
   const QuantActs acts = QuantActsIn(scratch.data(), rows, k);
   QuantizeActs(hn::ScalableTag<float>(), t, x.data(), rows, k, acts);
   std::vector<float> y(rows * n);  // exactly sized: ASan sees any overrun
-  const QuantGroupArgs args{acts, rows, k, packed.data(), bias, n, y.data()};
+  const QuantGroupArgs args{acts, rows, k,        packed.data(),
+                            bias, n,    y.data(), reading};
   const size_t groups = QuantGroupCount(n);
   switch (dot) {
     case QuantDot::kVnni:
@@ -397,16 +399,17 @@ HWY_NOINLINE std::vector<float> Linear(QuantDot dot, QuantType t,
 }
 
 // Every kernel against the reference at rows 1 to 8, n around the group
-// and its tails (229: 15 groups, every count of groups side by side, the
-// last partial), with and without bias; the kernels summing with FMAs
-// (vpmaddubsw, vpdpbusd) give the same bits, their isums being exact.
+// and its tails (125: 8 groups, the last partial; 229: 15 groups, every
+// count of groups side by side, the last alone and partial), with and
+// without bias; the kernels summing with FMAs (vpmaddubsw, vpdpbusd, group
+// by group or side by side) give the same bits, their isums being exact.
 void TestGroupsMatchReference() {
   std::mt19937 rng(3);
   const std::vector<QuantDot> dots = DotsOfThisTarget();
   for (QuantType t : kTypes) {
     for (size_t k : {size_t{32}, size_t{64}, size_t{96}, size_t{512}}) {
       for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17},
-                       size_t{33}, size_t{100}, size_t{229}}) {
+                       size_t{33}, size_t{100}, size_t{125}, size_t{229}}) {
         const std::vector<float> wf = test::EdgyRows(rng, n, k);
         const std::vector<uint8_t> blocks =
             test::ReferenceBlocks(t, wf.data(), n, k);
@@ -420,14 +423,18 @@ void TestGroupsMatchReference() {
                 test::QuantLinearReference(t, x, rows, k, blocks, bias, n);
             std::vector<float> fused;
             for (QuantDot dot : dots) {
-              const std::vector<float> y =
-                  Linear(dot, t, x, rows, k, packed, bias, n);
-              test::ExpectWithinBounds(expected, y, "kernel");
-              if (dot == QuantDot::kPortable) continue;
-              if (fused.empty()) fused = y;
-              ASSERT_EQ(0, std::memcmp(fused.data(), y.data(), y.size() * 4))
-                  << "vpdpbusd and vpmaddubsw differ: type " << int(t) << " k "
-                  << k << " n " << n << " rows " << rows;
+              for (QuantReading reading :
+                   {QuantReading::kGroupByGroup, QuantReading::kSideBySide}) {
+                const std::vector<float> y =
+                    Linear(dot, reading, t, x, rows, k, packed, bias, n);
+                test::ExpectWithinBounds(expected, y, "kernel");
+                if (dot == QuantDot::kPortable) continue;
+                if (fused.empty()) fused = y;
+                ASSERT_EQ(0, std::memcmp(fused.data(), y.data(), y.size() * 4))
+                    << "fused kernels differ: dot " << int(dot) << " reading "
+                    << int(reading) << " type " << int(t) << " k " << k << " n "
+                    << n << " rows " << rows;
+              }
             }
           }
         }
@@ -481,8 +488,8 @@ void TestSaturationEdges() {
       const auto expected =
           test::QuantLinearReference(t, x, rows, k, blocks, nullptr, n);
       for (QuantDot dot : DotsOfThisTarget()) {
-        const std::vector<float> y =
-            Linear(dot, t, x, rows, k, packed, nullptr, n);
+        const std::vector<float> y = Linear(dot, QuantReading::kSideBySide, t,
+                                            x, rows, k, packed, nullptr, n);
         for (size_t i = 0; i < y.size(); ++i) {
           ASSERT_EQ(expected.y[i], double(y[i]))
               << "dot " << int(dot) << " at " << i;
@@ -636,14 +643,18 @@ TEST(QuantPackTest, RoundTripAndLayout) {
 }
 
 // The dispatched, threaded QuantRowsLinear: the reference's values at 1
-// thread, the same bits at 2, 3 and 7, with scratch at an odd address.
-// n 9001 at 8 rows: 563 groups, runs that shrink to single groups, a tail.
+// thread, the same bits at 2, 3 and 7 and for either reading, with scratch
+// at an odd address. n 9001: 563 groups, runs that shrink to single groups
+// (at 8 rows) or to the groups read side by side (1 and 2 rows), a tail.
 TEST(QuantRowsLinearTest, SameBitsAtEveryThreadCount) {
   std::mt19937 rng(6);
   const size_t k = 256;
   for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_0}) {
-    for (auto [rows, n] :
-         {std::pair<size_t, size_t>{5, 1001}, {8, 9001}, {1, 37}}) {
+    for (auto [rows, n] : {std::pair<size_t, size_t>{5, 1001},
+                           {8, 9001},
+                           {1, 37},
+                           {1, 9001},
+                           {2, 1001}}) {
       const std::vector<float> x = test::EdgyRows(rng, rows, k);
       const std::vector<float> wf = test::RandomVector(rng, n * k, -0.2f, 0.2f);
       const std::vector<uint8_t> blocks =
@@ -657,12 +668,16 @@ TEST(QuantRowsLinearTest, SameBitsAtEveryThreadCount) {
       test::ExpectWithinBounds(
           test::QuantLinearReference(t, x, rows, k, blocks, b.data(), n), one,
           "1 thread");
-      for (int threads : {2, 3, 7}) {
-        std::vector<float> many(rows * n);
-        QuantRowsLinear(t, x.data(), rows, k, packed.data(), b.data(), n,
-                        many.data(), scratch.data() + 1, threads);
-        EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
-            << threads << " threads differ from 1, n " << n;
+      for (int threads : {1, 2, 3, 7}) {
+        for (QuantReading reading :
+             {QuantReading::kGroupByGroup, QuantReading::kSideBySide}) {
+          std::vector<float> many(rows * n);
+          QuantRowsLinear(t, x.data(), rows, k, packed.data(), b.data(), n,
+                          many.data(), scratch.data() + 1, threads, reading);
+          EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
+              << threads << " threads, reading " << int(reading)
+              << " differ from 1 thread, n " << n;
+        }
       }
     }
   }

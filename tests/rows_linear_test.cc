@@ -112,11 +112,18 @@ void TestRowsLinearMatchesReference() {
           test::ExpectAllClose(
               test::RowsLinearReference(x, rows, k, w, bias, n), y.data(),
               1e-5 * double(k + 1), "rows_linear");
-          // Prefetching in every tile (Intel's choice) changes no bit.
+          // Prefetching in every tile changes no bit, nor does one row
+          // reading its panels side by side (Intel's choice).
           std::vector<float> prefetched(rows * n);
           Linear(x.data(), rows, k, w, bias, n, prefetched.data(),
                  RowsLinearPrefetch::kEveryTile);
           EXPECT_EQ(prefetched, y) << rows << "x" << k << "x" << n;
+          std::vector<float> side(rows * n);
+          RowsLinearGroup(
+              x.data(), rows, k, test::Packed(w, n, k).data(), bias, n,
+              side.data(), 0, (n + kRowsLinearPanel - 1) / kRowsLinearPanel,
+              RowsLinearActivation::kNone, RowsLinearPrefetch::kSidePanels);
+          EXPECT_EQ(side, y) << rows << "x" << k << "x" << n;
         }
       }
     }
@@ -311,7 +318,8 @@ HWY_EXPORT_AND_TEST_P(RowsLinearTest,
                       TestRowsLinearGroupWritesActivatedColumns);
 
 // RowsLinear on `packed` (w's TW weights; wf their values as floats) at 1
-// thread against the reference, and the same bits at 2, 3 and 7.
+// thread against the reference, and the same bits at 1, 2, 3 and 7 for
+// every RowsLinearPrefetch.
 template <typename TW>
 void ExpectSameBitsAtEveryThreadCount(const std::vector<float>& x, size_t rows,
                                       size_t k, const std::vector<TW>& packed,
@@ -321,23 +329,30 @@ void ExpectSameBitsAtEveryThreadCount(const std::vector<float>& x, size_t rows,
   RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, one.data(), 1);
   test::ExpectAllClose(test::RowsLinearReference(x, rows, k, wf, b.data(), n),
                        one.data(), 1e-4, "1 thread");
-  for (int threads : {2, 3, 7}) {
-    std::vector<float> many(rows * n);
-    RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, many.data(),
-               threads);
-    EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
-        << threads << " threads differ from 1, n " << n;
+  for (int threads : {1, 2, 3, 7}) {
+    for (RowsLinearPrefetch prefetch :
+         {RowsLinearPrefetch::kManyFmasPerLine, RowsLinearPrefetch::kEveryTile,
+          RowsLinearPrefetch::kSidePanels}) {
+      std::vector<float> many(rows * n);
+      RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, many.data(),
+                 threads, RowsLinearActivation::kNone, prefetch);
+      EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
+          << threads << " threads, prefetch " << int(prefetch)
+          << " differ from 1 thread, n " << n;
+    }
   }
 }
 
 // The dispatched entry point spreads columns over threads: the same bits at
 // every team size, and the reference's values, for fp32 and bf16 weights.
-// n 9001 at 8 rows: 282 fp32 units (141 bf16), shares taken in groups that
-// shrink to one unit, and a last partial unit.
+// n 9001: 282 fp32 units (141 bf16), shares taken in groups that shrink to
+// one unit (8 rows) or to the panels one row reads side by side, and a last
+// partial unit.
 TEST(RowsLinearDispatchTest, SameBitsAtEveryThreadCount) {
   std::mt19937 rng(9);
   const size_t k = 300;
-  for (auto [rows, n] : {std::pair<size_t, size_t>{5, 1001}, {8, 9001}}) {
+  for (auto [rows, n] :
+       {std::pair<size_t, size_t>{5, 1001}, {8, 9001}, {1, 9001}}) {
     const auto x = test::RandomVector(rng, rows * k, -1.f, 1.f);
     const auto w = test::RandomVector(rng, n * k, -0.2f, 0.2f);
     const auto b = test::RandomVector(rng, n, -1.f, 1.f);
