@@ -1,8 +1,7 @@
 // The split of a decode kernel's units of columns over an OpenMP team, shared
 // by RowsLinear and QuantRowsLinear: one contiguous share per thread, read
 // front to back, and units taken from the backs of the others' shares once a
-// thread's own is done. Which thread computes a unit never
-// changes its bits.
+// thread's own is done. Which thread computes a unit never changes its bits.
 #ifndef ATTN_KERNELS_UNIT_SPLIT_H_
 #define ATTN_KERNELS_UNIT_SPLIT_H_
 

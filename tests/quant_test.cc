@@ -643,9 +643,9 @@ TEST(QuantPackTest, RoundTripAndLayout) {
 }
 
 // The dispatched, threaded QuantRowsLinear: the reference's values at 1
-// thread, the same bits at 2, 3 and 7 and for either reading, with scratch
-// at an odd address. n 9001: 563 groups, runs that shrink to single groups
-// (at 8 rows) or to the groups read side by side (1 and 2 rows), a tail.
+// thread, the same bits at 1, 2, 3 and 7 threads and either reading, with
+// scratch at an odd address. n 9001: 563 groups, runs that shrink to single
+// groups (at 8 rows) or to the groups read side by side (1 and 2 rows), a tail.
 TEST(QuantRowsLinearTest, SameBitsAtEveryThreadCount) {
   std::mt19937 rng(6);
   const size_t k = 256;
