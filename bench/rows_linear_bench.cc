@@ -7,12 +7,13 @@
 // bytes read: compare it with stream_read.
 //
 //   rows_linear/<dtype>/k:<k>/n:<n>/rows:<r>/threads:<t>   one linear
-//   rows_linear/<dtype>/gpt2-step/prefetch:<p>/rows:<r>/threads:<t>
+//   rows_linear/<dtype>/gpt2-step/<choice>/rows:<r>/threads:<t>
 //       a decode step's 49: per layer qkv (768 -> 2304), attention out
 //       (768 -> 768), MLP up (768 -> 3072) and down (3072 -> 768), then the
-//       head (768 -> 50257); once with each RowsLinearPrefetch choice
-//       (every-tile, many-fmas, side-panels). The single linears use this
-//       CPU's choice.
+//       head (768 -> 50257); read as this CPU chooses (RowsLinearReading)
+//       but for one choice: prefetch:every-tile, prefetch:many-fmas,
+//       panels:one-by-one, panels:side-by-side (only one row of fp32 weights
+//       reads side by side). The single linears use this CPU's choice.
 //   rows_linear/<dtype>/k:768/n:3072/gelu:<g>/rows:<r>/threads:<t>
 //       the MLP up projection with GELU: `fused` as RowsLinear writes y,
 //       `after` as a kernels::Gelu pass over y.
@@ -81,7 +82,7 @@ std::vector<TW> Weights(size_t count) {
 template <typename TW>
 void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
                      size_t rows, int threads,
-                     kernels::RowsLinearPrefetch prefetch, Gelu gelu) {
+                     kernels::RowsLinearReading reading, Gelu gelu) {
   size_t max_k = 0, max_n = 0, step_weights = 0, step_packed = 0;
   for (const Linear& l : linears) {
     max_k = std::max(max_k, l.k);
@@ -117,7 +118,7 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
     const TW* wl = w + copy * step_packed;
     for (const Linear& l : linears) {
       kernels::RowsLinear(x.data(), rows, l.k, wl, bias.data(), l.n, y.data(),
-                          threads, activation, prefetch);
+                          threads, activation, reading);
       if (gelu == Gelu::kAfter) {
         kernels::Gelu(y.data(), y.data(), rows * l.n, threads);
       }
@@ -151,8 +152,8 @@ void Register(const char* dtype) {
       struct Case {
         std::string name;
         std::vector<Linear> linears;
-        kernels::RowsLinearPrefetch prefetch =
-            kernels::RowsLinearPrefetchOfThisCpu();
+        kernels::RowsLinearReading reading =
+            kernels::RowsLinearReadingOfThisCpu();
         Gelu gelu = Gelu::kNone;
       };
       std::vector<Case> cases;
@@ -166,19 +167,27 @@ void Register(const char* dtype) {
       cases.push_back({"k:768/n:3072/gelu:after", {up}});
       cases.back().gelu = Gelu::kAfter;
       cases.push_back({"k:768/n:50257", {kGpt2Head}});
-      cases.push_back({"gpt2-step/prefetch:every-tile", step,
-                       kernels::RowsLinearPrefetch::kEveryTile});
-      cases.push_back({"gpt2-step/prefetch:many-fmas", step,
-                       kernels::RowsLinearPrefetch::kManyFmasPerLine});
-      cases.push_back({"gpt2-step/prefetch:side-panels", step,
-                       kernels::RowsLinearPrefetch::kSidePanels});
+      const kernels::RowsLinearReading cpu =
+          kernels::RowsLinearReadingOfThisCpu();
+      cases.push_back(
+          {"gpt2-step/prefetch:every-tile",
+           step,
+           {kernels::RowsLinearPrefetch::kEveryTile, cpu.side_panels}});
+      cases.push_back(
+          {"gpt2-step/prefetch:many-fmas",
+           step,
+           {kernels::RowsLinearPrefetch::kManyFmasPerLine, cpu.side_panels}});
+      cases.push_back(
+          {"gpt2-step/panels:one-by-one", step, {cpu.prefetch, false}});
+      cases.push_back(
+          {"gpt2-step/panels:side-by-side", step, {cpu.prefetch, true}});
       for (const Case& c : cases) {
         const std::string full =
             std::string("rows_linear/") + dtype + "/" + c.name + suffix;
         benchmark::RegisterBenchmark(full.c_str(),
                                      [c, rows, threads](benchmark::State& st) {
                                        RowsLinearBench<TW>(st, c.linears, rows,
-                                                           threads, c.prefetch,
+                                                           threads, c.reading,
                                                            c.gelu);
                                      })
             ->Unit(benchmark::kMicrosecond)

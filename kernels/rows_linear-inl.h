@@ -281,7 +281,7 @@ constexpr size_t SidePanels() {
 
 // One row of y (from its column 0) by fp32 panels [first, first + count) (units
 // of one panel), kPanels side by side in one tile, each its own stream, while
-// that many are left, then half as many (RowsLinearPrefetch::kSidePanels).
+// that many are left, then half as many (RowsLinearReading::side_panels).
 template <size_t kPanels, class D>
 HWY_INLINE void RowsLinearSidePanels(D d, const float* x, size_t k,
                                      const float* packed, const float* bias,
@@ -310,10 +310,10 @@ template <typename TW>
 HWY_INLINE void RowsLinearUnits(const float* x, size_t rows, size_t k,
                                 const TW* packed, const float* bias, size_t n,
                                 size_t first, size_t count, float* buffer,
-                                size_t ldb, RowsLinearPrefetch prefetch) {
+                                size_t ldb, RowsLinearReading reading) {
   const hn::ScalableTag<float> d;
   if constexpr (std::is_same_v<TW, float>) {
-    if (RowsLinearReadsSidePanels<TW>(rows, prefetch)) {
+    if (RowsLinearReadsSidePanels<TW>(rows, reading)) {
       return RowsLinearSidePanels<SidePanels<decltype(d)>()>(
           d, x, k, packed, bias, n, first, count, buffer);
     }
@@ -321,7 +321,7 @@ HWY_INLINE void RowsLinearUnits(const float* x, size_t rows, size_t k,
   constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
   for (size_t i = 0; i < count; ++i) {
     RowsLinearColumns(d, x, rows, k, packed, bias, n, (first + i) * kUnit,
-                      buffer + i * kUnit, ldb, prefetch);
+                      buffer + i * kUnit, ldb, reading.prefetch);
   }
 }
 
@@ -333,7 +333,7 @@ HWY_INLINE void RowsLinearGroup(const float* x, size_t rows, size_t k,
                                 const TW* packed, const float* bias, size_t n,
                                 float* y, size_t first, size_t count,
                                 RowsLinearActivation activation,
-                                RowsLinearPrefetch prefetch) {
+                                RowsLinearReading reading) {
   constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
   HWY_DASSERT(rows >= 1 && rows <= kRowsLinearMaxRows &&
               count * kUnit <= kRowsLinearGroupColumns);
@@ -341,7 +341,7 @@ HWY_INLINE void RowsLinearGroup(const float* x, size_t rows, size_t k,
   const size_t ldb = count * kUnit;
   const size_t j0 = first * kUnit;
   RowsLinearUnits(x, rows, k, packed, bias, n, first, count, buffer, ldb,
-                  prefetch);
+                  reading);
   const size_t width = std::min(n, j0 + ldb) - j0;
   for (size_t r = 0; r < rows; ++r) {
     const float* from = buffer + r * ldb;

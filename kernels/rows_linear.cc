@@ -1,6 +1,6 @@
 // Dynamic dispatch and the OpenMP split of RowsLinear (one
 // HWY_DYNAMIC_DISPATCH per group of units of columns, RowsLinearUnitColumns,
-// for f32 and bf16 weights), the CPU's prefetch choice, and the packing of
+// for f32 and bf16 weights), the CPU's choice of reading, and the packing of
 // its weights.
 #include "kernels/rows_linear.h"
 
@@ -23,18 +23,18 @@ void RowsLinearGroupF32(const float* x, size_t rows, size_t k,
                         const float* packed, const float* bias, size_t n,
                         float* y, size_t first, size_t count,
                         RowsLinearActivation activation,
-                        RowsLinearPrefetch prefetch) {
+                        RowsLinearReading reading) {
   RowsLinearGroup(x, rows, k, packed, bias, n, y, first, count, activation,
-                  prefetch);
+                  reading);
 }
 
 void RowsLinearGroupBF16(const float* x, size_t rows, size_t k,
                          const hwy::bfloat16_t* packed, const float* bias,
                          size_t n, float* y, size_t first, size_t count,
                          RowsLinearActivation activation,
-                         RowsLinearPrefetch prefetch) {
+                         RowsLinearReading reading) {
   RowsLinearGroup(x, rows, k, packed, bias, n, y, first, count, activation,
-                  prefetch);
+                  reading);
 }
 
 }  // namespace attn::kernels::HWY_NAMESPACE
@@ -112,25 +112,26 @@ template <typename TW, class GroupFn>
 void Split(GroupFn group, const float* x, size_t rows, size_t k,
            const TW* packed, const float* bias, size_t n, float* y,
            int num_threads, RowsLinearActivation activation,
-           RowsLinearPrefetch prefetch) {
+           RowsLinearReading reading) {
   constexpr size_t kUnit = RowsLinearUnitColumns<TW>();
   const size_t units = (n + kUnit - 1) / kUnit;
   const size_t least =
-      RowsLinearReadsSidePanels<TW>(rows, prefetch) ? kRowsLinearSidePanels : 1;
+      RowsLinearReadsSidePanels<TW>(rows, reading) ? kRowsLinearSidePanels : 1;
   SplitUnits(units, static_cast<uint32_t>(least), GroupUnits<TW>(), num_threads,
              [&](size_t first, size_t count) {
                group(x, rows, k, packed, bias, n, y, first, count, activation,
-                     prefetch);
+                     reading);
              });
 }
 
 }  // namespace
 
-RowsLinearPrefetch RowsLinearPrefetchOfThisCpu() {
-  static const RowsLinearPrefetch prefetch =
-      IsIntelCpu() ? RowsLinearPrefetch::kSidePanels
-                   : RowsLinearPrefetch::kManyFmasPerLine;
-  return prefetch;
+RowsLinearReading RowsLinearReadingOfThisCpu() {
+  static const RowsLinearReading reading = {
+      IsIntelCpu() ? RowsLinearPrefetch::kEveryTile
+                   : RowsLinearPrefetch::kManyFmasPerLine,
+      true};
+  return reading;
 }
 
 size_t RowsLinearPackedSize(size_t n, size_t k) {
@@ -149,17 +150,17 @@ void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,
 
 void RowsLinear(const float* x, size_t rows, size_t k, const float* packed,
                 const float* bias, size_t n, float* y, int num_threads,
-                RowsLinearActivation activation, RowsLinearPrefetch prefetch) {
+                RowsLinearActivation activation, RowsLinearReading reading) {
   Split(HWY_DYNAMIC_DISPATCH(RowsLinearGroupF32), x, rows, k, packed, bias, n,
-        y, num_threads, activation, prefetch);
+        y, num_threads, activation, reading);
 }
 
 void RowsLinear(const float* x, size_t rows, size_t k,
                 const hwy::bfloat16_t* packed, const float* bias, size_t n,
                 float* y, int num_threads, RowsLinearActivation activation,
-                RowsLinearPrefetch prefetch) {
+                RowsLinearReading reading) {
   Split(HWY_DYNAMIC_DISPATCH(RowsLinearGroupBF16), x, rows, k, packed, bias, n,
-        y, num_threads, activation, prefetch);
+        y, num_threads, activation, reading);
 }
 
 }  // namespace attn::kernels

@@ -52,7 +52,7 @@ inline size_t RowsLinearItemPanels(size_t n, size_t j0) {
 // packed + j0 * k: panel q at q * panel, its row i at i * row after that.
 // `panels`: RowsLinearItemPanels.
 // - fp32: panel after panel, every tile of one panel, so that a thread's
-//   share of units is one stream (but RowsLinearPrefetch::kSidePanels): a
+//   share of units is one stream (but RowsLinearReading::side_panels): a
 //   GPT-2 step's weights at 1 row on one thread of a Zen 4 read 6-14%
 //   faster than with both panels in one tile (two streams). Row by row would
 //   make 5-8 rows, whose accumulators for two panels do not fit, read every
@@ -88,44 +88,51 @@ void PackRowsLinear(const float* w, size_t n, size_t k, float* packed,
 void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,
                     hwy::bfloat16_t* packed, int num_threads);
 
-// Which tiles prefetch the weights a few KiB ahead of their reads, and
-// whether one row reads several panels at once. No choice changes a bit of
-// the result, only how fast W streams.
+// Which tiles prefetch the weights a few KiB ahead of their reads. No
+// choice changes a bit of the result, only how fast W streams.
 enum class RowsLinearPrefetch {
   // Only tiles of many FMAs per cache line of weights (6 or more: fp32 from
   // 6 rows, bf16 from 3). With fewer, AMD's Zen 4 and Zen 5 keep enough
   // lines in flight without help, and a GPT-2 step on Zen 4 ran 4-8%
-  // faster at 1 row without the prefetches.
+  // faster at 1 row without the prefetches; on Zen 5, fp32 at 8 rows reads
+  // 57 GB/s against 41 prefetching in every tile (2 threads).
   kManyFmasPerLine,
   // Every tile, fp32 2 KiB ahead (bf16 8 KiB). On a Xeon with AVX-512 and
   // AMX (lscpu family 6 model 167), a GPT-2 step's weights on one thread
   // read 15% faster at 1 row (fp32; bf16 2-8%), and fp32 13% faster at 8
   // rows 2 KiB ahead than 8 KiB.
   kEveryTile,
-  // As kEveryTile, but one row of fp32 weights reads up to
-  // kRowsLinearSidePanels panels side by side (as many as the target's
-  // accumulators hold: 8 on AVX-512, 2 on AVX2), each its own stream, and
-  // prefetches nothing: on an Ice Lake Xeon (family 6 model 106) a GPT-2
-  // step's weights on one thread read 10-20% faster than from one panel at
-  // a time, prefetching 2 KiB ahead or not. Not measured on the AMX Xeon.
-  kSidePanels,
 };
 
-// The most fp32 panels a one-row tile reads side by side (kSidePanels),
-// and the fewest units a thread takes at a time while its share has that
-// many left (SplitUnits).
+// How RowsLinear reads W: which tiles prefetch, and whether one row of fp32
+// weights reads up to kRowsLinearSidePanels panels side by side (as many
+// as the target's accumulators hold: 8 on AVX-512, 2 on AVX2), each its
+// own stream, prefetching nothing. Neither changes a bit of the result.
+struct RowsLinearReading {
+  RowsLinearPrefetch prefetch;
+  bool side_panels;
+};
+
+// The most fp32 panels a one-row tile reads side by side, and the fewest
+// units a thread takes at a time while its share has that many left
+// (SplitUnits).
 constexpr size_t kRowsLinearSidePanels = 8;
 
-// Whether rows of TW weights read as kSidePanels says, panels side by side.
+// Whether rows of TW weights read panels side by side.
 template <typename TW>
 constexpr bool RowsLinearReadsSidePanels(size_t rows,
-                                         RowsLinearPrefetch prefetch) {
-  return std::is_same_v<TW, float> && rows == 1 &&
-         prefetch == RowsLinearPrefetch::kSidePanels;
+                                         RowsLinearReading reading) {
+  return std::is_same_v<TW, float> && rows == 1 && reading.side_panels;
 }
 
-// This CPU's choice: kSidePanels on Intel's, else kManyFmasPerLine.
-RowsLinearPrefetch RowsLinearPrefetchOfThisCpu();
+// This CPU's choice: prefetching in every tile on Intel's, in tiles of many
+// FMAs per line on the others; one fp32 row side by side everywhere. A
+// GPT-2 step's weights at one row read 10-20% faster side by side on an
+// Ice Lake Xeon (family 6 model 106, one thread) and 15-30% on a Zen 5
+// (family 26 model 2; 2 threads 66-74 GB/s against 46-64). Highway's
+// AVX2 target, 2 panels, on that Zen 5: 30-31 GB/s either way on one
+// thread, 45-57 against 43-50 on two.
+RowsLinearReading RowsLinearReadingOfThisCpu();
 
 // What RowsLinear applies to each output after the bias, while the
 // outputs are still in the thread's cache: a separate pass over y would
@@ -150,7 +157,7 @@ constexpr size_t kRowsLinearGroupColumns = 8 * kRowsLinearColumns;
 void RowsLinear(const float* x, size_t rows, size_t k, const float* packed,
                 const float* bias, size_t n, float* y, int num_threads,
                 RowsLinearActivation activation = RowsLinearActivation::kNone,
-                RowsLinearPrefetch prefetch = RowsLinearPrefetchOfThisCpu());
+                RowsLinearReading reading = RowsLinearReadingOfThisCpu());
 
 // As above with bf16 weights: each weight is widened to fp32 exactly, so the
 // result has the bits of the fp32 overload on the widened weights.
@@ -158,7 +165,7 @@ void RowsLinear(const float* x, size_t rows, size_t k,
                 const hwy::bfloat16_t* packed, const float* bias, size_t n,
                 float* y, int num_threads,
                 RowsLinearActivation activation = RowsLinearActivation::kNone,
-                RowsLinearPrefetch prefetch = RowsLinearPrefetchOfThisCpu());
+                RowsLinearReading reading = RowsLinearReadingOfThisCpu());
 
 }  // namespace attn::kernels
 

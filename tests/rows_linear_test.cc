@@ -113,16 +113,17 @@ void TestRowsLinearMatchesReference() {
               test::RowsLinearReference(x, rows, k, w, bias, n), y.data(),
               1e-5 * double(k + 1), "rows_linear");
           // Prefetching in every tile changes no bit, nor does one row
-          // reading its panels side by side (Intel's choice).
+          // reading its panels side by side.
           std::vector<float> prefetched(rows * n);
           Linear(x.data(), rows, k, w, bias, n, prefetched.data(),
                  RowsLinearPrefetch::kEveryTile);
           EXPECT_EQ(prefetched, y) << rows << "x" << k << "x" << n;
           std::vector<float> side(rows * n);
-          RowsLinearGroup(
-              x.data(), rows, k, test::Packed(w, n, k).data(), bias, n,
-              side.data(), 0, (n + kRowsLinearPanel - 1) / kRowsLinearPanel,
-              RowsLinearActivation::kNone, RowsLinearPrefetch::kSidePanels);
+          RowsLinearGroup(x.data(), rows, k, test::Packed(w, n, k).data(), bias,
+                          n, side.data(), 0,
+                          (n + kRowsLinearPanel - 1) / kRowsLinearPanel,
+                          RowsLinearActivation::kNone,
+                          {RowsLinearPrefetch::kManyFmasPerLine, true});
           EXPECT_EQ(side, y) << rows << "x" << k << "x" << n;
         }
       }
@@ -270,15 +271,15 @@ void ExpectGroupWritesActivatedColumns(const std::vector<TW>& w,
          {RowsLinearActivation::kNone, RowsLinearActivation::kGelu}) {
       const auto& expected =
           activation == RowsLinearActivation::kGelu ? gelu : plain;
-      for (auto prefetch : {RowsLinearPrefetch::kManyFmasPerLine,
-                            RowsLinearPrefetch::kSidePanels}) {
+      for (bool side_panels : {false, true}) {
         std::vector<float> y(rows * n, -7.0f);
         RowsLinearGroup(x.data(), rows, k, packed.data(), bias.data(), n,
-                        y.data(), 1, units - 1, activation, prefetch);
+                        y.data(), 1, units - 1, activation,
+                        {RowsLinearPrefetch::kManyFmasPerLine, side_panels});
         for (size_t i = 0; i < y.size(); ++i) {
           ASSERT_EQ(i % n < kUnit ? -7.0f : expected[i], y[i])
-              << rows << " rows, column " << i % n << ", prefetch "
-              << int(prefetch);
+              << rows << " rows, column " << i % n << ", side panels "
+              << side_panels;
         }
       }
     }
@@ -292,7 +293,7 @@ void ExpectGroupWritesActivatedColumns(const std::vector<TW>& w,
 void TestRowsLinearGroupWritesActivatedColumns() {
   // 150 columns of 40: outputs over about [-8, 8], where GELU bends. 487
   // columns: 15 fp32 panels after the first, which one row reads 8, 4, 2
-  // and 1 side by side (kSidePanels), the last partial.
+  // and 1 side by side (RowsLinearReading::side_panels), the last partial.
   for (size_t n : {size_t{150}, size_t{487}}) {
     ForF32AndBF16Weights(11, n, 40,
                          [](const auto& w, const auto& wf, size_t k) {
@@ -319,7 +320,7 @@ HWY_EXPORT_AND_TEST_P(RowsLinearTest,
 
 // RowsLinear on `packed` (w's TW weights; wf their values as floats) at 1
 // thread against the reference, and the same bits at 1, 2, 3 and 7 for
-// every RowsLinearPrefetch.
+// every RowsLinearReading.
 template <typename TW>
 void ExpectSameBitsAtEveryThreadCount(const std::vector<float>& x, size_t rows,
                                       size_t k, const std::vector<TW>& packed,
@@ -330,15 +331,18 @@ void ExpectSameBitsAtEveryThreadCount(const std::vector<float>& x, size_t rows,
   test::ExpectAllClose(test::RowsLinearReference(x, rows, k, wf, b.data(), n),
                        one.data(), 1e-4, "1 thread");
   for (int threads : {1, 2, 3, 7}) {
-    for (RowsLinearPrefetch prefetch :
-         {RowsLinearPrefetch::kManyFmasPerLine, RowsLinearPrefetch::kEveryTile,
-          RowsLinearPrefetch::kSidePanels}) {
-      std::vector<float> many(rows * n);
-      RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, many.data(),
-                 threads, RowsLinearActivation::kNone, prefetch);
-      EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
-          << threads << " threads, prefetch " << int(prefetch)
-          << " differ from 1 thread, n " << n;
+    for (RowsLinearPrefetch prefetch : {RowsLinearPrefetch::kManyFmasPerLine,
+                                        RowsLinearPrefetch::kEveryTile}) {
+      for (bool side_panels : {false, true}) {
+        std::vector<float> many(rows * n);
+        RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, many.data(),
+                   threads, RowsLinearActivation::kNone,
+                   {prefetch, side_panels});
+        EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
+            << threads << " threads, prefetch " << int(prefetch)
+            << ", side panels " << side_panels << " differ from 1 thread, n "
+            << n;
+      }
     }
   }
 }
