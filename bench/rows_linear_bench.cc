@@ -10,10 +10,11 @@
 //   rows_linear/<dtype>/gpt2-step/<choice>/rows:<r>/threads:<t>
 //       a decode step's 49: per layer qkv (768 -> 2304), attention out
 //       (768 -> 768), MLP up (768 -> 3072) and down (3072 -> 768), then the
-//       head (768 -> 50257); read as this CPU chooses (RowsLinearReading)
-//       but for one choice: prefetch:every-tile, prefetch:many-fmas,
-//       panels:one-by-one, panels:side-by-side (only one row of fp32 weights
-//       reads side by side). The single linears use this CPU's choice.
+//       head (768 -> 50257); prefetch:every-tile and prefetch:many-fmas
+//       read panel by panel, panels:side-by-side with this CPU's prefetch
+//       (only one row of fp32 weights reads side by side; the line of this
+//       CPU's prefetch is the one-by-one line to set it against). The single
+//       linears use this CPU's choice (RowsLinearReading).
 //   rows_linear/<dtype>/k:768/n:3072/gelu:<g>/rows:<r>/threads:<t>
 //       the MLP up projection with GELU: `fused` as RowsLinear writes y,
 //       `after` as a kernels::Gelu pass over y.
@@ -167,20 +168,23 @@ void Register(const char* dtype) {
       cases.push_back({"k:768/n:3072/gelu:after", {up}});
       cases.back().gelu = Gelu::kAfter;
       cases.push_back({"k:768/n:50257", {kGpt2Head}});
-      const kernels::RowsLinearReading cpu =
-          kernels::RowsLinearReadingOfThisCpu();
+      // Each axis once: the prefetch choices panel by panel (so that one
+      // row isolates them too), then side panels with this CPU's prefetch.
+      using kernels::RowsLinearPanels;
+      using kernels::RowsLinearPrefetch;
+      const RowsLinearPrefetch cpu =
+          kernels::RowsLinearReadingOfThisCpu().prefetch;
       cases.push_back(
           {"gpt2-step/prefetch:every-tile",
            step,
-           {kernels::RowsLinearPrefetch::kEveryTile, cpu.side_panels}});
-      cases.push_back(
-          {"gpt2-step/prefetch:many-fmas",
-           step,
-           {kernels::RowsLinearPrefetch::kManyFmasPerLine, cpu.side_panels}});
-      cases.push_back(
-          {"gpt2-step/panels:one-by-one", step, {cpu.prefetch, false}});
-      cases.push_back(
-          {"gpt2-step/panels:side-by-side", step, {cpu.prefetch, true}});
+           {RowsLinearPrefetch::kEveryTile, RowsLinearPanels::kOneByOne}});
+      cases.push_back({"gpt2-step/prefetch:many-fmas",
+                       step,
+                       {RowsLinearPrefetch::kManyFmasPerLine,
+                        RowsLinearPanels::kOneByOne}});
+      cases.push_back({"gpt2-step/panels:side-by-side",
+                       step,
+                       {cpu, RowsLinearPanels::kSideBySide}});
       for (const Case& c : cases) {
         const std::string full =
             std::string("rows_linear/") + dtype + "/" + c.name + suffix;

@@ -90,10 +90,11 @@ enum class QuantReading {
 };
 
 // This CPU's choice: kSideBySide on Intel's, group by group on AMD's. A
-// Zen 5 (family 26 model 2) reads as fast from one stream a thread as from
-// 8, and quant_bench's Llama layer at one row read q8_0 at 31-35 GB/s
-// group by group against 30-31 side by side on one thread, 61-65 against
-// 57 on two; q4_0 25-27 against 26-29 on one, 46-51 against 44-48 on two.
+// Zen 5 (family 26 model 2) reads one stream a thread at 80-95% of 8
+// (stream_read), yet quant_bench's Llama layer at one row read q8_0 at
+// 31-35 GB/s group by group against 30-31 side by side on one thread,
+// 61-65 against 57 on two; q4_0 25-27 against 26-29 on one, 46-51 against
+// 44-48 on two.
 QuantReading QuantReadingOfThisCpu();
 
 // Bytes of the scratch QuantRowsLinear quantizes x into (any alignment).

@@ -281,7 +281,7 @@ constexpr size_t SidePanels() {
 
 // One row of y (from its column 0) by fp32 panels [first, first + count) (units
 // of one panel), kPanels side by side in one tile, each its own stream, while
-// that many are left, then half as many (RowsLinearReading::side_panels).
+// that many are left, then half as many (RowsLinearPanels::kSideBySide).
 template <size_t kPanels, class D>
 HWY_INLINE void RowsLinearSidePanels(D d, const float* x, size_t k,
                                      const float* packed, const float* bias,

@@ -130,7 +130,7 @@ RowsLinearReading RowsLinearReadingOfThisCpu() {
   static const RowsLinearReading reading = {
       IsIntelCpu() ? RowsLinearPrefetch::kEveryTile
                    : RowsLinearPrefetch::kManyFmasPerLine,
-      true};
+      RowsLinearPanels::kSideBySide};
   return reading;
 }
 

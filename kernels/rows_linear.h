@@ -52,7 +52,7 @@ inline size_t RowsLinearItemPanels(size_t n, size_t j0) {
 // packed + j0 * k: panel q at q * panel, its row i at i * row after that.
 // `panels`: RowsLinearItemPanels.
 // - fp32: panel after panel, every tile of one panel, so that a thread's
-//   share of units is one stream (but RowsLinearReading::side_panels): a
+//   share of units is one stream (but RowsLinearPanels::kSideBySide): a
 //   GPT-2 step's weights at 1 row on one thread of a Zen 4 read 6-14%
 //   faster than with both panels in one tile (two streams). Row by row would
 //   make 5-8 rows, whose accumulators for two panels do not fit, read every
@@ -104,13 +104,20 @@ enum class RowsLinearPrefetch {
   kEveryTile,
 };
 
-// How RowsLinear reads W: which tiles prefetch, and whether one row of fp32
-// weights reads up to kRowsLinearSidePanels panels side by side (as many
-// as the target's accumulators hold: 8 on AVX-512, 2 on AVX2), each its
-// own stream, prefetching nothing. Neither changes a bit of the result.
+// How one row of fp32 weights reads its panels.
+enum class RowsLinearPanels {
+  // Panel after panel, prefetching as RowsLinearPrefetch says.
+  kOneByOne,
+  // Up to kRowsLinearSidePanels panels side by side (as many as the
+  // target's accumulators hold: 8 on AVX-512, 2 on AVX2 and NEON), each
+  // its own stream, prefetching nothing whatever RowsLinearPrefetch says.
+  kSideBySide,
+};
+
+// How RowsLinear reads W. No choice changes a bit of the result.
 struct RowsLinearReading {
   RowsLinearPrefetch prefetch;
-  bool side_panels;
+  RowsLinearPanels panels;  // one row of fp32 weights; the rest one by one
 };
 
 // The most fp32 panels a one-row tile reads side by side, and the fewest
@@ -122,16 +129,19 @@ constexpr size_t kRowsLinearSidePanels = 8;
 template <typename TW>
 constexpr bool RowsLinearReadsSidePanels(size_t rows,
                                          RowsLinearReading reading) {
-  return std::is_same_v<TW, float> && rows == 1 && reading.side_panels;
+  return std::is_same_v<TW, float> && rows == 1 &&
+         reading.panels == RowsLinearPanels::kSideBySide;
 }
 
 // This CPU's choice: prefetching in every tile on Intel's, in tiles of many
 // FMAs per line on the others; one fp32 row side by side everywhere. A
 // GPT-2 step's weights at one row read 10-20% faster side by side on an
-// Ice Lake Xeon (family 6 model 106, one thread) and 15-30% on a Zen 5
-// (family 26 model 2; 2 threads 66-74 GB/s against 46-64). Highway's
-// AVX2 target, 2 panels, on that Zen 5: 30-31 GB/s either way on one
-// thread, 45-57 against 43-50 on two.
+// Ice Lake Xeon (family 6 model 106, one thread), and on a Zen 5 (family
+// 26 model 2) 34-39 GB/s against 30-36 on one thread, 66-74 against 46-64
+// on two: that Zen 5 too reads more from 8 streams (stream_read: one
+// stream a thread 80-95% of 8). Highway's AVX2 target, 2 panels, on that
+// Zen 5: 30-31 GB/s either way on one thread, 45-57 against 43-50 on two.
+// Not measured on the AMX Xeon, Zen 4 or other architectures.
 RowsLinearReading RowsLinearReadingOfThisCpu();
 
 // What RowsLinear applies to each output after the bias, while the

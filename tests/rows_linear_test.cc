@@ -119,11 +119,11 @@ void TestRowsLinearMatchesReference() {
                  RowsLinearPrefetch::kEveryTile);
           EXPECT_EQ(prefetched, y) << rows << "x" << k << "x" << n;
           std::vector<float> side(rows * n);
-          RowsLinearGroup(x.data(), rows, k, test::Packed(w, n, k).data(), bias,
-                          n, side.data(), 0,
-                          (n + kRowsLinearPanel - 1) / kRowsLinearPanel,
-                          RowsLinearActivation::kNone,
-                          {RowsLinearPrefetch::kManyFmasPerLine, true});
+          RowsLinearGroup(
+              x.data(), rows, k, test::Packed(w, n, k).data(), bias, n,
+              side.data(), 0, (n + kRowsLinearPanel - 1) / kRowsLinearPanel,
+              RowsLinearActivation::kNone,
+              {RowsLinearPrefetch::kEveryTile, RowsLinearPanels::kSideBySide});
           EXPECT_EQ(side, y) << rows << "x" << k << "x" << n;
         }
       }
@@ -271,15 +271,18 @@ void ExpectGroupWritesActivatedColumns(const std::vector<TW>& w,
          {RowsLinearActivation::kNone, RowsLinearActivation::kGelu}) {
       const auto& expected =
           activation == RowsLinearActivation::kGelu ? gelu : plain;
-      for (bool side_panels : {false, true}) {
+      for (RowsLinearReading reading :
+           {RowsLinearReading{RowsLinearPrefetch::kManyFmasPerLine,
+                              RowsLinearPanels::kOneByOne},
+            RowsLinearReading{RowsLinearPrefetch::kEveryTile,
+                              RowsLinearPanels::kSideBySide}}) {
         std::vector<float> y(rows * n, -7.0f);
         RowsLinearGroup(x.data(), rows, k, packed.data(), bias.data(), n,
-                        y.data(), 1, units - 1, activation,
-                        {RowsLinearPrefetch::kManyFmasPerLine, side_panels});
+                        y.data(), 1, units - 1, activation, reading);
         for (size_t i = 0; i < y.size(); ++i) {
           ASSERT_EQ(i % n < kUnit ? -7.0f : expected[i], y[i])
-              << rows << " rows, column " << i % n << ", side panels "
-              << side_panels;
+              << rows << " rows, column " << i % n << ", prefetch "
+              << int(reading.prefetch) << ", panels " << int(reading.panels);
         }
       }
     }
@@ -293,7 +296,7 @@ void ExpectGroupWritesActivatedColumns(const std::vector<TW>& w,
 void TestRowsLinearGroupWritesActivatedColumns() {
   // 150 columns of 40: outputs over about [-8, 8], where GELU bends. 487
   // columns: 15 fp32 panels after the first, which one row reads 8, 4, 2
-  // and 1 side by side (RowsLinearReading::side_panels), the last partial.
+  // and 1 side by side (RowsLinearPanels::kSideBySide), the last partial.
   for (size_t n : {size_t{150}, size_t{487}}) {
     ForF32AndBF16Weights(11, n, 40,
                          [](const auto& w, const auto& wf, size_t k) {
@@ -333,15 +336,14 @@ void ExpectSameBitsAtEveryThreadCount(const std::vector<float>& x, size_t rows,
   for (int threads : {1, 2, 3, 7}) {
     for (RowsLinearPrefetch prefetch : {RowsLinearPrefetch::kManyFmasPerLine,
                                         RowsLinearPrefetch::kEveryTile}) {
-      for (bool side_panels : {false, true}) {
+      for (RowsLinearPanels panels :
+           {RowsLinearPanels::kOneByOne, RowsLinearPanels::kSideBySide}) {
         std::vector<float> many(rows * n);
         RowsLinear(x.data(), rows, k, packed.data(), b.data(), n, many.data(),
-                   threads, RowsLinearActivation::kNone,
-                   {prefetch, side_panels});
+                   threads, RowsLinearActivation::kNone, {prefetch, panels});
         EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
-            << threads << " threads, prefetch " << int(prefetch)
-            << ", side panels " << side_panels << " differ from 1 thread, n "
-            << n;
+            << threads << " threads, prefetch " << int(prefetch) << ", panels "
+            << int(panels) << " differ from 1 thread, n " << n;
       }
     }
   }
