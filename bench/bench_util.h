@@ -7,6 +7,9 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
 #include <vector>
 
 #include "attn/attn.hpp"
@@ -33,6 +36,22 @@ inline std::vector<int> ThreadCounts() {
   }
   return counts;
 }
+
+// Bytes of weights a benchmark cycles through, so that none is still in a
+// cache when it is read again: the environment variable `env` in MiB, else
+// 1024 (a Xeon we measure on has 480 MiB of L3).
+inline size_t WeightBudgetBytes(const char* env) {
+  size_t mib = 1024;
+  if (const char* value = std::getenv(env)) {
+    mib = std::max<size_t>(1, std::strtoull(value, nullptr, 10));
+  }
+  return mib << 20;
+}
+
+// Frees what engine/runtime/huge_pages.h's AllocateStreamed returned.
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
 
 // Registers the program's benchmarks (defined by each *_bench.cc).
 void RegisterAll();

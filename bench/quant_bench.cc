@@ -46,17 +46,6 @@ constexpr Linear kLlamaShapes[] = {
 constexpr Linear kGpt2Shapes[] = {
     {768, 768}, {768, 2304}, {768, 3072}, {3072, 768}, {768, 50257}};
 
-size_t WeightBudgetBytes() {
-  size_t mib = 1024;
-  if (const char* env = std::getenv("ATTN_QUANT_MIB")) {
-    mib = std::max<size_t>(1, std::strtoull(env, nullptr, 10));
-  }
-  return mib << 20;
-}
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
 using Buffer = std::unique_ptr<void, FreeDeleter>;
 
 // Rows of llama.cpp blocks of weights uniform in +-0.05: kPoolRows rows
@@ -97,7 +86,8 @@ PackedPasses PackPasses(QuantType t, const std::vector<Linear>& linears,
   for (const Linear& l : linears) {
     out.pass_bytes += kernels::QuantPackedBytes(t, l.n, l.k);
   }
-  out.copies = std::max<size_t>(1, WeightBudgetBytes() / out.pass_bytes);
+  out.copies =
+      std::max<size_t>(1, WeightBudgetBytes("ATTN_QUANT_MIB") / out.pass_bytes);
   out.buffer.reset(AllocateStreamed(out.copies * out.pass_bytes));
   if (!out.buffer) std::abort();
   std::vector<std::vector<uint8_t>> pools;

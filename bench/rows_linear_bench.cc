@@ -50,18 +50,6 @@ constexpr Linear kGpt2Layer[] = {
 constexpr Linear kGpt2Head = {768, 50257};
 constexpr int kGpt2Layers = 12;
 
-size_t WeightBudgetBytes() {
-  size_t mib = 1024;
-  if (const char* env = std::getenv("ATTN_ROWS_LINEAR_MIB")) {
-    mib = std::max<size_t>(1, std::strtoull(env, nullptr, 10));
-  }
-  return mib << 20;
-}
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
 // A random pattern of 1 Mi weights repeated: random enough for timing,
 // and quick to make at hundreds of MiB.
 template <typename TW>
@@ -93,7 +81,8 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
   }
   // Copies of the pass, at least one, so that no weight is in a cache.
   const size_t copies =
-      std::max<size_t>(1, WeightBudgetBytes() / (step_weights * sizeof(TW)));
+      std::max<size_t>(1, WeightBudgetBytes("ATTN_ROWS_LINEAR_MIB") /
+                              (step_weights * sizeof(TW)));
   const std::vector<TW> plain = Weights<TW>(max_k * max_n);
   // Aligned and on huge pages as the engine's weights are
   // (engine/huge_pages.h; an unaligned w makes every vector of it straddle
