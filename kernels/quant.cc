@@ -217,14 +217,14 @@ size_t QuantRowsLinearScratchBytes(size_t rows, size_t k) {
   return QuantActsBytes(rows, k);
 }
 
-// x is quantized on the caller before the team starts (8 rows of k = 8192
-// take microseconds); the groups then split as RowsLinear's units.
 QuantReading QuantReadingOfThisCpu() {
   static const QuantReading reading =
       IsIntelCpu() ? QuantReading::kSideBySide : QuantReading::kGroupByGroup;
   return reading;
 }
 
+// x is quantized on the caller before the team starts (8 rows of k = 8192
+// take microseconds); the groups then split as RowsLinear's units.
 void QuantRowsLinear(QuantType t, const float* x, size_t rows, size_t k,
                      const void* packed, const float* bias, size_t n, float* y,
                      void* scratch, int num_threads, QuantReading reading) {

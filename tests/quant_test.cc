@@ -381,8 +381,9 @@ HWY_NOINLINE std::vector<float> Linear(QuantDot dot, QuantReading reading,
   const QuantActs acts = QuantActsIn(scratch.data(), rows, k);
   QuantizeActs(hn::ScalableTag<float>(), t, x.data(), rows, k, acts);
   std::vector<float> y(rows * n);  // exactly sized: ASan sees any overrun
-  const QuantGroupArgs args{acts, rows, k,        packed.data(),
-                            bias, n,    y.data(), reading};
+  const QuantGroupArgs args{
+      acts, rows, k, packed.data(), bias, n, y.data(), reading,
+  };
   const size_t groups = QuantGroupCount(n);
   switch (dot) {
     case QuantDot::kVnni:
