@@ -477,10 +477,10 @@ void ExpectOneLineWith(const std::string& message, const std::string& needle) {
 }
 
 // A model made for decoding holds, from load, the projections as decoders
-// read them: their panels (bf16 steps: half the bytes) and an fp32 packed
-// copy of the fused projection (out_proj's is the one sessions read too).
-// memory_bytes counts them and stays put while decoders come and go; a cap
-// they do not fit under refuses the model in one line, and a model made
+// read them: their panels (bf16 steps: half the bytes) and a packed copy of
+// the fused projection in the model's dtype (out_proj's is the one sessions
+// read too). memory_bytes counts them and stays put while decoders come and go;
+// a cap they do not fit under refuses the model in one line, and a model made
 // without them refuses decoders.
 TEST(DecoderTest, DecodeLayoutsAreHeldFromLoadCountedAndCapped) {
   const Weights w(Shape{256, 256, 4, false, 16}, 12);
@@ -601,6 +601,57 @@ TEST(DecoderTest, Bf16StepWeightsAreTheRoundedWeights) {
   ASSERT_TRUE(bf16 && f32);
   EXPECT_EQ(Incremental(*bf16, x, B, T, 32, 64, 3),
             Incremental(*f32, x, B, T, 32, 64, 3));
+}
+
+// dtype bf16 with sessions false: a decoder's prompts project q, k, v and
+// out as bf16 matmuls on activations rounded to bf16 (unlike the fp32
+// projections of the rounded weights above), even with RoPE, which it runs
+// on fp32 rows; the same bits at 1 and 2 threads. Sessions would rotate
+// bf16 planes, so a model for them is refused.
+TEST(DecoderTest, Bf16PromptsProjectInBf16) {
+  if (!GetRuntimeInfo().native_bf16) GTEST_SKIP() << "no native bf16";
+  const Shape shape{32, 64, 8, true, 0};
+  Variant variant;
+  variant.kv_heads = 2;
+  variant.rope.theta = 10000.0;
+  Weights w(shape, 93, variant), rounded = w;
+  for (auto* m : {&rounded.wq, &rounded.wk, &rounded.wv, &rounded.wo}) {
+    for (float& v : *m) v = RoundToBf16(v);
+  }
+  MhaConfig config;
+  config.d_in = shape.d_in;
+  config.d_out = shape.d_out;
+  config.num_heads = shape.heads;
+  config.qkv_bias = shape.qkv_bias;
+  config.num_kv_heads = variant.kv_heads;
+  config.rope = variant.rope;
+  MhaOptions options;
+  options.dtype = options.step_weights = DType::kBF16;
+  const auto refused = MhaModel::Create(config, w.View(), options);
+  ASSERT_FALSE(refused.ok());
+  ExpectOneLineWith(refused.status().message(), "rotary embeddings");
+
+  options.sessions = false;
+  std::mt19937 rng(7);
+  const int64_t B = 8, T = 12;  // 96 rows: the matmul, not the panels
+  const auto x = test::RandomVector(rng, B * T * 32, -1.0f, 1.0f);
+  auto f32 = MakeDecoder(rounded.Model(2), B, T);
+  ASSERT_TRUE(f32);
+  const std::vector<float> fp32 = Incremental(*f32, x, B, T, 32, 64, T);
+  std::vector<float> first;
+  for (const int threads : {1, 2}) {
+    options.num_threads = threads;
+    auto model = MhaModel::Create(config, w.View(), options);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    auto bf16 = MakeDecoder(*model, B, T);
+    ASSERT_TRUE(bf16);
+    const std::vector<float> y = Incremental(*bf16, x, B, T, 32, 64, T);
+    EXPECT_NE(y, fp32) << "the prompt ran in fp32";
+    test::ExpectAllClose(std::vector<double>(fp32.begin(), fp32.end()),
+                         y.data(), 2e-2 * test::MaxAbs(fp32), "vs fp32");
+    if (first.empty()) first = y;
+    EXPECT_EQ(first, y) << "threads changed the bits";
+  }
 }
 
 // Grouped K/V heads, RoPE (plain and Llama-3.1-scaled) and windows: token

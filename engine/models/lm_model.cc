@@ -144,7 +144,7 @@ namespace {
 // Bytes the model holds, about (panels pad each matrix to whole panels).
 // fp32: the linears' weights, packed copies and panels (a tied head's
 // weights are the embeddings); bf16: the same in bf16. The attention: its
-// fp32 weights and its decode layouts (an fp32 packed copy, panels in the
+// fp32 weights and its decode layouts (a packed copy and panels in the
 // model's dtype). Quantized: every linear's blocks (the head's too) and the
 // fp32 embeddings and norms.
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
@@ -170,7 +170,7 @@ uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   }
   const bool bf16 = dtype == DType::kBF16;
   const uint64_t layer =
-      (bf16 ? 10 : 12) * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
+      (bf16 ? 8 : 12) * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
   const uint64_t head = (bf16 ? 6 : c.tied_head ? 8 : 12) * v * e;
   return AddSat(MulSat(layer, c.num_layers), AddSat(embeddings, head));
 }
@@ -462,6 +462,8 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
   mha.num_threads = m.num_threads;
   mha.max_memory_bytes = m.max_memory_bytes;
   mha.step_weights = options.dtype;
+  // bf16 prompts project q, k, v and out in bf16 like the rest.
+  if (options.dtype == DType::kBF16) mha.dtype = DType::kBF16;
   mha.sessions = false;  // batches only decode
   for (int64_t l = 0; l < c.num_layers; ++l) {
     ATTN_ASSIGN_OR_RETURN(lm::Layer layer, MakeLayer(c, w, l, mha));

@@ -137,7 +137,8 @@ Status CheckDTypes(const MhaConfig& c, const MhaOptions& options) {
                            "projections serve decoders only");
   }
   ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
-  if (c.rope.theta != 0.0 && options.dtype != DType::kF32) {
+  // A session rotates its q and k planes in dtype; a decoder its fp32 rows.
+  if (c.rope.theta != 0.0 && options.dtype != DType::kF32 && options.sessions) {
     return Unsupported("rotary embeddings run in fp32 only; use dtype f32");
   }
   return {};
@@ -284,8 +285,8 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Load(
                                  {"W_value.bias", kv_vec}});
   }
   // Reading copies the weights once, Create copies them again and packs a
-  // third copy; for decoders also an fp32 packed copy of the projections
-  // and their panels (at most fp32 too).
+  // third copy; for decoders also a packed copy of the projections and
+  // their panels (at most fp32 too).
   ATTN_RETURN_IF_ERROR(
       CheckMemory("loading the weights of '" + path + "'",
                   MulSat(options.decode ? 5 : 3, WeightBytes(config)),
@@ -384,22 +385,23 @@ Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
       m.max_memory_bytes);
 }
 
-// The layouts of the projections: forwards without a cache (`sessions`)
-// write the head planes in the model's type and project out in it;
-// decoders (`decode`) read fp32 rows and the panels of steps.
+// The layouts of the projections, both in the model's type: forwards
+// without a cache (`sessions`) write the head planes and project out;
+// decoders (`decode`) project rows of prompts, and read the panels of
+// steps.
 void ChooseLayouts(const MhaModelData& m, bool sessions, bool decode,
                    ops::LinearLayouts& qkv, ops::LinearLayouts& out) {
   const MhaConfig& c = m.config;
   const DataType type = ops::ToDataType(m.dtype);
   if (decode) {
-    qkv.packed.push_back({DataType::kF32, 0});
-    out.packed.push_back({DataType::kF32, 0});
+    qkv.packed.push_back({type, 0});
+    out.packed.push_back({type, 0});
     const bool bf16 = m.step_weights == DType::kBF16;
     qkv.panels = out.panels = bf16 ? DataType::kBF16 : DataType::kF32;
   }
   if (!sessions) return;
   qkv.packed.push_back({type, c.d_out / c.num_heads});
-  if (!decode || type != DataType::kF32) out.packed.push_back({type, 0});
+  if (!decode) out.packed.push_back({type, 0});
 }
 
 // Bytes the layouts of a linear [rows, in] add to its weights.

@@ -98,18 +98,21 @@ struct ModelOptions {
   int64_t sliding_window = 0;
 };
 
-// How to load and run an MHA model (MhaModel).
+// How to load and run an MHA model (MhaModel). dtype kBF16 (CPUs with
+// AVX512_BF16): sessions run their matmuls in bf16, and decoders their
+// prompts' projections; rotary embeddings then need sessions false (a
+// decoder rotates fp32 rows).
 struct MhaOptions : ModelOptions {
   // kBF16: the projections' weights are rounded to bf16 at load, and
-  // decoders' steps of up to 8 rows read them in bf16 (half the bytes per
-  // token; kF32: in fp32); every other path reads the same values as fp32,
-  // and the math stays fp32. Runs on any CPU. Language models set it for
-  // bf16 weights. kQ8_0, kQ4_0: the projections quantized at load for
+  // decoders' steps of up to 8 rows read them in bf16 with fp32 math (half
+  // the bytes per token; kF32: in fp32); every other path reads the same
+  // values in dtype. Runs on any CPU. Language models set it, and dtype,
+  // for bf16 weights. kQ8_0, kQ4_0: the projections quantized at load for
   // decoders alone (sessions false, decode true), as LmOptions::dtype says.
   DType step_weights = DType::kF32;
   // Whether decoders may run on the model: it then also holds, from load,
-  // the projections as decoders read them (fp32 packed for prompts, and
-  // panels for steps of a few rows). false: MhaSession only, and
+  // the projections as decoders read them (packed in dtype for prompts,
+  // and panels for steps of a few rows). false: MhaSession only, and
   // MhaDecoder::Create refuses the model.
   bool decode = true;
   // Whether the model holds, from load, the projections as sessions read
