@@ -603,11 +603,13 @@ TEST(DecoderTest, Bf16StepWeightsAreTheRoundedWeights) {
             Incremental(*f32, x, B, T, 32, 64, 3));
 }
 
-// dtype bf16 with sessions false: a decoder's prompts project q, k, v and
-// out as bf16 matmuls on activations rounded to bf16 (unlike the fp32
-// projections of the rounded weights above), even with RoPE, which it runs
-// on fp32 rows; the same bits at 1 and 2 threads. Sessions would rotate
-// bf16 planes, so a model for them is refused.
+// dtype bf16 with sessions false: a decoder's prompts, short (the steps'
+// path, past the panels' 8 rows) and of 64 tokens or more (the prompt
+// core), project q, k, v and out as bf16 matmuls on activations rounded to
+// bf16 (unlike the fp32 projections of the rounded weights above), even
+// with RoPE, which turns fp32 rows; the same bits at 1 and 2 threads.
+// Sessions would rotate bf16 planes: a model for them, or without decoders,
+// is refused, and so is an MhaSession on the decoders' model.
 TEST(DecoderTest, Bf16PromptsProjectInBf16) {
   if (!GetRuntimeInfo().native_bf16) GTEST_SKIP() << "no native bf16";
   const Shape shape{32, 64, 8, true, 0};
@@ -627,30 +629,47 @@ TEST(DecoderTest, Bf16PromptsProjectInBf16) {
   config.rope = variant.rope;
   MhaOptions options;
   options.dtype = options.step_weights = DType::kBF16;
-  const auto refused = MhaModel::Create(config, w.View(), options);
-  ASSERT_FALSE(refused.ok());
-  ExpectOneLineWith(refused.status().message(), "rotary embeddings");
-
+  for (const bool sessions : {true, false}) {
+    options.sessions = sessions;
+    options.decode = sessions;
+    const auto refused = MhaModel::Create(config, w.View(), options);
+    ASSERT_FALSE(refused.ok());
+    ExpectOneLineWith(refused.status().message(), "decoders only");
+  }
   options.sessions = false;
-  std::mt19937 rng(7);
-  const int64_t B = 8, T = 12;  // 96 rows: the matmul, not the panels
-  const auto x = test::RandomVector(rng, B * T * 32, -1.0f, 1.0f);
-  auto f32 = MakeDecoder(rounded.Model(2), B, T);
-  ASSERT_TRUE(f32);
-  const std::vector<float> fp32 = Incremental(*f32, x, B, T, 32, 64, T);
-  std::vector<float> first;
-  for (const int threads : {1, 2}) {
-    options.num_threads = threads;
-    auto model = MhaModel::Create(config, w.View(), options);
-    ASSERT_TRUE(model.ok()) << model.status().message();
-    auto bf16 = MakeDecoder(*model, B, T);
-    ASSERT_TRUE(bf16);
-    const std::vector<float> y = Incremental(*bf16, x, B, T, 32, 64, T);
-    EXPECT_NE(y, fp32) << "the prompt ran in fp32";
-    test::ExpectAllClose(std::vector<double>(fp32.begin(), fp32.end()),
-                         y.data(), 2e-2 * test::MaxAbs(fp32), "vs fp32");
-    if (first.empty()) first = y;
-    EXPECT_EQ(first, y) << "threads changed the bits";
+  options.decode = true;
+  auto decoders_only = MhaModel::Create(config, w.View(), options);
+  ASSERT_TRUE(decoders_only.ok()) << decoders_only.status().message();
+  std::vector<float> x1(32), y1(64);
+  const Status session =
+      MhaSession(*decoders_only).Run(x1.data(), 1, 1, y1.data());
+  ASSERT_FALSE(session.ok());
+  ExpectOneLineWith(session.message(), "decoders only");
+
+  struct Case {
+    int64_t B, T;
+  };
+  for (const Case c : {Case{8, 12}, Case{2, 80}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T));
+    std::mt19937 rng(7);
+    const auto x = test::RandomVector(rng, c.B * c.T * 32, -1.0f, 1.0f);
+    auto f32 = MakeDecoder(rounded.Model(2), c.B, c.T);
+    ASSERT_TRUE(f32);
+    const std::vector<float> fp32 = Incremental(*f32, x, c.B, c.T, 32, 64, c.T);
+    std::vector<float> first;
+    for (const int threads : {1, 2}) {
+      options.num_threads = threads;
+      auto model = MhaModel::Create(config, w.View(), options);
+      ASSERT_TRUE(model.ok()) << model.status().message();
+      auto bf16 = MakeDecoder(*model, c.B, c.T);
+      ASSERT_TRUE(bf16);
+      const std::vector<float> y = Incremental(*bf16, x, c.B, c.T, 32, 64, c.T);
+      EXPECT_NE(y, fp32) << "the prompt ran in fp32";
+      test::ExpectAllClose(std::vector<double>(fp32.begin(), fp32.end()),
+                           y.data(), 2e-2 * test::MaxAbs(fp32), "vs fp32");
+      if (first.empty()) first = y;
+      EXPECT_EQ(first, y) << "threads changed the bits";
+    }
   }
 }
 

@@ -137,9 +137,13 @@ Status CheckDTypes(const MhaConfig& c, const MhaOptions& options) {
                            "projections serve decoders only");
   }
   ATTN_RETURN_IF_ERROR(CheckDTypeSupported(options.dtype));
-  // A session rotates its q and k planes in dtype; a decoder its fp32 rows.
-  if (c.rope.theta != 0.0 && options.dtype != DType::kF32 && options.sessions) {
-    return Unsupported("rotary embeddings run in fp32 only; use dtype f32");
+  // A session would rotate its q and k planes in dtype; a decoder rotates
+  // its fp32 rows.
+  if (c.rope.theta != 0.0 && options.dtype != DType::kF32 &&
+      (options.sessions || !options.decode)) {
+    return Unsupported(
+        "rotary embeddings with dtype bf16 run in decoders only "
+        "(MhaOptions::sessions false, decode true); use dtype f32");
   }
   return {};
 }

@@ -32,9 +32,9 @@ struct MhaModelData {
   // The projections, made at load over the weights above: [W_query;
   // W_key; W_value] and out_proj, with MhaOptions::sessions packed for
   // forwards without a cache (the fused projection into head planes) in the
-  // model's dtype, and with MhaOptions::decode (`decode`) packed in fp32 for
-  // decoders' prompts and long steps, with panels in step_weights' type for
-  // steps of up to 8 rows.
+  // model's dtype, and with MhaOptions::decode (`decode`) packed in it too
+  // for decoders' prompts and long steps, with panels in step_weights' type
+  // for steps of up to 8 rows.
   ops::Linear qkv, out;
   bool decode = false;
 };

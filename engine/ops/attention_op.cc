@@ -42,7 +42,9 @@ Result<std::unique_ptr<AttentionOp>> AttentionOp::Create(
   }
   const bool rope = c.rope.theta != 0.0;
   if (rope && type != DataType::kF32) {
-    return Unsupported("rotary embeddings run in fp32 only; use dtype f32");
+    return Unsupported(
+        "rotary embeddings with dtype bf16 run in decoders only; an "
+        "MhaSession needs dtype f32");
   }
   // The plain loops know the book's attention only.
   const bool plain = op->Hkv_ == op->H_ && !rope && c.sliding_window == 0;

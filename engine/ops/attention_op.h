@@ -86,12 +86,13 @@ class AttentionOp {
   using Buffers = std::array<void*, kNumBuffers>;
 
   // Plans x [batch * seq_len, d_in] -> y [batch * seq_len, d_out] for model
-  // `m`, matmuls in `type`, on `num_threads`. Without `cache`, q, k and v
-  // are the planes [H + 2 Hkv, batch * seq_len, D] that the model's qkv
+  // `m`, on `num_threads`. Without `cache`, the matmuls run in `type` and q, k
+  // and v are the planes [H + 2 Hkv, batch * seq_len, D] that the model's qkv
   // Linear writes in kQkv (Hkv: the K/V heads), on its packed copies where
   // the matmuls read them, else on the op's own. Rotary embeddings, when the
   // model has them, turn q and k where the projection left them (fp32
-  // only). With it (fp32 only, a model made with MhaOptions::decode), the
+  // only). With it (`type` fp32, a model made with MhaOptions::decode), the
+  // projections run in their Linears' type (the model's dtype) and the
   // model's qkv Linear gives each token's q, k and v, copied to the q plane
   // and to rows [0, seq_len) of its cache sequence, where the core reads K
   // and V. Checked against the model's cap with `held` bytes already held;

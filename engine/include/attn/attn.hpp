@@ -100,8 +100,9 @@ struct ModelOptions {
 
 // How to load and run an MHA model (MhaModel). dtype kBF16 (CPUs with
 // AVX512_BF16): sessions run their matmuls in bf16, and decoders their
-// prompts' projections; rotary embeddings then need sessions false (a
-// decoder rotates fp32 rows).
+// prompts' projections and steps of more than 8 rows; with rotary
+// embeddings such a model runs decoders only (sessions false, decode true:
+// a decoder rotates fp32 rows; MhaSession refuses it).
 struct MhaOptions : ModelOptions {
   // kBF16: the projections' weights are rounded to bf16 at load, and
   // decoders' steps of up to 8 rows read them in bf16 with fp32 math (half

@@ -38,7 +38,8 @@ struct DecoderOptions {
 // (engine/README.md, "Numerics"), while the same tokens fed in shorter
 // calls leave them finite.
 //
-// All fp32 (a bf16 model's decoder still computes in fp32). Results are
+// fp32, except the projections of a model of dtype bf16 in prompts and
+// steps of more than 8 rows (bf16 matmuls; the cache stays fp32). Results are
 // bitwise identical for every thread count. Not thread-safe: one decoder per
 // thread; the model may be shared.
 class ATTN_API MhaDecoder {

@@ -60,14 +60,13 @@ struct LmConfig {
 // only) holds every matrix in bf16, rounded once at load (a tied head's
 // embeddings too), for half the bytes a decode step reads: steps of up to 8
 // tokens multiply the bf16 weights with fp32 activations in fp32; longer
-// ones run oneDNN's bf16 matmuls (activations rounded to bf16), except the
-// attention's, which stay fp32 on the rounded weights. Norms, biases and
-// the cache stay fp32. dtype kQ8_0 or kQ4_0 (any CPU; emb_dim, hidden_dim
-// and num_heads x head_dim multiples of 32) quantizes every linear at load
-// as llama.cpp's reference quantizers do (a tied head its own copy; the
-// embeddings, norms, biases and cache stay fp32): every linear quantizes
-// its input per block of 32 to int8 too (llama.cpp's q8_0) and takes int8
-// dot products, in groups of 8 rows. A quantized folder (QuantizeModel)
+// ones run oneDNN's bf16 matmuls (activations rounded to bf16). Norms,
+// biases, rotary embeddings and the cache stay fp32. dtype kQ8_0 or kQ4_0 (any
+// CPU; emb_dim, hidden_dim and num_heads x head_dim multiples of 32) quantizes
+// every linear at load as llama.cpp's reference quantizers do (a tied head its
+// own copy; the embeddings, norms, biases and cache stay fp32): every linear
+// quantizes its input per block of 32 to int8 too (llama.cpp's q8_0) and takes
+// int8 dot products, in groups of 8 rows. A quantized folder (QuantizeModel)
 // runs in its own type, which dtype kF32 (the default) stands for.
 struct LmOptions : ModelOptions {
   double norm_eps = 0.0;
