@@ -81,10 +81,7 @@ struct Weights {
     return w;
   }
 
-  std::shared_ptr<const MhaModel> Model(int threads = 0,
-                                        uint64_t max_memory = 0,
-                                        DType step_weights = DType::kF32,
-                                        bool decode = true) const {
+  MhaConfig Config() const {
     MhaConfig config;
     config.d_in = shape.d_in;
     config.d_out = shape.d_out;
@@ -94,6 +91,14 @@ struct Weights {
     config.num_kv_heads = variant.kv_heads;
     config.rope = variant.rope;
     config.sliding_window = variant.window;
+    return config;
+  }
+
+  std::shared_ptr<const MhaModel> Model(int threads = 0,
+                                        uint64_t max_memory = 0,
+                                        DType step_weights = DType::kF32,
+                                        bool decode = true) const {
+    const MhaConfig config = Config();
     const MhaWeights w = View();
     MhaOptions options;
     options.num_threads = threads;
@@ -582,17 +587,26 @@ float RoundToBf16(float f) {
   return f;
 }
 
-// step_weights bf16: prompts and steps (1 to 8 rows, through the bf16
-// kernel) give the bits of an fp32 model of the weights rounded to bf16.
-TEST(DecoderTest, Bf16StepWeightsAreTheRoundedWeights) {
-  const Shape shape{32, 64, 8, true, 0};
+// The bf16 tests' attention: grouped K/V heads with RoPE, d_in 32, d_out 64.
+Weights RopeGqaWeights(uint32_t seed) {
   Variant variant;
   variant.kv_heads = 2;
   variant.rope.theta = 10000.0;
-  Weights w(shape, 91, variant), rounded = w;
-  for (auto* m : {&rounded.wq, &rounded.wk, &rounded.wv, &rounded.wo}) {
+  return Weights(Shape{32, 64, 8, true, 0}, seed, variant);
+}
+
+// w with its projections' weights rounded to bf16.
+Weights RoundedToBf16(Weights w) {
+  for (auto* m : {&w.wq, &w.wk, &w.wv, &w.wo}) {
     for (float& v : *m) v = RoundToBf16(v);
   }
+  return w;
+}
+
+// step_weights bf16: prompts and steps (1 to 8 rows, through the bf16
+// kernel) give the bits of an fp32 model of the weights rounded to bf16.
+TEST(DecoderTest, Bf16StepWeightsAreTheRoundedWeights) {
+  const Weights w = RopeGqaWeights(91), rounded = RoundedToBf16(w);
   std::mt19937 rng(5);
   const int64_t B = 8, T = 12;
   const auto x = test::RandomVector(rng, B * T * 32, -1.0f, 1.0f);
@@ -612,21 +626,8 @@ TEST(DecoderTest, Bf16StepWeightsAreTheRoundedWeights) {
 // is refused, and so is an MhaSession on the decoders' model.
 TEST(DecoderTest, Bf16PromptsProjectInBf16) {
   if (!GetRuntimeInfo().native_bf16) GTEST_SKIP() << "no native bf16";
-  const Shape shape{32, 64, 8, true, 0};
-  Variant variant;
-  variant.kv_heads = 2;
-  variant.rope.theta = 10000.0;
-  Weights w(shape, 93, variant), rounded = w;
-  for (auto* m : {&rounded.wq, &rounded.wk, &rounded.wv, &rounded.wo}) {
-    for (float& v : *m) v = RoundToBf16(v);
-  }
-  MhaConfig config;
-  config.d_in = shape.d_in;
-  config.d_out = shape.d_out;
-  config.num_heads = shape.heads;
-  config.qkv_bias = shape.qkv_bias;
-  config.num_kv_heads = variant.kv_heads;
-  config.rope = variant.rope;
+  const Weights w = RopeGqaWeights(93), rounded = RoundedToBf16(w);
+  const MhaConfig config = w.Config();
   MhaOptions options;
   options.dtype = options.step_weights = DType::kBF16;
   for (const bool sessions : {true, false}) {
