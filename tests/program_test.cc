@@ -208,6 +208,24 @@ TEST(ProgramTest, GptModelJsonAndTheBuilderGiveTheSameBits) {
   }
 }
 
+// A bf16 model's prompts run every linear in bf16, the attention's
+// projections as the feed-forward's (the projections ran fp32 matmuls on
+// the rounded weights, at half the speed).
+TEST(ProgramTest, Bf16ModelsProjectPromptsInBf16) {
+  if (!GetRuntimeInfo().native_bf16) GTEST_SKIP() << "no native bf16";
+  LmOptions options;
+  options.num_threads = 1;
+  options.dtype = DType::kBF16;
+  const auto lm =
+      LanguageModel::Load(kLm + "llama_gqa/model.safetensors", options).value();
+  for (const lm::Layer& layer : ModelAccess::Of(*lm).layers) {
+    const MhaModelData& attention = ModelAccess::Of(*layer.attention);
+    EXPECT_EQ(attention.qkv.compute_type(), kernels::DataType::kBF16);
+    EXPECT_EQ(attention.out.compute_type(), kernels::DataType::kBF16);
+    EXPECT_EQ(layer.up.compute_type(), kernels::DataType::kBF16);
+  }
+}
+
 // A runner makes its arena at each plan's size unless its policy keeps a
 // larger one (a batch's, whose steps change size all the time); a
 // refused Prepare leaves no shape prepared.

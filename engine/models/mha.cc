@@ -389,10 +389,10 @@ Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
       m.max_memory_bytes);
 }
 
-// The layouts of the projections, both in the model's type: forwards
+// The layouts of the projections, packed in the model's type: forwards
 // without a cache (`sessions`) write the head planes and project out;
-// decoders (`decode`) project rows of prompts, and read the panels of
-// steps.
+// decoders (`decode`) project rows of prompts, and read panels of
+// step_weights' type in steps.
 void ChooseLayouts(const MhaModelData& m, bool sessions, bool decode,
                    ops::LinearLayouts& qkv, ops::LinearLayouts& out) {
   const MhaConfig& c = m.config;
