@@ -326,15 +326,117 @@ HWY_INLINE void DecodeBlockedPassOfT(
   }
 }
 
+// Keys of one tile of DecodeTiledPassT: 16 KiB of Llama 3.2 1B's keys (8
+// K/V heads of 64 floats), in L1 while every query head reads its part.
+// decode_bench's Llama shape ran 10-28% slower in tiles of 16 or 32 on Zen 5.
+constexpr size_t kDecodeTileKeys = 8;
+
+// Hints that every K/V head's row of keys [first, first + count) will be
+// read soon.
+HWY_INLINE void DecodePrefetchTile(const DecodeParams& params,
+                                   const DecodeHeads& heads, const float* kv,
+                                   size_t first, size_t count) {
+  for (size_t j = first; j < first + count; ++j) {
+    DecodePrefetchKey(params, heads, 0, heads.count,
+                      kv + j * params.key_stride);
+  }
+}
+
+// DecodePassScoresT, DecodePassSoftmaxT and DecodePassValuesT tile by tile
+// of kDecodeTileKeys keys, for heads of kVecs vectors (padded_dim floats):
+// over a tile each head keeps its query, then its sums, in registers, and
+// reads its part of the tile's keys from L1 once the first head of its K/V
+// head brought them in. The same chains in the same order as key by key,
+// so the same bits. Key by key, the sums of grouped heads went to L1 and
+// back at every key: decode_bench's Llama shape (32 heads on 8 K/V heads,
+// 4096 keys) on Zen 5 took 1.1-1.5 ms on one thread and as long on two,
+// tile by tile 1.0 and 0.52-0.54 ms. Whatever DecodePrefetch says, the
+// next tile is prefetched: without, 1.3 ms on one thread.
+template <size_t kVecs, class D>
+HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
+                                 const DecodeHeads& heads,
+                                 const float* HWY_RESTRICT k,
+                                 const float* HWY_RESTRICT v, size_t n,
+                                 float (*scores)[kDecodeChunk], bool* live) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d), stride = params.key_stride;
+  for (size_t j0 = 0; j0 < n; j0 += kDecodeTileKeys) {
+    const size_t end = std::min(n, j0 + kDecodeTileKeys);
+    if (end < n) {
+      DecodePrefetchTile(params, heads, k, end,
+                         std::min(kDecodeTileKeys, n - end));
+    }
+    for (size_t i = 0; i < heads.count; ++i) {
+      V q[kVecs];
+      for (size_t x = 0; x < kVecs; ++x) {
+        q[x] = hn::LoadU(d, heads.q + i * params.padded_dim + x * N);
+      }
+      const float* row = k + heads.kv_offset[i];
+      for (size_t j = j0; j < end; ++j) {
+        V a = hn::Zero(d);
+        for (size_t x = 0; x < kVecs; ++x) {
+          a = hn::MulAdd(q[x], hn::LoadU(d, row + j * stride + x * N), a);
+        }
+        scores[i][j] = hn::GetLane(hn::SumOfLanes(d, a));
+      }
+    }
+  }
+  DecodePassSoftmaxT(d, params, heads, n, scores, live);
+  for (size_t i = 0; i < heads.count; ++i) {
+    float* o = heads.partial + i * heads.partial_stride + kDecodeAlign;
+    for (size_t x = 0; x < kVecs; ++x) hn::StoreU(hn::Zero(d), d, o + x * N);
+  }
+  for (size_t j0 = 0; j0 < n; j0 += kDecodeTileKeys) {
+    const size_t end = std::min(n, j0 + kDecodeTileKeys);
+    if (end < n) {
+      DecodePrefetchTile(params, heads, v, end,
+                         std::min(kDecodeTileKeys, n - end));
+    }
+    for (size_t i = 0; i < heads.count; ++i) {
+      if (!live[i]) continue;
+      float* o = heads.partial + i * heads.partial_stride + kDecodeAlign;
+      V acc[kVecs];
+      for (size_t x = 0; x < kVecs; ++x) acc[x] = hn::LoadU(d, o + x * N);
+      const float* row = v + heads.kv_offset[i];
+      for (size_t j = j0; j < end; ++j) {
+        const V pj = hn::Set(d, scores[i][j]);
+        for (size_t x = 0; x < kVecs; ++x) {
+          acc[x] =
+              hn::MulAdd(pj, hn::LoadU(d, row + j * stride + x * N), acc[x]);
+        }
+      }
+      for (size_t x = 0; x < kVecs; ++x) hn::StoreU(acc[x], d, o + x * N);
+    }
+  }
+}
+
+// DecodeTiledPassT<vecs> for heads of `vecs` vectors, kVecs <= vecs <=
+// kDecodeBlockMaxVecs.
+template <size_t kVecs = 1, class D>
+HWY_INLINE void DecodeTiledPassOfT(D d, size_t vecs, const DecodeParams& params,
+                                   const DecodeHeads& heads,
+                                   const float* HWY_RESTRICT k,
+                                   const float* HWY_RESTRICT v, size_t n,
+                                   float (*scores)[kDecodeChunk], bool* live) {
+  if (vecs == kVecs) {
+    return DecodeTiledPassT<kVecs>(d, params, heads, k, v, n, scores, live);
+  }
+  if constexpr (kVecs < kDecodeBlockMaxVecs) {
+    DecodeTiledPassOfT<kVecs + 1>(d, vecs, params, heads, k, v, n, scores,
+                                  live);
+  }
+}
+
 // One pass: keys [0, n) of a chunk (n <= kDecodeChunk) for `heads`; k and
 // v point at the chunk's first key of K/V head 0; both passes prefetch
 // `prefetch_keys` keys ahead (0: none). Writes each head's partial = {m, l,
 // ..., o}: m the max raw score, l = sum_j exp(scale (s_j - m)), o = sum_j
 // exp(scale (s_j - m)) v_j. Heads DecodeBlocksHeadsT picks go through
-// registers (DecodeBlockedPassT); grouped or wider heads key by key through
-// L1, the same bits either way. Blocks of grouped heads were slower: 12 heads
-// on 3 K/V heads by 1.35-1.5x on Zen 5, each block reading one K/V head's part
-// of every key.
+// registers (DecodeBlockedPassT); other heads of up to kDecodeBlockMaxVecs
+// vectors (grouped heads) tile by tile (DecodeTiledPassT), wider ones key
+// by key through L1: the same bits every way. Blocks of grouped heads were
+// slower: 12 heads on 3 K/V heads by 1.35-1.5x on Zen 5, each block reading
+// one K/V head's part of every key.
 template <class D>
 HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
                             const DecodeHeads& heads,
@@ -346,6 +448,10 @@ HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
   if (DecodeBlocksHeadsT(d, DecodeGroup(params), params.padded_dim)) {
     return DecodeBlockedPassOfT(d, params.padded_dim / hn::Lanes(d), params,
                                 heads, k, v, n, prefetch_keys, scores, live);
+  }
+  const size_t vecs = params.padded_dim / hn::Lanes(d);
+  if (params.padded_dim % hn::Lanes(d) == 0 && vecs <= kDecodeBlockMaxVecs) {
+    return DecodeTiledPassOfT(d, vecs, params, heads, k, v, n, scores, live);
   }
   DecodePassScoresT(d, params, heads, k, n, prefetch_keys, scores);
   DecodePassSoftmaxT(d, params, heads, n, scores, live);
