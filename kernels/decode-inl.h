@@ -331,16 +331,39 @@ HWY_INLINE void DecodeBlockedPassOfT(
 // decode_bench's Llama shape ran 10-28% slower in tiles of 16 or 32 on Zen 5.
 constexpr size_t kDecodeTileKeys = 8;
 
-// Hints that every K/V head's row of keys [first, first + count) will be
-// read soon.
-HWY_INLINE void DecodePrefetchTile(const DecodeParams& params,
-                                   const DecodeHeads& heads, const float* kv,
-                                   size_t first, size_t count) {
-  for (size_t j = first; j < first + count; ++j) {
-    DecodePrefetchKey(params, heads, 0, heads.count,
-                      kv + j * params.key_stride);
+// Spreads the prefetches of the next tile's keys [first, first + count)
+// over the heads of a pass: every count / keys heads hint every K/V head's
+// row of one key, and the keys left after the last head go at once. A
+// burst of a whole tile's lines at the start of each tile stalled on its own
+// prefetches; two tiles ahead was slower still.
+struct DecodeTilePrefetch {
+  const float* kv;  // the next tile's first key, or null: none
+  size_t count, every;
+
+  DecodeTilePrefetch(const DecodeParams& params, const DecodeHeads& heads,
+                     const float* kv_chunk, size_t first, size_t n)
+      : kv(first < n ? kv_chunk + first * params.key_stride : nullptr),
+        count(std::min(kDecodeTileKeys, n - std::min(first, n))),
+        every(std::max<size_t>(1, heads.count / std::max<size_t>(1, count))) {}
+
+  HWY_INLINE void AtHead(const DecodeParams& params, const DecodeHeads& heads,
+                         size_t i) const {
+    if (kv == nullptr || i % every != 0 || i / every >= count) return;
+    Key(params, heads, i / every);
   }
-}
+  HWY_INLINE void AfterHeads(const DecodeParams& params,
+                             const DecodeHeads& heads) const {
+    if (kv == nullptr) return;
+    for (size_t t = (heads.count + every - 1) / every; t < count; ++t) {
+      Key(params, heads, t);
+    }
+  }
+  HWY_INLINE void Key(const DecodeParams& params, const DecodeHeads& heads,
+                      size_t t) const {
+    DecodePrefetchKey(params, heads, 0, heads.count,
+                      kv + t * params.key_stride);
+  }
+};
 
 // DecodePassScoresT, DecodePassSoftmaxT and DecodePassValuesT tile by tile
 // of kDecodeTileKeys keys, for heads of kVecs vectors (padded_dim floats):
@@ -350,8 +373,9 @@ HWY_INLINE void DecodePrefetchTile(const DecodeParams& params,
 // so the same bits. Key by key, the sums of grouped heads went to L1 and
 // back at every key: decode_bench's Llama shape (32 heads on 8 K/V heads,
 // 4096 keys) on Zen 5 took 1.1-1.5 ms on one thread and as long on two,
-// tile by tile 1.0 and 0.52-0.54 ms. Whatever DecodePrefetch says, the
-// next tile is prefetched: without, 1.3 ms on one thread.
+// tile by tile 0.85-1.04 and 0.48-0.55 ms. Whatever DecodePrefetch says,
+// the next tile is prefetched (DecodeTilePrefetch): without, 1.3 ms on one
+// thread; all at once at the start of a tile, 1.0-1.25.
 template <size_t kVecs, class D>
 HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
                                  const DecodeHeads& heads,
@@ -362,11 +386,9 @@ HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
   const size_t N = hn::Lanes(d), stride = params.key_stride;
   for (size_t j0 = 0; j0 < n; j0 += kDecodeTileKeys) {
     const size_t end = std::min(n, j0 + kDecodeTileKeys);
-    if (end < n) {
-      DecodePrefetchTile(params, heads, k, end,
-                         std::min(kDecodeTileKeys, n - end));
-    }
+    const DecodeTilePrefetch next(params, heads, k, end, n);
     for (size_t i = 0; i < heads.count; ++i) {
+      next.AtHead(params, heads, i);
       V q[kVecs];
       for (size_t x = 0; x < kVecs; ++x) {
         q[x] = hn::LoadU(d, heads.q + i * params.padded_dim + x * N);
@@ -380,6 +402,7 @@ HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
         scores[i][j] = hn::GetLane(hn::SumOfLanes(d, a));
       }
     }
+    next.AfterHeads(params, heads);
   }
   DecodePassSoftmaxT(d, params, heads, n, scores, live);
   for (size_t i = 0; i < heads.count; ++i) {
@@ -388,11 +411,9 @@ HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
   }
   for (size_t j0 = 0; j0 < n; j0 += kDecodeTileKeys) {
     const size_t end = std::min(n, j0 + kDecodeTileKeys);
-    if (end < n) {
-      DecodePrefetchTile(params, heads, v, end,
-                         std::min(kDecodeTileKeys, n - end));
-    }
+    const DecodeTilePrefetch next(params, heads, v, end, n);
     for (size_t i = 0; i < heads.count; ++i) {
+      next.AtHead(params, heads, i);
       if (!live[i]) continue;
       float* o = heads.partial + i * heads.partial_stride + kDecodeAlign;
       V acc[kVecs];
@@ -407,6 +428,7 @@ HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
       }
       for (size_t x = 0; x < kVecs; ++x) hn::StoreU(acc[x], d, o + x * N);
     }
+    next.AfterHeads(params, heads);
   }
 }
 
