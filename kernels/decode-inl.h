@@ -295,13 +295,14 @@ HWY_INLINE void DecodeBlockedPassT(D d, const DecodeParams& params,
 }
 
 // Widest head, in vectors, whose blocks DecodeBlockedPassT holds in
-// registers.
+// registers, and whose query or sums DecodeTiledPassT does.
 constexpr size_t kDecodeBlockMaxVecs = 8;
 
 // Whether DecodePassT runs heads of `group` query heads per K/V head and
 // padded_dim floats through DecodeBlockedPassT: ungrouped heads of 1 to
 // kDecodeBlockMaxVecs vectors (16 to 128 dimensions on AVX-512, 8 to 64 on
-// AVX2). Decoders lay out their caches by this (DecodeBlocksHeads).
+// AVX2; grouped heads of as many go tile by tile, DecodeTiledPassT).
+// Decoders lay out their caches by this (DecodeBlocksHeads).
 template <class D>
 HWY_INLINE bool DecodeBlocksHeadsT(D d, size_t group, size_t padded_dim) {
   const size_t N = hn::Lanes(d);
@@ -328,67 +329,67 @@ HWY_INLINE void DecodeBlockedPassOfT(
 
 // Keys of one tile of DecodeTiledPassT: 16 KiB of Llama 3.2 1B's keys (8
 // K/V heads of 64 floats), in L1 while every query head reads its part.
-// decode_bench's Llama shape ran 10-28% slower in tiles of 16 or 32 on Zen 5.
+// decode_bench's Llama shape ran 3-20% slower in tiles of 16 on Zen 5.
 constexpr size_t kDecodeTileKeys = 8;
 
-// Spreads the prefetches of the next tile's keys [first, first + count)
-// over the heads of a pass: every count / keys heads hint every K/V head's
-// row of one key, and the keys left after the last head go at once. A
-// burst of a whole tile's lines at the start of each tile stalled on its own
-// prefetches; two tiles ahead was slower still.
-struct DecodeTilePrefetch {
-  const float* kv;  // the next tile's first key, or null: none
-  size_t count, every;
-
+// Prefetches the next tile's keys [first, first + keys) spread over the
+// heads of a pass: every heads / keys heads hint every K/V head's row of one
+// key, and the keys left after the last head go at once. A burst of a whole
+// tile's lines at the start of each tile stalled on its own prefetches; two
+// tiles ahead was slower still.
+class DecodeTilePrefetch {
+ public:
   DecodeTilePrefetch(const DecodeParams& params, const DecodeHeads& heads,
                      const float* kv_chunk, size_t first, size_t n)
-      : kv(first < n ? kv_chunk + first * params.key_stride : nullptr),
-        count(std::min(kDecodeTileKeys, n - std::min(first, n))),
-        every(std::max<size_t>(1, heads.count / std::max<size_t>(1, count))) {}
+      : params_(params),
+        heads_(heads),
+        kv_(first < n ? kv_chunk + first * params.key_stride : nullptr),
+        keys_(std::min(kDecodeTileKeys, n - std::min(first, n))),
+        every_(std::max<size_t>(1, heads.count / std::max<size_t>(1, keys_))) {}
 
-  HWY_INLINE void AtHead(const DecodeParams& params, const DecodeHeads& heads,
-                         size_t i) const {
-    if (kv == nullptr || i % every != 0 || i / every >= count) return;
-    Key(params, heads, i / every);
-  }
-  HWY_INLINE void AfterHeads(const DecodeParams& params,
-                             const DecodeHeads& heads) const {
-    if (kv == nullptr) return;
-    for (size_t t = (heads.count + every - 1) / every; t < count; ++t) {
-      Key(params, heads, t);
+  // Before head i of the pass.
+  HWY_INLINE void AtHead(size_t i) const {
+    if (kv_ != nullptr && i % every_ == 0 && i / every_ < keys_) {
+      Key(i / every_);
     }
   }
-  HWY_INLINE void Key(const DecodeParams& params, const DecodeHeads& heads,
-                      size_t t) const {
-    DecodePrefetchKey(params, heads, 0, heads.count,
-                      kv + t * params.key_stride);
+  // After the last head.
+  HWY_INLINE void AfterHeads() const {
+    if (kv_ == nullptr) return;
+    for (size_t t = (heads_.count + every_ - 1) / every_; t < keys_; ++t) {
+      Key(t);
+    }
   }
+
+ private:
+  HWY_INLINE void Key(size_t t) const {
+    DecodePrefetchKey(params_, heads_, 0, heads_.count,
+                      kv_ + t * params_.key_stride);
+  }
+
+  const DecodeParams& params_;
+  const DecodeHeads& heads_;
+  const float* kv_;  // the next tile's first key, or null: none
+  size_t keys_, every_;
 };
 
-// DecodePassScoresT, DecodePassSoftmaxT and DecodePassValuesT tile by tile
-// of kDecodeTileKeys keys, for heads of kVecs vectors (padded_dim floats):
-// over a tile each head keeps its query, then its sums, in registers, and
-// reads its part of the tile's keys from L1 once the first head of its K/V
-// head brought them in. The same chains in the same order as key by key,
-// so the same bits. Key by key, the sums of grouped heads went to L1 and
-// back at every key: decode_bench's Llama shape (32 heads on 8 K/V heads,
-// 4096 keys) on Zen 5 took 1.1-1.5 ms on one thread and as long on two,
-// tile by tile 0.85-1.04 and 0.48-0.55 ms. Whatever DecodePrefetch says,
-// the next tile is prefetched (DecodeTilePrefetch): without, 1.3 ms on one
-// thread; all at once at the start of a tile, 1.0-1.25.
+// The scores of DecodePassScoresT tile by tile of kDecodeTileKeys keys,
+// for heads of kVecs vectors (padded_dim floats): over a tile each head
+// keeps its query in registers and reads its part of the tile's keys from
+// L1 once the first head of its K/V head brought them in. The same chains
+// in the same order as key by key, so the same bits.
 template <size_t kVecs, class D>
-HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
-                                 const DecodeHeads& heads,
-                                 const float* HWY_RESTRICT k,
-                                 const float* HWY_RESTRICT v, size_t n,
-                                 float (*scores)[kDecodeChunk], bool* live) {
+HWY_INLINE void DecodeTiledScoresT(D d, const DecodeParams& params,
+                                   const DecodeHeads& heads,
+                                   const float* HWY_RESTRICT k, size_t n,
+                                   float (*scores)[kDecodeChunk]) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d), stride = params.key_stride;
   for (size_t j0 = 0; j0 < n; j0 += kDecodeTileKeys) {
     const size_t end = std::min(n, j0 + kDecodeTileKeys);
     const DecodeTilePrefetch next(params, heads, k, end, n);
     for (size_t i = 0; i < heads.count; ++i) {
-      next.AtHead(params, heads, i);
+      next.AtHead(i);
       V q[kVecs];
       for (size_t x = 0; x < kVecs; ++x) {
         q[x] = hn::LoadU(d, heads.q + i * params.padded_dim + x * N);
@@ -402,9 +403,20 @@ HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
         scores[i][j] = hn::GetLane(hn::SumOfLanes(d, a));
       }
     }
-    next.AfterHeads(params, heads);
+    next.AfterHeads();
   }
-  DecodePassSoftmaxT(d, params, heads, n, scores, live);
+}
+
+// The sums of DecodePassValuesT tile by tile as the scores: each head's
+// sums in registers over a tile, in L1 between tiles.
+template <size_t kVecs, class D>
+HWY_INLINE void DecodeTiledValuesT(D d, const DecodeParams& params,
+                                   const DecodeHeads& heads,
+                                   const float* HWY_RESTRICT v, size_t n,
+                                   const float (*p)[kDecodeChunk],
+                                   const bool* live) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d), stride = params.key_stride;
   for (size_t i = 0; i < heads.count; ++i) {
     float* o = heads.partial + i * heads.partial_stride + kDecodeAlign;
     for (size_t x = 0; x < kVecs; ++x) hn::StoreU(hn::Zero(d), d, o + x * N);
@@ -413,14 +425,14 @@ HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
     const size_t end = std::min(n, j0 + kDecodeTileKeys);
     const DecodeTilePrefetch next(params, heads, v, end, n);
     for (size_t i = 0; i < heads.count; ++i) {
-      next.AtHead(params, heads, i);
+      next.AtHead(i);
       if (!live[i]) continue;
       float* o = heads.partial + i * heads.partial_stride + kDecodeAlign;
       V acc[kVecs];
       for (size_t x = 0; x < kVecs; ++x) acc[x] = hn::LoadU(d, o + x * N);
       const float* row = v + heads.kv_offset[i];
       for (size_t j = j0; j < end; ++j) {
-        const V pj = hn::Set(d, scores[i][j]);
+        const V pj = hn::Set(d, p[i][j]);
         for (size_t x = 0; x < kVecs; ++x) {
           acc[x] =
               hn::MulAdd(pj, hn::LoadU(d, row + j * stride + x * N), acc[x]);
@@ -428,8 +440,26 @@ HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
       }
       for (size_t x = 0; x < kVecs; ++x) hn::StoreU(acc[x], d, o + x * N);
     }
-    next.AfterHeads(params, heads);
+    next.AfterHeads();
   }
+}
+
+// One pass tile by tile, for grouped heads of up to kDecodeBlockMaxVecs
+// vectors. Key by key, each head's sums went to L1 and back at every key:
+// decode_bench's Llama shape (32 heads on 8 K/V heads, 4096 keys) on Zen 5
+// took 1.1-1.5 ms on one thread and as long on two, tile by tile 0.85-1.04
+// and 0.48-0.55 ms. Whatever DecodePrefetch says, the next tile is
+// prefetched: without, 1.3 ms on one thread; all at once at the start of a
+// tile, 1.0-1.25.
+template <size_t kVecs, class D>
+HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
+                                 const DecodeHeads& heads,
+                                 const float* HWY_RESTRICT k,
+                                 const float* HWY_RESTRICT v, size_t n,
+                                 float (*scores)[kDecodeChunk], bool* live) {
+  DecodeTiledScoresT<kVecs>(d, params, heads, k, n, scores);
+  DecodePassSoftmaxT(d, params, heads, n, scores, live);
+  DecodeTiledValuesT<kVecs>(d, params, heads, v, n, scores, live);
 }
 
 // DecodeTiledPassT<vecs> for heads of `vecs` vectors, kVecs <= vecs <=
@@ -451,7 +481,8 @@ HWY_INLINE void DecodeTiledPassOfT(D d, size_t vecs, const DecodeParams& params,
 
 // One pass: keys [0, n) of a chunk (n <= kDecodeChunk) for `heads`; k and
 // v point at the chunk's first key of K/V head 0; both passes prefetch
-// `prefetch_keys` keys ahead (0: none). Writes each head's partial = {m, l,
+// `prefetch_keys` keys ahead (0: none) except tile by tile, which always
+// prefetches the next tile. Writes each head's partial = {m, l,
 // ..., o}: m the max raw score, l = sum_j exp(scale (s_j - m)), o = sum_j
 // exp(scale (s_j - m)) v_j. Heads DecodeBlocksHeadsT picks go through
 // registers (DecodeBlockedPassT); other heads of up to kDecodeBlockMaxVecs

@@ -99,7 +99,8 @@ inline size_t DecodeNumPartials(const DecodeParams& params,
 }
 
 // Whether the decode attention prefetches the K/V rows it will read a few
-// keys ahead. Neither choice changes a bit of the result.
+// keys ahead (grouped heads that go tile by tile always prefetch the next
+// tile: decode-inl.h). Neither choice changes a bit of the result.
 enum class DecodePrefetch {
   // None: the hardware prefetchers follow the cache's streams, and
   // on Zen 4 a similar prefetch (keys 6 KiB ahead, values during the score

@@ -378,13 +378,15 @@ void ExpectHeadsAloneGiveTheSameBits(std::mt19937& rng, Case& c,
 void TestGroupingChangesNoBit() {
   // A head gives the same bits alone, among others in a block of registers
   // (ungrouped heads of 1-8 vectors), or in a group sharing its K/V head
-  // (key by key): each sum runs in key order in every pass. 17 heads fill
+  // (tile by tile up to 8 vectors, else key by key): each sum runs in key
+  // order in every pass. 17 heads fill
   // blocks of 16, 8, 4 or 2 heads and leave a single one (AVX-512: D 16,
   // 32, 64, 128; AVX2: blocks of 4, 2, 1); 7 leave blocks of halving sizes
-  // (4, 2 and 1 for AVX-512's D 64); D 200 is key by key everywhere.
+  // (4, 2 and 1 for AVX-512's D 64); D 96 is 6 vectors on AVX-512 (key by
+  // key on AVX2), D 200 key by key everywhere.
   std::mt19937 rng(29);
   for (size_t H : {size_t{17}, size_t{7}}) {
-    for (size_t D : {size_t{16}, size_t{32}, size_t{40}, size_t{64},
+    for (size_t D : {size_t{16}, size_t{32}, size_t{40}, size_t{64}, size_t{96},
                      size_t{128}, size_t{200}}) {
       for (size_t kv_heads : {H, size_t{1}}) {
         Case c(rng, H, D, /*num_seqs=*/1, {700}, -1.0f, 1.0f, kv_heads);
@@ -401,32 +403,40 @@ void TestChunkWithoutWeightAddsNothing() {
   // Every key of the first chunk scores -inf (a -inf in a key against a
   // positive query): that chunk's max is -inf and its sums must be zero,
   // not -inf times the values, for the merge to weigh it by exp(-inf) = 0.
+  // Ungrouped and grouped (tile by tile for D 8 and 64).
   std::mt19937 rng(37);
   for (size_t D : {size_t{8}, size_t{64}}) {
-    Case c(rng, /*heads=*/5, D, /*num_seqs=*/1, {kDecodeChunk + 40}, 0.5f,
-           1.0f);
-    for (size_t j = 0; j < kDecodeChunk; ++j) {
-      for (size_t h = 0; h < c.H; ++h) c.k[c.KvAt(0, h, j)] = -kInf;
+    for (size_t kv_heads : {size_t{5}, size_t{1}}) {
+      Case c(rng, /*heads=*/5, D, /*num_seqs=*/1, {kDecodeChunk + 40}, 0.5f,
+             1.0f, kv_heads);
+      for (size_t j = 0; j < kDecodeChunk; ++j) {
+        for (size_t h = 0; h < c.Hkv; ++h) c.k[c.KvAt(0, h, j)] = -kInf;
+      }
+      c.Run(2);
+      c.ExpectMatchesReference("D " + std::to_string(D) + " Hkv " +
+                               std::to_string(kv_heads));
     }
-    c.Run(2);
-    c.ExpectMatchesReference("D " + std::to_string(D));
   }
 }
 
 void TestPrefetchChangesNoBit() {
   // Rows shorter than the prefetch distance, over chunk boundaries, grouped
-  // and not, in either cache layout. (A prefetch of a wrong address would
-  // not show: prefetches never fault, and sanitizers ignore them.)
+  // and not, in either cache layout: heads {H, Hkv, D}. Grouped heads of D
+  // 24 go tile by tile (prefetching the next tile either way) except on
+  // the scalar target; of D 200, key by key everywhere. (A prefetch of a
+  // wrong address would not show: prefetches never fault, and sanitizers
+  // ignore them.)
   std::mt19937 rng(31);
-  const size_t shapes[][2] = {{12, 12}, {8, 2}, {40, 8}};
+  const size_t shapes[][3] = {
+      {12, 12, 24}, {8, 2, 24}, {40, 8, 24}, {8, 2, 200}};
   for (const auto& shape : shapes) {
     for (bool head_major : {false, true}) {
-      Case c(rng, shape[0], /*head_dim=*/24, /*num_seqs=*/2,
+      Case c(rng, shape[0], shape[2], /*num_seqs=*/2,
              {1, kDecodePrefetchKeys, 600, 257}, -2.0f, 2.0f, shape[1]);
       if (head_major) c.UseHeadMajor();
-      const std::string what = "H " + std::to_string(shape[0]) + " Hkv " +
-                               std::to_string(shape[1]) +
-                               (head_major ? " head major" : "");
+      const std::string what =
+          "H " + std::to_string(shape[0]) + " Hkv " + std::to_string(shape[1]) +
+          " D " + std::to_string(shape[2]) + (head_major ? " head major" : "");
       c.Run(2, DecodePrefetch::kNone);
       const std::vector<float> plain = c.ctx;
       c.Run(2, DecodePrefetch::kKeysAhead);
