@@ -310,20 +310,14 @@ HWY_INLINE bool DecodeBlocksHeadsT(D d, size_t group, size_t padded_dim) {
          padded_dim <= kDecodeBlockMaxVecs * N;
 }
 
-// DecodeBlockedPassT<vecs> for heads of `vecs` vectors, kVecs <= vecs <=
-// kDecodeBlockMaxVecs.
-template <size_t kVecs = 1, class D>
-HWY_INLINE void DecodeBlockedPassOfT(
-    D d, size_t vecs, const DecodeParams& params, const DecodeHeads& heads,
-    const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, size_t n,
-    size_t prefetch_keys, float (*scores)[kDecodeChunk], bool* live) {
-  if (vecs == kVecs) {
-    return DecodeBlockedPassT<kVecs>(d, params, heads, k, v, n, prefetch_keys,
-                                     scores, live);
-  }
+// f(std::integral_constant<size_t, vecs>()) for heads of `vecs` vectors,
+// kVecs <= vecs <= kDecodeBlockMaxVecs: the passes that hold a head in
+// registers.
+template <size_t kVecs = 1, class F>
+HWY_INLINE void DecodeWithVecs(size_t vecs, const F& f) {
+  if (vecs == kVecs) return f(std::integral_constant<size_t, kVecs>());
   if constexpr (kVecs < kDecodeBlockMaxVecs) {
-    DecodeBlockedPassOfT<kVecs + 1>(d, vecs, params, heads, k, v, n,
-                                    prefetch_keys, scores, live);
+    DecodeWithVecs<kVecs + 1>(vecs, f);
   }
 }
 
@@ -462,23 +456,6 @@ HWY_INLINE void DecodeTiledPassT(D d, const DecodeParams& params,
   DecodeTiledValuesT<kVecs>(d, params, heads, v, n, scores, live);
 }
 
-// DecodeTiledPassT<vecs> for heads of `vecs` vectors, kVecs <= vecs <=
-// kDecodeBlockMaxVecs.
-template <size_t kVecs = 1, class D>
-HWY_INLINE void DecodeTiledPassOfT(D d, size_t vecs, const DecodeParams& params,
-                                   const DecodeHeads& heads,
-                                   const float* HWY_RESTRICT k,
-                                   const float* HWY_RESTRICT v, size_t n,
-                                   float (*scores)[kDecodeChunk], bool* live) {
-  if (vecs == kVecs) {
-    return DecodeTiledPassT<kVecs>(d, params, heads, k, v, n, scores, live);
-  }
-  if constexpr (kVecs < kDecodeBlockMaxVecs) {
-    DecodeTiledPassOfT<kVecs + 1>(d, vecs, params, heads, k, v, n, scores,
-                                  live);
-  }
-}
-
 // One pass: keys [0, n) of a chunk (n <= kDecodeChunk) for `heads`; k and
 // v point at the chunk's first key of K/V head 0; both passes prefetch
 // `prefetch_keys` keys ahead (0: none) except tile by tile, which always
@@ -498,13 +475,18 @@ HWY_INLINE void DecodePassT(D d, const DecodeParams& params,
                             size_t prefetch_keys) {
   HWY_ALIGN float scores[kDecodeMaxHeads][kDecodeChunk];
   bool live[kDecodeMaxHeads];
-  if (DecodeBlocksHeadsT(d, DecodeGroup(params), params.padded_dim)) {
-    return DecodeBlockedPassOfT(d, params.padded_dim / hn::Lanes(d), params,
-                                heads, k, v, n, prefetch_keys, scores, live);
-  }
   const size_t vecs = params.padded_dim / hn::Lanes(d);
+  if (DecodeBlocksHeadsT(d, DecodeGroup(params), params.padded_dim)) {
+    return DecodeWithVecs(vecs, [&](auto kVecs) {
+      DecodeBlockedPassT<decltype(kVecs)::value>(d, params, heads, k, v, n,
+                                                 prefetch_keys, scores, live);
+    });
+  }
   if (params.padded_dim % hn::Lanes(d) == 0 && vecs <= kDecodeBlockMaxVecs) {
-    return DecodeTiledPassOfT(d, vecs, params, heads, k, v, n, scores, live);
+    return DecodeWithVecs(vecs, [&](auto kVecs) {
+      DecodeTiledPassT<decltype(kVecs)::value>(d, params, heads, k, v, n,
+                                               scores, live);
+    });
   }
   DecodePassScoresT(d, params, heads, k, n, prefetch_keys, scores);
   DecodePassSoftmaxT(d, params, heads, n, scores, live);
