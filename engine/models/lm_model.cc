@@ -73,11 +73,7 @@ std::pair<int64_t, int64_t> LinearShape(const LmConfig& c, Role role) {
   }
 }
 
-namespace {
-
-std::string Str(int64_t v) { return std::to_string(v); }
-
-}  // namespace
+namespace {}  // namespace
 
 Status CheckSizes(const LmConfig& c) {
   const std::pair<const char*, int64_t> sizes[] = {
@@ -88,23 +84,26 @@ Status CheckSizes(const LmConfig& c) {
   for (const auto& [name, value] : sizes) {
     if (value <= 0 || value > kMaxSize) {
       return InvalidArgument(std::string("model ") + name + " is " +
-                             Str(value) + ", want 1.." + Str(kMaxSize));
+                             std::to_string(value) + ", want 1.." +
+                             std::to_string(kMaxSize));
     }
   }
   if (c.head_dim == 0 && c.emb_dim % c.num_heads != 0) {
-    return InvalidArgument("model emb_dim " + Str(c.emb_dim) +
+    return InvalidArgument("model emb_dim " + std::to_string(c.emb_dim) +
                            " is not divisible by num_heads " +
-                           Str(c.num_heads) + " (give head_dim)");
+                           std::to_string(c.num_heads) + " (give head_dim)");
   }
   if (c.head_dim < 0 || c.head_dim > kMaxSize ||
       c.head_dim * c.num_heads > kMaxSize) {
-    return InvalidArgument("model head_dim is " + Str(c.head_dim) +
-                           ", want 1.." + Str(kMaxSize / c.num_heads) +
-                           " for " + Str(c.num_heads) + " heads");
+    return InvalidArgument("model head_dim is " + std::to_string(c.head_dim) +
+                           ", want 1.." +
+                           std::to_string(kMaxSize / c.num_heads) + " for " +
+                           std::to_string(c.num_heads) + " heads");
   }
   if (c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0) {
-    return InvalidArgument("model num_kv_heads is " + Str(c.num_kv_heads) +
-                           ", want a divisor of num_heads " + Str(c.num_heads));
+    return InvalidArgument(
+        "model num_kv_heads is " + std::to_string(c.num_kv_heads) +
+        ", want a divisor of num_heads " + std::to_string(c.num_heads));
   }
   // The norms take it as a float: 1e-50 or 1e39 would be 0 or inf there.
   if (!(c.norm_eps > 0.0 && c.norm_eps <= std::numeric_limits<float>::max() &&
@@ -130,10 +129,11 @@ Status CheckQuantizable(const LmConfig& c, DType dtype) {
       {"hidden_dim", c.hidden_dim}};
   for (const auto& [name, value] : inputs) {
     if (value % block != 0) {
-      return InvalidArgument(std::string("model ") + name + " is " +
-                             Str(value) + ", want a multiple of " + Str(block) +
-                             " to quantize (blocks of " + Str(block) +
-                             " along each linear's input)");
+      return InvalidArgument(
+          std::string("model ") + name + " is " + std::to_string(value) +
+          ", want a multiple of " + std::to_string(block) +
+          " to quantize (blocks of " + std::to_string(block) +
+          " along each linear's input)");
     }
   }
   return {};

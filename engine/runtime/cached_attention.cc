@@ -12,10 +12,6 @@ namespace attn {
 
 using kernels::DataType;
 
-namespace {
-std::string Str(int64_t v) { return std::to_string(v); }
-}  // namespace
-
 KvCache::Shape CacheShapeFor(const MhaModelData& m, int64_t layers,
                              int64_t sequences, int64_t capacity) {
   const MhaConfig& c = m.config;
@@ -39,16 +35,17 @@ Status CachedAttentionShared::AllocatePartials(const KvCache& cache,
       kernels::DecodePartialFloats(static_cast<size_t>(s.padded_dim));
   Workspace workspace;
   workspace.Add(&partials, max_partials * floats * sizeof(float));
-  return workspace.Allocate(
-      "the decode kernel's partials of " + Str(s.sequences) + " sequences",
-      held(), cap);
+  return workspace.Allocate("the decode kernel's partials of " +
+                                std::to_string(s.sequences) + " sequences",
+                            held(), cap);
 }
 
 Status CachedAttentionShared::FitStep(const AttentionOp& op) {
   if (step_buffers.Holds(op)) return {};
   const uint64_t others = held() - step_buffers.bytes();
-  return step_buffers.Grow(op, others, cap,
-                           "a decoder step of " + Str(op.rows()) + " tokens");
+  return step_buffers.Grow(
+      op, others, cap,
+      "a decoder step of " + std::to_string(op.rows()) + " tokens");
 }
 
 Result<CachedAttention> CachedAttention::Create(const MhaModelData& m,
@@ -72,10 +69,10 @@ Result<CachedAttention> CachedAttention::Create(const MhaModelData& m,
 
 Result<std::unique_ptr<AttentionOp>> CachedAttention::MakeStep(
     int64_t rows, uint64_t unseen) const {
-  return AttentionOp::CreateStep(*m_, rows, cache_->layer(layer_),
-                                 m_->num_threads,
-                                 AddSat(shared_->held(), unseen),
-                                 "a decoder step of " + Str(rows) + " tokens");
+  return AttentionOp::CreateStep(
+      *m_, rows, cache_->layer(layer_), m_->num_threads,
+      AddSat(shared_->held(), unseen),
+      "a decoder step of " + std::to_string(rows) + " tokens");
 }
 
 uint64_t CachedAttention::bytes() const {
@@ -94,9 +91,9 @@ Status CachedAttention::ReserveLists(int64_t rows, size_t sequences) {
     return {};
   }
   const uint64_t more = (2 * uint64_t{R} + sequences) * sizeof(int64_t);
-  ATTN_RETURN_IF_ERROR(
-      CheckMemory("the row lists of a decoder step of " + Str(rows) + " tokens",
-                  AddSat(shared_->held(), more), shared_->cap));
+  ATTN_RETURN_IF_ERROR(CheckMemory(
+      "the row lists of a decoder step of " + std::to_string(rows) + " tokens",
+      AddSat(shared_->held(), more), shared_->cap));
   row_seqs_.reserve(R);
   row_positions_.reserve(R);
   prompt_seqs_.reserve(sequences);
@@ -135,8 +132,8 @@ Status CachedAttention::PreparePrompt(int64_t batch, int64_t seq_len) {
     shared.prompt_shape = {0, 0};
   }
   const KvView cache = cache_->layer(layer_);
-  const std::string what =
-      "a prompt of batch " + Str(batch) + " x " + Str(seq_len) + " tokens";
+  const std::string what = "a prompt of batch " + std::to_string(batch) +
+                           " x " + std::to_string(seq_len) + " tokens";
   ATTN_ASSIGN_OR_RETURN(
       std::unique_ptr<AttentionOp> op,
       AttentionOp::Create(*m_, DataType::kF32, batch, seq_len, &cache,

@@ -19,10 +19,6 @@
 #include "engine/runtime/runner.h"
 
 namespace attn {
-namespace {
-std::string Str(int64_t v) { return std::to_string(v); }
-}  // namespace
-
 struct MhaDecoder::Impl {
   std::shared_ptr<const MhaModel> model;
   const MhaModelData* m = nullptr;
@@ -51,13 +47,14 @@ Result<int64_t> MhaDecoder::Impl::CountRows(const NewTokens& tokens) const {
     const int64_t b = tokens.sequence(i), n = tokens.count(i);
     const int64_t held = cache->length(b);
     if (n < 0) {
-      return InvalidArgument("counts[" + Str(b) + "] is " + Str(n) +
-                             ", want >= 0 new tokens");
+      return InvalidArgument("counts[" + std::to_string(b) + "] is " +
+                             std::to_string(n) + ", want >= 0 new tokens");
     }
     if (n > capacity - held) {
       return InvalidArgument(
-          "sequence " + Str(b) + " holds " + Str(held) + " tokens; " + Str(n) +
-          " more would exceed max_length " + Str(capacity) +
+          "sequence " + std::to_string(b) + " holds " + std::to_string(held) +
+          " tokens; " + std::to_string(n) + " more would exceed max_length " +
+          std::to_string(capacity) +
           (capacity == m->config.context_length ? " (the context_length)"
                                                 : "") +
           ": Truncate or Reset it");
@@ -93,12 +90,12 @@ MhaDecoder::~MhaDecoder() = default;
 static Result<int64_t> CacheLength(const MhaConfig& c,
                                    const DecoderOptions& options) {
   if (options.batch <= 0 || options.batch > (int64_t{1} << 20)) {
-    return InvalidArgument("decoder batch is " + Str(options.batch) +
+    return InvalidArgument("decoder batch is " + std::to_string(options.batch) +
                            ", want a positive number of sequences");
   }
   const int64_t capacity = options.max_length;
   if (capacity < 0) {
-    return InvalidArgument("decoder max_length is " + Str(capacity) +
+    return InvalidArgument("decoder max_length is " + std::to_string(capacity) +
                            ", want a positive length (or 0 for the model's "
                            "context_length)");
   }
@@ -109,9 +106,9 @@ static Result<int64_t> CacheLength(const MhaConfig& c,
   }
   if (capacity == 0) return c.context_length;
   if (c.context_length > 0 && capacity > c.context_length) {
-    return InvalidArgument("decoder max_length " + Str(capacity) +
+    return InvalidArgument("decoder max_length " + std::to_string(capacity) +
                            " exceeds the model's context_length " +
-                           Str(c.context_length));
+                           std::to_string(c.context_length));
   }
   return capacity;
 }
@@ -132,11 +129,11 @@ Result<std::unique_ptr<MhaDecoder>> MhaDecoder::Create(
   ATTN_ASSIGN_OR_RETURN(const int64_t capacity, CacheLength(c, options));
   ATTN_ASSIGN_OR_RETURN(
       KvCache cache,
-      KvCache::Create(CacheShapeFor(*d.m, 1, options.batch, capacity),
-                      /*all_live=*/true, MhaModelBytes(*d.m),
-                      d.m->max_memory_bytes,
-                      "a decoder cache of batch " + Str(options.batch) +
-                          " x max_length " + Str(capacity)));
+      KvCache::Create(
+          CacheShapeFor(*d.m, 1, options.batch, capacity),
+          /*all_live=*/true, MhaModelBytes(*d.m), d.m->max_memory_bytes,
+          "a decoder cache of batch " + std::to_string(options.batch) +
+              " x max_length " + std::to_string(capacity)));
   d.cache.emplace(std::move(cache));
   d.shared.held = [&d] { return d.HeldBytes(); };
   d.shared.cap = d.m->max_memory_bytes;
@@ -166,7 +163,8 @@ Status MhaDecoder::Prefill(const float* input, const int64_t* counts,
 
 Status MhaDecoder::Prefill(const float* input, int64_t seq_len, float* output) {
   if (seq_len < 0) {
-    return InvalidArgument("seq_len is " + Str(seq_len) + ", want >= 0");
+    return InvalidArgument("seq_len is " + std::to_string(seq_len) +
+                           ", want >= 0");
   }
   if (!input || !output) {
     return InvalidArgument("input and output must not be null");
@@ -181,14 +179,14 @@ Status MhaDecoder::Prefill(const float* input, int64_t seq_len, float* output) {
 Status MhaDecoder::Decode(const float* input, int64_t batch, float* output) {
   Impl& d = *impl_;
   if (batch != d.batch()) {
-    return InvalidArgument("decode batch is " + Str(batch) +
-                           ", but the decoder holds " + Str(d.batch()) +
-                           " sequences");
+    return InvalidArgument("decode batch is " + std::to_string(batch) +
+                           ", but the decoder holds " +
+                           std::to_string(d.batch()) + " sequences");
   }
   for (int64_t b = 0; b < batch; ++b) {
     if (d.cache->length(b) == 0) {
       return InvalidArgument(
-          "sequence " + Str(b) +
+          "sequence " + std::to_string(b) +
           " is empty (new, or Reset): Prefill its prompt before Decode");
     }
   }

@@ -10,8 +10,6 @@
 namespace attn {
 namespace {
 
-std::string Str(int64_t v) { return std::to_string(v); }
-
 uint64_t SlotBytes(int64_t sequences) {
   return MulSat(2 * uint64_t(sequences), sizeof(int64_t));  // lengths, heap
 }
@@ -77,10 +75,11 @@ Status KvCache::CheckLive(int64_t sequence, const char* what) const {
   const bool in_range = sequence >= 0 && sequence < shape_.sequences;
   if (in_range && lengths_[static_cast<size_t>(sequence)] >= 0) return {};
   return InvalidArgument(
-      std::string("cannot ") + what + " sequence " + Str(sequence) +
+      std::string("cannot ") + what + " sequence " + std::to_string(sequence) +
       ": it is not a live sequence (" +
-      (in_range ? std::string("never added, or removed")
-                : "out of range [0, " + Str(shape_.sequences) + ")") +
+      (in_range
+           ? std::string("never added, or removed")
+           : "out of range [0, " + std::to_string(shape_.sequences) + ")") +
       ")");
 }
 
@@ -93,7 +92,7 @@ Result<int64_t> KvCache::Add() {
   } else if (next_unused_ < shape_.sequences) {
     slot = next_unused_++;
   } else {
-    return InvalidArgument("all " + Str(shape_.sequences) +
+    return InvalidArgument("all " + std::to_string(shape_.sequences) +
                            " sequence slots are live (max_sequences): "
                            "Remove one first");
   }
@@ -144,9 +143,10 @@ Status KvCache::Truncate(int64_t sequence, int64_t length) {
   ATTN_RETURN_IF_ERROR(CheckLive(sequence, "truncate"));
   int64_t& held = lengths_[static_cast<size_t>(sequence)];
   if (length < 0 || length > held) {
-    return InvalidArgument("cannot truncate sequence " + Str(sequence) +
-                           " of " + Str(held) + " tokens to " + Str(length) +
-                           ", want 0 <= length <= " + Str(held));
+    return InvalidArgument(
+        "cannot truncate sequence " + std::to_string(sequence) + " of " +
+        std::to_string(held) + " tokens to " + std::to_string(length) +
+        ", want 0 <= length <= " + std::to_string(held));
   }
   held = length;
   return {};

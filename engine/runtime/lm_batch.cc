@@ -30,8 +30,6 @@
 namespace attn {
 namespace {
 
-std::string Str(int64_t v) { return std::to_string(v); }
-
 template <class T>
 uint64_t BytesOf(const std::vector<T>& list) {
   return uint64_t{list.capacity()} * sizeof(T);
@@ -115,10 +113,10 @@ Status Batch::Impl::ReserveLists(size_t requests, size_t rows, size_t logits) {
   }
   more = AddSat(more, GrowthOf(logit_rows, logits));
   if (more == 0) return {};
-  ATTN_RETURN_IF_ERROR(
-      CheckMemory("the lists of a step of " + Str(int64_t(requests)) +
-                      " requests and " + Str(int64_t(rows)) + " tokens",
-                  AddSat(HeldBytes(), more), m->max_memory_bytes));
+  ATTN_RETURN_IF_ERROR(CheckMemory(
+      "the lists of a step of " + std::to_string(int64_t(requests)) +
+          " requests and " + std::to_string(int64_t(rows)) + " tokens",
+      AddSat(HeldBytes(), more), m->max_memory_bytes));
   order.reserve(requests);
   logits_first.reserve(requests);
   for (auto* list : {&step_seqs, &step_counts}) list->reserve(requests);
@@ -152,9 +150,9 @@ Status Batch::Impl::CheckRequests(const Request* requests, size_t count) {
   if (count > 0 && !requests) return InvalidArgument("step: requests is null");
   const int64_t B = cache->shape().sequences;
   if (count > static_cast<size_t>(B)) {
-    return InvalidArgument("step has " + Str(int64_t(count)) +
-                           " requests, want at most max_sequences " + Str(B) +
-                           " (each sequence once)");
+    return InvalidArgument("step has " + std::to_string(int64_t(count)) +
+                           " requests, want at most max_sequences " +
+                           std::to_string(B) + " (each sequence once)");
   }
   ATTN_RETURN_IF_ERROR(ReserveLists(count, 0, 0));
   order.resize(count);
@@ -164,31 +162,35 @@ Status Batch::Impl::CheckRequests(const Request* requests, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     const Request& r = requests[i];
     // Named only in a refusal: a step that passes builds no string.
-    const auto who = [i] { return "step request " + Str(int64_t(i)) + ": "; };
+    const auto who = [i] {
+      return "step request " + std::to_string(int64_t(i)) + ": ";
+    };
     const int64_t held = cache->length(r.sequence);
     if (held < 0) {
-      return InvalidArgument(who() + "sequence " + Str(r.sequence) +
+      return InvalidArgument(who() + "sequence " + std::to_string(r.sequence) +
                              " is not a live sequence of this batch");
     }
     if (i == duplicate) {
-      return InvalidArgument(who() + "sequence " + Str(r.sequence) +
+      return InvalidArgument(who() + "sequence " + std::to_string(r.sequence) +
                              " appears twice in one step");
     }
     if (r.count <= 0 || !r.tokens) {
-      return InvalidArgument(who() + "has " + Str(r.count) +
+      return InvalidArgument(who() + "has " + std::to_string(r.count) +
                              " tokens, want at least 1 (and non-null tokens)");
     }
     if (r.count > cache->shape().capacity - held) {
-      return InvalidArgument(who() + "sequence " + Str(r.sequence) + " holds " +
-                             Str(held) + " tokens; " + Str(r.count) +
+      return InvalidArgument(who() + "sequence " + std::to_string(r.sequence) +
+                             " holds " + std::to_string(held) + " tokens; " +
+                             std::to_string(r.count) +
                              " more exceed the batch's max_length " +
-                             Str(cache->shape().capacity));
+                             std::to_string(cache->shape().capacity));
     }
     for (int64_t t = 0; t < r.count; ++t) {
       if (r.tokens[t] < 0 || r.tokens[t] >= vocab) {
-        return InvalidArgument(who() + "token id " + Str(r.tokens[t]) +
-                               " at position " + Str(t) +
-                               " is out of range [0, " + Str(vocab) + ")");
+        return InvalidArgument(who() + "token id " +
+                               std::to_string(r.tokens[t]) + " at position " +
+                               std::to_string(t) + " is out of range [0, " +
+                               std::to_string(vocab) + ")");
       }
     }
   }
@@ -237,9 +239,9 @@ Status Batch::Impl::ReserveLogits(int64_t rows) {
   logit_rows_allocated = 0;
   Workspace workspace;
   workspace.Add(&logits, bytes);
-  ATTN_RETURN_IF_ERROR(
-      workspace.Allocate("the logits of a step of " + Str(rows) + " rows",
-                         HeldBytes(), m->max_memory_bytes));
+  ATTN_RETURN_IF_ERROR(workspace.Allocate(
+      "the logits of a step of " + std::to_string(rows) + " rows", HeldBytes(),
+      m->max_memory_bytes));
   logit_rows_allocated = rows;
   return {};
 }
@@ -252,9 +254,9 @@ Status Batch::Impl::Prepare(int64_t rows) {
   if (kept < rows) shape = {rows, last_mha, kept};
   if (shape == runner->shape()) return {};
   const std::vector<std::vector<size_t>> no_buffers(m->program.steps.size());
-  return runner->Prepare(shape, no_buffers, {}, HeldBytes() - runner->bytes(),
-                         m->max_memory_bytes,
-                         "the buffers of a step of " + Str(rows) + " tokens");
+  return runner->Prepare(
+      shape, no_buffers, {}, HeldBytes() - runner->bytes(), m->max_memory_bytes,
+      "the buffers of a step of " + std::to_string(rows) + " tokens");
 }
 
 Status Batch::Impl::Run() {
@@ -303,14 +305,15 @@ Result<std::unique_ptr<Batch>> Batch::Create(std::shared_ptr<const Model> any,
   const LmConfig& c = m.config;
   if (options.max_sequences <= 0 ||
       options.max_sequences > BatchOptions::kMaxSequences) {
-    return InvalidArgument("batch max_sequences is " +
-                           Str(options.max_sequences) + ", want 1 to " +
-                           Str(BatchOptions::kMaxSequences));
+    return InvalidArgument(
+        "batch max_sequences is " + std::to_string(options.max_sequences) +
+        ", want 1 to " + std::to_string(BatchOptions::kMaxSequences));
   }
   if (options.max_length < 0 || options.max_length > c.context_length) {
-    return InvalidArgument("batch max_length is " + Str(options.max_length) +
+    return InvalidArgument("batch max_length is " +
+                           std::to_string(options.max_length) +
                            ", want 0 (the context) to context_length " +
-                           Str(c.context_length));
+                           std::to_string(c.context_length));
   }
   const int64_t capacity =
       options.max_length ? options.max_length : c.context_length;
@@ -324,15 +327,16 @@ Result<std::unique_ptr<Batch>> Batch::Create(std::shared_ptr<const Model> any,
   }
   ATTN_ASSIGN_OR_RETURN(
       KvCache cache,
-      KvCache::Create(CacheShapeFor(ModelAccess::Of(*m.layers[0].attention),
-                                    static_cast<int64_t>(m.layers.size()),
-                                    options.max_sequences, capacity),
-                      /*all_live=*/false,
-                      AddSat(model->memory_bytes(), options.caller_bytes),
-                      m.max_memory_bytes,
-                      "the KV caches of " + Str(options.max_sequences) +
-                          " sequences x " + Str(capacity) + " tokens in " +
-                          Str(c.num_layers) + " layers"));
+      KvCache::Create(
+          CacheShapeFor(ModelAccess::Of(*m.layers[0].attention),
+                        static_cast<int64_t>(m.layers.size()),
+                        options.max_sequences, capacity),
+          /*all_live=*/false,
+          AddSat(model->memory_bytes(), options.caller_bytes),
+          m.max_memory_bytes,
+          "the KV caches of " + std::to_string(options.max_sequences) +
+              " sequences x " + std::to_string(capacity) + " tokens in " +
+              std::to_string(c.num_layers) + " layers"));
   d.cache.emplace(std::move(cache));
   d.model = std::move(model);  // HeldBytes reads the weights through it
   d.shared.held = [&d] { return d.HeldBytes(); };

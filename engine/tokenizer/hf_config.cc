@@ -27,8 +27,8 @@ using Json = nlohmann::json;
 constexpr uint64_t kDomBytesPerTextByte = 8;
 // A token in the tables: its text twice (the index and the id table),
 // a slot of each, and a merge's slot, with the tables' slack.
-constexpr uint64_t kBytesPerToken = 64;
-constexpr uint64_t kBytesPerMerge = 32;
+constexpr uint64_t kTableBytesPerToken = 64;
+constexpr uint64_t kTableBytesPerMerge = 32;
 constexpr size_t kMaxJsonDepth = 64;
 
 // Messages name the file and the key path: "'d/tokenizer.json':
@@ -497,8 +497,8 @@ Status ReadModel(const Reader& r, const Json& root, LoadBudget* budget,
   if (!merges || !merges->is_array()) {
     return r.Bad("model.merges", "is not an array");
   }
-  const uint64_t need = (vocab ? vocab->size() : 0) * kBytesPerToken +
-                        merges->size() * kBytesPerMerge;
+  const uint64_t need = (vocab ? vocab->size() : 0) * kTableBytesPerToken +
+                        merges->size() * kTableBytesPerMerge;
   ATTN_RETURN_IF_ERROR(budget->Check(r.path(), "its model's tables", need));
   budget->held += need;
   ATTN_RETURN_IF_ERROR(ReadVocab(r, vocab ? *vocab : Json(), impl));
