@@ -139,6 +139,33 @@ TEST_F(CliTest, RunsSixteenBitWeightsAndInput) {
   }
 }
 
+// --dtype bf16 with rotary embeddings: whole sequences at once are refused,
+// naming --incremental, which runs them through decoders alone: PyTorch's
+// fp32 answer within bf16's rounding, not the fp32 run's, the same bits at
+// 1 and 2 threads.
+TEST_F(CliTest, Bf16RotaryEmbeddingsRunIncrementally) {
+  if (!GetRuntimeInfo().native_bf16) GTEST_SKIP() << "no native bf16";
+  const std::string rope = (kGolden / "mha_gqa_rope.safetensors").string();
+  ExpectRefused(RunOn(rope, rope, "--dtype bf16"), 1, "--incremental");
+  auto expected = SafetensorsFile::Open(rope)->ReadF32("expected");
+  ASSERT_TRUE(expected.ok());
+  const std::vector<double> e(expected->begin(), expected->end());
+  const auto run = [&](const std::string& flags) {
+    const Outcome outcome = RunOn(rope, rope, "--incremental " + flags);
+    EXPECT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
+    auto y = SafetensorsFile::Open(output_)->ReadF32("output");
+    EXPECT_TRUE(y.ok());
+    fs::remove(output_);
+    return y.ok() ? *y : std::vector<float>();
+  };
+  const std::vector<float> f32 = run("--threads 1");
+  const std::vector<float> one = run("--dtype bf16 --threads 1");
+  ASSERT_EQ(one.size(), e.size());
+  test::ExpectAllClose(e, one.data(), 2e-2 * test::MaxAbs(e), "bf16");
+  EXPECT_NE(one, f32) << "ran in fp32";
+  EXPECT_EQ(run("--dtype bf16 --threads 2"), one);
+}
+
 TEST_F(CliTest, InputNameAndHeadsFlags) {
   // The golden file's `expected` has the input's shape only by chance of
   // d_out; use a file whose input is also stored under another name.

@@ -115,7 +115,10 @@ LoadOptions LoadOptionsOf(const RunArgs& args) {
   options.dtype = args.dtype;
   options.max_memory_bytes = args.max_memory;
   options.tuned_config = args.config;
+  // --incremental runs decoders alone: no layouts for sessions, and bf16
+  // with rotary embeddings, which only decoders run.
   options.decode = args.incremental;
+  options.sessions = !args.incremental;
   args.attention.ApplyTo(options);
   return options;
 }

@@ -69,6 +69,9 @@ Result<std::shared_ptr<const Model>> Model::Load(const ModelFiles& files,
   MhaOptions mha;
   static_cast<ModelOptions&>(mha) = common;
   mha.decode = options.decode;
+  mha.sessions = options.sessions;
+  // bf16 weights on every path, decoders' steps too, as a language model.
+  if (options.dtype == DType::kBF16) mha.step_weights = DType::kBF16;
   ATTN_ASSIGN_OR_RETURN(auto model, MhaModel::Load(files.weights, mha));
   return Of(std::move(model));
 }

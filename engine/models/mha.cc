@@ -143,7 +143,8 @@ Status CheckDTypes(const MhaConfig& c, const MhaOptions& options) {
       (options.sessions || !options.decode)) {
     return Unsupported(
         "rotary embeddings with dtype bf16 run in decoders only "
-        "(MhaOptions::sessions false, decode true); use dtype f32");
+        "(MhaOptions::sessions false, decode true; attn run: "
+        "--incremental); use dtype f32");
   }
   return {};
 }

@@ -35,11 +35,14 @@ struct ModelFiles {
 };
 
 // How to load any model: what every kind takes (ModelOptions), and what one
-// kind reads (ignored by the others).
+// kind reads (ignored by the others). The attention in dtype kBF16 also
+// decodes its steps on bf16 weights (MhaOptions::step_weights), as a
+// language model does.
 struct LoadOptions : ModelOptions {
   int64_t layers = 0;     // graphs: GraphOptions::layers
   double norm_eps = 0.0;  // language models: LmOptions::norm_eps
   bool decode = true;     // the attention: MhaOptions::decode
+  bool sessions = true;   // the attention: MhaOptions::sessions
 };
 
 class ATTN_API Model {
