@@ -153,7 +153,9 @@ TEST_F(CliTest, Bf16RotaryEmbeddingsRunIncrementally) {
   const auto run = [&](const std::string& flags) {
     const Outcome outcome = RunOn(rope, rope, "--incremental " + flags);
     EXPECT_EQ(outcome.exit_code, 0) << outcome.stderr_text;
-    auto y = SafetensorsFile::Open(output_)->ReadF32("output");
+    auto file = SafetensorsFile::Open(output_);
+    if (!file.ok()) return std::vector<float>();
+    auto y = file->ReadF32("output");
     EXPECT_TRUE(y.ok());
     fs::remove(output_);
     return y.ok() ? *y : std::vector<float>();

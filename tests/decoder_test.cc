@@ -17,6 +17,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/decode.hpp"
+#include "attn/model.hpp"
 #include "attn/safetensors.hpp"
 #include "tests/reference.h"
 #include "tests/test_util.h"
@@ -670,6 +671,47 @@ TEST(DecoderTest, Bf16PromptsProjectInBf16) {
                            y.data(), 2e-2 * test::MaxAbs(fp32), "vs fp32");
       if (first.empty()) first = y;
       EXPECT_EQ(first, y) << "threads changed the bits";
+    }
+  }
+}
+
+// Model::Load of an attention in bf16 with sessions false (attn run
+// --incremental --dtype bf16): its decoders' steps read bf16 weights, the
+// bits of MhaModel::Load with step_weights bf16, not those of fp32 steps.
+TEST(DecoderTest, LoadedBf16AttentionStepsOnBf16Weights) {
+  if (!GetRuntimeInfo().native_bf16) GTEST_SKIP() << "no native bf16";
+  const std::string file =
+      std::string(ATTN_SOURCE_DIR) + "/tests/golden/mha_gqa_rope.safetensors";
+  LoadOptions load;
+  load.dtype = DType::kBF16;
+  load.sessions = false;
+  auto loaded = Model::Load({file, ""}, load);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  const std::shared_ptr<const MhaModel>& model = (*loaded)->attention();
+  ASSERT_TRUE(model);
+  const int64_t B = 2, T = 9, d_in = model->config().d_in,
+                d_out = model->config().d_out;
+  std::mt19937 rng(11);
+  const auto x = test::RandomVector(rng, B * T * d_in, -1.0f, 1.0f);
+  const auto decode = [&](std::shared_ptr<const MhaModel> m) {
+    auto decoder = MakeDecoder(std::move(m), B, T);
+    return decoder ? Incremental(*decoder, x, B, T, d_in, d_out, 1)
+                   : std::vector<float>();
+  };
+  const std::vector<float> y = decode(model);
+  for (const DType steps : {DType::kBF16, DType::kF32}) {
+    MhaOptions options;
+    options.dtype = DType::kBF16;
+    options.step_weights = steps;
+    options.sessions = false;
+    auto direct = MhaModel::Load(file, options);
+    ASSERT_TRUE(direct.ok()) << direct.status().message();
+    const std::vector<float> expected = decode(*direct);
+    ASSERT_EQ(y.size(), expected.size());
+    if (steps == DType::kBF16) {
+      EXPECT_EQ(y, expected) << "not the bf16 steps' bits";
+    } else {
+      EXPECT_NE(y, expected) << "the steps read fp32 weights";
     }
   }
 }

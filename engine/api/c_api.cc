@@ -21,6 +21,7 @@
 #include "attn/model.hpp"
 #include "attn/safetensors.hpp"
 #include "attn/tokenizer.hpp"
+#include "engine/api/mha_options.h"
 #include "engine/runtime/threads.h"
 
 // What runs on the model shares its loaded weights: nothing is parsed or
@@ -311,10 +312,7 @@ attn_status attn_model_create_mha(const attn_mha_config* config,
     if (attn_status s = ToConfig(config, &cfg); s != ATTN_OK) return s;
     if (attn_status s = ToWeights(weights, &w); s != ATTN_OK) return s;
     if (attn_status s = ToOptions(options, &load); s != ATTN_OK) return s;
-    attn::MhaOptions opts;
-    static_cast<attn::ModelOptions&>(opts) = load;
-    opts.decode = load.decode;
-    auto created = attn::MhaModel::Create(cfg, w, opts);
+    auto created = attn::MhaModel::Create(cfg, w, attn::MhaOptionsOf(load));
     if (!created.ok()) return Check(created.status());
     return Publish(attn::Model::Of(std::move(created).value()), model);
   });

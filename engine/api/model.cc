@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/api/mha_options.h"
 #include "engine/runtime/limits.h"
 
 namespace attn {
@@ -66,13 +67,8 @@ Result<std::shared_ptr<const Model>> Model::Load(const ModelFiles& files,
     ATTN_ASSIGN_OR_RETURN(auto model, LanguageModel::Load(files.weights, lm));
     return Of(std::move(model));
   }
-  MhaOptions mha;
-  static_cast<ModelOptions&>(mha) = common;
-  mha.decode = options.decode;
-  mha.sessions = options.sessions;
-  // bf16 weights on every path, decoders' steps too, as a language model.
-  if (options.dtype == DType::kBF16) mha.step_weights = DType::kBF16;
-  ATTN_ASSIGN_OR_RETURN(auto model, MhaModel::Load(files.weights, mha));
+  ATTN_ASSIGN_OR_RETURN(auto model,
+                        MhaModel::Load(files.weights, MhaOptionsOf(options)));
   return Of(std::move(model));
 }
 

@@ -73,8 +73,6 @@ std::pair<int64_t, int64_t> LinearShape(const LmConfig& c, Role role) {
   }
 }
 
-namespace {}  // namespace
-
 Status CheckSizes(const LmConfig& c) {
   const std::pair<const char*, int64_t> sizes[] = {
       {"vocab_size", c.vocab_size}, {"emb_dim", c.emb_dim},

@@ -39,7 +39,9 @@ struct DecoderOptions {
 // calls leave them finite.
 //
 // fp32, except the projections of a model of dtype bf16 in prompts and
-// steps of more than 8 rows (bf16 matmuls; the cache stays fp32). Results are
+// steps of more than 8 rows (bf16 matmuls; the cache stays fp32), and of
+// steps of up to 8 rows where step_weights is bf16 (bf16 weights, fp32
+// math; Model::Load and the C API set it with dtype bf16). Results are
 // bitwise identical for every thread count. Not thread-safe: one decoder per
 // thread; the model may be shared.
 class ATTN_API MhaDecoder {
