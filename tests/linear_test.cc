@@ -32,7 +32,8 @@ struct Case {
   Linear linear;
 };
 
-Case MakeCase(DataType type, bool bias, bool panels, int threads) {
+Case MakeCase(DataType type, bool bias, bool panels, int threads,
+              bool drop_plain = false) {
   std::mt19937 rng(11);
   Case c;
   c.w = test::RandomVector(rng, kIn * kOut, -0.2f, 0.2f);
@@ -52,6 +53,7 @@ Case MakeCase(DataType type, bool bias, bool panels, int threads) {
   ops::LinearLayouts layouts;
   layouts.packed = {{type, 0}};
   if (panels) layouts.panels = type;
+  layouts.drop_plain = drop_plain;
   c.linear = Linear::Create(
                  ops::Weight::Hold(std::move(values), kOut, kIn, type).value(),
                  std::move(b), layouts, threads)
@@ -179,6 +181,47 @@ TEST(LinearPlanTest, LongRunsReadThePackedCopy) {
           .value();
   EXPECT_EQ(plan.own_packed_bytes(), 0u);
   EXPECT_GT(c.linear.bytes(), c.linear.weight().bytes());
+}
+
+// A linear that may drop its plain weights (a language model's) drops them
+// where every run of rows reads its packed copy: oneDNN's blocks of columns
+// on AVX-512, never AVX2's gemm (this test's twin). Either way every row
+// count and fallback gives the bits of the linear that kept them, and a
+// plan that would need them (head planes, of which it has no copy) refuses.
+TEST(LinearPlanTest, DroppedPlainWeightsServeEveryRowCount) {
+  for (const DataType type : {DataType::kF32, DataType::kBF16}) {
+    if (type == DataType::kBF16 && !kernels::HasNativeBF16()) continue;
+    SCOPED_TRACE(type == DataType::kF32 ? "f32" : "bf16");
+    const Case kept = MakeCase(type, true, true, 2);
+    const Case lean = MakeCase(type, true, true, 2, /*drop_plain=*/true);
+    const bool dropped = Linear::PackedServesEveryRun(kOut, kIn, type);
+    EXPECT_EQ(lean.linear.weight().empty(), dropped);
+    EXPECT_EQ(lean.linear.bytes() +
+                  (dropped ? kept.linear.weight().bytes() : uint64_t{0}),
+              kept.linear.bytes());
+    std::mt19937 rng(9);
+    for (const int64_t rows : {1, 5, 8, 9, 31, 64, 127, 128, 129, 300}) {
+      const std::vector<float> x = test::RandomVector(rng, rows * kIn, -1, 1);
+      for (const LinearFallback fallback :
+           {LinearFallback::kPlain, LinearFallback::kOwnPacked}) {
+        const LinearPlan a =
+            LinearPlan::Create(kept.linear, rows, {}, fallback, 2).value();
+        const LinearPlan b =
+            LinearPlan::Create(lean.linear, rows, {}, fallback, 2).value();
+        EXPECT_EQ(RunPlan(b, lean.linear, x, 2), RunPlan(a, kept.linear, x, 2))
+            << rows << " rows";
+      }
+    }
+    if (!dropped) continue;
+    ops::LinearEpilogue planes;
+    planes.head_dim = 20;
+    const Result<LinearPlan> refused = LinearPlan::Create(
+        lean.linear, 16, planes, LinearFallback::kOwnPacked, 1);
+    EXPECT_EQ(refused.status().code(), StatusCode::kInternal);
+    EXPECT_NE(refused.status().message().find("without its plain weights"),
+              std::string::npos)
+        << refused.status().message();
+  }
 }
 
 // A few rows with an epilogue RowsLinear does not apply (oneDNN's residual

@@ -19,6 +19,8 @@
 #include "engine/models/mha_model.h"
 #include "engine/models/model_access.h"
 #include "engine/ops/attention_op.h"
+#include "engine/ops/linear.h"
+#include "engine/runtime/buffer.h"
 #include "engine/runtime/graph_ir.h"
 #include "engine/runtime/runner.h"
 #include "engine/runtime/threads.h"
@@ -94,21 +96,46 @@ size_t Floats(const BoundProgram& p, int tensor, int64_t rows) {
   return static_cast<size_t>(rows * p.widths[size_t(tensor)]);
 }
 
+// What `linear` computes for 16 rows of fixed x on a matmul (never the
+// panels): linears of one shape give the same bits when their weights and
+// biases are the same. A language model keeps no plain weights where its
+// runs do not read them, so its linears are compared by what they compute.
+std::vector<float> Apply(const ops::Linear& linear) {
+  const int64_t rows = 16;
+  ops::LinearEpilogue form;
+  form.panels = false;
+  const ops::LinearPlan plan =
+      ops::LinearPlan::Create(linear, rows, form,
+                              ops::LinearFallback::kOwnPacked, 1)
+          .value();
+  std::vector<float> x(static_cast<size_t>(rows * linear.in()));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 7 % 13) - 6) / 8;
+  std::vector<float> y(static_cast<size_t>(rows * linear.out()));
+  const AlignedBuffer own =
+      AlignedBuffer::Allocate(plan.own_packed_bytes()).value();
+  const AlignedBuffer scratch =
+      AlignedBuffer::Allocate(plan.scratch_bytes()).value();
+  if (plan.own_packed_bytes() > 0) {
+    EXPECT_TRUE(plan.PackOwn(linear, own.data()).ok());
+  }
+  plan.Run(linear, x.data(), y.data(), {nullptr, scratch.data(), own.data()},
+           1);
+  return y;
+}
+
 // Node n reads the same numbers through either binding.
 void ExpectSameWeights(const BoundProgram& a, const BoundProgram& b, size_t n) {
   const NodeBinding& x = a.layers[0][n];
   const NodeBinding& y = b.layers[0][n];
   ASSERT_EQ(x.linear == nullptr, y.linear == nullptr);
   if (x.linear) {
-    const ops::Weight& w = x.linear->weight();
-    ASSERT_EQ(w.out(), y.linear->out());
-    ASSERT_EQ(w.in(), y.linear->in());
-    EXPECT_EQ(0, std::memcmp(w.data(), y.linear->weight().data(),
-                             size_t(w.out() * w.in()) * sizeof(float)));
+    ASSERT_EQ(x.linear->out(), y.linear->out());
+    ASSERT_EQ(x.linear->in(), y.linear->in());
+    EXPECT_EQ(Apply(*x.linear), Apply(*y.linear));
     ASSERT_EQ(x.linear->bias() == nullptr, y.linear->bias() == nullptr);
     if (x.linear->bias()) {
       EXPECT_EQ(0, std::memcmp(x.linear->bias(), y.linear->bias(),
-                               size_t(w.out()) * sizeof(float)));
+                               size_t(x.linear->out()) * sizeof(float)));
     }
   }
   const size_t width = static_cast<size_t>(
@@ -190,8 +217,8 @@ TEST(ProgramTest, GptModelJsonAndTheBuilderGiveTheSameBits) {
       const MhaModelData& ours =
           ModelAccess::Of(*m.layers[attention.size()].attention);
       const MhaModelData& theirs = ModelAccess::Of(*g.layer[0][n].mha);
-      EXPECT_EQ(ours.w_qkv, theirs.w_qkv);
-      EXPECT_EQ(ours.w_out, theirs.w_out);
+      EXPECT_EQ(Apply(ours.qkv), Apply(theirs.qkv));
+      EXPECT_EQ(Apply(ours.out), Apply(theirs.out));
       mha_layer[n] = static_cast<int64_t>(attention.size());
       attention.push_back(PlanMhaRun(theirs, 2, 16, 0, "test").value());
     }
@@ -262,6 +289,41 @@ TEST(ProgramTest, ArenaFollowsThePlanUnlessGrowOnly) {
       EXPECT_EQ(again.code(), StatusCode::kOutOfMemory);
       EXPECT_EQ(runner.shape(), RunShape());
     }
+  }
+}
+
+// A language model's linears hold their packed copy and panels, and their
+// plain weights only where some run of rows reads them: never where every
+// run reads the packed copy (AVX-512), always on AVX2's gemm.
+TEST(ProgramTest, LanguageModelsDropPlainWeightsNoRunReads) {
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    if (dtype == DType::kBF16 && !kernels::HasNativeBF16()) continue;
+    SCOPED_TRACE(dtype == DType::kF32 ? "f32" : "bf16");
+    LmOptions options;
+    options.num_threads = 2;
+    options.dtype = dtype;
+    const auto lm = LanguageModel::Load(
+                        kLm + "hf_llama_tied_biases/model.safetensors", options)
+                        .value();
+    const lm::ModelData& m = ModelAccess::Of(*lm);
+    const auto expect_dropped_where_served = [&](const ops::Linear& linear) {
+      EXPECT_EQ(linear.weight().empty(),
+                ops::Linear::PackedServesEveryRun(linear.out(), linear.in(),
+                                                  linear.compute_type()))
+          << "[" << linear.out() << ", " << linear.in() << "]";
+    };
+    for (const lm::Layer& layer : m.layers) {
+      for (const ops::Linear* linear : {&layer.gate, &layer.up, &layer.down}) {
+        expect_dropped_where_served(*linear);
+      }
+      const MhaModelData& attention = ModelAccess::Of(*layer.attention);
+      for (const ops::Linear* linear : {&attention.qkv, &attention.out}) {
+        expect_dropped_where_served(*linear);
+      }
+      EXPECT_EQ(attention.w_qkv.empty(), attention.qkv.weight().empty());
+      EXPECT_EQ(attention.w_out.empty(), attention.out.weight().empty());
+    }
+    expect_dropped_where_served(m.head);
   }
 }
 

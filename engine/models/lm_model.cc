@@ -140,11 +140,11 @@ Status CheckQuantizable(const LmConfig& c, DType dtype) {
 namespace {
 
 // Bytes the model holds, about (panels pad each matrix to whole panels).
-// fp32: the linears' weights, packed copies and panels (a tied head's
-// weights are the embeddings); bf16: the same in bf16. The attention: its
-// fp32 weights and its decode layouts (a packed copy and panels in the
-// model's dtype). Quantized: every linear's blocks (the head's too) and the
-// fp32 embeddings and norms.
+// Every linear: its packed copy and panels in the model's dtype, and its
+// plain weights (the attention's in fp32) where some run reads them; a
+// tied fp32 head's are the embeddings. Quantized: every linear's blocks
+// (the head's too). Then the fp32 embeddings and norms, and while one
+// linear is made, its fp32 values as read.
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
   const uint64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
@@ -154,23 +154,30 @@ uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t embeddings =
       4 * v * e +
       4 * (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
+  const uint64_t norms = 4 * (4 * e + 2 * h) * c.num_layers;
+  const uint64_t transient = 4 * std::max({v * e, 2 * e * h, qkv});
   if (const auto quant = ops::QuantTypeOf(dtype)) {  // the head: its own
     const uint64_t block_bytes = kernels::QuantBlockBytes(*quant);
     const uint64_t blocks =
         AddSat(MulSat(c.num_layers, attention + ff), v * e) /
         kernels::kQuantBlock;
-    // While one is quantized, the largest linear's fp32 values and blocks.
-    const uint64_t largest = std::max({v * e, 2 * e * h, qkv});
-    const uint64_t transient =
-        4 * largest + largest / kernels::kQuantBlock * block_bytes;
     return AddSat(AddSat(MulSat(blocks, block_bytes), transient),
-                  AddSat(embeddings, 4 * (4 * e + 2 * h) * c.num_layers));
+                  AddSat(embeddings, norms));
   }
-  const bool bf16 = dtype == DType::kBF16;
+  const kernels::DataType type = ops::ToDataType(dtype);
+  const uint64_t size = kernels::SizeOf(type);
+  const auto linear = [&](uint64_t out, uint64_t in, uint64_t plain_size) {
+    const bool dropped = ops::Linear::PackedServesEveryRun(
+        static_cast<int64_t>(out), static_cast<int64_t>(in), type);
+    return MulSat(out * in, 2 * size + (dropped ? 0 : plain_size));
+  };
+  const uint64_t ups = c.architecture == LmArchitecture::kLlama ? 2 : 1;
   const uint64_t layer =
-      (bf16 ? 8 : 12) * attention + (bf16 ? 6 : 12) * ff + 4 * (4 * e + 2 * h);
-  const uint64_t head = (bf16 ? 6 : c.tied_head ? 8 : 12) * v * e;
-  return AddSat(MulSat(layer, c.num_layers), AddSat(embeddings, head));
+      AddSat(AddSat(linear(q + 2 * kv, e, 4), linear(e, q, 4)),
+             AddSat(MulSat(ups, linear(h, e, size)), linear(e, h, size)));
+  const uint64_t head = linear(v, e, c.tied_head && size == 4 ? 0 : size);
+  return AddSat(AddSat(MulSat(layer, c.num_layers), head),
+                AddSat(AddSat(embeddings, norms), transient));
 }
 
 Result<Norm> MakeNorm(const WeightSource& w, Role scale, Role shift,
@@ -184,13 +191,15 @@ Result<Norm> MakeNorm(const WeightSource& w, Role scale, Role shift,
 }
 
 // A linear's weights with the layouts a decoding model reads: a packed copy
-// for long runs, panels for steps of a few rows; quantized ones none.
+// for runs of rows, panels for steps of a few rows, and the plain weights
+// only where some run reads neither; quantized ones none.
 Result<ops::Linear> HoldLinear(ops::Weight weight, ops::Weight bias,
                                int num_threads) {
   ops::LinearLayouts layouts;
   if (!weight.quant()) {
     layouts.packed = {{weight.type(), 0}};
     layouts.panels = weight.type();
+    layouts.drop_plain = true;
   }
   return ops::Linear::Create(std::move(weight), std::move(bias), layouts,
                              num_threads);
@@ -397,7 +406,7 @@ Result<std::shared_ptr<const MhaModel>> MakeAttention(
   ATTN_ASSIGN_OR_RETURN(t.out, w.fetch(Role::kOut, l, e, q_rows));
   mw.w_out = t.out.data();
   Result<std::shared_ptr<const MhaModel>> attention =
-      MhaModel::Create(mc, mw, options);
+      ModelAccess::CreateMha(mc, mw, options, /*decoders_only=*/true);
   if (!attention.ok() &&
       attention.status().code() == StatusCode::kInvalidArgument &&
       ops::QuantTypeOf(options.step_weights)) {

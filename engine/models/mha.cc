@@ -226,7 +226,18 @@ Status InitModel(const MhaConfig& config, const MhaOptions& options,
 
 Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
     const MhaConfig& config, const MhaWeights& w, const MhaOptions& options) {
-  auto impl = std::make_unique<Impl>();
+  return ModelAccess::CreateMha(config, w, options, /*decoders_only=*/false);
+}
+
+Result<std::shared_ptr<const MhaModel>> ModelAccess::CreateMha(
+    const MhaConfig& config, const MhaWeights& w, const MhaOptions& options,
+    bool decoders_only) {
+  if (decoders_only && (options.sessions || !options.decode)) {
+    return InvalidArgument(
+        "a model for decoders alone takes MhaOptions "
+        "sessions false and decode true");
+  }
+  auto impl = std::make_unique<MhaModel::Impl>();
   ATTN_RETURN_IF_ERROR(InitModel(config, options, *impl));
   const MhaConfig& c = impl->config;
   ATTN_RETURN_IF_ERROR(CheckWeightsGiven(c, w));
@@ -237,7 +248,8 @@ Result<std::shared_ptr<const MhaModel>> MhaModel::Create(
     ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_qkv).status());
     ATTN_RETURN_IF_ERROR(ops::RoundToBf16(impl->w_out).status());
   }
-  ATTN_RETURN_IF_ERROR(MakeMhaLinears(*impl, options.sessions, options.decode));
+  ATTN_RETURN_IF_ERROR(
+      MakeMhaLinears(*impl, options.sessions, options.decode, decoders_only));
   return std::shared_ptr<const MhaModel>(new MhaModel(std::move(impl)));
 }
 
@@ -393,9 +405,11 @@ Status CheckRunEstimate(const MhaModelData& m, int64_t batch, int64_t seq_len,
 // The layouts of the projections, packed in the model's type: forwards
 // without a cache (`sessions`) write the head planes and project out;
 // decoders (`decode`) project rows of prompts, and read panels of
-// step_weights' type in steps.
+// step_weights' type in steps; for decoders alone, without the plain
+// weights where they can.
 void ChooseLayouts(const MhaModelData& m, bool sessions, bool decode,
-                   ops::LinearLayouts& qkv, ops::LinearLayouts& out) {
+                   bool decoders_only, ops::LinearLayouts& qkv,
+                   ops::LinearLayouts& out) {
   const MhaConfig& c = m.config;
   const DataType type = ops::ToDataType(m.dtype);
   if (decode) {
@@ -404,6 +418,7 @@ void ChooseLayouts(const MhaModelData& m, bool sessions, bool decode,
     const bool bf16 = m.step_weights == DType::kBF16;
     qkv.panels = out.panels = bf16 ? DataType::kBF16 : DataType::kF32;
   }
+  qkv.drop_plain = out.drop_plain = decoders_only;
   if (!sessions) return;
   qkv.packed.push_back({type, c.d_out / c.num_heads});
   if (!decode) out.packed.push_back({type, 0});
@@ -473,7 +488,8 @@ Status QuantizeMhaLinears(MhaModelData& m, kernels::QuantType quant) {
 
 }  // namespace
 
-Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode) {
+Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode,
+                      bool decoders_only) {
   const ThreadScope threads(m.num_threads);
   if (const auto quant = ops::QuantTypeOf(m.step_weights)) {
     return QuantizeMhaLinears(m, *quant);  // decoders only (Create checks)
@@ -481,7 +497,7 @@ Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode) {
   const MhaConfig& c = m.config;
   const int64_t qkv_rows = c.d_out + 2 * KvDim(c);
   ops::LinearLayouts qkv_layouts, out_layouts;
-  ChooseLayouts(m, sessions, decode, qkv_layouts, out_layouts);
+  ChooseLayouts(m, sessions, decode, decoders_only, qkv_layouts, out_layouts);
   ATTN_ASSIGN_OR_RETURN(const uint64_t qkv_bytes,
                         LayoutBytes(qkv_rows, c.d_in, c.qkv_bias, qkv_layouts));
   ATTN_ASSIGN_OR_RETURN(const uint64_t out_bytes,
@@ -502,6 +518,8 @@ Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode) {
                  ops::Weight::Borrow(m.w_out.data(), OutDim(c), c.d_out),
                  ops::Weight::Borrow(m.b_out.data(), OutDim(c), 1), out_layouts,
                  m.num_threads));
+  if (m.qkv.weight().empty()) StreamedVector<float>().swap(m.w_qkv);
+  if (m.out.weight().empty()) StreamedVector<float>().swap(m.w_out);
   m.decode = decode;
   return {};
 }

@@ -25,6 +25,8 @@ struct MhaModelData {
   uint64_t max_memory_bytes = 0;  // resolved: never 0
   // W_query [d_out, d_in], W_key and W_value [KvDim, d_in] stacked; their
   // biases likewise (empty without qkv_bias). out_proj as in PyTorch.
+  // w_qkv and w_out are empty where a model for decoders alone
+  // (ModelAccess::CreateMha) dropped them.
   StreamedVector<float> w_qkv, b_qkv, w_out, b_out;
   // MhaOptions::step_weights: with kBF16, w_qkv and w_out are rounded to
   // bf16 at load, and the decode panels are bf16.
@@ -59,8 +61,11 @@ inline int64_t OutDim(const MhaConfig& c) {
 uint64_t WeightBytes(const MhaConfig& c);
 
 // Makes `m.qkv` and `m.out` with the layouts sessions (with `sessions`) and
-// decoders (with `decode`) read, with the model's weights already held.
-Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode);
+// decoders (with `decode`) read, with the model's weights already held;
+// `decoders_only` then drops w_qkv and w_out where no decoder's run reads
+// them (a session could not run then).
+Status MakeMhaLinears(MhaModelData& m, bool sessions, bool decode,
+                      bool decoders_only = false);
 // An attention's projections already quantized (a quantized file's), in
 // llama.cpp's row layout of blocks: [W_query; W_key; W_value] and out_proj,
 // with their fp32 biases as MhaWeights takes them.

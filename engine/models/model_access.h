@@ -26,6 +26,12 @@ struct ModelAccess {
   static const graph::LoadedGraph& Of(const GraphModel& model);
   static const lm::ModelData& Of(const LanguageModel& model);
 
+  // MhaModel::Create; with `decoders_only` (a language model's layers:
+  // sessions false, decode true), the projections then hold no plain
+  // weights where no decoder's run reads them.
+  static Result<std::shared_ptr<const MhaModel>> CreateMha(
+      const MhaConfig& config, const MhaWeights& w, const MhaOptions& options,
+      bool decoders_only);
   // MhaModel::Create for projections already quantized (mha_model.h):
   // options.step_weights is their type (sessions off, decode on); the
   // blocks are packed as they are.

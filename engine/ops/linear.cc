@@ -2,7 +2,10 @@
 #include "engine/ops/linear.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <new>
+#include <tuple>
 #include <utility>
 
 #include "kernels/elementwise.h"
@@ -94,6 +97,12 @@ Result<Weight> Weight::FromBlocks(const void* blocks, int64_t out, int64_t in,
   kernels::PackQuantRows(quant, blocks, n, k, w.quantized_.data(), num_threads);
   w.data_ = w.quantized_.data();
   return w;
+}
+
+void Weight::DropValues() {
+  StreamedVector<float>().swap(f32_);
+  StreamedVector<hwy::bfloat16_t>().swap(bf16_);
+  data_ = nullptr;
 }
 
 // W [out, in] row-major is W^T [in, out] with strides (1, in).
@@ -237,7 +246,38 @@ Result<Linear> Linear::Create(Weight weight, Weight bias,
         mm.PackWeights(PlainView(w, form), w.data(), data.data()));
     linear.packed_.push_back({std::move(mm), std::move(data)});
   }
+  if (layouts.drop_plain && rows_copy != layouts.packed.end() &&
+      PackedServesEveryRun(w.out(), w.in(), linear.compute_type_)) {
+    linear.weight_.DropValues();
+  }
   return linear;
+}
+
+bool Linear::PackedServesEveryRun(int64_t out, int64_t in, DataType type) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int64_t, int64_t, DataType>, bool> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(out, in, type);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  bool serves = false;
+  Linear shape;  // no values: a plan that would read them fails
+  shape.weight_ = Weight::Borrow(nullptr, out, in);
+  shape.compute_type_ = type;
+  Result<kernels::MatMul> mm = MakeMatMul(shape, kernels::kMatMulPackedRows,
+                                          FormOf({type, 0}), /*plain=*/false);
+  if (mm.ok()) {
+    shape.packed_.push_back({std::move(mm).value(), {}});
+    // Past MatMulWideRows() every run's tiles span the full width.
+    const int64_t wide = kernels::MatMulWideRows();
+    serves = true;
+    for (int64_t rows = 1; rows <= wide + 1 && serves; ++rows) {
+      serves = LinearPlan::Create(shape, rows, {}, LinearFallback::kOwnPacked,
+                                  /*num_threads=*/1)
+                   .ok();
+    }
+  }
+  known[key] = serves;
+  return serves;
 }
 
 Result<uint64_t> Linear::PackedBytes(int64_t out, int64_t in, bool bias,
@@ -307,6 +347,14 @@ Result<LinearPlan> LinearPlan::Create(const Linear& like, int64_t rows,
                         MakeMatMul(like, rows, epilogue, /*plain=*/false));
   for (size_t i = 0; i < like.packed_.size() && !plan.reads_packed_; ++i) {
     if (mm.ReadPackedWeightsOf(like.packed_[i].layout)) plan.reads_packed_ = i;
+  }
+  if (!plan.reads_packed_ && like.weight().empty()) {
+    return Internal("a linear [" + std::to_string(like.out()) + ", " +
+                    std::to_string(like.in()) +
+                    "] without its plain "
+                    "weights cannot run " +
+                    std::to_string(rows) +
+                    " rows: they do not read its packed copy");
   }
   if (!plan.reads_packed_ && fallback == LinearFallback::kPlain) {
     ATTN_ASSIGN_OR_RETURN(mm, MakeMatMul(like, rows, epilogue, /*plain=*/true));

@@ -83,8 +83,11 @@ class Weight {
   // A quantized weight's: kF32, the type of what it stands for.
   kernels::DataType type() const { return type_; }
   const std::optional<kernels::QuantType>& quant() const { return quant_; }
+  // The values as held; null once dropped (DropValues) or for none.
   const void* data() const { return data_; }
   bool empty() const { return data_ == nullptr; }
+  // Frees the values (a borrowed weight's: forgets them), keeping the shape.
+  void DropValues();
   // W^T [in, out] over data(), as a matmul reads the plain values (not for
   // quantized weights).
   kernels::Operand Transposed() const;
@@ -124,6 +127,11 @@ struct LinearLayouts {
   // (the model decodes), in this type: the weight's own, or bf16 for fp32
   // weights already rounded to bf16 (so that both hold the same numbers).
   std::optional<kernels::DataType> panels;
+  // Drop the plain weight once the layouts are made, where runs of every
+  // row count read the first packed copy of rows or the panels
+  // (Linear::PackedServesEveryRun): a model that runs only those holds one
+  // copy fewer.
+  bool drop_plain = false;
 };
 
 class Linear {
@@ -140,6 +148,13 @@ class Linear {
   // `layout`: what Create allocates for it.
   static Result<uint64_t> PackedBytes(int64_t out, int64_t in, bool bias,
                                       const PackedLayout& layout);
+  // Whether the default plan of every row count of a weight [out, in] with
+  // a packed copy of rows in `type` reads that copy (or panels): where
+  // oneDNN lays it out in blocks of columns that narrower tiles read in
+  // place, as its brgemm kernels do (AVX-512), not its gemm (AVX2). Known
+  // per shape once made.
+  static bool PackedServesEveryRun(int64_t out, int64_t in,
+                                   kernels::DataType type);
 
   const Weight& weight() const { return weight_; }
   // The type its matmuls run in unless a plan says otherwise: its first
@@ -147,7 +162,6 @@ class Linear {
   kernels::DataType compute_type() const { return compute_type_; }
   int64_t in() const { return weight_.in(); }
   int64_t out() const { return weight_.out(); }
-  bool present() const { return !weight_.empty(); }
   const float* bias() const { return static_cast<const float*>(bias_.data()); }
   bool has_panels() const { return panels_.bytes() > 0; }
   const StepWeights& panels() const { return panels_; }
@@ -196,7 +210,9 @@ struct LinearEpilogue {
 };
 
 // Where a matmul that cannot read a linear's packed copy finds its weights:
-// the plain ones (no second copy), or a copy packed for it by the caller.
+// the plain ones (no second copy), or a copy packed for it by the caller
+// from them. Either needs the plain weights: a plan of a linear that
+// dropped them refuses to fall back.
 enum class LinearFallback { kPlain, kOwnPacked };
 
 // How `rows` rows of linears shaped like one run: RowsLinear on the panels
