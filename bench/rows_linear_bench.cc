@@ -77,7 +77,7 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
     max_k = std::max(max_k, l.k);
     max_n = std::max(max_n, l.n);
     step_weights += l.k * l.n;
-    step_packed += kernels::RowsLinearPackedSize(l.n, l.k);
+    step_packed += kernels::RowsLinearPackedSize<TW>(l.n, l.k);
   }
   // Copies of the pass, at least one, so that no weight is in a cache.
   const size_t copies =
@@ -94,7 +94,7 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
   for (TW* packed = w; packed < w + copies * step_packed;) {
     for (const Linear& l : linears) {
       kernels::PackRowsLinear(plain.data(), l.n, l.k, packed, threads);
-      packed += kernels::RowsLinearPackedSize(l.n, l.k);
+      packed += kernels::RowsLinearPackedSize<TW>(l.n, l.k);
     }
   }
   const std::vector<float> x = RandomFloats(rows * max_k, 1.0f, 1);
@@ -112,7 +112,7 @@ void RowsLinearBench(benchmark::State& state, std::vector<Linear> linears,
       if (gelu == Gelu::kAfter) {
         kernels::Gelu(y.data(), y.data(), rows * l.n, threads);
       }
-      wl += kernels::RowsLinearPackedSize(l.n, l.k);
+      wl += kernels::RowsLinearPackedSize<TW>(l.n, l.k);
     }
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();

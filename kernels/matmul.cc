@@ -400,6 +400,23 @@ bool MatMul::ReadPackedWeightsOf(const MatMul& other) {
   return true;
 }
 
+bool MatMul::PacksAsRowsLinear() const {
+  const Impl& a = *impl_;
+  if (!a.packed || a.wei.type != DataType::kBF16 || a.wei.dims.size() != 2 ||
+      a.chunks.size() != 1 || a.chunks[0].offset != 0 ||
+      a.chunks[0].box.cols != a.wei.dims[1]) {
+    return false;
+  }
+  try {
+    const memory::desc rows_linear({a.wei.dims[0], a.wei.dims[1]},
+                                   memory::data_type::bf16,
+                                   memory::format_tag::BA16a64b2a);
+    return a.kinds[a.chunks[0].kind].pd.weights_desc() == rows_linear;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 Status MatMul::PackWeights(const Operand& plain, const void* plain_data,
                            void* packed) const {
   try {

@@ -109,6 +109,11 @@ class MatMul {
   // tiles of a short product inside a long one's full-width chunk), or when
   // SharesPackedWeights. Returns false, changing nothing, otherwise.
   bool ReadPackedWeightsOf(const MatMul& other);
+  // Whether the packed bf16 weights W^T [K, N] of this product of rank 2
+  // are one chunk laid out as RowsLinear's bf16 items of W [N, K]
+  // (oneDNN's BA16a64b2a, kernels/rows_linear.h), so that steps of a few
+  // rows read them in place.
+  bool PacksAsRowsLinear() const;
   // dst = src x wei (+ bias, post-ops) on num_threads threads (1 for
   // Threading::kWorker). Pointers must match the operands given to Create;
   // `wei` is in the packed layout when Create was asked for one.

@@ -60,34 +60,28 @@ constexpr size_t PanelVectors() {
   return kRowsLinearPanel / hn::MaxLanes(D());
 }
 
-// One panel row at p as PanelVectors<D>() vectors of floats, columns in
-// order. The tiles take w as float or bf16 through these two loads and
-// nothing else: bf16 widens to f32 exactly (its bits are the float's high
-// half), so every product and sum is the one the f32 path makes on the
-// widened weights, bit for bit.
-template <class D>
-HWY_INLINE void LoadPanelRow(D d, const float* p, hn::Vec<D>* w) {
-  constexpr size_t N = hn::MaxLanes(D());
-  for (size_t v = 0; v < PanelVectors<D>(); ++v) w[v] = hn::LoadU(d, p + v * N);
+// Prefetches the 128-byte row of a panel at `row` kPrefetchBytes ahead (0:
+// none).
+template <uintptr_t kPrefetchBytes>
+HWY_INLINE void PrefetchPanelRow(const void* row) {
+  if constexpr (kPrefetchBytes != 0) {
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
+    for (uintptr_t b = 0; b < kRowsLinearPanel * sizeof(float); b += 64) {
+      PrefetchL2(reinterpret_cast<const void*>(ahead + b));
+    }
+  }
 }
 
-// bf16 panel rows hold columns c and c + 16 in one 32-bit word (low half,
-// high half: PackRowsLinear), so one load and two bit operations widen two
-// vectors, columns [0, 16) and [16, 32): half the instructions of a
-// widening shuffle and a shift, which pays where the tiles are bound by
-// instructions (8 rows), not by memory (1 row).
-template <class D>
-HWY_INLINE void LoadPanelRow(D d, const hwy::bfloat16_t* p, hn::Vec<D>* w) {
-  static_assert(PanelVectors<D>() % 2 == 0, "pairs need at most 16 lanes");
-  const hn::RebindToUnsigned<D> du;
-  constexpr size_t N = hn::MaxLanes(D());
-  constexpr size_t kWords = PanelVectors<D>() / 2;  // vectors of pairs
-  const auto high = hn::Set(du, 0xFFFF0000u);
-  const auto* pairs = reinterpret_cast<const uint32_t*>(p);
-  for (size_t m = 0; m < kWords; ++m) {
-    const auto u = hn::LoadU(du, pairs + m * N);
-    w[m] = hn::BitCast(d, hn::ShiftLeft<16>(u));
-    w[kWords + m] = hn::BitCast(d, hn::And(u, high));
+// acc[r][v] += x[r * k + i] * w[v] for every row and vector.
+template <size_t kRows, size_t kVectors, class D>
+HWY_INLINE void MulAddRows(D d, const float* x, size_t k, size_t i,
+                           const hn::Vec<D> (&w)[kVectors],
+                           hn::Vec<D> (&acc)[kRows][kVectors]) {
+  for (size_t r = 0; r < kRows; ++r) {
+    const hn::Vec<D> xv = hn::Set(d, x[r * k + i]);
+    for (size_t v = 0; v < kVectors; ++v) {
+      acc[r][v] = hn::MulAdd(xv, w[v], acc[r][v]);
+    }
   }
 }
 
@@ -99,32 +93,60 @@ constexpr size_t TileRows() {
                             kRowsLinearMaxRows);
 }
 
-// One step i of RowsLinearTile: row i of its panels (prefetching the
-// weights kPrefetchBytes ahead, or not at 0) into every chain of acc.
-template <size_t kRows, size_t kPanels, uintptr_t kPrefetchBytes, class D,
-          typename TW>
+// One step i of RowsLinearTile over fp32 panels: row i of each (columns
+// in order) into every chain of acc.
+template <size_t kRows, size_t kPanels, uintptr_t kPrefetchBytes, class D>
 HWY_INLINE void RowsLinearTileStep(
-    D d, const float* x, size_t k, const TW* panel, RowsLinearItemStrides at,
+    D d, const float* x, size_t k, const float* panel, RowsLinearItemStrides at,
     size_t i, hn::Vec<D> (&acc)[kRows][kPanels * PanelVectors<D>()]) {
-  using V = hn::Vec<D>;
+  constexpr size_t N = hn::MaxLanes(D());
   constexpr size_t kVectors = kPanels * PanelVectors<D>();
-  constexpr size_t kRowBytes = kRowsLinearPanel * sizeof(TW);
-  V w[kVectors];
+  hn::Vec<D> w[kVectors];
   for (size_t q = 0; q < kPanels; ++q) {
-    const TW* row = panel + q * at.panel + i * at.row;
-    if constexpr (kPrefetchBytes != 0) {
-      const uintptr_t ahead = reinterpret_cast<uintptr_t>(row) + kPrefetchBytes;
-      for (size_t b = 0; b < kRowBytes; b += 64) {
-        PrefetchL2(reinterpret_cast<const void*>(ahead + b));
-      }
+    const float* row = panel + q * at.panel + i * at.row;
+    PrefetchPanelRow<kPrefetchBytes>(row);
+    for (size_t v = 0; v < PanelVectors<D>(); ++v) {
+      w[q * PanelVectors<D>() + v] = hn::LoadU(d, row + v * N);
     }
-    LoadPanelRow(d, row, w + q * PanelVectors<D>());
   }
-  for (size_t r = 0; r < kRows; ++r) {
-    const V xv = hn::Set(d, x[r * k + i]);
-    for (size_t v = 0; v < kVectors; ++v) {
-      acc[r][v] = hn::MulAdd(xv, w[v], acc[r][v]);
+  MulAddRows<kRows>(d, x, k, i, w, acc);
+}
+
+// Steps 2p and 2p + 1 (with kWithOdd; else 2p alone, the last of an odd k)
+// over bf16 panels, whose row p holds w[j, 2p] and w[j, 2p + 1] in one
+// 32-bit word (low half, high half: PackRowsLinear): one load, then one
+// bit operation widens the weights of each i to f32 exactly (a bf16's
+// bits are its float's high half), so every product and sum is the one
+// the fp32 step makes on the widened weights, bit for bit.
+template <size_t kRows, size_t kPanels, uintptr_t kPrefetchBytes, bool kWithOdd,
+          class D>
+HWY_INLINE void RowsLinearPairStep(
+    D d, const float* x, size_t k, const hwy::bfloat16_t* panel,
+    RowsLinearItemStrides at, size_t p,
+    hn::Vec<D> (&acc)[kRows][kPanels * PanelVectors<D>()]) {
+  const hn::RebindToUnsigned<D> du;
+  constexpr size_t N = hn::MaxLanes(D());
+  constexpr size_t kVectors = kPanels * PanelVectors<D>();
+  hn::Vec<decltype(du)> u[kVectors];
+  for (size_t q = 0; q < kPanels; ++q) {
+    const hwy::bfloat16_t* row = panel + q * at.panel + p * at.row;
+    PrefetchPanelRow<kPrefetchBytes>(row);
+    const auto* words = reinterpret_cast<const uint32_t*>(row);
+    for (size_t v = 0; v < PanelVectors<D>(); ++v) {
+      u[q * PanelVectors<D>() + v] = hn::LoadU(du, words + v * N);
     }
+  }
+  hn::Vec<D> w[kVectors];
+  for (size_t v = 0; v < kVectors; ++v) {
+    w[v] = hn::BitCast(d, hn::ShiftLeft<16>(u[v]));
+  }
+  MulAddRows<kRows>(d, x, k, 2 * p, w, acc);
+  if constexpr (kWithOdd) {
+    const auto high = hn::Set(du, 0xFFFF0000u);
+    for (size_t v = 0; v < kVectors; ++v) {
+      w[v] = hn::BitCast(d, hn::And(u[v], high));
+    }
+    MulAddRows<kRows>(d, x, k, 2 * p + 1, w, acc);
   }
 }
 
@@ -150,10 +172,14 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
     // Unrolled: fewer instructions per weight let the core run further
     // ahead; the bf16 decode step of GPT-2 at 1 row ran 8-11% faster on
     // the AMX Xeon of RowsLinearPrefetch::kEveryTile (fp32: no faster).
-    HWY_UNROLL(4)
-    for (size_t i = 0; i < k; ++i) {
-      RowsLinearTileStep<kRows, kPanels, kPrefetchBytes>(d, x, k, panel, at, i,
-                                                         acc);
+    HWY_UNROLL(2)
+    for (size_t p = 0; p < k / 2; ++p) {
+      RowsLinearPairStep<kRows, kPanels, kPrefetchBytes, true>(d, x, k, panel,
+                                                               at, p, acc);
+    }
+    if (k % 2 != 0) {
+      RowsLinearPairStep<kRows, kPanels, kPrefetchBytes, false>(d, x, k, panel,
+                                                                at, k / 2, acc);
     }
   } else {
     for (size_t i = 0; i < k; ++i) {
@@ -187,7 +213,7 @@ template <size_t kRows, uintptr_t kPrefetchBytes, class D, typename TW>
 HWY_INLINE void RowsLinearItemT(D d, const float* x, size_t k, const TW* item,
                                 size_t panels, const float* bias,
                                 size_t columns, float* y, size_t ldy) {
-  const RowsLinearItemStrides at = RowsLinearStrides<TW>(panels, k);
+  const RowsLinearItemStrides at = RowsLinearStrides<TW>(k);
   if constexpr (BothPanelsInOneTile<kRows, D, TW>()) {
     if (panels == 2) {
       return RowsLinearTile<kRows, 2, kPrefetchBytes>(d, x, k, item, at, bias,
@@ -233,13 +259,13 @@ HWY_INLINE void RowsLinearItem(D d, const float* x, size_t k, const TW* item,
 // The work unit of columns [j0, j0 + RowsLinearUnitColumns<TW>()), or up
 // to n (j0 a multiple of the unit), for 1 <= rows <= kRowsLinearMaxRows
 // rows, into y [rows, ldy] from its column 0: y[r * ldy + c] is column
-// j0 + c of row r. Its panels start at packed + j0 * k either way.
+// j0 + c of row r. Its panels start at packed + j0 * RowsLinearPaddedK(k).
 template <class D, typename TW>
 HWY_INLINE void RowsLinearColumns(D d, const float* x, size_t rows, size_t k,
                                   const TW* packed, const float* bias, size_t n,
                                   size_t j0, float* y, size_t ldy,
                                   RowsLinearPrefetch prefetch) {
-  const TW* item = packed + j0 * k;
+  const TW* item = packed + j0 * RowsLinearPaddedK<TW>(k);
   const size_t columns = std::min(RowsLinearUnitColumns<TW>(), n - j0);
   const size_t panels = (columns + kRowsLinearPanel - 1) / kRowsLinearPanel;
   const float* bias_j0 = bias ? bias + j0 : nullptr;
@@ -287,7 +313,7 @@ HWY_INLINE void RowsLinearSidePanels(D d, const float* x, size_t k,
                                      const float* packed, const float* bias,
                                      size_t n, size_t first, size_t count,
                                      float* y) {
-  const RowsLinearItemStrides at = RowsLinearStrides<float>(1, k);
+  const RowsLinearItemStrides at = RowsLinearStrides<float>(k);
   size_t p = 0;
   for (; p + kPanels <= count; p += kPanels) {
     const size_t j = (first + p) * kRowsLinearPanel;

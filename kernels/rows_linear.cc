@@ -58,42 +58,42 @@ T Weight(const T* w, size_t n, size_t k, size_t j, size_t i) {
   return j < n ? w[j * k + i] : T{};
 }
 
-// Row i of the panel of columns [j0, j0 + 32): fp32 in column order.
-void PackPanelRow(const float* w, size_t n, size_t k, size_t j0, size_t i,
-                  float* out) {
-  for (size_t c = 0; c < kRowsLinearPanel; ++c) {
-    out[c] = Weight(w, n, k, j0 + c, i);
-  }
-}
-
-// bf16: columns c and c + 16 in one 32-bit word, the low half and the high
-// half, as the tiles widen them (LoadPanelRow).
-void PackPanelRow(const hwy::bfloat16_t* w, size_t n, size_t k, size_t j0,
-                  size_t i, hwy::bfloat16_t* out) {
-  constexpr size_t kHalf = kRowsLinearPanel / 2;
-  for (size_t c = 0; c < kHalf; ++c) {
-    const uint32_t high = Weight(w, n, k, j0 + kHalf + c, i).bits;
-    const uint32_t word = (high << 16) | Weight(w, n, k, j0 + c, i).bits;
-    std::memcpy(out + 2 * c, &word, sizeof(word));
-  }
-}
-
-// Panel by panel, each written as k rows of 32 weights that
-// RowsLinearStrides places, gathered from 32 rows of w, whose cache lines
-// stay in L1 while they are used up.
-template <typename T>
-void Pack(const T* w, size_t n, size_t k, T* packed, int num_threads) {
+// fp32 panel by panel, each k rows of 32 weights in column order, gathered
+// from 32 rows of w, whose cache lines stay in L1 while they are used up.
+void Pack(const float* w, size_t n, size_t k, float* packed, int num_threads) {
   const auto panels = static_cast<int64_t>(Panels(n));
 #pragma omp parallel for num_threads(num_threads) schedule(static)
   for (int64_t p = 0; p < panels; ++p) {
     const size_t j0 = static_cast<size_t>(p) * kRowsLinearPanel;
-    const size_t item_j0 = j0 / kRowsLinearColumns * kRowsLinearColumns;
-    const RowsLinearItemStrides at =
-        RowsLinearStrides<T>(RowsLinearItemPanels(n, item_j0), k);
-    T* out =
-        packed + item_j0 * k + (j0 - item_j0) / kRowsLinearPanel * at.panel;
+    float* out = packed + j0 * k;
     for (size_t i = 0; i < k; ++i) {
-      PackPanelRow(w, n, k, j0, i, out + i * at.row);
+      for (size_t c = 0; c < kRowsLinearPanel; ++c) {
+        out[i * kRowsLinearPanel + c] = Weight(w, n, k, j0 + c, i);
+      }
+    }
+  }
+}
+
+// bf16 item by item, each RowsLinearPaddedK(k) / 2 rows of 64 words, the
+// word of column j holding w[j, 2p] in its low half and w[j, 2p + 1] in
+// its high half, gathered from 64 rows of w.
+void Pack(const hwy::bfloat16_t* w, size_t n, size_t k, hwy::bfloat16_t* packed,
+          int num_threads) {
+  const auto items =
+      static_cast<int64_t>((n + kRowsLinearColumns - 1) / kRowsLinearColumns);
+  const size_t pairs = RowsLinearPaddedK<hwy::bfloat16_t>(k) / 2;
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+  for (int64_t item = 0; item < items; ++item) {
+    const size_t j0 = static_cast<size_t>(item) * kRowsLinearColumns;
+    hwy::bfloat16_t* out = packed + 2 * pairs * j0;
+    for (size_t p = 0; p < pairs; ++p) {
+      for (size_t c = 0; c < kRowsLinearColumns; ++c) {
+        const size_t j = j0 + c, i = 2 * p;
+        const uint32_t low = i < k ? Weight(w, n, k, j, i).bits : 0;
+        const uint32_t high = i + 1 < k ? Weight(w, n, k, j, i + 1).bits : 0;
+        const uint32_t word = (high << 16) | low;
+        std::memcpy(out + 2 * (p * kRowsLinearColumns + c), &word, 4);
+      }
     }
   }
 }
@@ -132,10 +132,6 @@ RowsLinearReading RowsLinearReadingOfThisCpu() {
                    : RowsLinearPrefetch::kManyFmasPerLine,
       RowsLinearPanels::kSideBySide};
   return reading;
-}
-
-size_t RowsLinearPackedSize(size_t n, size_t k) {
-  return Panels(n) * kRowsLinearPanel * k;
 }
 
 void PackRowsLinear(const float* w, size_t n, size_t k, float* packed,

@@ -37,52 +37,71 @@ constexpr size_t RowsLinearUnitColumns() {
   return std::is_same_v<TW, float> ? kRowsLinearPanel : kRowsLinearColumns;
 }
 
-// Elements of w [n, k] packed for RowsLinear: ceil(n / kRowsLinearPanel)
-// panels of k x kRowsLinearPanel.
-size_t RowsLinearPackedSize(size_t n, size_t k);
+// bf16 items hold k in blocks of this many (16 pairs), zeros past k.
+constexpr size_t kRowsLinearBf16Block = 32;
 
-// Panels of the work item of columns [j0, j0 + 64): 2, or 1 for a last
-// item that ends within its first panel.
+// The rows of k an item of TW weights holds: fp32 k, bf16 k padded to
+// whole blocks.
+template <typename TW>
+constexpr size_t RowsLinearPaddedK(size_t k) {
+  return std::is_same_v<TW, float>
+             ? k
+             : (k + kRowsLinearBf16Block - 1) / kRowsLinearBf16Block *
+                   kRowsLinearBf16Block;
+}
+
+// Elements of w [n, k] packed for RowsLinear as TW: fp32 ceil(n / 32)
+// panels of k x 32; bf16 ceil(n / 64) items of RowsLinearPaddedK(k) x 64.
+template <typename TW>
+size_t RowsLinearPackedSize(size_t n, size_t k) {
+  const size_t width =
+      std::is_same_v<TW, float> ? kRowsLinearPanel : kRowsLinearColumns;
+  return (n + width - 1) / width * width * RowsLinearPaddedK<TW>(k);
+}
+
+// Panels of the work item of columns [j0, j0 + 64) that hold columns below
+// n: 2, or 1 for a last item that ends within its first panel.
 inline size_t RowsLinearItemPanels(size_t n, size_t j0) {
   return std::min(kRowsLinearColumns, n - j0 + kRowsLinearPanel - 1) /
          kRowsLinearPanel;
 }
 
 // Where the panels of the work item of columns [j0, j0 + 64) lie, from
-// packed + j0 * k: panel q at q * panel, its row i at i * row after that.
-// `panels`: RowsLinearItemPanels.
-// - fp32: panel after panel, every tile of one panel, so that a thread's
-//   share of units is one stream (but RowsLinearPanels::kSideBySide): a
-//   GPT-2 step's weights at 1 row on one thread of a Zen 4 read 6-14%
-//   faster than with both panels in one tile (two streams). Row by row would
-//   make 5-8 rows, whose accumulators for two panels do not fit, read every
-//   other 128 bytes: 30% slower.
-// - bf16: row by row, both panels' 64-byte rows of each i side by side, so
-//   that a tile of both panels reads one stream: a GPT-2 decode step at
-//   batch 1 on one thread of a Zen 4, 6-13% faster than two streams.
-//   Tiles of one panel (AVX-512 from 5 rows, AVX2 from 2) read every other
-//   64-byte line: 2% slower at 8 rows on Zen 4; AVX2 not measured.
+// packed + j0 * RowsLinearPaddedK<T>(k): panel q at q * panel, its row r
+// at r * row after that.
+// - fp32: panel after panel, rows of 32 columns, every tile of one panel,
+//   so that a thread's share of units is one stream (but
+//   RowsLinearPanels::kSideBySide): a GPT-2 step's weights at 1 row on one
+//   thread of a Zen 4 read 6-14% faster than with both panels in one tile
+//   (two streams). Row by row would make 5-8 rows, whose accumulators for
+//   two panels do not fit, read every other 128 bytes: 30% slower.
+// - bf16: a row per pair of i (2p, 2p + 1), both panels side by side, each
+//   column one 32-bit word with w[j, 2p] in its low half and w[j, 2p + 1]
+//   in its high half; items always 64 columns wide (zeros past n): oneDNN's
+//   blocked layout BA16a64b2a, so that a bf16 linear's packed copy for
+//   prompts is its panels too (kernels::MatMul::PacksAsRowsLinear). A tile
+//   of both panels reads one stream: a GPT-2 decode step at batch 1 on one
+//   thread of a Zen 4, 6-13% faster than two streams. Tiles of one panel
+//   (AVX-512 from 5 rows, AVX2 from 2) read every other 128 bytes.
 struct RowsLinearItemStrides {
   size_t panel;
   size_t row;
 };
 template <typename T>
-RowsLinearItemStrides RowsLinearStrides(size_t panels, size_t k) {
+RowsLinearItemStrides RowsLinearStrides(size_t k) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, hwy::bfloat16_t>,
                 "fp32 or bf16 weights");
   if constexpr (std::is_same_v<T, float>) {
     return {k * kRowsLinearPanel, kRowsLinearPanel};
   } else {
-    return {kRowsLinearPanel, panels * kRowsLinearPanel};
+    return {2 * kRowsLinearPanel, 2 * kRowsLinearColumns};
   }
 }
 
 // Lays out w [n, k] (nn.Linear's [out, in]) as RowsLinear reads it: panel p
-// holds columns [32p, 32p + 32), for each i < k the 32 weights w[j, i] side
-// by side, zeros past column n, in rows placed by RowsLinearStrides; in
-// column order for fp32, and for bf16 in 16 pairs (column c, column c + 16),
-// each one 32-bit word, the first of the pair in its low half. `packed`
-// holds RowsLinearPackedSize(n, k).
+// holds columns [32p, 32p + 32), zeros past column n (and bf16 past k), in
+// rows placed by RowsLinearStrides, each in column order. `packed` holds
+// RowsLinearPackedSize<T>(n, k).
 void PackRowsLinear(const float* w, size_t n, size_t k, float* packed,
                     int num_threads);
 void PackRowsLinear(const hwy::bfloat16_t* w, size_t n, size_t k,

@@ -224,6 +224,44 @@ TEST(LinearPlanTest, DroppedPlainWeightsServeEveryRowCount) {
   }
 }
 
+// A bf16 linear whose packed copy is laid out as RowsLinear reads it
+// (kernels::MatMul::PacksAsRowsLinear) steps on that copy, holding no
+// panels of its own, with the bits of panels packed apart.
+TEST(LinearPlanTest, Bf16StepsReadThePackedCopyWhereItIsTheirLayout) {
+  if (!kernels::HasNativeBF16()) GTEST_SKIP() << "no native bf16";
+  const Case shared = MakeCase(DataType::kBF16, true, true, 2);
+  const uint64_t step_bytes = StepWeights::BytesOf(kOut, kIn, /*bf16=*/true);
+  const uint64_t packed_bytes =
+      Linear::PackedBytes(kOut, kIn, true, {DataType::kBF16, 0}).value();
+  const uint64_t held = shared.linear.weight().bytes() + kOut * sizeof(float);
+  if (shared.linear.bytes() != held + packed_bytes) {
+    EXPECT_EQ(shared.linear.bytes(), held + packed_bytes + step_bytes);
+    GTEST_SKIP() << "oneDNN lays bf16 weights out otherwise on this CPU";
+  }
+  ops::LinearLayouts own;
+  own.panels = DataType::kBF16;
+  const Linear apart =
+      Linear::Create(ops::Weight::Hold(StreamedVector<float>(shared.w.begin(),
+                                                             shared.w.end()),
+                                       kOut, kIn, DataType::kBF16)
+                         .value(),
+                     ops::Weight::Hold(StreamedVector<float>(shared.b.begin(),
+                                                             shared.b.end()),
+                                       kOut, 1, DataType::kF32)
+                         .value(),
+                     own, 2)
+          .value();
+  EXPECT_EQ(apart.bytes(), held + step_bytes);
+  std::mt19937 rng(17);
+  for (const size_t rows : {size_t{1}, size_t{4}, size_t{8}, size_t{13}}) {
+    const std::vector<float> x = test::RandomVector(rng, rows * kIn, -1, 1);
+    std::vector<float> a(rows * kOut), b(rows * kOut);
+    shared.linear.RunFewRows(x.data(), rows, a.data(), nullptr, 2);
+    apart.RunFewRows(x.data(), rows, b.data(), nullptr, 2);
+    EXPECT_EQ(a, b) << rows << " rows";
+  }
+}
+
 // A few rows with an epilogue RowsLinear does not apply (oneDNN's residual
 // add, or a named matmul type) run a matmul, which adds the residual.
 TEST(LinearPlanTest, PanelsOnlyForWhatRowsLinearApplies) {

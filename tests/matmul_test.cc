@@ -10,8 +10,11 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/rows_linear.h"
 #include "tests/test_util.h"
 
 namespace attn::kernels {
@@ -234,6 +237,51 @@ TEST(MatMulCreateTest, EmptyOrMismatchedOperandsAreRefused) {
   EXPECT_FALSE(
       MatMul::Create(rank1, rank1, nullptr, rank1, Threading::kWorker).ok());
   EXPECT_TRUE(MatMul::Create(ok, ok, nullptr, ok, Threading::kTeam).ok());
+}
+
+// Where oneDNN packs bf16 weights W^T [K, N] as RowsLinear's bf16 items of
+// W [N, K] (PacksAsRowsLinear), its packed copy holds PackRowsLinear's bytes,
+// padding included, so steps of a few rows read the copy prompts read: K
+// odd, within a block or past one, N within an item or past several.
+TEST(MatMulPackingTest, Bf16PackedWeightsAreRowsLinearsItems) {
+  if (!HasNativeBF16()) GTEST_SKIP() << "no native bf16";
+  std::mt19937 rng(21);
+  for (const auto& [K, N] : std::vector<std::pair<int64_t, int64_t>>{
+           {45, 33}, {72, 100}, {2048, 64}, {301, 1001}}) {
+    SCOPED_TRACE(std::to_string(K) + " x " + std::to_string(N));
+    Result<MatMul> mm = MatMul::Create(
+        {{kMatMulPackedRows, K}, {}, DataType::kBF16},
+        {{K, N}, {}, DataType::kBF16}, nullptr,
+        {{kMatMulPackedRows, N}, {}, DataType::kF32}, Threading::kTeam);
+    ASSERT_TRUE(mm.ok()) << mm.status().message();
+    if (!mm->PacksAsRowsLinear()) {
+      GTEST_SKIP() << "oneDNN lays bf16 weights out otherwise on this CPU ("
+                   << MatMulIsaName() << ")";
+    }
+    std::vector<hwy::bfloat16_t> w(size_t(N * K));
+    for (hwy::bfloat16_t& v : w) {
+      v = hwy::BF16FromF32(std::uniform_real_distribution<float>(-1, 1)(rng));
+    }
+    std::vector<hwy::bfloat16_t> packed(mm->packed_weights_bytes() / 2);
+    ASSERT_TRUE(mm->PackWeights({{K, N}, {1, K}, DataType::kBF16}, w.data(),
+                                packed.data())
+                    .ok());
+    std::vector<hwy::bfloat16_t> items(
+        RowsLinearPackedSize<hwy::bfloat16_t>(size_t(N), size_t(K)));
+    PackRowsLinear(w.data(), size_t(N), size_t(K), items.data(), 1);
+    ASSERT_EQ(packed.size(), items.size());
+    EXPECT_EQ(0, std::memcmp(packed.data(), items.data(), 2 * items.size()));
+  }
+  // Not fp32 weights, nor a product of few rows (its tiles' own chunks).
+  EXPECT_FALSE(MatMul::Create({{kMatMulPackedRows, 64}, {}, DataType::kF32},
+                              {{64, 64}, {}, DataType::kF32}, nullptr,
+                              {{kMatMulPackedRows, 64}, {}, DataType::kF32},
+                              Threading::kTeam)
+                   ->PacksAsRowsLinear());
+  EXPECT_FALSE(MatMul::Create({{9, 64}, {}, DataType::kBF16},
+                              {{64, 300}, {}, DataType::kBF16}, nullptr,
+                              {{9, 300}, {}, DataType::kF32}, Threading::kTeam)
+                   ->PacksAsRowsLinear());
 }
 
 }  // namespace

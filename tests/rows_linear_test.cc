@@ -49,7 +49,7 @@ inline std::vector<double> RowsLinearReference(const std::vector<float>& x,
 // w [n, k] packed for RowsLinear, in a buffer of exactly its size.
 template <typename T>
 std::vector<T> Packed(const std::vector<T>& w, size_t n, size_t k) {
-  std::vector<T> packed(kernels::RowsLinearPackedSize(n, k));
+  std::vector<T> packed(kernels::RowsLinearPackedSize<T>(n, k));
   kernels::PackRowsLinear(w.data(), n, k, packed.data(), 1);
   return packed;
 }
@@ -484,44 +484,42 @@ TEST(RowsLinearDispatchTest, BF16IsF32OnWidenedWeights) {
 float AsFloat(float v) { return v; }
 float AsFloat(hwy::bfloat16_t v) { return hwy::F32FromBF16(v); }
 
-// Column c of a packed panel row: fp32 in column order; bf16 in pairs
-// (c, c + 16), each one 32-bit word with the first in its low half.
-float PackedColumn(const float* row, size_t c) { return row[c]; }
-float PackedColumn(const hwy::bfloat16_t* row, size_t c) {
-  constexpr size_t kHalf = kRowsLinearPanel / 2;
-  uint32_t word;
-  std::memcpy(&word, row + 2 * (c % kHalf), sizeof(word));
-  const auto bits = static_cast<uint16_t>(c < kHalf ? word : word >> 16);
-  return hwy::F32FromBF16(hwy::bfloat16_t{bits});
+// w[j, i] as packed for column j of panel p and i < k: fp32 panel after
+// panel, k rows of 32 columns; bf16 item (two panels) after item, each
+// RowsLinearPaddedK(k) / 2 rows of 64 words, the word of column j holding
+// i = 2 * row in its low half and 2 * row + 1 in its high half.
+float PackedAt(const std::vector<float>& packed, size_t k, size_t p, size_t c,
+               size_t i) {
+  return packed[(p * k + i) * kRowsLinearPanel + c];
+}
+float PackedAt(const std::vector<hwy::bfloat16_t>& packed, size_t k, size_t p,
+               size_t c, size_t i) {
+  const size_t item = p / 2, column = p % 2 * kRowsLinearPanel + c;
+  const size_t padded = RowsLinearPaddedK<hwy::bfloat16_t>(k);
+  const size_t word = item * kRowsLinearColumns * padded / 2 +
+                      i / 2 * kRowsLinearColumns + column;
+  uint32_t bits;
+  std::memcpy(&bits, packed.data() + 2 * word, sizeof(bits));
+  return AsFloat(
+      hwy::bfloat16_t{static_cast<uint16_t>(i % 2 == 0 ? bits : bits >> 16)});
 }
 
-// Where row i of panel p of `panels` lies: fp32 panel after panel; bf16
-// item (two panels) after item, each holding its panels' rows side by side.
-template <typename T>
-size_t PanelRowAt(size_t panels, size_t k, size_t p, size_t i) {
-  if constexpr (std::is_same_v<T, float>) {
-    return (p * k + i) * kRowsLinearPanel;
-  } else {
-    const size_t first = p / 2 * 2;
-    const size_t in_item = std::min<size_t>(2, panels - first);
-    return (first * k + i * in_item + p - first) * kRowsLinearPanel;
-  }
-}
-
-// Panel p holds columns [32p, 32p + 32) of w [n, k], k rows of 32 weights
-// placed by PanelRowAt, zeros past n.
+// Panel p holds columns [32p, 32p + 32) of w [n, k], zeros past n; bf16
+// items are 64 columns wide and hold k padded to 32 rows, zeros past k.
 template <typename T>
 void ExpectPanelLayout(const std::vector<T>& w, size_t n, size_t k) {
   const std::vector<T> packed = test::Packed(w, n, k);
-  const size_t panels = (n + kRowsLinearPanel - 1) / kRowsLinearPanel;
-  ASSERT_EQ(packed.size(), panels * k * kRowsLinearPanel);
+  const bool bf16 = std::is_same_v<T, hwy::bfloat16_t>;
+  const size_t width = bf16 ? kRowsLinearColumns : kRowsLinearPanel;
+  const size_t rows = bf16 ? (k + 31) / 32 * 32 : k;
+  ASSERT_EQ(packed.size(), (n + width - 1) / width * width * rows);
+  const size_t panels = packed.size() / rows / kRowsLinearPanel;
   for (size_t p = 0; p < panels; ++p) {
-    for (size_t i = 0; i < k; ++i) {
-      const T* row = packed.data() + PanelRowAt<T>(panels, k, p, i);
+    for (size_t i = 0; i < rows; ++i) {
       for (size_t c = 0; c < kRowsLinearPanel; ++c) {
         const size_t j = p * kRowsLinearPanel + c;
-        const float want = j < n ? AsFloat(w[j * k + i]) : 0.0f;
-        ASSERT_EQ(PackedColumn(row, c), want)
+        const float want = j < n && i < k ? AsFloat(w[j * k + i]) : 0.0f;
+        ASSERT_EQ(PackedAt(packed, k, p, c, i), want)
             << "panel " << p << ", k " << i << ", column " << c;
       }
     }
@@ -532,15 +530,16 @@ TEST(RowsLinearPackTest, PanelsHoldColumnsSideBySide) {
   std::mt19937 rng(12);
   for (size_t n : {size_t{1}, size_t{32}, size_t{45}, size_t{64}, size_t{77},
                    size_t{96}, size_t{128}}) {
-    const size_t k = 7;
-    const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
-    ExpectPanelLayout(w, n, k);
-    ExpectPanelLayout(test::ToBF16(w).first, n, k);
+    for (const size_t k : {size_t{7}, size_t{32}, size_t{45}}) {
+      const auto w = test::RandomVector(rng, n * k, -1.f, 1.f);
+      ExpectPanelLayout(w, n, k);
+      ExpectPanelLayout(test::ToBF16(w).first, n, k);
+    }
   }
 }
 
-// Packing spreads panels over threads: the same bytes at every team size,
-// also where bf16 items hold panels that different threads write.
+// Packing spreads panels (bf16: items) over threads: the same bytes at
+// every team size.
 template <typename T>
 void ExpectSameLayoutAtEveryThreadCount(const std::vector<T>& w, size_t k) {
   const size_t n = w.size() / k;

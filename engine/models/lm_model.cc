@@ -140,11 +140,11 @@ Status CheckQuantizable(const LmConfig& c, DType dtype) {
 namespace {
 
 // Bytes the model holds, about (panels pad each matrix to whole panels).
-// Every linear: its packed copy and panels in the model's dtype, and its
-// plain weights (the attention's in fp32) where some run reads them; a
-// tied fp32 head's are the embeddings. Quantized: every linear's blocks
-// (the head's too). Then the fp32 embeddings and norms, and while one
-// linear is made, its fp32 values as read.
+// Every linear: its packed copy in the model's dtype, its panels unless
+// they are that copy (bf16), and its plain weights (the attention's in
+// fp32) where some run reads them; a tied fp32 head's are the embeddings.
+// Quantized: every linear's blocks (the head's too). Then the fp32 embeddings
+// and norms, and while one linear is made, its fp32 values as read.
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
   const uint64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
@@ -167,9 +167,11 @@ uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const kernels::DataType type = ops::ToDataType(dtype);
   const uint64_t size = kernels::SizeOf(type);
   const auto linear = [&](uint64_t out, uint64_t in, uint64_t plain_size) {
-    const bool dropped = ops::Linear::PackedServesEveryRun(
-        static_cast<int64_t>(out), static_cast<int64_t>(in), type);
-    return MulSat(out * in, 2 * size + (dropped ? 0 : plain_size));
+    const auto n = static_cast<int64_t>(out), k = static_cast<int64_t>(in);
+    const bool dropped = ops::Linear::PackedServesEveryRun(n, k, type);
+    const bool shared = size == 2 && ops::Linear::PanelsArePackedCopy(n, k);
+    return MulSat(out * in,
+                  (shared ? 1 : 2) * size + (dropped ? 0 : plain_size));
   };
   const uint64_t ups = c.architecture == LmArchitecture::kLlama ? 2 : 1;
   const uint64_t layer =

@@ -433,8 +433,12 @@ Result<uint64_t> LayoutBytes(int64_t rows, int64_t in, bool bias,
                           ops::Linear::PackedBytes(rows, in, bias, layout));
     bytes = AddSat(bytes, packed);
   }
-  if (layouts.panels) {
-    const bool bf16 = *layouts.panels == DataType::kBF16;
+  const bool bf16 = layouts.panels == DataType::kBF16;
+  const bool shared = bf16 && !layouts.packed.empty() &&
+                      layouts.packed[0].type == DataType::kBF16 &&
+                      layouts.packed[0].head_dim == 0 &&
+                      ops::Linear::PanelsArePackedCopy(rows, in);
+  if (layouts.panels && !shared) {
     bytes = AddSat(bytes, StepWeights::BytesOf(rows, in, bf16));
   }
   return bytes;

@@ -231,10 +231,6 @@ Result<Linear> Linear::Create(Weight weight, Weight bias,
                    [](const PackedLayout& l) { return l.head_dim == 0; });
   linear.compute_type_ =
       rows_copy != layouts.packed.end() ? rows_copy->type : w.type();
-  if (layouts.panels) {
-    ATTN_ASSIGN_OR_RETURN(linear.panels_,
-                          PackPanels(w, *layouts.panels, num_threads));
-  }
   for (const PackedLayout& layout : layouts.packed) {
     const LinearEpilogue form = FormOf(layout);
     ATTN_ASSIGN_OR_RETURN(
@@ -246,11 +242,35 @@ Result<Linear> Linear::Create(Weight weight, Weight bias,
         mm.PackWeights(PlainView(w, form), w.data(), data.data()));
     linear.packed_.push_back({std::move(mm), std::move(data)});
   }
+  if (layouts.panels) {
+    const Packed* rows =
+        rows_copy != layouts.packed.end()
+            ? &linear.packed_[size_t(rows_copy - layouts.packed.begin())]
+            : nullptr;
+    if (*layouts.panels == DataType::kBF16 && rows &&
+        rows->layout.PacksAsRowsLinear()) {
+      linear.panels_ = StepWeights::Borrow(
+          static_cast<const hwy::bfloat16_t*>(rows->data.data()), w.out(),
+          w.in());
+    } else {
+      ATTN_ASSIGN_OR_RETURN(linear.panels_,
+                            PackPanels(w, *layouts.panels, num_threads));
+    }
+  }
   if (layouts.drop_plain && rows_copy != layouts.packed.end() &&
       PackedServesEveryRun(w.out(), w.in(), linear.compute_type_)) {
     linear.weight_.DropValues();
   }
   return linear;
+}
+
+bool Linear::PanelsArePackedCopy(int64_t out, int64_t in) {
+  Linear shape;
+  shape.weight_ = Weight::Borrow(nullptr, out, in);
+  const Result<kernels::MatMul> mm =
+      MakeMatMul(shape, kernels::kMatMulPackedRows,
+                 FormOf({DataType::kBF16, 0}), /*plain=*/false);
+  return mm.ok() && mm->PacksAsRowsLinear();
 }
 
 bool Linear::PackedServesEveryRun(int64_t out, int64_t in, DataType type) {

@@ -155,6 +155,11 @@ class Linear {
   // per shape once made.
   static bool PackedServesEveryRun(int64_t out, int64_t in,
                                    kernels::DataType type);
+  // Whether bf16 panels of a weight [out, in] are its packed copy of rows
+  // in bf16, laid out as RowsLinear reads them
+  // (kernels::MatMul::PacksAsRowsLinear): Create then makes no panels of
+  // their own.
+  static bool PanelsArePackedCopy(int64_t out, int64_t in);
 
   const Weight& weight() const { return weight_; }
   // The type its matmuls run in unless a plan says otherwise: its first
@@ -163,7 +168,7 @@ class Linear {
   int64_t in() const { return weight_.in(); }
   int64_t out() const { return weight_.out(); }
   const float* bias() const { return static_cast<const float*>(bias_.data()); }
-  bool has_panels() const { return panels_.bytes() > 0; }
+  bool has_panels() const { return !panels_.empty(); }
   const StepWeights& panels() const { return panels_; }
   // y [rows, out] = x [rows, in] W^T + b for any rows, in groups of
   // kRowsLinearMaxRows on the panels or the quantized weight (which needs

@@ -19,6 +19,17 @@ Result<StepWeights> StepWeights::PackAs(const T* w, int64_t out, int64_t in,
                         AlignedBuffer::Allocate(BytesOf(out, in, step.bf16_)));
   kernels::PackRowsLinear(w, step.out_, step.in_,
                           static_cast<T*>(step.panels_.data()), num_threads);
+  step.data_ = step.panels_.data();
+  return step;
+}
+
+StepWeights StepWeights::Borrow(const hwy::bfloat16_t* panels, int64_t out,
+                                int64_t in) {
+  StepWeights step;
+  step.bf16_ = true;
+  step.in_ = static_cast<size_t>(in);
+  step.out_ = static_cast<size_t>(out);
+  step.data_ = panels;
   return step;
 }
 
@@ -33,8 +44,10 @@ Result<StepWeights> StepWeights::Pack(const hwy::bfloat16_t* w, int64_t out,
 }
 
 uint64_t StepWeights::BytesOf(int64_t out, int64_t in, bool bf16) {
-  const size_t elements = kernels::RowsLinearPackedSize(
-      static_cast<size_t>(out), static_cast<size_t>(in));
+  const auto n = static_cast<size_t>(out), k = static_cast<size_t>(in);
+  const size_t elements =
+      bf16 ? kernels::RowsLinearPackedSize<hwy::bfloat16_t>(n, k)
+           : kernels::RowsLinearPackedSize<float>(n, k);
   return MulSat(elements, bf16 ? sizeof(hwy::bfloat16_t) : sizeof(float));
 }
 
@@ -43,11 +56,11 @@ void StepWeights::Run(const float* x, size_t rows, const float* bias, float* y,
                       kernels::RowsLinearActivation activation) const {
   if (bf16_) {
     kernels::RowsLinear(x, rows, in_,
-                        static_cast<const hwy::bfloat16_t*>(panels_.data()),
-                        bias, out_, y, num_threads, activation);
+                        static_cast<const hwy::bfloat16_t*>(data_), bias, out_,
+                        y, num_threads, activation);
   } else {
-    kernels::RowsLinear(x, rows, in_, static_cast<const float*>(panels_.data()),
-                        bias, out_, y, num_threads, activation);
+    kernels::RowsLinear(x, rows, in_, static_cast<const float*>(data_), bias,
+                        out_, y, num_threads, activation);
   }
 }
 

@@ -24,6 +24,11 @@ class StepWeights {
                                   int num_threads);
   static Result<StepWeights> Pack(const hwy::bfloat16_t* w, int64_t out,
                                   int64_t in, int num_threads);
+  // Reads bf16 panels of W [out, in] as Pack lays them out, held elsewhere
+  // (a linear's packed copy, kernels::MatMul::PacksAsRowsLinear), which
+  // must outlive it.
+  static StepWeights Borrow(const hwy::bfloat16_t* panels, int64_t out,
+                            int64_t in);
 
   // y [rows, out] = act(x [rows, in] W^T + bias) (bias [out] or null), for
   // 1 <= rows <= kernels::kRowsLinearMaxRows.
@@ -32,6 +37,8 @@ class StepWeights {
            kernels::RowsLinearActivation activation =
                kernels::RowsLinearActivation::kNone) const;
 
+  bool empty() const { return data_ == nullptr; }
+  // Bytes held (a borrowed one's: none).
   size_t bytes() const { return panels_.size(); }
   size_t in() const { return in_; }
   size_t out() const { return out_; }
@@ -44,6 +51,7 @@ class StepWeights {
                                     int num_threads);
 
   AlignedBuffer panels_;
+  const void* data_ = nullptr;  // panels_, or borrowed
   bool bf16_ = false;
   size_t in_ = 0, out_ = 0;
 };
