@@ -327,5 +327,28 @@ TEST(ProgramTest, LanguageModelsDropPlainWeightsNoRunReads) {
   }
 }
 
+// A bf16 model holds its token embeddings in bf16 where that keeps their
+// numbers: tied (the head rounds them alike) or a bf16 checkpoint's; an
+// untied fp32 checkpoint's stay fp32, as does every f32 model's.
+TEST(ProgramTest, Bf16ModelsHoldBf16EmbeddingsWhereExact) {
+  if (!kernels::HasNativeBF16()) GTEST_SKIP() << "no native bf16";
+  const std::pair<const char*, bool> models[] = {
+      {"hf_llama_tied_biases/model.safetensors", true},
+      {"hf_llama_scaled_shards/model.safetensors.index.json", true},
+      {"hf_llama_plain/model.safetensors", false}};
+  for (const auto& [file, bf16] : models) {
+    SCOPED_TRACE(file);
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      LmOptions options;
+      options.dtype = dtype;
+      const auto lm = LanguageModel::Load(kLm + file, options).value();
+      const lm::ModelData& m = ModelAccess::Of(*lm);
+      EXPECT_EQ(m.tok_emb.type(), bf16 && dtype == DType::kBF16
+                                      ? kernels::DataType::kBF16
+                                      : kernels::DataType::kF32);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn

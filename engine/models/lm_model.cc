@@ -142,7 +142,8 @@ namespace {
 // Bytes the model holds, about (panels pad each matrix to whole panels).
 // Every linear: its packed copy in the model's dtype, its panels unless
 // they are that copy (bf16), and its plain weights (the attention's in
-// fp32) where some run reads them; a tied fp32 head's are the embeddings.
+// fp32) where some run reads them; a tied head's are the embeddings (bf16
+// in a bf16 model).
 // Quantized: every linear's blocks (the head's too). Then the fp32 embeddings
 // and norms, and while one linear is made, its fp32 values as read.
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
@@ -152,7 +153,7 @@ uint64_t ModelBytes(const LmConfig& c, DType dtype) {
       (c.architecture == LmArchitecture::kLlama ? 3 : 2) * e * h;
   const uint64_t qkv = e * (q + 2 * kv), attention = qkv + q * e;
   const uint64_t embeddings =
-      4 * v * e +
+      (dtype == DType::kBF16 && c.tied_head ? 2 : 4) * v * e +
       4 * (c.architecture == LmArchitecture::kGpt2 ? c.context_length : 0) * e;
   const uint64_t norms = 4 * (4 * e + 2 * h) * c.num_layers;
   const uint64_t transient = 4 * std::max({v * e, 2 * e * h, qkv});
@@ -177,7 +178,7 @@ uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t layer =
       AddSat(AddSat(linear(q + 2 * kv, e, 4), linear(e, q, 4)),
              AddSat(MulSat(ups, linear(h, e, size)), linear(e, h, size)));
-  const uint64_t head = linear(v, e, c.tied_head && size == 4 ? 0 : size);
+  const uint64_t head = linear(v, e, c.tied_head ? 0 : size);
   return AddSat(AddSat(MulSat(layer, c.num_layers), head),
                 AddSat(AddSat(embeddings, norms), transient));
 }
@@ -260,26 +261,46 @@ Result<ops::Linear> MakeLinear(const WeightSource& w, const LmConfig& c,
   return HoldLinear(std::move(held), std::move(b), num_threads);
 }
 
-// The head reads the embeddings; in bf16 they are rounded alike, so that
-// both hold the same numbers; quantized, the head holds its own copy and the
-// embeddings stay as loaded.
+// Whether every value is a bf16 (its low 16 bits zero).
+bool AllBf16(const StreamedVector<float>& values) {
+  return std::all_of(values.begin(), values.end(), [](float x) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    return (bits & 0xFFFFu) == 0;
+  });
+}
+
+// The token embeddings [V, e] as the model holds them: in bf16 where a
+// bf16 model's tied head rounds them alike (so that both hold the same
+// numbers) or they are bf16 already (a bf16 checkpoint's), else as loaded.
+Result<ops::Weight> HoldEmbeddings(StreamedVector<float> table,
+                                   const LmConfig& c, DType dtype) {
+  const bool bf16 = dtype == DType::kBF16 && (c.tied_head || AllBf16(table));
+  return ops::Weight::Hold(
+      std::move(table), c.vocab_size, c.emb_dim,
+      bf16 ? kernels::DataType::kBF16 : kernels::DataType::kF32);
+}
+
+// The head reads the embeddings as held; quantized, it holds its own copy.
 Result<ops::Linear> TiedHead(ModelData& m) {
   const int64_t e = m.config.emb_dim, v = m.config.vocab_size;
+  const ops::Weight& table = m.tok_emb;
   if (const auto quant = ops::QuantTypeOf(m.dtype)) {
     ATTN_ASSIGN_OR_RETURN(
         ops::Weight held,
-        ops::Weight::Quantize(m.tok_emb.data(), v, e, *quant, m.num_threads,
-                              "the tied head"));
+        ops::Weight::Quantize(static_cast<const float*>(table.data()), v, e,
+                              *quant, m.num_threads, "the tied head"));
     return HoldLinear(std::move(held), {}, m.num_threads);
   }
-  if (m.dtype == DType::kBF16) {
-    ATTN_ASSIGN_OR_RETURN(StreamedVector<hwy::bfloat16_t> low,
-                          ops::RoundToBf16(m.tok_emb));
-    return HoldLinear(ops::Weight::Hold(std::move(low), v, e), {},
-                      m.num_threads);
+  if (table.type() == kernels::DataType::kBF16) {
+    return HoldLinear(
+        ops::Weight::Borrow(static_cast<const hwy::bfloat16_t*>(table.data()),
+                            v, e),
+        {}, m.num_threads);
   }
-  return HoldLinear(ops::Weight::Borrow(m.tok_emb.data(), v, e), {},
-                    m.num_threads);
+  return HoldLinear(
+      ops::Weight::Borrow(static_cast<const float*>(table.data()), v, e), {},
+      m.num_threads);
 }
 
 // An attention's tensors as read, which MhaWeights points into.
@@ -462,7 +483,10 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
                                    m.max_memory_bytes));
   const ThreadScope threads(m.num_threads);
   const int64_t e = c.emb_dim;
-  ATTN_ASSIGN_OR_RETURN(m.tok_emb, w.fetch(Role::kTokEmb, 0, c.vocab_size, e));
+  ATTN_ASSIGN_OR_RETURN(StreamedVector<float> table,
+                        w.fetch(Role::kTokEmb, 0, c.vocab_size, e));
+  ATTN_ASSIGN_OR_RETURN(m.tok_emb,
+                        HoldEmbeddings(std::move(table), c, options.dtype));
   if (c.architecture == LmArchitecture::kGpt2) {
     ATTN_ASSIGN_OR_RETURN(m.pos_emb,
                           w.fetch(Role::kPosEmb, 0, c.context_length, e));
@@ -621,7 +645,7 @@ int LanguageModel::num_threads() const { return impl_->num_threads; }
 
 uint64_t LanguageModel::memory_bytes() const {
   const Impl& m = *impl_;
-  uint64_t bytes = (m.tok_emb.size() + m.pos_emb.size()) * sizeof(float);
+  uint64_t bytes = m.tok_emb.bytes() + m.pos_emb.size() * sizeof(float);
   for (const lm::Layer& layer : m.layers) {
     bytes += layer.attention->memory_bytes() + layer.up.bytes() +
              layer.gate.bytes() + layer.down.bytes();

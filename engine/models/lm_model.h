@@ -123,8 +123,11 @@ struct ModelData {
   // alike), the rest in fp32; see LmOptions.
   DType dtype = DType::kF32;
   int num_threads = 1;
-  uint64_t max_memory_bytes = 0;           // resolved: never 0
-  StreamedVector<float> tok_emb, pos_emb;  // [V, e], [context, e] (GPT-2)
+  uint64_t max_memory_bytes = 0;  // resolved: never 0
+  // [V, e]: fp32 as loaded, or bf16 in a bf16 model where that holds the
+  // same numbers (HoldEmbeddings in lm_model.cc).
+  ops::Weight tok_emb;
+  StreamedVector<float> pos_emb;  // [context, e] (GPT-2)
   std::vector<Layer> layers;
   Norm final_norm;
   ops::Linear head;  // weight: tok_emb when tied

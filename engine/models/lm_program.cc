@@ -42,9 +42,16 @@ Result<NodeBinding> Bind(const ModelData& m, const graph::Node& node,
   }
   const Layer& layer = m.layers[size_t(role->second)];
   switch (role->first) {
-    case Role::kTokEmb:
-      return NodeBinding{nullptr, m.tok_emb.data(), nullptr,
-                         m.config.vocab_size};
+    case Role::kTokEmb: {
+      NodeBinding table{nullptr, nullptr, nullptr, m.config.vocab_size};
+      if (m.tok_emb.type() == kernels::DataType::kBF16) {
+        table.bf16_table =
+            static_cast<const hwy::bfloat16_t*>(m.tok_emb.data());
+      } else {
+        table.weight = static_cast<const float*>(m.tok_emb.data());
+      }
+      return table;
+    }
     case Role::kPosEmb:
       return NodeBinding{nullptr, m.pos_emb.data(), nullptr,
                          m.config.context_length};

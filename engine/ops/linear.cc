@@ -48,6 +48,15 @@ Weight Weight::Borrow(const float* values, int64_t out, int64_t in) {
   return w;
 }
 
+Weight Weight::Borrow(const hwy::bfloat16_t* values, int64_t out, int64_t in) {
+  Weight w;
+  w.out_ = out;
+  w.in_ = in;
+  w.type_ = DataType::kBF16;
+  w.data_ = values;
+  return w;
+}
+
 namespace {
 
 Status CheckWholeBlocks(int64_t in, kernels::QuantType quant,
@@ -264,9 +273,14 @@ Result<Linear> Linear::Create(Weight weight, Weight bias,
   return linear;
 }
 
-bool Linear::PanelsArePackedCopy(int64_t out, int64_t in) {
+Linear Linear::OfShape(int64_t out, int64_t in) {
   Linear shape;
-  shape.weight_ = Weight::Borrow(nullptr, out, in);
+  shape.weight_ = Weight::Borrow(static_cast<const float*>(nullptr), out, in);
+  return shape;
+}
+
+bool Linear::PanelsArePackedCopy(int64_t out, int64_t in) {
+  const Linear shape = OfShape(out, in);
   const Result<kernels::MatMul> mm =
       MakeMatMul(shape, kernels::kMatMulPackedRows,
                  FormOf({DataType::kBF16, 0}), /*plain=*/false);
@@ -280,8 +294,7 @@ bool Linear::PackedServesEveryRun(int64_t out, int64_t in, DataType type) {
   const auto key = std::make_tuple(out, in, type);
   if (const auto it = known.find(key); it != known.end()) return it->second;
   bool serves = false;
-  Linear shape;  // no values: a plan that would read them fails
-  shape.weight_ = Weight::Borrow(nullptr, out, in);
+  Linear shape = OfShape(out, in);  // a plan that reads values fails
   shape.compute_type_ = type;
   Result<kernels::MatMul> mm = MakeMatMul(shape, kernels::kMatMulPackedRows,
                                           FormOf({type, 0}), /*plain=*/false);
@@ -302,9 +315,8 @@ bool Linear::PackedServesEveryRun(int64_t out, int64_t in, DataType type) {
 
 Result<uint64_t> Linear::PackedBytes(int64_t out, int64_t in, bool bias,
                                      const PackedLayout& layout) {
-  Linear shape;
+  Linear shape = OfShape(out, in);
   static const float kAnyBias = 0.0f;  // only its presence counts
-  shape.weight_ = Weight::Borrow(nullptr, out, in);
   if (bias) shape.bias_ = Weight::Borrow(&kAnyBias, out, 1);
   ATTN_ASSIGN_OR_RETURN(const kernels::MatMul mm,
                         MakeMatMul(shape, kernels::kMatMulPackedRows,

@@ -62,9 +62,10 @@ class Weight {
                              int64_t in, kernels::DataType type);
   static Weight Hold(StreamedVector<hwy::bfloat16_t> values, int64_t out,
                      int64_t in);
-  // Reads fp32 values held elsewhere (a tied head's embeddings), which
-  // must outlive the weight.
+  // Reads fp32 or bf16 values held elsewhere (a tied head's embeddings),
+  // which must outlive the weight.
   static Weight Borrow(const float* values, int64_t out, int64_t in);
+  static Weight Borrow(const hwy::bfloat16_t* values, int64_t out, int64_t in);
   // Quantizes `values` [out, in] into `quant`'s blocks as llama.cpp's
   // reference quantizer does, packed by a team of `num_threads`; `in` a
   // multiple of kernels::kQuantBlock and every value finite (else
@@ -186,6 +187,9 @@ class Linear {
     kernels::MatMul layout;  // the matmul that packed it
     AlignedBuffer data;
   };
+  // A linear [out, in] of fp32 weights without values: what a shape alone
+  // tells.
+  static Linear OfShape(int64_t out, int64_t in);
 
   Weight weight_, bias_;
   kernels::DataType compute_type_ = kernels::DataType::kF32;

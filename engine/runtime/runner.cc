@@ -27,6 +27,15 @@ void GatherRows(const int64_t* ids, const float* table, size_t rows,
                 width * sizeof(float));
   }
 }
+void GatherRows(const int64_t* ids, const hwy::bfloat16_t* table, size_t rows,
+                size_t width, float* dst) {
+  for (size_t r = 0; r < rows; ++r) {
+    const hwy::bfloat16_t* row = table + static_cast<size_t>(ids[r]) * width;
+    for (size_t i = 0; i < width; ++i) {
+      dst[r * width + i] = hwy::F32FromBF16(row[i]);
+    }
+  }
+}
 
 // dst = x [batch, seq_len, width] + rows [0, seq_len) of `table`, in each
 // sequence.
@@ -246,7 +255,11 @@ void Runner::RunEmbedding(size_t layer, size_t k, const RunRows& rows,
   const auto width = static_cast<size_t>(bound_.widths[step.dst]);
   const auto n = static_cast<size_t>(shape_.rows);
   if (step.op == Op::kEmbedding) {
-    GatherRows(rows.tokens, w.weight, n, width, dst);
+    if (w.bf16_table) {
+      GatherRows(rows.tokens, w.bf16_table, n, width, dst);
+    } else {
+      GatherRows(rows.tokens, w.weight, n, width, dst);
+    }
     const float scale = bound_.def->nodes[step.node].scale;
     if (scale != 1.0f) {
       for (size_t i = 0; i < n * width; ++i) dst[i] *= scale;

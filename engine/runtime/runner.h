@@ -30,6 +30,8 @@ struct NodeBinding {
   const float* weight = nullptr;        // a norm's scale; an embedding's table
   const float* bias = nullptr;          // a layernorm's shift
   int64_t rows = 0;                     // an embedding table's rows
+  // An embedding's table held in bf16 (weight then null), widened as read.
+  const hwy::bfloat16_t* bf16_table = nullptr;
 };
 
 // A program, its tensors' widths and types, and its nodes' weights: per
