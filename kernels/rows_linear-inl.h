@@ -172,8 +172,9 @@ HWY_INLINE void RowsLinearTile(D d, const float* x, size_t k, const TW* panel,
     // Unrolled: fewer instructions per weight let the core run further
     // ahead; the bf16 decode step of GPT-2 at 1 row ran 8-11% faster on
     // the AMX Xeon of RowsLinearPrefetch::kEveryTile (fp32: no faster).
+    const size_t pairs = k / 2;
     HWY_UNROLL(2)
-    for (size_t p = 0; p < k / 2; ++p) {
+    for (size_t p = 0; p < pairs; ++p) {
       RowsLinearPairStep<kRows, kPanels, kPrefetchBytes, true>(d, x, k, panel,
                                                                at, p, acc);
     }

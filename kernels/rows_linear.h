@@ -59,13 +59,6 @@ size_t RowsLinearPackedSize(size_t n, size_t k) {
   return (n + width - 1) / width * width * RowsLinearPaddedK<TW>(k);
 }
 
-// Panels of the work item of columns [j0, j0 + 64) that hold columns below
-// n: 2, or 1 for a last item that ends within its first panel.
-inline size_t RowsLinearItemPanels(size_t n, size_t j0) {
-  return std::min(kRowsLinearColumns, n - j0 + kRowsLinearPanel - 1) /
-         kRowsLinearPanel;
-}
-
 // Where the panels of the work item of columns [j0, j0 + 64) lie, from
 // packed + j0 * RowsLinearPaddedK<T>(k): panel q at q * panel, its row r
 // at r * row after that.

@@ -200,7 +200,7 @@ TEST(LinearPlanTest, DroppedPlainWeightsServeEveryRowCount) {
                   (dropped ? kept.linear.weight().bytes() : uint64_t{0}),
               kept.linear.bytes());
     std::mt19937 rng(9);
-    for (const int64_t rows : {1, 5, 8, 9, 31, 64, 127, 128, 129, 300}) {
+    for (const int64_t rows : {1, 5, 8, 9, 31, 64, 127, 128, 129, 300, 1000}) {
       const std::vector<float> x = test::RandomVector(rng, rows * kIn, -1, 1);
       for (const LinearFallback fallback :
            {LinearFallback::kPlain, LinearFallback::kOwnPacked}) {

@@ -142,9 +142,12 @@ void ExpectSameWeights(const BoundProgram& a, const BoundProgram& b, size_t n) {
       a.widths[size_t(a.program->steps.back().src)]);  // the model's e
   const size_t rows = x.rows ? size_t(x.rows) : 1;
   EXPECT_EQ(x.rows, y.rows);
-  ASSERT_EQ(x.weight == nullptr, y.weight == nullptr);
-  if (x.weight) {
-    EXPECT_EQ(0, std::memcmp(x.weight, y.weight, rows * width * sizeof(float)));
+  ASSERT_EQ(x.weight || x.bf16_table, y.weight || y.bf16_table);
+  const auto value = [&](const NodeBinding& b, size_t i) {
+    return b.weight ? b.weight[i] : hwy::F32FromBF16(b.bf16_table[i]);
+  };
+  for (size_t i = 0; (x.weight || x.bf16_table) && i < rows * width; ++i) {
+    ASSERT_EQ(value(x, i), value(y, i)) << i;
   }
   ASSERT_EQ(x.bias == nullptr, y.bias == nullptr);
   if (x.bias) {
@@ -327,25 +330,36 @@ TEST(ProgramTest, LanguageModelsDropPlainWeightsNoRunReads) {
   }
 }
 
-// A bf16 model holds its token embeddings in bf16 where that keeps their
-// numbers: tied (the head rounds them alike) or a bf16 checkpoint's; an
-// untied fp32 checkpoint's stay fp32, as does every f32 model's.
-TEST(ProgramTest, Bf16ModelsHoldBf16EmbeddingsWhereExact) {
+// A model holds its token embeddings in bf16 where that keeps their
+// numbers and no fp32 head borrows them: a bf16 model's tied ones (the head
+// rounds them alike), or a bf16 checkpoint's in any dtype but f32 tied.
+TEST(ProgramTest, ModelsHoldBf16EmbeddingsWhereExact) {
   if (!kernels::HasNativeBF16()) GTEST_SKIP() << "no native bf16";
-  const std::pair<const char*, bool> models[] = {
-      {"hf_llama_tied_biases/model.safetensors", true},
-      {"hf_llama_scaled_shards/model.safetensors.index.json", true},
-      {"hf_llama_plain/model.safetensors", false}};
-  for (const auto& [file, bf16] : models) {
+  struct Case {
+    const char* file;
+    DType dtype;
+    bool bf16;  // whether held in bf16
+  };
+  const char* f16_tied = "hf_llama_tied_biases/model.safetensors";
+  const char* bf16_tied = "hf_qwen2/model.safetensors";
+  const char* bf16_untied =
+      "hf_llama_scaled_shards/model.safetensors.index.json";
+  const char* f32_untied = "hf_llama_plain/model.safetensors";
+  const Case cases[] = {
+      {f16_tied, DType::kBF16, true},    {f16_tied, DType::kQ8_0, false},
+      {f16_tied, DType::kF32, false},    {bf16_tied, DType::kBF16, true},
+      {bf16_tied, DType::kQ8_0, true},   {bf16_tied, DType::kF32, false},
+      {bf16_untied, DType::kBF16, true}, {bf16_untied, DType::kF32, true},
+      {f32_untied, DType::kBF16, false}, {f32_untied, DType::kF32, false}};
+  for (const auto& [file, dtype, bf16] : cases) {
     SCOPED_TRACE(file);
-    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    {
       LmOptions options;
       options.dtype = dtype;
       const auto lm = LanguageModel::Load(kLm + file, options).value();
-      const lm::ModelData& m = ModelAccess::Of(*lm);
-      EXPECT_EQ(m.tok_emb.type(), bf16 && dtype == DType::kBF16
-                                      ? kernels::DataType::kBF16
-                                      : kernels::DataType::kF32);
+      EXPECT_EQ(ModelAccess::Of(*lm).tok_emb.type(),
+                bf16 ? kernels::DataType::kBF16 : kernels::DataType::kF32)
+          << DTypeName(dtype);
     }
   }
 }

@@ -144,8 +144,9 @@ namespace {
 // they are that copy (bf16), and its plain weights (the attention's in
 // fp32) where some run reads them; a tied head's are the embeddings (bf16
 // in a bf16 model).
-// Quantized: every linear's blocks (the head's too). Then the fp32 embeddings
-// and norms, and while one linear is made, its fp32 values as read.
+// Quantized: every linear's blocks (the head's too). Then the embeddings
+// (fp32 at most) and norms, and while one linear is made, its fp32 values
+// as read.
 uint64_t ModelBytes(const LmConfig& c, DType dtype) {
   const uint64_t e = c.emb_dim, h = c.hidden_dim, v = c.vocab_size;
   const uint64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
@@ -162,8 +163,11 @@ uint64_t ModelBytes(const LmConfig& c, DType dtype) {
     const uint64_t blocks =
         AddSat(MulSat(c.num_layers, attention + ff), v * e) /
         kernels::kQuantBlock;
+    // While one is quantized, its blocks twice (as made, as packed).
+    const uint64_t largest = std::max({v * e, 2 * e * h, qkv});
     return AddSat(AddSat(MulSat(blocks, block_bytes), transient),
-                  AddSat(embeddings, norms));
+                  AddSat(largest / kernels::kQuantBlock * block_bytes,
+                         AddSat(embeddings, norms)));
   }
   const kernels::DataType type = ops::ToDataType(dtype);
   const uint64_t size = kernels::SizeOf(type);
@@ -272,10 +276,14 @@ bool AllBf16(const StreamedVector<float>& values) {
 
 // The token embeddings [V, e] as the model holds them: in bf16 where a
 // bf16 model's tied head rounds them alike (so that both hold the same
-// numbers) or they are bf16 already (a bf16 checkpoint's), else as loaded.
+// numbers) or they are bf16 already (a bf16 checkpoint's) and no fp32 head
+// borrows them, else as loaded.
 Result<ops::Weight> HoldEmbeddings(StreamedVector<float> table,
                                    const LmConfig& c, DType dtype) {
-  const bool bf16 = dtype == DType::kBF16 && (c.tied_head || AllBf16(table));
+  const bool bf16 =
+      dtype == DType::kBF16
+          ? c.tied_head || AllBf16(table)
+          : !(dtype == DType::kF32 && c.tied_head) && AllBf16(table);
   return ops::Weight::Hold(
       std::move(table), c.vocab_size, c.emb_dim,
       bf16 ? kernels::DataType::kBF16 : kernels::DataType::kF32);
@@ -286,11 +294,15 @@ Result<ops::Linear> TiedHead(ModelData& m) {
   const int64_t e = m.config.emb_dim, v = m.config.vocab_size;
   const ops::Weight& table = m.tok_emb;
   if (const auto quant = ops::QuantTypeOf(m.dtype)) {
-    ATTN_ASSIGN_OR_RETURN(
-        ops::Weight held,
-        ops::Weight::Quantize(static_cast<const float*>(table.data()), v, e,
-                              *quant, m.num_threads, "the tied head"));
-    return HoldLinear(std::move(held), {}, m.num_threads);
+    Result<ops::Weight> held =
+        table.type() == kernels::DataType::kBF16
+            ? ops::Weight::Quantize(
+                  static_cast<const hwy::bfloat16_t*>(table.data()), v, e,
+                  *quant, m.num_threads, "the tied head")
+            : ops::Weight::Quantize(static_cast<const float*>(table.data()), v,
+                                    e, *quant, m.num_threads, "the tied head");
+    if (!held.ok()) return held.status();
+    return HoldLinear(std::move(held).value(), {}, m.num_threads);
   }
   if (table.type() == kernels::DataType::kBF16) {
     return HoldLinear(

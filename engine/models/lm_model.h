@@ -130,7 +130,7 @@ struct ModelData {
   StreamedVector<float> pos_emb;  // [context, e] (GPT-2)
   std::vector<Layer> layers;
   Norm final_norm;
-  ops::Linear head;  // weight: tok_emb when tied
+  ops::Linear head;  // tied: made from tok_emb (fp32, bf16: borrowed)
   // The program its family builds (lm_family.h), lowered, its nodes bound
   // to the weights above; per node, the layer whose attention an mha node
   // runs.

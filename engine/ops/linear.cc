@@ -91,6 +91,36 @@ Result<Weight> Weight::Quantize(const float* values, int64_t out, int64_t in,
   return FromBlocks(blocks.data(), out, in, quant, num_threads, what);
 }
 
+Result<Weight> Weight::Quantize(const hwy::bfloat16_t* values, int64_t out,
+                                int64_t in, kernels::QuantType quant,
+                                int num_threads, const std::string& what) {
+  ATTN_RETURN_IF_ERROR(CheckWholeBlocks(in, quant, what));
+  const auto n = static_cast<size_t>(out), k = static_cast<size_t>(in);
+  const size_t row_bytes = kernels::QuantRowsBytes(quant, 1, k);
+  ATTN_ASSIGN_OR_RETURN(AlignedBuffer blocks,
+                        AlignedBuffer::Allocate(row_bytes * n));
+  constexpr size_t kRows = 256;
+  std::vector<float> rows;
+  try {
+    rows.resize(std::min(n, kRows) * k);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("cannot allocate rows to quantize");
+  }
+  for (size_t r0 = 0; r0 < n; r0 += kRows) {
+    const size_t count = std::min(kRows, n - r0);
+    for (size_t i = 0; i < count * k; ++i) {
+      rows[i] = hwy::F32FromBF16(values[r0 * k + i]);
+    }
+    if (kernels::QuantizeRows(
+            quant, rows.data(), count, k,
+            static_cast<char*>(blocks.data()) + r0 * row_bytes,
+            num_threads) < count) {
+      return NotFiniteToQuantize(what);
+    }
+  }
+  return FromBlocks(blocks.data(), out, in, quant, num_threads, what);
+}
+
 Result<Weight> Weight::FromBlocks(const void* blocks, int64_t out, int64_t in,
                                   kernels::QuantType quant, int num_threads,
                                   const std::string& what) {
@@ -300,10 +330,14 @@ bool Linear::PackedServesEveryRun(int64_t out, int64_t in, DataType type) {
                                           FormOf({type, 0}), /*plain=*/false);
   if (mm.ok()) {
     shape.packed_.push_back({std::move(mm).value(), {}});
-    // Past MatMulWideRows() every run's tiles span the full width.
-    const int64_t wide = kernels::MatMulWideRows();
+    // From MatMulWideRows() rows on, every run's tiles span the full width,
+    // in row tiles of at least `tile` rows: past that, the layout is the
+    // one of kMatMulPackedRows.
+    const int64_t tile =
+        std::max(kernels::kMatMulMinRows, kernels::kMatMulTileWork / out);
+    const int64_t last = std::max(kernels::MatMulWideRows(), tile) + 1;
     serves = true;
-    for (int64_t rows = 1; rows <= wide + 1 && serves; ++rows) {
+    for (int64_t rows = 1; rows <= last && serves; ++rows) {
       serves = LinearPlan::Create(shape, rows, {}, LinearFallback::kOwnPacked,
                                   /*num_threads=*/1)
                    .ok();

@@ -73,6 +73,10 @@ class Weight {
   static Result<Weight> Quantize(const float* values, int64_t out, int64_t in,
                                  kernels::QuantType quant, int num_threads,
                                  const std::string& what);
+  // The same from bf16 values, widened a few rows at a time.
+  static Result<Weight> Quantize(const hwy::bfloat16_t* values, int64_t out,
+                                 int64_t in, kernels::QuantType quant,
+                                 int num_threads, const std::string& what);
   // Packs `blocks` (out rows of in / 32 blocks of `quant`, llama.cpp's
   // layout: a quantized file's) as Quantize packs the blocks it makes.
   static Result<Weight> FromBlocks(const void* blocks, int64_t out, int64_t in,
@@ -150,7 +154,7 @@ class Linear {
   static Result<uint64_t> PackedBytes(int64_t out, int64_t in, bool bias,
                                       const PackedLayout& layout);
   // Whether the default plan of every row count of a weight [out, in] with
-  // a packed copy of rows in `type` reads that copy (or panels): where
+  // a packed copy of rows in `type` (and no panels) reads that copy: where
   // oneDNN lays it out in blocks of columns that narrower tiles read in
   // place, as its brgemm kernels do (AVX-512), not its gemm (AVX2). Known
   // per shape once made.

@@ -19,7 +19,6 @@ Result<StepWeights> StepWeights::PackAs(const T* w, int64_t out, int64_t in,
                         AlignedBuffer::Allocate(BytesOf(out, in, step.bf16_)));
   kernels::PackRowsLinear(w, step.out_, step.in_,
                           static_cast<T*>(step.panels_.data()), num_threads);
-  step.data_ = step.panels_.data();
   return step;
 }
 
@@ -29,7 +28,7 @@ StepWeights StepWeights::Borrow(const hwy::bfloat16_t* panels, int64_t out,
   step.bf16_ = true;
   step.in_ = static_cast<size_t>(in);
   step.out_ = static_cast<size_t>(out);
-  step.data_ = panels;
+  step.borrowed_ = panels;
   return step;
 }
 
@@ -56,10 +55,10 @@ void StepWeights::Run(const float* x, size_t rows, const float* bias, float* y,
                       kernels::RowsLinearActivation activation) const {
   if (bf16_) {
     kernels::RowsLinear(x, rows, in_,
-                        static_cast<const hwy::bfloat16_t*>(data_), bias, out_,
+                        static_cast<const hwy::bfloat16_t*>(data()), bias, out_,
                         y, num_threads, activation);
   } else {
-    kernels::RowsLinear(x, rows, in_, static_cast<const float*>(data_), bias,
+    kernels::RowsLinear(x, rows, in_, static_cast<const float*>(data()), bias,
                         out_, y, num_threads, activation);
   }
 }

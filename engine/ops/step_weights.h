@@ -37,7 +37,7 @@ class StepWeights {
            kernels::RowsLinearActivation activation =
                kernels::RowsLinearActivation::kNone) const;
 
-  bool empty() const { return data_ == nullptr; }
+  bool empty() const { return data() == nullptr; }
   // Bytes held (a borrowed one's: none).
   size_t bytes() const { return panels_.size(); }
   size_t in() const { return in_; }
@@ -50,8 +50,10 @@ class StepWeights {
   static Result<StepWeights> PackAs(const T* w, int64_t out, int64_t in,
                                     int num_threads);
 
+  const void* data() const { return borrowed_ ? borrowed_ : panels_.data(); }
+
   AlignedBuffer panels_;
-  const void* data_ = nullptr;  // panels_, or borrowed
+  const void* borrowed_ = nullptr;  // else panels_
   bool bf16_ = false;
   size_t in_ = 0, out_ = 0;
 };

@@ -48,7 +48,7 @@ struct BoundProgram {
 // matmul as oneDNN post-ops and packs a copy where a plan cannot read the
 // model's; a language model keeps them out of the matmul so that steps of
 // a few rows run RowsLinear on its panels, and reads the plain weights
-// where the packed copy does not fit.
+// where the packed copy does not fit (and it kept them: ops::Linear).
 struct RunnerPolicy {
   bool post_ops = true;
   ops::LinearFallback fallback = ops::LinearFallback::kOwnPacked;
