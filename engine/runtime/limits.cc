@@ -51,8 +51,8 @@ Status CheckMemory(const std::string& what, uint64_t need, uint64_t cap) {
                           ? std::string("more than 16 EiB")
                           : BytesString(need)) +
                      ", over the memory limit of " + BytesString(cap) +
-                     " (raise it with --max-memory or "
-                     "MhaOptions::max_memory_bytes)");
+                     " (raise it with --max-memory or the options' "
+                     "max_memory_bytes)");
 }
 
 }  // namespace attn
