@@ -320,31 +320,40 @@ bool Linear::PanelsArePackedCopy(int64_t out, int64_t in) {
 bool Linear::PackedServesEveryRun(int64_t out, int64_t in, DataType type) {
   static std::mutex mutex;
   static std::map<std::tuple<int64_t, int64_t, DataType>, bool> known;
-  const std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_tuple(out, in, type);
-  if (const auto it = known.find(key); it != known.end()) return it->second;
-  bool serves = false;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
+  // Outside the lock: loads of other shapes go on; two of one shape find
+  // the same answer.
+  const bool serves = EveryRunReadsPacked(out, in, type);
+  const std::lock_guard<std::mutex> lock(mutex);
+  known.emplace(key, serves);
+  return serves;
+}
+
+bool Linear::EveryRunReadsPacked(int64_t out, int64_t in, DataType type) {
   Linear shape = OfShape(out, in);  // a plan that reads values fails
   shape.compute_type_ = type;
   Result<kernels::MatMul> mm = MakeMatMul(shape, kernels::kMatMulPackedRows,
                                           FormOf({type, 0}), /*plain=*/false);
-  if (mm.ok()) {
-    shape.packed_.push_back({std::move(mm).value(), {}});
-    // From MatMulWideRows() rows on, every run's tiles span the full width,
-    // in row tiles of at least `tile` rows: past that, the layout is the
-    // one of kMatMulPackedRows.
-    const int64_t tile =
-        std::max(kernels::kMatMulMinRows, kernels::kMatMulTileWork / out);
-    const int64_t last = std::max(kernels::MatMulWideRows(), tile) + 1;
-    serves = true;
-    for (int64_t rows = 1; rows <= last && serves; ++rows) {
-      serves = LinearPlan::Create(shape, rows, {}, LinearFallback::kOwnPacked,
-                                  /*num_threads=*/1)
-                   .ok();
+  if (!mm.ok()) return false;
+  shape.packed_.push_back({std::move(mm).value(), {}});
+  // From MatMulWideRows() rows on, every run's tiles span the full width,
+  // in row tiles of at least `tile` rows: past that, the layout is the one
+  // of kMatMulPackedRows.
+  const int64_t tile =
+      std::max(kernels::kMatMulMinRows, kernels::kMatMulTileWork / out);
+  const int64_t last = std::max(kernels::MatMulWideRows(), tile) + 1;
+  for (int64_t rows = 1; rows <= last; ++rows) {
+    if (!LinearPlan::Create(shape, rows, {}, LinearFallback::kOwnPacked,
+                            /*num_threads=*/1)
+             .ok()) {
+      return false;
     }
   }
-  known[key] = serves;
-  return serves;
+  return true;
 }
 
 Result<uint64_t> Linear::PackedBytes(int64_t out, int64_t in, bool bias,

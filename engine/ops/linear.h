@@ -194,6 +194,9 @@ class Linear {
   // A linear [out, in] of fp32 weights without values: what a shape alone
   // tells.
   static Linear OfShape(int64_t out, int64_t in);
+  // PackedServesEveryRun's answer, found by making each plan.
+  static bool EveryRunReadsPacked(int64_t out, int64_t in,
+                                  kernels::DataType type);
 
   Weight weight_, bias_;
   kernels::DataType compute_type_ = kernels::DataType::kF32;
