@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <new>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "hwy/base.h"
 #include "kernels/threads.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -163,6 +165,7 @@ struct MatMul::Impl {
   };
   struct Tile {
     size_t kind, src, wei, bias, dst;  // dst also locates the residual
+    size_t chunk = 0;                  // of packed weights
   };
   // Packed weights: one chunk per (weight batch, column tile).
   struct Chunk {
@@ -170,13 +173,15 @@ struct MatMul::Impl {
     size_t kind, offset;
   };
   Operand src, wei, dst;
-  bool packed = false;  // wei in the primitives' layout (chunks)
+  bool packed = false;   // wei in the primitives' layout (chunks)
+  bool compiled = true;  // each kind has its primitive (not Describe)
   bool has_bias = false;
   bool has_residual = false;
   int residual_index = 0;  // of the binary post-op
   std::vector<Kind> kinds;
   std::vector<Tile> tiles;  // column tile, then row tile, fastest last
   std::vector<Chunk> chunks;
+  std::map<std::pair<int64_t, int64_t>, size_t> chunk_of;  // (b, n0) -> chunk
   size_t packed_bytes = 0;
   // Per thread: the primitives' scratch, then a staged tile's dst.
   size_t primitive_scratch_bytes = 0, staged_bytes = 0;
@@ -247,7 +252,7 @@ size_t MatMul::Impl::KindFor(const Box& box, const Operand* bias,
                          : dnnl::matmul::desc(src_md, wei_md, dst_md);
   Kind kind{box.rows, box.cols, {}, {}, staged};
   kind.pd = dnnl::matmul::primitive_desc(desc, attr, CpuEngine());
-  kind.prim = dnnl::matmul(kind.pd);
+  if (compiled) kind.prim = dnnl::matmul(kind.pd);
   primitive_scratch_bytes = std::max(
       primitive_scratch_bytes, AlignUp(kind.pd.scratchpad_desc().get_size()));
   if (staged) staged_bytes = std::max(staged_bytes, dst_md.get_size());
@@ -267,16 +272,14 @@ void MatMul::Impl::AddTile(const Box& box, const Operand* bias,
     Box chunk_box = box;
     chunk_box.m0 = 0;
     if (wei.dims.size() == 3 && wei.dims[0] == 1) chunk_box.b = 0;
-    auto same = [&](const Chunk& c) {
-      return c.box.b == chunk_box.b && c.box.n0 == chunk_box.n0;
-    };
-    auto it = std::find_if(chunks.begin(), chunks.end(), same);
-    if (it == chunks.end()) {
+    const auto [at, added] = chunk_of.emplace(
+        std::make_pair(chunk_box.b, chunk_box.n0), chunks.size());
+    if (added) {
       chunks.push_back({chunk_box, kind, packed_bytes});
       packed_bytes += AlignUp(kinds[kind].pd.weights_desc().get_size());
-      it = chunks.end() - 1;
     }
-    tile.wei = it->offset;
+    tile.chunk = at->second;
+    tile.wei = chunks[tile.chunk].offset;
   }
   tiles.push_back(tile);
 }
@@ -284,6 +287,19 @@ void MatMul::Impl::AddTile(const Box& box, const Operand* bias,
 Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
                               const Operand* bias, const Operand& dst,
                               Threading threading, const PostOps& post_ops) {
+  return Make(src, wei, bias, dst, threading, post_ops, /*compile=*/true);
+}
+
+Result<MatMul> MatMul::Describe(const Operand& src, const Operand& wei,
+                                const Operand* bias, const Operand& dst,
+                                Threading threading, const PostOps& post_ops) {
+  return Make(src, wei, bias, dst, threading, post_ops, /*compile=*/false);
+}
+
+Result<MatMul> MatMul::Make(const Operand& src, const Operand& wei,
+                            const Operand* bias, const Operand& dst,
+                            Threading threading, const PostOps& post_ops,
+                            bool compile) {
   for (const Operand* op : {&src, &wei, bias, &dst}) {
     if (!op) continue;
     const bool sized = std::all_of(op->dims.begin(), op->dims.end(),
@@ -316,6 +332,7 @@ Result<MatMul> MatMul::Create(const Operand& src, const Operand& wei,
     impl->wei = wei;
     impl->dst = dst;
     impl->packed = wei.strides.empty();
+    impl->compiled = compile;
     impl->has_bias = bias != nullptr;
     impl->has_residual = post_ops.add_residual;
     for (int64_t b = 0; b < B; ++b) {
@@ -387,14 +404,7 @@ bool MatMul::ReadPackedWeightsOf(const MatMul& other) {
     if (!at) return false;
     offsets.push_back(*at);
   }
-  for (Impl::Tile& tile : a.tiles) {
-    for (size_t i = 0; i < a.chunks.size(); ++i) {
-      if (tile.wei == a.chunks[i].offset) {
-        tile.wei = offsets[i];
-        break;
-      }
-    }
-  }
+  for (Impl::Tile& tile : a.tiles) tile.wei = offsets[tile.chunk];
   for (size_t i = 0; i < a.chunks.size(); ++i) a.chunks[i].offset = offsets[i];
   a.packed_bytes = b.packed_bytes;
   return true;
@@ -517,6 +527,7 @@ void MatMul::Run(const void* src, const void* wei, const void* bias, void* dst,
 void MatMul::RunMany(const Call* calls, size_t count, void* scratch,
                      int num_threads) const {
   const Impl& im = *impl_;
+  HWY_DASSERT(im.compiled);
   const auto per_call = static_cast<int64_t>(im.tiles.size());
   const int64_t total = per_call * static_cast<int64_t>(count);
   const int workers =

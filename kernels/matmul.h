@@ -85,6 +85,14 @@ class MatMul {
                                const Operand* bias, const Operand& dst,
                                Threading threading,
                                const PostOps& post_ops = {});
+  // The tiles and packed weight layout Create would make, without compiling
+  // its kernels: for the questions about layouts below, PackWeights and
+  // scratch_bytes, never Run (a plan of each row count asked this way costs
+  // microseconds, not a JIT).
+  static Result<MatMul> Describe(const Operand& src, const Operand& wei,
+                                 const Operand* bias, const Operand& dst,
+                                 Threading threading,
+                                 const PostOps& post_ops = {});
 
   MatMul(MatMul&&) noexcept;
   MatMul& operator=(MatMul&&) noexcept;
@@ -144,6 +152,10 @@ class MatMul {
  private:
   struct Impl;
   explicit MatMul(std::unique_ptr<Impl> impl);
+  static Result<MatMul> Make(const Operand& src, const Operand& wei,
+                             const Operand* bias, const Operand& dst,
+                             Threading threading, const PostOps& post_ops,
+                             bool compile);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -128,7 +128,8 @@ INSTANTIATE_TEST_SUITE_P(
 // A short product's 64-column tiles read a long product's full-width
 // packed weights in place (the same bytes as their own packing, so the
 // same bits), a last partial block included; a product of another K or
-// of unpacked weights cannot.
+// of unpacked weights cannot. A long product described, not created, packs
+// the same bytes and answers alike.
 TEST(MatMulPackingTest, ShortProductsReadALongOnesPackedWeights) {
   if (MatMulWideRows() != kMatMulRowTile) {
     GTEST_SKIP() << "oneDNN packs no column blocks on this CPU ("
@@ -140,10 +141,10 @@ TEST(MatMulPackingTest, ShortProductsReadALongOnesPackedWeights) {
     const Problem p{1, 9, K, N, true, false, false};
     const Data d(p);
     const Operand bias{{1, N}, {}, DataType::kF32};
-    const auto make = [&](int64_t M, int64_t k) {
-      Result<MatMul> mm = MatMul::Create(
+    const auto make = [&](int64_t M, int64_t k, bool compile = true) {
+      Result<MatMul> mm = (compile ? &MatMul::Create : &MatMul::Describe)(
           {{M, k}, {}, DataType::kF32}, {{k, N}, {}, DataType::kF32}, &bias,
-          {{M, N}, {}, DataType::kF32}, Threading::kTeam);
+          {{M, N}, {}, DataType::kF32}, Threading::kTeam, PostOps{});
       EXPECT_TRUE(mm.ok()) << mm.status().message();
       return std::move(mm).value();
     };
@@ -171,6 +172,13 @@ TEST(MatMulPackingTest, ShortProductsReadALongOnesPackedWeights) {
     EXPECT_EQ(run(reader, long_packed), expected);
     MatMul other_k = make(p.M, K + 16);
     EXPECT_FALSE(other_k.ReadPackedWeightsOf(long_mm));
+    const MatMul described = make(kMatMulPackedRows, K, /*compile=*/false);
+    EXPECT_EQ(pack(described), long_packed);
+    MatMul described_reader = make(p.M, K, /*compile=*/false);
+    EXPECT_TRUE(described_reader.ReadPackedWeightsOf(described));
+    MatMul reader_of_described = make(p.M, K);
+    ASSERT_TRUE(reader_of_described.ReadPackedWeightsOf(described));
+    EXPECT_EQ(run(reader_of_described, long_packed), expected);
   }
 }
 

@@ -176,11 +176,18 @@ Result<StreamedVector<hwy::bfloat16_t>> RoundToBf16(StreamedVector<float>& w) {
 
 namespace {
 
+// What a matmul is made for: to run, or only to tell its packed layout
+// (kernels::MatMul::Describe: no JIT).
+enum class MatMulUse { kRun, kLayout };
+
 // `epilogue`'s matmul of `rows` rows of `linear`, with its post-ops and
 // types: weights in oneDNN's packed layout, or with `plain`, as the weight
 // holds them.
 Result<kernels::MatMul> MakeMatMul(const Linear& linear, int64_t rows,
-                                   const LinearEpilogue& epilogue, bool plain) {
+                                   const LinearEpilogue& epilogue, bool plain,
+                                   MatMulUse use = MatMulUse::kRun) {
+  const auto make = use == MatMulUse::kRun ? &kernels::MatMul::Create
+                                           : &kernels::MatMul::Describe;
   const DataType type = epilogue.type.value_or(linear.compute_type());
   const int64_t in = linear.in(), out = linear.out();
   const kernels::Operand* no_bias = nullptr;
@@ -189,18 +196,17 @@ Result<kernels::MatMul> MakeMatMul(const Linear& linear, int64_t rows,
     const kernels::Operand bias{{G, 1, D}, {}, DataType::kF32};
     kernels::Operand weights{{G, in, D}, {}, type};
     if (plain) weights.strides = {D * in, 1, in};
-    return kernels::MatMul::Create({{1, rows, in}, {}, type}, weights,
-                                   linear.bias() ? &bias : no_bias,
-                                   {{G, rows, D}, {}, epilogue.dst},
-                                   kernels::Threading::kTeam, epilogue.post);
+    return make({{1, rows, in}, {}, type}, weights,
+                linear.bias() ? &bias : no_bias,
+                {{G, rows, D}, {}, epilogue.dst}, kernels::Threading::kTeam,
+                epilogue.post);
   }
   const kernels::Operand bias{{1, out}, {}, DataType::kF32};
   kernels::Operand weights{{in, out}, {}, type};
   if (plain) weights.strides = {1, in};
-  return kernels::MatMul::Create({{rows, in}, {}, type}, weights,
-                                 linear.bias() ? &bias : no_bias,
-                                 {{rows, out}, {}, epilogue.dst},
-                                 kernels::Threading::kTeam, epilogue.post);
+  return make({{rows, in}, {}, type}, weights, linear.bias() ? &bias : no_bias,
+              {{rows, out}, {}, epilogue.dst}, kernels::Threading::kTeam,
+              epilogue.post);
 }
 
 // The weight as a matmul of `epilogue`'s form reads it unpacked.
@@ -272,9 +278,9 @@ Result<Linear> Linear::Create(Weight weight, Weight bias,
       rows_copy != layouts.packed.end() ? rows_copy->type : w.type();
   for (const PackedLayout& layout : layouts.packed) {
     const LinearEpilogue form = FormOf(layout);
-    ATTN_ASSIGN_OR_RETURN(
-        kernels::MatMul mm,
-        MakeMatMul(linear, kernels::kMatMulPackedRows, form, /*plain=*/false));
+    ATTN_ASSIGN_OR_RETURN(kernels::MatMul mm,
+                          MakeMatMul(linear, kernels::kMatMulPackedRows, form,
+                                     /*plain=*/false, MatMulUse::kLayout));
     ATTN_ASSIGN_OR_RETURN(AlignedBuffer data,
                           AlignedBuffer::Allocate(mm.packed_weights_bytes()));
     ATTN_RETURN_IF_ERROR(
@@ -311,9 +317,9 @@ Linear Linear::OfShape(int64_t out, int64_t in) {
 
 bool Linear::PanelsArePackedCopy(int64_t out, int64_t in) {
   const Linear shape = OfShape(out, in);
-  const Result<kernels::MatMul> mm =
-      MakeMatMul(shape, kernels::kMatMulPackedRows,
-                 FormOf({DataType::kBF16, 0}), /*plain=*/false);
+  const Result<kernels::MatMul> mm = MakeMatMul(
+      shape, kernels::kMatMulPackedRows, FormOf({DataType::kBF16, 0}),
+      /*plain=*/false, MatMulUse::kLayout);
   return mm.ok() && mm->PacksAsRowsLinear();
 }
 
@@ -334,24 +340,23 @@ bool Linear::PackedServesEveryRun(int64_t out, int64_t in, DataType type) {
 }
 
 bool Linear::EveryRunReadsPacked(int64_t out, int64_t in, DataType type) {
-  Linear shape = OfShape(out, in);  // a plan that reads values fails
+  Linear shape = OfShape(out, in);
   shape.compute_type_ = type;
-  Result<kernels::MatMul> mm = MakeMatMul(shape, kernels::kMatMulPackedRows,
-                                          FormOf({type, 0}), /*plain=*/false);
-  if (!mm.ok()) return false;
-  shape.packed_.push_back({std::move(mm).value(), {}});
+  const Result<kernels::MatMul> packed =
+      MakeMatMul(shape, kernels::kMatMulPackedRows, FormOf({type, 0}),
+                 /*plain=*/false, MatMulUse::kLayout);
+  if (!packed.ok()) return false;
   // From MatMulWideRows() rows on, every run's tiles span the full width,
   // in row tiles of at least `tile` rows: past that, the layout is the one
-  // of kMatMulPackedRows.
+  // of kMatMulPackedRows. The default plan of each row count up to there
+  // (LinearPlan::Create) reads the packed copy where its matmul does.
   const int64_t tile =
       std::max(kernels::kMatMulMinRows, kernels::kMatMulTileWork / out);
   const int64_t last = std::max(kernels::MatMulWideRows(), tile) + 1;
   for (int64_t rows = 1; rows <= last; ++rows) {
-    if (!LinearPlan::Create(shape, rows, {}, LinearFallback::kOwnPacked,
-                            /*num_threads=*/1)
-             .ok()) {
-      return false;
-    }
+    Result<kernels::MatMul> run =
+        MakeMatMul(shape, rows, {}, /*plain=*/false, MatMulUse::kLayout);
+    if (!run.ok() || !run->ReadPackedWeightsOf(*packed)) return false;
   }
   return true;
 }
@@ -361,9 +366,10 @@ Result<uint64_t> Linear::PackedBytes(int64_t out, int64_t in, bool bias,
   Linear shape = OfShape(out, in);
   static const float kAnyBias = 0.0f;  // only its presence counts
   if (bias) shape.bias_ = Weight::Borrow(&kAnyBias, out, 1);
-  ATTN_ASSIGN_OR_RETURN(const kernels::MatMul mm,
-                        MakeMatMul(shape, kernels::kMatMulPackedRows,
-                                   FormOf(layout), /*plain=*/false));
+  ATTN_ASSIGN_OR_RETURN(
+      const kernels::MatMul mm,
+      MakeMatMul(shape, kernels::kMatMulPackedRows, FormOf(layout),
+                 /*plain=*/false, MatMulUse::kLayout));
   return mm.packed_weights_bytes();
 }
 
