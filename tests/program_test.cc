@@ -364,5 +364,55 @@ TEST(ProgramTest, ModelsHoldBf16EmbeddingsWhereExact) {
   }
 }
 
+// A BF16 checkpoint's linears and embeddings are read as stored, with no
+// fp32 copy: the same numbers as the fp32 read widens, every role the
+// source says it stores so; an F32 checkpoint stores none so, and a
+// tensor of another dtype is refused naming it.
+TEST(ProgramTest, Bf16CheckpointsAreReadAsStored) {
+  using lm::Role;
+  const auto open = [](const std::string& file) {
+    return lm::OpenModelFile(kLm + file, LmOptions{}).value();
+  };
+  const lm::FileModel bf16 =
+      open("hf_llama_scaled_shards/model.safetensors.index.json");
+  const LmConfig& c = bf16.config;
+  size_t compared = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    for (const Role role :
+         {Role::kTokEmb, Role::kQuery, Role::kKey, Role::kValue, Role::kOut,
+          Role::kUp, Role::kGate, Role::kDown, Role::kHead}) {
+      const bool whole_model = role == Role::kTokEmb || role == Role::kHead;
+      if ((whole_model && l > 0) || !bf16.weights.has(role, l) ||
+          !bf16.weights.stores_bf16(role, l)) {
+        continue;
+      }
+      SCOPED_TRACE(static_cast<int>(role));
+      const auto [rows, cols] = role == Role::kTokEmb
+                                    ? std::pair{c.vocab_size, c.emb_dim}
+                                    : lm::LinearShape(c, role);
+      const StreamedVector<float> wide =
+          bf16.weights.fetch(role, l, rows, cols).value();
+      const StreamedVector<hwy::bfloat16_t> stored =
+          bf16.weights.fetch_bf16(role, l, rows, cols).value();
+      ASSERT_EQ(stored.size(), wide.size());
+      for (size_t i = 0; i < wide.size(); ++i) {
+        ASSERT_EQ(hwy::F32FromBF16(stored[i]), wide[i]) << i;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, size_t(7 * c.num_layers + 2));  // untied: its head too
+  const lm::FileModel f32 = open("hf_llama_plain/model.safetensors");
+  EXPECT_FALSE(f32.weights.stores_bf16(Role::kTokEmb, 0));
+  EXPECT_FALSE(f32.weights.stores_bf16(Role::kUp, 0));
+  const std::string name = f32.weights.name(Role::kUp, 0);
+  const Result<StreamedVector<hwy::bfloat16_t>> refused =
+      f32.files->ReadBF16(name);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("has dtype F32, want BF16"),
+            std::string::npos)
+      << refused.status().message();
+}
+
 }  // namespace
 }  // namespace attn

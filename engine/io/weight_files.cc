@@ -189,6 +189,27 @@ Result<StreamedVector<float>> WeightFiles::ReadF32(
   return ReadStreamed(*shard, name);
 }
 
+Result<StreamedVector<hwy::bfloat16_t>> WeightFiles::ReadBF16(
+    const std::string& name) const {
+  ATTN_ASSIGN_OR_RETURN(const SafetensorsFile* shard, ShardOf(name));
+  const TensorInfo* t = shard->Find(name);
+  if (t->dtype != "BF16") {
+    return InvalidArgument("tensor " + Quoted(name) + " in " +
+                           Quoted(shard->path()) + " has dtype " + t->dtype +
+                           ", want BF16");
+  }
+  StreamedVector<hwy::bfloat16_t> values;
+  try {
+    values.resize(t->num_elements);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory("cannot allocate " + std::to_string(t->num_elements) +
+                       " bf16 values for tensor " + Quoted(name));
+  }
+  static_assert(sizeof(hwy::bfloat16_t) == 2, "BF16 is stored in 2 bytes");
+  ATTN_RETURN_IF_ERROR(shard->ReadBytes(name, 0, t->size_bytes, values.data()));
+  return values;
+}
+
 Status WeightFiles::ReadBytes(const std::string& name, uint64_t offset,
                               size_t size, void* out) const {
   ATTN_ASSIGN_OR_RETURN(const SafetensorsFile* shard, ShardOf(name));

@@ -14,6 +14,7 @@
 #include "attn/safetensors.hpp"
 #include "attn/status.hpp"
 #include "engine/runtime/huge_pages.h"
+#include "hwy/base.h"
 
 namespace attn {
 
@@ -48,6 +49,10 @@ class WeightFiles {
   // As SafetensorsFile::ReadF32, from the shard holding `name`, into a
   // vector on huge pages.
   Result<StreamedVector<float>> ReadF32(const std::string& name) const;
+  // A BF16 tensor's values as stored, into a vector on huge pages (no fp32
+  // copy); another dtype is refused naming it.
+  Result<StreamedVector<hwy::bfloat16_t>> ReadBF16(
+      const std::string& name) const;
   // As SafetensorsFile::ReadBytes, from the shard holding `name`.
   Status ReadBytes(const std::string& name, uint64_t offset, size_t size,
                    void* out) const;

@@ -239,6 +239,36 @@ Result<AlignedBuffer> FetchBlocks(const WeightFiles& file,
   return ReadQuantizedRows(file, name, *layout.quant, first, rows, cols);
 }
 
+// Whether `role`'s tensor in `layer` holds values of the shape [rows, cols]
+// the role wants; else an error naming it.
+Status CheckTensor(const WeightFiles& file, const FileLayout& layout, Role role,
+                   int64_t layer, int64_t rows, int64_t cols) {
+  const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
+  const std::string name = layout.Name(role, layer);
+  const TensorInfo* info = file.Find(name);
+  if (!info) return Missing(file, layout, name);
+  if (layout.Quantized(role)) {  // the engine reads it with fetch_blocks
+    return InvalidArgument("tensor " + Quoted(name) + " holds " +
+                           kernels::QuantName(*layout.quant) +
+                           " blocks, not values");
+  }
+  std::vector<int64_t> want = FileShape(t, rows, cols);
+  // A position table may be longer than the context used.
+  if (role == Role::kPosEmb && info->shape.size() == 2 &&
+      info->shape[0] >= rows) {
+    want[0] = info->shape[0];
+  }
+  if (info->shape != want) {
+    return InvalidArgument(
+        "tensor " + Quoted(name) + " in " + Quoted(file.FileOf(name)) + " is " +
+        ShapeString(info->shape) + ", want " + ShapeString(want) +
+        (t.form != Form::kTransposed && t.form != Form::kThird
+             ? ""
+             : " (Conv1D: [in, out] for " + ShapeOf(rows, cols) + ")"));
+  }
+  return {};
+}
+
 WeightSource FileWeights(std::shared_ptr<const WeightFiles> file,
                          FileLayout layout) {
   WeightSource source;
@@ -255,34 +285,30 @@ WeightSource FileWeights(std::shared_ptr<const WeightFiles> file,
       return FetchBlocks(*file, layout, role, layer, rows, cols);
     };
   }
+  source.stores_bf16 = [file, layout](Role role, int64_t layer) {
+    const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
+    const TensorInfo* info = file->Find(layout.Name(role, layer));
+    return info && t.form == Form::kPlain && !layout.Quantized(role) &&
+           info->dtype == "BF16";
+  };
+  source.fetch_bf16 =
+      [file, layout](Role role, int64_t layer, int64_t rows,
+                     int64_t cols) -> Result<StreamedVector<hwy::bfloat16_t>> {
+    ATTN_RETURN_IF_ERROR(CheckTensor(*file, layout, role, layer, rows, cols));
+    ATTN_ASSIGN_OR_RETURN(StreamedVector<hwy::bfloat16_t> values,
+                          file->ReadBF16(layout.Name(role, layer)));
+    // A position table may hold more rows than the context uses.
+    values.resize(static_cast<size_t>(rows * (cols ? cols : 1)));
+    return values;
+  };
   // c_attn's q, k and v are read once: the last such tensor is kept.
   auto last = std::make_shared<std::pair<std::string, StreamedVector<float>>>();
   source.fetch = [file, layout, last](
                      Role role, int64_t layer, int64_t rows,
                      int64_t cols) -> Result<StreamedVector<float>> {
+    ATTN_RETURN_IF_ERROR(CheckTensor(*file, layout, role, layer, rows, cols));
     const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
     const std::string name = layout.Name(role, layer);
-    const TensorInfo* info = file->Find(name);
-    if (!info) return Missing(*file, layout, name);
-    if (layout.Quantized(role)) {  // the engine reads it with fetch_blocks
-      return InvalidArgument("tensor " + Quoted(name) + " holds " +
-                             kernels::QuantName(*layout.quant) +
-                             " blocks, not values");
-    }
-    std::vector<int64_t> want = FileShape(t, rows, cols);
-    // A position table may be longer than the context used.
-    if (role == Role::kPosEmb && info->shape.size() == 2 &&
-        info->shape[0] >= rows) {
-      want[0] = info->shape[0];
-    }
-    if (info->shape != want) {
-      return InvalidArgument(
-          "tensor " + Quoted(name) + " in " + Quoted(file->FileOf(name)) +
-          " is " + ShapeString(info->shape) + ", want " + ShapeString(want) +
-          (t.form != Form::kTransposed && t.form != Form::kThird
-               ? ""
-               : " (Conv1D: [in, out] for " + ShapeOf(rows, cols) + ")"));
-    }
     try {
       return InRoleForm(*file, t, name, rows, cols, *last);
     } catch (const std::bad_alloc&) {

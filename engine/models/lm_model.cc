@@ -230,6 +230,12 @@ std::string WeightName(const WeightSource& w, Role role, int64_t layer) {
   return name.empty() ? "a linear" : Quoted(name);
 }
 
+// Whether the source stores `role`'s values in `layer` as bf16: read as they
+// are, they need no fp32 copy (bf16 held or quantized from them alike).
+bool StoresBf16(const WeightSource& w, Role role, int64_t layer) {
+  return w.stores_bf16 && w.stores_bf16(role, layer);
+}
+
 // `role`'s weight [out, in] in `layer`, held as `dtype` says: a quantized
 // source's blocks as they are, other values as HoldWeight holds them.
 Result<ops::Weight> ReadWeight(const WeightSource& w, Role role, int64_t layer,
@@ -240,6 +246,14 @@ Result<ops::Weight> ReadWeight(const WeightSource& w, Role role, int64_t layer,
                           w.fetch_blocks(role, layer, out, in));
     return ops::Weight::FromBlocks(blocks.data(), out, in, *w.quant,
                                    num_threads, WeightName(w, role, layer));
+  }
+  const auto quant = ops::QuantTypeOf(dtype);
+  if ((dtype == DType::kBF16 || quant) && StoresBf16(w, role, layer)) {
+    ATTN_ASSIGN_OR_RETURN(StreamedVector<hwy::bfloat16_t> values,
+                          w.fetch_bf16(role, layer, out, in));
+    if (!quant) return ops::Weight::Hold(std::move(values), out, in);
+    return ops::Weight::Quantize(values.data(), out, in, *quant, num_threads,
+                                 WeightName(w, role, layer));
   }
   ATTN_ASSIGN_OR_RETURN(StreamedVector<float> values,
                         w.fetch(role, layer, out, in));
@@ -287,6 +301,22 @@ Result<ops::Weight> HoldEmbeddings(StreamedVector<float> table,
   return ops::Weight::Hold(
       std::move(table), c.vocab_size, c.emb_dim,
       bf16 ? kernels::DataType::kBF16 : kernels::DataType::kF32);
+}
+
+// The token embeddings as HoldEmbeddings holds them, read as stored where
+// that is bf16 and they are held so.
+Result<ops::Weight> ReadEmbeddings(const WeightSource& w, const LmConfig& c,
+                                   DType dtype) {
+  if (StoresBf16(w, Role::kTokEmb, 0) &&
+      !(dtype == DType::kF32 && c.tied_head)) {
+    ATTN_ASSIGN_OR_RETURN(
+        StreamedVector<hwy::bfloat16_t> table,
+        w.fetch_bf16(Role::kTokEmb, 0, c.vocab_size, c.emb_dim));
+    return ops::Weight::Hold(std::move(table), c.vocab_size, c.emb_dim);
+  }
+  ATTN_ASSIGN_OR_RETURN(StreamedVector<float> table,
+                        w.fetch(Role::kTokEmb, 0, c.vocab_size, c.emb_dim));
+  return HoldEmbeddings(std::move(table), c, dtype);
 }
 
 // The head reads the embeddings as held; quantized, it holds its own copy.
@@ -495,10 +525,7 @@ Status Build(const LmConfig& c, const WeightSource& w, const LmOptions& options,
                                    m.max_memory_bytes));
   const ThreadScope threads(m.num_threads);
   const int64_t e = c.emb_dim;
-  ATTN_ASSIGN_OR_RETURN(StreamedVector<float> table,
-                        w.fetch(Role::kTokEmb, 0, c.vocab_size, e));
-  ATTN_ASSIGN_OR_RETURN(m.tok_emb,
-                        HoldEmbeddings(std::move(table), c, options.dtype));
+  ATTN_ASSIGN_OR_RETURN(m.tok_emb, ReadEmbeddings(w, c, options.dtype));
   if (c.architecture == LmArchitecture::kGpt2) {
     ATTN_ASSIGN_OR_RETURN(m.pos_emb,
                           w.fetch(Role::kPosEmb, 0, c.context_length, e));

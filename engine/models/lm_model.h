@@ -76,6 +76,13 @@ struct WeightSource {
   std::function<Result<StreamedVector<float>>(Role, int64_t, int64_t, int64_t)>
       fetch;
   std::function<bool(Role, int64_t)> has;
+  // Where the source stores `role`'s values in `layer` as bf16, laid out as
+  // the role wants them (a BF16 checkpoint's), `fetch_bf16` gives them as
+  // stored, with no fp32 copy; either may be unset (none is).
+  std::function<bool(Role, int64_t)> stores_bf16;
+  std::function<Result<StreamedVector<hwy::bfloat16_t>>(Role, int64_t, int64_t,
+                                                        int64_t)>
+      fetch_bf16;
   std::function<std::vector<int64_t>(Role, int64_t)> shape;
   // A quantized file's (attn quantize): every linear's weight is `quant`'s
   // blocks, which `fetch_blocks` gives in llama.cpp's row layout, [rows,
