@@ -181,14 +181,15 @@ struct MatMul::Impl {
   std::vector<Kind> kinds;
   std::vector<Tile> tiles;  // column tile, then row tile, fastest last
   std::vector<Chunk> chunks;
-  std::map<std::pair<int64_t, int64_t>, size_t> chunk_of;  // (b, n0) -> chunk
   size_t packed_bytes = 0;
   // Per thread: the primitives' scratch, then a staged tile's dst.
   size_t primitive_scratch_bytes = 0, staged_bytes = 0;
 
-  // Both throw dnnl::error; Create catches it.
+  // Both throw dnnl::error; Make catches it.
   size_t KindFor(const Box& box, const Operand* bias, const PostOps& post_ops);
-  void AddTile(const Box& box, const Operand* bias, const PostOps& post_ops);
+  // `chunk_of`: the chunk of each (batch, first column) so far.
+  void AddTile(const Box& box, const Operand* bias, const PostOps& post_ops,
+               std::map<std::pair<int64_t, int64_t>, size_t>& chunk_of);
 
   // One worker's argument list: a memory per argument of the kind it ran
   // last, created once and re-pointed tile by tile.
@@ -260,8 +261,9 @@ size_t MatMul::Impl::KindFor(const Box& box, const Operand* bias,
   return kinds.size() - 1;
 }
 
-void MatMul::Impl::AddTile(const Box& box, const Operand* bias,
-                           const PostOps& post_ops) {
+void MatMul::Impl::AddTile(
+    const Box& box, const Operand* bias, const PostOps& post_ops,
+    std::map<std::pair<int64_t, int64_t>, size_t>& chunk_of) {
   const size_t kind = KindFor(box, bias, post_ops);
   Tile tile{kind, OffsetOf(src, box, kSrcRole), OffsetOf(wei, box, kWeiRole),
             bias ? OffsetOf(*bias, box, kWeiRole) : 0,
@@ -335,12 +337,13 @@ Result<MatMul> MatMul::Make(const Operand& src, const Operand& wei,
     impl->compiled = compile;
     impl->has_bias = bias != nullptr;
     impl->has_residual = post_ops.add_residual;
+    std::map<std::pair<int64_t, int64_t>, size_t> chunk_of;
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t nt = 0; nt < cols.count; ++nt) {
         for (int64_t mt = 0; mt < rows.count; ++mt) {
           const Box box{b, mt * rows.size, nt * cols.size, rows.SizeOf(mt),
                         cols.SizeOf(nt)};
-          impl->AddTile(box, bias, post_ops);
+          impl->AddTile(box, bias, post_ops, chunk_of);
         }
       }
     }
@@ -527,7 +530,7 @@ void MatMul::Run(const void* src, const void* wei, const void* bias, void* dst,
 void MatMul::RunMany(const Call* calls, size_t count, void* scratch,
                      int num_threads) const {
   const Impl& im = *impl_;
-  HWY_DASSERT(im.compiled);
+  HWY_ASSERT(im.compiled);  // never a Described one
   const auto per_call = static_cast<int64_t>(im.tiles.size());
   const int64_t total = per_call * static_cast<int64_t>(count);
   const int workers =

@@ -285,16 +285,22 @@ WeightSource FileWeights(std::shared_ptr<const WeightFiles> file,
       return FetchBlocks(*file, layout, role, layer, rows, cols);
     };
   }
-  source.stores_bf16 = [file, layout](Role role, int64_t layer) {
+  const auto stores_bf16 = [file, layout](Role role, int64_t layer) {
     const TensorName& t = layout.family->tensors[static_cast<size_t>(role)];
     const TensorInfo* info = file->Find(layout.Name(role, layer));
     return info && t.form == Form::kPlain && !layout.Quantized(role) &&
            info->dtype == "BF16";
   };
+  source.stores_bf16 = stores_bf16;
   source.fetch_bf16 =
-      [file, layout](Role role, int64_t layer, int64_t rows,
-                     int64_t cols) -> Result<StreamedVector<hwy::bfloat16_t>> {
+      [file, layout, stores_bf16](
+          Role role, int64_t layer, int64_t rows,
+          int64_t cols) -> Result<StreamedVector<hwy::bfloat16_t>> {
     ATTN_RETURN_IF_ERROR(CheckTensor(*file, layout, role, layer, rows, cols));
+    if (!stores_bf16(role, layer)) {
+      return InvalidArgument("tensor " + Quoted(layout.Name(role, layer)) +
+                             " is not stored as the bf16 values it stands for");
+    }
     ATTN_ASSIGN_OR_RETURN(StreamedVector<hwy::bfloat16_t> values,
                           file->ReadBF16(layout.Name(role, layer)));
     // A position table may hold more rows than the context uses.

@@ -288,16 +288,20 @@ bool AllBf16(const StreamedVector<float>& values) {
   });
 }
 
-// The token embeddings [V, e] as the model holds them: in bf16 where a
+// Whether the model holds its token embeddings [V, e] in bf16: where a
 // bf16 model's tied head rounds them alike (so that both hold the same
-// numbers) or they are bf16 already (a bf16 checkpoint's) and no fp32 head
-// borrows them, else as loaded.
+// numbers) or they are bf16 already (`all_bf16`: a bf16 checkpoint's) and no
+// fp32 head borrows them; else fp32.
+bool EmbeddingsInBf16(const LmConfig& c, DType dtype, bool all_bf16) {
+  return dtype == DType::kBF16
+             ? c.tied_head || all_bf16
+             : !(dtype == DType::kF32 && c.tied_head) && all_bf16;
+}
+
+// The token embeddings as read, held as EmbeddingsInBf16 says.
 Result<ops::Weight> HoldEmbeddings(StreamedVector<float> table,
                                    const LmConfig& c, DType dtype) {
-  const bool bf16 =
-      dtype == DType::kBF16
-          ? c.tied_head || AllBf16(table)
-          : !(dtype == DType::kF32 && c.tied_head) && AllBf16(table);
+  const bool bf16 = EmbeddingsInBf16(c, dtype, AllBf16(table));
   return ops::Weight::Hold(
       std::move(table), c.vocab_size, c.emb_dim,
       bf16 ? kernels::DataType::kBF16 : kernels::DataType::kF32);
@@ -308,7 +312,7 @@ Result<ops::Weight> HoldEmbeddings(StreamedVector<float> table,
 Result<ops::Weight> ReadEmbeddings(const WeightSource& w, const LmConfig& c,
                                    DType dtype) {
   if (StoresBf16(w, Role::kTokEmb, 0) &&
-      !(dtype == DType::kF32 && c.tied_head)) {
+      EmbeddingsInBf16(c, dtype, /*all_bf16=*/true)) {
     ATTN_ASSIGN_OR_RETURN(
         StreamedVector<hwy::bfloat16_t> table,
         w.fetch_bf16(Role::kTokEmb, 0, c.vocab_size, c.emb_dim));

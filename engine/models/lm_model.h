@@ -131,8 +131,9 @@ struct ModelData {
   DType dtype = DType::kF32;
   int num_threads = 1;
   uint64_t max_memory_bytes = 0;  // resolved: never 0
-  // [V, e]: fp32 as loaded, or bf16 in a bf16 model where that holds the
-  // same numbers (HoldEmbeddings in lm_model.cc).
+  // [V, e]: bf16 where that holds the numbers the model computes with (a
+  // bf16 model's tied ones, a BF16 checkpoint's unless an fp32 head borrows
+  // them), else fp32 (EmbeddingsInBf16 in lm_model.cc).
   ops::Weight tok_emb;
   StreamedVector<float> pos_emb;  // [context, e] (GPT-2)
   std::vector<Layer> layers;

@@ -346,13 +346,15 @@ bool Linear::EveryRunReadsPacked(int64_t out, int64_t in, DataType type) {
       MakeMatMul(shape, kernels::kMatMulPackedRows, FormOf({type, 0}),
                  /*plain=*/false, MatMulUse::kLayout);
   if (!packed.ok()) return false;
-  // From MatMulWideRows() rows on, every run's tiles span the full width,
-  // in row tiles of at least `tile` rows: past that, the layout is the one
-  // of kMatMulPackedRows. The default plan of each row count up to there
+  // From W = MatMulWideRows() rows on, every run's tiles span the full
+  // width, M rows in k = ceil(M / tile) row tiles of ceil(M / k) rows, whose
+  // first lays out the weights: every such size comes by M = (ceil(W /
+  // tile) + 1) * tile. The default plan of each row count up to there
   // (LinearPlan::Create) reads the packed copy where its matmul does.
   const int64_t tile =
       std::max(kernels::kMatMulMinRows, kernels::kMatMulTileWork / out);
-  const int64_t last = std::max(kernels::MatMulWideRows(), tile) + 1;
+  const int64_t wide = kernels::MatMulWideRows();
+  const int64_t last = ((wide + tile - 1) / tile + 1) * tile;
   for (int64_t rows = 1; rows <= last; ++rows) {
     Result<kernels::MatMul> run =
         MakeMatMul(shape, rows, {}, /*plain=*/false, MatMulUse::kLayout);

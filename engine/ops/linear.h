@@ -194,7 +194,8 @@ class Linear {
   // A linear [out, in] of fp32 weights without values: what a shape alone
   // tells.
   static Linear OfShape(int64_t out, int64_t in);
-  // PackedServesEveryRun's answer, found by making each plan.
+  // PackedServesEveryRun's answer, from the layout of each row count's
+  // matmul (kernels::MatMul::Describe) as LinearPlan::Create reads it.
   static bool EveryRunReadsPacked(int64_t out, int64_t in,
                                   kernels::DataType type);
 
