@@ -615,6 +615,18 @@ const char* MatMulIsaName() {
   }
 }
 
+int64_t MatMulLayoutRows(int64_t n) {
+  // Full-width products of k0 = ceil(W / tile) row tiles have first tiles
+  // of [ceil(W / k0), tile] rows, of k0 + 1 tiles [ceil((k0 tile + 1) / (k0
+  // + 1)), tile], of more tiles fewer: every size has come by k0 tile rows,
+  // or (k0 + 1) tile where k0 + 1 tiles reach lower.
+  const int64_t tile = std::max(kMatMulMinRows, kMatMulTileWork / n);
+  const int64_t wide = MatMulWideRows();
+  const int64_t k0 = (wide + tile - 1) / tile;
+  const bool lower = (k0 * tile + k0 + 1) / (k0 + 1) < (wide + k0 - 1) / k0;
+  return (k0 + (lower ? 1 : 0)) * tile;
+}
+
 int64_t MatMulWideRows() {
   static const int64_t rows = [] {
     try {

@@ -70,6 +70,12 @@ constexpr int64_t kMatMulMinRows = 64;
 // gemm:jit runs a full-width tile of 64 rows at half the speed of a
 // 128 x 256 one, its weights no longer in cache.
 int64_t MatMulWideRows();
+// The row counts whose kTeam products of `n` columns lay out their packed
+// weights in every way any row count does: 1 to this. From MatMulWideRows()
+// rows on, tiles span the full width, M rows in row tiles whose first
+// (ceil(M / ceil(M / tile)) rows) lays out the weights, and every such size
+// has come by then.
+int64_t MatMulLayoutRows(int64_t n);
 // The row count whose weight packing a model keeps for all its runs: every
 // kTeam product of at least MatMulWideRows() rows and 8 or more columns has
 // full-width tiles, and so this packed layout (MatMul::SharesPackedWeights

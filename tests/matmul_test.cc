@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -234,6 +235,29 @@ TEST(MatMulPackingTest, LongProductsShareOnePacking) {
       nullptr, {{64, 16}, {}, DataType::kF32}, Threading::kTeam);
   ASSERT_TRUE(strided.ok());
   EXPECT_FALSE(strided->SharesPackedWeights(*strided));
+}
+
+// Past MatMulLayoutRows(n) rows no product of n columns lays out its
+// weights anew: the first row tile of every full-width product (the
+// tiling's rule, recomputed here) has a size some product of at most that
+// many rows had.
+TEST(MatMulPackingTest, LayoutRowsReachEveryFirstRowTile) {
+  const int64_t wide = MatMulWideRows();
+  for (const int64_t n : {8, 96, 512, 768, 2048, 50257}) {
+    SCOPED_TRACE(n);
+    const int64_t tile = std::max(kMatMulMinRows, kMatMulTileWork / n);
+    const auto first = [tile](int64_t m) {
+      const int64_t tiles = (m + tile - 1) / tile;
+      return (m + tiles - 1) / tiles;
+    };
+    const int64_t last = MatMulLayoutRows(n);
+    ASSERT_GE(last, wide);
+    std::vector<bool> seen(size_t(tile) + 1, false);
+    for (int64_t m = wide; m <= last; ++m) seen[size_t(first(m))] = true;
+    for (int64_t m = last + 1; m <= 20 * last; ++m) {
+      ASSERT_TRUE(seen[size_t(first(m))]) << m << " rows";
+    }
+  }
 }
 
 TEST(MatMulCreateTest, EmptyOrMismatchedOperandsAreRefused) {

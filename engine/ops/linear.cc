@@ -346,20 +346,9 @@ bool Linear::EveryRunReadsPacked(int64_t out, int64_t in, DataType type) {
       MakeMatMul(shape, kernels::kMatMulPackedRows, FormOf({type, 0}),
                  /*plain=*/false, MatMulUse::kLayout);
   if (!packed.ok()) return false;
-  // From W = MatMulWideRows() rows on, every run's tiles span the full
-  // width, M rows in k = ceil(M / tile) row tiles of ceil(M / k) rows, whose
-  // first lays out the weights. Those of k0 = ceil(W / tile) tiles have
-  // sizes [ceil(W / k0), tile], of k0 + 1 tiles [ceil((k0 tile + 1) / (k0 +
-  // 1)), tile], of more tiles fewer: every size has come by k0 tile rows, or
-  // (k0 + 1) tile where k0 + 1 tiles reach lower. The default plan of each
-  // row count up to there (LinearPlan::Create) reads the packed copy where
-  // its matmul does.
-  const int64_t tile =
-      std::max(kernels::kMatMulMinRows, kernels::kMatMulTileWork / out);
-  const int64_t wide = kernels::MatMulWideRows();
-  const int64_t k0 = (wide + tile - 1) / tile;
-  const bool lower = (k0 * tile + k0 + 1) / (k0 + 1) < (wide + k0 - 1) / k0;
-  const int64_t last = (k0 + (lower ? 1 : 0)) * tile;
+  // The default plan of each row count (LinearPlan::Create) reads the
+  // packed copy where its matmul does; past MatMulLayoutRows no layout is new.
+  const int64_t last = kernels::MatMulLayoutRows(out);
   for (int64_t rows = 1; rows <= last; ++rows) {
     Result<kernels::MatMul> run =
         MakeMatMul(shape, rows, {}, /*plain=*/false, MatMulUse::kLayout);
